@@ -1,0 +1,14 @@
+# Project-wide warning flags; ATTNJIT_WERROR (on in scripts/build and CI) makes them errors.
+add_compile_options(-Wall -Wextra -Wpedantic -Wshadow=local -Wno-unused-parameter)
+# GCC 12 reports false -Wrestrict/-Wstringop-overflow positives inside libstdc++ string
+# concatenation at -O2 (GCC bug 105329); they say nothing about our code.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-Wno-restrict -Wno-stringop-overflow)
+endif()
+if(ATTNJIT_WERROR)
+  add_compile_options(-Werror)
+endif()
+if(ATTNJIT_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -1,0 +1,58 @@
+// Kernel builder: vLLM's unified paged attention (TRITON_ATTN), 2D launch.
+//
+// One program per (query block, KV head): grid = (num_seqs + total_query_tokens / BLOCK_Q, Hkv).
+// Each program finds its sequence by binary search over cu_seqlens_q (in
+// query-block units), loads a [BLOCK_M, HEAD_SIZE_PADDED] tile of queries (BLOCK_Q
+// tokens x the Hq/Hkv query heads of its KV head, packed into M), then walks the
+// sequence's KV tiles through the block table with an online softmax (exp2, with
+// the softmax scale times log2(e) folded into the scores), and writes the
+// normalized output. Layouts exactly as in shared/REFERENCE.md:
+//   q, o      [num_tokens, Hq, D] with strides (token, head) and unit element stride
+//   kv cache  (num_blocks, 2, block_size, Hkv, D): K = [:, 0], V = [:, 1]
+//   block_tables [num_seqs, max_blocks_per_seq] i32, seq_lens [num_seqs] i32 (context
+//   + new queries), cu_seqlens_q [num_seqs + 1] i32.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/IR.h"
+
+namespace attnjit::compiler {
+
+struct UnifiedAttentionConfig {
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, kv cache and output (f32, f16, bf16)
+  int numQueryHeads = 32;
+  int numKvHeads = 8;
+  int headSize = 128;
+  int blockSize = 16;   // KV cache block size (tokens per block), a multiple of 16
+  bool causal = true;
+  int tileSize = 32;    // KV tokens per loop iteration
+  int numWarps = 4;
+
+  int queriesPerKv() const { return numQueryHeads / numKvHeads; }
+  // Rows of the query tile: 16, or next_pow2(Hq/Hkv) when that is larger.
+  int blockM() const;
+  // Query tokens per program: BLOCK_M / (Hq/Hkv).
+  int blockQ() const;
+  int headSizePadded() const;  // next power of two >= headSize
+  // A stable name for the variant, e.g. "unified_attention_bf16_h32kv8_d128_bs16_causal".
+  std::string kernelName() const;
+  // User-facing check of the combination (head counts divide, sizes supported, ...).
+  ir::Status validate() const;
+};
+
+// Kernel parameters, in order:
+//   out ptr<dtype>, q ptr<dtype>, kv_cache ptr<dtype>, block_tables ptr<i32>,
+//   seq_lens ptr<i32>, cu_seqlens_q ptr<i32>, scale f32, num_seqs i32,
+//   seq_search_steps i32 (ceil(log2(num_seqs + 1)): binary-search iterations),
+//   q_stride_token i64, q_stride_head i64, o_stride_token i64, o_stride_head i64,
+//   block_table_stride i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
+//   kv_stride_token i64, kv_stride_head i64.
+// All strides are in elements.
+ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config);
+
+// Grid x for a batch: num_seqs + total_query_tokens / BLOCK_Q (as vLLM).
+int64_t unifiedAttentionGridX(const UnifiedAttentionConfig& config, int64_t numSeqs, int64_t totalQueryTokens);
+
+}  // namespace attnjit::compiler
