@@ -199,6 +199,10 @@ class Kernel {
 
   Attributes& attrs() { return attrs_; }
   const Attributes& attrs() const { return attrs_; }
+  // Documentation lines ("// ..." comment lines directly above `kernel` in the
+  // text form, without the "// " prefix); printed back, so they round-trip.
+  std::vector<std::string>& docLines() { return docLines_; }
+  const std::vector<std::string>& docLines() const { return docLines_; }
   // num_warps attribute, 4 when absent.
   int numWarps() const;
 
@@ -209,6 +213,7 @@ class Kernel {
   std::vector<Attributes> paramAttrs_;
   std::vector<Constexpr> constexprs_;
   Attributes attrs_;
+  std::vector<std::string> docLines_;
 };
 
 class Module {
