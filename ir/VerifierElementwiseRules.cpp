@@ -1,0 +1,111 @@
+// Verifier rules of the elementwise ops: binary, unary, cmp, select, cast,
+// bitcast. Elementwise operands have identical types, layout included:
+// broadcasting and layout changes are explicit ops.
+#include "ir/VerifierSupport.h"
+
+namespace attnjit::ir {
+
+namespace {
+bool isBitwise(Opcode op) { return op == Opcode::And || op == Opcode::Or || op == Opcode::Xor; }
+bool isShift(Opcode op) { return op == Opcode::Shl || op == Opcode::Shr; }
+bool isFloatOnly(Opcode op) { return op != Opcode::Neg && op != Opcode::Abs; }
+
+Status checkSameOperandTypes(const Operation& op, size_t first, size_t second) {
+  const Type& a = op.operand(first)->type();
+  const Type& b = op.operand(second)->type();
+  if (a == b) return Status::ok();
+  return opError(op, "operand types differ: " + a.str() + " vs " + b.str() +
+                         " (elementwise operands have one type; use splat, broadcast, cast or convert_layout)");
+}
+}  // namespace
+
+Status verifyBinary(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 2));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  ATTNJIT_VERIFY(checkSameOperandTypes(op, 0, 1));
+  const Type& type = op.operand(0)->type();
+  if (type.hasPointerElements())
+    return opError(op, "operands of type " + type.str() + " are pointers; pointer arithmetic is 'addptr'");
+  if ((isBitwise(op.opcode()) || isShift(op.opcode())) && !type.isIntLike())
+    return opError(op, "requires integer operands, got " + type.str());
+  if (type.scalarKind() == ScalarKind::I1 && !isBitwise(op.opcode()))
+    return opError(op, "not defined on i1 operands (" + type.str() + "); only and, or, xor are");
+  return checkResultType(op, type, "the operand type");
+}
+
+Status verifyUnary(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 1));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  const Type& type = op.operand(0)->type();
+  if (isFloatOnly(op.opcode()) && !type.isFloatLike())
+    return opError(op, "requires float operands, got " + type.str());
+  if (!isNumeric(type)) return opError(op, "requires numeric operands, got " + type.str());
+  return checkResultType(op, type, "the operand type");
+}
+
+Status verifyCompare(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 2));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {"pred"}));
+  std::string predName;
+  ATTNJIT_VERIFY(requireStringAttr(op, "pred", predName));
+  CmpPredicate pred;
+  if (!parseCmpPredicate(predName, pred))
+    return opError(op, "unknown predicate '" + predName + "' (expected eq, ne, lt, le, gt or ge)");
+  ATTNJIT_VERIFY(checkSameOperandTypes(op, 0, 1));
+  const Type& type = op.operand(0)->type();
+  if (type.hasPointerElements()) return opError(op, "cannot compare pointers (" + type.str() + ")");
+  return checkResultType(op, type.withScalarKind(ScalarKind::I1), "i1 of the operands' shape");
+}
+
+Status verifySelect(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 3));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  ATTNJIT_VERIFY(checkSameOperandTypes(op, 1, 2));
+  const Type& cond = op.operand(0)->type();
+  const Type& type = op.operand(1)->type();
+  if (cond.hasPointerElements() || cond.scalarKind() != ScalarKind::I1)
+    return opError(op, "condition must be i1, got " + cond.str());
+  if (!cond.isTile() && type.isTile())
+    return opError(op, "condition " + cond.str() + " is a scalar but the operands are tiles (" + type.str() +
+                           "); splat it to their shape");
+  const Type expectedCond = type.withScalarKind(ScalarKind::I1);
+  if (cond != expectedCond)
+    return opError(op, "condition type " + cond.str() + " should be " + expectedCond.str() +
+                           " (i1 of the operands' shape)");
+  return checkResultType(op, type, "the operand type");
+}
+
+Status verifyCast(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 1));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  const Type& in = op.operand(0)->type();
+  const Type& out = op.result()->type();
+  if (in.hasPointerElements() || out.hasPointerElements())
+    return opError(op, "cannot cast pointers (" + in.str() + " to " + out.str() + ")");
+  return checkResultType(op, in.withScalarKind(out.scalarKind()), "the operand's shape and layout");
+}
+
+Status verifyBitcast(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 1));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  const Type& in = op.operand(0)->type();
+  const Type& out = op.result()->type();
+  if (in.hasPointerElements() || out.hasPointerElements())
+    return opError(op, "cannot bitcast pointers (" + in.str() + " to " + out.str() + ")");
+  if (in.scalarKind() == ScalarKind::I1 || out.scalarKind() == ScalarKind::I1)
+    return opError(op, "i1 has no bit representation to reinterpret (" + in.str() + " to " + out.str() +
+                           "); use cast");
+  const int inBits = storageBits(in.scalarKind()), outBits = storageBits(out.scalarKind());
+  if (inBits != outBits)
+    return opError(op, "element widths differ: " + in.str() + " has " + std::to_string(inBits) + "-bit elements, " +
+                           out.str() + " " + std::to_string(outBits) + "-bit ones");
+  return checkResultType(op, in.withScalarKind(out.scalarKind()), "the operand's shape and layout");
+}
+
+}  // namespace attnjit::ir
