@@ -18,6 +18,16 @@ double roundToFloatKind(double x, ScalarKind kind);
 uint32_t encodeFloat(double x, ScalarKind kind);
 double decodeFloat(uint32_t bits, ScalarKind kind);
 
+// Converts a (signed) integer to a float kind with a single rounding (round to
+// nearest even; fp8 saturates), exact even beyond 2^53 where a detour through
+// double would round twice.
+double intToFloatKind(int64_t x, ScalarKind kind);
+
+// Rounds an f32 value to tf32 (10 explicit mantissa bits, f32 exponent range) to
+// nearest, ties away from zero, as PTX cvt.rna.tf32.f32 does before a tensor-core
+// mma. Infinities and NaN pass through.
+float roundToTf32(float x);
+
 // Converts a float to an integer kind: truncation toward zero, saturating at the
 // kind's range, NaN → 0. i1 gives x != 0.
 int64_t floatToInt(double x, ScalarKind kind);

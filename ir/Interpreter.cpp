@@ -1,0 +1,226 @@
+// interpretKernel: argument binding, the execution plan, the grid loop, op
+// dispatch and structured control flow (for, if, yield, return).
+#include "ir/Interpreter.h"
+
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "ir/InterpreterProgram.h"
+#include "ir/Numeric.h"
+#include "ir/Verifier.h"
+
+namespace attnjit::ir {
+
+namespace {
+
+// Assigns a slot to every value of the kernel and flattens its blocks.
+class PlanBuilder {
+ public:
+  CompiledKernel build(const Kernel& kernel) {
+    compileBlock(kernel.body());
+    plan_.numSlots = static_cast<int>(slots_.size());
+    return std::move(plan_);
+  }
+
+ private:
+  int slotOf(const Value* v) {
+    auto [it, inserted] = slots_.try_emplace(v, static_cast<int>(slots_.size()));
+    return it->second;
+  }
+
+  int compileBlock(const Block& block) {
+    const int index = static_cast<int>(plan_.blocks.size());
+    plan_.blocks.emplace_back();
+    CompiledBlock compiled;
+    for (const auto& arg : block.arguments()) compiled.arguments.push_back(slotOf(arg.get()));
+    for (const auto& op : block.operations()) {
+      CompiledOp step;
+      step.op = op.get();
+      for (const Value* v : op->operands()) step.operands.push_back(slotOf(v));
+      for (const auto& r : op->results()) step.results.push_back(slotOf(r.get()));
+      for (const auto& region : op->regions()) step.regions.push_back(compileBlock(*region));
+      compiled.ops.push_back(std::move(step));
+    }
+    plan_.blocks[index] = std::move(compiled);
+    return index;
+  }
+
+  CompiledKernel plan_;
+  std::unordered_map<const Value*, int> slots_;
+};
+
+const char* argumentKindName(const KernelArgument& arg) {
+  if (std::holds_alternative<PointerArg>(arg)) return "a pointer";
+  if (std::holds_alternative<int64_t>(arg)) return "an integer";
+  return "a float";
+}
+
+// Stores the argument into the parameter's slot, converted to its type.
+Status bindArgument(const Kernel& kernel, size_t index, const KernelArgument& arg, RuntimeValue& slot) {
+  const Value* param = kernel.parameter(index);
+  const Type& type = param->type();
+  auto mismatch = [&](const char* expected) {
+    return Status::error(kernel.location(), "argument " + std::to_string(index) + " ('" + param->name() +
+                                                "') of kernel '" + kernel.name() + "' expects " + expected + " (" +
+                                                type.str() + "), got " + argumentKindName(arg));
+  };
+  if (type.isTile()) return mismatch("a tile, which cannot be passed as an argument");
+  switch (elementClass(type)) {
+    case ElementClass::Pointer: {
+      const auto* pointer = std::get_if<PointerArg>(&arg);
+      if (!pointer) return mismatch("a pointer");
+      const uint64_t address = pointer->address;
+      slot.addresses.assign(1, addressesNibbles(type.scalarKind()) ? address * 2 : address);
+      return Status::ok();
+    }
+    case ElementClass::Int: {
+      const auto* integer = std::get_if<int64_t>(&arg);
+      if (!integer) return mismatch("an integer");
+      slot.ints.assign(1, wrapInt(*integer, type.scalarKind()));
+      return Status::ok();
+    }
+    case ElementClass::Float: {
+      const auto* real = std::get_if<double>(&arg);
+      if (!real) return mismatch("a float");
+      slot.floats.assign(1, roundToFloatKind(*real, type.scalarKind()));
+      return Status::ok();
+    }
+  }
+  return Status::ok();
+}
+
+Status checkGrid(const Kernel& kernel, LaunchGrid grid) {
+  const int64_t extents[] = {grid.x, grid.y, grid.z};
+  for (int axis = 0; axis < 3; ++axis) {
+    // program_id is an i32, so every extent must fit one.
+    if (extents[axis] < 0 || extents[axis] > std::numeric_limits<int32_t>::max())
+      return Status::error(kernel.location(), "grid extent " + std::to_string(extents[axis]) + " along axis " +
+                                                  std::to_string(axis) + " of kernel '" + kernel.name() +
+                                                  "' is out of range [0, 2^31)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status ProgramContext::runBlock(int blockIndex) {
+  for (const CompiledOp& op : plan_.blocks[blockIndex].ops) {
+    Status status;
+    switch (op.op->opcode()) {
+#define ATTNJIT_OP(Enum, spelling, Family) \
+  case Opcode::Enum:                       \
+    status = interpret##Family(*this, op); \
+    break;
+#include "ir/Ops.def"
+    }
+    if (!status.isOk()) return status;
+  }
+  return Status::ok();
+}
+
+Status ProgramContext::error(const CompiledOp& op, const std::string& message) const {
+  return Status::error(op.op->location(), std::string(op.op->name()) + ": " + message + " (program (" +
+                                              std::to_string(programId_[0]) + ", " + std::to_string(programId_[1]) +
+                                              ", " + std::to_string(programId_[2]) + "))");
+}
+
+void copyElements(const RuntimeValue& from, RuntimeValue& to, ElementClass cls) {
+  switch (cls) {
+    case ElementClass::Float:
+      to.floats.assign(from.floats.begin(), from.floats.end());
+      return;
+    case ElementClass::Int:
+      to.ints.assign(from.ints.begin(), from.ints.end());
+      return;
+    case ElementClass::Pointer:
+      to.addresses.assign(from.addresses.begin(), from.addresses.end());
+      return;
+  }
+}
+
+Status interpretFor(ProgramContext& ctx, const CompiledOp& op) {
+  const ScalarKind ivKind = op.op->operand(0)->type().scalarKind();
+  const int64_t lo = signedValue(ctx.operand(op, 0).ints.at(0), ivKind);
+  const int64_t hi = signedValue(ctx.operand(op, 1).ints.at(0), ivKind);
+  const int64_t step = signedValue(ctx.operand(op, 2).ints.at(0), ivKind);
+  if (step <= 0) return ctx.error(op, "for step must be positive, got " + std::to_string(step));
+  uint64_t tripCount = 0;
+  if (lo < hi) {
+    const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+    const auto stride = static_cast<uint64_t>(step);
+    tripCount = span / stride + (span % stride != 0 ? 1 : 0);
+  }
+  constexpr uint64_t kMaxTripCount = uint64_t{1} << 31;
+  if (tripCount > kMaxTripCount)
+    return ctx.error(op, "loop of " + std::to_string(tripCount) + " iterations exceeds the interpreter's limit of 2^31");
+
+  const CompiledBlock& body = ctx.block(op.regions.at(0));
+  const CompiledOp& yield = body.ops.back();
+  const size_t numIterArgs = op.results.size();
+  std::vector<ElementClass> classes(numIterArgs);
+  for (size_t i = 0; i < numIterArgs; ++i) {
+    classes[i] = elementClass(op.op->result(i)->type());
+    copyElements(ctx.operand(op, 3 + i), ctx.slot(body.arguments[1 + i]), classes[i]);
+  }
+  RuntimeValue& inductionVar = ctx.slot(body.arguments[0]);
+  for (uint64_t trip = 0; trip < tripCount; ++trip) {
+    // Below hi, so it fits the induction variable's type.
+    inductionVar.ints.assign(1, wrapInt(lo + static_cast<int64_t>(trip) * step, ivKind));
+    Status status = ctx.runBlock(op.regions[0]);
+    if (!status.isOk()) return status;
+    // Yielded values may be the iter args themselves (in any order), so they go
+    // through the result slots before becoming the next iteration's iter args.
+    for (size_t i = 0; i < numIterArgs; ++i) copyElements(ctx.operand(yield, i), ctx.result(op, i), classes[i]);
+    for (size_t i = 0; i < numIterArgs; ++i) std::swap(ctx.result(op, i), ctx.slot(body.arguments[1 + i]));
+  }
+  for (size_t i = 0; i < numIterArgs; ++i)
+    copyElements(ctx.slot(body.arguments[1 + i]), ctx.result(op, i), classes[i]);
+  return Status::ok();
+}
+
+Status interpretIf(ProgramContext& ctx, const CompiledOp& op) {
+  const bool condition = ctx.operand(op, 0).ints.at(0) != 0;
+  const int region = op.regions.at(condition ? 0 : 1);
+  Status status = ctx.runBlock(region);
+  if (!status.isOk()) return status;
+  const CompiledOp& yield = ctx.block(region).ops.back();
+  for (size_t i = 0; i < op.results.size(); ++i)
+    copyElements(ctx.operand(yield, i), ctx.result(op, i), elementClass(op.op->result(i)->type()));
+  return Status::ok();
+}
+
+// The parent op (for, if) reads the yielded values once its region has run.
+Status interpretYield(ProgramContext&, const CompiledOp&) { return Status::ok(); }
+
+// `return` is the last op of the body, so reaching it ends the program.
+Status interpretReturn(ProgramContext&, const CompiledOp&) { return Status::ok(); }
+
+Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<KernelArgument>& args,
+                       InterpreterMemory& memory) {
+  if (Status verified = verifyKernel(kernel); !verified.isOk()) return verified;
+  if (Status gridOk = checkGrid(kernel, grid); !gridOk.isOk()) return gridOk;
+  if (args.size() != kernel.numParameters())
+    return Status::error(kernel.location(), "kernel '" + kernel.name() + "' takes " +
+                                                std::to_string(kernel.numParameters()) + " arguments, got " +
+                                                std::to_string(args.size()));
+
+  const CompiledKernel plan = PlanBuilder().build(kernel);
+  ProgramContext ctx(kernel, plan, grid, memory);
+  const CompiledBlock& body = plan.blocks[0];
+  for (size_t i = 0; i < args.size(); ++i) {
+    Status bound = bindArgument(kernel, i, args[i], ctx.slot(body.arguments[i]));
+    if (!bound.isOk()) return bound;
+  }
+  for (int64_t z = 0; z < grid.z; ++z)
+    for (int64_t y = 0; y < grid.y; ++y)
+      for (int64_t x = 0; x < grid.x; ++x) {
+        ctx.setProgramId(x, y, z);
+        Status status = ctx.runBlock(0);
+        if (!status.isOk()) return status;
+      }
+  return Status::ok();
+}
+
+}  // namespace attnjit::ir
