@@ -21,7 +21,11 @@ struct AttentionShape {
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N);
   // the error names the key.
   ir::Status set(const std::string& keyEqualsValue);
+  // "query_lens=1,17,40 context_lens=33,0,70 seed=1" (each part accepted by set()).
   std::string str() const;
+  // At least one sequence, equal list lengths, query_len >= 1, context_len >= 0,
+  // and sizes that fit the kernels' 32-bit token indices.
+  ir::Status validate() const;
 };
 
 struct AttentionRunResult {
@@ -32,6 +36,9 @@ struct AttentionRunResult {
   double buildMs = 0;         // kernel builder + verifier
   double runMs = 0;           // interpreter (or GPU) run
   int64_t gridX = 0, gridY = 0;
+  // Where the largest error is ("token 3, head 5, dim 17: got ..., expected ..."), or
+  // what else failed the run (a non-finite output, a write outside the output).
+  std::string detail;
 };
 
 // Builds the kernel for `config`, makes random inputs for `shape`, runs the CPU

@@ -1,0 +1,380 @@
+#include "compiler/AttentionProblem.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "ir/Interpreter.h"
+#include "ir/Numeric.h"
+#include "tests/reference/AttentionReference.h"
+
+namespace attnjit::compiler {
+
+using ir::ScalarKind;
+using ir::Status;
+
+namespace {
+
+Status shapeError(const std::string& message) { return Status::error(ir::Location{}, message); }
+
+template <typename Int>
+bool parseInteger(std::string_view text, Int& out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
+Status parseLengthList(const std::string& key, std::string_view text, std::vector<int>& out) {
+  std::vector<int> values;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string_view item =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    int value = 0;
+    if (!parseInteger(item, value))
+      return shapeError(key + ": '" + std::string(item) + "' is not an integer (expected a list like 1,17,40)");
+    values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  out = std::move(values);
+  return Status::ok();
+}
+
+std::string joinInts(const std::vector<int>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s;
+}
+
+double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Largest max-abs error accepted for a data type, for outputs of magnitude <= 1
+// (values are averages of V entries in [-1, 1]). Inputs are rounded to the data type
+// before both the kernel and the reference see them, so only the kernel's own
+// roundings count:
+// - P is rounded to the data type before P·V while the denominator L sums the
+//   unrounded P, giving |Σ P̃v - Σ Pv| / Σ P <= u · max|v| <= u;
+// - the output is rounded to the data type: another u·|o| <= u;
+// - everything else is f32 (u32 = 2^-24): scores, exp2 (whose argument error is at
+//   most |S|·u32 with |S| <= sqrt(D)·log2(e) < 25) and sums over at most a few
+//   hundred keys, all far below the two terms above for f16/bf16.
+// u is 2^-11 for f16 and 2^-8 for bf16 (unit roundoff), so the bound is 2u; we allow
+// 4u for the GPU's approximate exp2 and reordered sums. f32 keeps P in f32: its error
+// is a few hundred u32 at worst, ~2e-5.
+double attentionTolerance(ScalarKind dtype) {
+  switch (dtype) {
+    case ScalarKind::F16:
+      return 4 * std::ldexp(1.0, -11);  // 1.95e-3
+    case ScalarKind::BF16:
+      return 4 * std::ldexp(1.0, -8);  // 1.56e-2
+    default:
+      return 2e-5;
+  }
+}
+
+// Quiet-NaN bit pattern of a data type: the value poisoning every byte the kernel
+// must not read (unused cache slots, padding) or must overwrite (the output).
+uint32_t nanBits(ScalarKind dtype) {
+  switch (dtype) {
+    case ScalarKind::F16:
+      return 0x7E00;
+    case ScalarKind::BF16:
+      return 0x7FC0;
+    default:
+      return 0x7FC00000;
+  }
+}
+
+// A host buffer of `dtype` elements.
+class TypedBuffer {
+ public:
+  TypedBuffer(ScalarKind dtype, size_t elements)
+      : dtype_(dtype),
+        elementBytes_(static_cast<size_t>(ir::storageBits(dtype) / 8)),
+        bytes_(elements * elementBytes_) {
+    for (size_t i = 0; i < elements; ++i) setBits(i, nanBits(dtype));
+  }
+  void set(size_t index, double value) { setBits(index, ir::encodeFloat(value, dtype_)); }
+  double get(size_t index) const { return ir::decodeFloat(getBits(index), dtype_); }
+  uint32_t getBits(size_t index) const {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &bytes_[index * elementBytes_], elementBytes_);  // little-endian host
+    return bits;
+  }
+  void* data() { return bytes_.data(); }
+  size_t byteSize() const { return bytes_.size(); }
+
+ private:
+  void setBits(size_t index, uint32_t bits) { std::memcpy(&bytes_[index * elementBytes_], &bits, elementBytes_); }
+
+  ScalarKind dtype_;
+  size_t elementBytes_;
+  std::vector<uint8_t> bytes_;
+};
+
+// Deterministic values uniform in [-1, 1], never zero after rounding to the data
+// type. Uses the engine's raw output (portable across standard libraries, unlike
+// std::uniform_real_distribution).
+class RandomValues {
+ public:
+  RandomValues(uint64_t seed, ScalarKind dtype) : engine_(seed), dtype_(dtype) {}
+  double next() {
+    while (true) {
+      const double unit = (static_cast<double>(engine_() >> 11) + 0.5) * std::ldexp(1.0, -53);  // (0, 1)
+      const double value = ir::roundToFloatKind(2 * unit - 1, dtype_);
+      if (value != 0) return value;
+    }
+  }
+  // A uniformly random permutation of 0..n-1 (Fisher-Yates).
+  std::vector<int> permutation(int n) {
+    std::vector<int> p(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+    for (int i = n - 1; i > 0; --i) std::swap(p[static_cast<size_t>(i)], p[engine_() % static_cast<uint64_t>(i + 1)]);
+    return p;
+  }
+
+ private:
+  std::mt19937_64 engine_;
+  ScalarKind dtype_;
+};
+
+int searchSteps(int numSeqs) {
+  int steps = 0;
+  while ((int64_t{1} << steps) < int64_t{numSeqs} + 1) ++steps;
+  return steps;
+}
+
+// Padding (in elements) after each token's row of q and of the output. Distinct
+// values, so a kernel that mixes up the two strides reads or writes the wrong place.
+constexpr int64_t kQTokenPadding = 8;
+constexpr int64_t kOutTokenPadding = 24;
+// Unused physical blocks in the cache beyond those the block tables use, and extra
+// block-table columns; both are never to be touched.
+constexpr int kSpareBlocks = 3;
+constexpr int kSpareBlockTableColumns = 2;
+// Block-table entries past a sequence's last block: a block index far outside the
+// cache, so a kernel that uses one fails the interpreter's bounds check.
+constexpr int32_t kUnusedBlockEntry = std::numeric_limits<int32_t>::max();
+
+}  // namespace
+
+Status AttentionShape::set(const std::string& keyEqualsValue) {
+  const size_t eq = keyEqualsValue.find('=');
+  if (eq == std::string::npos)
+    return shapeError("expected key=value (query_lens=..., context_lens=..., seed=N), got '" + keyEqualsValue + "'");
+  const std::string key = keyEqualsValue.substr(0, eq);
+  const std::string_view value = std::string_view(keyEqualsValue).substr(eq + 1);
+  if (key == "query_lens") return parseLengthList(key, value, queryLens);
+  if (key == "context_lens") return parseLengthList(key, value, contextLens);
+  if (key == "seed") {
+    uint64_t parsed = 0;
+    if (!parseInteger(value, parsed))
+      return shapeError("seed: '" + std::string(value) + "' is not a non-negative integer");
+    seed = parsed;
+    return Status::ok();
+  }
+  return shapeError("unknown shape key '" + key + "' (expected query_lens, context_lens or seed)");
+}
+
+std::string AttentionShape::str() const {
+  return "query_lens=" + joinInts(queryLens) + " context_lens=" + joinInts(contextLens) +
+         " seed=" + std::to_string(seed);
+}
+
+Status AttentionShape::validate() const {
+  if (queryLens.empty()) return shapeError("query_lens is empty: a batch needs at least one sequence");
+  if (queryLens.size() != contextLens.size())
+    return shapeError("query_lens has " + std::to_string(queryLens.size()) + " entries but context_lens has " +
+                      std::to_string(contextLens.size()));
+  int64_t totalQueries = 0, totalKeys = 0;
+  for (size_t i = 0; i < queryLens.size(); ++i) {
+    if (queryLens[i] < 1)
+      return shapeError("query_lens[" + std::to_string(i) + "] (" + std::to_string(queryLens[i]) +
+                        ") must be at least 1");
+    if (contextLens[i] < 0)
+      return shapeError("context_lens[" + std::to_string(i) + "] (" + std::to_string(contextLens[i]) +
+                        ") must not be negative");
+    totalQueries += queryLens[i];
+    totalKeys += int64_t{queryLens[i]} + contextLens[i];
+  }
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;  // keeps every 32-bit index in the kernel far from overflow
+  if (totalQueries > kMaxTokens || totalKeys > kMaxTokens)
+    return shapeError("the batch has " + std::to_string(totalQueries) + " query tokens and " +
+                      std::to_string(totalKeys) + " keys; at most " + std::to_string(kMaxTokens) + " of each");
+  return Status::ok();
+}
+
+ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAttentionConfig& config,
+                                                                const AttentionShape& shape) {
+  if (Status s = config.validate(); !s) return s;
+  if (Status s = shape.validate(); !s) return s;
+  AttentionRunResult result;
+  result.tolerance = attentionTolerance(config.dtype);
+
+  const auto buildStart = std::chrono::steady_clock::now();
+  auto kernel = buildUnifiedAttention(config);
+  if (!kernel) return kernel.status();
+  result.buildMs = millisecondsSince(buildStart);
+
+  const ScalarKind dtype = config.dtype;
+  const int numSeqs = static_cast<int>(shape.queryLens.size());
+  const int64_t Hq = config.numQueryHeads, Hkv = config.numKvHeads, D = config.headSize;
+  const int64_t blockSize = config.blockSize;
+
+  // ---- The logical problem (also the reference's input). ----
+  reference::AttentionInputs logical;
+  logical.numQueryHeads = config.numQueryHeads;
+  logical.numKvHeads = config.numKvHeads;
+  logical.headSize = config.headSize;
+  logical.causal = config.causal;
+  logical.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  logical.cuSeqlensQ.push_back(0);
+  for (int s = 0; s < numSeqs; ++s) {
+    logical.cuSeqlensQ.push_back(logical.cuSeqlensQ.back() + shape.queryLens[static_cast<size_t>(s)]);
+    logical.seqLens.push_back(shape.queryLens[static_cast<size_t>(s)] + shape.contextLens[static_cast<size_t>(s)]);
+  }
+  const int64_t numTokens = logical.cuSeqlensQ.back();
+  RandomValues random(shape.seed, dtype);
+  logical.q.resize(static_cast<size_t>(numTokens * Hq * D));
+  for (double& x : logical.q) x = random.next();
+  for (int s = 0; s < numSeqs; ++s) {
+    const size_t kvSize = static_cast<size_t>(logical.seqLens[static_cast<size_t>(s)] * Hkv * D);
+    logical.keys.emplace_back(kvSize);
+    logical.values.emplace_back(kvSize);
+    for (double& x : logical.keys.back()) x = random.next();
+    for (double& x : logical.values.back()) x = random.next();
+  }
+
+  // ---- Device layouts. ----
+  const int64_t qStrideToken = Hq * D + kQTokenPadding, qStrideHead = D;
+  const int64_t oStrideToken = Hq * D + kOutTokenPadding, oStrideHead = D;
+  TypedBuffer q(dtype, static_cast<size_t>(numTokens * qStrideToken));
+  for (int64_t t = 0; t < numTokens; ++t)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t d = 0; d < D; ++d)
+        q.set(static_cast<size_t>(t * qStrideToken + h * qStrideHead + d),
+              logical.q[static_cast<size_t>((t * Hq + h) * D + d)]);
+
+  // Cache (num_blocks, 2, block_size, Hkv, D); sequences' blocks are a random
+  // permutation of the physical blocks, so the block table is exercised.
+  std::vector<int> blocksPerSeq;
+  int usedBlocks = 0;
+  for (int seqLen : logical.seqLens) {
+    blocksPerSeq.push_back(static_cast<int>((seqLen + blockSize - 1) / blockSize));
+    usedBlocks += blocksPerSeq.back();
+  }
+  const int numBlocks = usedBlocks + kSpareBlocks;
+  const int64_t kvStrideHead = D, kvStrideToken = Hkv * D, kvStrideKv = blockSize * Hkv * D,
+                kvStrideBlock = 2 * kvStrideKv;
+  TypedBuffer kvCache(dtype, static_cast<size_t>(numBlocks * kvStrideBlock));
+  const int64_t blockTableStride =
+      *std::max_element(blocksPerSeq.begin(), blocksPerSeq.end()) + kSpareBlockTableColumns;
+  std::vector<int32_t> blockTables(static_cast<size_t>(numSeqs * blockTableStride), kUnusedBlockEntry);
+  const std::vector<int> physicalOrder = random.permutation(numBlocks);
+  size_t nextPhysical = 0;
+  for (int s = 0; s < numSeqs; ++s) {
+    for (int b = 0; b < blocksPerSeq[static_cast<size_t>(s)]; ++b)
+      blockTables[static_cast<size_t>(s * blockTableStride + b)] = physicalOrder[nextPhysical++];
+    for (int64_t pos = 0; pos < logical.seqLens[static_cast<size_t>(s)]; ++pos) {
+      const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
+      const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * D + d);
+          kvCache.set(static_cast<size_t>(slot + h * kvStrideHead + d),
+                      logical.keys[static_cast<size_t>(s)][logicalIndex]);
+          kvCache.set(static_cast<size_t>(slot + kvStrideKv + h * kvStrideHead + d),
+                      logical.values[static_cast<size_t>(s)][logicalIndex]);
+        }
+    }
+  }
+  std::vector<int32_t> seqLens(logical.seqLens.begin(), logical.seqLens.end());
+  std::vector<int32_t> cuSeqlensQ(logical.cuSeqlensQ.begin(), logical.cuSeqlensQ.end());
+  TypedBuffer out(dtype, static_cast<size_t>(numTokens * oStrideToken));  // all NaN until written
+
+  // ---- Run. ----
+  ir::InterpreterMemory memory;
+  auto mapBuffer = [&memory](void* data, size_t bytes, const char* label) {
+    return ir::PointerArg{memory.map(data, bytes, label)};
+  };
+  std::vector<ir::KernelArgument> args = {
+      mapBuffer(out.data(), out.byteSize(), "out"),
+      mapBuffer(q.data(), q.byteSize(), "q"),
+      mapBuffer(kvCache.data(), kvCache.byteSize(), "kv_cache"),
+      mapBuffer(blockTables.data(), blockTables.size() * sizeof(int32_t), "block_tables"),
+      mapBuffer(seqLens.data(), seqLens.size() * sizeof(int32_t), "seq_lens"),
+      mapBuffer(cuSeqlensQ.data(), cuSeqlensQ.size() * sizeof(int32_t), "cu_seqlens_q"),
+      logical.scale,
+      int64_t{numSeqs},
+      int64_t{searchSteps(numSeqs)},
+      qStrideToken,
+      qStrideHead,
+      oStrideToken,
+      oStrideHead,
+      blockTableStride,
+      kvStrideBlock,
+      kvStrideKv,
+      kvStrideToken,
+      kvStrideHead,
+  };
+  ir::LaunchGrid grid;
+  grid.x = unifiedAttentionGridX(config, numSeqs, numTokens);
+  grid.y = Hkv;
+  result.gridX = grid.x;
+  result.gridY = grid.y;
+  const auto runStart = std::chrono::steady_clock::now();
+  if (Status s = ir::interpretKernel(**kernel, grid, args, memory); !s) return s;
+  result.runMs = millisecondsSince(runStart);
+
+  // ---- Compare. ----
+  const std::vector<double> expected = reference::referenceAttention(logical);
+  double maxAbsReference = 0;
+  for (double x : expected) maxAbsReference = std::max(maxAbsReference, std::abs(x));
+  auto describeElement = [](int64_t t, int64_t h, int64_t d, double got, double want) {
+    std::ostringstream text;
+    text << "token " << t << ", head " << h << ", dim " << d << ": got " << got << ", expected " << want;
+    return text.str();
+  };
+  bool allFinite = true;
+  std::string worst;
+  for (int64_t t = 0; t < numTokens; ++t)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const double got = out.get(static_cast<size_t>(t * oStrideToken + h * oStrideHead + d));
+        const double want = expected[static_cast<size_t>((t * Hq + h) * D + d)];
+        if (!std::isfinite(got)) {
+          if (allFinite) result.detail = "non-finite output at " + describeElement(t, h, d, got, want);
+          allFinite = false;
+          continue;
+        }
+        const double err = std::abs(got - want);
+        result.maxRelError = std::max(result.maxRelError, err / (std::abs(want) + 1e-3 * maxAbsReference));
+        if (err > result.maxAbsError || worst.empty()) {
+          result.maxAbsError = err;
+          worst = "largest error at " + describeElement(t, h, d, got, want);
+        }
+      }
+  bool paddingIntact = true;
+  for (int64_t t = 0; t < numTokens && paddingIntact; ++t)
+    for (int64_t i = Hq * D; i < oStrideToken; ++i)
+      if (out.getBits(static_cast<size_t>(t * oStrideToken + i)) != nanBits(dtype)) {
+        paddingIntact = false;
+        if (allFinite) result.detail = "the kernel wrote padding after token " + std::to_string(t) + "'s output row";
+        break;
+      }
+  if (!allFinite) result.maxAbsError = std::numeric_limits<double>::infinity();
+  if (allFinite && paddingIntact) result.detail = worst;
+  result.passed = allFinite && paddingIntact && result.maxAbsError <= result.tolerance;
+  return result;
+}
+
+}  // namespace attnjit::compiler

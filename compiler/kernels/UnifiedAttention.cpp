@@ -1,0 +1,392 @@
+// Unified paged attention, 2D launch: the tile program of vLLM's
+// kernel_unified_attention_2d (triton_unified_attention.py).
+//
+// Algorithm. Program (x, y) handles one block of BLOCK_Q query tokens of one
+// sequence for KV head y. Query blocks are numbered globally so that sequence s's
+// blocks start at cu_seqlens_q[s] / BLOCK_Q + s; the program finds its sequence by a
+// branch-free binary search over that quantity (a fixed number of iterations,
+// seq_search_steps, with lo/hi carried through a loop and updated by select), and
+// programs past the end of their sequence's queries do nothing. The BLOCK_Q tokens
+// times the Hq/Hkv query heads that share KV head y are packed into the M = BLOCK_M
+// rows of one query tile (row m = token m / (Hq/Hkv), head m % (Hq/Hkv)), so every
+// K/V tile is read once for all of them. The program then walks the keys of the
+// sequence in tiles of TILE_SIZE tokens, translating token positions to cache
+// slots through the block table: scores S = Q·K (f32 accumulation) are scaled by
+// scale·log2(e) so the softmax can use exp2, keys a query must not see (causal:
+// beyond its own position; always: beyond the sequence) get -inf, and an online
+// softmax keeps a running row maximum M, a running denominator L and an
+// unnormalized accumulator acc = Σ P·V, rescaled by exp2(M_old - M_new) whenever the
+// maximum grows. The output is acc / L, cast to the data type and stored for the
+// valid rows. As in vLLM, M starts at -inf and L at 1: the first tile's rescale
+// factor exp2(-inf - m) is 0 and wipes the initial 1, and a row whose current
+// maximum is still -inf uses 0 instead, so exp2 never sees -inf - (-inf). Every valid
+// query row sees key 0 in the first tile (causal or not), so L > 0 at the end; only
+// masked-off rows (padding tokens, heads >= Hq) can end with 0/0, and they are never
+// stored.
+#include "compiler/kernels/UnifiedAttention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#include "ir/Builder.h"
+
+namespace attnjit::compiler {
+
+using ir::Builder;
+using ir::CmpPredicate;
+using ir::Opcode;
+using ir::ScalarKind;
+using ir::Status;
+using ir::Type;
+using ir::Value;
+
+namespace {
+
+int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
+
+Status configError(const std::string& message) { return Status::error(ir::Location{}, message); }
+
+// The kernel's compile-time constants, recorded in the IR (constexprs) and baked
+// into tile shapes.
+struct KernelConstants {
+  int blockM, blockQ, tileSize, headSize, headSizePadded, blockSize, queriesPerKv, numQueryHeads;
+};
+
+// Emits the kernel into a Builder: parameters first, then the body. The helpers
+// below spell out broadcasting, which the IR keeps explicit: scalars are splatted,
+// vectors become rows or columns of a 2D tile by expand_dims + broadcast.
+class AttentionBuilder {
+ public:
+  AttentionBuilder(Builder& b, const UnifiedAttentionConfig& config, const KernelConstants& c)
+      : b_(b), config_(config), c_(c) {}
+
+  void declareParameters(ir::Kernel& kernel);
+  void build();
+
+ private:
+  Type i32() const { return Type::scalar(ScalarKind::I32); }
+  Type i64() const { return Type::scalar(ScalarKind::I64); }
+  Type f32() const { return Type::scalar(ScalarKind::F32); }
+  Value* constI32(int64_t v, std::string name = {}) { return b_.constInt(v, i32(), std::move(name)); }
+  Value* splatTo(Value* scalar, std::vector<int64_t> shape, std::string name = {}) {
+    return b_.splat(scalar, std::move(shape), std::move(name));
+  }
+  // [n] -> [n, 1] broadcast to [n, cols], or [n] -> [1, n] broadcast to [rows, n].
+  Value* asColumn(Value* vec, int64_t cols, std::string name = {}) {
+    const int64_t n = vec->type().shape()[0];
+    return b_.broadcast(b_.expandDims(vec, 1), {n, cols}, std::move(name));
+  }
+  Value* asRow(Value* vec, int64_t rows, std::string name = {}) {
+    const int64_t n = vec->type().shape()[0];
+    return b_.broadcast(b_.expandDims(vec, 0), {rows, n}, std::move(name));
+  }
+  Value* loadScalar(Value* base, Value* index, std::string name) {
+    return b_.load(b_.addPtr(base, index), nullptr, nullptr, std::move(name));
+  }
+
+  Value* findSequence(Value* qBlockGlobalIdx);
+  void buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen);
+
+  Builder& b_;
+  const UnifiedAttentionConfig& config_;
+  const KernelConstants& c_;
+
+  // Parameters.
+  Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr,
+        *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
+  Value *qStrideToken_ = nullptr, *qStrideHead_ = nullptr, *oStrideToken_ = nullptr, *oStrideHead_ = nullptr,
+        *blockTableStride_ = nullptr, *kvStrideBlock_ = nullptr, *kvStrideKv_ = nullptr, *kvStrideToken_ = nullptr,
+        *kvStrideHead_ = nullptr;
+  Value* kvHeadIdx_ = nullptr;
+  // Scalars used throughout: compile-time constants and the i32 0 and 1.
+  Value *blockQ_ = nullptr, *queriesPerKv_ = nullptr;
+  Value *zeroI32_ = nullptr, *oneI32_ = nullptr;
+};
+
+void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
+  ir::Attributes aligned;
+  aligned.set("align", int64_t{16});
+  const ScalarKind dt = config_.dtype;
+  out_ = kernel.addParameter(Type::pointer(dt), "out", aligned);
+  q_ = kernel.addParameter(Type::pointer(dt), "q", aligned);
+  kvCache_ = kernel.addParameter(Type::pointer(dt), "kv_cache", aligned);
+  blockTables_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "block_tables", aligned);
+  seqLens_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "seq_lens", aligned);
+  cuSeqlensQ_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "cu_seqlens_q", aligned);
+  scale_ = kernel.addParameter(f32(), "scale");
+  numSeqs_ = kernel.addParameter(i32(), "num_seqs");
+  seqSearchSteps_ = kernel.addParameter(i32(), "seq_search_steps");
+  qStrideToken_ = kernel.addParameter(i64(), "q_stride_token");
+  qStrideHead_ = kernel.addParameter(i64(), "q_stride_head");
+  oStrideToken_ = kernel.addParameter(i64(), "o_stride_token");
+  oStrideHead_ = kernel.addParameter(i64(), "o_stride_head");
+  blockTableStride_ = kernel.addParameter(i64(), "block_table_stride");
+  kvStrideBlock_ = kernel.addParameter(i64(), "kv_stride_block");
+  kvStrideKv_ = kernel.addParameter(i64(), "kv_stride_kv");
+  kvStrideToken_ = kernel.addParameter(i64(), "kv_stride_token");
+  kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head");
+}
+
+// vLLM's find_seq_idx in query-block mode: the largest s in [0, num_seqs) with
+// cu_seqlens_q[s] / BLOCK_Q + s <= q_block_global_idx. The search interval [lo, hi)
+// shrinks while lo < hi; once empty, further iterations leave it unchanged, so
+// running a fixed ceil(log2(num_seqs + 1)) iterations is exact.
+Value* AttentionBuilder::findSequence(Value* qBlockGlobalIdx) {
+  Value* two = constI32(2, "two");
+  auto loop = b_.beginFor(zeroI32_, seqSearchSteps_, oneI32_, {zeroI32_, numSeqs_}, "search_step", {"lo", "hi"});
+  Value* lo = loop.iterArgs[0];
+  Value* hi = loop.iterArgs[1];
+  Value* searching = b_.cmp(CmpPredicate::Lt, lo, hi, "searching");
+  Value* mid = b_.div(b_.add(lo, hi), two, "mid");
+  // mid <= num_seqs always (lo <= hi <= num_seqs), and cu_seqlens_q has num_seqs + 1 entries.
+  Value* midStart = loadScalar(cuSeqlensQ_, mid, "mid_query_start");
+  Value* midBlock = b_.add(b_.div(midStart, blockQ_), mid, "mid_q_block");
+  Value* midNotAfter = b_.cmp(CmpPredicate::Le, midBlock, qBlockGlobalIdx, "mid_not_after");
+  Value* goRight = b_.andOp(searching, midNotAfter, "go_right");
+  Value* goLeft = b_.andOp(searching, b_.cmp(CmpPredicate::Gt, midBlock, qBlockGlobalIdx, "mid_after"), "go_left");
+  Value* newLo = b_.select(goRight, b_.add(mid, oneI32_), lo, "lo_next");
+  Value* newHi = b_.select(goLeft, mid, hi, "hi_next");
+  std::vector<Value*> bounds = b_.endFor({newLo, newHi}, {"lo_final", "hi_final"});
+  return b_.sub(bounds[0], oneI32_, "seq_idx");
+}
+
+void AttentionBuilder::build() {
+  Value* qBlockGlobalIdx = b_.programId(0, "q_block_global_idx");
+  kvHeadIdx_ = b_.programId(1, "kv_head_idx");
+  blockQ_ = b_.constexprValue("BLOCK_Q", ScalarKind::I32, "block_q");
+  zeroI32_ = constI32(0, "zero");
+  oneI32_ = constI32(1, "one");
+  queriesPerKv_ = b_.constexprValue("NUM_QUERIES_PER_KV", ScalarKind::I32, "queries_per_kv");
+
+  Value* seqIdx = findSequence(qBlockGlobalIdx);
+  Value* queryStart = loadScalar(cuSeqlensQ_, seqIdx, "query_start");
+  Value* queryStop = loadScalar(cuSeqlensQ_, b_.add(seqIdx, oneI32_, "next_seq_idx"), "query_stop");
+  Value* qBlockStartIdx = b_.add(b_.div(queryStart, blockQ_), seqIdx, "q_block_start_idx");
+  Value* qBlockLocalIdx = b_.sub(qBlockGlobalIdx, qBlockStartIdx, "q_block_local_idx");
+  Value* queryLen = b_.sub(queryStop, queryStart, "query_len");
+  // Programs beyond the last query block of their sequence have nothing to do.
+  Value* hasQueries = b_.cmp(CmpPredicate::Lt, b_.mul(qBlockLocalIdx, blockQ_), queryLen, "has_queries");
+  b_.beginIf(hasQueries);
+  buildProgramBody(seqIdx, qBlockLocalIdx, queryStart, queryLen);
+  b_.endIf();
+}
+
+void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen) {
+  const int64_t M = c_.blockM, D = c_.headSizePadded, N = c_.tileSize;
+  const ScalarKind dt = config_.dtype;
+  const ScalarKind I64 = ScalarKind::I64;
+  const double negInf = -std::numeric_limits<double>::infinity();
+
+  // ---- Query tile: row m is token q_block_local_idx·BLOCK_Q + m / QPK, head
+  // kv_head·QPK + m % QPK. ----
+  Value* offsM = b_.arange(0, M, "offs_m");
+  Value* offsD = b_.arange(0, D, "offs_d");
+  Value* qpkM = splatTo(queriesPerKv_, {M});
+  Value* qBlockFirstPos = b_.mul(qBlockLocalIdx, blockQ_, "q_block_first_pos");
+  Value* queryPos = b_.add(splatTo(qBlockFirstPos, {M}), b_.div(offsM, qpkM), "query_pos");
+  Value* queryToken = b_.add(splatTo(queryStart, {M}), queryPos, "query_token");
+  Value* queryHead = b_.add(splatTo(b_.mul(kvHeadIdx_, queriesPerKv_), {M}), b_.rem(offsM, qpkM), "query_head");
+
+  Value* headSize = b_.constexprValue("HEAD_SIZE", ScalarKind::I32, "head_size");
+  Value* dimMask = b_.cmp(CmpPredicate::Lt, offsD, splatTo(headSize, {D}), "dim_mask");
+  Value* queryPosMask = b_.cmp(CmpPredicate::Lt, queryPos, splatTo(queryLen, {M}), "query_pos_mask");
+  Value* numQueryHeads = b_.constexprValue("NUM_QUERY_HEADS", ScalarKind::I32, "num_query_heads");
+  Value* queryHeadMask = b_.cmp(CmpPredicate::Lt, queryHead, splatTo(numQueryHeads, {M}), "query_head_mask");
+  Value* rowMask = b_.andOp(queryPosMask, queryHeadMask, "row_mask");
+  Value* dimMaskRow = asRow(dimMask, M, "dim_mask_2d");
+  Value* qMask = b_.andOp(asColumn(rowMask, D), dimMaskRow, "q_mask");
+
+  Value* offsD64 = b_.cast(offsD, I64, "offs_d_i64");
+  Value* queryToken64 = b_.cast(queryToken, I64, "query_token_i64");
+  Value* queryHead64 = b_.cast(queryHead, I64, "query_head_i64");
+  Value* qRowOffset = b_.add(b_.mul(queryToken64, splatTo(qStrideToken_, {M})),
+                             b_.mul(queryHead64, splatTo(qStrideHead_, {M})), "q_row_offset");
+  Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(offsD64, M), "q_offset");
+  Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs");
+  Value* qTile = b_.load(qPtrs, qMask, b_.constFloat(0.0, Type::tile({M, D}, Type::scalar(dt))), "q_tile");
+
+  // ---- Key range of this program. ----
+  Value* seqLen = loadScalar(seqLens_, seqIdx, "seq_len");
+  Value* contextLen = b_.sub(seqLen, queryLen, "context_len");
+  Value* maxSeqPrefixLen = seqLen;
+  if (config_.causal) {
+    // The last row of the block sees keys up to context_len + its position.
+    Value* lastRowReach = b_.add(b_.add(contextLen, qBlockFirstPos),
+                                 constI32((c_.blockM - 1) / c_.queriesPerKv + 1, "query_rows_span"), "last_row_reach");
+    maxSeqPrefixLen = b_.min(lastRowReach, seqLen, "max_seq_prefix_len");
+  }
+  Value* tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32, "tile_size");
+  Value* numTiles = b_.div(b_.sub(b_.add(maxSeqPrefixLen, tileSize), oneI32_), tileSize, "num_tiles");
+
+  // Loop-invariant pieces of the K/V addressing and masks.
+  Value* blockSize = b_.constexprValue("BLOCK_SIZE", ScalarKind::I32, "block_size");
+  Value* blockSizeN = splatTo(blockSize, {N});
+  Value* offsN = b_.arange(0, N, "offs_n");
+  Value* blockTableRow = b_.mul(b_.cast(seqIdx, I64), blockTableStride_, "block_table_row");
+  Value* kvHeadOffset = b_.mul(b_.cast(kvHeadIdx_, I64), kvStrideHead_, "kv_head_offset");
+  Value* kBase = b_.addPtr(kvCache_, kvHeadOffset, "k_base");
+  Value* vBase = b_.addPtr(kBase, kvStrideKv_, "v_base");
+  Value* dimMaskCol = asColumn(dimMask, N, "dim_mask_col");
+  // Key j is visible to row m iff j < key_limit[m]: causal, j <= context_len + query_pos[m];
+  // otherwise every key of the sequence.
+  Value* keyLimit = config_.causal ? b_.add(splatTo(b_.add(contextLen, oneI32_), {M}), queryPos, "key_limit")
+                                   : splatTo(seqLen, {M}, "key_limit");
+  Value* keyLimit2d = asColumn(keyLimit, N, "key_limit_2d");
+  Value* rowMask2d = asColumn(rowMask, N, "row_mask_2d");
+  Value* qkScale = b_.mul(scale_, b_.f32(std::numbers::log2e), "qk_scale");
+  Value* qkScaleTile = splatTo(qkScale, {M, N});
+  Value* negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
+  Value* zeroScores = b_.constFloat(0.0, Type::tile({M, N}, f32()), "zero_scores");
+  Value* negInfRow = b_.constFloat(negInf, Type::tile({M}, f32()), "neg_inf_row");
+  Value* zeroRow = b_.constFloat(0.0, Type::tile({M}, f32()), "zero_row");
+
+  Value* mInit = b_.constFloat(negInf, Type::tile({M}, f32()), "m_init");
+  Value* lInit = b_.constFloat(1.0, Type::tile({M}, f32()), "l_init");
+  Value* accInit = b_.constFloat(0.0, Type::tile({M, D}, f32()), "acc_init");
+  Value* noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
+  Value* zeroKTile = b_.constFloat(0.0, Type::tile({D, N}, Type::scalar(dt)), "zero_k_tile");
+  Value* zeroVTile = b_.constFloat(0.0, Type::tile({N, D}, Type::scalar(dt)), "zero_v_tile");
+
+  // ---- Loop over KV tiles with the online softmax. ----
+  auto loop = b_.beginFor(zeroI32_, numTiles, oneI32_, {mInit, lInit, accInit}, "tile_idx", {"m", "l", "acc"});
+  Value* mOld = loop.iterArgs[0];
+  Value* lOld = loop.iterArgs[1];
+  Value* accOld = loop.iterArgs[2];
+
+  Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "seq_offset");
+  Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}), "tile_mask");
+  Value* blockTableIdx =
+      b_.add(splatTo(blockTableRow, {N}), b_.cast(b_.div(seqOffset, blockSizeN), I64), "block_table_idx");
+  Value* physicalBlock32 =
+      b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, noBlock, "physical_block_i32");
+  Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
+  Value* tokenInBlock = b_.cast(b_.rem(seqOffset, blockSizeN), I64, "token_in_block");
+  Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
+                             b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
+
+  // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
+  Value* kOffset = b_.add(asColumn(offsD64, N), asRow(slotOffset, D), "k_offset");
+  Value* kMask = b_.andOp(dimMaskCol, asRow(tileMask, D), "k_mask");
+  Value* kTile = b_.load(b_.addPtr(splatTo(kBase, {D, N}), kOffset), kMask, zeroKTile, "k_tile");
+  Value* vOffset = b_.add(asColumn(slotOffset, D), asRow(offsD64, N), "v_offset");
+  Value* vMask = b_.andOp(asColumn(tileMask, D), asRow(dimMask, N), "v_mask");
+  Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, D}), vOffset), vMask, zeroVTile, "v_tile");
+
+  // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
+  Value* qk = b_.dot(qTile, kTile, zeroScores, /*tf32=*/false, "qk");
+  Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
+  Value* visible = b_.cmp(CmpPredicate::Lt, asRow(seqOffset, M), keyLimit2d, "key_visible");
+  Value* scoreMask = b_.andOp(rowMask2d, visible, "score_mask");
+  Value* scores = b_.select(scoreMask, scaledScores, negInfTile, "s");
+
+  Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
+  // A row that has seen only masked keys keeps -inf; use 0 so exp2 below gets
+  // -inf - 0 = -inf (weight 0) instead of -inf - (-inf) = NaN.
+  Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
+  Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
+  Value* lTile = b_.reduce(Opcode::ReduceSum, p, 1, "l_tile");
+  Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
+  Value* accScaled = b_.mul(accOld, asColumn(alpha, D), "acc_scaled");
+  Value* lNew = b_.add(b_.mul(lOld, alpha), lTile, "l_new");
+  // P·V runs in the data type (tensor-core operands); f32 keeps P in f32.
+  Value* pOperand = dt == ScalarKind::F32 ? p : b_.cast(p, dt, "p_operand");
+  Value* accNew = b_.dot(pOperand, vTile, accScaled, /*tf32=*/false, "acc_new");
+  std::vector<Value*> results = b_.endFor({mNew, lNew, accNew}, {"m_final", "l_final", "acc_final"});
+
+  // ---- Normalize and store. ----
+  Value* normalized = b_.div(results[2], asColumn(results[1], D), "out_f32");
+  Value* outTile = dt == ScalarKind::F32 ? normalized : b_.cast(normalized, dt, "out_tile");
+  Value* oRowOffset = b_.add(b_.mul(queryToken64, splatTo(oStrideToken_, {M})),
+                             b_.mul(queryHead64, splatTo(oStrideHead_, {M})), "o_row_offset");
+  Value* oOffset = b_.add(asColumn(oRowOffset, D), asRow(offsD64, M), "o_offset");
+  b_.store(b_.addPtr(splatTo(out_, {M, D}), oOffset, "o_ptrs"), outTile, qMask);
+}
+
+}  // namespace
+
+int UnifiedAttentionConfig::blockM() const {
+  if (numKvHeads < 1) return 16;
+  return std::max(16, nextPowerOfTwo(queriesPerKv()));
+}
+
+int UnifiedAttentionConfig::blockQ() const {
+  const int perKv = numKvHeads < 1 ? 1 : std::max(1, queriesPerKv());
+  return blockM() / perKv;
+}
+
+int UnifiedAttentionConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
+
+std::string UnifiedAttentionConfig::kernelName() const {
+  std::string name = std::string("unified_attention_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
+                     "kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) + "_bs" +
+                     std::to_string(blockSize) + (causal ? "_causal" : "_noncausal");
+  // Non-default tuning knobs are part of the name so that variants stay distinct.
+  const UnifiedAttentionConfig defaults;
+  if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
+  if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
+  return name;
+}
+
+Status UnifiedAttentionConfig::validate() const {
+  auto isPowerOfTwo = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
+  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F16 && dtype != ScalarKind::BF16)
+    return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+  if (numKvHeads < 1) return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be at least 1");
+  if (numQueryHeads < 1)
+    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");
+  if (numQueryHeads % numKvHeads != 0)
+    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") is not a multiple of num_kv_heads (" +
+                       std::to_string(numKvHeads) + ")");
+  if (headSize < 32 || headSize > 256)
+    return configError("head_size (" + std::to_string(headSize) + ") must be between 32 and 256");
+  if (blockSize < 16 || blockSize > 256 || blockSize % 16 != 0)
+    return configError("block_size (" + std::to_string(blockSize) + ") must be a multiple of 16 between 16 and 256");
+  if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))
+    return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
+  if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))
+    return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  return Status::ok();
+}
+
+ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config) {
+  if (Status s = config.validate(); !s) return s;
+  const KernelConstants constants{.blockM = config.blockM(),
+                                  .blockQ = config.blockQ(),
+                                  .tileSize = config.tileSize,
+                                  .headSize = config.headSize,
+                                  .headSizePadded = config.headSizePadded(),
+                                  .blockSize = config.blockSize,
+                                  .queriesPerKv = config.queriesPerKv(),
+                                  .numQueryHeads = config.numQueryHeads};
+
+  auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
+  kernel->docLines().push_back(
+      "vLLM unified paged attention (2D launch): grid = (num_seqs + num_tokens / BLOCK_Q, Hkv).");
+  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  auto& cx = kernel->constexprs();
+  cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
+  cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});
+  cx.push_back({"TILE_SIZE", int64_t{constants.tileSize}});
+  cx.push_back({"HEAD_SIZE", int64_t{constants.headSize}});
+  cx.push_back({"HEAD_SIZE_PADDED", int64_t{constants.headSizePadded}});
+  cx.push_back({"BLOCK_SIZE", int64_t{constants.blockSize}});
+  cx.push_back({"NUM_QUERIES_PER_KV", int64_t{constants.queriesPerKv}});
+  cx.push_back({"NUM_QUERY_HEADS", int64_t{constants.numQueryHeads}});
+
+  Builder builder(*kernel);
+  AttentionBuilder attention(builder, config, constants);
+  attention.declareParameters(*kernel);
+  attention.build();
+  if (Status s = builder.finish(); !s) return s;
+  return kernel;
+}
+
+int64_t unifiedAttentionGridX(const UnifiedAttentionConfig& config, int64_t numSeqs, int64_t totalQueryTokens) {
+  return numSeqs + totalQueryTokens / config.blockQ();
+}
+
+}  // namespace attnjit::compiler

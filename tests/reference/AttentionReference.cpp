@@ -1,0 +1,95 @@
+#include "tests/reference/AttentionReference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace attnjit::reference {
+
+namespace {
+std::string describeMismatch(const char* what, size_t got, size_t expected) {
+  return std::string(what) + " has " + std::to_string(got) + " elements, expected " + std::to_string(expected);
+}
+}  // namespace
+
+std::string checkAttentionInputs(const AttentionInputs& in) {
+  if (in.numKvHeads < 1) return "numKvHeads must be at least 1";
+  if (in.numQueryHeads < 1 || in.numQueryHeads % in.numKvHeads != 0)
+    return "numQueryHeads (" + std::to_string(in.numQueryHeads) + ") must be a positive multiple of numKvHeads (" +
+           std::to_string(in.numKvHeads) + ")";
+  if (in.headSize < 1) return "headSize must be at least 1";
+  if (in.cuSeqlensQ.size() != in.seqLens.size() + 1)
+    return describeMismatch("cuSeqlensQ", in.cuSeqlensQ.size(), in.seqLens.size() + 1);
+  if (in.cuSeqlensQ.front() != 0) return "cuSeqlensQ[0] must be 0";
+  const size_t numSeqs = in.seqLens.size();
+  if (in.keys.size() != numSeqs) return describeMismatch("keys", in.keys.size(), numSeqs);
+  if (in.values.size() != numSeqs) return describeMismatch("values", in.values.size(), numSeqs);
+  const size_t rowSize = static_cast<size_t>(in.headSize);
+  for (size_t s = 0; s < numSeqs; ++s) {
+    const int queryLen = in.cuSeqlensQ[s + 1] - in.cuSeqlensQ[s];
+    if (queryLen < 0) return "cuSeqlensQ decreases at sequence " + std::to_string(s);
+    if (in.seqLens[s] < queryLen)
+      return "sequence " + std::to_string(s) + ": seq_len " + std::to_string(in.seqLens[s]) +
+             " is shorter than its query_len " + std::to_string(queryLen);
+    const size_t kvSize = static_cast<size_t>(in.seqLens[s]) * static_cast<size_t>(in.numKvHeads) * rowSize;
+    if (in.keys[s].size() != kvSize) return describeMismatch("keys of a sequence", in.keys[s].size(), kvSize);
+    if (in.values[s].size() != kvSize) return describeMismatch("values of a sequence", in.values[s].size(), kvSize);
+  }
+  const size_t qSize = static_cast<size_t>(in.cuSeqlensQ.back()) * static_cast<size_t>(in.numQueryHeads) * rowSize;
+  if (in.q.size() != qSize) return describeMismatch("q", in.q.size(), qSize);
+  return {};
+}
+
+std::vector<double> referenceAttention(const AttentionInputs& in) {
+  const std::string problem = checkAttentionInputs(in);
+  if (!problem.empty()) {
+    std::fprintf(stderr, "referenceAttention: invalid inputs: %s\n", problem.c_str());
+    std::abort();
+  }
+  const size_t D = static_cast<size_t>(in.headSize);
+  const size_t Hq = static_cast<size_t>(in.numQueryHeads);
+  const size_t Hkv = static_cast<size_t>(in.numKvHeads);
+  const size_t queriesPerKv = Hq / Hkv;
+  std::vector<double> out(in.q.size(), 0.0);
+  std::vector<double> scores;
+
+  for (size_t s = 0; s + 1 < in.cuSeqlensQ.size(); ++s) {
+    const size_t firstToken = static_cast<size_t>(in.cuSeqlensQ[s]);
+    const size_t queryLen = static_cast<size_t>(in.cuSeqlensQ[s + 1]) - firstToken;
+    const size_t seqLen = static_cast<size_t>(in.seqLens[s]);
+    const size_t contextLen = seqLen - queryLen;
+    for (size_t i = 0; i < queryLen; ++i) {
+      const size_t token = firstToken + i;
+      const size_t visibleKeys = in.causal ? contextLen + i + 1 : seqLen;
+      for (size_t h = 0; h < Hq; ++h) {
+        const size_t kvHead = h / queriesPerKv;
+        const double* q = &in.q[(token * Hq + h) * D];
+        scores.assign(visibleKeys, 0.0);
+        double maxScore = -std::numeric_limits<double>::infinity();
+        for (size_t j = 0; j < visibleKeys; ++j) {
+          const double* k = &in.keys[s][(j * Hkv + kvHead) * D];
+          double dot = 0;
+          for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
+          scores[j] = dot * in.scale;
+          maxScore = std::max(maxScore, scores[j]);
+        }
+        double denominator = 0;
+        for (double& score : scores) {
+          score = std::exp(score - maxScore);
+          denominator += score;
+        }
+        double* o = &out[(token * Hq + h) * D];
+        for (size_t j = 0; j < visibleKeys; ++j) {
+          const double* v = &in.values[s][(j * Hkv + kvHead) * D];
+          const double weight = scores[j] / denominator;
+          for (size_t d = 0; d < D; ++d) o[d] += weight * v[d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace attnjit::reference

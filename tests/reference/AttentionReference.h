@@ -1,0 +1,42 @@
+// Naive float64 attention over the logical (unpaged) problem: the reference every
+// attention kernel is compared with. Deliberately the textbook formula — softmax with
+// the row maximum subtracted, one query row at a time — and independent of the IR and
+// the compiler, so a shared bug cannot cancel out.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attnjit::reference {
+
+// A varlen batch of sequences. Sequence s owns query tokens
+// [cuSeqlensQ[s], cuSeqlensQ[s+1]); they are its last query_len positions, after
+// context_len = seqLens[s] - query_len tokens already present. Query head h reads
+// KV head h / (numQueryHeads / numKvHeads).
+struct AttentionInputs {
+  int numQueryHeads = 0;
+  int numKvHeads = 0;
+  int headSize = 0;
+  std::vector<int> cuSeqlensQ;  // num_seqs + 1 entries, cuSeqlensQ[0] = 0, non-decreasing
+  std::vector<int> seqLens;     // num_seqs entries: context + new query tokens
+  // Causal: the query at position p (0-based in its sequence) sees keys 0..p.
+  // Non-causal: every query sees all seqLens[s] keys.
+  bool causal = true;
+  double scale = 1.0;     // multiplies q·k before the softmax
+  std::vector<double> q;  // [num_tokens][numQueryHeads][headSize]
+  // Per sequence, [seqLens[s]][numKvHeads][headSize].
+  std::vector<std::vector<double>> keys;
+  std::vector<std::vector<double>> values;
+};
+
+// Empty when `inputs` is consistent (sizes match, head counts divide, lengths
+// valid); otherwise a message naming what is wrong.
+std::string checkAttentionInputs(const AttentionInputs& inputs);
+
+// out[t][h][d] = sum_j softmax_j(scale · q[t][h]·k[j]) · v[j][d] over the keys j
+// visible to token t. Inputs must pass checkAttentionInputs (checked; a violation
+// aborts, since it is a bug in the caller's test code). A query that sees no key
+// (impossible with query_len <= seq_len) would get 0.
+std::vector<double> referenceAttention(const AttentionInputs& inputs);
+
+}  // namespace attnjit::reference

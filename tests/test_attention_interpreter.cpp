@@ -1,0 +1,276 @@
+// The unified paged attention kernel (2D launch) run on the CPU interpreter and
+// compared with the float64 reference, plus its configuration and shape handling.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "compiler/AttentionProblem.h"
+#include "compiler/kernels/UnifiedAttention.h"
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+
+using attnjit::compiler::AttentionShape;
+using attnjit::compiler::buildUnifiedAttention;
+using attnjit::compiler::runUnifiedAttentionInterpreted;
+using attnjit::compiler::UnifiedAttentionConfig;
+using attnjit::compiler::unifiedAttentionGridX;
+using attnjit::ir::ScalarKind;
+
+namespace {
+
+UnifiedAttentionConfig makeConfig(ScalarKind dtype, int hq, int hkv, int headSize, int blockSize, bool causal) {
+  UnifiedAttentionConfig c;
+  c.dtype = dtype;
+  c.numQueryHeads = hq;
+  c.numKvHeads = hkv;
+  c.headSize = headSize;
+  c.blockSize = blockSize;
+  c.causal = causal;
+  return c;
+}
+
+// A mixed batch: two decode rows (query_len 1), a prefill row without context, a
+// chunked-prefill row and a short multi-token row over a long context (5 KV tiles of
+// 32); no length is a multiple of a tile or block size.
+AttentionShape mixedBatch(uint64_t seed) {
+  AttentionShape s;
+  s.queryLens = {1, 11, 1, 6, 3};
+  s.contextLens = {37, 0, 18, 45, 130};
+  s.seed = seed;
+  return s;
+}
+
+void runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape) {
+  INFO(config.kernelName() << " on " << shape.str());
+  auto result = runUnifiedAttentionInterpreted(config, shape);
+  if (!result) FAIL(result.diagnostic().str());
+  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "), max rel error "
+                        << result->maxRelError << "; " << result->detail);
+  CHECK(result->passed);
+  CHECK(result->maxAbsError <= result->tolerance);
+  CHECK(result->gridY == config.numKvHeads);
+}
+
+std::string validationError(const UnifiedAttentionConfig& c) {
+  auto s = c.validate();
+  return s ? std::string("ok") : s.diagnostic().message;
+}
+
+}  // namespace
+
+TEST_CASE("unified attention: derived tile sizes follow vLLM", "[attention]") {
+  auto c = makeConfig(ScalarKind::BF16, 32, 8, 128, 16, true);
+  CHECK(c.blockM() == 16);
+  CHECK(c.blockQ() == 4);
+  CHECK(c.headSizePadded() == 128);
+  c.numQueryHeads = 64;
+  c.numKvHeads = 2;  // 32 query heads per KV head: BLOCK_M grows to hold them
+  CHECK(c.blockM() == 32);
+  CHECK(c.blockQ() == 1);
+  c.numQueryHeads = 12;
+  c.numKvHeads = 2;  // 6 per KV head
+  CHECK(c.blockM() == 16);
+  CHECK(c.blockQ() == 2);
+  c.headSize = 80;
+  CHECK(c.headSizePadded() == 128);
+  c.headSize = 96;
+  CHECK(c.headSizePadded() == 128);
+  c.headSize = 32;
+  CHECK(c.headSizePadded() == 32);
+  // vLLM: num_seqs + num_tokens // BLOCK_Q.
+  CHECK(unifiedAttentionGridX(c, 3, 58) == 3 + 29);
+}
+
+TEST_CASE("unified attention: kernel names identify the variant", "[attention]") {
+  auto c = makeConfig(ScalarKind::BF16, 32, 8, 128, 16, true);
+  CHECK(c.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal");
+  c = makeConfig(ScalarKind::F16, 4, 4, 80, 32, false);
+  CHECK(c.kernelName() == "unified_attention_f16_h4kv4_d80_bs32_noncausal");
+  c.tileSize = 64;
+  c.numWarps = 8;
+  CHECK(c.kernelName() == "unified_attention_f16_h4kv4_d80_bs32_noncausal_t64_w8");
+}
+
+TEST_CASE("unified attention: validate names the bad field and value", "[attention]") {
+  auto ok = makeConfig(ScalarKind::BF16, 32, 8, 128, 16, true);
+  CHECK(validationError(ok) == "ok");
+  auto c = ok;
+  c.numQueryHeads = 30;
+  CHECK(validationError(c) == "num_query_heads (30) is not a multiple of num_kv_heads (8)");
+  c = ok;
+  c.numKvHeads = 0;
+  CHECK(validationError(c) == "num_kv_heads (0) must be at least 1");
+  c = ok;
+  c.numQueryHeads = 0;
+  CHECK(validationError(c) == "num_query_heads (0) must be at least 1");
+  c = ok;
+  c.dtype = ScalarKind::F8E4M3;
+  CHECK(validationError(c) == "dtype (f8e4m3) is not supported; use f32, f16 or bf16");
+  c = ok;
+  c.headSize = 16;
+  CHECK(validationError(c) == "head_size (16) must be between 32 and 256");
+  c.headSize = 257;
+  CHECK(validationError(c) == "head_size (257) must be between 32 and 256");
+  c = ok;
+  c.blockSize = 24;
+  CHECK(validationError(c) == "block_size (24) must be a multiple of 16 between 16 and 256");
+  c = ok;
+  c.tileSize = 48;
+  CHECK(validationError(c) == "tile_size (48) must be a power of two between 16 and 256");
+  c.tileSize = 8;
+  CHECK(validationError(c) == "tile_size (8) must be a power of two between 16 and 256");
+  c = ok;
+  c.numWarps = 3;
+  CHECK(validationError(c) == "num_warps (3) must be a power of two between 1 and 16");
+  c.numWarps = 32;
+  CHECK(validationError(c) == "num_warps (32) must be a power of two between 1 and 16");
+  // Accepted edge values.
+  c = ok;
+  c.headSize = 33;
+  c.blockSize = 256;
+  c.tileSize = 16;
+  c.numWarps = 1;
+  CHECK(validationError(c) == "ok");
+
+  c = ok;
+  c.numQueryHeads = 30;
+  auto built = buildUnifiedAttention(c);
+  REQUIRE_FALSE(built);
+  CHECK(built.diagnostic().message == "num_query_heads (30) is not a multiple of num_kv_heads (8)");
+}
+
+TEST_CASE("unified attention: the built kernel records its interface", "[attention]") {
+  auto c = makeConfig(ScalarKind::F16, 8, 2, 80, 32, true);
+  c.numWarps = 8;
+  auto built = buildUnifiedAttention(c);
+  if (!built) FAIL(built.diagnostic().str());
+  const attnjit::ir::Kernel& kernel = **built;
+  CHECK(kernel.name() == c.kernelName());
+  CHECK(kernel.numWarps() == 8);
+  REQUIRE(kernel.numParameters() == 18);
+  CHECK(kernel.parameter(0)->name() == "out");
+  CHECK(kernel.parameter(0)->type() == attnjit::ir::Type::pointer(ScalarKind::F16));
+  CHECK(kernel.parameterAttrs(0).getInt("align") == 16);
+  CHECK(kernel.parameter(6)->name() == "scale");
+  CHECK(kernel.parameter(17)->name() == "kv_stride_head");
+  auto constant = [&](const char* name) {
+    const auto* cx = kernel.findConstexpr(name);
+    REQUIRE(cx != nullptr);
+    return std::get<int64_t>(cx->value);
+  };
+  CHECK(constant("BLOCK_M") == 16);
+  CHECK(constant("BLOCK_Q") == 4);
+  CHECK(constant("HEAD_SIZE") == 80);
+  CHECK(constant("HEAD_SIZE_PADDED") == 128);
+  CHECK(constant("TILE_SIZE") == 32);
+  CHECK(constant("BLOCK_SIZE") == 32);
+  CHECK(constant("NUM_QUERIES_PER_KV") == 4);
+  CHECK(verifyKernel(kernel).isOk());
+}
+
+TEST_CASE("unified attention: the kernel prints and parses back", "[attention]") {
+  auto built = buildUnifiedAttention(makeConfig(ScalarKind::BF16, 16, 2, 96, 16, false));
+  if (!built) FAIL(built.diagnostic().str());
+  const std::string text = attnjit::ir::printKernel(**built);
+  CHECK(text.find("kernel @unified_attention_bf16_h16kv2_d96_bs16_noncausal(") != std::string::npos);
+  CHECK(text.find("dot") != std::string::npos);
+  CHECK(text.find("exp2") != std::string::npos);
+  CHECK(text.find("%acc") != std::string::npos);
+  CHECK(text.find("%m_new") != std::string::npos);
+  auto parsed = attnjit::ir::parseModule(text, "unified_attention.tir");
+  if (!parsed) FAIL(parsed.diagnostic().str() + "\n" + text);
+  REQUIRE((*parsed)->kernels().size() == 1);
+  CHECK(attnjit::ir::printKernel(*(*parsed)->kernels()[0]) == text);
+}
+
+TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
+  AttentionShape s;
+  CHECK(s.set("query_lens=1,7").isOk());
+  CHECK(s.set("context_lens=0,12").isOk());
+  CHECK(s.set("seed=42").isOk());
+  CHECK(s.queryLens == std::vector<int>{1, 7});
+  CHECK(s.contextLens == std::vector<int>{0, 12});
+  CHECK(s.seed == 42);
+  CHECK(s.str() == "query_lens=1,7 context_lens=0,12 seed=42");
+  CHECK(s.validate().isOk());
+
+  auto message = [&](const std::string& text) {
+    auto st = s.set(text);
+    return st ? std::string("ok") : st.diagnostic().message;
+  };
+  CHECK(message("query_lens=1,x") == "query_lens: 'x' is not an integer (expected a list like 1,17,40)");
+  CHECK(message("context_lens=1,,2") == "context_lens: '' is not an integer (expected a list like 1,17,40)");
+  CHECK(message("seed=-3") == "seed: '-3' is not a non-negative integer");
+  CHECK(message("batch=4") == "unknown shape key 'batch' (expected query_lens, context_lens or seed)");
+  CHECK(message("query_lens") == "expected key=value (query_lens=..., context_lens=..., seed=N), got 'query_lens'");
+  // A failed set leaves the shape unchanged.
+  CHECK(s.queryLens == std::vector<int>{1, 7});
+
+  auto invalid = [](std::vector<int> q, std::vector<int> c) {
+    AttentionShape shape;
+    shape.queryLens = std::move(q);
+    shape.contextLens = std::move(c);
+    auto st = shape.validate();
+    return st ? std::string("ok") : st.diagnostic().message;
+  };
+  CHECK(invalid({1, 2}, {3}) == "query_lens has 2 entries but context_lens has 1");
+  CHECK(invalid({}, {}) == "query_lens is empty: a batch needs at least one sequence");
+  CHECK(invalid({1, 0}, {3, 3}) == "query_lens[1] (0) must be at least 1");
+  CHECK(invalid({1}, {-1}) == "context_lens[0] (-1) must not be negative");
+
+  AttentionShape bad;
+  bad.queryLens = {0};
+  bad.contextLens = {4};
+  auto run = runUnifiedAttentionInterpreted(UnifiedAttentionConfig{}, bad);
+  REQUIRE_FALSE(run);
+  CHECK(run.diagnostic().message == "query_lens[0] (0) must be at least 1");
+}
+
+TEST_CASE("unified attention matches the reference on a mixed batch", "[attention]") {
+  struct Heads {
+    int hq, hkv;
+  };
+  const ScalarKind dtype = GENERATE(ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16);
+  const bool causal = GENERATE(true, false);
+  const Heads heads = GENERATE(Heads{4, 4}, Heads{8, 2}, Heads{16, 2});  // 1, 4 and 8 query heads per KV head
+  const int headSize = GENERATE(64, 80);
+  // Both block sizes for every dtype/heads/head-size combination across `causal`.
+  const int blockSize = ((heads.hq + headSize / 16 + (causal ? 1 : 0)) % 2) ? 32 : 16;
+  const auto config = makeConfig(dtype, heads.hq, heads.hkv, headSize, blockSize, causal);
+  runAndCheck(config, mixedBatch(7 + static_cast<uint64_t>(headSize)));
+}
+
+TEST_CASE("unified attention: prefill with an empty context", "[attention]") {
+  AttentionShape shape;
+  shape.queryLens = {23};
+  shape.contextLens = {0};
+  for (bool causal : {true, false}) runAndCheck(makeConfig(ScalarKind::BF16, 8, 2, 96, 16, causal), shape);
+}
+
+TEST_CASE("unified attention: decode-only batch across the binary-search boundary", "[attention]") {
+  // 7 sequences need 3 search steps, 8 need 4: both exercise the last sequence.
+  for (int numSeqs : {7, 8}) {
+    AttentionShape shape;
+    for (int i = 0; i < numSeqs; ++i) {
+      shape.queryLens.push_back(1);
+      shape.contextLens.push_back(5 + 9 * i);
+    }
+    runAndCheck(makeConfig(ScalarKind::F16, 8, 1, 64, 16, true), shape);
+  }
+}
+
+TEST_CASE("unified attention: tiles smaller and larger than cache blocks", "[attention]") {
+  for (int tileSize : {16, 64}) {
+    auto config = makeConfig(ScalarKind::F32, 4, 2, 48, 32, true);
+    config.tileSize = tileSize;
+    runAndCheck(config, mixedBatch(3));
+  }
+}
+
+TEST_CASE("unified attention: query heads beyond BLOCK_M's natural fit", "[attention]") {
+  // 32 query heads per KV head: BLOCK_M = 32, BLOCK_Q = 1.
+  runAndCheck(makeConfig(ScalarKind::BF16, 32, 1, 32, 16, true), mixedBatch(11));
+  // 6 query heads per KV head: BLOCK_M = 16 holds BLOCK_Q = 2 tokens x 6 heads; rows 12..15
+  // are the next block's first token (heads 0..3), computed and stored twice, as in vLLM.
+  runAndCheck(makeConfig(ScalarKind::F16, 12, 2, 64, 16, false), mixedBatch(12));
+}
