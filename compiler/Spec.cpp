@@ -1,2 +1,476 @@
-// TEMPORARY placeholder until the spec loader lands (helper in progress).
+// Spec loading: YAML text → validated variants.
+//
+// The loader is strict on purpose: a spec is a small hand-written file, and a typo
+// silently falling back to a default would compile a kernel nobody asked for. Every
+// error points at the offending node (file:line:col, 1-based) and names the field.
+// yaml-cpp reports problems by throwing; every exception is caught at the boundary
+// and becomes a Diagnostic, so no input (binary garbage, deep nesting) can crash.
 #include "compiler/Spec.h"
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "compiler/SpecSupport.h"
+
+namespace attnjit::compiler {
+namespace {
+
+using ir::Diagnostic;
+using ir::Expected;
+using ir::Location;
+using ir::Status;
+
+// Larger files are not hand-written specs; the cap also bounds yaml-cpp's memory.
+constexpr uintmax_t kMaxSpecBytes = 1 << 20;
+// The cartesian product grows fast; a spec this large is almost certainly a mistake.
+constexpr size_t kMaxVariants = 4096;
+// Bounds for the run batch so the interpreter finishes and sizes stay in int range.
+constexpr int kMaxRunSequences = 4096;
+constexpr int kMaxRunTokens = 1 << 20;
+
+const std::array<const char*, 7> kTargets = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
+const std::array<const char*, 1> kFamilies = {"unified_attention"};
+const std::array<const char*, 4> kTopLevelFields = {"family", "target", "params", "run"};
+const std::array<const char*, 3> kRunFields = {"query_lens", "context_lens", "seed"};
+
+class SpecLoader {
+ public:
+  explicit SpecLoader(std::string path) : path_(std::move(path)) {}
+
+  Expected<Spec> load(const std::string& text);
+
+ private:
+  struct ParamField {
+    const char* name;
+    bool required;
+    // Parses one scalar into the config; the error message names the field.
+    std::function<Status(const YAML::Node&, UnifiedAttentionConfig&)> apply;
+  };
+
+  // A params field as written: its key and its values (one, or the list items).
+  struct GivenField {
+    const ParamField* field;
+    YAML::Node key;
+    std::vector<YAML::Node> values;
+  };
+  static std::optional<size_t> blameField(const std::string& message, const std::vector<GivenField>& given);
+
+  Location locationOf(const YAML::Node& node) const { return yamlLocation(path_, node.Mark()); }
+  Status errorAt(const YAML::Node& node, std::string message) const { return errorAt(node.Mark(), std::move(message)); }
+  Status errorAt(const YAML::Mark& mark, std::string message) const {
+    return Status::error(yamlLocation(path_, mark), std::move(message));
+  }
+
+  // Checks the keys of a mapping: plain scalars, no duplicates, all known.
+  Status checkKeys(const YAML::Node& mapping, const std::string& section,
+                   const std::vector<std::string>& known) const;
+  Expected<std::string> stringField(const YAML::Node& value, const std::string& field) const;
+  Expected<int64_t> integerScalar(const YAML::Node& value, const std::string& field, int64_t min,
+                                  int64_t max) const;
+  Expected<std::vector<YAML::Node>> scalarOrList(const YAML::Node& value, const std::string& field) const;
+
+  Status loadRoot(const YAML::Node& root, Spec& spec);
+  Status loadParams(const YAML::Node& key, const YAML::Node& params, Spec& spec);
+  Status loadRun(const YAML::Node& run, Spec& spec);
+  Expected<std::vector<int>> intList(const YAML::Node& value, const std::string& field, int min, int max) const;
+
+  static std::vector<ParamField> unifiedAttentionFields();
+
+  std::string path_;
+};
+
+Status SpecLoader::checkKeys(const YAML::Node& mapping, const std::string& section,
+                             const std::vector<std::string>& known) const {
+  std::map<std::string, int> firstLine;
+  for (auto it = mapping.begin(); it != mapping.end(); ++it) {
+    YAML::Node key = it->first;
+    if (!key.IsScalar()) return errorAt(key, "field names in " + section + " must be plain words");
+    const std::string& name = key.Scalar();
+    int line = locationOf(key).line;
+    auto [previous, inserted] = firstLine.emplace(name, line);
+    if (!inserted) {
+      return errorAt(key, "duplicate field '" + name + "' in " + section + " (first given on line " +
+                              std::to_string(previous->second) + ")");
+    }
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string message = "unknown field '" + name + "' in " + section;
+      std::string suggestion = closestName(name, known);
+      if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
+      message += " (known fields: " + joinNames(known) + ")";
+      return errorAt(key, message);
+    }
+  }
+  return Status::ok();
+}
+
+Expected<std::string> SpecLoader::stringField(const YAML::Node& value, const std::string& field) const {
+  if (!value.IsScalar()) {
+    return errorAt(value, "'" + field + "' must be a string, got " + describeNode(value));
+  }
+  return value.Scalar();
+}
+
+Expected<int64_t> SpecLoader::integerScalar(const YAML::Node& value, const std::string& field, int64_t min,
+                                            int64_t max) const {
+  if (!value.IsScalar()) return errorAt(value, "'" + field + "' must be an integer, got " + describeNode(value));
+  const std::string& text = value.Scalar();
+  if (isQuoted(value)) {
+    return errorAt(value, "'" + field + "' must be an integer, got the quoted string '" + text + "'");
+  }
+  std::optional<int64_t> parsed = parseDecimal(text);
+  if (!parsed) return errorAt(value, "'" + field + "' must be an integer, got '" + text + "'");
+  if (*parsed < min || *parsed > max) {
+    std::string range = max >= std::numeric_limits<int32_t>::max()
+                            ? "at least " + std::to_string(min)
+                            : "between " + std::to_string(min) + " and " + std::to_string(max);
+    return errorAt(value, "'" + field + "' must be " + range + ", got " + text);
+  }
+  return *parsed;
+}
+
+Expected<std::vector<YAML::Node>> SpecLoader::scalarOrList(const YAML::Node& value,
+                                                           const std::string& field) const {
+  std::vector<YAML::Node> items;
+  if (value.IsNull()) return errorAt(value, "'" + field + "' has no value");
+  if (value.IsMap()) return errorAt(value, "'" + field + "' must be a value or a list of values, got a mapping");
+  if (value.IsScalar()) {
+    items.push_back(value);
+    return items;
+  }
+  if (value.size() == 0) return errorAt(value, "'" + field + "' is an empty list; give at least one value");
+  for (const YAML::Node& item : value) {
+    if (!item.IsScalar()) {
+      return errorAt(item, "the values of '" + field + "' must be single values, got " + describeNode(item));
+    }
+    items.push_back(item);
+  }
+  return items;
+}
+
+Expected<std::vector<int>> SpecLoader::intList(const YAML::Node& value, const std::string& field, int min,
+                                               int max) const {
+  auto items = scalarOrList(value, field);
+  if (!items) return items.status();
+  if (items->size() > static_cast<size_t>(kMaxRunSequences)) {
+    return errorAt(value, "'" + field + "' lists " + std::to_string(items->size()) + " sequences; at most " +
+                              std::to_string(kMaxRunSequences) + " are supported");
+  }
+  std::vector<int> result;
+  for (const YAML::Node& item : *items) {
+    auto parsed = integerScalar(item, field, min, max);
+    if (!parsed) return parsed.status();
+    result.push_back(static_cast<int>(*parsed));
+  }
+  return result;
+}
+
+std::vector<SpecLoader::ParamField> SpecLoader::unifiedAttentionFields() {
+  // Integer parameters must be positive here; which combinations a kernel supports
+  // is UnifiedAttentionConfig::validate's business.
+  auto positive = [](const char* name, int UnifiedAttentionConfig::* member) {
+    return [name, member](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+      if (isQuoted(node) || !parseDecimal(node.Scalar())) {
+        std::string got = isQuoted(node) ? "the quoted string '" + node.Scalar() + "'" : "'" + node.Scalar() + "'";
+        return Status::error({}, "'" + std::string(name) + "' must be an integer, got " + got);
+      }
+      int64_t value = *parseDecimal(node.Scalar());
+      if (value < 1 || value > std::numeric_limits<int32_t>::max()) {
+        return Status::error({}, "'" + std::string(name) + "' must be a positive integer, got " + node.Scalar());
+      }
+      config.*member = static_cast<int>(value);
+      return Status::ok();
+    };
+  };
+  auto dtype = [](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+    std::optional<ir::ScalarKind> kind = parseDtypeName(node.Scalar());
+    if (!kind) {
+      return Status::error({}, "'dtype' must be one of f32, f16, bf16 (also fp32/float32, fp16/float16, "
+                               "bfloat16), got '" + node.Scalar() + "'");
+    }
+    config.dtype = *kind;
+    return Status::ok();
+  };
+  auto causal = [](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+    std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
+    if (!value) return Status::error({}, "'causal' must be true or false, got '" + node.Scalar() + "'");
+    config.causal = *value;
+    return Status::ok();
+  };
+  return {
+      {"dtype", true, dtype},
+      {"num_query_heads", true, positive("num_query_heads", &UnifiedAttentionConfig::numQueryHeads)},
+      {"num_kv_heads", true, positive("num_kv_heads", &UnifiedAttentionConfig::numKvHeads)},
+      {"head_size", true, positive("head_size", &UnifiedAttentionConfig::headSize)},
+      {"block_size", true, positive("block_size", &UnifiedAttentionConfig::blockSize)},
+      {"causal", true, causal},
+      {"tile_size", false, positive("tile_size", &UnifiedAttentionConfig::tileSize)},
+      {"num_warps", false, positive("num_warps", &UnifiedAttentionConfig::numWarps)},
+  };
+}
+
+// The field an invalid combination is reported at: the first one the validation
+// message names (it names fields in spec spelling), preferring fields with several
+// values, since the single-valued ones were fine with the other values; else the
+// last field with several values; else none.
+std::optional<size_t> SpecLoader::blameField(const std::string& message, const std::vector<GivenField>& given) {
+  std::optional<size_t> blamed, lastVarying;
+  std::pair<bool, size_t> best{true, std::string::npos};  // (single-valued, position in message)
+  for (size_t i = 0; i < given.size(); ++i) {
+    bool singleValued = given[i].values.size() == 1;
+    if (!singleValued) lastVarying = i;
+    size_t position = message.find(given[i].field->name);
+    if (position == std::string::npos) continue;
+    std::pair<bool, size_t> rank{singleValued, position};
+    if (!blamed || rank < best) {
+      blamed = i;
+      best = rank;
+    }
+  }
+  return blamed ? blamed : lastVarying;
+}
+
+Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, Spec& spec) {
+  if (params.IsNull()) return errorAt(key, "'params' has no value; expected a mapping of kernel parameters");
+  if (!params.IsMap()) return errorAt(params, "'params' must be a mapping, got " + describeNode(params));
+  std::vector<ParamField> fields = unifiedAttentionFields();
+  std::vector<std::string> names;
+  for (const ParamField& f : fields) names.push_back(f.name);
+  if (Status s = checkKeys(params, "'params' of family " + spec.family, names); !s) return s;
+
+  // The values of every given field, each parsed once so errors surface in file
+  // order before any combination is considered.
+  std::vector<GivenField> given;
+  for (const ParamField& field : fields) {
+    // Optional rather than assignment: assigning a YAML::Node rebinds the node it
+    // aliases inside the document.
+    std::optional<YAML::Node> keyNode, valueNode;
+    for (auto it = params.begin(); it != params.end(); ++it) {
+      if (it->first.Scalar() == field.name) {
+        keyNode.emplace(it->first);
+        valueNode.emplace(it->second);
+      }
+    }
+    if (!keyNode) {
+      if (field.required) {
+        return errorAt(key, "missing required field '" + std::string(field.name) + "' in 'params'");
+      }
+      continue;
+    }
+    if (valueNode->IsNull()) return errorAt(*keyNode, "'" + std::string(field.name) + "' has no value");
+    auto values = scalarOrList(*valueNode, field.name);
+    if (!values) return values.status();
+    UnifiedAttentionConfig scratch;
+    for (const YAML::Node& v : *values) {
+      if (Status s = field.apply(v, scratch); !s) return errorAt(v, s.diagnostic().message);
+    }
+    given.push_back({&field, *keyNode, std::move(*values)});
+  }
+
+  size_t count = 1;
+  for (const GivenField& g : given) {
+    count *= g.values.size();  // each factor <= file size, so the product of capped values cannot wrap
+    if (count > kMaxVariants) {
+      return errorAt(key, "'params' expands to more than " + std::to_string(kMaxVariants) +
+                              " variants; split the spec into several files");
+    }
+  }
+
+  // Odometer over the given fields; the first field varies slowest.
+  std::vector<size_t> index(given.size(), 0);
+  std::map<std::string, size_t> variantByName;
+  std::vector<std::vector<size_t>> choices;
+  for (size_t n = 0; n < count; ++n) {
+    UnifiedAttentionConfig config;
+    std::string description;
+    for (size_t i = 0; i < given.size(); ++i) {
+      const YAML::Node& value = given[i].values[index[i]];
+      Status applied = given[i].field->apply(value, config);
+      ATTNJIT_CHECK(applied.isOk(), "a value that parsed once failed to parse again");
+      description += (description.empty() ? "" : " ") + std::string(given[i].field->name) + "=" + value.Scalar();
+    }
+    if (Status s = config.validate(); !s) {
+      YAML::Mark where = key.Mark();
+      if (std::optional<size_t> blamed = blameField(s.diagnostic().message, given)) {
+        where = given[*blamed].values[index[*blamed]].Mark();
+      }
+      return errorAt(where, "invalid variant (" + description + "): " + s.diagnostic().message);
+    }
+
+    Variant variant;
+    variant.name = config.kernelName();
+    variant.family = spec.family;
+    variant.attention = config;
+    variant.location = locationOf(key);
+    auto [existing, inserted] = variantByName.emplace(variant.name, spec.variants.size());
+    if (!inserted) {
+      // Name the fields that differ: the kernel name does not encode them (or they
+      // are two spellings of one value, or one value listed twice).
+      const std::vector<size_t>& other = choices[existing->second];
+      std::string differing;
+      YAML::Mark where = key.Mark();
+      for (size_t i = 0; i < given.size(); ++i) {
+        if (other[i] == index[i]) continue;
+        if (differing.empty()) where = given[i].key.Mark();
+        const std::string& first = given[i].values[other[i]].Scalar();
+        const std::string& second = given[i].values[index[i]].Scalar();
+        std::string field = given[i].field->name;
+        differing += (differing.empty() ? "" : ", ") +
+                     (first == second ? "'" + field + "' lists " + first + " twice"
+                                      : field + " (" + first + " vs " + second + ")");
+      }
+      std::string reason = "they differ only in " + differing;
+      return errorAt(where, "two variants are both named '" + variant.name + "': " + reason);
+    }
+    spec.variants.push_back(std::move(variant));
+    choices.push_back(index);
+
+    for (size_t i = given.size(); i-- > 0;) {
+      if (++index[i] < given[i].values.size()) break;
+      index[i] = 0;
+    }
+  }
+  return Status::ok();
+}
+
+Status SpecLoader::loadRun(const YAML::Node& run, Spec& spec) {
+  if (!run.IsMap()) return errorAt(run, "'run' must be a mapping (query_lens, context_lens, seed), got " +
+                                            describeNode(run));
+  if (Status s = checkKeys(run, "'run'", {kRunFields.begin(), kRunFields.end()}); !s) return s;
+  std::optional<YAML::Mark> queryKey, contextKey;
+  for (auto it = run.begin(); it != run.end(); ++it) {
+    std::string name = it->first.Scalar();
+    YAML::Node value = it->second;
+    if (value.IsNull()) return errorAt(it->first, "'" + name + "' has no value");
+    if (name == "seed") {
+      auto seed = integerScalar(value, name, 0, std::numeric_limits<int64_t>::max());
+      if (!seed) return seed.status();
+      spec.shape.seed = static_cast<uint64_t>(*seed);
+      continue;
+    }
+    // A sequence needs at least one new query token; a context may be empty.
+    bool isQuery = name == "query_lens";
+    auto lens = intList(value, name, isQuery ? 1 : 0, kMaxRunTokens);
+    if (!lens) return lens.status();
+    (isQuery ? spec.shape.queryLens : spec.shape.contextLens) = std::move(*lens);
+    (isQuery ? queryKey : contextKey) = it->first.Mark();
+  }
+  if (spec.shape.queryLens.size() != spec.shape.contextLens.size()) {
+    YAML::Mark where = queryKey ? *queryKey : contextKey ? *contextKey : run.Mark();
+    return errorAt(where, "'query_lens' has " + std::to_string(spec.shape.queryLens.size()) +
+                              " entries but 'context_lens' has " + std::to_string(spec.shape.contextLens.size()) +
+                              "; give one of each per sequence");
+  }
+  // Whole-batch limits (total tokens) are the problem's own rules.
+  if (Status s = spec.shape.validate(); !s) return errorAt(run, "'run': " + s.diagnostic().message);
+  return Status::ok();
+}
+
+Status SpecLoader::loadRoot(const YAML::Node& root, Spec& spec) {
+  if (Status s = checkKeys(root, "the spec", {kTopLevelFields.begin(), kTopLevelFields.end()}); !s) return s;
+  bool hasFamily = false;
+  std::optional<YAML::Node> paramsKey, paramsValue;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    std::string name = it->first.Scalar();
+    YAML::Node value = it->second;
+    if (name == "params") {
+      paramsKey.emplace(it->first);
+      paramsValue.emplace(value);
+      continue;
+    }
+    if (value.IsNull()) return errorAt(it->first, "'" + name + "' has no value");
+    if (name == "family") {
+      auto family = stringField(value, name);
+      if (!family) return family.status();
+      std::vector<std::string> known(kFamilies.begin(), kFamilies.end());
+      if (std::find(known.begin(), known.end(), *family) == known.end()) {
+        std::string message = "unknown family '" + *family + "'";
+        if (std::string s = closestName(*family, known); !s.empty()) message += "; did you mean '" + s + "'?";
+        return errorAt(value, message + " (known families: " + joinNames(known) + ")");
+      }
+      spec.family = *family;
+      hasFamily = true;
+    } else if (name == "target") {
+      auto target = stringField(value, name);
+      if (!target) return target.status();
+      std::vector<std::string> known(kTargets.begin(), kTargets.end());
+      if (std::find(known.begin(), known.end(), *target) == known.end()) {
+        std::string message = "unknown target '" + *target + "'";
+        if (std::string s = closestName(*target, known); !s.empty()) message += "; did you mean '" + s + "'?";
+        return errorAt(value, message + " (supported: " + joinNames(known) + ")");
+      }
+      spec.target = *target;
+    } else if (name == "run") {
+      if (Status s = loadRun(value, spec); !s) return s;
+    }
+  }
+  if (!hasFamily) return errorAt(root, "missing required field 'family' (e.g. 'family: unified_attention')");
+  if (!paramsKey) return errorAt(root, "missing required field 'params'");
+  return loadParams(*paramsKey, *paramsValue, spec);
+}
+
+Expected<Spec> SpecLoader::load(const std::string& text) {
+  Location start{path_, 1, 1};
+  if (text.size() > kMaxSpecBytes) {
+    return Diagnostic{start, "the spec is " + std::to_string(text.size()) + " bytes; specs are limited to " +
+                                 std::to_string(kMaxSpecBytes) + " bytes"};
+  }
+  if (text.find('\0') != std::string::npos) {
+    return Diagnostic{start, "the spec contains NUL bytes; expected YAML text"};
+  }
+  Spec spec;
+  spec.path = path_;
+  try {
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.empty() || documents[0].IsNull()) {
+      return Diagnostic{start, "the spec is empty; expected a mapping with 'family' and 'params'"};
+    }
+    if (documents.size() > 1) {
+      return Diagnostic{locationOf(documents[1]), "a spec holds one YAML document; found " +
+                                                      std::to_string(documents.size())};
+    }
+    const YAML::Node& root = documents[0];
+    if (!root.IsMap()) {
+      return Diagnostic{locationOf(root), "the top level of a spec must be a mapping (family:, params:, ...), got " +
+                                              describeNode(root)};
+    }
+    if (Status s = loadRoot(root, spec); !s) return s;
+  } catch (const YAML::DeepRecursion& e) {
+    return Diagnostic{yamlLocation(path_, e.mark), "the YAML nesting is too deep (yaml-cpp stops at " +
+                                                       std::to_string(e.depth()) + " levels)"};
+  } catch (const YAML::Exception& e) {
+    return Diagnostic{yamlLocation(path_, e.mark), "YAML syntax error: " + e.msg};
+  } catch (const std::exception& e) {
+    return Diagnostic{start, std::string("cannot read the spec: ") + e.what()};
+  }
+  return spec;
+}
+
+}  // namespace
+
+Expected<Spec> loadSpecText(const std::string& text, const std::string& path) {
+  return SpecLoader(path).load(text);
+}
+
+std::string formatSpecParams(const UnifiedAttentionConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_query_heads=" +
+         std::to_string(config.numQueryHeads) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
+         " head_size=" + std::to_string(config.headSize) + " block_size=" + std::to_string(config.blockSize) +
+         " causal=" + (config.causal ? "true" : "false") + " tile_size=" + std::to_string(config.tileSize) +
+         " num_warps=" + std::to_string(config.numWarps);
+}
+
+Expected<Spec> loadSpecFile(const std::string& path) {
+  auto text = readInputFile(path, kMaxSpecBytes, "spec");
+  if (!text) return text.status();
+  return loadSpecText(*text, path);
+}
+
+}  // namespace attnjit::compiler

@@ -29,6 +29,9 @@ struct Spec {
 };
 
 ir::Expected<Spec> loadSpecFile(const std::string& path);
+// The parameters of a variant in spec spelling, e.g. "dtype=bf16 num_query_heads=32
+// num_kv_heads=8 head_size=128 block_size=16 causal=true tile_size=32 num_warps=4".
+std::string formatSpecParams(const UnifiedAttentionConfig& config);
 ir::Expected<Spec> loadSpecText(const std::string& text, const std::string& path);
 
 }  // namespace attnjit::compiler

@@ -1,0 +1,103 @@
+// attnjit run: build every variant of a spec, run it on the spec's batch, and
+// check it against the float64 reference. Until codegen lands the only executor
+// is the CPU interpreter (--interpret).
+#include <algorithm>
+#include <cstdio>
+
+#include "compiler/AttentionProblem.h"
+#include "compiler/cli/Command.h"
+
+namespace attnjit::compiler::cli {
+namespace {
+
+void printRow(size_t nameWidth, const std::string& variant, const std::string& buildMs, const std::string& runMs,
+              const std::string& absErr, const std::string& relErr, const std::string& tolerance,
+              const std::string& result) {
+  std::printf("%-*s  %9s  %9s  %11s  %11s  %9s  %s\n", static_cast<int>(nameWidth), variant.c_str(),
+              buildMs.c_str(), runMs.c_str(), absErr.c_str(), relErr.c_str(), tolerance.c_str(), result.c_str());
+  std::fflush(stdout);
+}
+
+std::string format(const char* pattern, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, pattern, value);
+  return buffer;
+}
+
+int runRun(const ParsedArguments& args) {
+  auto path = singleInput(args, "run", "spec file");
+  if (!path) {
+    reportError(path.diagnostic());
+    return kExitUserError;
+  }
+  if (!args.has("--interpret")) {
+    reportUsageError("run", "GPU execution is not available yet (codegen lands with the codegen issue); use --interpret");
+    return kExitUserError;
+  }
+  auto spec = loadSpecForCommand(*path, "run");
+  if (!spec) {
+    reportError(spec.diagnostic());
+    return kExitUserError;
+  }
+  auto selected = selectVariants(*spec, args, "run");
+  if (!selected) {
+    reportError(selected.diagnostic());
+    return kExitUserError;
+  }
+  AttentionShape shape = spec->shape;
+  for (const std::string& assignment : args.values("--shape")) {
+    if (ir::Status s = shape.set(assignment); !s) {
+      reportUsageError("run", "--shape " + assignment + ": " + s.diagnostic().message);
+      return kExitUserError;
+    }
+  }
+  if (ir::Status s = shape.validate(); !s) {
+    reportUsageError("run", "the batch (" + shape.str() + "): " + s.diagnostic().message);
+    return kExitUserError;
+  }
+
+  std::printf("spec %s, target %s, executor: CPU interpreter\n", spec->path.c_str(), spec->target.c_str());
+  std::printf("batch: %s\n", shape.str().c_str());
+  size_t nameWidth = 7;
+  for (const Variant* v : *selected) nameWidth = std::max(nameWidth, v->name.size());
+  printRow(nameWidth, "variant", "build ms", "run ms", "max abs err", "max rel err", "tolerance", "result");
+  int failures = 0;
+  for (const Variant* variant : *selected) {
+    auto result = runUnifiedAttentionInterpreted(variant->attention, shape);
+    if (!result) {
+      // A shape the kernel cannot take, or a builder failure: either way no number to check.
+      reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + result.diagnostic().message});
+      return kExitUserError;
+    }
+    failures += result->passed ? 0 : 1;
+    printRow(nameWidth, variant->name, format("%.2f", result->buildMs), format("%.2f", result->runMs),
+             format("%.3e", result->maxAbsError), format("%.3e", result->maxRelError),
+             format("%.1e", result->tolerance), result->passed ? "PASS" : "FAIL");
+  }
+  std::printf("%zu variant(s): %zu passed, %d failed\n", selected->size(), selected->size() - failures, failures);
+  return failures == 0 ? kExitSuccess : kExitCheckFailed;
+}
+
+}  // namespace
+
+Command runCommand() {
+  return Command{
+      "run",
+      "Run every variant of a spec on its batch and check it against a float64 reference.",
+      "attnjit run <spec.yaml> --interpret [--variant=NAME] [--shape KEY=VALUE ...]",
+      "The batch is the spec's 'run' section (see specs/README.md), changed by --shape:\n"
+      "  --shape query_lens=1,1,37 --shape context_lens=100,7,0 --shape seed=3\n"
+      "Prints one row per variant: build and run time, max abs/rel error, tolerance, PASS or FAIL.\n"
+      "Exit status 1 when any variant fails its check.\n"
+      "GPU execution arrives with codegen; today --interpret (the CPU interpreter) is required.\n",
+      {
+          {"--interpret", "", false, "run on the CPU interpreter (required until codegen lands)"},
+          {"--variant", "NAME", false, "only this variant"},
+          {"--shape", "KEY=VALUE", true, "override the batch: query_lens=.., context_lens=.., seed=N"},
+          {"--help", "", false, "show this help"},
+      },
+      runRun,
+  };
+}
+
+}  // namespace attnjit::compiler::cli

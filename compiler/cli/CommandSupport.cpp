@@ -1,0 +1,60 @@
+#include <cstdio>
+
+#include "compiler/NameSuggestion.h"
+#include "compiler/cli/Command.h"
+
+namespace attnjit::compiler::cli {
+
+void reportError(const ir::Diagnostic& d) {
+  std::string text = d.loc.file.empty() ? "attnjit: error: " + d.message : d.str();
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+void reportUsageError(const std::string& command, const std::string& message) {
+  reportError(ir::Diagnostic{ir::Location{"attnjit " + command, 0, 0}, message});
+}
+
+ir::Expected<std::string> singleInput(const ParsedArguments& args, const std::string& command,
+                                      const std::string& what) {
+  ir::Location at{"attnjit " + command, 0, 0};
+  if (args.positionals.empty()) return ir::Diagnostic{at, "missing the " + what + " (see 'attnjit " + command + " --help')"};
+  if (args.positionals.size() > 1) {
+    return ir::Diagnostic{at, "expected one " + what + ", got " + std::to_string(args.positionals.size()) +
+                                  " arguments ('" + args.positionals[1] + "' is extra)"};
+  }
+  return args.positionals[0];
+}
+
+static bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+ir::Expected<Spec> loadSpecForCommand(const std::string& path, const std::string& command) {
+  if (endsWith(path, ".tir")) {
+    return ir::Diagnostic{ir::Location{path, 0, 0}, "'attnjit " + command +
+                                                        "' takes a spec (.yaml); for .tir files use 'attnjit compile'"};
+  }
+  return loadSpecFile(path);
+}
+
+ir::Expected<std::vector<const Variant*>> selectVariants(const Spec& spec, const ParsedArguments& args,
+                                                         const std::string& command) {
+  std::vector<const Variant*> selected;
+  if (!args.has("--variant")) {
+    for (const Variant& v : spec.variants) selected.push_back(&v);
+    return selected;
+  }
+  std::string wanted = args.value("--variant");
+  std::vector<std::string> names;
+  for (const Variant& v : spec.variants) {
+    if (v.name == wanted) selected.push_back(&v);
+    names.push_back(v.name);
+  }
+  if (!selected.empty()) return selected;
+  std::string message = "no variant named '" + wanted + "' in " + spec.path;
+  if (std::string s = closestName(wanted, names); !s.empty()) message += "; did you mean '" + s + "'?";
+  return ir::Diagnostic{ir::Location{"attnjit " + command, 0, 0},
+                        message + " (see 'attnjit list " + spec.path + "')"};
+}
+
+}  // namespace attnjit::compiler::cli
