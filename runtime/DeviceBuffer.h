@@ -1,0 +1,45 @@
+// Device memory for tests, benchmarks and examples: one cuMemAlloc'd block, freed on
+// destruction. Engines embedding attnjit bring their own buffers and pass raw addresses.
+// Copies are synchronous (they complete before returning); all calls use the current context.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/Driver.h"
+
+namespace attnjit::runtime {
+
+class DeviceBuffer {
+ public:
+  static Expected<DeviceBuffer> allocate(std::size_t bytes);
+
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  // The device address (a CUdeviceptr), as a kernel parameter expects it.
+  std::uint64_t address() const { return address_; }
+  // Points at the address, for a kernel-parameter array (params[i] = buffer.kernelArgument()).
+  void* kernelArgument() { return &address_; }
+  std::size_t size() const { return size_; }
+
+  // Each checks that [offset, offset + bytes) lies inside the buffer.
+  Status copyFromHost(const void* source, std::size_t bytes, std::size_t offset = 0);
+  Status copyToHost(void* destination, std::size_t bytes, std::size_t offset = 0) const;
+  Status copyFrom(const DeviceBuffer& source, std::size_t bytes);
+  Status fill(std::uint8_t value);
+
+ private:
+  DeviceBuffer(std::uint64_t address, std::size_t size) : address_(address), size_(size) {}
+  Status checkRange(std::size_t offset, std::size_t bytes, const char* what) const;
+  void release();
+
+  std::uint64_t address_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace attnjit::runtime

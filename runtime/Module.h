@@ -1,0 +1,110 @@
+// Machine code through the driver: PTX linked to a cubin (the driver's built-in ptxas, with
+// its log), cubins loaded as modules, kernels looked up, inspected and launched.
+//
+// Every call works on the calling thread's current context (see Driver.h:
+// activatePrimaryContext / currentOrPrimaryContext).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/Driver.h"
+
+namespace attnjit::runtime {
+
+struct LinkOptions {
+  // The SM to compile for (80, 90, ...); 0 = the current context's device.
+  int targetSm = 0;
+  // With targetSm: the arch-specific variant (sm_90a) that wgmma and setmaxnreg need.
+  bool archSpecific = false;
+  // ptxas -O level, 0..4.
+  int optimizationLevel = 4;
+  // ptxas -lineinfo: lets profilers map SASS back to PTX lines.
+  bool generateLineInfo = false;
+};
+
+struct LinkedCubin {
+  std::vector<std::uint8_t> cubin;
+  // ptxas's informational output (e.g. "Used 24 registers"); may be empty.
+  std::string infoLog;
+  float wallMilliseconds = 0;
+};
+
+// Compiles `ptx` to a cubin. A PTX error becomes a diagnostic located at `ptxName` that
+// quotes ptxas's error log.
+Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options = {},
+                              std::string_view ptxName = "kernel.ptx");
+
+struct Dim3 {
+  unsigned x = 1;
+  unsigned y = 1;
+  unsigned z = 1;
+};
+
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  unsigned dynamicSharedBytes = 0;
+  StreamHandle stream = nullptr;  // null = the default stream
+};
+
+// What ptxas decided for one kernel (cuFuncGetAttribute).
+struct FunctionAttributes {
+  int numRegisters = 0;
+  int localBytes = 0;  // per-thread local memory: register spills and local arrays
+  int staticSharedBytes = 0;
+  int constBytes = 0;
+  int maxThreadsPerBlock = 0;
+  int ptxVersion = 0;     // e.g. 80 for PTX 8.0
+  int binaryVersion = 0;  // e.g. 90 for sm_90
+};
+
+// A kernel in a loaded module: a non-owning handle, valid while its Module is loaded.
+class Function {
+ public:
+  Function() = default;
+  Function(void* handle, std::string name) : handle_(handle), name_(std::move(name)) {}
+
+  void* handle() const { return handle_; }
+  const std::string& name() const { return name_; }
+  bool valid() const { return handle_ != nullptr; }
+
+  Expected<FunctionAttributes> attributes() const;
+
+  // Launches with `params` as the driver wants them: params[i] points at the value of the
+  // kernel's i-th parameter. Requests above 48 KiB of dynamic shared memory raise the
+  // kernel's MAX_DYNAMIC_SHARED_SIZE_BYTES first. Asynchronous: faults show up at the next
+  // synchronization.
+  Status launch(const LaunchConfig& config, void** params) const;
+
+ private:
+  void* handle_ = nullptr;
+  std::string name_;
+};
+
+// A loaded module (cuModuleLoadData); unloaded on destruction.
+class Module {
+ public:
+  // `image` is a cubin (or NUL-terminated PTX, which the driver then compiles).
+  static Expected<Module> load(std::span<const std::uint8_t> image);
+
+  Module() = default;
+  Module(Module&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  Module& operator=(Module&& other) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  ~Module();
+
+  Expected<Function> function(const std::string& name) const;
+  bool loaded() const { return handle_ != nullptr; }
+
+ private:
+  explicit Module(void* handle) : handle_(handle) {}
+  void reset();
+  void* handle_ = nullptr;
+};
+
+}  // namespace attnjit::runtime

@@ -1,0 +1,99 @@
+#include "runtime/Stream.h"
+
+#include "runtime/DriverInternal.h"
+
+namespace attnjit::runtime {
+
+using namespace cuda;
+
+Status synchronizeStream(StreamHandle stream) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  CUresult result = (*apiOr)->cuStreamSynchronize(static_cast<CUstream>(stream));
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuStreamSynchronize");
+  return Status::ok();
+}
+
+Expected<Stream> Stream::create() {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  CUstream stream = nullptr;
+  CUresult result = (*apiOr)->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuStreamCreate");
+  return Stream(stream);
+}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = other.handle_;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+Stream::~Stream() { release(); }
+
+void Stream::release() {
+  if (handle_ == nullptr) return;
+  if (auto apiOr = driverApi()) (*apiOr)->cuStreamDestroy(static_cast<CUstream>(handle_));
+  handle_ = nullptr;
+}
+
+Expected<Event> Event::create() {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  CUevent event = nullptr;
+  CUresult result = (*apiOr)->cuEventCreate(&event, CU_EVENT_DEFAULT);
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuEventCreate");
+  return Event(event);
+}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = other.handle_;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+Event::~Event() { release(); }
+
+void Event::release() {
+  if (handle_ == nullptr) return;
+  if (auto apiOr = driverApi()) (*apiOr)->cuEventDestroy(static_cast<CUevent>(handle_));
+  handle_ = nullptr;
+}
+
+Status Event::record(StreamHandle stream) const {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  if (handle_ == nullptr) return runtimeError("recording an event that was not created");
+  CUresult result = (*apiOr)->cuEventRecord(static_cast<CUevent>(handle_), static_cast<CUstream>(stream));
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuEventRecord");
+  return Status::ok();
+}
+
+Status Event::synchronize() const {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  if (handle_ == nullptr) return runtimeError("waiting on an event that was not created");
+  CUresult result = (*apiOr)->cuEventSynchronize(static_cast<CUevent>(handle_));
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuEventSynchronize");
+  return Status::ok();
+}
+
+Expected<float> Event::elapsedMilliseconds(const Event& start, const Event& end) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  if (start.handle_ == nullptr || end.handle_ == nullptr) return runtimeError("timing with an event that was not created");
+  if (Status s = end.synchronize(); !s) return s;
+  float milliseconds = 0;
+  CUresult result = (*apiOr)->cuEventElapsedTime(&milliseconds, static_cast<CUevent>(start.handle_),
+                                                 static_cast<CUevent>(end.handle_));
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuEventElapsedTime");
+  return milliseconds;
+}
+
+}  // namespace attnjit::runtime

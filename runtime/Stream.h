@@ -1,0 +1,57 @@
+// Streams and events (timing) as small RAII wrappers. Kernels may also be launched on any
+// stream the embedding engine owns: StreamHandle is just its CUstream.
+#pragma once
+
+#include "runtime/Driver.h"
+
+namespace attnjit::runtime {
+
+// Waits for all work queued on `stream` (null = the default stream).
+Status synchronizeStream(StreamHandle stream);
+
+// A non-blocking stream (does not synchronize with the default stream).
+class Stream {
+ public:
+  static Expected<Stream> create();
+
+  Stream() = default;
+  Stream(Stream&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+
+  StreamHandle handle() const { return handle_; }
+  Status synchronize() const { return synchronizeStream(handle_); }
+
+ private:
+  explicit Stream(StreamHandle handle) : handle_(handle) {}
+  void release();
+  StreamHandle handle_ = nullptr;
+};
+
+// A timing event.
+class Event {
+ public:
+  static Expected<Event> create();
+
+  Event() = default;
+  Event(Event&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  Status record(StreamHandle stream) const;
+  Status synchronize() const;
+
+  // Milliseconds between two recorded events; waits for `end` to complete.
+  static Expected<float> elapsedMilliseconds(const Event& start, const Event& end);
+
+ private:
+  explicit Event(void* handle) : handle_(handle) {}
+  void release();
+  void* handle_ = nullptr;
+};
+
+}  // namespace attnjit::runtime

@@ -1,0 +1,290 @@
+// The on-disk kernel cache: hits and misses, every kind of damaged or untrusted entry,
+// degradation when the directory is unusable, atomic concurrent stores, environment knobs.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/DiskCache.h"
+#include "runtime/Sha256.h"
+#include "test_runtime_support.h"
+
+using namespace attnjit::runtime;
+using attnjit::runtime::testing::readFileBytes;
+using attnjit::runtime::testing::ScopedEnvironment;
+using attnjit::runtime::testing::TempDirectory;
+using attnjit::runtime::testing::writeFileBytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+CacheEntry sampleEntry(const std::string& tag = "0") {
+  CacheEntry entry;
+  for (int i = 0; i < 300; ++i) entry.cubin.push_back(static_cast<std::uint8_t>((i * 131 + 7) & 0xFF));
+  entry.ptx = "// ptx " + tag + "\n.version 8.0\n.target sm_80\n";
+  entry.metadata = {{"attnjit.entry", "kernel_" + tag}, {"num_warps", "4"}, {"note", "quote \" and \\"}};
+  return entry;
+}
+
+// Names of everything in `directory`.
+std::vector<std::string> listDirectory(const fs::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& item : fs::directory_iterator(directory)) names.push_back(item.path().filename().string());
+  return names;
+}
+
+unsigned modeOf(const fs::path& path) {
+  struct stat info;
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  return info.st_mode & 07777;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("disk cache: a miss, then a hit with identical contents", "[runtime]") {
+  TempDirectory temp;
+  const fs::path directory = temp.path() / "nested" / "cache";
+  DiskCache cache(directory);
+  const std::string key = "kernel=vector_add;sm=90;compiler=1";
+
+  DiskLookup miss = cache.load(key);
+  CHECK_FALSE(miss.hit());
+  CHECK(miss.missReason == "no entry");
+
+  REQUIRE(cache.store(key, sampleEntry()));
+  CHECK(modeOf(directory) == 0700);
+  CHECK(modeOf(temp.path() / "nested") == 0700);
+  const fs::path entryPath = cache.entryPath(key);
+  CHECK(entryPath == directory / (Sha256::hexDigest(key) + ".kernel"));
+  CHECK((modeOf(entryPath) & 077) == 0);
+
+  DiskLookup hit = cache.load(key);
+  REQUIRE(hit.hit());
+  CHECK(hit.missReason.empty());
+  CHECK(*hit.entry == sampleEntry());
+
+  // The file is exactly header + key + parts, with the documented header fields.
+  const auto bytes = readFileBytes(entryPath);
+  const std::string metadata = writeFlatJson(sampleEntry().metadata);
+  CHECK(bytes.size() == DiskCache::kHeaderBytes + key.size() + 300 + sampleEntry().ptx.size() + metadata.size());
+  CHECK(std::string(bytes.begin(), bytes.begin() + 8) == "ATTNJITK");
+  CHECK(bytes[8] == 1);
+  CHECK(bytes[12] == DiskCache::kHeaderBytes);
+  CHECK(bytes[16] == key.size());
+  CHECK(std::string(bytes.begin() + DiskCache::kHeaderBytes, bytes.begin() + DiskCache::kHeaderBytes + key.size()) ==
+        key);
+
+  // A second store replaces the entry.
+  REQUIRE(cache.store(key, sampleEntry("1")));
+  DiskLookup replaced = cache.load(key);
+  REQUIRE(replaced.hit());
+  CHECK(*replaced.entry == sampleEntry("1"));
+  CHECK(listDirectory(directory).size() == 1);
+}
+
+TEST_CASE("disk cache: an entry holding another key is a miss and is removed", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  REQUIRE(cache.store("key A", sampleEntry()));
+  fs::copy_file(cache.entryPath("key A"), cache.entryPath("key B"));
+
+  DiskLookup lookup = cache.load("key B");
+  CHECK_FALSE(lookup.hit());
+  CHECK(contains(lookup.missReason, "key mismatch"));
+  CHECK(contains(lookup.missReason, "(entry removed)"));
+  CHECK_FALSE(fs::exists(cache.entryPath("key B")));
+  CHECK(cache.load("key A").hit());
+}
+
+TEST_CASE("disk cache: a truncated entry is a miss and is removed", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  const std::string key = "truncation";
+  const std::vector<std::uint8_t> full = DiskCache::encodeEntry(key, sampleEntry());
+  const std::size_t lengths[] = {0, 1, 7, 12, 47, DiskCache::kHeaderBytes - 1, DiskCache::kHeaderBytes,
+                                 DiskCache::kHeaderBytes + key.size() / 2, full.size() / 2, full.size() - 1};
+  for (std::size_t length : lengths) {
+    INFO("cut at " << length << " of " << full.size());
+    writeFileBytes(cache.entryPath(key), std::vector<std::uint8_t>(full.begin(), full.begin() + length));
+    DiskLookup lookup = cache.load(key);
+    CHECK_FALSE(lookup.hit());
+    CHECK(contains(lookup.missReason, "corrupt entry"));
+    CHECK_FALSE(fs::exists(cache.entryPath(key)));
+  }
+  // One byte too many is as wrong as one too few.
+  std::vector<std::uint8_t> extended = full;
+  extended.push_back(0);
+  writeFileBytes(cache.entryPath(key), extended);
+  DiskLookup lookup = cache.load(key);
+  CHECK_FALSE(lookup.hit());
+  CHECK(contains(lookup.missReason, "size mismatch"));
+}
+
+TEST_CASE("disk cache: flipping any single byte of an entry makes it a miss", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  const std::string key = "flip";
+  const std::vector<std::uint8_t> full = DiskCache::encodeEntry(key, sampleEntry());
+  int misses = 0;
+  for (std::size_t position = 0; position < full.size(); ++position) {
+    std::vector<std::uint8_t> damaged = full;
+    damaged[position] ^= 0x20;
+    writeFileBytes(cache.entryPath(key), damaged);
+    DiskLookup lookup = cache.load(key);
+    if (!lookup.hit() && contains(lookup.missReason, "corrupt entry") && !fs::exists(cache.entryPath(key))) ++misses;
+  }
+  CHECK(misses == static_cast<int>(full.size()));
+  // Flips in the payload are caught by the checksum in particular.
+  std::vector<std::uint8_t> damaged = full;
+  damaged[DiskCache::kHeaderBytes + key.size() + 100] ^= 1;  // inside the cubin
+  writeFileBytes(cache.entryPath(key), damaged);
+  CHECK(contains(cache.load(key).missReason, "checksum mismatch"));
+}
+
+TEST_CASE("disk cache: wrong magic or format version is a miss with the reason", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  const std::string key = "format";
+  std::vector<std::uint8_t> bytes = DiskCache::encodeEntry(key, sampleEntry());
+
+  std::vector<std::uint8_t> badMagic = bytes;
+  badMagic[0] = 'X';
+  writeFileBytes(cache.entryPath(key), badMagic);
+  DiskLookup lookup = cache.load(key);
+  CHECK_FALSE(lookup.hit());
+  CHECK(contains(lookup.missReason, "bad magic (entry removed)"));
+
+  std::vector<std::uint8_t> newerVersion = bytes;
+  newerVersion[8] = 2;
+  writeFileBytes(cache.entryPath(key), newerVersion);
+  lookup = cache.load(key);
+  CHECK_FALSE(lookup.hit());
+  CHECK(contains(lookup.missReason, "format version 2, expected 1 (entry removed)"));
+  CHECK_FALSE(fs::exists(cache.entryPath(key)));
+}
+
+TEST_CASE("disk cache: entries another user could have written are ignored, not removed", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  const std::string key = "trust";
+  REQUIRE(cache.store(key, sampleEntry()));
+  const fs::path path = cache.entryPath(key);
+
+  for (fs::perms extra : {fs::perms::group_write, fs::perms::others_write}) {
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | extra);
+    DiskLookup lookup = cache.load(key);
+    CHECK_FALSE(lookup.hit());
+    CHECK(contains(lookup.missReason, "is group- or world-writable (ignored)"));
+    CHECK(fs::exists(path));
+  }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  CHECK(cache.load(key).hit());
+
+  // A symbolic link is never followed.
+  const fs::path elsewhere = temp.path() / "elsewhere.bin";
+  fs::rename(path, elsewhere);
+  fs::create_symlink(elsewhere, path);
+  DiskLookup linked = cache.load(key);
+  CHECK_FALSE(linked.hit());
+  CHECK(contains(linked.missReason, "is a symbolic link (ignored)"));
+  fs::remove(path);
+  fs::rename(elsewhere, path);
+
+  // Ownership: only root can hand a file to another user, so only root checks it.
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(path.c_str(), 12345, 12345) == 0);
+    DiskLookup foreign = cache.load(key);
+    CHECK_FALSE(foreign.hit());
+    CHECK(contains(foreign.missReason, "is owned by uid 12345, not the current user (ignored)"));
+    CHECK(fs::exists(path));
+  }
+}
+
+TEST_CASE("disk cache: an unusable directory turns stores off with one warning", "[runtime]") {
+  TempDirectory temp;
+  // A directory below a regular file can never be created, whatever the privileges.
+  const fs::path blocker = temp.path() / "not-a-directory";
+  writeFileBytes(blocker, {1, 2, 3});
+  std::vector<std::string> warnings;
+  DiskCache cache(blocker / "cache", [&](const std::string& message) { warnings.push_back(message); });
+
+  CHECK(cache.storesEnabled());
+  CHECK_FALSE(cache.store("k1", sampleEntry()));
+  CHECK_FALSE(cache.store("k2", sampleEntry()));
+  CHECK_FALSE(cache.storesEnabled());
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "attnjit: warning: kernel disk cache turned off: cannot create "));
+  CHECK(contains(warnings[0], "not-a-directory/cache: Not a directory"));
+  DiskLookup lookup = cache.load("k1");
+  CHECK_FALSE(lookup.hit());
+}
+
+TEST_CASE("disk cache: concurrent writers of one key leave one valid entry and no temp files", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  const std::string key = "contended";
+  std::atomic<int> corruptReads{0};
+  std::atomic<int> failedStores{0};
+  std::vector<std::thread> threads;
+  for (int writer = 0; writer < 8; ++writer) {
+    threads.emplace_back([&, writer] {
+      for (int round = 0; round < 20; ++round) {
+        if (!cache.store(key, sampleEntry(std::to_string(writer)))) ++failedStores;
+        DiskLookup lookup = cache.load(key);
+        // Readers see a whole entry or none: never half of one.
+        if (!lookup.hit() && lookup.missReason != "no entry") ++corruptReads;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failedStores == 0);
+  CHECK(corruptReads == 0);
+  const auto names = listDirectory(temp.path());
+  REQUIRE(names.size() == 1);
+  CHECK(names[0] == Sha256::hexDigest(key) + ".kernel");
+  DiskLookup lookup = cache.load(key);
+  REQUIRE(lookup.hit());
+  bool matchesAWriter = false;
+  for (int writer = 0; writer < 8; ++writer) matchesAWriter |= *lookup.entry == sampleEntry(std::to_string(writer));
+  CHECK(matchesAWriter);
+}
+
+TEST_CASE("disk cache: the environment picks the directory or disables the cache", "[runtime]") {
+  ScopedEnvironment clearDir("ATTNJIT_CACHE_DIR", nullptr);
+  ScopedEnvironment clearDisable("ATTNJIT_CACHE_DISABLE", nullptr);
+  {
+    ScopedEnvironment home("HOME", "/home/someone");
+    ScopedEnvironment xdg("XDG_CACHE_HOME", nullptr);
+    CHECK(defaultCacheDirectory() == fs::path("/home/someone/.cache/attnjit"));
+    ScopedEnvironment relativeXdg("XDG_CACHE_HOME", "relative/cache");
+    CHECK(defaultCacheDirectory() == fs::path("/home/someone/.cache/attnjit"));
+    ScopedEnvironment absoluteXdg("XDG_CACHE_HOME", "/var/cache/me");
+    CHECK(defaultCacheDirectory() == fs::path("/var/cache/me/attnjit"));
+    ScopedEnvironment explicitDir("ATTNJIT_CACHE_DIR", "/opt/kernels");
+    CHECK(defaultCacheDirectory() == fs::path("/opt/kernels"));
+    CHECK(DiskCache::fromEnvironment().directory() == fs::path("/opt/kernels"));
+    CHECK(DiskCache::fromEnvironment().enabled());
+  }
+  for (const char* off : {"1", "true", "YES", "on"}) {
+    ScopedEnvironment disable("ATTNJIT_CACHE_DISABLE", off);
+    INFO(off);
+    CHECK(cacheDisabledByEnvironment());
+    DiskCache cache = DiskCache::fromEnvironment();
+    CHECK_FALSE(cache.enabled());
+    CHECK(cache.load("anything").missReason == "disk cache disabled");
+    CHECK_FALSE(cache.store("anything", sampleEntry()));
+  }
+  for (const char* on : {"", "0", "false", "off"}) {
+    ScopedEnvironment disable("ATTNJIT_CACHE_DISABLE", on);
+    INFO(on);
+    CHECK_FALSE(cacheDisabledByEnvironment());
+  }
+}

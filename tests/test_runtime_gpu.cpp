@@ -1,0 +1,336 @@
+// The runtime on a real GPU: device queries, PTX → cubin through the driver, module load,
+// kernel attributes, launches (with more than 48 KiB of dynamic shared memory), timing, and
+// the kernel cache with the driver loader. Skipped with a warning where there is no driver.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/DeviceBuffer.h"
+#include "runtime/Driver.h"
+#include "runtime/KernelCache.h"
+#include "runtime/Module.h"
+#include "runtime/Stream.h"
+#include "test_runtime_support.h"
+
+using namespace attnjit::runtime;
+using attnjit::runtime::testing::gpuAvailable;
+using attnjit::runtime::testing::TempDirectory;
+
+namespace {
+
+// c[i] = a[i] + b[i] for i < n (PTX ISA 8.0, sm_80: runs on every GPU attnjit supports).
+const char* const kVectorAddPtx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry vector_add(
+    .param .u64 a,
+    .param .u64 b,
+    .param .u64 c,
+    .param .u32 n)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<11>;
+
+    ld.param.u64 %rd1, [a];
+    ld.param.u64 %rd2, [b];
+    ld.param.u64 %rd3, [c];
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    cvta.to.global.u64 %rd4, %rd1;
+    cvta.to.global.u64 %rd5, %rd2;
+    cvta.to.global.u64 %rd6, %rd3;
+    mul.wide.u32 %rd7, %r5, 4;
+    add.s64 %rd8, %rd4, %rd7;
+    add.s64 %rd9, %rd5, %rd7;
+    add.s64 %rd10, %rd6, %rd7;
+    ld.global.f32 %f1, [%rd8];
+    ld.global.f32 %f2, [%rd9];
+    add.rn.f32 %f3, %f1, %f2;
+    st.global.f32 [%rd10], %f3;
+DONE:
+    ret;
+}
+)";
+
+// Each thread writes its index to dynamic shared memory at offset_bytes + 4 * tid, then
+// reads its neighbour's (tid ^ 1): out[tid] = tid ^ 1 proves the shared memory is there.
+const char* const kSharedSwapPtx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+
+.extern .shared .align 16 .b8 dynamic_smem[];
+
+.visible .entry swap_neighbours_in_shared(
+    .param .u64 out,
+    .param .u32 offset_bytes)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [offset_bytes];
+    mov.u32 %r2, %tid.x;
+    mov.u32 %r3, dynamic_smem;
+    add.u32 %r4, %r3, %r1;
+    shl.b32 %r5, %r2, 2;
+    add.u32 %r6, %r4, %r5;
+    st.shared.u32 [%r6], %r2;
+    bar.sync 0;
+    xor.b32 %r7, %r2, 1;
+    shl.b32 %r8, %r7, 2;
+    add.u32 %r9, %r4, %r8;
+    ld.shared.u32 %r10, [%r9];
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r2, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r10;
+    ret;
+}
+)";
+
+std::vector<float> randomFloats(std::size_t count, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(-100.0f, 100.0f);
+  std::vector<float> values(count);
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+// Runs vector_add on n random elements and checks every element against the host sum
+// (fp32 addition rounds identically on both sides).
+void checkVectorAdd(const Function& function, unsigned n, StreamHandle stream) {
+  const std::vector<float> a = randomFloats(n, 1);
+  const std::vector<float> b = randomFloats(n, 2);
+  const std::size_t bytes = n * sizeof(float);
+  auto deviceA = DeviceBuffer::allocate(bytes);
+  auto deviceB = DeviceBuffer::allocate(bytes);
+  auto deviceC = DeviceBuffer::allocate(bytes);
+  REQUIRE(deviceA.isOk());
+  REQUIRE(deviceB.isOk());
+  REQUIRE(deviceC.isOk());
+  REQUIRE(deviceA->copyFromHost(a.data(), bytes).isOk());
+  REQUIRE(deviceB->copyFromHost(b.data(), bytes).isOk());
+  REQUIRE(deviceC->fill(0xFF).isOk());  // NaN everywhere: an unwritten element cannot pass
+  unsigned count = n;
+  void* params[] = {deviceA->kernelArgument(), deviceB->kernelArgument(), deviceC->kernelArgument(), &count};
+  LaunchConfig config;
+  config.block = {128, 1, 1};
+  config.grid = {(n + 127) / 128, 1, 1};
+  config.stream = stream;
+  Status launched = function.launch(config, params);
+  INFO(launched.message());
+  REQUIRE(launched.isOk());
+  REQUIRE(synchronizeStream(stream).isOk());
+  std::vector<float> c(n);
+  REQUIRE(deviceC->copyToHost(c.data(), bytes).isOk());
+  int wrong = 0;
+  for (unsigned i = 0; i < n; ++i) wrong += c[i] == a[i] + b[i] ? 0 : 1;
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu: device and driver queries", "[runtime][gpu]") {
+  if (!gpuAvailable()) return;
+  auto count = deviceCount();
+  REQUIRE(count.isOk());
+  CHECK(*count >= 1);
+  auto info = deviceInfo(0);
+  REQUIRE(info.isOk());
+  CHECK_FALSE(info->name.empty());
+  CHECK(info->smVersion() >= 80);
+  CHECK(info->multiprocessorCount > 0);
+  CHECK(info->warpSize == 32);
+  CHECK(info->maxThreadsPerBlock == 1024);
+  CHECK(info->maxSharedMemoryPerBlock == 48 * 1024);
+  CHECK(info->maxSharedMemoryPerBlockOptin > 48 * 1024);
+  auto version = driverVersion();
+  REQUIRE(version.isOk());
+  CHECK(*version >= 12000);
+  auto ptx = driverMaxPtxIsa();
+  REQUIRE(ptx.isOk());
+  CHECK(ptx->asNumber() >= 80);
+  WARN("device 0: " << info->name << ", sm_" << info->smVersion() << ", " << info->multiprocessorCount
+                    << " SMs, driver " << *version << ", PTX ISA up to " << ptx->str());
+  // The primary context is the one the calling thread now has, and stays the same.
+  auto current = currentOrPrimaryContext();
+  auto primary = activatePrimaryContext(0);
+  REQUIRE(current.isOk());
+  REQUIRE(primary.isOk());
+  CHECK(*current == *primary);
+  CHECK(*current != nullptr);
+}
+
+TEST_CASE("gpu: link PTX to a cubin, load it, read attributes and launch", "[runtime][gpu]") {
+  if (!gpuAvailable()) return;
+  auto info = deviceInfo(0);
+  REQUIRE(info.isOk());
+  auto linked = linkPtx(kVectorAddPtx, LinkOptions{}, "vector_add.ptx");
+  INFO((linked.isOk() ? std::string() : linked.status().message()));
+  REQUIRE(linked.isOk());
+  REQUIRE(linked->cubin.size() > 4);
+  CHECK(std::memcmp(linked->cubin.data(), "\x7f" "ELF", 4) == 0);
+  CHECK_THAT(linked->infoLog, Catch::Contains("vector_add"));
+
+  auto module = Module::load(linked->cubin);
+  REQUIRE(module.isOk());
+  auto function = module->function("vector_add");
+  REQUIRE(function.isOk());
+  auto attributes = function->attributes();
+  REQUIRE(attributes.isOk());
+  CHECK(attributes->numRegisters > 0);
+  CHECK(attributes->numRegisters <= 32);
+  CHECK(attributes->localBytes == 0);
+  CHECK(attributes->staticSharedBytes == 0);
+  CHECK(attributes->maxThreadsPerBlock == 1024);
+  CHECK(attributes->ptxVersion == 80);
+  CHECK(attributes->binaryVersion == info->smVersion());
+
+  auto missing = module->function("no_such_kernel");
+  REQUIRE_FALSE(missing.isOk());
+  CHECK_THAT(missing.status().message(), Catch::Contains("looking up kernel 'no_such_kernel'"));
+  CHECK_THAT(missing.status().message(), Catch::Contains("CUDA_ERROR_NOT_FOUND"));
+
+  // Default stream, then a created stream timed with events; n is not a multiple of the block.
+  checkVectorAdd(*function, 1000, nullptr);
+  auto stream = Stream::create();
+  REQUIRE(stream.isOk());
+  auto start = Event::create();
+  auto end = Event::create();
+  REQUIRE(start.isOk());
+  REQUIRE(end.isOk());
+  REQUIRE(start->record(stream->handle()).isOk());
+  checkVectorAdd(*function, 1 << 20, stream->handle());
+  REQUIRE(end->record(stream->handle()).isOk());
+  auto elapsed = Event::elapsedMilliseconds(*start, *end);
+  REQUIRE(elapsed.isOk());
+  CHECK(*elapsed > 0.0f);
+
+  // An explicit target. SASS only runs on its own major architecture: a cubin for the device's
+  // SM loads, an sm_80 cubin loads only on an 8.x device and otherwise fails with a diagnostic.
+  LinkOptions own;
+  own.targetSm = info->smVersion();
+  auto linkedOwn = linkPtx(kVectorAddPtx, own);
+  REQUIRE(linkedOwn.isOk());
+  auto moduleOwn = Module::load(linkedOwn->cubin);
+  REQUIRE(moduleOwn.isOk());
+  auto functionOwn = moduleOwn->function("vector_add");
+  REQUIRE(functionOwn.isOk());
+  CHECK(functionOwn->attributes()->binaryVersion == info->smVersion());
+  checkVectorAdd(*functionOwn, 777, nullptr);
+
+  LinkOptions sm80;
+  sm80.targetSm = 80;
+  auto linked80 = linkPtx(kVectorAddPtx, sm80);
+  REQUIRE(linked80.isOk());
+  auto module80 = Module::load(linked80->cubin);
+  if (info->computeCapabilityMajor == 8) {
+    CHECK(module80.isOk());
+  } else {
+    REQUIRE_FALSE(module80.isOk());
+    CHECK_THAT(module80.status().message(),
+               Catch::StartsWith("attnjit-runtime: error: cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU ("));
+  }
+}
+
+TEST_CASE("gpu: ptxas errors come back as a diagnostic quoting the log", "[runtime][gpu]") {
+  if (!gpuAvailable()) return;
+  std::string broken = kVectorAddPtx;
+  broken.replace(broken.find("add.rn.f32"), 10, "add.bogus.f32");
+  auto linked = linkPtx(broken, LinkOptions{}, "broken.ptx");
+  REQUIRE_FALSE(linked.isOk());
+  const std::string message = linked.status().message();
+  CHECK_THAT(message, Catch::StartsWith("broken.ptx: error: PTX to cubin compilation failed in cuLinkAddData: "
+                                        "CUDA_ERROR_INVALID_PTX"));
+  CHECK_THAT(message, Catch::Contains("ptxas log:"));
+  CHECK_THAT(message, Catch::Contains("'.bogus'"));
+
+  LinkOptions badLevel;
+  badLevel.optimizationLevel = 9;
+  CHECK(linkPtx(kVectorAddPtx, badLevel).status().message() ==
+        "attnjit-runtime: error: ptxas optimization level must be 0..4, got 9");
+}
+
+TEST_CASE("gpu: launches above 48 KiB of dynamic shared memory opt in first", "[runtime][gpu]") {
+  if (!gpuAvailable()) return;
+  auto info = deviceInfo(0);
+  REQUIRE(info.isOk());
+  auto linked = linkPtx(kSharedSwapPtx);
+  REQUIRE(linked.isOk());
+  auto module = Module::load(linked->cubin);
+  REQUIRE(module.isOk());
+  auto function = module->function("swap_neighbours_in_shared");
+  REQUIRE(function.isOk());
+
+  const unsigned threads = 256;
+  // The whole opt-in budget, with the data at its very end.
+  const unsigned dynamicBytes = static_cast<unsigned>(info->maxSharedMemoryPerBlockOptin);
+  unsigned offset = dynamicBytes - threads * 4;
+  auto out = DeviceBuffer::allocate(threads * 4);
+  REQUIRE(out.isOk());
+  REQUIRE(out->fill(0).isOk());
+  void* params[] = {out->kernelArgument(), &offset};
+  LaunchConfig config;
+  config.block = {threads, 1, 1};
+  config.dynamicSharedBytes = dynamicBytes;
+  Status launched = function->launch(config, params);
+  INFO(launched.message());
+  REQUIRE(launched.isOk());
+  REQUIRE(synchronizeContext().isOk());
+  std::vector<std::uint32_t> result(threads);
+  REQUIRE(out->copyToHost(result.data(), threads * 4).isOk());
+  int wrong = 0;
+  for (unsigned i = 0; i < threads; ++i) wrong += result[i] == (i ^ 1u) ? 0 : 1;
+  CHECK(wrong == 0);
+
+  // More than the device allows is an error from the driver, not a crash.
+  config.dynamicSharedBytes = dynamicBytes + 1024;
+  Status tooMuch = function->launch(config, params);
+  REQUIRE_FALSE(tooMuch.isOk());
+  CHECK_THAT(tooMuch.message(), Catch::Contains("swap_neighbours_in_shared"));
+  config.block = {0, 1, 1};
+  CHECK_THAT(function->launch(config, params).message(), Catch::Contains("must have no zero dimension"));
+}
+
+TEST_CASE("gpu: the kernel cache compiles once, then serves from memory and disk", "[runtime][gpu]") {
+  if (!gpuAvailable()) return;
+  TempDirectory temp;
+  int compiles = 0;
+  auto compile = [&] {
+    ++compiles;
+    CompiledKernel kernel;
+    kernel.entryName = "vector_add";
+    kernel.ptx = kVectorAddPtx;
+    return Expected<CompiledKernel>(kernel);
+  };
+  {
+    KernelCache cache(makeDriverKernelLoader(), DiskCache(temp.path()), /*bypassLookups=*/false);
+    auto first = cache.getOrCompile("gpu test vector_add", compile);
+    INFO((first.isOk() ? std::string() : first.status().message()));
+    REQUIRE(first.isOk());
+    auto second = cache.getOrCompile("gpu test vector_add", compile);
+    REQUIRE(second.isOk());
+    CHECK(first->get() == second->get());
+    CHECK(compiles == 1);
+    checkVectorAdd((*first)->function, 4096, nullptr);
+  }
+  KernelCache fresh(makeDriverKernelLoader(), DiskCache(temp.path()), /*bypassLookups=*/false);
+  auto fromDisk = fresh.getOrCompile("gpu test vector_add", compile);
+  REQUIRE(fromDisk.isOk());
+  CHECK(compiles == 1);
+  CHECK((*fromDisk)->origin == LoadedKernel::Origin::DiskCache);
+  checkVectorAdd((*fromDisk)->function, 4096, nullptr);
+}
