@@ -1,0 +1,33 @@
+// Tile IR (after layout assignment) → LLVM IR → PTX. The public face of codegen/:
+// nothing LLVM-typed crosses it.
+#pragma once
+
+#include <string>
+
+#include "codegen/Target.h"
+#include "ir/IR.h"
+
+namespace attnjit::codegen {
+
+struct CodegenOptions {
+  TargetInfo target;
+  int ptxVersion = 0;  // from choosePtxVersion
+  bool optimize = true;
+};
+
+struct CodegenResult {
+  std::string kernelName;
+  std::string llvmIr;           // as lowered
+  std::string llvmIrOptimized;  // after O3
+  std::string ptx;
+  int numThreads = 0;           // block size (num_warps × 32)
+  int sharedMemoryBytes = 0;    // dynamic shared memory the kernel needs
+  double lowerMs = 0, optimizeMs = 0, emitMs = 0;
+};
+
+// Every tile value must carry a layout (compiler::assignLayouts). Unsupported
+// combinations (an op/type pair the backend cannot lower yet, e.g. fp8 on sm_80)
+// return a diagnostic naming the op, its types and the target.
+ir::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const CodegenOptions& options);
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,38 @@
+// LLVM module → optimized LLVM module → PTX text, with LLVM 22's NVPTX backend
+// in-process. Internal to codegen/ (LLVM-typed).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "codegen/Target.h"
+
+namespace llvm {
+class Module;
+class TargetMachine;
+class LLVMContext;
+}  // namespace llvm
+
+namespace attnjit::codegen {
+
+// A TargetMachine for nvptx64-nvidia-cuda, CPU = target.name, features = +ptxNN,
+// aggressive optimization, FMA contraction allowed (what CUDA does by default).
+ir::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(const TargetInfo& target,
+                                                                            int ptxVersion);
+
+// Sets the module's triple and data layout for `tm`.
+void prepareModule(llvm::Module& module, llvm::TargetMachine& tm);
+
+// The new pass manager's O3 pipeline (NVVMReflect and NVVMIntrRange come from the
+// TargetMachine's callbacks; they are not added again).
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& tm);
+
+// Emits PTX (legacy pass manager: the MC layer still needs it). The module must
+// have been prepared for `tm`.
+ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm);
+
+// Textual LLVM IR, and a verifier run whose failure is a compiler bug report.
+std::string printModule(const llvm::Module& module);
+ir::Status verifyLlvmModule(const llvm::Module& module);
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,131 @@
+// dot: tensor cores (mma.sync m16n8k16, f16/bf16 operands, f32 accumulators)
+// when the result has an #mma layout, else FMAs in f32. Fragments are gathered
+// from the operands' registers by coordinate (ir/LinearLayout.h), so the
+// operand layouts' register order is free.
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <map>
+
+#include "codegen/lower/LoweringContext.h"
+
+namespace attnjit::codegen {
+
+using namespace ir;
+
+namespace {
+
+std::map<Coord, size_t> registerIndex(const LinearLayout& l) {
+  std::map<Coord, size_t> index;
+  for (int64_t r = 0; r < l.numRegisters(); ++r) index.emplace(l.registerCoord(static_cast<uint64_t>(r)), r);
+  return index;
+}
+
+// PTX cvt.rna.tf32.f32 semantics: keep 10 mantissa bits, round half away from zero.
+llvm::Value* roundToTf32(llvm::IRBuilder<>& b, llvm::Value* f) {
+  llvm::Value* bits = b.CreateBitCast(f, b.getInt32Ty());
+  llvm::Value* rounded = b.CreateAnd(b.CreateAdd(bits, b.getInt32(0x1000)), b.getInt32(0xffffe000u));
+  return b.CreateBitCast(rounded, b.getFloatTy());
+}
+
+void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const Lowered& bOp, const Lowered& acc,
+              const Layout& mma) {
+  llvm::IRBuilder<>& b = ctx.b;
+  ScalarKind kind = op.operand(0)->type().scalarKind();
+  bool isBf16 = kind == ScalarKind::BF16;
+  const auto& shapeA = a.layout->shape;
+  int64_t m = shapeA[0], k = shapeA[1], n = bOp.layout->shape[1];
+  int64_t wm = mma.warpsPerCta[0], wn = mma.warpsPerCta[1];
+  int64_t mTiles = std::max<int64_t>(1, m / (16 * wm)), nTiles = std::max<int64_t>(1, n / (8 * wn));
+  int64_t kTiles = k / 16;
+  auto aIndex = registerIndex(*a.layout), bIndex = registerIndex(*bOp.layout), cIndex = registerIndex(*acc.layout);
+  auto reg = [&](const std::map<Coord, size_t>& index, const Lowered& v, int64_t row, int64_t col) -> llvm::Value* {
+    auto it = index.find(Coord{row, col, 0});
+    ATTNJIT_CHECK(it != index.end(), "codegen: mma fragment element not held by the thread");
+    return v.regs[it->second];
+  };
+  auto* halfPair = llvm::FixedVectorType::get(isBf16 ? b.getBFloatTy() : b.getHalfTy(), 2);
+  auto pack = [&](llvm::Value* lo, llvm::Value* hi) -> llvm::Value* {
+    llvm::Value* v = llvm::PoisonValue::get(halfPair);
+    v = b.CreateInsertElement(v, lo, uint64_t{0});
+    v = b.CreateInsertElement(v, hi, uint64_t{1});
+    return isBf16 ? b.CreateBitCast(v, b.getInt32Ty()) : v;
+  };
+  auto id = isBf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
+  llvm::Function* mmaFn = llvm::Intrinsic::getOrInsertDeclaration(&ctx.module, id);
+  Lowered out = acc;
+  for (int64_t mi = 0; mi < mTiles; ++mi) {
+    int64_t row = mi * 16 * wm;
+    for (int64_t ni = 0; ni < nTiles; ++ni) {
+      int64_t col = ni * 8 * wn;
+      size_t c[4] = {cIndex.at({row, col, 0}), cIndex.at({row, col + 1, 0}), cIndex.at({row + 8, col, 0}),
+                     cIndex.at({row + 8, col + 1, 0})};
+      for (int64_t kj = 0; kj < kTiles; ++kj) {
+        int64_t kk = kj * 16;
+        llvm::Value* args[10];
+        args[0] = pack(reg(aIndex, a, row, kk), reg(aIndex, a, row, kk + 1));
+        args[1] = pack(reg(aIndex, a, row + 8, kk), reg(aIndex, a, row + 8, kk + 1));
+        args[2] = pack(reg(aIndex, a, row, kk + 8), reg(aIndex, a, row, kk + 9));
+        args[3] = pack(reg(aIndex, a, row + 8, kk + 8), reg(aIndex, a, row + 8, kk + 9));
+        args[4] = pack(reg(bIndex, bOp, kk, col), reg(bIndex, bOp, kk + 1, col));
+        args[5] = pack(reg(bIndex, bOp, kk + 8, col), reg(bIndex, bOp, kk + 9, col));
+        for (int i = 0; i < 4; ++i) args[6 + i] = out.regs[c[i]];
+        llvm::Value* d = b.CreateCall(mmaFn, args);
+        for (unsigned i = 0; i < 4; ++i) out.regs[c[i]] = b.CreateExtractValue(d, i);
+      }
+    }
+  }
+  ctx.set(op.result(), std::move(out));
+}
+
+void lowerFmaDot(LoweringContext& ctx, const Operation& op, const Lowered& a, const Lowered& bOp, const Lowered& acc) {
+  llvm::IRBuilder<>& b = ctx.b;
+  bool tf32 = op.attrs().has("input_precision") && op.attrs().getString("input_precision") == "tf32";
+  ScalarKind kind = op.operand(0)->type().scalarKind();
+  int64_t k = a.layout->shape[1];
+  auto aIndex = registerIndex(*a.layout), bIndex = registerIndex(*bOp.layout);
+  auto toF32 = [&](llvm::Value* v) -> llvm::Value* {
+    llvm::Value* f = v;
+    if (kind == ScalarKind::F8E4M3 || kind == ScalarKind::F8E5M2) f = castElement(ctx, op, v, kind, ScalarKind::F32);
+    else if (!v->getType()->isFloatTy()) f = b.CreateFPExt(v, b.getFloatTy());
+    return tf32 ? roundToTf32(b, f) : f;
+  };
+  // Each operand element is converted once, not once per use.
+  std::vector<llvm::Value*> aF, bF;
+  for (llvm::Value* v : a.regs) aF.push_back(toF32(v));
+  for (llvm::Value* v : bOp.regs) bF.push_back(toF32(v));
+  Lowered out = acc;
+  for (int64_t r = 0; r < acc.layout->numRegisters(); ++r) {
+    Coord c = acc.layout->registerCoord(static_cast<uint64_t>(r));
+    llvm::Value* sum = out.regs[static_cast<size_t>(r)];
+    for (int64_t kk = 0; kk < k; ++kk) {
+      auto ia = aIndex.find(Coord{c[0], kk, 0});
+      auto ib = bIndex.find(Coord{kk, c[1], 0});
+      ATTNJIT_CHECK(ia != aIndex.end() && ib != bIndex.end(), "codegen: FMA dot operand not held by the thread");
+      sum = b.CreateIntrinsic(b.getFloatTy(), llvm::Intrinsic::fma, {aF[ia->second], bF[ib->second], sum});
+    }
+    out.regs[static_cast<size_t>(r)] = sum;
+  }
+  ctx.set(op.result(), std::move(out));
+}
+
+}  // namespace
+
+void lowerDot(LoweringContext& ctx, const Operation& op) {
+  const Lowered& a = ctx.get(op.operand(0));
+  const Lowered& bOp = ctx.get(op.operand(1));
+  const Lowered& acc = ctx.get(op.operand(2));
+  const LayoutRef& layout = op.result()->type().layout();
+  if (layout && layout->kind == LayoutKind::Mma) {
+    ScalarKind kind = op.operand(0)->type().scalarKind();
+    if ((kind != ScalarKind::F16 && kind != ScalarKind::BF16) || !ctx.target.hasMmaSync) {
+      ctx.unsupported(op, std::string("mma with ") + scalarName(kind) + " operands");
+      ctx.set(op.result(), acc);
+      return;
+    }
+    lowerMma(ctx, op, a, bOp, acc, *layout);
+    return;
+  }
+  lowerFmaDot(ctx, op, a, bOp, acc);
+}
+
+}  // namespace attnjit::codegen

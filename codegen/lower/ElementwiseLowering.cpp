@@ -1,0 +1,255 @@
+// Elementwise ops: arithmetic, comparisons, select, casts. Applied register by
+// register (a scalar is a single register). f16/bf16 arithmetic runs in f32 and
+// rounds back, as ir/Ops.def specifies.
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include "codegen/lower/InlinePtx.h"
+#include "codegen/lower/LoweringContext.h"
+
+namespace attnjit::codegen {
+
+using namespace ir;
+
+namespace {
+
+bool isHalfLike(ScalarKind k) { return k == ScalarKind::F16 || k == ScalarKind::BF16; }
+bool isFp8(ScalarKind k) { return k == ScalarKind::F8E4M3 || k == ScalarKind::F8E5M2; }
+
+// Applies `f` to the registers of every operand, producing the result's registers.
+template <typename F>
+void mapRegisters(LoweringContext& ctx, const Operation& op, F&& f) {
+  std::vector<const Lowered*> ins;
+  for (Value* v : op.operands()) ins.push_back(&ctx.get(v));
+  Lowered out;
+  out.layout = ins[0]->layout;
+  const Type& resultType = op.result()->type();
+  if (resultType.isTile()) out.layout = ctx.linearLayout(resultType, op);
+  size_t n = ins[0]->regs.size();
+  for (const Lowered* in : ins)
+    if (in->regs.size() != n) {
+      ctx.unsupported(op, "with operands in different layouts (layout assignment should have converted them)");
+      ctx.set(op.result(), *ins[0]);
+      return;
+    }
+  std::vector<llvm::Value*> args(ins.size());
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < ins.size(); ++i) args[i] = ins[i]->regs[r];
+    out.regs.push_back(f(args));
+  }
+  ctx.set(op.result(), std::move(out));
+}
+
+llvm::Value* toF32(LoweringContext& ctx, llvm::Value* v) { return ctx.b.CreateFPExt(v, ctx.b.getFloatTy()); }
+
+}  // namespace
+
+void lowerBinary(LoweringContext& ctx, const Operation& op) {
+  ScalarKind k = op.operand(0)->type().scalarKind();
+  llvm::IRBuilder<>& b = ctx.b;
+  if (isFp8(k) || k == ScalarKind::I4) {
+    ctx.unsupported(op, std::string("arithmetic on ") + scalarName(k) + " (cast to f32 or i8 first)");
+    mapRegisters(ctx, op, [](auto& a) { return a[0]; });
+    return;
+  }
+  Opcode code = op.opcode();
+  if (isFloat(k)) {
+    llvm::Type* ty = ctx.elementType(Type::scalar(k));
+    bool widen = isHalfLike(k);
+    mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
+      llvm::Value* x = widen ? toF32(ctx, a[0]) : a[0];
+      llvm::Value* y = widen ? toF32(ctx, a[1]) : a[1];
+      llvm::Value* r = nullptr;
+      switch (code) {
+        case Opcode::Add: r = b.CreateFAdd(x, y); break;
+        case Opcode::Sub: r = b.CreateFSub(x, y); break;
+        case Opcode::Mul: r = b.CreateFMul(x, y); break;
+        case Opcode::Div: r = b.CreateFDiv(x, y); break;
+        case Opcode::Rem: r = b.CreateFRem(x, y); break;
+        case Opcode::Min: r = b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y); break;
+        case Opcode::Max: r = b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, y); break;
+        default:
+          ctx.unsupported(op, "on floats");
+          return a[0];
+      }
+      return widen ? b.CreateFPTrunc(r, ty) : r;
+    });
+    return;
+  }
+  unsigned bits = static_cast<unsigned>(valueBits(k));
+  mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
+    llvm::Value *x = a[0], *y = a[1];
+    switch (code) {
+      case Opcode::Add: return b.CreateAdd(x, y);
+      case Opcode::Sub: return b.CreateSub(x, y);
+      case Opcode::Mul: return b.CreateMul(x, y);
+      case Opcode::Div: return b.CreateSDiv(x, y);
+      case Opcode::Rem: return b.CreateSRem(x, y);
+      case Opcode::Min: return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y);
+      case Opcode::Max: return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y);
+      case Opcode::And: return b.CreateAnd(x, y);
+      case Opcode::Or: return b.CreateOr(x, y);
+      case Opcode::Xor: return b.CreateXor(x, y);
+      case Opcode::Shl: {
+        // Amounts outside [0, bits) give 0 (LLVM's shl would be poison).
+        llvm::Value* inRange = b.CreateICmpULT(y, llvm::ConstantInt::get(y->getType(), bits));
+        return b.CreateSelect(inRange, b.CreateShl(x, y), llvm::ConstantInt::get(x->getType(), 0));
+      }
+      case Opcode::Shr: {
+        llvm::Value* max = llvm::ConstantInt::get(y->getType(), bits - 1);
+        llvm::Value* inRange = b.CreateICmpULT(y, llvm::ConstantInt::get(y->getType(), bits));
+        llvm::Value* negative = b.CreateICmpSLT(y, llvm::ConstantInt::get(y->getType(), 0));
+        llvm::Value* amount = b.CreateSelect(b.CreateAnd(inRange, b.CreateNot(negative)), y, max);
+        return b.CreateAShr(x, amount);
+      }
+      default:
+        return x;
+    }
+  });
+}
+
+void lowerUnary(LoweringContext& ctx, const Operation& op) {
+  ScalarKind k = op.operand(0)->type().scalarKind();
+  llvm::IRBuilder<>& b = ctx.b;
+  Opcode code = op.opcode();
+  if (isFp8(k) || k == ScalarKind::I4) {
+    ctx.unsupported(op, std::string("on ") + scalarName(k) + " (cast first)");
+    mapRegisters(ctx, op, [](auto& a) { return a[0]; });
+    return;
+  }
+  if (!isFloat(k)) {
+    mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
+      if (code == Opcode::Neg) return b.CreateNeg(a[0]);
+      return b.CreateBinaryIntrinsic(llvm::Intrinsic::abs, a[0], b.getFalse());
+    });
+    return;
+  }
+  if (k == ScalarKind::F64 && code != Opcode::Neg && code != Opcode::Abs && code != Opcode::Sqrt) {
+    ctx.unsupported(op, "on f64 (only neg, abs and sqrt)");
+    mapRegisters(ctx, op, [](auto& a) { return a[0]; });
+    return;
+  }
+  llvm::Type* ty = ctx.elementType(Type::scalar(k));
+  bool widen = isHalfLike(k);
+  constexpr double kLog2e = 1.4426950408889634;
+  constexpr double kLn2 = 0.6931471805599453;
+  mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
+    llvm::Value* x = widen ? toF32(ctx, a[0]) : a[0];
+    llvm::Type* fty = x->getType();
+    llvm::Value* r = nullptr;
+    switch (code) {
+      case Opcode::Neg: r = b.CreateFNeg(x); break;
+      case Opcode::Abs: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
+      case Opcode::Exp2: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); break;
+      case Opcode::Log2: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x); break;
+      case Opcode::Exp:
+        r = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, b.CreateFMul(x, llvm::ConstantFP::get(fty, kLog2e)));
+        break;
+      case Opcode::Log:
+        r = b.CreateFMul(b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x), llvm::ConstantFP::get(fty, kLn2));
+        break;
+      case Opcode::Sqrt: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); break;
+      case Opcode::Rsqrt:
+        r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_rsqrt_approx_f, {x});
+        break;
+      case Opcode::Tanh:
+        // NVVM has no tanh intrinsic: tanh.approx.f32 (sm_75+) through inline PTX.
+        r = InlinePtx(ctx.b, "tanh.approx.f32 $0, $1;").output("f", fty).input("f", x).emit();
+        break;
+      default:
+        r = x;
+    }
+    return widen ? b.CreateFPTrunc(r, ty) : r;
+  });
+}
+
+void lowerCompare(LoweringContext& ctx, const Operation& op) {
+  ScalarKind k = op.operand(0)->type().scalarKind();
+  CmpPredicate pred{};
+  parseCmpPredicate(op.attrs().getString("pred"), pred);
+  llvm::IRBuilder<>& b = ctx.b;
+  if (isFp8(k)) {
+    ctx.unsupported(op, "on fp8 (cast to f32 first)");
+    mapRegisters(ctx, op, [&](auto&) { return b.getFalse(); });
+    return;
+  }
+  bool isF = isFloat(k) && !op.operand(0)->type().hasPointerElements();
+  using P = llvm::CmpInst::Predicate;
+  static constexpr P kFloat[] = {P::FCMP_OEQ, P::FCMP_UNE, P::FCMP_OLT, P::FCMP_OLE, P::FCMP_OGT, P::FCMP_OGE};
+  static constexpr P kInt[] = {P::ICMP_EQ, P::ICMP_NE, P::ICMP_SLT, P::ICMP_SLE, P::ICMP_SGT, P::ICMP_SGE};
+  P p = isF ? kFloat[static_cast<int>(pred)] : kInt[static_cast<int>(pred)];
+  mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
+    if (isF) return b.CreateFCmp(p, a[0], a[1]);
+    return b.CreateICmp(p, a[0], a[1]);
+  });
+}
+
+void lowerSelect(LoweringContext& ctx, const Operation& op) {
+  mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) { return ctx.b.CreateSelect(a[0], a[1], a[2]); });
+}
+
+llvm::Value* castElement(LoweringContext& ctx, const Operation& op, llvm::Value* v, ScalarKind from,
+                         ScalarKind to) {
+  llvm::IRBuilder<>& b = ctx.b;
+  if (from == to) return v;
+  llvm::Type* toTy = ctx.elementType(Type::scalar(to));
+  if (from == ScalarKind::I4 || to == ScalarKind::I4) {
+    // i4 lives sign-extended in an i8 register.
+    if (to == ScalarKind::I4) {
+      llvm::Value* asI8 = castElement(ctx, op, v, from, ScalarKind::I8);
+      return b.CreateAShr(b.CreateShl(asI8, 4), 4);
+    }
+    return castElement(ctx, op, v, ScalarKind::I8, to);
+  }
+  if (isFp8(from) || isFp8(to)) {
+    if (!ctx.target.hasFp8Convert) {
+      ctx.unsupported(op, "fp8 conversion (needs sm_89 or newer)");
+      return llvm::UndefValue::get(toTy);
+    }
+    if (isFp8(from)) {
+      // e4m3x2/e5m2x2 → f16x2: convert the value in the low byte.
+      auto id = from == ScalarKind::F8E4M3 ? llvm::Intrinsic::nvvm_e4m3x2_to_f16x2_rn
+                                           : llvm::Intrinsic::nvvm_e5m2x2_to_f16x2_rn;
+      llvm::Value* pair = b.CreateIntrinsic(llvm::FixedVectorType::get(b.getHalfTy(), 2), id,
+                                            {b.CreateZExt(v, b.getInt16Ty())});
+      llvm::Value* half = b.CreateExtractElement(pair, uint64_t{0});
+      return castElement(ctx, op, half, ScalarKind::F16, to);
+    }
+    // f32 → fp8 with satfinite (PTX cvt.rn.satfinite.e4m3x2.f32).
+    llvm::Value* f = castElement(ctx, op, v, from, ScalarKind::F32);
+    auto id = to == ScalarKind::F8E4M3 ? llvm::Intrinsic::nvvm_ff_to_e4m3x2_rn : llvm::Intrinsic::nvvm_ff_to_e5m2x2_rn;
+    llvm::Value* pair = b.CreateIntrinsic(b.getInt16Ty(), id, {llvm::ConstantFP::get(b.getFloatTy(), 0.0), f});
+    return b.CreateTrunc(pair, b.getInt8Ty());
+  }
+  bool fromF = isFloat(from), toF = isFloat(to);
+  if (fromF && toF) {
+    if (isHalfLike(from) && isHalfLike(to)) return b.CreateFPTrunc(b.CreateFPExt(v, b.getFloatTy()), toTy);
+    if (storageBits(from) < storageBits(to)) return b.CreateFPExt(v, toTy);
+    return b.CreateFPTrunc(v, toTy);
+  }
+  if (!fromF && toF) {
+    if (from == ScalarKind::I1) return b.CreateUIToFP(v, toTy);
+    if (isHalfLike(to)) return b.CreateFPTrunc(b.CreateSIToFP(v, b.getFloatTy()), toTy);
+    return b.CreateSIToFP(v, toTy);
+  }
+  if (fromF && !toF) {
+    if (to == ScalarKind::I1) return b.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+    llvm::Value* wide = isHalfLike(from) ? b.CreateFPExt(v, b.getFloatTy()) : v;
+    return b.CreateIntrinsic(toTy, llvm::Intrinsic::fptosi_sat, {wide}, {}, "");
+  }
+  if (to == ScalarKind::I1) return b.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+  if (from == ScalarKind::I1) return b.CreateZExt(v, toTy);
+  return b.CreateSExtOrTrunc(v, toTy);
+}
+
+void lowerCast(LoweringContext& ctx, const Operation& op) {
+  ScalarKind from = op.operand(0)->type().scalarKind();
+  ScalarKind to = op.result()->type().scalarKind();
+  mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) { return castElement(ctx, op, a[0], from, to); });
+}
+
+void lowerBitcast(LoweringContext& ctx, const Operation& op) {
+  llvm::Type* to = ctx.elementType(op.result()->type().elementType());
+  mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) { return ctx.b.CreateBitCast(a[0], to); });
+}
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,336 @@
+// The lowering driver: builds the kernel function, walks the tile IR, and lowers
+// structured control flow (for, if) to LLVM blocks with phis per register.
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <chrono>
+
+#include "codegen/Codegen.h"
+#include "codegen/llvm/PtxEmitter.h"
+#include "codegen/lower/LoweringContext.h"
+
+namespace attnjit::codegen {
+
+using namespace ir;
+
+LoweringContext::LoweringContext(llvm::LLVMContext& context, llvm::Module& m, const Kernel& k,
+                                 const TargetInfo& t)
+    : llvm(context), module(m), b(context), kernel(k), target(t), numWarps(k.numWarps()) {}
+
+void LoweringContext::unsupported(const Operation& op, const std::string& what) {
+  if (status.isOk())
+    status = Status::error(op.location(), std::string("unsupported: '") + op.name() + "' " + what + " on " +
+                                              target.name);
+}
+
+const Lowered& LoweringContext::get(const Value* v) const {
+  auto it = values_.find(v);
+  ATTNJIT_CHECK(it != values_.end(), "codegen: value used before it was lowered");
+  return it->second;
+}
+
+LinearLayout LoweringContext::linearLayout(const Type& t, const Operation& where) {
+  ATTNJIT_CHECK(t.isTile(), "linearLayout of a non-tile");
+  if (!t.layout()) {
+    unsupported(where, "on a tile without a layout (" + t.str() + "); run layout assignment first");
+    LinearLayout dummy;
+    dummy.shape = t.shape();
+    dummy.lane.assign(LinearLayout::kLaneBits, Coord{0, 0, 0});
+    return dummy;
+  }
+  auto ll = toLinearLayout(*t.layout(), t.shape(), numWarps);
+  if (!ll) {
+    unsupported(where, "with type " + t.str() + ": " + ll.diagnostic().message);
+    LinearLayout dummy;
+    dummy.shape = t.shape();
+    dummy.lane.assign(LinearLayout::kLaneBits, Coord{0, 0, 0});
+    return dummy;
+  }
+  return *ll;
+}
+
+llvm::Type* LoweringContext::elementType(const Type& t) {
+  if (t.hasPointerElements())
+    return llvm::PointerType::get(llvm, t.addressSpace() == AddressSpace::Global ? 1 : 3);
+  switch (t.scalarKind()) {
+    case ScalarKind::I1: return b.getInt1Ty();
+    case ScalarKind::I4:
+    case ScalarKind::I8:
+    case ScalarKind::F8E4M3:
+    case ScalarKind::F8E5M2: return b.getInt8Ty();
+    case ScalarKind::I16: return b.getInt16Ty();
+    case ScalarKind::I32: return b.getInt32Ty();
+    case ScalarKind::I64: return b.getInt64Ty();
+    case ScalarKind::F16: return b.getHalfTy();
+    case ScalarKind::BF16: return b.getBFloatTy();
+    case ScalarKind::F32: return b.getFloatTy();
+    case ScalarKind::F64: return b.getDoubleTy();
+  }
+  return b.getInt32Ty();
+}
+
+llvm::Type* LoweringContext::memoryType(ScalarKind k) {
+  if (k == ScalarKind::I1) return b.getInt8Ty();
+  return elementType(Type::scalar(k));
+}
+
+llvm::Value* LoweringContext::coordinate(const LinearLayout& layout, int64_t reg, int dim) {
+  int64_t regPart = layout.registerCoord(static_cast<uint64_t>(reg))[dim];
+  std::string key = layout.str() + "/" + std::to_string(dim);
+  llvm::Value*& threadPart = laneWarpCoord_[key];
+  if (!threadPart) {
+    // Bases occupy disjoint bits, so XOR = OR = sum of the selected bases.
+    llvm::IRBuilder<>& e = *entryBuilder;
+    llvm::Value* sum = e.getInt32(0);
+    auto addBits = [&](const std::vector<Coord>& bases, llvm::Value* index) {
+      for (size_t i = 0; i < bases.size(); ++i) {
+        if (bases[i][dim] == 0) continue;
+        llvm::Value* bit = e.CreateAnd(e.CreateLShr(index, static_cast<uint64_t>(i)), 1);
+        sum = e.CreateOr(sum, e.CreateMul(bit, e.getInt32(static_cast<uint32_t>(bases[i][dim]))));
+      }
+    };
+    addBits(layout.lane, laneId);
+    addBits(layout.warp, warpId);
+    threadPart = sum;
+  }
+  if (regPart == 0) return threadPart;
+  return b.CreateOr(threadPart, i32(regPart));
+}
+
+llvm::Value* LoweringContext::sharedBase() {
+  if (!shared_) {
+    auto* type = llvm::ArrayType::get(b.getInt8Ty(), 0);
+    shared_ = new llvm::GlobalVariable(module, type, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                       "attnjit_shared", nullptr, llvm::GlobalVariable::NotThreadLocal, 3);
+    shared_->setAlignment(llvm::Align(16));
+  }
+  return shared_;
+}
+
+void LoweringContext::barrier() {
+  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {i32(0)});
+}
+
+void lowerBlock(LoweringContext& ctx, const Block& block) {
+  for (const auto& op : block.operations()) {
+    switch (op->opcode()) {
+#define ATTNJIT_OP(Enum, spelling, Family) \
+  case Opcode::Enum:                       \
+    lower##Family(ctx, *op);               \
+    break;
+#include "ir/Ops.def"
+    }
+  }
+}
+
+// ---- grid, constants ----
+
+void lowerGridQuery(LoweringContext& ctx, const Operation& op) {
+  int64_t axis = op.attrs().getInt("axis");
+  using namespace llvm;
+  static constexpr Intrinsic::ID kCtaId[] = {Intrinsic::nvvm_read_ptx_sreg_ctaid_x,
+                                             Intrinsic::nvvm_read_ptx_sreg_ctaid_y,
+                                             Intrinsic::nvvm_read_ptx_sreg_ctaid_z};
+  static constexpr Intrinsic::ID kNctaId[] = {Intrinsic::nvvm_read_ptx_sreg_nctaid_x,
+                                              Intrinsic::nvvm_read_ptx_sreg_nctaid_y,
+                                              Intrinsic::nvvm_read_ptx_sreg_nctaid_z};
+  Intrinsic::ID id = op.opcode() == Opcode::ProgramId ? kCtaId[axis] : kNctaId[axis];
+  ctx.set(op.result(), Lowered{{ctx.b.CreateIntrinsic(ctx.b.getInt32Ty(), id, {})}, std::nullopt});
+}
+
+namespace {
+llvm::Value* constantOf(LoweringContext& ctx, const Type& t, const AttrValue& value) {
+  llvm::Type* ty = ctx.elementType(t.elementType());
+  ScalarKind k = t.scalarKind();
+  double d = std::holds_alternative<double>(value) ? std::get<double>(value)
+                                                   : static_cast<double>(std::get<int64_t>(value));
+  if (isFloat(k) && (k == ScalarKind::F8E4M3 || k == ScalarKind::F8E5M2)) return nullptr;
+  if (isFloat(k)) return llvm::ConstantFP::get(ty, d);
+  if (k == ScalarKind::I1) return ctx.b.getInt1(d != 0);
+  int64_t i = std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value) : static_cast<int64_t>(d);
+  return llvm::ConstantInt::get(ty, static_cast<uint64_t>(i), true);
+}
+
+void setConstant(LoweringContext& ctx, const Operation& op, const AttrValue& value) {
+  const Type& t = op.result()->type();
+  llvm::Value* c = constantOf(ctx, t, value);
+  if (!c) {
+    ctx.unsupported(op, "of fp8 type " + t.str() + " (build the constant in f32 and cast)");
+    c = llvm::UndefValue::get(ctx.elementType(t.elementType()));
+  }
+  if (!t.isTile()) {
+    ctx.set(op.result(), Lowered{{c}, std::nullopt});
+    return;
+  }
+  LinearLayout ll = ctx.linearLayout(t, op);
+  ctx.set(op.result(), Lowered{std::vector<llvm::Value*>(static_cast<size_t>(ll.numRegisters()), c), ll});
+}
+}  // namespace
+
+void lowerConstant(LoweringContext& ctx, const Operation& op) {
+  setConstant(ctx, op, *op.attrs().find("value"));
+}
+
+void lowerConstexpr(LoweringContext& ctx, const Operation& op) {
+  const Constexpr* c = ctx.kernel.findConstexpr(op.attrs().getString("name"));
+  AttrValue v = std::holds_alternative<int64_t>(c->value) ? AttrValue(std::get<int64_t>(c->value))
+                                                          : AttrValue(std::get<double>(c->value));
+  setConstant(ctx, op, v);
+}
+
+// ---- control flow ----
+
+void lowerYield(LoweringContext& ctx, const Operation& op) {
+  ctx.yielded.clear();
+  for (Value* v : op.operands()) ctx.yielded.push_back(ctx.get(v));
+}
+
+void lowerReturn(LoweringContext& ctx, const Operation&) { ctx.b.CreateRetVoid(); }
+
+void lowerFor(LoweringContext& ctx, const Operation& op) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* lo = ctx.scalar(op.operand(0));
+  llvm::Value* hi = ctx.scalar(op.operand(1));
+  llvm::Value* step = ctx.scalar(op.operand(2));
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx.llvm, "for.body", ctx.function);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx.llvm, "for.exit", ctx.function);
+  b.CreateCondBr(b.CreateICmpSLT(lo, hi), body, exit);
+
+  b.SetInsertPoint(body);
+  const Block& region = *op.region(0);
+  llvm::PHINode* iv = b.CreatePHI(lo->getType(), 2, region.argument(0)->name());
+  iv->addIncoming(lo, pre);
+  ctx.set(region.argument(0), Lowered{{iv}, std::nullopt});
+  std::vector<Lowered> inits;
+  std::vector<std::vector<llvm::PHINode*>> phis;
+  for (size_t i = 0; i + 3 < op.numOperands(); ++i) {
+    Lowered init = ctx.get(op.operand(3 + i));
+    Lowered carried = init;
+    phis.emplace_back();
+    for (auto& reg : carried.regs) {
+      llvm::PHINode* phi = b.CreatePHI(reg->getType(), 2);
+      phi->addIncoming(reg, pre);
+      phis.back().push_back(phi);
+      reg = phi;
+    }
+    ctx.set(region.argument(1 + i), carried);
+    inits.push_back(std::move(init));
+  }
+  lowerBlock(ctx, region);
+  std::vector<Lowered> yielded = ctx.yielded;
+  llvm::Value* next = b.CreateAdd(iv, step);
+  llvm::BasicBlock* latch = b.GetInsertBlock();
+  b.CreateCondBr(b.CreateICmpSLT(next, hi), body, exit);
+  iv->addIncoming(next, latch);
+
+  b.SetInsertPoint(exit);
+  for (size_t i = 0; i < phis.size(); ++i) {
+    ATTNJIT_CHECK(yielded[i].regs.size() == phis[i].size(), "codegen: loop-carried register count changed");
+    Lowered result = yielded[i];
+    for (size_t r = 0; r < phis[i].size(); ++r) {
+      phis[i][r]->addIncoming(yielded[i].regs[r], latch);
+      llvm::PHINode* out = b.CreatePHI(phis[i][r]->getType(), 2);
+      out->addIncoming(inits[i].regs[r], pre);
+      out->addIncoming(yielded[i].regs[r], latch);
+      result.regs[r] = out;
+    }
+    ctx.set(op.result(i), result);
+  }
+}
+
+void lowerIf(LoweringContext& ctx, const Operation& op) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::BasicBlock* thenBlock = llvm::BasicBlock::Create(ctx.llvm, "if.then", ctx.function);
+  llvm::BasicBlock* elseBlock = llvm::BasicBlock::Create(ctx.llvm, "if.else", ctx.function);
+  llvm::BasicBlock* merge = llvm::BasicBlock::Create(ctx.llvm, "if.end", ctx.function);
+  b.CreateCondBr(ctx.scalar(op.operand(0)), thenBlock, elseBlock);
+  std::vector<Lowered> results[2];
+  llvm::BasicBlock* ends[2];
+  llvm::BasicBlock* starts[2] = {thenBlock, elseBlock};
+  for (int side = 0; side < 2; ++side) {
+    b.SetInsertPoint(starts[side]);
+    lowerBlock(ctx, *op.region(side));
+    results[side] = ctx.yielded;
+    ends[side] = b.GetInsertBlock();
+    b.CreateBr(merge);
+  }
+  b.SetInsertPoint(merge);
+  for (size_t i = 0; i < op.numResults(); ++i) {
+    Lowered out = results[0][i];
+    for (size_t r = 0; r < out.regs.size(); ++r) {
+      llvm::PHINode* phi = b.CreatePHI(out.regs[r]->getType(), 2);
+      phi->addIncoming(results[0][i].regs[r], ends[0]);
+      phi->addIncoming(results[1][i].regs[r], ends[1]);
+      out.regs[r] = phi;
+    }
+    ctx.set(op.result(i), out);
+  }
+}
+
+// ---- the driver ----
+
+Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  auto t0 = Clock::now();
+  llvm::LLVMContext context;
+  llvm::Module module(kernel.name(), context);
+  auto tm = createNvptxTargetMachine(options.target, options.ptxVersion);
+  if (!tm) return tm.status();
+  prepareModule(module, **tm);
+
+  LoweringContext ctx(context, module, kernel, options.target);
+  ctx.axis = std::make_unique<AxisInfo>(kernel);
+  std::vector<llvm::Type*> params;
+  for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
+  auto* fnType = llvm::FunctionType::get(ctx.b.getVoidTy(), params, false);
+  ctx.function = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, kernel.name(), module);
+  ctx.function->setCallingConv(llvm::CallingConv::PTX_Kernel);
+  int numThreads = ctx.numWarps * 32;
+  ctx.function->addFnAttr("nvvm.maxntid", std::to_string(numThreads) + ",1,1");
+  for (size_t i = 0; i < kernel.numParameters(); ++i) {
+    llvm::Argument* arg = ctx.function->getArg(static_cast<unsigned>(i));
+    arg->setName(kernel.parameter(i)->name());
+    const AttrValue* align = kernel.parameterAttrs(i).find("align");
+    if (align && kernel.parameter(i)->type().isPointer() && std::holds_alternative<int64_t>(*align))
+      arg->addAttr(llvm::Attribute::getWithAlignment(context, llvm::Align(std::get<int64_t>(*align))));
+    ctx.set(kernel.parameter(i), Lowered{{arg}, std::nullopt});
+  }
+
+  llvm::BasicBlock* entry = llvm::BasicBlock::Create(context, "entry", ctx.function);
+  llvm::BasicBlock* start = llvm::BasicBlock::Create(context, "start", ctx.function);
+  llvm::IRBuilder<> entryBuilder(entry);
+  llvm::BranchInst* toStart = entryBuilder.CreateBr(start);
+  entryBuilder.SetInsertPoint(toStart);
+  ctx.entryBuilder = &entryBuilder;
+  ctx.threadId = entryBuilder.CreateIntrinsic(entryBuilder.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {});
+  ctx.laneId = entryBuilder.CreateAnd(ctx.threadId, 31, "lane");
+  ctx.warpId = entryBuilder.CreateLShr(ctx.threadId, 5, "warp");
+  ctx.b.SetInsertPoint(start);
+  lowerBlock(ctx, kernel.body());
+  if (!ctx.status) return ctx.status;
+
+  CodegenResult result;
+  result.kernelName = kernel.name();
+  result.numThreads = numThreads;
+  result.sharedMemoryBytes = static_cast<int>(ctx.sharedBytes);
+  if (Status s = verifyLlvmModule(module); !s) return s;
+  result.llvmIr = printModule(module);
+  auto t1 = Clock::now();
+  result.lowerMs = ms(t0, t1);
+  if (options.optimize) optimizeModule(module, **tm);
+  result.llvmIrOptimized = printModule(module);
+  auto t2 = Clock::now();
+  result.optimizeMs = ms(t1, t2);
+  auto ptx = emitPtx(module, **tm);
+  if (!ptx) return ptx.status();
+  result.ptx = std::move(*ptx);
+  result.emitMs = ms(t2, Clock::now());
+  return result;
+}
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,115 @@
+// State shared by the op lowerings: the LLVM function being built, the mapping
+// from tile-IR values to per-thread LLVM values, thread indices and the shared
+// scratch buffer. Internal to codegen/.
+//
+// A tile value lowers to the registers one thread holds, in the order of its
+// linear layout's register index (ir/LinearLayout.h); a scalar lowers to one LLVM
+// value (scalars are uniform across the CTA: they derive from program ids,
+// parameters, constants and scalar loads).
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/Target.h"
+#include "ir/AxisInfo.h"
+#include "ir/IR.h"
+#include "ir/LinearLayout.h"
+
+namespace attnjit::codegen {
+
+struct Lowered {
+  std::vector<llvm::Value*> regs;          // one per register (a scalar: exactly one)
+  std::optional<ir::LinearLayout> layout;  // tiles only
+  bool isTile() const { return layout.has_value(); }
+};
+
+class LoweringContext {
+ public:
+  LoweringContext(llvm::LLVMContext& context, llvm::Module& module, const ir::Kernel& kernel,
+                  const TargetInfo& target);
+
+  llvm::LLVMContext& llvm;
+  llvm::Module& module;
+  llvm::IRBuilder<> b;
+  const ir::Kernel& kernel;
+  const TargetInfo& target;
+  int numWarps;
+  llvm::Function* function = nullptr;
+  llvm::Value* threadId = nullptr;  // tid.x
+  llvm::Value* laneId = nullptr;
+  llvm::Value* warpId = nullptr;
+  // Contiguity / divisibility / constancy facts of the kernel's values.
+  std::unique_ptr<ir::AxisInfo> axis;
+  // Bytes of dynamic shared memory the kernel needs (max over all scratch uses).
+  int64_t sharedBytes = 0;
+
+  // The first unsupported construct met; lowering continues but the result is discarded.
+  ir::Status status;
+  void unsupported(const ir::Operation& op, const std::string& what);
+
+  // ---- values ----
+  const Lowered& get(const ir::Value* v) const;
+  llvm::Value* scalar(const ir::Value* v) const { return get(v).regs.at(0); }
+  void set(const ir::Value* v, Lowered lowered) { values_[v] = std::move(lowered); }
+  // The linear layout of a tile type (its layout must be set).
+  ir::LinearLayout linearLayout(const ir::Type& tileType, const ir::Operation& where);
+
+  // ---- types ----
+  // Register type of an element: i1, i8 (also fp8 bits and i4), i16, i32, i64,
+  // half, bfloat, float, double, or ptr addrspace(1|3).
+  llvm::Type* elementType(const ir::Type& t);
+  // Type of an element as stored in memory (i1 → i8).
+  llvm::Type* memoryType(ir::ScalarKind k);
+
+  // ---- thread geometry ----
+  // This thread's coordinate along `dim` for register `reg` of `layout` (i32).
+  llvm::Value* coordinate(const ir::LinearLayout& layout, int64_t reg, int dim);
+
+  // ---- shared memory ----
+  // Base of the dynamic shared-memory scratch (addrspace 3), and a CTA barrier.
+  llvm::Value* sharedBase();
+  void barrier();
+  void reserveShared(int64_t bytes) { sharedBytes = std::max(sharedBytes, bytes); }
+
+  // ---- helpers ----
+  llvm::Value* i32(int64_t v) { return b.getInt32(static_cast<uint32_t>(v)); }
+
+  // Values yielded by the region just lowered (set by lowerYield).
+  std::vector<Lowered> yielded;
+  // Builder positioned at the end of the entry block, for values every block may
+  // use (thread-geometry terms).
+  llvm::IRBuilder<>* entryBuilder = nullptr;
+
+ private:
+  std::unordered_map<const ir::Value*, Lowered> values_;
+  std::unordered_map<std::string, llvm::Value*> laneWarpCoord_;  // per (layout, dim, block)
+  llvm::GlobalVariable* shared_ = nullptr;
+};
+
+// One lowering function per op family (ir/Ops.def); a family without one fails
+// to link.
+#define ATTNJIT_OP(Enum, spelling, Family) void lower##Family(LoweringContext& ctx, const ir::Operation& op);
+#include "ir/Ops.def"
+
+// Lowers every op of a block in order (used by the kernel body and regions).
+void lowerBlock(LoweringContext& ctx, const ir::Block& block);
+
+// Converts a scalar LLVM value between element kinds with the IR's cast
+// semantics (ir/Ops.def, `cast`).
+llvm::Value* castElement(LoweringContext& ctx, const ir::Operation& op, llvm::Value* v, ir::ScalarKind from,
+                         ir::ScalarKind to);
+
+// Moves `regs` held in layout `from` into layout `to` through shared memory (any
+// two distributed layouts; for a reshape `to` may have another shape with the
+// same element count: elements are matched in row-major order).
+std::vector<llvm::Value*> convertThroughShared(LoweringContext& ctx, const std::vector<llvm::Value*>& regs,
+                                               const ir::LinearLayout& from, const ir::LinearLayout& to,
+                                               llvm::Type* elementType);
+
+}  // namespace attnjit::codegen

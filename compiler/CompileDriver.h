@@ -1,0 +1,39 @@
+// The compile driver: tile IR → passes → LLVM IR → PTX, with every stage kept
+// for inspection (--emit, ATTNJIT_DUMP_DIR) and timed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/Pipeline.h"
+#include "ir/IR.h"
+
+namespace attnjit::compiler {
+
+struct CompileOptions {
+  std::string target = "sm_90a";
+  int driverMaxPtx = 0;  // the CUDA driver's PTX ISA limit (0: unknown, no clamp)
+  PipelineOptions pipeline;
+  bool optimizeLlvm = true;
+  // Stop after this stage: "tir-opt", "llvm", "ptx" (default: all the way to PTX).
+  std::string stopAfter = "ptx";
+};
+
+struct CompiledKernel {
+  std::string name;
+  std::string target;
+  int ptxVersion = 0;
+  std::string tir;           // as built / parsed
+  std::string tirOptimized;  // after the pass pipeline
+  std::string llvmIr, llvmIrOptimized, ptx;
+  int numThreads = 0;
+  int sharedMemoryBytes = 0;
+  std::vector<PassTiming> passTimings;
+  double passesMs = 0, lowerMs = 0, llvmOptimizeMs = 0, ptxEmitMs = 0;
+};
+
+// Compiles `kernel` (which the passes rewrite in place).
+ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOptions& options);
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,454 @@
+// Layout assignment: decides how every tile value is distributed over threads.
+//
+// 1. Anchors decide: loads and stores take a coalesced #blocked layout (16-byte
+//    vectors along the contiguous last dimension); dot results take #mma (tensor
+//    cores, f16/bf16 operands on sm_80+) or #blocked (FMA path), their operands
+//    #dot_op of that parent; reductions give #slice of their operand's layout.
+// 2. Every other computed value follows its operands (elementwise ops take the
+//    layout of their first operand that has one); loop-carried values take the
+//    layout of what the loop yields; a value nothing decides gets a default
+//    coalesced #blocked layout.
+// 3. "Cheap" values — constants, arange, splat, broadcast, expand_dims and
+//    elementwise ops on those, and any integer, mask or pointer arithmetic — are
+//    not converted between layouts: they are recomputed in every layout a
+//    consumer needs (cloned next to the original), which costs a few integer ops
+//    instead of a trip through shared memory; only their computed leaves (a
+//    loaded row of block numbers, say) are converted.
+// 4. Where a computed value's layout differs from what its consumer needs, a
+//    convert_layout is inserted right after the value's definition.
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/passes/IrUtils.h"
+#include "compiler/passes/Passes.h"
+#include "ir/AxisInfo.h"
+#include "ir/LinearLayout.h"
+
+namespace attnjit::compiler {
+
+using namespace ir;
+
+namespace {
+
+int elementBytes(const Type& t) {
+  int bits = storageBits(t.scalarKind());
+  return bits < 8 ? 1 : bits / 8;
+}
+
+LayoutRef blocked(std::vector<int64_t> spt, std::vector<int64_t> tpw, std::vector<int64_t> wpc,
+                  std::vector<int64_t> order) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::Blocked;
+  l->sizePerThread = std::move(spt);
+  l->threadsPerWarp = std::move(tpw);
+  l->warpsPerCta = std::move(wpc);
+  l->order = std::move(order);
+  return l;
+}
+
+// Coalesced blocked layout: each thread holds up to a 16-byte vector along the
+// contiguous dimension (`contiguousDim`, at most `contiguity` elements), lanes
+// fill that dimension first, then the others from the last; warps go to the
+// slowest dimensions.
+LayoutRef coalescedLayout(const std::vector<int64_t>& shape, int elemBytes, int numWarps, int contiguousDim = -1,
+                          int64_t contiguity = 1 << 30) {
+  size_t rank = shape.size();
+  if (contiguousDim < 0) contiguousDim = static_cast<int>(rank) - 1;
+  std::vector<int64_t> spt(rank, 1), tpw(rank, 1), wpc(rank, 1), order;
+  order.push_back(contiguousDim);
+  for (size_t i = rank; i-- > 0;)
+    if (static_cast<int>(i) != contiguousDim) order.push_back(static_cast<int64_t>(i));
+  size_t last = static_cast<size_t>(contiguousDim);
+  spt[last] = std::max<int64_t>(1, std::min<int64_t>({16 / elemBytes, shape[last], contiguity}));
+  int64_t lanes = 32;
+  for (int64_t d : order) {
+    int64_t t = std::min(lanes, std::max<int64_t>(1, shape[d] / spt[d]));
+    tpw[d] = t;
+    lanes /= t;
+  }
+  tpw[order.back()] *= lanes;
+  int64_t warps = numWarps;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    int64_t d = *it;
+    int64_t w = std::min(warps, std::max<int64_t>(1, shape[d] / (spt[d] * tpw[d])));
+    wpc[d] = w;
+    warps /= w;
+  }
+  wpc[order.back()] *= warps;
+  return blocked(spt, tpw, wpc, order);
+}
+
+LayoutRef sliceOf(int64_t dim, LayoutRef parent) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::Slice;
+  l->dim = dim;
+  l->parent = std::move(parent);
+  return l;
+}
+
+LayoutRef mmaLayout(int64_t m, int numWarps) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::Mma;
+  l->version = 2;
+  int64_t wm = std::min<int64_t>(numWarps, std::max<int64_t>(1, m / 16));
+  l->warpsPerCta = {wm, numWarps / wm};
+  l->instrShape = {16, 8};
+  return l;
+}
+
+LayoutRef dotOperand(int64_t idx, LayoutRef parent, int kWidth) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::DotOperand;
+  l->opIdx = idx;
+  l->kWidth = kWidth;
+  l->parent = std::move(parent);
+  return l;
+}
+
+// A blocked layout with its dimensions permuted (result dim i = input dim perm[i]).
+LayoutRef permuteBlocked(const LayoutRef& in, const std::vector<int64_t>& perm) {
+  if (!in || in->kind != LayoutKind::Blocked) return nullptr;
+  std::vector<int64_t> spt, tpw, wpc, order, inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    spt.push_back(in->sizePerThread[perm[i]]);
+    tpw.push_back(in->threadsPerWarp[perm[i]]);
+    wpc.push_back(in->warpsPerCta[perm[i]]);
+    inverse[perm[i]] = static_cast<int64_t>(i);
+  }
+  for (int64_t d : in->order) order.push_back(inverse[d]);
+  return blocked(spt, tpw, wpc, order);
+}
+
+std::vector<int64_t> inversePermutation(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+bool sameLayout(const LayoutRef& a, const LayoutRef& b) {
+  if (!a || !b) return a == b;
+  return *a == *b;
+}
+
+
+bool isElementwise(Opcode op) {
+  switch (op) {
+    case Opcode::Add: case Opcode::Sub: case Opcode::Mul: case Opcode::Div: case Opcode::Rem:
+    case Opcode::Min: case Opcode::Max: case Opcode::And: case Opcode::Or: case Opcode::Xor:
+    case Opcode::Shl: case Opcode::Shr: case Opcode::Neg: case Opcode::Abs: case Opcode::Exp2:
+    case Opcode::Log2: case Opcode::Exp: case Opcode::Log: case Opcode::Sqrt: case Opcode::Rsqrt:
+    case Opcode::Tanh: case Opcode::Cmp: case Opcode::Select: case Opcode::Cast: case Opcode::Bitcast:
+    case Opcode::AddPtr:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class LayoutAssigner {
+ public:
+  LayoutAssigner(Kernel& kernel, const PassOptions& options) : kernel_(kernel), options_(options), axis_(kernel) {}
+
+  Status run() {
+    classifyCheap(kernel_.body());
+    apply(kernel_.body());
+    return status_;
+  }
+
+ private:
+  // ---- phase 1: which values are cheap, and what layout the others get ----
+
+  void classifyCheap(const Block& block) {
+    for (const auto& op : block.operations()) {
+      for (const auto& region : op->regions()) classifyCheap(*region);
+      if (op->numResults() != 1 || !op->result()->type().isTile()) continue;
+      Opcode code = op->opcode();
+      bool candidate = code == Opcode::Constant || code == Opcode::Arange || code == Opcode::Splat ||
+                       code == Opcode::Broadcast || code == Opcode::ExpandDims || isElementwise(code);
+      if (!candidate) continue;
+      // Integer, mask and pointer arithmetic is address computation: recomputing
+      // it in the consumer's layout (converting only its small non-cheap leaves,
+      // such as a row of block numbers) beats converting the result tile.
+      const Type& t = op->result()->type();
+      bool addressMath = t.hasPointerElements() || isInteger(t.scalarKind());
+      bool allCheap = true;
+      for (Value* v : op->operands())
+        if (v->type().isTile() && !cheap_.count(v)) allCheap = false;
+      if (allCheap || addressMath) cheap_.insert(op->result());
+    }
+  }
+
+  // Coalesced layout for a load or store through the pointer tile `pointers`:
+  // its most contiguous dimension (axis analysis) is the fast one.
+  LayoutRef accessLayout(const Value* pointers) const {
+    const Type& t = pointers->type();
+    const AxisFacts& f = axis_.facts(pointers);
+    int dim = t.rank() - 1;
+    for (int d = t.rank() - 1; d >= 0; --d)
+      if (f.contiguity[static_cast<size_t>(d)] > f.contiguity[static_cast<size_t>(dim)]) dim = d;
+    return coalescedLayout(t.shape(), elementBytes(t), options_.numWarps, dim, f.contiguity[static_cast<size_t>(dim)]);
+  }
+
+  LayoutRef defaultLayout(const Type& t) const {
+    return coalescedLayout(t.shape(), elementBytes(t), options_.numWarps);
+  }
+
+  bool useMma(const Operation& dot) const {
+    const Type& a = dot.operand(0)->type();
+    const Type& out = dot.result()->type();
+    ScalarKind k = a.scalarKind();
+    return options_.hasMmaSync && (k == ScalarKind::F16 || k == ScalarKind::BF16) && out.shape()[0] >= 16 &&
+           out.shape()[1] >= 8 && a.shape()[1] >= 16;
+  }
+
+  // The layout a non-cheap value would get; nullptr = undecided (cheap, or
+  // depends only on a loop-carried value still being inferred).
+  LayoutRef infer(const Value* v) {
+    if (!v->type().isTile() || cheap_.count(v)) return nullptr;
+    if (auto it = inferred_.find(v); it != inferred_.end()) return it->second;
+    LayoutRef l;
+    if (Operation* def = v->definingOp()) {
+      l = inferResult(*def, v->index());
+    } else if (Operation* loop = v->ownerBlock()->parentOp(); loop && loop->opcode() == Opcode::For) {
+      if (inProgress_.count(v)) return nullptr;
+      inProgress_.insert(v);
+      size_t iter = v->index() - 1;
+      const Operation* yield = loop->region(0)->back();
+      if (yield && yield->opcode() == Opcode::Yield && iter < yield->numOperands())
+        l = infer(yield->operand(iter));
+      if (!l) l = infer(loop->operand(3 + iter));
+      inProgress_.erase(v);
+    }
+    if (l) inferred_[v] = l;
+    return l;
+  }
+
+  LayoutRef inferResult(const Operation& op, unsigned index) {
+    const Type& t = op.result(index)->type();
+    switch (op.opcode()) {
+      case Opcode::Load:
+        return accessLayout(op.operand(0));
+      case Opcode::Dot:
+        return useMma(op) ? mmaLayout(t.shape()[0], options_.numWarps) : defaultLayout(t);
+      case Opcode::ReduceMax:
+      case Opcode::ReduceMin:
+      case Opcode::ReduceSum: {
+        LayoutRef in = infer(op.operand(0));
+        if (!in) in = defaultLayout(op.operand(0)->type());
+        return sliceOf(op.attrs().getInt("axis"), in);
+      }
+      case Opcode::ExpandDims: {
+        LayoutRef in = infer(op.operand(0));
+        if (in && in->kind == LayoutKind::Slice && in->dim == op.attrs().getInt("axis")) return in->parent;
+        return defaultLayout(t);
+      }
+      case Opcode::Broadcast:
+        return infer(op.operand(0));
+      case Opcode::Transpose: {
+        LayoutRef permuted = permuteBlocked(infer(op.operand(0)), op.attrs().getInts("perm"));
+        return permuted ? permuted : defaultLayout(t);
+      }
+      case Opcode::ConvertLayout:
+        return t.layout() ? t.layout() : defaultLayout(t);
+      case Opcode::For: {
+        return infer(op.region(0)->argument(index + 1));
+      }
+      case Opcode::If: {
+        for (const auto& region : op.regions()) {
+          const Operation* yield = region->back();
+          if (yield && yield->opcode() == Opcode::Yield && index < yield->numOperands())
+            if (LayoutRef l = infer(yield->operand(index))) return l;
+        }
+        return nullptr;
+      }
+      default:
+        if (isElementwise(op.opcode()))
+          for (Value* v : op.operands())
+            if (LayoutRef l = infer(v)) return l;
+        return nullptr;
+    }
+  }
+
+  LayoutRef decided(const Value* v) {
+    LayoutRef l = infer(v);
+    return l ? l : defaultLayout(v->type());
+  }
+
+  // ---- phase 2: rewrite types, recompute cheap values, insert conversions ----
+
+  // What layout operand i of `op` must have when op's (first) result has layout
+  // `result`; nullptr = no requirement (scalar operand, or take it as it is).
+  LayoutRef requiredOperandLayout(const Operation& op, size_t i, const LayoutRef& result) {
+    const Value* operand = op.operand(i);
+    if (!operand->type().isTile()) return nullptr;
+    switch (op.opcode()) {
+      case Opcode::Dot: {
+        if (i == 2) return result;
+        int kWidth = result->kind == LayoutKind::Mma ? 2 : 1;
+        return dotOperand(static_cast<int64_t>(i), result, kWidth);
+      }
+      case Opcode::ReduceMax:
+      case Opcode::ReduceMin:
+      case Opcode::ReduceSum:
+        if (result) return result->parent;
+        return decided(operand);
+      case Opcode::ExpandDims:
+        return sliceOf(op.attrs().getInt("axis"), result);
+      case Opcode::Broadcast:
+      case Opcode::Load:
+        return result;
+      case Opcode::Transpose: {
+        LayoutRef back = permuteBlocked(result, inversePermutation(op.attrs().getInts("perm")));
+        return back ? back : decided(operand);
+      }
+      case Opcode::ConvertLayout:
+      case Opcode::Reshape:
+        return decided(operand);
+      default:
+        if (isElementwise(op.opcode())) return result;
+        return decided(operand);
+    }
+  }
+
+  void setLayout(Value* v, const LayoutRef& l) { v->setType(v->type().withLayout(l)); }
+
+  void apply(Block& block) {
+    std::vector<Operation*> ops;
+    for (const auto& op : block.operations()) ops.push_back(op.get());
+    for (Operation* op : ops) {
+      if (op->numResults() == 1 && cheap_.count(op->result())) continue;  // recomputed where used
+      switch (op->opcode()) {
+        case Opcode::For:
+          applyFor(*op);
+          continue;
+        case Opcode::If:
+          applyIf(*op);
+          continue;
+        case Opcode::Yield:
+        case Opcode::Return:
+          continue;  // handled by the parent
+        default:
+          break;
+      }
+      LayoutRef result;
+      if (op->numResults() == 1 && op->result()->type().isTile()) {
+        result = decided(op->result());
+        setLayout(op->result(), result);
+      }
+      if (op->opcode() == Opcode::Store && op->operand(0)->type().isTile()) {
+        // Decided before any operand is rewritten (the rewritten pointers are new
+        // values the axis analysis has not seen).
+        LayoutRef access = accessLayout(op->operand(0));
+        for (size_t i = 0; i < op->numOperands(); ++i) require(*op, i, access);
+        continue;
+      }
+      for (size_t i = 0; i < op->numOperands(); ++i) require(*op, i, requiredOperandLayout(*op, i, result));
+    }
+  }
+
+  void applyFor(Operation& loop) {
+    Block& body = *loop.region(0);
+    std::vector<LayoutRef> layouts;
+    for (size_t i = 0; i < loop.numResults(); ++i) {
+      LayoutRef l = loop.result(i)->type().isTile() ? decided(body.argument(i + 1)) : nullptr;
+      layouts.push_back(l);
+      if (l) {
+        setLayout(loop.result(i), l);
+        setLayout(body.argument(i + 1), l);
+      }
+    }
+    for (size_t i = 0; i < layouts.size(); ++i) require(loop, 3 + i, layouts[i]);
+    apply(body);
+    Operation* yield = body.back();
+    for (size_t i = 0; i < layouts.size(); ++i) require(*yield, i, layouts[i]);
+  }
+
+  void applyIf(Operation& op) {
+    std::vector<LayoutRef> layouts;
+    for (size_t i = 0; i < op.numResults(); ++i) {
+      LayoutRef l = op.result(i)->type().isTile() ? decided(op.result(i)) : nullptr;
+      layouts.push_back(l);
+      if (l) setLayout(op.result(i), l);
+    }
+    for (const auto& region : op.regions()) {
+      apply(*region);
+      Operation* yield = region->back();
+      for (size_t i = 0; i < layouts.size(); ++i) require(*yield, i, layouts[i]);
+    }
+  }
+
+  void require(Operation& op, size_t i, const LayoutRef& layout) {
+    Value* v = op.operand(i);
+    if (!layout || !v->type().isTile()) return;
+    if (cheap_.count(v)) {
+      op.setOperand(i, materialize(v, layout));
+      return;
+    }
+    if (sameLayout(v->type().layout(), layout)) return;
+    op.setOperand(i, convert(v, layout));
+  }
+
+  static std::string cacheKey(const Value* v, const LayoutRef& l) {
+    return std::to_string(reinterpret_cast<uintptr_t>(v)) + l->str();
+  }
+
+  // The cheap value `v` recomputed in `layout`, right after its original (a
+  // computed leaf of a cheap expression is converted instead).
+  Value* materialize(Value* v, const LayoutRef& layout) {
+    if (!cheap_.count(v)) return sameLayout(v->type().layout(), layout) ? v : convert(v, layout);
+    std::string key = cacheKey(v, layout);
+    if (auto it = materialized_.find(key); it != materialized_.end()) return it->second;
+    Operation* def = v->definingOp();
+    auto clone = cloneWithoutRegions(*def, {v->type().withLayout(layout)});
+    for (size_t i = 0; i < clone->numOperands(); ++i) {
+      Value* operand = clone->operand(i);
+      if (!operand->type().isTile()) continue;
+      LayoutRef need = requiredOperandLayout(*clone, i, layout);
+      clone->setOperand(i, materialize(operand, need));
+    }
+    Block* block = def->parentBlock();
+    Value* result = block->insert(indexInBlock(*def) + 1, std::move(clone))->result();
+    materialized_[key] = result;
+    return result;
+  }
+
+  // A convert_layout of the computed value `v`, right after its definition.
+  Value* convert(Value* v, const LayoutRef& layout) {
+    std::string key = cacheKey(v, layout);
+    if (auto it = converted_.find(key); it != converted_.end()) return it->second;
+    auto op = std::make_unique<Operation>(Opcode::ConvertLayout, Location{});
+    op->addOperand(v);
+    op->addResult(v->type().withLayout(layout), v->name().empty() ? std::string() : v->name() + "_cvt");
+    Value* result;
+    if (Operation* def = v->definingOp()) {
+      op->setLocation(def->location());
+      result = def->parentBlock()->insert(indexInBlock(*def) + 1, std::move(op))->result();
+    } else {
+      result = v->ownerBlock()->insert(0, std::move(op))->result();
+    }
+    converted_[key] = result;
+    return result;
+  }
+
+  Kernel& kernel_;
+  PassOptions options_;
+  AxisInfo axis_;
+  Status status_;
+  std::unordered_set<const Value*> cheap_;
+  std::unordered_map<const Value*, LayoutRef> inferred_;
+  std::unordered_set<const Value*> inProgress_;
+  std::map<std::string, Value*> materialized_;
+  std::map<std::string, Value*> converted_;
+};
+
+}  // namespace
+
+Status assignLayouts(Kernel& kernel, const PassOptions& options) {
+  LayoutAssigner assigner(kernel, options);
+  if (Status s = assigner.run(); !s) return s;
+  // The originals of recomputed values are now unused.
+  return eliminateDeadCode(kernel, options);
+}
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,26 @@
+// The passes between tile IR and LLVM lowering. Each takes a verified kernel and
+// leaves a verified kernel. The order they run in is the pipeline
+// (compiler/Pipeline.cpp), one readable list.
+#pragma once
+
+#include "ir/IR.h"
+
+namespace attnjit::compiler {
+
+struct PassOptions {
+  int numWarps = 4;       // from the kernel's num_warps attribute
+  bool hasMmaSync = true; // target supports mma.sync m16n8k16 (sm_80+)
+};
+
+// Removes ops whose results are unused and that have no side effects.
+ir::Status eliminateDeadCode(ir::Kernel& kernel, const PassOptions& options);
+// Merges identical side-effect-free ops with identical operands (common
+// subexpressions) within a block and its nested regions.
+ir::Status eliminateCommonSubexpressions(ir::Kernel& kernel, const PassOptions& options);
+// Gives every tile value a layout (docs/architecture.md, "Layout assignment")
+// and inserts convert_layout where a producer's layout differs from what a
+// consumer needs; index computations are recomputed in the layout each consumer
+// needs instead of being converted.
+ir::Status assignLayouts(ir::Kernel& kernel, const PassOptions& options);
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,43 @@
+// Axis analysis: for integer and pointer values, per tile dimension, how long the
+// runs of consecutive values are (contiguity), how long the runs of equal values
+// are (constancy), and the largest power of two dividing the first element of
+// each run (divisibility; bytes for pointers, value for integers). Layout
+// assignment uses it to find the contiguous dimension of loads and stores, and
+// codegen to emit 16-byte vector accesses only where they are provably legal.
+// The same facts Triton's AxisInfo tracks, computed by one forward walk.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/IR.h"
+
+namespace attnjit::ir {
+
+struct AxisFacts {
+  std::vector<int64_t> contiguity;    // per dim (scalars: one entry of 1)
+  std::vector<int64_t> divisibility;  // per dim
+  std::vector<int64_t> constancy;     // per dim
+};
+
+class AxisInfo {
+ public:
+  // Analyzes every value of the kernel.
+  explicit AxisInfo(const Kernel& kernel);
+  // Facts of an integer or pointer value (conservative: 1s for anything unknown).
+  const AxisFacts& facts(const Value* v) const;
+
+  // Largest power of two dividing x (x = 0: kMaxDivisibility).
+  static int64_t powerOfTwoDivisor(int64_t x);
+  static constexpr int64_t kMaxDivisibility = int64_t{1} << 30;
+
+ private:
+  void analyzeBlock(const Block& block);
+  void analyzeOp(const Operation& op);
+  AxisFacts unknown(const Type& t) const;
+  std::unordered_map<const Value*, AxisFacts> facts_;
+  const Kernel& kernel_;
+};
+
+}  // namespace attnjit::ir

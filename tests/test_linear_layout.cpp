@@ -1,0 +1,129 @@
+// Linear layouts: the register/lane/warp → coordinate maps every lowering relies on.
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "ir/LinearLayout.h"
+
+using namespace attnjit::ir;
+
+namespace {
+LayoutRef blocked(std::vector<int64_t> spt, std::vector<int64_t> tpw, std::vector<int64_t> wpc,
+                  std::vector<int64_t> order) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::Blocked;
+  l->sizePerThread = spt;
+  l->threadsPerWarp = tpw;
+  l->warpsPerCta = wpc;
+  l->order = order;
+  return l;
+}
+LayoutRef mma(int64_t wm, int64_t wn) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::Mma;
+  l->version = 2;
+  l->warpsPerCta = {wm, wn};
+  l->instrShape = {16, 8};
+  return l;
+}
+LayoutRef dotOp(int64_t idx, LayoutRef parent) {
+  auto l = std::make_shared<Layout>();
+  l->kind = LayoutKind::DotOperand;
+  l->opIdx = idx;
+  l->kWidth = 2;
+  l->parent = parent;
+  return l;
+}
+}  // namespace
+
+TEST_CASE("blocked layout maps threads to a coalesced tile", "[layout]") {
+  auto ll = toLinearLayout(*blocked({1, 8}, {2, 16}, {4, 1}, {1, 0}), {16, 128}, 4);
+  REQUIRE(ll.isOk());
+  CHECK(ll->numRegisters() == 16);  // 2048 elements / 128 threads
+  CHECK(ll->coversShape());
+  // Registers 0..7 are 8 consecutive columns; lane 1 starts 8 columns further.
+  for (uint64_t r = 0; r < 8; ++r) CHECK(ll->apply(r, 0, 0) == Coord{0, static_cast<int64_t>(r), 0});
+  CHECK(ll->apply(0, 1, 0) == Coord{0, 8, 0});
+  CHECK(ll->apply(0, 16, 0) == Coord{1, 0, 0});
+  CHECK(ll->apply(0, 0, 1) == Coord{2, 0, 0});
+  CHECK(ll->apply(8, 0, 0) == Coord{8, 0, 0});  // repetition along rows
+}
+
+TEST_CASE("mma accumulator layout matches the PTX m16n8k16 fragment", "[layout]") {
+  auto ll = toLinearLayout(*mma(1, 1), {16, 8}, 1);
+  REQUIRE(ll.isOk());
+  CHECK(ll->coversShape());
+  // c0..c3 of lane l: rows l/4 and l/4 + 8, columns 2*(l%4) + 0/1.
+  for (uint64_t lane = 0; lane < 32; ++lane) {
+    int64_t g = static_cast<int64_t>(lane / 4), t = static_cast<int64_t>(lane % 4);
+    CHECK(ll->apply(0, lane, 0) == Coord{g, 2 * t, 0});
+    CHECK(ll->apply(1, lane, 0) == Coord{g, 2 * t + 1, 0});
+    CHECK(ll->apply(2, lane, 0) == Coord{g + 8, 2 * t, 0});
+    CHECK(ll->apply(3, lane, 0) == Coord{g + 8, 2 * t + 1, 0});
+  }
+}
+
+TEST_CASE("mma operand layouts match the PTX fragments and the accumulator reuse", "[layout]") {
+  auto a = toLinearLayout(*dotOp(0, mma(4, 1)), {64, 32}, 4);
+  auto b = toLinearLayout(*dotOp(1, mma(4, 1)), {32, 16}, 4);
+  auto acc = toLinearLayout(*mma(4, 1), {64, 32}, 4);
+  REQUIRE(a.isOk());
+  REQUIRE(b.isOk());
+  REQUIRE(acc.isOk());
+  CHECK(a->coversShape());
+  CHECK(b->coversShape());
+  // A: a0,a1 row g cols 2t,2t+1; a2,a3 row g+8; a4..a7 columns + 8.
+  for (uint64_t lane = 0; lane < 32; ++lane) {
+    int64_t g = static_cast<int64_t>(lane / 4), t = static_cast<int64_t>(lane % 4);
+    CHECK(a->apply(0, lane, 0) == Coord{g, 2 * t, 0});
+    CHECK(a->apply(1, lane, 0) == Coord{g, 2 * t + 1, 0});
+    CHECK(a->apply(2, lane, 0) == Coord{g + 8, 2 * t, 0});
+    CHECK(a->apply(4, lane, 0) == Coord{g, 2 * t + 8, 0});
+    // B: b0,b1 rows (k) 2t, 2t+1 of column g; b2,b3 rows + 8.
+    CHECK(b->apply(0, lane, 0) == Coord{2 * t, g, 0});
+    CHECK(b->apply(1, lane, 0) == Coord{2 * t + 1, g, 0});
+    CHECK(b->apply(2, lane, 0) == Coord{2 * t + 8, g, 0});
+  }
+  CHECK(a->apply(0, 0, 1) == Coord{16, 0, 0});  // warps split rows
+  // With warps only along M, the accumulator of a [64, 32] product is exactly the
+  // A operand of the next product: P stays in registers (FlashAttention-2).
+  CHECK(*acc == *a);
+}
+
+TEST_CASE("slices, expansion and broadcast register maps", "[layout]") {
+  auto parentEnc = blocked({1, 8}, {2, 16}, {4, 1}, {1, 0});
+  auto full = toLinearLayout(*parentEnc, {16, 128}, 4);
+  REQUIRE(full.isOk());
+  LinearLayout rows = full->sliced(1);  // what a row reduction produces
+  CHECK(rows.shape == std::vector<int64_t>{16});
+  // Lanes that differ only in the column now hold the same row.
+  CHECK(rows.apply(0, 1, 0) == Coord{0, 0, 0});
+  // expand_dims then broadcast back: every register finds its row's value.
+  LinearLayout column = rows.expanded(1);
+  auto map = full->registerSourceMap(column, {1});
+  REQUIRE(map.size() == static_cast<size_t>(full->numRegisters()));
+  for (int64_t r = 0; r < full->numRegisters(); ++r)
+    CHECK(column.registerCoord(static_cast<uint64_t>(map[r]))[0] == full->registerCoord(static_cast<uint64_t>(r))[0]);
+  // Transposition permutes coordinates.
+  LinearLayout t = full->transposed({1, 0});
+  CHECK(t.apply(1, 0, 0) == Coord{1, 0, 0});
+  CHECK(t.shape == std::vector<int64_t>{128, 16});
+}
+
+TEST_CASE("layouts for tiles smaller than the CTA tile replicate instead of failing", "[layout]") {
+  auto ll = toLinearLayout(*blocked({1, 8}, {2, 16}, {4, 1}, {1, 0}), {1, 8}, 4);
+  REQUIRE(ll.isOk());
+  CHECK(ll->coversShape());
+  CHECK(ll->numRegisters() == 8);
+  CHECK(ll->apply(0, 1, 1) == Coord{0, 0, 0});  // lanes and warps beyond the tile repeat it
+}
+
+TEST_CASE("invalid layouts are reported, not crashed on", "[layout]") {
+  CHECK_FALSE(toLinearLayout(*blocked({1, 8}, {2, 8}, {4, 1}, {1, 0}), {16, 128}, 4).isOk());   // 16 lanes
+  CHECK_FALSE(toLinearLayout(*blocked({1, 8}, {2, 16}, {2, 1}, {1, 0}), {16, 128}, 4).isOk());  // 2 warps
+  CHECK_FALSE(toLinearLayout(*blocked({1, 8}, {2, 16}, {4, 1}, {1, 0}), {16, 80}, 4).isOk());   // not pow2
+  auto shared = std::make_shared<Layout>();
+  shared->kind = LayoutKind::Shared;
+  CHECK_FALSE(toLinearLayout(*shared, {16, 16}, 4).isOk());
+  CHECK_FALSE(toLinearLayout(*mma(2, 2), {16, 16, 2}, 4).isOk());
+}
