@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <variant>
 
 #include "ir/Interpreter.h"
 #include "ir/Numeric.h"
@@ -36,10 +37,15 @@ Status parseLengthList(const std::string& key, std::string_view text, std::vecto
     const size_t comma = text.find(',', pos);
     const std::string_view item =
         text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    int value = 0;
-    if (!parseInteger(item, value))
-      return shapeError(key + ": '" + std::string(item) + "' is not an integer (expected a list like 1,17,40)");
-    values.push_back(value);
+    // "VxN" repeats V N times: query_lens=1x64 is a decode batch of 64.
+    const size_t times = item.find('x');
+    int value = 0, count = 1;
+    if (!parseInteger(item.substr(0, times), value) ||
+        (times != std::string_view::npos && (!parseInteger(item.substr(times + 1), count) || count < 1 ||
+                                             count > (1 << 20))))
+      return shapeError(key + ": '" + std::string(item) +
+                        "' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
+    values.insert(values.end(), static_cast<size_t>(count), value);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
@@ -175,6 +181,13 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
   const std::string_view value = std::string_view(keyEqualsValue).substr(eq + 1);
   if (key == "query_lens") return parseLengthList(key, value, queryLens);
   if (key == "context_lens") return parseLengthList(key, value, contextLens);
+  if (key == "check_stride") {
+    uint64_t parsed = 0;
+    if (!parseInteger(value, parsed) || parsed < 1 || parsed > (1u << 30))
+      return shapeError("check_stride: '" + std::string(value) + "' is not a positive integer");
+    checkStride = static_cast<int>(parsed);
+    return Status::ok();
+  }
   if (key == "seed") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed))
@@ -182,12 +195,12 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
     seed = parsed;
     return Status::ok();
   }
-  return shapeError("unknown shape key '" + key + "' (expected query_lens, context_lens or seed)");
+  return shapeError("unknown shape key '" + key + "' (expected query_lens, context_lens, seed or check_stride)");
 }
 
 std::string AttentionShape::str() const {
   return "query_lens=" + joinInts(queryLens) + " context_lens=" + joinInts(contextLens) +
-         " seed=" + std::to_string(seed);
+         " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "");
 }
 
 Status AttentionShape::validate() const {
@@ -213,17 +226,23 @@ Status AttentionShape::validate() const {
   return Status::ok();
 }
 
-ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAttentionConfig& config,
-                                                                const AttentionShape& shape) {
+struct UnifiedAttentionProblem::Data {
+  UnifiedAttentionConfig config;
+  reference::AttentionInputs logical;
+  int64_t numTokens = 0;
+  int64_t oStrideToken = 0, oStrideHead = 0;
+  int checkStride = 1;
+};
+
+ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::create(
+    const UnifiedAttentionConfig& config, const AttentionShape& shape) {
   if (Status s = config.validate(); !s) return s;
   if (Status s = shape.validate(); !s) return s;
-  AttentionRunResult result;
-  result.tolerance = attentionTolerance(config.dtype);
-
-  const auto buildStart = std::chrono::steady_clock::now();
-  auto kernel = buildUnifiedAttention(config);
-  if (!kernel) return kernel.status();
-  result.buildMs = millisecondsSince(buildStart);
+  std::unique_ptr<UnifiedAttentionProblem> problem(new UnifiedAttentionProblem());
+  problem->data_ = std::make_shared<Data>();
+  Data& data = *problem->data_;
+  data.config = config;
+  data.checkStride = shape.checkStride;
 
   const ScalarKind dtype = config.dtype;
   const int numSeqs = static_cast<int>(shape.queryLens.size());
@@ -231,7 +250,7 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
   const int64_t blockSize = config.blockSize;
 
   // ---- The logical problem (also the reference's input). ----
-  reference::AttentionInputs logical;
+  reference::AttentionInputs& logical = data.logical;
   logical.numQueryHeads = config.numQueryHeads;
   logical.numKvHeads = config.numKvHeads;
   logical.headSize = config.headSize;
@@ -243,6 +262,7 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
     logical.seqLens.push_back(shape.queryLens[static_cast<size_t>(s)] + shape.contextLens[static_cast<size_t>(s)]);
   }
   const int64_t numTokens = logical.cuSeqlensQ.back();
+  data.numTokens = numTokens;
   RandomValues random(shape.seed, dtype);
   logical.q.resize(static_cast<size_t>(numTokens * Hq * D));
   for (double& x : logical.q) x = random.next();
@@ -257,6 +277,8 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
   // ---- Device layouts. ----
   const int64_t qStrideToken = Hq * D + kQTokenPadding, qStrideHead = D;
   const int64_t oStrideToken = Hq * D + kOutTokenPadding, oStrideHead = D;
+  data.oStrideToken = oStrideToken;
+  data.oStrideHead = oStrideHead;
   TypedBuffer q(dtype, static_cast<size_t>(numTokens * qStrideToken));
   for (int64_t t = 0; t < numTokens; ++t)
     for (int64_t h = 0; h < Hq; ++h)
@@ -301,44 +323,55 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
   std::vector<int32_t> cuSeqlensQ(logical.cuSeqlensQ.begin(), logical.cuSeqlensQ.end());
   TypedBuffer out(dtype, static_cast<size_t>(numTokens * oStrideToken));  // all NaN until written
 
-  // ---- Run. ----
-  ir::InterpreterMemory memory;
-  auto mapBuffer = [&memory](void* data, size_t bytes, const char* label) {
-    return ir::PointerArg{memory.map(data, bytes, label)};
+  auto bytesOf = [](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return std::vector<uint8_t>(b, b + n);
   };
-  std::vector<ir::KernelArgument> args = {
-      mapBuffer(out.data(), out.byteSize(), "out"),
-      mapBuffer(q.data(), q.byteSize(), "q"),
-      mapBuffer(kvCache.data(), kvCache.byteSize(), "kv_cache"),
-      mapBuffer(blockTables.data(), blockTables.size() * sizeof(int32_t), "block_tables"),
-      mapBuffer(seqLens.data(), seqLens.size() * sizeof(int32_t), "seq_lens"),
-      mapBuffer(cuSeqlensQ.data(), cuSeqlensQ.size() * sizeof(int32_t), "cu_seqlens_q"),
-      logical.scale,
-      int64_t{numSeqs},
-      int64_t{searchSteps(numSeqs)},
-      qStrideToken,
-      qStrideHead,
-      oStrideToken,
-      oStrideHead,
-      blockTableStride,
-      kvStrideBlock,
-      kvStrideKv,
-      kvStrideToken,
-      kvStrideHead,
+  problem->buffers_ = {
+      {"out", bytesOf(out.data(), out.byteSize())},
+      {"q", bytesOf(q.data(), q.byteSize())},
+      {"kv_cache", bytesOf(kvCache.data(), kvCache.byteSize())},
+      {"block_tables", bytesOf(blockTables.data(), blockTables.size() * sizeof(int32_t))},
+      {"seq_lens", bytesOf(seqLens.data(), seqLens.size() * sizeof(int32_t))},
+      {"cu_seqlens_q", bytesOf(cuSeqlensQ.data(), cuSeqlensQ.size() * sizeof(int32_t))},
   };
-  ir::LaunchGrid grid;
-  grid.x = unifiedAttentionGridX(config, numSeqs, numTokens);
-  grid.y = Hkv;
-  result.gridX = grid.x;
-  result.gridY = grid.y;
-  const auto runStart = std::chrono::steady_clock::now();
-  if (Status s = ir::interpretKernel(**kernel, grid, args, memory); !s) return s;
-  result.runMs = millisecondsSince(runStart);
+  problem->scalars_ = {logical.scale,      int64_t{numSeqs}, int64_t{searchSteps(numSeqs)},
+                       qStrideToken,       qStrideHead,      oStrideToken,
+                       oStrideHead,        blockTableStride, kvStrideBlock,
+                       kvStrideKv,         kvStrideToken,    kvStrideHead};
+  problem->gridX_ = unifiedAttentionGridX(config, numSeqs, numTokens);
+  problem->gridY_ = Hkv;
 
-  // ---- Compare. ----
-  const std::vector<double> expected = reference::referenceAttention(logical);
+  const double elementBytes = ir::storageBits(dtype) / 8.0;
+  double visiblePairs = 0, keys = 0;
+  for (int s = 0; s < numSeqs; ++s) {
+    const int64_t queryLen = shape.queryLens[static_cast<size_t>(s)];
+    const int64_t seqLen = logical.seqLens[static_cast<size_t>(s)];
+    const int64_t contextLen = seqLen - queryLen;
+    keys += static_cast<double>(seqLen);
+    visiblePairs += config.causal ? static_cast<double>(queryLen) * static_cast<double>(contextLen) +
+                                        static_cast<double>(queryLen) * static_cast<double>(queryLen + 1) / 2
+                                  : static_cast<double>(queryLen) * static_cast<double>(seqLen);
+  }
+  problem->minimumBytes_ =
+      elementBytes * (2.0 * static_cast<double>(numTokens * Hq * D) + 2.0 * keys * static_cast<double>(Hkv * D));
+  problem->flops_ = 4.0 * static_cast<double>(D * Hq) * visiblePairs;
+  return problem;
+}
+
+void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, AttentionRunResult& result) const {
+  const Data& data = *data_;
+  const ScalarKind dtype = data.config.dtype;
+  const int64_t Hq = data.config.numQueryHeads, D = data.config.headSize;
+  result.tolerance = attentionTolerance(dtype);
+  result.maxAbsError = 0;
+  result.maxRelError = 0;
+  TypedBuffer out(dtype, output.size() / static_cast<size_t>(ir::storageBits(dtype) / 8));
+  std::memcpy(out.data(), output.data(), output.size());
+  const std::vector<double> expected = reference::referenceAttention(data.logical, data.checkStride);
   double maxAbsReference = 0;
-  for (double x : expected) maxAbsReference = std::max(maxAbsReference, std::abs(x));
+  for (double x : expected)
+    if (std::isfinite(x)) maxAbsReference = std::max(maxAbsReference, std::abs(x));
   auto describeElement = [](int64_t t, int64_t h, int64_t d, double got, double want) {
     std::ostringstream text;
     text << "token " << t << ", head " << h << ", dim " << d << ": got " << got << ", expected " << want;
@@ -346,16 +379,17 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
   };
   bool allFinite = true;
   std::string worst;
-  for (int64_t t = 0; t < numTokens; ++t)
+  for (int64_t t = 0; t < data.numTokens; ++t)
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t d = 0; d < D; ++d) {
-        const double got = out.get(static_cast<size_t>(t * oStrideToken + h * oStrideHead + d));
+        const double got = out.get(static_cast<size_t>(t * data.oStrideToken + h * data.oStrideHead + d));
         const double want = expected[static_cast<size_t>((t * Hq + h) * D + d)];
         if (!std::isfinite(got)) {
           if (allFinite) result.detail = "non-finite output at " + describeElement(t, h, d, got, want);
           allFinite = false;
           continue;
         }
+        if (!std::isfinite(want)) continue;  // a token outside the checked sample
         const double err = std::abs(got - want);
         result.maxRelError = std::max(result.maxRelError, err / (std::abs(want) + 1e-3 * maxAbsReference));
         if (err > result.maxAbsError || worst.empty()) {
@@ -364,9 +398,9 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
         }
       }
   bool paddingIntact = true;
-  for (int64_t t = 0; t < numTokens && paddingIntact; ++t)
-    for (int64_t i = Hq * D; i < oStrideToken; ++i)
-      if (out.getBits(static_cast<size_t>(t * oStrideToken + i)) != nanBits(dtype)) {
+  for (int64_t t = 0; t < data.numTokens && paddingIntact; ++t)
+    for (int64_t i = Hq * D; i < data.oStrideToken; ++i)
+      if (out.getBits(static_cast<size_t>(t * data.oStrideToken + i)) != nanBits(dtype)) {
         paddingIntact = false;
         if (allFinite) result.detail = "the kernel wrote padding after token " + std::to_string(t) + "'s output row";
         break;
@@ -374,6 +408,33 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
   if (!allFinite) result.maxAbsError = std::numeric_limits<double>::infinity();
   if (allFinite && paddingIntact) result.detail = worst;
   result.passed = allFinite && paddingIntact && result.maxAbsError <= result.tolerance;
+}
+
+ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAttentionConfig& config,
+                                                                const AttentionShape& shape) {
+  auto problem = UnifiedAttentionProblem::create(config, shape);
+  if (!problem) return problem.status();
+  AttentionRunResult result;
+  const auto buildStart = std::chrono::steady_clock::now();
+  auto kernel = buildUnifiedAttention(config);
+  if (!kernel) return kernel.status();
+  result.buildMs = millisecondsSince(buildStart);
+
+  ir::InterpreterMemory memory;
+  std::vector<ir::KernelArgument> args;
+  for (auto& buffer : (*problem)->buffers())
+    args.push_back(ir::PointerArg{memory.map(buffer.bytes.data(), buffer.bytes.size(), buffer.label)});
+  for (const auto& scalar : (*problem)->scalarArguments())
+    std::visit([&](auto v) { args.push_back(v); }, scalar);
+  ir::LaunchGrid grid;
+  grid.x = (*problem)->gridX();
+  grid.y = (*problem)->gridY();
+  result.gridX = grid.x;
+  result.gridY = grid.y;
+  const auto runStart = std::chrono::steady_clock::now();
+  if (Status s = ir::interpretKernel(**kernel, grid, args, memory); !s) return s;
+  result.runMs = millisecondsSince(runStart);
+  (*problem)->check((*problem)->buffers()[0].bytes, result);
   return result;
 }
 

@@ -91,10 +91,8 @@ void AxisInfo::analyzeOp(const Operation& op) {
   int64_t c = 0;
   switch (op.opcode()) {
     case Opcode::Constant:
-      if (isIntegerConstant(op, c)) {
-        out.divisibility.assign(r, powerOfTwoDivisor(c));
-        out.constancy = shape;
-      }
+      out.constancy = shape;  // a constant tile holds one value (float or integer)
+      if (isIntegerConstant(op, c)) out.divisibility.assign(r, powerOfTwoDivisor(c));
       break;
     case Opcode::Constexpr:
     case Opcode::ProgramId:
@@ -125,7 +123,8 @@ void AxisInfo::analyzeOp(const Operation& op) {
     case Opcode::ExpandDims: {
       out = in(0);
       auto axis = static_cast<size_t>(op.attrs().getInt("axis"));
-      int64_t div = op.operand(0)->type().isTile() ? out.divisibility[0] : out.divisibility[0];
+      // The new unit dimension: each "run" is one element, as divisible as the value.
+      int64_t div = *std::min_element(out.divisibility.begin(), out.divisibility.end());
       out.contiguity.insert(out.contiguity.begin() + static_cast<std::ptrdiff_t>(axis), 1);
       out.divisibility.insert(out.divisibility.begin() + static_cast<std::ptrdiff_t>(axis), div);
       out.constancy.insert(out.constancy.begin() + static_cast<std::ptrdiff_t>(axis), 1);

@@ -198,10 +198,20 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
     auto st = s.set(text);
     return st ? std::string("ok") : st.diagnostic().message;
   };
-  CHECK(message("query_lens=1,x") == "query_lens: 'x' is not an integer (expected a list like 1,17,40)");
-  CHECK(message("context_lens=1,,2") == "context_lens: '' is not an integer (expected a list like 1,17,40)");
+  CHECK(message("query_lens=1,x") == "query_lens: 'x' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
+  CHECK(message("context_lens=1,,2") == "context_lens: '' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
   CHECK(message("seed=-3") == "seed: '-3' is not a non-negative integer");
-  CHECK(message("batch=4") == "unknown shape key 'batch' (expected query_lens, context_lens or seed)");
+  CHECK(message("batch=4") == "unknown shape key 'batch' (expected query_lens, context_lens, seed or check_stride)");
+  {
+    AttentionShape repeated;
+    REQUIRE(repeated.set("query_lens=1x3,5").isOk());
+    CHECK(repeated.queryLens == std::vector<int>{1, 1, 1, 5});
+    REQUIRE(repeated.set("check_stride=7").isOk());
+    CHECK(repeated.checkStride == 7);
+    CHECK(repeated.str().find("check_stride=7") != std::string::npos);
+    CHECK_FALSE(repeated.set("query_lens=1x0").isOk());
+    CHECK_FALSE(repeated.set("check_stride=0").isOk());
+  }
   CHECK(message("query_lens") == "expected key=value (query_lens=..., context_lens=..., seed=N), got 'query_lens'");
   // A failed set leaves the shape unchanged.
   CHECK(s.queryLens == std::vector<int>{1, 7});

@@ -8,18 +8,23 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "runtime/Driver.h"
+#include "test_paths.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kCli = ATTNJIT_CLI_PATH;
-const std::string kSourceDir = ATTNJIT_SOURCE_DIR;
+const std::string kCli = attnjit::tests::cliPath();
+const std::string kSourceDir = attnjit::tests::sourceDir();
 
 struct CliResult {
   bool exitedNormally = false;  // false: killed by a signal (a crash)
@@ -66,9 +71,18 @@ std::string shellQuote(const std::string& s) {
   return quoted + "'";
 }
 
-CliResult runCli(const std::vector<std::string>& args) {
+// `environment` holds NAME=VALUE settings for the tool's environment (PATH=... to
+// hide or show the CUDA toolkit).
+CliResult runCli(const std::vector<std::string>& args, const std::vector<std::string>& environment = {}) {
   TempDir capture;
-  std::string command = "exec " + shellQuote(kCli);
+  std::string command = "exec ";
+  if (!environment.empty()) {
+    // `env` execs the tool in turn, so a crash still shows as a signal.
+    command += "env";
+    for (const std::string& setting : environment) command += " " + shellQuote(setting);
+    command += " ";
+  }
+  command += shellQuote(kCli);
   for (const std::string& a : args) command += " " + shellQuote(a);
   command += " </dev/null >" + shellQuote((capture.path() / "out").string()) + " 2>" +
              shellQuote((capture.path() / "err").string());
@@ -107,18 +121,32 @@ TEST_CASE("cli: list prints one line per variant with its parameters", "[cli]") 
   CHECK(r.out.find("dtype=f16 ") != std::string::npos);
 }
 
-TEST_CASE("cli: compile prints the tile IR of every variant", "[cli]") {
+TEST_CASE("cli: compile prints the tile IR of every variant, each under a header line", "[cli]") {
   CliResult r = runCli({"compile", specPath("unified_attention_f32.yaml"), "--emit=tir"});
   INFO(r.err);
   REQUIRE(r.exitCode == 0);
   CHECK(countOccurrences(r.out, "kernel @") == 2);
+  CHECK(startsWith(r.out, "// ---- unified_attention_f32_h4kv4_d80_bs32_causal ----\n\n// vLLM"));
+  CHECK(r.out.find("\n// ---- unified_attention_f32_h4kv4_d80_bs32_noncausal ----\n\n// vLLM") != std::string::npos);
   CHECK(r.out.find("kernel @unified_attention_f32_h4kv4_d80_bs32_causal(") != std::string::npos);
   CHECK(r.out.find("kernel @unified_attention_f32_h4kv4_d80_bs32_noncausal(") != std::string::npos);
+  // As built: the layouts come with the passes.
+  CHECK(r.out.find("#blocked") == std::string::npos);
 
-  // tir-opt has no passes yet: the same text.
-  CliResult optimized = runCli({"compile", specPath("unified_attention_f32.yaml"), "--emit", "tir-opt"});
-  CHECK(optimized.exitCode == 0);
-  CHECK(optimized.out == r.out);
+  // The text of several kernels with header comments is still a valid .tir module.
+  TempDir dir;
+  fs::path tir = dir.path() / "both.tir";
+  writeFile(tir, r.out);
+  CliResult reparsed = runCli({"compile", tir.string(), "--variant=unified_attention_f32_h4kv4_d80_bs32_noncausal"});
+  INFO(reparsed.err);
+  CHECK(reparsed.exitCode == 0);
+  CHECK(startsWith(reparsed.out, "// vLLM unified paged attention"));
+  CHECK(countOccurrences(reparsed.out, "kernel @unified_attention_f32_h4kv4_d80_bs32_noncausal(") == 1);
+  CHECK(countOccurrences(reparsed.out, "kernel @") == 1);
+  // Read back whole, it prints as it was written.
+  CliResult whole = runCli({"compile", tir.string()});
+  CHECK(whole.exitCode == 0);
+  CHECK(whole.out == r.out);
 }
 
 TEST_CASE("cli: compile of one variant to a file round-trips through the .tir parser", "[cli]") {
@@ -176,15 +204,23 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
       {{"compile", kSourceDir + "/examples/none.tir"}, kSourceDir + "/examples/none.tir: error: ", "no such file"},
       {{"list"}, "attnjit list: error: ", "missing the spec file"},
       {{"list", f32, f32}, "attnjit list: error: ", "expected one spec file"},
-      {{"compile", f32, "--emit=ptx"}, "attnjit compile: error: ",
-       "--emit=ptx is not available yet: codegen lands with the codegen issue"},
-      {{"compile", f32, "--emit=sass"}, "attnjit compile: error: ", "--emit=sass is not available yet"},
       {{"compile", f32, "--emit=asm"}, "attnjit compile: error: ", "unknown --emit value 'asm'"},
+      {{"compile", f32, "--emit=bogus"}, "attnjit compile: error: ",
+       "unknown --emit value 'bogus' (stages: tir, tir-opt, llvm, llvm-opt, ptx, cubin, sass)"},
+      {{"compile", f32, "--emit=llvm-op"}, "attnjit compile: error: ", "did you mean 'llvm-opt'?"},
+      {{"compile", f32, "--arch=sm_75"}, "attnjit compile: error: ",
+       "--arch=sm_75: unknown target 'sm_75' (known: sm_80,"},
+      {{"compile", f32, "--arch=sm_80", "--arch=sm_86"}, "attnjit compile: error: ", "'--arch' is given twice"},
+      {{"compile", f32, "--print-after-all=yes"}, "attnjit compile: error: ", "'--print-after-all' takes no value"},
+      {{"compile", f32, "--print-after"}, "attnjit compile: error: ", "option '--print-after' needs a value"},
+      {{"compile", kSourceDir + "/examples/tir/vector_add.tir", "--variant=vector_ad"}, "attnjit compile: error: ",
+       "no kernel named 'vector_ad' in " + kSourceDir + "/examples/tir/vector_add.tir; did you mean 'vector_add'?"},
+      {{"inspect", f32, "--arch=sm_75"}, "attnjit inspect: error: ", "unknown target 'sm_75'"},
+      {{"inspect"}, "attnjit inspect: error: ", "missing the input"},
+      {{"inspect", f32, "--emit=ptx"}, "attnjit inspect: error: ", "unknown option '--emit'"},
       {{"compile", f32, "--emit"}, "attnjit compile: error: ", "option '--emit' needs a value"},
       {{"compile", f32, "--emit=tir", "--emit=tir"}, "attnjit compile: error: ", "'--emit' is given twice"},
       {{"compile", f32, "--variant=nope"}, "attnjit compile: error: ", "no variant named 'nope'"},
-      {{"run", f32}, "attnjit run: error: ",
-       "GPU execution is not available yet (codegen lands with the codegen issue); use --interpret"},
       {{"run", f32, "--interpret=yes"}, "attnjit run: error: ", "option '--interpret' takes no value"},
       {{"run", f32, "--interpret", "--shape", "query_lens=1,2"}, "attnjit run: error: ", "context_lens"},
       {{"run", f32, "--interpret", "--shape", "batch=4"}, "attnjit run: error: ", "batch"},
@@ -203,15 +239,37 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
   }
 }
 
+TEST_CASE("cli: run without a CUDA driver points to --interpret", "[cli]") {
+  if (attnjit::runtime::driverAvailable()) {
+    WARN("a CUDA driver is present: 'attnjit run' runs on the GPU, so its no-driver error is not tested");
+    return;
+  }
+  CliResult r = runCli({"run", specPath("unified_attention_f32.yaml")});
+  CHECK(r.exitCode == 2);
+  CHECK(startsWith(r.err, "attnjit run: error: CUDA driver not available"));
+  CHECK(r.err.find("use --interpret") != std::string::npos);
+}
+
 TEST_CASE("cli: help and version", "[cli]") {
   CliResult help = runCli({"--help"});
   CHECK(help.exitCode == 0);
-  for (const char* command : {"list", "compile", "run"}) CHECK(help.out.find(command) != std::string::npos);
+  for (const char* command : {"list", "compile", "inspect", "run"}) {
+    CHECK(help.out.find("\n  " + std::string(command) + " ") != std::string::npos);
+  }
 
   CliResult compileHelp = runCli({"compile", "--help"});
   CHECK(compileHelp.exitCode == 0);
-  CHECK(compileHelp.out.find("tir-opt: no passes yet") != std::string::npos);
-  CHECK(compileHelp.out.find("--variant=NAME") != std::string::npos);
+  for (const char* stage : {"tir ", "tir-opt ", "llvm ", "llvm-opt ", "ptx ", "cubin ", "sass "}) {
+    CHECK(compileHelp.out.find("\n  " + std::string(stage)) != std::string::npos);
+  }
+  for (const char* option :
+       {"--variant=NAME", "--arch=sm_XX", "--print-after-all", "--print-after=PASS", "--time-passes"}) {
+    CHECK(compileHelp.out.find(option) != std::string::npos);
+  }
+
+  CliResult inspectHelp = runCli({"help", "inspect"});
+  CHECK(inspectHelp.exitCode == 0);
+  CHECK(inspectHelp.out.find("ptxas -v") != std::string::npos);
 
   CliResult runHelp = runCli({"help", "run"});
   CHECK(runHelp.exitCode == 0);
@@ -317,4 +375,374 @@ TEST_CASE("cli: mutated copies of the shipped specs and .tir files never crash t
                           true);
     }
   }
+}
+
+// ---- Compile stages and inspection (attnjit compile --emit=..., attnjit inspect) ----
+
+namespace {
+
+const std::string kBf16Decode = "unified_attention_bf16_h32kv8_d128_bs16_causal";
+const std::string kF16Decode = "unified_attention_f16_h32kv8_d128_bs16_causal";
+
+// Whether an executable named `tool` is in a directory of this process's PATH (the
+// tool inherits this PATH).
+bool onPath(const std::string& tool) {
+  const char* path = std::getenv("PATH");
+  std::stringstream directories(path == nullptr ? "" : path);
+  std::string directory;
+  while (std::getline(directories, directory, ':')) {
+    fs::path candidate = fs::path(directory.empty() ? "." : directory) / tool;
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec) && access(candidate.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> splitWords(const std::string& line) {
+  std::stringstream in(line);
+  std::vector<std::string> words;
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The `inspect` table as column name → value, for the row of `kernel`.
+std::map<std::string, std::string> inspectRow(const std::string& table, const std::string& kernel) {
+  std::vector<std::string> header;
+  for (const std::string& line : splitLines(table)) {
+    std::vector<std::string> words = splitWords(line);
+    if (!words.empty() && words[0] == "kernel") header = words;
+    if (words.empty() || words[0] != kernel || words.size() != header.size()) continue;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < header.size(); ++i) row[header[i]] = words[i];
+    return row;
+  }
+  return {};
+}
+
+// The pass names, in pipeline order, as the error for an unknown pass lists them.
+std::vector<std::string> pipelinePassesFromError() {
+  CliResult r = runCli({"compile", specPath("unified_attention_decode.yaml"), "--print-after=nope"});
+  std::string marker = "(passes: ";
+  size_t start = r.err.find(marker);
+  size_t end = r.err.find(')', start);
+  if (start == std::string::npos || end == std::string::npos) return {};
+  std::string list = r.err.substr(start + marker.size(), end - start - marker.size());
+  std::vector<std::string> names;
+  for (std::string word : splitWords(list)) {
+    if (!word.empty() && word.back() == ',') word.pop_back();
+    names.push_back(word);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("cli: compile --emit=tir-opt prints the IR after the passes, with layouts", "[cli]") {
+  std::string spec = specPath("unified_attention_decode.yaml");
+  CliResult built = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=tir"});
+  CliResult optimized = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=tir-opt"});
+  INFO(optimized.err);
+  REQUIRE(built.exitCode == 0);
+  REQUIRE(optimized.exitCode == 0);
+  CHECK(built.out.find("#blocked") == std::string::npos);
+  CHECK(optimized.out.find("#blocked") != std::string::npos);
+  CHECK(countOccurrences(optimized.out, "kernel @" + kBf16Decode + "(") == 1);
+  CHECK(optimized.out.find("// ----") == std::string::npos);  // one kernel: no header
+
+  // The optimized IR is valid .tir: it reads back and prints the same.
+  TempDir dir;
+  fs::path tir = dir.path() / "optimized.tir";
+  writeFile(tir, optimized.out);
+  CliResult reparsed = runCli({"compile", tir.string()});
+  INFO(reparsed.err);
+  CHECK(reparsed.exitCode == 0);
+  CHECK(reparsed.out == optimized.out);
+}
+
+TEST_CASE("cli: compile --emit=llvm and --emit=llvm-opt print one LLVM module per kernel", "[cli]") {
+  std::string spec = specPath("unified_attention_decode.yaml");
+  CliResult llvm = runCli({"compile", spec, "--emit=llvm"});
+  INFO(llvm.err);
+  REQUIRE(llvm.exitCode == 0);
+  CHECK(countOccurrences(llvm.out, "define ptx_kernel void @") == 2);
+  CHECK(llvm.out.find("define ptx_kernel void @" + kBf16Decode + "(") != std::string::npos);
+  CHECK(llvm.out.find("define ptx_kernel void @" + kF16Decode + "(") != std::string::npos);
+  // LLVM IR comments start with ';'.
+  CHECK(startsWith(llvm.out, "; ---- " + kBf16Decode + " ----\n"));
+  CHECK(llvm.out.find("\n; ---- " + kF16Decode + " ----\n") != std::string::npos);
+  CHECK(llvm.out.find("target triple = \"nvptx64-nvidia-cuda\"") != std::string::npos);
+
+  CliResult optimized = runCli({"compile", spec, "--variant", kBf16Decode, "--emit=llvm-opt"});
+  CliResult unoptimized = runCli({"compile", spec, "--variant", kBf16Decode, "--emit=llvm"});
+  INFO(optimized.err);
+  REQUIRE(optimized.exitCode == 0);
+  CHECK(countOccurrences(optimized.out, "define ptx_kernel void @" + kBf16Decode + "(") == 1);
+  CHECK(optimized.out.find("; ----") == std::string::npos);
+  CHECK(optimized.out != unoptimized.out);
+}
+
+TEST_CASE("cli: compile --emit=ptx for the spec's target or --arch", "[cli]") {
+  std::string spec = specPath("unified_attention_decode.yaml");
+  // The spec says target: sm_90a.
+  CliResult ptx = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx"});
+  INFO(ptx.err);
+  REQUIRE(ptx.exitCode == 0);
+  CHECK(ptx.out.find("\n.target sm_90a") != std::string::npos);
+  CHECK(ptx.out.find(".entry " + kBf16Decode + "(") != std::string::npos);
+  CHECK(ptx.out.find(".maxntid 128, 1, 1") != std::string::npos);  // num_warps 4
+  CHECK(ptx.err.empty());
+
+  TempDir dir;
+  fs::path file = dir.path() / "kernels.ptx";
+  CliResult sm80 = runCli({"compile", spec, "--emit=ptx", "--arch=sm_80", "-o", file.string()});
+  INFO(sm80.err);
+  REQUIRE(sm80.exitCode == 0);
+  CHECK(sm80.out.empty());
+  std::string text = readFile(file);
+  CHECK(countOccurrences(text, "\n.target sm_80\n") == 2);
+  CHECK(text.find("sm_90a") == std::string::npos);
+  CHECK(countOccurrences(text, ".entry ") == 2);
+  CHECK(startsWith(text, "// ---- " + kBf16Decode + " ----\n"));
+}
+
+TEST_CASE("cli: a kernel the target cannot run is an error at the op, exit 2", "[cli]") {
+  // fp8 conversions need sm_89 (codegen/Target.h).
+  TempDir dir;
+  fs::path tir = dir.path() / "fp8.tir";
+  writeFile(tir,
+            "kernel @fp8_to_f32(%x: ptr<global, f8e4m3>, %out: ptr<global, f32>) attributes {num_warps = 4} {\n"
+            "  %offs = arange {start = 0, end = 128} : tile<128xi32>\n"
+            "  %xp = splat %x : tile<128xptr<global, f8e4m3>>\n"
+            "  %xps = addptr %xp, %offs : tile<128xptr<global, f8e4m3>>\n"
+            "  %xv = load %xps : tile<128xf8e4m3>\n"
+            "  %wide = cast %xv : tile<128xf32>\n"
+            "  %op = splat %out : tile<128xptr<global, f32>>\n"
+            "  %ops = addptr %op, %offs : tile<128xptr<global, f32>>\n"
+            "  store %ops, %wide\n"
+            "  return\n"
+            "}\n");
+  CliResult old = runCli({"compile", tir.string(), "--emit=ptx", "--arch=sm_80"});
+  CHECK(old.exitCode == 2);
+  CHECK(old.out.empty());
+  CHECK(startsWith(old.err, tir.string() + ":6:"));
+  CHECK(old.err.find("error: cannot compile kernel 'fp8_to_f32' for sm_80: ") != std::string::npos);
+  CHECK(old.err.find("sm_89") != std::string::npos);
+
+  CliResult ada = runCli({"compile", tir.string(), "--emit=ptx", "--arch=sm_89"});
+  INFO(ada.err);
+  CHECK(ada.exitCode == 0);
+  CHECK(ada.out.find(".target sm_89") != std::string::npos);
+  CHECK(ada.out.find("e4m3") != std::string::npos);
+}
+
+TEST_CASE("cli: --print-after and --print-after-all print the IR after passes to stderr", "[cli]") {
+  std::string spec = specPath("unified_attention_decode.yaml");
+  CliResult one = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=assign-layouts"});
+  INFO(one.err.substr(0, 2000));
+  REQUIRE(one.exitCode == 0);
+  CHECK(startsWith(one.err, "// -----// IR after assign-layouts //----- //\n"));
+  CHECK(countOccurrences(one.err, "// -----// IR after ") == 1);
+  CHECK(one.err.find("kernel @" + kBf16Decode + "(") != std::string::npos);
+  CHECK(one.err.find("#blocked") != std::string::npos);
+  CHECK(one.out.find(".entry " + kBf16Decode) != std::string::npos);  // stdout keeps the stage's output
+
+  std::vector<std::string> passes = pipelinePassesFromError();
+  REQUIRE(passes.size() >= 2);
+  CHECK(std::find(passes.begin(), passes.end(), "assign-layouts") != passes.end());
+  CliResult all = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=tir-opt", "--print-after-all"});
+  REQUIRE(all.exitCode == 0);
+  CHECK(countOccurrences(all.err, "// -----// IR after ") == passes.size());
+  size_t at = 0;
+  for (const std::string& pass : passes) {
+    size_t found = all.err.find("// -----// IR after " + pass + " //----- //\n", at);
+    CHECK(found != std::string::npos);
+    if (found != std::string::npos) at = found + 1;
+  }
+  // The dump after the last pass is the optimized IR itself.
+  std::string lastHeader = "// -----// IR after " + passes.back() + " //----- //\n";
+  CHECK(all.err.substr(all.err.find(lastHeader) + lastHeader.size()) == all.out);
+
+  CliResult unknown = runCli({"compile", spec, "--print-after=assign-layout"});
+  CHECK(unknown.exitCode == 2);
+  CHECK(startsWith(unknown.err, "attnjit compile: error: unknown pass 'assign-layout' for --print-after (passes: "));
+  CHECK(unknown.err.find("did you mean 'assign-layouts'?") != std::string::npos);
+  CHECK(unknown.out.empty());
+}
+
+TEST_CASE("cli: --time-passes prints a timing table per kernel that adds up", "[cli]") {
+  CliResult r = runCli({"compile", specPath("unified_attention_decode.yaml"), "--emit=ptx", "--time-passes"});
+  INFO(r.err);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.err.find("===-- pass timings: " + kBf16Decode + " (sm_90a) --===\n") != std::string::npos);
+  CHECK(r.err.find("===-- pass timings: " + kF16Decode + " (sm_90a) --===\n") != std::string::npos);
+  CHECK(countOccurrences(r.out, ".entry ") == 2);
+
+  std::vector<std::string> passes = pipelinePassesFromError();
+  REQUIRE(!passes.empty());
+  // The first table: rows "  <what>  <ms> ms" up to "total".
+  std::map<std::string, double> ms;
+  std::vector<std::string> order;
+  for (const std::string& line : splitLines(r.err)) {
+    if (startsWith(line, "===-- ") && !order.empty()) break;
+    std::vector<std::string> words = splitWords(line);
+    if (words.size() < 3 || words.back() != "ms") continue;
+    std::string what;
+    for (size_t i = 0; i + 2 < words.size(); ++i) what += (what.empty() ? "" : " ") + words[i];
+    ms[what] = std::stod(words[words.size() - 2]);
+    order.push_back(what);
+  }
+  std::vector<std::string> expected = passes;
+  expected.insert(expected.end(), {"passes (with verification)", "LLVM lowering", "LLVM O3", "PTX emission", "total"});
+  CHECK(order == expected);
+  double passSum = 0;
+  for (const std::string& pass : passes) passSum += ms[pass];
+  CHECK(ms["passes (with verification)"] >= passSum - 0.01);
+  CHECK(ms["LLVM O3"] > 0);
+  CHECK(ms["PTX emission"] > 0);
+  double stages = ms["passes (with verification)"] + ms["LLVM lowering"] + ms["LLVM O3"] + ms["PTX emission"];
+  CHECK(ms["total"] == Approx(stages).margin(0.005));
+}
+
+TEST_CASE("cli: --emit=cubin and --emit=sass without the CUDA toolkit say what is missing", "[cli]") {
+  TempDir empty;  // a PATH with no ptxas, nvdisasm or cuobjdump
+  std::string spec = specPath("unified_attention_decode.yaml");
+  std::string path = "PATH=" + empty.path().string();
+  CliResult cubin = runCli({"compile", spec, "--emit=cubin"}, {path});
+  CHECK(cubin.exitCode == 2);
+  CHECK(cubin.err == "attnjit compile: error: --emit=cubin needs ptxas from the CUDA toolkit on the PATH\n");
+  CliResult sass = runCli({"compile", spec, "--emit=sass"}, {path});
+  CHECK(sass.exitCode == 2);
+  CHECK(sass.err == "attnjit compile: error: --emit=sass needs ptxas from the CUDA toolkit on the PATH\n");
+
+  // Without ptxas, inspect still reports everything but registers.
+  CliResult inspect = runCli({"inspect", spec, "--variant=" + kBf16Decode}, {path});
+  REQUIRE(inspect.exitCode == 0);
+  CHECK(inspect.out.find("regs") == std::string::npos);
+  CHECK(inspect.err.find("no ptxas on the PATH") != std::string::npos);
+  CHECK(inspectRow(inspect.out, kBf16Decode).count("mma") == 1);
+}
+
+TEST_CASE("cli: --emit=cubin writes ELF files from ptxas", "[cli]") {
+  if (!onPath("ptxas")) {
+    WARN("ptxas is not on the PATH: --emit=cubin is not tested");
+    return;
+  }
+  std::string spec = specPath("unified_attention_decode.yaml");
+  TempDir dir;
+  fs::path one = dir.path() / "one.cubin";
+  CliResult single = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=cubin", "-o", one.string()});
+  INFO(single.err);
+  REQUIRE(single.exitCode == 0);
+  std::string elf = readFile(one);
+  REQUIRE(elf.size() > 64);
+  CHECK(elf.substr(0, 4) == "\x7f" "ELF");
+  CHECK(elf.find(kBf16Decode) != std::string::npos);  // the kernel's symbol
+  CHECK(single.out == "wrote " + one.string() + " (" + std::to_string(elf.size()) + " bytes)\n");
+
+  // Several kernels: one file each in the -o directory, created when missing.
+  fs::path out = dir.path() / "cubins";
+  CliResult several = runCli({"compile", spec, "--emit=cubin", "--arch=sm_80", "-o", out.string()});
+  INFO(several.err);
+  REQUIRE(several.exitCode == 0);
+  for (const std::string& kernel : {kBf16Decode, kF16Decode}) {
+    std::string bytes = readFile(out / (kernel + ".cubin"));
+    CHECK(bytes.substr(0, 4) == "\x7f" "ELF");
+    CHECK(bytes.find(kernel) != std::string::npos);
+  }
+  CHECK(countOccurrences(several.out, "wrote ") == 2);
+
+  CliResult intoFile = runCli({"compile", spec, "--emit=cubin", "-o", one.string()});
+  CHECK(intoFile.exitCode == 2);
+  CHECK(intoFile.err.find("is a file, but 2 kernels need a directory") != std::string::npos);
+
+  CliResult timed = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=cubin", "-o", one.string(),
+                            "--time-passes"});
+  CHECK(timed.exitCode == 0);
+  CHECK(timed.err.find("\n  ptxas ") != std::string::npos);
+}
+
+TEST_CASE("cli: --emit=sass disassembles the cubin", "[cli]") {
+  if (!onPath("ptxas") || (!onPath("nvdisasm") && !onPath("cuobjdump"))) {
+    WARN("ptxas and nvdisasm or cuobjdump are not all on the PATH: --emit=sass is not tested");
+    return;
+  }
+  CliResult r = runCli({"compile", specPath("unified_attention_decode.yaml"), "--variant=" + kBf16Decode,
+                        "--emit=sass", "--arch=sm_90a"});
+  INFO(r.err);
+  REQUIRE(r.exitCode == 0);
+  // bf16 mma.sync becomes HMMA instructions on the tensor cores.
+  CHECK(r.out.find("HMMA") != std::string::npos);
+  CHECK(r.out.find("EXIT") != std::string::npos);
+}
+
+TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction mix", "[cli]") {
+  std::string spec = specPath("unified_attention_decode.yaml");
+  CliResult r = runCli({"inspect", spec});
+  INFO(r.out << r.err);
+  REQUIRE(r.exitCode == 0);
+  CHECK(startsWith(r.out, "target sm_90a,"));
+  for (const std::string& kernel : {kBf16Decode, kF16Decode}) {
+    std::map<std::string, std::string> row = inspectRow(r.out, kernel);
+    REQUIRE(!row.empty());
+    CHECK(row["threads"] == "128");
+    CHECK(std::stoi(row["smem"]) > 0);
+    CHECK(std::stoi(row["mma"]) > 0);
+    CHECK(std::stoi(row["ld.global"]) >= std::stoi(row["ld.g.vec"]));
+
+    // The counts match the PTX that `compile --emit=ptx` prints, counted here by opcode.
+    CliResult ptx = runCli({"compile", spec, "--variant=" + kernel, "--emit=ptx"});
+    REQUIRE(ptx.exitCode == 0);
+    std::map<std::string, int> counted;
+    for (const std::string& line : splitLines(ptx.out)) {
+      std::vector<std::string> words = splitWords(line);
+      if (words.empty()) continue;
+      std::string op = words[0][0] == '@' && words.size() > 1 ? words[1] : words[0];
+      for (const char* prefix : {"mma.sync.", "ldmatrix.", "shfl.", "ex2.", "st.global.", "ld.shared.", "st.shared."}) {
+        if (startsWith(op, prefix)) ++counted[prefix];
+      }
+      if (startsWith(op, "ld.global.")) {
+        ++counted["ld.global"];
+        if (op.find(".v2.") != std::string::npos || op.find(".v4.") != std::string::npos) ++counted["ld.g.vec"];
+      }
+      if (op == "bar.sync" || op == "barrier.sync" || startsWith(op, "barrier.sync.")) ++counted["bar.sync"];
+    }
+    CHECK(row["mma"] == std::to_string(counted["mma.sync."]));
+    CHECK(row["ldmatrix"] == std::to_string(counted["ldmatrix."]));
+    CHECK(row["shfl"] == std::to_string(counted["shfl."]));
+    CHECK(row["ex2"] == std::to_string(counted["ex2."]));
+    CHECK(row["bar.sync"] == std::to_string(counted["bar.sync"]));
+    CHECK(row["ld.global"] == std::to_string(counted["ld.global"]));
+    CHECK(row["ld.g.vec"] == std::to_string(counted["ld.g.vec"]));
+    CHECK(row["st.global"] == std::to_string(counted["st.global."]));
+    CHECK(row["ld.shared"] == std::to_string(counted["ld.shared."]));
+    CHECK(row["st.shared"] == std::to_string(counted["st.shared."]));
+    CHECK(counted["ex2."] > 0);  // softmax
+
+    if (onPath("ptxas")) {
+      CHECK(std::stoi(row["regs"]) > 0);
+      CHECK(std::stoi(row["regs"]) <= 255);
+      CHECK(row.count("spill.st") == 1);
+      CHECK(row.count("stack") == 1);
+    } else {
+      WARN("ptxas is not on the PATH: the register columns of inspect are not tested");
+    }
+  }
+
+  // f32 has no tensor-core path.
+  CliResult f32 = runCli({"inspect", specPath("unified_attention_f32.yaml"), "--arch=sm_80",
+                          "--variant=unified_attention_f32_h4kv4_d80_bs32_causal"});
+  INFO(f32.err);
+  REQUIRE(f32.exitCode == 0);
+  CHECK(startsWith(f32.out, "target sm_80,"));
+  std::map<std::string, std::string> row = inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_causal");
+  REQUIRE(!row.empty());
+  CHECK(row["mma"] == "0");
+  CHECK(inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_noncausal").empty());
 }

@@ -14,6 +14,7 @@
 
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace attnjit::ir;
@@ -22,7 +23,7 @@ namespace {
 
 std::vector<fs::path> repositoryTirFiles() {
   std::vector<fs::path> files;
-  fs::path root(ATTNJIT_SOURCE_DIR);
+  fs::path root(attnjit::tests::sourceDir());
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
     const std::string name = it->path().filename().string();
     if (it->is_directory() && (name == ".git" || name.rfind("build", 0) == 0)) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "compiler/Spec.h"
+#include "test_paths.h"
 
 using attnjit::compiler::loadSpecFile;
 using attnjit::compiler::loadSpecText;
@@ -13,7 +14,7 @@ using attnjit::ir::ScalarKind;
 
 namespace {
 
-const std::string kSourceDir = ATTNJIT_SOURCE_DIR;
+const std::string kSourceDir = attnjit::tests::sourceDir();
 
 // A valid spec; the malformed cases below are small edits of it, so their
 // expected line numbers can be read off this text.

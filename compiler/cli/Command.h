@@ -32,6 +32,8 @@ struct Command {
 Command listCommand();
 Command compileCommand();
 Command runCommand();
+Command inspectCommand();
+Command benchCommand();
 
 // Prints `d` to stderr as "file:line:col: error: message".
 void reportError(const ir::Diagnostic& d);

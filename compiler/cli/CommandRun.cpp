@@ -1,11 +1,13 @@
-// attnjit run: build every variant of a spec, run it on the spec's batch, and
-// check it against the float64 reference. Until codegen lands the only executor
-// is the CPU interpreter (--interpret).
+// attnjit run: build every variant of a spec, run it on the spec's batch (on the
+// GPU, or on the CPU interpreter with --interpret), and check it against the
+// float64 reference.
 #include <algorithm>
 #include <cstdio>
 
+#include "compiler/AttentionGpu.h"
 #include "compiler/AttentionProblem.h"
 #include "compiler/cli/Command.h"
+#include "runtime/Driver.h"
 
 namespace attnjit::compiler::cli {
 namespace {
@@ -30,8 +32,9 @@ int runRun(const ParsedArguments& args) {
     reportError(path.diagnostic());
     return kExitUserError;
   }
-  if (!args.has("--interpret")) {
-    reportUsageError("run", "GPU execution is not available yet (codegen lands with the codegen issue); use --interpret");
+  const bool interpret = args.has("--interpret");
+  if (!interpret && !runtime::driverAvailable()) {
+    reportUsageError("run", runtime::driverStatus().diagnostic().message + "; use --interpret to run on the CPU");
     return kExitUserError;
   }
   auto spec = loadSpecForCommand(*path, "run");
@@ -56,14 +59,35 @@ int runRun(const ParsedArguments& args) {
     return kExitUserError;
   }
 
-  std::printf("spec %s, target %s, executor: CPU interpreter\n", spec->path.c_str(), spec->target.c_str());
+  std::string executor = "CPU interpreter";
+  if (!interpret) {
+    auto target = localTarget();
+    if (!target) {
+      reportError(target.diagnostic());
+      return kExitUserError;
+    }
+    executor = "GPU (" + *target + ")";
+  }
+  std::printf("spec %s, executor: %s\n", spec->path.c_str(), executor.c_str());
   std::printf("batch: %s\n", shape.str().c_str());
   size_t nameWidth = 7;
   for (const Variant* v : *selected) nameWidth = std::max(nameWidth, v->name.size());
   printRow(nameWidth, "variant", "build ms", "run ms", "max abs err", "max rel err", "tolerance", "result");
   int failures = 0;
   for (const Variant* variant : *selected) {
-    auto result = runUnifiedAttentionInterpreted(variant->attention, shape);
+    ir::Expected<AttentionRunResult> result = ir::Diagnostic{};
+    if (interpret) {
+      result = runUnifiedAttentionInterpreted(variant->attention, shape);
+    } else {
+      auto gpu = runUnifiedAttentionGpu(variant->attention, shape, GpuRunOptions{});
+      if (gpu) {
+        // Build time here is the whole JIT: builder, passes, LLVM, PTX → cubin.
+        gpu->check.buildMs += gpu->compilePassesMs + gpu->compileLlvmMs + gpu->compileCubinMs;
+        result = gpu->check;
+      } else {
+        result = gpu.status();
+      }
+    }
     if (!result) {
       // A shape the kernel cannot take, or a builder failure: either way no number to check.
       reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + result.diagnostic().message});
@@ -84,16 +108,18 @@ Command runCommand() {
   return Command{
       "run",
       "Run every variant of a spec on its batch and check it against a float64 reference.",
-      "attnjit run <spec.yaml> --interpret [--variant=NAME] [--shape KEY=VALUE ...]",
+      "attnjit run <spec.yaml> [--interpret] [--variant=NAME] [--shape KEY=VALUE ...]",
       "The batch is the spec's 'run' section (see specs/README.md), changed by --shape:\n"
       "  --shape query_lens=1,1,37 --shape context_lens=100,7,0 --shape seed=3\n"
       "Prints one row per variant: build and run time, max abs/rel error, tolerance, PASS or FAIL.\n"
       "Exit status 1 when any variant fails its check.\n"
-      "GPU execution arrives with codegen; today --interpret (the CPU interpreter) is required.\n",
+      "Runs on the GPU (JIT for the local device) unless --interpret asks for the CPU interpreter;\n"
+      "without a CUDA driver, --interpret is required. 'attnjit bench' times kernels.\n",
       {
-          {"--interpret", "", false, "run on the CPU interpreter (required until codegen lands)"},
+          {"--interpret", "", false, "run on the CPU interpreter instead of the GPU"},
           {"--variant", "NAME", false, "only this variant"},
-          {"--shape", "KEY=VALUE", true, "override the batch: query_lens=.., context_lens=.., seed=N"},
+          {"--shape", "KEY=VALUE", true,
+           "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats), seed=N, check_stride=N"},
           {"--help", "", false, "show this help"},
       },
       runRun,

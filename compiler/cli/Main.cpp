@@ -17,7 +17,8 @@ namespace attnjit::compiler::cli {
 namespace {
 
 const std::vector<Command>& commandTable() {
-  static const std::vector<Command> table = {listCommand(), compileCommand(), runCommand()};
+  static const std::vector<Command> table = {listCommand(), compileCommand(), inspectCommand(), runCommand(),
+                                             benchCommand()};
   return table;
 }
 

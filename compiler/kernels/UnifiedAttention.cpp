@@ -120,15 +120,20 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   scale_ = kernel.addParameter(f32(), "scale");
   numSeqs_ = kernel.addParameter(i32(), "num_seqs");
   seqSearchSteps_ = kernel.addParameter(i32(), "seq_search_steps");
-  qStrideToken_ = kernel.addParameter(i64(), "q_stride_token");
-  qStrideHead_ = kernel.addParameter(i64(), "q_stride_head");
-  oStrideToken_ = kernel.addParameter(i64(), "o_stride_token");
-  oStrideHead_ = kernel.addParameter(i64(), "o_stride_head");
+  // Row strides of q, o and the cache are multiples of 8 elements whenever the
+  // head size is (every head size vLLM serves): saying so lets codegen move 16-byte
+  // vectors. The launcher checks the promise against the actual strides.
+  ir::Attributes rowStride;
+  if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
+  qStrideToken_ = kernel.addParameter(i64(), "q_stride_token", rowStride);
+  qStrideHead_ = kernel.addParameter(i64(), "q_stride_head", rowStride);
+  oStrideToken_ = kernel.addParameter(i64(), "o_stride_token", rowStride);
+  oStrideHead_ = kernel.addParameter(i64(), "o_stride_head", rowStride);
   blockTableStride_ = kernel.addParameter(i64(), "block_table_stride");
-  kvStrideBlock_ = kernel.addParameter(i64(), "kv_stride_block");
-  kvStrideKv_ = kernel.addParameter(i64(), "kv_stride_kv");
-  kvStrideToken_ = kernel.addParameter(i64(), "kv_stride_token");
-  kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head");
+  kvStrideBlock_ = kernel.addParameter(i64(), "kv_stride_block", rowStride);
+  kvStrideKv_ = kernel.addParameter(i64(), "kv_stride_kv", rowStride);
+  kvStrideToken_ = kernel.addParameter(i64(), "kv_stride_token", rowStride);
+  kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head", rowStride);
 }
 
 // vLLM's find_seq_idx in query-block mode: the largest s in [0, num_seqs) with

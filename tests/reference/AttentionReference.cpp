@@ -42,7 +42,7 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
   return {};
 }
 
-std::vector<double> referenceAttention(const AttentionInputs& in) {
+std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStride) {
   const std::string problem = checkAttentionInputs(in);
   if (!problem.empty()) {
     std::fprintf(stderr, "referenceAttention: invalid inputs: %s\n", problem.c_str());
@@ -62,6 +62,10 @@ std::vector<double> referenceAttention(const AttentionInputs& in) {
     const size_t contextLen = seqLen - queryLen;
     for (size_t i = 0; i < queryLen; ++i) {
       const size_t token = firstToken + i;
+      if (tokenStride > 1 && token % static_cast<size_t>(tokenStride) != 0 && i + 1 != queryLen) {
+        std::fill(&out[token * Hq * D], &out[(token + 1) * Hq * D], std::numeric_limits<double>::quiet_NaN());
+        continue;
+      }
       const size_t visibleKeys = in.causal ? contextLen + i + 1 : seqLen;
       for (size_t h = 0; h < Hq; ++h) {
         const size_t kvHead = h / queriesPerKv;

@@ -37,6 +37,10 @@ std::string checkAttentionInputs(const AttentionInputs& inputs);
 // visible to token t. Inputs must pass checkAttentionInputs (checked; a violation
 // aborts, since it is a bug in the caller's test code). A query that sees no key
 // (impossible with query_len <= seq_len) would get 0.
-std::vector<double> referenceAttention(const AttentionInputs& inputs);
+//
+// With tokenStride > 1 only every tokenStride-th token (and each sequence's last
+// token) is computed; the other rows are NaN. Large benchmark shapes check a sample
+// this way instead of spending minutes in float64.
+std::vector<double> referenceAttention(const AttentionInputs& inputs, int tokenStride = 1);
 
 }  // namespace attnjit::reference

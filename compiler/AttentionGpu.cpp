@@ -1,0 +1,204 @@
+#include "compiler/AttentionGpu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "codegen/Target.h"
+#include "compiler/CompileDriver.h"
+#include "runtime/DeviceBuffer.h"
+#include "runtime/Driver.h"
+#include "runtime/Module.h"
+#include "runtime/Stream.h"
+
+namespace attnjit::compiler {
+
+using ir::Status;
+
+namespace {
+
+// A kernel parameter's value, stored in the exact width its type needs.
+struct PackedParameter {
+  alignas(8) unsigned char bytes[8] = {};
+};
+
+PackedParameter pack(const ir::Type& type, const std::variant<int64_t, double>& value) {
+  PackedParameter p;
+  auto asDouble = [&] { return std::holds_alternative<double>(value) ? std::get<double>(value)
+                                                                     : static_cast<double>(std::get<int64_t>(value)); };
+  auto asInt = [&] { return std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value)
+                                                                   : static_cast<int64_t>(std::get<double>(value)); };
+  switch (type.scalarKind()) {
+    case ir::ScalarKind::F32: {
+      float f = static_cast<float>(asDouble());
+      std::memcpy(p.bytes, &f, sizeof f);
+      break;
+    }
+    case ir::ScalarKind::F64: {
+      double d = asDouble();
+      std::memcpy(p.bytes, &d, sizeof d);
+      break;
+    }
+    case ir::ScalarKind::I64: {
+      int64_t i = asInt();
+      std::memcpy(p.bytes, &i, sizeof i);
+      break;
+    }
+    default: {
+      int32_t i = static_cast<int32_t>(asInt());
+      std::memcpy(p.bytes, &i, sizeof i);
+      break;
+    }
+  }
+  return p;
+}
+
+double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+Status timeMedian(int iterations, const std::function<Status()>& launch, double* medianMs) {
+  auto start = runtime::Event::create();
+  if (!start) return start.status();
+  auto stop = runtime::Event::create();
+  if (!stop) return stop.status();
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    if (Status s = start->record(nullptr); !s) return s;
+    if (Status s = launch(); !s) return s;
+    if (Status s = stop->record(nullptr); !s) return s;
+    auto ms = runtime::Event::elapsedMilliseconds(*start, *stop);
+    if (!ms) return ms.status();
+    times.push_back(*ms);
+  }
+  std::sort(times.begin(), times.end());
+  *medianMs = times[times.size() / 2];
+  return Status::ok();
+}
+
+}  // namespace
+
+ir::Expected<std::string> localTarget() {
+  auto context = runtime::activatePrimaryContext(0);
+  if (!context) return context.status();
+  auto info = runtime::deviceInfo(0);
+  if (!info) return info.status();
+  int sm = info->smVersion();
+  // Prefer the arch-specific target where one exists (wgmma, setmaxnreg), else the plain one.
+  for (const char* suffix : {"a", ""}) {
+    auto target = codegen::lookupTarget("sm_" + std::to_string(sm) + suffix);
+    if (target) return target->name;
+  }
+  return ir::Diagnostic{{}, "the GPU (" + info->name + ", sm_" + std::to_string(sm) +
+                                ") has no attnjit target; supported: sm_80 sm_86 sm_89 sm_90a sm_100a sm_120"};
+}
+
+ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape,
+                                                  const GpuRunOptions& options) {
+  auto target = localTarget();
+  if (!target) return target.status();
+  auto problem = UnifiedAttentionProblem::create(config, shape);
+  if (!problem) return problem.status();
+  GpuRunResult result;
+  result.target = *target;
+
+  // ---- Compile: tile IR → PTX → cubin. ----
+  auto buildStart = std::chrono::steady_clock::now();
+  auto kernel = buildUnifiedAttention(config);
+  if (!kernel) return kernel.status();
+  result.check.buildMs = millisecondsSince(buildStart);
+  CompileOptions compileOptions;
+  compileOptions.target = *target;
+  if (auto ptxIsa = runtime::driverMaxPtxIsa()) compileOptions.driverMaxPtx = ptxIsa->asNumber();
+  auto compiled = compileKernel(**kernel, compileOptions);
+  if (!compiled) return compiled.status();
+  result.compilePassesMs = compiled->passesMs;
+  result.compileLlvmMs = compiled->lowerMs + compiled->llvmOptimizeMs + compiled->ptxEmitMs;
+  auto targetInfo = codegen::lookupTarget(*target);
+  runtime::LinkOptions link;
+  link.targetSm = targetInfo->computeCapability;
+  link.archSpecific = targetInfo->archSpecific;
+  auto cubin = runtime::linkPtx(compiled->ptx, link, compiled->name + ".ptx");
+  if (!cubin) return cubin.status();
+  result.compileCubinMs = cubin->wallMilliseconds;
+  auto loadStart = std::chrono::steady_clock::now();
+  auto module = runtime::Module::load(cubin->cubin);
+  if (!module) return module.status();
+  result.moduleLoadMs = millisecondsSince(loadStart);
+  auto function = module->function(compiled->name);
+  if (!function) return function.status();
+  if (auto attributes = function->attributes()) {
+    result.registers = attributes->numRegisters;
+    result.spillBytes = attributes->localBytes;
+  }
+  result.sharedBytes = compiled->sharedMemoryBytes;
+
+  // ---- Buffers and parameters. ----
+  auto& buffers = (*problem)->buffers();
+  std::vector<runtime::DeviceBuffer> device;
+  for (auto& buffer : buffers) {
+    auto d = runtime::DeviceBuffer::allocate(std::max<size_t>(buffer.bytes.size(), 16));
+    if (!d) return d.status();
+    if (Status s = d->copyFromHost(buffer.bytes.data(), buffer.bytes.size()); !s) return s;
+    device.push_back(std::move(*d));
+  }
+  std::vector<PackedParameter> scalars;
+  size_t firstScalar = buffers.size();
+  for (size_t i = 0; i < (*problem)->scalarArguments().size(); ++i) {
+    const auto& value = (*problem)->scalarArguments()[i];
+    // A kernel compiled for {divisibility = N} may only see multiples of N.
+    const ir::AttrValue* divisibility = (*kernel)->parameterAttrs(firstScalar + i).find("divisibility");
+    if (divisibility && std::holds_alternative<int64_t>(value) &&
+        std::get<int64_t>(value) % std::get<int64_t>(*divisibility) != 0)
+      return ir::Diagnostic{{}, "parameter '" + (*kernel)->parameter(firstScalar + i)->name() + "' is " +
+                                    std::to_string(std::get<int64_t>(value)) + ", not a multiple of " +
+                                    std::to_string(std::get<int64_t>(*divisibility)) +
+                                    " as the kernel was compiled to assume"};
+    scalars.push_back(pack((*kernel)->parameter(firstScalar + i)->type(), value));
+  }
+  std::vector<void*> params;
+  for (auto& d : device) params.push_back(d.kernelArgument());
+  for (auto& p : scalars) params.push_back(p.bytes);
+  runtime::LaunchConfig launch;
+  launch.grid = {static_cast<unsigned>((*problem)->gridX()), static_cast<unsigned>((*problem)->gridY()), 1};
+  launch.block = {static_cast<unsigned>(compiled->numThreads), 1, 1};
+  launch.dynamicSharedBytes = static_cast<unsigned>(compiled->sharedMemoryBytes);
+  result.check.gridX = (*problem)->gridX();
+  result.check.gridY = (*problem)->gridY();
+
+  // ---- Correctness: one launch on the poisoned output. ----
+  auto runStart = std::chrono::steady_clock::now();
+  if (Status s = function->launch(launch, params.data()); !s) return s;
+  if (Status s = runtime::synchronizeContext(); !s) return s;
+  result.check.runMs = millisecondsSince(runStart);
+  std::vector<uint8_t> output(buffers[0].bytes.size());
+  if (Status s = device[0].copyToHost(output.data(), output.size()); !s) return s;
+  (*problem)->check(output, result.check);
+
+  // ---- Timing. ----
+  if (options.timedIterations > 0) {
+    for (int i = 0; i < options.warmupIterations; ++i)
+      if (Status s = function->launch(launch, params.data()); !s) return s;
+    if (Status s = timeMedian(options.timedIterations, [&] { return function->launch(launch, params.data()); },
+                              &result.medianMs);
+        !s)
+      return s;
+    result.gbPerSecond = (*problem)->minimumBytes() / (result.medianMs * 1e6);
+    result.tflops = (*problem)->flops() / (result.medianMs * 1e9);
+    // The copy ceiling: as many bytes as the kernel must move, read once and written once.
+    size_t copyBytes = static_cast<size_t>((*problem)->minimumBytes() / 2) & ~size_t{255};
+    auto source = runtime::DeviceBuffer::allocate(copyBytes);
+    auto target2 = runtime::DeviceBuffer::allocate(copyBytes);
+    if (source && target2 && copyBytes > 0) {
+      double copyMs = 0;
+      if (Status s = timeMedian(std::max(5, options.timedIterations / 2),
+                                [&] { return target2->copyFrom(*source, copyBytes); }, &copyMs);
+          s && copyMs > 0)
+        result.copyGbPerSecond = 2.0 * static_cast<double>(copyBytes) / (copyMs * 1e6);
+    }
+  }
+  return result;
+}
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,39 @@
+// Runs an attention problem on the GPU: JIT-compiles the variant for the local
+// device, launches it on random inputs, checks the output against the float64
+// reference, and (on request) times it with CUDA events next to a device-to-device
+// copy of the same number of bytes.
+#pragma once
+
+#include <string>
+
+#include "compiler/AttentionProblem.h"
+
+namespace attnjit::compiler {
+
+struct GpuRunOptions {
+  int warmupIterations = 3;
+  int timedIterations = 0;  // 0: correctness only
+};
+
+struct GpuRunResult {
+  AttentionRunResult check;
+  std::string target;          // e.g. sm_90a
+  double compilePassesMs = 0;  // tile-IR passes
+  double compileLlvmMs = 0;    // lowering + O3 + PTX emission
+  double compileCubinMs = 0;   // PTX → cubin through the driver
+  double moduleLoadMs = 0;     // cubin → loaded module (the warm path of a cache hit)
+  int registers = 0, spillBytes = 0, sharedBytes = 0;
+  // Timing (timedIterations > 0): median kernel time and what it means.
+  double medianMs = 0;
+  double gbPerSecond = 0;      // minimumBytes / median
+  double tflops = 0;           // flops / median
+  double copyGbPerSecond = 0;  // device-to-device copy, bytes read + written
+};
+
+// The SM target name for the current device ("sm_90a" for compute capability 9.0).
+ir::Expected<std::string> localTarget();
+
+ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape,
+                                                  const GpuRunOptions& options);
+
+}  // namespace attnjit::compiler

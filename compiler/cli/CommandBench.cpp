@@ -1,0 +1,102 @@
+// attnjit bench: JIT-compile each variant for the local GPU, check it once against
+// the float64 reference, then time it with CUDA events after warm-up and print the
+// median next to what it means: GB/s and TFLOP/s (counted as shared/REFERENCE.md
+// counts them), the ratio to a device-to-device copy of as many bytes measured in
+// the same process, and where compile time went.
+#include <algorithm>
+#include <cstdio>
+
+#include "compiler/AttentionGpu.h"
+#include "compiler/cli/Command.h"
+#include "runtime/Driver.h"
+
+namespace attnjit::compiler::cli {
+namespace {
+
+int runBench(const ParsedArguments& args) {
+  auto path = singleInput(args, "bench", "spec file");
+  if (!path) {
+    reportError(path.diagnostic());
+    return kExitUserError;
+  }
+  if (!runtime::driverAvailable()) {
+    reportUsageError("bench", runtime::driverStatus().diagnostic().message);
+    return kExitUserError;
+  }
+  auto spec = loadSpecForCommand(*path, "bench");
+  if (!spec) {
+    reportError(spec.diagnostic());
+    return kExitUserError;
+  }
+  auto selected = selectVariants(*spec, args, "bench");
+  if (!selected) {
+    reportError(selected.diagnostic());
+    return kExitUserError;
+  }
+  AttentionShape shape = spec->shape;
+  for (const std::string& assignment : args.values("--shape"))
+    if (ir::Status s = shape.set(assignment); !s) {
+      reportUsageError("bench", "--shape " + assignment + ": " + s.diagnostic().message);
+      return kExitUserError;
+    }
+  GpuRunOptions options;
+  options.timedIterations = 50;
+  if (args.has("--iterations")) {
+    int n = std::atoi(args.value("--iterations").c_str());
+    if (n < 1 || n > 100000) {
+      reportUsageError("bench", "--iterations must be 1..100000, got '" + args.value("--iterations") + "'");
+      return kExitUserError;
+    }
+    options.timedIterations = n;
+  }
+  std::printf("batch: %s\n", shape.str().c_str());
+  std::printf("%-52s %9s %9s %8s %7s %8s %7s | %7s %7s %7s %7s | %4s %6s %s\n", "variant", "median ms", "GB/s",
+              "TFLOP/s", "copy%", "copyGB/s", "grid", "passes", "llvm", "cubin", "load", "regs", "smem", "check");
+  int failures = 0;
+  for (const Variant* variant : *selected) {
+    auto r = runUnifiedAttentionGpu(variant->attention, shape, options);
+    if (!r) {
+      reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
+      return kExitUserError;
+    }
+    failures += r->check.passed ? 0 : 1;
+    char grid[32];
+    std::snprintf(grid, sizeof grid, "%lldx%lld", static_cast<long long>(r->check.gridX),
+                  static_cast<long long>(r->check.gridY));
+    std::printf("%-52s %9.4f %9.1f %8.1f %6.1f%% %8.1f %7s | %7.2f %7.2f %7.2f %7.2f | %4d %6d %s (err %.2e)\n",
+                variant->name.c_str(), r->medianMs, r->gbPerSecond, r->tflops,
+                r->copyGbPerSecond > 0 ? 100.0 * r->gbPerSecond / r->copyGbPerSecond : 0.0, r->copyGbPerSecond,
+                grid, r->compilePassesMs, r->compileLlvmMs, r->compileCubinMs, r->moduleLoadMs, r->registers,
+                r->sharedBytes, r->check.passed ? "PASS" : "FAIL", r->check.maxAbsError);
+    if (!r->check.passed) std::printf("  %s\n", r->check.detail.c_str());
+    std::fflush(stdout);
+  }
+  return failures == 0 ? kExitSuccess : kExitCheckFailed;
+}
+
+}  // namespace
+
+Command benchCommand() {
+  return Command{
+      "bench",
+      "Time each variant of a spec on the GPU (median of CUDA-event timings) with GB/s, TFLOP/s and compile times.",
+      "attnjit bench <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--iterations=N]",
+      "Checks each kernel once against the float64 reference (on a sample of tokens when the\n"
+      "batch sets check_stride), then times N launches (default 50) after 3 warm-up launches.\n"
+      "Columns: median kernel time; GB/s of the unique bytes of q, K/V and o; TFLOP/s as\n"
+      "4·D·Hq·(visible keys); copy% = GB/s over a device-to-device copy's; compile time split\n"
+      "into tile-IR passes, LLVM lowering+O3+PTX, PTX→cubin (driver), and cubin load.\n"
+      "Example (decode, B=64, ctx 4096):\n"
+      "  attnjit bench specs/bench.yaml --shape query_lens=1x64 --shape context_lens=4095x64\n",
+      {
+          {"--variant", "NAME", false, "only this variant"},
+          {"--shape", "KEY=VALUE", true,
+           "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats), seed=N, check_stride=N"},
+          {"--iterations", "N", false, "timed launches (default 50)"},
+          {"--help", "", false, "show this help"},
+      },
+      runBench,
+  };
+}
+
+}  // namespace attnjit::compiler::cli

@@ -1,0 +1,29 @@
+// Counts of the PTX instructions that tell how a kernel uses the GPU: tensor cores
+// (mma, ldmatrix), asynchronous copies, warp shuffles, barriers, global and shared
+// memory traffic (and how much of the global loads is vectorized), exp2.
+#pragma once
+
+#include <string>
+
+namespace attnjit::compiler::cli {
+
+struct PtxInstructionMix {
+  int mma = 0;             // mma.sync and wgmma.mma_async
+  int ldmatrix = 0;
+  int cpAsync = 0;         // cp.async copies (not commit_group / wait_group)
+  int shfl = 0;
+  int barSync = 0;         // bar.sync and barrier.sync
+  int ldGlobal = 0;
+  int ldGlobalVector = 0;  // of ldGlobal: .v2, .v4 and .v8 loads
+  int stGlobal = 0;
+  int ldShared = 0;
+  int stShared = 0;
+  int ex2 = 0;
+};
+
+// Counts static instructions (each occurrence in the text once, loops not
+// unrolled). Comments, directives and labels are skipped; predicates ("@%p1") and
+// several statements on one line (inline asm) are handled.
+PtxInstructionMix countPtxInstructions(const std::string& ptx);
+
+}  // namespace attnjit::compiler::cli

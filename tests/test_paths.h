@@ -1,0 +1,25 @@
+// Where the tests find the repository files they read (specs/, examples/,
+// tests/tir, tests/data) and the attnjit CLI. The build compiles in absolute
+// paths into the source and build trees; the environment variables
+// ATTNJIT_SOURCE_DIR and ATTNJIT_CLI override them, so that the tests of a
+// bundle copied to another machine (scripts/device-bundle) use the bundle's files.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace attnjit::tests {
+
+// The environment variable `name` when set and non-empty, otherwise `fallback`.
+inline std::string environmentOr(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
+}
+
+// The repository root: the directory holding specs/, examples/ and tests/.
+inline std::string sourceDir() { return environmentOr("ATTNJIT_SOURCE_DIR", ATTNJIT_SOURCE_DIR); }
+
+// The attnjit command-line tool.
+inline std::string cliPath() { return environmentOr("ATTNJIT_CLI", ATTNJIT_CLI_PATH); }
+
+}  // namespace attnjit::tests
