@@ -18,6 +18,13 @@ struct CompileOptions {
   bool optimizeLlvm = true;
   // Stop after this stage: "tir-opt", "llvm", "ptx" (default: all the way to PTX).
   std::string stopAfter = "ptx";
+  // Every stage of every compile is written here as <kernel>.tir, .opt.tir, .ll,
+  // .opt.ll, .ptx and .json (empty: the ATTNJIT_DUMP_DIR environment variable).
+  std::string dumpDir;
+  // Hand-edited stages replace generated ones: <kernel>.tir replaces the built
+  // kernel before the passes, <kernel>.ptx the generated PTX (empty: the
+  // ATTNJIT_OVERRIDE_DIR environment variable).
+  std::string overrideDir;
 };
 
 struct CompiledKernel {
@@ -30,6 +37,8 @@ struct CompiledKernel {
   int numThreads = 0;
   int sharedMemoryBytes = 0;
   std::vector<PassTiming> passTimings;
+  // Stages taken from the override folder ("tir", "ptx"), for logs and cache keys.
+  std::vector<std::string> overridden;
   double passesMs = 0, lowerMs = 0, llvmOptimizeMs = 0, ptxEmitMs = 0;
 };
 

@@ -4,7 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <unistd.h>
 #include <regex>
 #include <string>
 
@@ -130,4 +133,54 @@ TEST_CASE("unknown targets and too-old drivers are clear errors", "[codegen]") {
   compiled = compiler::compileKernel(**kernel, options);
   REQUIRE_FALSE(compiled.isOk());
   CHECK(compiled.diagnostic().message.find("needs PTX ISA 8.0") != std::string::npos);
+}
+
+TEST_CASE("the dump folder receives every stage; the override folder replaces stages", "[codegen]") {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() / ("attnjit_dump_test_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  compiler::UnifiedAttentionConfig config;
+  config.numQueryHeads = 4;
+  config.numKvHeads = 4;
+  config.headSize = 64;
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  const std::string name = config.kernelName();
+
+  compiler::CompileOptions options;
+  options.dumpDir = (root / "dump").string();
+  auto compiled = compiler::compileKernel(**kernel, options);
+  REQUIRE(compiled.isOk());
+  for (const char* suffix : {".tir", ".opt.tir", ".ll", ".opt.ll", ".ptx", ".json"})
+    CHECK(fs::exists(root / "dump" / (name + suffix)));
+  std::ifstream dumpedPtx(root / "dump" / (name + ".ptx"));
+  std::string ptxText((std::istreambuf_iterator<char>(dumpedPtx)), std::istreambuf_iterator<char>());
+  CHECK(ptxText == compiled->ptx);
+  CHECK(compiled->overridden.empty());
+
+  // A hand-edited PTX (here: the generated one with a comment) replaces the generated one.
+  fs::create_directories(root / "override");
+  std::ofstream(root / "override" / (name + ".ptx")) << compiled->ptx << "// hand edited\n";
+  // A hand-edited tile IR replaces the built kernel: here the dumped IR with a doc line.
+  std::ifstream dumpedTir(root / "dump" / (name + ".tir"));
+  std::string tirText((std::istreambuf_iterator<char>(dumpedTir)), std::istreambuf_iterator<char>());
+  std::ofstream(root / "override" / (name + ".tir")) << "// edited by hand\n" << tirText;
+  auto fresh = compiler::buildUnifiedAttention(config);
+  REQUIRE(fresh.isOk());
+  options.dumpDir.clear();
+  options.overrideDir = (root / "override").string();
+  auto overridden = compiler::compileKernel(**fresh, options);
+  REQUIRE(overridden.isOk());
+  CHECK(overridden->ptx.find("// hand edited") != std::string::npos);
+  CHECK(overridden->tir.rfind("// edited by hand\n", 0) == 0);
+  CHECK(overridden->overridden == std::vector<std::string>{"tir", "ptx"});
+
+  // A broken override is a located error, not a crash.
+  std::ofstream(root / "override" / (name + ".tir")) << "kernel @" << name << "(%x: i32) {\n  retrun\n}\n";
+  auto broken = compiler::buildUnifiedAttention(config);
+  REQUIRE(broken.isOk());
+  auto failed = compiler::compileKernel(**broken, options);
+  REQUIRE_FALSE(failed.isOk());
+  CHECK(failed.diagnostic().str().find(name + ".tir:2:") != std::string::npos);
+  fs::remove_all(root);
 }
