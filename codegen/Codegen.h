@@ -30,4 +30,7 @@ struct CodegenResult {
 // return a diagnostic naming the op, its types and the target.
 ir::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const CodegenOptions& options);
 
+// The version of the LLVM linked in ("22.1.8"): part of every cache key.
+std::string llvmVersion();
+
 }  // namespace attnjit::codegen

@@ -7,7 +7,10 @@
 
 #include "codegen/Target.h"
 #include "compiler/CompileDriver.h"
+#include "compiler/Jit.h"
 #include "runtime/DeviceBuffer.h"
+#include "runtime/DiskCache.h"
+#include "runtime/KernelCache.h"
 #include "runtime/Driver.h"
 #include "runtime/Module.h"
 #include "runtime/Stream.h"
@@ -103,36 +106,35 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
   GpuRunResult result;
   result.target = *target;
 
-  // ---- Compile: tile IR → PTX → cubin. ----
+  // ---- Compile (or find in the kernel cache): tile IR → PTX → cubin → module. ----
   auto buildStart = std::chrono::steady_clock::now();
-  auto kernel = buildUnifiedAttention(config);
+  auto kernel = buildUnifiedAttention(config);  // also describes the parameters below
   if (!kernel) return kernel.status();
   result.check.buildMs = millisecondsSince(buildStart);
   CompileOptions compileOptions;
   compileOptions.target = *target;
   if (auto ptxIsa = runtime::driverMaxPtxIsa()) compileOptions.driverMaxPtx = ptxIsa->asNumber();
-  auto compiled = compileKernel(**kernel, compileOptions);
-  if (!compiled) return compiled.status();
-  result.compilePassesMs = compiled->passesMs;
-  result.compileLlvmMs = compiled->lowerMs + compiled->llvmOptimizeMs + compiled->ptxEmitMs;
-  auto targetInfo = codegen::lookupTarget(*target);
-  runtime::LinkOptions link;
-  link.targetSm = targetInfo->computeCapability;
-  link.archSpecific = targetInfo->archSpecific;
-  auto cubin = runtime::linkPtx(compiled->ptx, link, compiled->name + ".ptx");
-  if (!cubin) return cubin.status();
-  result.compileCubinMs = cubin->wallMilliseconds;
-  auto loadStart = std::chrono::steady_clock::now();
-  auto module = runtime::Module::load(cubin->cubin);
-  if (!module) return module.status();
-  result.moduleLoadMs = millisecondsSince(loadStart);
-  auto function = module->function(compiled->name);
-  if (!function) return function.status();
-  if (auto attributes = function->attributes()) {
+  KernelFactory factory = [&] { return buildUnifiedAttention(config); };
+  auto jit = jitKernel(factory, compileOptions);
+  if (!jit) return jit.status();
+  result.compilePassesMs = jit->passesMs;
+  result.cacheOrigin = jit->compiledNow ? "compiled" : jit->fromDisk ? "disk" : "memory";
+  if (jit->compiledNow) {
+    result.compileLlvmMs = jit->compiled.lowerMs + jit->compiled.llvmOptimizeMs + jit->compiled.ptxEmitMs;
+    result.compileCubinMs = std::max(0.0, jit->lookupMs - result.compileLlvmMs - jit->compiled.passesMs);
+  }
+  // A warm start: a second cache (as a new process would have) finds the entry on disk.
+  {
+    runtime::KernelCache fresh(runtime::makeDriverKernelLoader(), runtime::DiskCache::fromEnvironment());
+    auto warm = jitKernel(factory, compileOptions, fresh);
+    if (warm && warm->fromDisk) result.warmDiskLoadMs = warm->passesMs + warm->lookupMs;
+  }
+  const runtime::Function& function = jit->loaded->function;
+  if (auto attributes = function.attributes()) {
     result.registers = attributes->numRegisters;
     result.spillBytes = attributes->localBytes;
   }
-  result.sharedBytes = compiled->sharedMemoryBytes;
+  result.sharedBytes = jit->sharedMemoryBytes;
 
   // ---- Buffers and parameters. ----
   auto& buffers = (*problem)->buffers();
@@ -162,14 +164,14 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
   for (auto& p : scalars) params.push_back(p.bytes);
   runtime::LaunchConfig launch;
   launch.grid = {static_cast<unsigned>((*problem)->gridX()), static_cast<unsigned>((*problem)->gridY()), 1};
-  launch.block = {static_cast<unsigned>(compiled->numThreads), 1, 1};
-  launch.dynamicSharedBytes = static_cast<unsigned>(compiled->sharedMemoryBytes);
+  launch.block = {static_cast<unsigned>(jit->numThreads), 1, 1};
+  launch.dynamicSharedBytes = static_cast<unsigned>(jit->sharedMemoryBytes);
   result.check.gridX = (*problem)->gridX();
   result.check.gridY = (*problem)->gridY();
 
   // ---- Correctness: one launch on the poisoned output. ----
   auto runStart = std::chrono::steady_clock::now();
-  if (Status s = function->launch(launch, params.data()); !s) return s;
+  if (Status s = function.launch(launch, params.data()); !s) return s;
   if (Status s = runtime::synchronizeContext(); !s) return s;
   result.check.runMs = millisecondsSince(runStart);
   std::vector<uint8_t> output(buffers[0].bytes.size());
@@ -179,8 +181,8 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
   // ---- Timing. ----
   if (options.timedIterations > 0) {
     for (int i = 0; i < options.warmupIterations; ++i)
-      if (Status s = function->launch(launch, params.data()); !s) return s;
-    if (Status s = timeMedian(options.timedIterations, [&] { return function->launch(launch, params.data()); },
+      if (Status s = function.launch(launch, params.data()); !s) return s;
+    if (Status s = timeMedian(options.timedIterations, [&] { return function.launch(launch, params.data()); },
                               &result.medianMs);
         !s)
       return s;

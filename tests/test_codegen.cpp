@@ -12,6 +12,7 @@
 #include <string>
 
 #include "compiler/CompileDriver.h"
+#include "compiler/Jit.h"
 #include "compiler/kernels/UnifiedAttention.h"
 
 using namespace attnjit;
@@ -183,4 +184,27 @@ TEST_CASE("the dump folder receives every stage; the override folder replaces st
   REQUIRE_FALSE(failed.isOk());
   CHECK(failed.diagnostic().str().find(name + ".tir:2:") != std::string::npos);
   fs::remove_all(root);
+}
+
+TEST_CASE("the kernel-cache key covers IR after passes, target, PTX version and versions", "[codegen]") {
+  auto keyFor = [](const compiler::UnifiedAttentionConfig& config, const std::string& target) {
+    auto kernel = compiler::buildUnifiedAttention(config);
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.target = target;
+    options.stopAfter = "tir-opt";
+    auto afterPasses = compiler::compileKernel(**kernel, options);
+    REQUIRE(afterPasses.isOk());
+    return compiler::jitCacheKey(*afterPasses, options);
+  };
+  compiler::UnifiedAttentionConfig base;
+  std::string key = keyFor(base, "sm_90a");
+  CHECK(key == keyFor(base, "sm_90a"));  // deterministic
+  CHECK(key.find("llvm 22.") != std::string::npos);
+  CHECK(key.find("target sm_90a ptx 90") != std::string::npos);
+  CHECK(key.find("#mma") != std::string::npos);  // the IR after layout assignment
+  CHECK(key != keyFor(base, "sm_80"));
+  compiler::UnifiedAttentionConfig other = base;
+  other.causal = false;
+  CHECK(key != keyFor(other, "sm_90a"));
 }

@@ -4,8 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <unistd.h>
 
 #include "compiler/AttentionGpu.h"
+#include "compiler/Jit.h"
+#include "runtime/DiskCache.h"
+#include "runtime/KernelCache.h"
 #include "compiler/Spec.h"
 #include "runtime/Driver.h"
 #include "tests/test_paths.h"
@@ -71,4 +75,38 @@ TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batche
           c.blockSize = headSize == 80 ? 32 : 16;
           checkOnGpu(c, mixed);
         }
+}
+
+TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {
+  if (!gpuPresent()) return;
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("attnjit_jit_cache_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  compiler::UnifiedAttentionConfig config;
+  config.numQueryHeads = 8;
+  config.numKvHeads = 2;
+  config.headSize = 64;
+  compiler::KernelFactory factory = [&] { return compiler::buildUnifiedAttention(config); };
+  compiler::CompileOptions options;
+  auto target = compiler::localTarget();
+  REQUIRE(target.isOk());
+  options.target = *target;
+  runtime::KernelCache cache(runtime::makeDriverKernelLoader(), runtime::DiskCache(dir), false);
+  auto first = compiler::jitKernel(factory, options, cache);
+  INFO((first.isOk() ? std::string() : first.diagnostic().str()));
+  REQUIRE(first.isOk());
+  CHECK(first->compiledNow);
+  CHECK(first->numThreads == config.numWarps * 32);
+  auto second = compiler::jitKernel(factory, options, cache);
+  REQUIRE(second.isOk());
+  CHECK_FALSE(second->compiledNow);
+  CHECK(second->loaded == first->loaded);  // the same loaded module from memory
+  runtime::KernelCache another(runtime::makeDriverKernelLoader(), runtime::DiskCache(dir), false);
+  auto third = compiler::jitKernel(factory, options, another);
+  REQUIRE(third.isOk());
+  CHECK(third->fromDisk);
+  CHECK(third->sharedMemoryBytes == first->sharedMemoryBytes);
+  WARN("JIT: cold " << first->passesMs + first->lookupMs << " ms, memory hit " << second->passesMs + second->lookupMs
+                    << " ms, disk hit " << third->passesMs + third->lookupMs << " ms");
+  fs::remove_all(dir);
 }

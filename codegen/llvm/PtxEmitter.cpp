@@ -1,6 +1,9 @@
 #include "codegen/llvm/PtxEmitter.h"
 
+#include "codegen/Codegen.h"
+
 #include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
@@ -75,6 +78,8 @@ ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm)
   pm.run(module);
   return std::string(buffer.str());
 }
+
+std::string llvmVersion() { return LLVM_VERSION_STRING; }
 
 std::string printModule(const llvm::Module& module) {
   std::string text;
