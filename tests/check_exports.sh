@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks what libattnjit.so shows the dynamic linker: it exports the attnjit API
-# and nothing of the LLVM and yaml-cpp copies linked inside it (cmake/attnjit.map),
-# and it loads no shared LLVM, zlib or zstd library.
+# and nothing else (cmake/attnjit.map) -- not the LLVM, zlib and zstd linked
+# inside it, nor yaml-cpp code instantiated from its headers -- and it loads no
+# shared LLVM, zlib or zstd library.
 # Usage: check_exports.sh path/to/libattnjit.so
 set -euo pipefail
 
@@ -37,11 +38,12 @@ grep -q '^attnjit::compiler::compileKernel(' <<<"$names" || fail "does not expor
 grep -qx 'attnjit_version' <<<"$names" || fail "does not export attnjit_version"
 
 # Shared libraries it may load: the C and C++ runtimes, present on every target
-# machine, and yaml-cpp, which Debian ships as non-PIC archive only and the bundle
-# therefore carries next to libattnjit.so (cmake/StaticDependencies.cmake).
+# machine; the sanitizer runtimes in an ATTNJIT_SANITIZE build; and yaml-cpp,
+# whose Debian archive cannot go into a shared library, so the bundle carries
+# it next to libattnjit.so (cmake/StaticDependencies.cmake).
 # LLVM, zlib and zstd must be inside; anything else (libz3, libxml2) is a leak.
 needed="$(readelf -d "$library" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p')"
-unexpected="$(grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so\.[0-9]+$|^libyaml-cpp\.so\.[0-9.]+$' <<<"$needed" || true)"
+unexpected="$(grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libasan|libubsan)\.so\.[0-9]+$|^libyaml-cpp\.so\.[0-9.]+$' <<<"$needed" || true)"
 [ -z "$unexpected" ] || fail "needs shared libraries it should not: $(tr '\n' ' ' <<<"$unexpected")"
 
 if [ "$failures" -ne 0 ]; then

@@ -26,7 +26,7 @@ std::vector<fs::path> repositoryTirFiles() {
   fs::path root(attnjit::tests::sourceDir());
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
     const std::string name = it->path().filename().string();
-    if (it->is_directory() && (name == ".git" || name.rfind("build", 0) == 0)) {
+    if (it->is_directory() && attnjit::tests::isGeneratedDirectory(name)) {
       it.disable_recursion_pending();
       continue;
     }

@@ -22,4 +22,11 @@ inline std::string sourceDir() { return environmentOr("ATTNJIT_SOURCE_DIR", ATTN
 // The attnjit command-line tool.
 inline std::string cliPath() { return environmentOr("ATTNJIT_CLI", ATTNJIT_CLI_PATH); }
 
+// Whether a directory below the repository root holds copies rather than
+// sources: .git, build folders (build*/) and device bundles (bundle*/,
+// whose copies of the .tir files may be stale), which repository-wide scans skip.
+inline bool isGeneratedDirectory(const std::string& name) {
+  return name == ".git" || name.rfind("build", 0) == 0 || name.rfind("bundle", 0) == 0;
+}
+
 }  // namespace attnjit::tests
