@@ -21,27 +21,8 @@ using namespace attnjit::ir;
 
 namespace {
 
-std::vector<fs::path> repositoryTirFiles() {
-  std::vector<fs::path> files;
-  fs::path root(attnjit::tests::sourceDir());
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
-    const std::string name = it->path().filename().string();
-    if (it->is_directory() && attnjit::tests::isGeneratedDirectory(name)) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file() && it->path().extension() == ".tir") files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using attnjit::tests::readFile;
+using attnjit::tests::repositoryTirFiles;
 
 std::string repeat(const std::string& s, int n) {
   std::string out;

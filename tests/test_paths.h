@@ -5,8 +5,13 @@
 // bundle copied to another machine (scripts/device-bundle) use the bundle's files.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace attnjit::tests {
 
@@ -27,6 +32,29 @@ inline std::string cliPath() { return environmentOr("ATTNJIT_CLI", ATTNJIT_CLI_P
 // whose copies of the .tir files may be stale), which repository-wide scans skip.
 inline bool isGeneratedDirectory(const std::string& name) {
   return name == ".git" || name.rfind("build", 0) == 0 || name.rfind("bundle", 0) == 0;
+}
+
+// Every *.tir file below the source root, sorted, skipping generated copies.
+inline std::vector<std::filesystem::path> repositoryTirFiles() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(fs::path(sourceDir())); it != fs::recursive_directory_iterator();
+       ++it) {
+    if (it->is_directory() && isGeneratedDirectory(it->path().filename().string())) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file() && it->path().extension() == ".tir") files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+inline std::string readFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace attnjit::tests

@@ -24,28 +24,8 @@ using namespace attnjit::ir;
 
 namespace {
 
-// Every *.tir below the source root, skipping copies (tests/test_paths.h).
-std::vector<fs::path> repositoryTirFiles() {
-  std::vector<fs::path> files;
-  fs::path root(attnjit::tests::sourceDir());
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
-    const std::string name = it->path().filename().string();
-    if (it->is_directory() && attnjit::tests::isGeneratedDirectory(name)) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file() && it->path().extension() == ".tir") files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using attnjit::tests::readFile;
+using attnjit::tests::repositoryTirFiles;
 
 // "line N: expected `...`, printed `...`" for the first differing line.
 std::string firstDifference(const std::string& expected, const std::string& actual) {
