@@ -1,13 +1,16 @@
 // The unified paged attention kernel (2D launch) run on the CPU interpreter and
 // compared with the float64 reference, plus its configuration and shape handling.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <string>
 
 #include "compiler/AttentionProblem.h"
+#include "compiler/Spec.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "test_paths.h"
 
 using attnjit::compiler::AttentionShape;
 using attnjit::compiler::buildUnifiedAttention;
@@ -283,4 +286,23 @@ TEST_CASE("unified attention: query heads beyond BLOCK_M's natural fit", "[atten
   // 6 query heads per KV head: BLOCK_M = 16 holds BLOCK_Q = 2 tokens x 6 heads; rows 12..15
   // are the next block's first token (heads 0..3), computed and stored twice, as in vLLM.
   runAndCheck(makeConfig(ScalarKind::F16, 12, 2, 64, 16, false), mixedBatch(12));
+}
+
+TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's batch", "[attention][specs]") {
+  int variants = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(attnjit::tests::sourceDir() + "/specs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    auto spec = attnjit::compiler::loadSpecFile(entry.path().string());
+    INFO(entry.path().string());
+    REQUIRE(spec.isOk());
+    for (const auto& variant : spec->variants) {
+      INFO(variant.name << " on " << spec->shape.str());
+      auto result = runUnifiedAttentionInterpreted(variant.attention, spec->shape);
+      REQUIRE(result.isOk());
+      INFO(result->detail);
+      CHECK(result->passed);
+      ++variants;
+    }
+  }
+  CHECK(variants >= 8);
 }
