@@ -29,6 +29,9 @@ struct GpuRunResult {
   double gbPerSecond = 0;      // minimumBytes / median
   double tflops = 0;           // flops / median
   double copyGbPerSecond = 0;  // device-to-device copy, bytes read + written
+  // Host time per launch of the loaded kernel: packing the scalar parameters and
+  // cuLaunchKernel (measured over 200 back-to-back asynchronous launches).
+  double launchOverheadMicroseconds = 0;
 };
 
 // The SM target name for the current device ("sm_90a" for compute capability 9.0).

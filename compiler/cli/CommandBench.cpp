@@ -68,6 +68,8 @@ int runBench(const ParsedArguments& args) {
                 r->copyGbPerSecond > 0 ? 100.0 * r->gbPerSecond / r->copyGbPerSecond : 0.0, r->copyGbPerSecond,
                 grid, r->compilePassesMs, r->compileLlvmMs, r->compileCubinMs, r->warmDiskLoadMs, r->registers,
                 r->sharedBytes, r->check.passed ? "PASS" : "FAIL", r->check.maxAbsError);
+    std::printf("  launch overhead (host, parameter packing + cuLaunchKernel): %.2f us\n",
+                r->launchOverheadMicroseconds);
     if (!r->check.passed) std::printf("  %s\n", r->check.detail.c_str());
     std::fflush(stdout);
   }
