@@ -11,11 +11,6 @@ int64_t gcd(int64_t a, int64_t b) { return std::gcd(a, b); }
 
 size_t rankOf(const Type& t) { return t.isTile() ? t.shape().size() : 1; }
 
-int64_t elementBytes(ScalarKind k) {
-  int bits = storageBits(k);
-  return bits < 8 ? 1 : bits / 8;
-}
-
 bool isIntegerConstant(const Operation& op, int64_t& value) {
   if (op.opcode() != Opcode::Constant) return false;
   const AttrValue* v = op.attrs().find("value");
@@ -189,7 +184,7 @@ void AxisInfo::analyzeOp(const Operation& op) {
       }
       break;
     case Opcode::AddPtr: {
-      int64_t bytes = elementBytes(t.scalarKind());
+      int64_t bytes = storageBytes(t.scalarKind());
       for (size_t d = 0; d < r; ++d) {
         const AxisFacts &p = in(0), &o = in(1);
         out.contiguity[d] = gcd(p.constancy[d], o.contiguity[d]);

@@ -33,6 +33,7 @@ bool isFloat(ScalarKind k) { return info(k).isFloat; }
 bool isInteger(ScalarKind k) { return !info(k).isFloat; }
 int storageBits(ScalarKind k) { return info(k).storageBits; }
 int valueBits(ScalarKind k) { return info(k).valueBits; }
+int storageBytes(ScalarKind k) { return (info(k).storageBits + 7) / 8; }
 const char* scalarName(ScalarKind k) { return info(k).name; }
 bool parseScalarName(const std::string& name, ScalarKind& out) {
   for (const auto& s : kScalars)

@@ -35,6 +35,9 @@ bool isFloat(ScalarKind k);
 bool isInteger(ScalarKind k);  // includes i1
 // Size in bits as stored in memory (i1 is stored as one byte: 8).
 int storageBits(ScalarKind k);
+// Bytes one element occupies when addressed alone (storage bits rounded up to a
+// byte: i4 counts 1; two i4 share a byte only inside packed buffers).
+int storageBytes(ScalarKind k);
 // Width in bits of the value (i1 = 1, i4 = 4).
 int valueBits(ScalarKind k);
 const char* scalarName(ScalarKind k);

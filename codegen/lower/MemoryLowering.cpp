@@ -12,11 +12,6 @@ using namespace ir;
 
 namespace {
 
-int elementBytes(ScalarKind k) {
-  int bits = storageBits(k);
-  return bits < 8 ? 1 : bits / 8;
-}
-
 const char* spaceName(const Type& pointerType) {
   return pointerType.addressSpace() == AddressSpace::Global ? "global" : "shared";
 }
@@ -139,7 +134,7 @@ void lowerLoad(LoweringContext& ctx, const Operation& op) {
   const Lowered* mask = maskValue ? &ctx.get(maskValue) : nullptr;
   const Lowered* other = otherValue ? &ctx.get(otherValue) : nullptr;
   llvm::IRBuilder<>& b = ctx.b;
-  int bytes = elementBytes(k);
+  int bytes = storageBytes(k);
   llvm::Type* memType = ctx.memoryType(k);
   int vec = vectorWidth(ctx, op, ptr, bytes, maskValue, otherValue);
   Words w = wordsFor(b, vec * bytes, true);
@@ -184,7 +179,7 @@ void lowerStore(LoweringContext& ctx, const Operation& op) {
   const Value* maskValue = op.numOperands() > 2 ? op.operand(2) : nullptr;
   const Lowered* mask = maskValue ? &ctx.get(maskValue) : nullptr;
   llvm::IRBuilder<>& b = ctx.b;
-  int bytes = elementBytes(k);
+  int bytes = storageBytes(k);
   llvm::Type* memType = ctx.memoryType(k);
   int vec = vectorWidth(ctx, op, ptr, bytes, maskValue, nullptr);
   Words w = wordsFor(b, vec * bytes, false);

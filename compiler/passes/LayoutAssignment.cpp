@@ -31,11 +31,6 @@ using namespace ir;
 
 namespace {
 
-int elementBytes(const Type& t) {
-  int bits = storageBits(t.scalarKind());
-  return bits < 8 ? 1 : bits / 8;
-}
-
 LayoutRef blocked(std::vector<int64_t> spt, std::vector<int64_t> tpw, std::vector<int64_t> wpc,
                   std::vector<int64_t> order) {
   auto l = std::make_shared<Layout>();
@@ -187,11 +182,11 @@ class LayoutAssigner {
     int dim = t.rank() - 1;
     for (int d = t.rank() - 1; d >= 0; --d)
       if (f.contiguity[static_cast<size_t>(d)] > f.contiguity[static_cast<size_t>(dim)]) dim = d;
-    return coalescedLayout(t.shape(), elementBytes(t), options_.numWarps, dim, f.contiguity[static_cast<size_t>(dim)]);
+    return coalescedLayout(t.shape(), storageBytes(t.scalarKind()), options_.numWarps, dim, f.contiguity[static_cast<size_t>(dim)]);
   }
 
   LayoutRef defaultLayout(const Type& t) const {
-    return coalescedLayout(t.shape(), elementBytes(t), options_.numWarps);
+    return coalescedLayout(t.shape(), storageBytes(t.scalarKind()), options_.numWarps);
   }
 
   bool useMma(const Operation& dot) const {
