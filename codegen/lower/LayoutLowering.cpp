@@ -49,6 +49,7 @@ std::vector<llvm::Value*> rearrange(LoweringContext& ctx, const std::vector<llvm
 std::vector<llvm::Value*> convertThroughShared(LoweringContext& ctx, const std::vector<llvm::Value*>& regs,
                                                const LinearLayout& from, const LinearLayout& to,
                                                llvm::Type* elementType) {
+  if (auto swizzled = convertThroughSwizzledShared(ctx, regs, from, to, elementType)) return std::move(*swizzled);
   llvm::IRBuilder<>& b = ctx.b;
   bool isBool = elementType->isIntegerTy(1);
   llvm::Type* storeType = isBool ? b.getInt8Ty() : elementType;

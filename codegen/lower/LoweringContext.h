@@ -112,4 +112,13 @@ std::vector<llvm::Value*> convertThroughShared(LoweringContext& ctx, const std::
                                                const ir::LinearLayout& from, const ir::LinearLayout& to,
                                                llvm::Type* elementType);
 
+// The same for same-shape 2D tiles through a swizzled tile with vector stores and
+// ldmatrix (operand fragments) or vector loads; nullopt where it does not apply
+// (other ranks, i1 elements, rows shorter than 16 bytes).
+std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringContext& ctx,
+                                                                     const std::vector<llvm::Value*>& regs,
+                                                                     const ir::LinearLayout& from,
+                                                                     const ir::LinearLayout& to,
+                                                                     llvm::Type* elementType);
+
 }  // namespace attnjit::codegen
