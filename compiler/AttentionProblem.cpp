@@ -1,5 +1,7 @@
 #include "compiler/AttentionProblem.h"
 
+#include "compiler/Pipeline.h"
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -411,13 +413,18 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
 }
 
 ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAttentionConfig& config,
-                                                                const AttentionShape& shape) {
+                                                                const AttentionShape& shape, bool afterPasses) {
   auto problem = UnifiedAttentionProblem::create(config, shape);
   if (!problem) return problem.status();
   AttentionRunResult result;
   const auto buildStart = std::chrono::steady_clock::now();
   auto kernel = buildUnifiedAttention(config);
   if (!kernel) return kernel.status();
+  if (afterPasses) {
+    PipelineOptions pipeline;
+    pipeline.pass.numWarps = (*kernel)->numWarps();
+    if (Status s = runPipeline(**kernel, pipeline, nullptr); !s) return s;
+  }
   result.buildMs = millisecondsSince(buildStart);
 
   ir::InterpreterMemory memory;

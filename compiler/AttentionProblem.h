@@ -87,8 +87,10 @@ class UnifiedAttentionProblem {
 };
 
 // Builds the kernel for `config`, makes random inputs for `shape`, runs the CPU
-// interpreter, and compares with the float64 reference.
+// interpreter, and compares with the float64 reference. With `afterPasses` the
+// interpreter runs the kernel as the tile-IR pass pipeline leaves it (layouts,
+// pipelined loops), so the passes' rewrites are checked for meaning, not just form.
 ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAttentionConfig& config,
-                                                                const AttentionShape& shape);
+                                                                const AttentionShape& shape, bool afterPasses = false);
 
 }  // namespace attnjit::compiler

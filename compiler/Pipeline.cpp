@@ -19,6 +19,8 @@ struct PassEntry {
 constexpr PassEntry kPipeline[] = {
     {"cse", eliminateCommonSubexpressions},
     {"dce", eliminateDeadCode},
+    {"pipeline-loads", pipelineLoads},
+    {"dce-after-pipelining", eliminateDeadCode},
     {"assign-layouts", assignLayouts},
     {"cse-after-layouts", eliminateCommonSubexpressions},
 };

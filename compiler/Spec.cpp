@@ -213,6 +213,8 @@ std::vector<SpecLoader::ParamField> SpecLoader::unifiedAttentionFields() {
       {"causal", true, causal},
       {"tile_size", false, positive("tile_size", &UnifiedAttentionConfig::tileSize)},
       {"num_warps", false, positive("num_warps", &UnifiedAttentionConfig::numWarps)},
+      {"block_m", false, positive("block_m", &UnifiedAttentionConfig::blockMRows)},
+      {"num_stages", false, positive("num_stages", &UnifiedAttentionConfig::numStages)},
   };
 }
 
@@ -464,7 +466,9 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          std::to_string(config.numQueryHeads) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
          " head_size=" + std::to_string(config.headSize) + " block_size=" + std::to_string(config.blockSize) +
          " causal=" + (config.causal ? "true" : "false") + " tile_size=" + std::to_string(config.tileSize) +
-         " num_warps=" + std::to_string(config.numWarps);
+         " num_warps=" + std::to_string(config.numWarps) +
+         (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
+         " num_stages=" + std::to_string(config.numStages);
 }
 
 Expected<Spec> loadSpecFile(const std::string& path) {

@@ -69,6 +69,14 @@ std::vector<compiler::UnifiedAttentionConfig> attentionConfigs() {
   wide.numKvHeads = 2;
   wide.headSize = 64;
   configs.push_back(wide);
+  compiler::UnifiedAttentionConfig prefill;  // 128 query rows over 8 warps, pipelined
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  configs.push_back(prefill);
+  compiler::UnifiedAttentionConfig unpipelined;
+  unpipelined.numStages = 1;
+  unpipelined.tileSize = 64;
+  configs.push_back(unpipelined);
   return configs;
 }
 
@@ -90,6 +98,17 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
     CHECK(ptx.find(".entry " + config.kernelName()) != std::string::npos);
     bool halfPrecision = config.dtype != ir::ScalarKind::F32;
     CHECK((ptx.find("mma.sync.aligned.m16n8k16.row.col.f32") != std::string::npos) == halfPrecision);
+    if (halfPrecision) {
+      // Tensor-core operands come out of swizzled shared tiles through ldmatrix:
+      // K (pairs along the contiguous head dimension) plain, V transposed; the
+      // tiles go in with 16-byte stores, never element by element.
+      CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);
+      CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
+      CHECK(ptx.find("st.shared.v4.b32") != std::string::npos);
+      CHECK(ptx.find("st.shared.b16") == std::string::npos);
+      CHECK(ptx.find("ld.shared.b16") == std::string::npos);
+      CHECK(ptx.find("ld.shared.u16") == std::string::npos);
+    }
     // The optimized tile IR shows every layout decision.
     CHECK((compiled->tirOptimized.find("#mma") != std::string::npos) == halfPrecision);
     CHECK(compiled->tirOptimized.find("#blocked") != std::string::npos);

@@ -273,5 +273,11 @@ TEST_CASE("spec: parameters format back in spec spelling", "[spec]") {
   config.tileSize = 64;
   config.numWarps = 8;
   CHECK(attnjit::compiler::formatSpecParams(config) ==
-        "dtype=f16 num_query_heads=12 num_kv_heads=3 head_size=96 block_size=32 causal=false tile_size=64 num_warps=8");
+        "dtype=f16 num_query_heads=12 num_kv_heads=3 head_size=96 block_size=32 causal=false tile_size=64 num_warps=8 "
+        "num_stages=2");
+  config.blockMRows = 64;
+  config.numStages = 1;
+  CHECK(attnjit::compiler::formatSpecParams(config) ==
+        "dtype=f16 num_query_heads=12 num_kv_heads=3 head_size=96 block_size=32 causal=false tile_size=64 num_warps=8 "
+        "block_m=64 num_stages=1");
 }

@@ -313,10 +313,12 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
 
 }  // namespace
 
-int UnifiedAttentionConfig::blockM() const {
+int UnifiedAttentionConfig::minimumBlockM() const {
   if (numKvHeads < 1) return 16;
   return std::max(16, nextPowerOfTwo(queriesPerKv()));
 }
+
+int UnifiedAttentionConfig::blockM() const { return blockMRows > 0 ? blockMRows : minimumBlockM(); }
 
 int UnifiedAttentionConfig::blockQ() const {
   const int perKv = numKvHeads < 1 ? 1 : std::max(1, queriesPerKv());
@@ -333,6 +335,8 @@ std::string UnifiedAttentionConfig::kernelName() const {
   const UnifiedAttentionConfig defaults;
   if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
   if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
+  if (blockMRows != defaults.blockMRows) name += "_m" + std::to_string(blockMRows);
+  if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
   return name;
 }
 
@@ -354,6 +358,13 @@ Status UnifiedAttentionConfig::validate() const {
     return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
   if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  if (numStages < 1 || numStages > 2)
+    return configError("num_stages (" + std::to_string(numStages) +
+                       ") must be 1 (no pipelining) or 2 (next KV tile loaded during this one's compute)");
+  if (blockMRows != 0 && (!isPowerOfTwo(blockMRows) || blockMRows < minimumBlockM() || blockMRows > 256))
+    return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
+                       std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +
+                       " query heads, at least 16) and 256");
   return Status::ok();
 }
 
@@ -372,6 +383,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   kernel->docLines().push_back(
       "vLLM unified paged attention (2D launch): grid = (num_seqs + num_tokens / BLOCK_Q, Hkv).");
   kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  kernel->attrs().set("num_stages", int64_t{config.numStages});
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
   cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});

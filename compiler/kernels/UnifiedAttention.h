@@ -29,10 +29,19 @@ struct UnifiedAttentionConfig {
   bool causal = true;
   int tileSize = 32;    // KV tokens per loop iteration
   int numWarps = 4;
+  // Query rows per program (BLOCK_M); 0 picks vLLM's max(16, next_pow2(Hq/Hkv)).
+  // Prefill wants more (64, 128): K/V tiles are then read once for BLOCK_M / (Hq/Hkv)
+  // tokens instead of a handful, and the warps split M so P stays in registers.
+  int blockMRows = 0;
+  // Software pipeline depth of the KV loop: 2 issues tile j+1's loads before tile
+  // j's compute (compiler/passes/Pipelining.cpp); 1 turns it off.
+  int numStages = 2;
 
   int queriesPerKv() const { return numQueryHeads / numKvHeads; }
-  // Rows of the query tile: 16, or next_pow2(Hq/Hkv) when that is larger.
+  // Rows of the query tile: blockMRows when set, else 16, or next_pow2(Hq/Hkv) when
+  // that is larger.
   int blockM() const;
+  int minimumBlockM() const;  // max(16, next_pow2(Hq/Hkv)): one token's heads fit
   // Query tokens per program: BLOCK_M / (Hq/Hkv).
   int blockQ() const;
   int headSizePadded() const;  // next power of two >= headSize

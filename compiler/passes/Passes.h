@@ -17,6 +17,10 @@ ir::Status eliminateDeadCode(ir::Kernel& kernel, const PassOptions& options);
 // Merges identical side-effect-free ops with identical operands (common
 // subexpressions) within a block and its nested regions.
 ir::Status eliminateCommonSubexpressions(ir::Kernel& kernel, const PassOptions& options);
+// Two-stage software pipelining of masked tile loads in `for` loops (the next
+// iteration's loads are issued before this iteration's compute and carried), when
+// the kernel's num_stages attribute is 2; errors name unsupported stage counts.
+ir::Status pipelineLoads(ir::Kernel& kernel, const PassOptions& options);
 // Gives every tile value a layout (docs/architecture.md, "Layout assignment")
 // and inserts convert_layout where a producer's layout differs from what a
 // consumer needs; index computations are recomputed in the layout each consumer

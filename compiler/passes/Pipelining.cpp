@@ -1,0 +1,230 @@
+// Software pipelining of tile loads in `for` loops (two stages): the loads of
+// iteration i + 1 are issued at the top of iteration i and carried into the next
+// iteration as loop-carried values, so their memory latency overlaps the compute
+// of tile i instead of stalling it. Iteration 0's loads move in front of the loop.
+//
+//   for %iv = lo to hi step s iter_args(...) {          %t0 = load(slice(lo), mask ∧ lo < hi)
+//     %t = load(slice(%iv), mask)                  ⇒    for %iv ... iter_args(..., %t = %t0) {
+//     ... uses %t ...                                     %n = load(slice(%iv + s), mask ∧ %iv + s < hi)
+//   }                                                     ... uses %t ...; yield ..., %n }
+//
+// A load is pipelined when it is a masked tile load directly in the loop body
+// whose address and mask depend only on the induction variable, values defined
+// outside the loop and other side-effect-free ops of the body (the block-table
+// lookup of paged attention is such a slice and is cloned with it). The extra
+// `lo < hi` / `iv + s < hi` term keeps the clones from touching memory the
+// original loop would not have read. Requested per kernel with the attribute
+// num_stages (Triton's knob): 1 or absent leaves the kernel alone; 2 pipelines.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "compiler/passes/IrUtils.h"
+#include "compiler/passes/Passes.h"
+
+namespace attnjit::compiler {
+
+using namespace ir;
+
+namespace {
+
+bool isMaskedTileLoad(const Operation& op) {
+  return op.opcode() == Opcode::Load && op.numOperands() == 3 && op.result()->type().isTile();
+}
+
+class LoopPipeliner {
+ public:
+  explicit LoopPipeliner(Operation& loop) : loop_(loop), body_(*loop.region(0)) {}
+
+  // Rewrites the loop when it has loads to pipeline; false when it has none.
+  bool run() {
+    collectSliceCandidates();
+    std::vector<Operation*> loads;
+    for (const auto& op : body_.operations())
+      if (isMaskedTileLoad(*op) && movable_.count(op.get())) loads.push_back(op.get());
+    if (loads.empty()) return false;
+    // The ops to clone: the loads and everything in the body they depend on, in
+    // body order.
+    std::set<const Operation*> needed;
+    for (Operation* load : loads) addSlice(*load, needed);
+    std::vector<Operation*> slice;
+    for (const auto& op : body_.operations())
+      if (needed.count(op.get())) slice.push_back(op.get());
+
+    Value* lo = loop_.operand(0);
+    Value* hi = loop_.operand(1);
+    Value* step = loop_.operand(2);
+    Value* iv = body_.argument(0);
+    Block& parent = *loop_.parentBlock();
+
+    // Prologue: iteration lo's loads, guarded by lo < hi.
+    size_t at = indexInBlock(loop_);
+    Inserter prologue{parent, at};
+    Value* runs = prologue.cmp(CmpPredicate::Lt, lo, hi, "pipeline_first_runs");
+    std::unordered_map<const Value*, Value*> firstMap{{iv, lo}};
+    std::vector<Value*> firstLoads = cloneSlice(slice, loads, firstMap, prologue, runs, "_first");
+
+    // Top of the body: iteration iv + step's loads, guarded by iv + step < hi.
+    Inserter top{body_, 0};
+    Value* nextIv = top.binary(Opcode::Add, iv, step, "pipeline_next_iv");
+    Value* nextRuns = top.cmp(CmpPredicate::Lt, nextIv, hi, "pipeline_next_runs");
+    std::unordered_map<const Value*, Value*> nextMap{{iv, nextIv}};
+    std::vector<Value*> nextLoads = cloneSlice(slice, loads, nextMap, top, nextRuns, "_next");
+
+    // Carry the loaded tiles: new iter args replace the loads' uses in the body;
+    // the yield passes the next iteration's tiles.
+    Operation* yield = body_.back();
+    for (size_t i = 0; i < loads.size(); ++i) {
+      Value* original = loads[i]->result();
+      loop_.addOperand(firstLoads[i]);
+      Value* carried = body_.addArgument(original->type(), original->name());
+      replaceAllUses(body_, original, carried);
+      yield->addOperand(nextLoads[i]);
+      loop_.addResult(original->type(), original->name() + "_last");
+    }
+    // The original loads (and the slice ops only they used) are dead now; the
+    // dead-code pass that follows removes them.
+    return true;
+  }
+
+ private:
+  // Appends new ops at a fixed position of a block, in order.
+  struct Inserter {
+    Block& block;
+    size_t position;
+    Value* add(std::unique_ptr<Operation> op) {
+      Value* result = op->numResults() ? op->result() : nullptr;
+      block.insert(position++, std::move(op));
+      return result;
+    }
+    Value* cmp(CmpPredicate pred, Value* a, Value* b, std::string name) {
+      auto op = std::make_unique<Operation>(Opcode::Cmp, Location{});
+      op->addOperand(a);
+      op->addOperand(b);
+      op->attrs().set("pred", std::string(cmpPredicateName(pred)));
+      op->addResult(a->type().withElement(Type::scalar(ScalarKind::I1)), std::move(name));
+      return add(std::move(op));
+    }
+    Value* binary(Opcode opcode, Value* a, Value* b, std::string name) {
+      auto op = std::make_unique<Operation>(opcode, Location{});
+      op->addOperand(a);
+      op->addOperand(b);
+      op->addResult(a->type(), std::move(name));
+      return add(std::move(op));
+    }
+    Value* splat(Value* scalar, const std::vector<int64_t>& shape, std::string name) {
+      auto op = std::make_unique<Operation>(Opcode::Splat, Location{});
+      op->addOperand(scalar);
+      op->addResult(Type::tile(shape, scalar->type().elementType()), std::move(name));
+      return add(std::move(op));
+    }
+  };
+
+  // Marks the body ops that can be recomputed for another iteration: no regions,
+  // no side effects, and operands that are the induction variable, values from
+  // outside the loop or results of other such ops.
+  void collectSliceCandidates() {
+    // A store in the loop could feed a later iteration's loads through memory;
+    // loading early would then read stale data.
+    bool stores = false;
+    walk(body_, [&](const Operation& op) { stores = stores || op.opcode() == Opcode::Store; });
+    if (stores) return;
+    std::set<const Value*> bodyArgs;
+    for (const auto& arg : body_.arguments()) bodyArgs.insert(arg.get());
+    const Value* iv = body_.argument(0);
+    for (const auto& op : body_.operations()) {
+      if (op->numRegions() > 0 || hasSideEffects(*op) || op->opcode() == Opcode::Yield) continue;
+      // An unmasked load cannot be guarded: for the iteration after the last it
+      // could read out of bounds.
+      if (op->opcode() == Opcode::Load && !isMaskedTileLoad(*op)) continue;
+      bool ok = true;
+      for (Value* v : op->operands()) {
+        if (v == iv) continue;
+        if (bodyArgs.count(v)) { ok = false; break; }  // a loop-carried value
+        Operation* def = v->definingOp();
+        if (def && def->parentBlock() == &body_ && !movable_.count(def)) { ok = false; break; }
+        if (!def && v->ownerBlock() == &body_) { ok = false; break; }
+      }
+      if (ok) {
+        movable_.insert(op.get());
+        for (const auto& r : op->results()) producer_[r.get()] = op.get();
+      }
+    }
+  }
+
+  void addSlice(const Operation& op, std::set<const Operation*>& needed) {
+    if (!needed.insert(&op).second) return;
+    for (Value* v : op.operands())
+      if (auto it = producer_.find(v); it != producer_.end()) addSlice(*it->second, needed);
+  }
+
+  // Clones `slice` with `map` (seeded with the induction variable's stand-in) at
+  // `where`; the clones of `loads` get their masks ANDed with splat(`runs`).
+  // Returns the cloned loads' results, in the order of `loads`.
+  std::vector<Value*> cloneSlice(const std::vector<Operation*>& slice, const std::vector<Operation*>& loads,
+                                 std::unordered_map<const Value*, Value*>& map, Inserter& where, Value* runs,
+                                 const std::string& suffix) {
+    auto mapped = [&](Value* v) {
+      auto it = map.find(v);
+      return it == map.end() ? v : it->second;
+    };
+    std::unordered_map<const Operation*, Value*> loadClones;
+    for (Operation* op : slice) {
+      std::vector<Type> types;
+      for (const auto& r : op->results()) types.push_back(r->type());
+      std::unique_ptr<Operation> clone = cloneWithoutRegions(*op, types);
+      for (size_t i = 0; i < clone->numOperands(); ++i) clone->setOperand(i, mapped(clone->operand(i)));
+      for (size_t i = 0; i < clone->numResults(); ++i) clone->result(i)->setName(op->result(i)->name() + suffix);
+      bool isPipelined = std::find(loads.begin(), loads.end(), op) != loads.end();
+      if (isPipelined) {
+        Value* mask = clone->operand(1);
+        Value* guard = where.splat(runs, mask->type().shape(), op->result()->name() + suffix + "_runs");
+        clone->setOperand(1, where.binary(Opcode::And, mask, guard, op->result()->name() + suffix + "_mask"));
+      }
+      Operation* placed = clone.get();
+      where.add(std::move(clone));
+      for (size_t i = 0; i < placed->numResults(); ++i) map[op->result(i)] = placed->result(i);
+      if (isPipelined) loadClones[op] = placed->result();
+    }
+    std::vector<Value*> out;
+    for (Operation* load : loads) out.push_back(loadClones.at(load));
+    return out;
+  }
+
+  Operation& loop_;
+  Block& body_;
+  std::set<const Operation*> movable_;
+  std::unordered_map<const Value*, Operation*> producer_;
+};
+
+// Innermost loops first, so a nest pipelines its inner loop.
+void collectLoops(Block& block, std::vector<Operation*>& loops) {
+  for (const auto& op : block.operations()) {
+    for (const auto& region : op->regions()) collectLoops(*region, loops);
+    if (op->opcode() == Opcode::For) loops.push_back(op.get());
+  }
+}
+
+}  // namespace
+
+Status pipelineLoads(Kernel& kernel, const PassOptions&) {
+  int64_t stages = 1;
+  if (const AttrValue* value = kernel.attrs().find("num_stages")) {
+    const auto* n = std::get_if<int64_t>(value);
+    if (!n || *n < 1)
+      return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages must be a positive integer, got " +
+                                                  attrValueStr(*value));
+    stages = *n;
+  }
+  if (stages == 1) return Status::ok();
+  if (stages != 2)
+    return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
+                                                " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
+                                                "tile's loads in flight during this tile's compute)");
+  std::vector<Operation*> loops;
+  collectLoops(kernel.body(), loops);
+  for (Operation* loop : loops) LoopPipeliner(*loop).run();
+  return Status::ok();
+}
+
+}  // namespace attnjit::compiler
