@@ -37,7 +37,7 @@ constexpr int kMaxRunSequences = 4096;
 constexpr int kMaxRunTokens = 1 << 20;
 
 const std::array<const char*, 7> kTargets = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
-const std::array<const char*, 1> kFamilies = {"unified_attention"};
+const std::array<const char*, 3> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache"};
 const std::array<const char*, 4> kTopLevelFields = {"family", "target", "params", "run"};
 const std::array<const char*, 3> kRunFields = {"query_lens", "context_lens", "seed"};
 
@@ -48,20 +48,24 @@ class SpecLoader {
   Expected<Spec> load(const std::string& text);
 
  private:
+  // One parameter of a family whose variants are described by a Config.
+  template <typename Config>
   struct ParamField {
     const char* name;
     bool required;
     // Parses one scalar into the config; the error message names the field.
-    std::function<Status(const YAML::Node&, UnifiedAttentionConfig&)> apply;
+    std::function<Status(const YAML::Node&, Config&)> apply;
   };
 
   // A params field as written: its key and its values (one, or the list items).
+  template <typename Config>
   struct GivenField {
-    const ParamField* field;
+    const ParamField<Config>* field;
     YAML::Node key;
     std::vector<YAML::Node> values;
   };
-  static std::optional<size_t> blameField(const std::string& message, const std::vector<GivenField>& given);
+  template <typename Config>
+  static std::optional<size_t> blameField(const std::string& message, const std::vector<GivenField<Config>>& given);
 
   Location locationOf(const YAML::Node& node) const { return yamlLocation(path_, node.Mark()); }
   Status errorAt(const YAML::Node& node, std::string message) const { return errorAt(node.Mark(), std::move(message)); }
@@ -79,10 +83,17 @@ class SpecLoader {
 
   Status loadRoot(const YAML::Node& root, Spec& spec);
   Status loadParams(const YAML::Node& key, const YAML::Node& params, Spec& spec);
+  // The variants of one family: Config's fields, validated, stored by `store`.
+  template <typename Config>
+  Status loadFamilyParams(const YAML::Node& key, const YAML::Node& params, Spec& spec,
+                          const std::vector<ParamField<Config>>& fields,
+                          const std::function<void(Variant&, const Config&)>& store);
   Status loadRun(const YAML::Node& run, Spec& spec);
   Expected<std::vector<int>> intList(const YAML::Node& value, const std::string& field, int min, int max) const;
 
-  static std::vector<ParamField> unifiedAttentionFields();
+  static std::vector<ParamField<UnifiedAttentionConfig>> unifiedAttentionFields();
+  static std::vector<ParamField<MergeAttnStatesConfig>> mergeAttnStatesFields();
+  static std::vector<ParamField<CacheWriteConfig>> cacheWriteFields();
 
   std::string path_;
 };
@@ -172,7 +183,7 @@ Expected<std::vector<int>> SpecLoader::intList(const YAML::Node& value, const st
   return result;
 }
 
-std::vector<SpecLoader::ParamField> SpecLoader::unifiedAttentionFields() {
+std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedAttentionFields() {
   // Integer parameters must be positive here; which combinations a kernel supports
   // is UnifiedAttentionConfig::validate's business.
   auto positive = [](const char* name, int UnifiedAttentionConfig::* member) {
@@ -218,11 +229,86 @@ std::vector<SpecLoader::ParamField> SpecLoader::unifiedAttentionFields() {
   };
 }
 
+// Field parsers shared by the companion families (same messages as unified
+// attention's fields).
+template <typename Config>
+std::function<Status(const YAML::Node&, Config&)> positiveField(const char* name, int Config::* member) {
+  return [name, member](const YAML::Node& node, Config& config) -> Status {
+    if (isQuoted(node) || !parseDecimal(node.Scalar())) {
+      std::string got = isQuoted(node) ? "the quoted string '" + node.Scalar() + "'" : "'" + node.Scalar() + "'";
+      return Status::error({}, "'" + std::string(name) + "' must be an integer, got " + got);
+    }
+    int64_t value = *parseDecimal(node.Scalar());
+    if (value < 1 || value > std::numeric_limits<int32_t>::max())
+      return Status::error({}, "'" + std::string(name) + "' must be a positive integer, got " + node.Scalar());
+    config.*member = static_cast<int>(value);
+    return Status::ok();
+  };
+}
+
+template <typename Config>
+std::function<Status(const YAML::Node&, Config&)> dtypeField() {
+  return [](const YAML::Node& node, Config& config) -> Status {
+    std::optional<ir::ScalarKind> kind = parseDtypeName(node.Scalar());
+    if (!kind) {
+      return Status::error({}, "'dtype' must be one of f32, f16, bf16 (also fp32/float32, fp16/float16, "
+                               "bfloat16), got '" + node.Scalar() + "'");
+    }
+    config.dtype = *kind;
+    return Status::ok();
+  };
+}
+
+template <typename Config>
+std::function<Status(const YAML::Node&, Config&)> boolField(const char* name, bool Config::* member) {
+  return [name, member](const YAML::Node& node, Config& config) -> Status {
+    std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
+    if (!value) return Status::error({}, "'" + std::string(name) + "' must be true or false, got '" + node.Scalar() + "'");
+    config.*member = *value;
+    return Status::ok();
+  };
+}
+
+std::vector<SpecLoader::ParamField<MergeAttnStatesConfig>> SpecLoader::mergeAttnStatesFields() {
+  using C = MergeAttnStatesConfig;
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"num_heads", true, positiveField("num_heads", &C::numHeads)},
+      {"head_size", true, positiveField("head_size", &C::headSize)},
+      {"output_lse", false, boolField("output_lse", &C::outputLse)},
+      {"block_tokens", false, positiveField("block_tokens", &C::blockTokens)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+  };
+}
+
+std::vector<SpecLoader::ParamField<CacheWriteConfig>> SpecLoader::cacheWriteFields() {
+  using C = CacheWriteConfig;
+  auto cacheFormat = [](const YAML::Node& node, C& config) -> Status {
+    std::optional<KvCacheFormat> format = isQuoted(node) ? std::nullopt : parseKvCacheFormat(node.Scalar());
+    if (!format) {
+      return Status::error({}, "'kv_cache_dtype' must be one of auto, fp8_e4m3 (or fp8), fp8_e5m2, "
+                               "int8_per_token_head, fp8_per_token_head, got '" + node.Scalar() + "'");
+    }
+    config.cacheFormat = *format;
+    return Status::ok();
+  };
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"kv_cache_dtype", false, cacheFormat},
+      {"num_kv_heads", true, positiveField("num_kv_heads", &C::numKvHeads)},
+      {"head_size", true, positiveField("head_size", &C::headSize)},
+      {"block_size", true, positiveField("block_size", &C::blockSize)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+  };
+}
+
 // The field an invalid combination is reported at: the first one the validation
 // message names (it names fields in spec spelling), preferring fields with several
 // values, since the single-valued ones were fine with the other values; else the
 // last field with several values; else none.
-std::optional<size_t> SpecLoader::blameField(const std::string& message, const std::vector<GivenField>& given) {
+template <typename Config>
+std::optional<size_t> SpecLoader::blameField(const std::string& message,
+                                             const std::vector<GivenField<Config>>& given) {
   std::optional<size_t> blamed, lastVarying;
   std::pair<bool, size_t> best{true, std::string::npos};  // (single-valued, position in message)
   for (size_t i = 0; i < given.size(); ++i) {
@@ -242,15 +328,28 @@ std::optional<size_t> SpecLoader::blameField(const std::string& message, const s
 Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, Spec& spec) {
   if (params.IsNull()) return errorAt(key, "'params' has no value; expected a mapping of kernel parameters");
   if (!params.IsMap()) return errorAt(params, "'params' must be a mapping, got " + describeNode(params));
-  std::vector<ParamField> fields = unifiedAttentionFields();
+  if (spec.family == "merge_attn_states")
+    return loadFamilyParams<MergeAttnStatesConfig>(key, params, spec, mergeAttnStatesFields(),
+                                                   [](Variant& v, const MergeAttnStatesConfig& c) { v.merge = c; });
+  if (spec.family == "reshape_and_cache")
+    return loadFamilyParams<CacheWriteConfig>(key, params, spec, cacheWriteFields(),
+                                              [](Variant& v, const CacheWriteConfig& c) { v.cacheWrite = c; });
+  return loadFamilyParams<UnifiedAttentionConfig>(key, params, spec, unifiedAttentionFields(),
+                                                  [](Variant& v, const UnifiedAttentionConfig& c) { v.attention = c; });
+}
+
+template <typename Config>
+Status SpecLoader::loadFamilyParams(const YAML::Node& key, const YAML::Node& params, Spec& spec,
+                                    const std::vector<ParamField<Config>>& fields,
+                                    const std::function<void(Variant&, const Config&)>& store) {
   std::vector<std::string> names;
-  for (const ParamField& f : fields) names.push_back(f.name);
+  for (const ParamField<Config>& f : fields) names.push_back(f.name);
   if (Status s = checkKeys(params, "'params' of family " + spec.family, names); !s) return s;
 
   // The values of every given field, each parsed once so errors surface in file
   // order before any combination is considered.
-  std::vector<GivenField> given;
-  for (const ParamField& field : fields) {
+  std::vector<GivenField<Config>> given;
+  for (const ParamField<Config>& field : fields) {
     // Optional rather than assignment: assigning a YAML::Node rebinds the node it
     // aliases inside the document.
     std::optional<YAML::Node> keyNode, valueNode;
@@ -269,7 +368,7 @@ Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, S
     if (valueNode->IsNull()) return errorAt(*keyNode, "'" + std::string(field.name) + "' has no value");
     auto values = scalarOrList(*valueNode, field.name);
     if (!values) return values.status();
-    UnifiedAttentionConfig scratch;
+    Config scratch;
     for (const YAML::Node& v : *values) {
       if (Status s = field.apply(v, scratch); !s) return errorAt(v, s.diagnostic().message);
     }
@@ -277,7 +376,7 @@ Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, S
   }
 
   size_t count = 1;
-  for (const GivenField& g : given) {
+  for (const GivenField<Config>& g : given) {
     count *= g.values.size();  // each factor <= file size, so the product of capped values cannot wrap
     if (count > kMaxVariants) {
       return errorAt(key, "'params' expands to more than " + std::to_string(kMaxVariants) +
@@ -290,7 +389,7 @@ Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, S
   std::map<std::string, size_t> variantByName;
   std::vector<std::vector<size_t>> choices;
   for (size_t n = 0; n < count; ++n) {
-    UnifiedAttentionConfig config;
+    Config config;
     std::string description;
     for (size_t i = 0; i < given.size(); ++i) {
       const YAML::Node& value = given[i].values[index[i]];
@@ -309,7 +408,7 @@ Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, S
     Variant variant;
     variant.name = config.kernelName();
     variant.family = spec.family;
-    variant.attention = config;
+    store(variant, config);
     variant.location = locationOf(key);
     auto [existing, inserted] = variantByName.emplace(variant.name, spec.variants.size());
     if (!inserted) {
@@ -469,6 +568,19 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          " num_warps=" + std::to_string(config.numWarps) +
          (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
          " num_stages=" + std::to_string(config.numStages);
+}
+
+std::string formatSpecParams(const MergeAttnStatesConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_heads=" + std::to_string(config.numHeads) +
+         " head_size=" + std::to_string(config.headSize) + " output_lse=" + (config.outputLse ? "true" : "false") +
+         " block_tokens=" + std::to_string(config.blockTokens) + " num_warps=" + std::to_string(config.numWarps);
+}
+
+std::string formatSpecParams(const CacheWriteConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " kv_cache_dtype=" +
+         kvCacheFormatName(config.cacheFormat) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
+         " head_size=" + std::to_string(config.headSize) + " block_size=" + std::to_string(config.blockSize) +
+         " num_warps=" + std::to_string(config.numWarps);
 }
 
 Expected<Spec> loadSpecFile(const std::string& path) {

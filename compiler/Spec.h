@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "compiler/AttentionProblem.h"
+#include "compiler/kernels/CacheWrite.h"
+#include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Diagnostics.h"
 
@@ -15,8 +17,10 @@ namespace attnjit::compiler {
 
 struct Variant {
   std::string name;                  // kernel name, unique within the spec
-  std::string family;                // "unified_attention"
+  std::string family;                // "unified_attention", "merge_attn_states", "reshape_and_cache"
   UnifiedAttentionConfig attention;  // for family unified_attention
+  MergeAttnStatesConfig merge;       // for family merge_attn_states
+  CacheWriteConfig cacheWrite;       // for family reshape_and_cache
   ir::Location location;             // where in the spec it came from
 };
 
@@ -32,6 +36,8 @@ ir::Expected<Spec> loadSpecFile(const std::string& path);
 // The parameters of a variant in spec spelling, e.g. "dtype=bf16 num_query_heads=32
 // num_kv_heads=8 head_size=128 block_size=16 causal=true tile_size=32 num_warps=4".
 std::string formatSpecParams(const UnifiedAttentionConfig& config);
+std::string formatSpecParams(const MergeAttnStatesConfig& config);
+std::string formatSpecParams(const CacheWriteConfig& config);
 ir::Expected<Spec> loadSpecText(const std::string& text, const std::string& path);
 
 }  // namespace attnjit::compiler

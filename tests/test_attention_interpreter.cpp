@@ -5,6 +5,7 @@
 #include <string>
 
 #include "compiler/AttentionProblem.h"
+#include "compiler/KernelFamily.h"
 #include "compiler/Spec.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Parser.h"
@@ -297,7 +298,7 @@ TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's
     REQUIRE(spec.isOk());
     for (const auto& variant : spec->variants) {
       INFO(variant.name << " on " << spec->shape.str());
-      auto result = runUnifiedAttentionInterpreted(variant.attention, spec->shape);
+      auto result = attnjit::compiler::runVariantInterpreted(variant, spec->shape);
       REQUIRE(result.isOk());
       INFO(result->detail);
       CHECK(result->passed);

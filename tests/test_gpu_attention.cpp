@@ -8,6 +8,7 @@
 
 #include "compiler/AttentionGpu.h"
 #include "compiler/Jit.h"
+#include "compiler/KernelFamily.h"
 #include "runtime/DiskCache.h"
 #include "runtime/KernelCache.h"
 #include "compiler/Spec.h"
@@ -48,7 +49,11 @@ TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
     auto spec = compiler::loadSpecFile(entry.path().string());
     REQUIRE(spec.isOk());
     for (const auto& variant : spec->variants) {
-      checkOnGpu(variant.attention, spec->shape);
+      INFO(variant.name << " on " << spec->shape.str());
+      auto result = compiler::runVariantGpu(variant, spec->shape, compiler::GpuRunOptions{});
+      INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
+      REQUIRE(result.isOk());
+      CHECK(result->check.passed);
       ++variants;
     }
   }

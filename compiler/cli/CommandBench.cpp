@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "compiler/AttentionGpu.h"
+#include "compiler/KernelFamily.h"
 #include "compiler/cli/Command.h"
 #include "runtime/Driver.h"
 
@@ -54,7 +55,7 @@ int runBench(const ParsedArguments& args) {
               "TFLOP/s", "copy%", "copyGB/s", "grid", "passes", "llvm", "cubin", "warm", "regs", "smem", "check");
   int failures = 0;
   for (const Variant* variant : *selected) {
-    auto r = runUnifiedAttentionGpu(variant->attention, shape, options);
+    auto r = runVariantGpu(*variant, shape, options);
     if (!r) {
       reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
       return kExitUserError;

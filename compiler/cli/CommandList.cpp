@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "compiler/KernelFamily.h"
 #include "compiler/cli/Command.h"
 
 namespace attnjit::compiler::cli {
@@ -21,7 +22,7 @@ int runList(const ParsedArguments& args) {
   size_t width = 0;
   for (const Variant& v : spec->variants) width = std::max(width, v.name.size());
   for (const Variant& v : spec->variants) {
-    std::printf("%-*s  %s\n", static_cast<int>(width), v.name.c_str(), formatSpecParams(v.attention).c_str());
+    std::printf("%-*s  %s\n", static_cast<int>(width), v.name.c_str(), formatVariantParams(v).c_str());
   }
   return kExitSuccess;
 }

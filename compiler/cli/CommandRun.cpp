@@ -6,6 +6,7 @@
 
 #include "compiler/AttentionGpu.h"
 #include "compiler/AttentionProblem.h"
+#include "compiler/KernelFamily.h"
 #include "compiler/cli/Command.h"
 #include "runtime/Driver.h"
 
@@ -77,9 +78,9 @@ int runRun(const ParsedArguments& args) {
   for (const Variant* variant : *selected) {
     ir::Expected<AttentionRunResult> result = ir::Diagnostic{};
     if (interpret) {
-      result = runUnifiedAttentionInterpreted(variant->attention, shape);
+      result = runVariantInterpreted(*variant, shape);
     } else {
-      auto gpu = runUnifiedAttentionGpu(variant->attention, shape, GpuRunOptions{});
+      auto gpu = runVariantGpu(*variant, shape, GpuRunOptions{});
       if (gpu) {
         // Build time here is the whole JIT: builder, passes, LLVM, PTX → cubin.
         gpu->check.buildMs += gpu->compilePassesMs + gpu->compileLlvmMs + gpu->compileCubinMs;

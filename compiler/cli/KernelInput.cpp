@@ -4,6 +4,7 @@
 
 #include "compiler/InputFile.h"
 #include "compiler/NameSuggestion.h"
+#include "compiler/KernelFamily.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Parser.h"
 #include "ir/Verifier.h"
@@ -33,7 +34,7 @@ int loadSpecKernels(const ParsedArguments& args, const std::string& command, Ker
   input.specTarget = spec->target;
   input.module = std::make_unique<ir::Module>();
   for (const Variant* variant : *selected) {
-    auto kernel = buildUnifiedAttention(variant->attention);
+    auto kernel = buildVariantKernel(*variant);
     if (!kernel) {
       reportError(ir::Diagnostic{variant->location, "cannot build variant '" + variant->name +
                                                         "': " + kernel.diagnostic().message});

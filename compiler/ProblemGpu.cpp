@@ -1,0 +1,163 @@
+// runProblemGpu: the GPU path of KernelProblem, following runUnifiedAttentionGpu
+// (compiler/AttentionGpu.cpp) step for step: JIT through the process kernel cache,
+// upload, one checked launch, then CUDA-event timing next to a copy of as many bytes.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "compiler/Jit.h"
+#include "compiler/KernelProblem.h"
+#include "runtime/DeviceBuffer.h"
+#include "runtime/Driver.h"
+#include "runtime/KernelCache.h"
+#include "runtime/Module.h"
+#include "runtime/Stream.h"
+
+namespace attnjit::compiler {
+
+using ir::Status;
+
+namespace {
+
+struct PackedParameter {
+  alignas(8) unsigned char bytes[8] = {};
+};
+
+PackedParameter pack(const ir::Type& type, const std::variant<int64_t, double>& value) {
+  PackedParameter p;
+  const double asDouble = std::holds_alternative<double>(value) ? std::get<double>(value)
+                                                                : static_cast<double>(std::get<int64_t>(value));
+  const int64_t asInt = std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value)
+                                                               : static_cast<int64_t>(std::get<double>(value));
+  switch (type.scalarKind()) {
+    case ir::ScalarKind::F32: {
+      const float f = static_cast<float>(asDouble);
+      std::memcpy(p.bytes, &f, sizeof f);
+      break;
+    }
+    case ir::ScalarKind::F64: std::memcpy(p.bytes, &asDouble, sizeof asDouble); break;
+    case ir::ScalarKind::I64: std::memcpy(p.bytes, &asInt, sizeof asInt); break;
+    default: {
+      const int32_t i = static_cast<int32_t>(asInt);
+      std::memcpy(p.bytes, &i, sizeof i);
+      break;
+    }
+  }
+  return p;
+}
+
+Status timeMedian(int iterations, const std::function<Status()>& launch, double* medianMs) {
+  auto start = runtime::Event::create();
+  if (!start) return start.status();
+  auto stop = runtime::Event::create();
+  if (!stop) return stop.status();
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    if (Status s = start->record(nullptr); !s) return s;
+    if (Status s = launch(); !s) return s;
+    if (Status s = stop->record(nullptr); !s) return s;
+    auto ms = runtime::Event::elapsedMilliseconds(*start, *stop);
+    if (!ms) return ms.status();
+    times.push_back(*ms);
+  }
+  std::sort(times.begin(), times.end());
+  *medianMs = times[times.size() / 2];
+  return Status::ok();
+}
+
+}  // namespace
+
+ir::Expected<GpuRunResult> runProblemGpu(const ProblemKernelBuilder& build, const KernelProblem& problem,
+                                         const GpuRunOptions& options) {
+  auto target = localTarget();
+  if (!target) return target.status();
+  GpuRunResult result;
+  result.target = *target;
+  auto buildStart = std::chrono::steady_clock::now();
+  auto kernel = build();  // also describes the parameters below
+  if (!kernel) return kernel.status();
+  result.check.buildMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - buildStart).count();
+  CompileOptions compileOptions;
+  compileOptions.target = *target;
+  if (auto ptxIsa = runtime::driverMaxPtxIsa()) compileOptions.driverMaxPtx = ptxIsa->asNumber();
+  auto jit = jitKernel(build, compileOptions);
+  if (!jit) return jit.status();
+  result.compilePassesMs = jit->passesMs;
+  result.cacheOrigin = jit->compiledNow ? "compiled" : jit->fromDisk ? "disk" : "memory";
+  if (jit->compiledNow) {
+    result.compileLlvmMs = jit->compiled.lowerMs + jit->compiled.llvmOptimizeMs + jit->compiled.ptxEmitMs;
+    result.compileCubinMs = std::max(0.0, jit->lookupMs - result.compileLlvmMs - jit->compiled.passesMs);
+  }
+  const runtime::Function& function = jit->loaded->function;
+  if (auto attributes = function.attributes()) {
+    result.registers = attributes->numRegisters;
+    result.spillBytes = attributes->localBytes;
+  }
+  result.sharedBytes = jit->sharedMemoryBytes;
+
+  const auto& buffers = problem.buffers();
+  std::vector<runtime::DeviceBuffer> device;
+  for (const auto& buffer : buffers) {
+    auto d = runtime::DeviceBuffer::allocate(std::max<size_t>(buffer.bytes.size(), 16));
+    if (!d) return d.status();
+    if (Status s = d->copyFromHost(buffer.bytes.data(), buffer.bytes.size()); !s) return s;
+    device.push_back(std::move(*d));
+  }
+  std::vector<PackedParameter> scalars;
+  const size_t firstScalar = buffers.size();
+  for (size_t i = 0; i < problem.scalarArguments().size(); ++i) {
+    const auto& value = problem.scalarArguments()[i];
+    const ir::AttrValue* divisibility = (*kernel)->parameterAttrs(firstScalar + i).find("divisibility");
+    if (divisibility && std::holds_alternative<int64_t>(value) &&
+        std::get<int64_t>(value) % std::get<int64_t>(*divisibility) != 0)
+      return ir::Diagnostic{{}, "parameter '" + (*kernel)->parameter(firstScalar + i)->name() + "' is " +
+                                    std::to_string(std::get<int64_t>(value)) + ", not a multiple of " +
+                                    std::to_string(std::get<int64_t>(*divisibility)) +
+                                    " as the kernel was compiled to assume"};
+    scalars.push_back(pack((*kernel)->parameter(firstScalar + i)->type(), value));
+  }
+  std::vector<void*> params;
+  for (auto& d : device) params.push_back(d.kernelArgument());
+  for (auto& p : scalars) params.push_back(p.bytes);
+  runtime::LaunchConfig launch;
+  const KernelProblem::Grid grid = problem.grid();
+  launch.grid = {static_cast<unsigned>(grid.x), static_cast<unsigned>(grid.y), static_cast<unsigned>(grid.z)};
+  launch.block = {static_cast<unsigned>(jit->numThreads), 1, 1};
+  launch.dynamicSharedBytes = static_cast<unsigned>(jit->sharedMemoryBytes);
+  result.check.gridX = grid.x;
+  result.check.gridY = grid.y;
+
+  auto runStart = std::chrono::steady_clock::now();
+  if (Status s = function.launch(launch, params.data()); !s) return s;
+  if (Status s = runtime::synchronizeContext(); !s) return s;
+  result.check.runMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - runStart).count();
+  std::vector<KernelProblem::Buffer> after = buffers;
+  for (size_t i = 0; i < after.size(); ++i)
+    if (after[i].written)
+      if (Status s = device[i].copyToHost(after[i].bytes.data(), after[i].bytes.size()); !s) return s;
+  problem.check(after, result.check);
+
+  if (options.timedIterations > 0) {
+    for (int i = 0; i < options.warmupIterations; ++i)
+      if (Status s = function.launch(launch, params.data()); !s) return s;
+    if (Status s = timeMedian(options.timedIterations, [&] { return function.launch(launch, params.data()); },
+                              &result.medianMs);
+        !s)
+      return s;
+    result.gbPerSecond = problem.minimumBytes() / (result.medianMs * 1e6);
+    const size_t copyBytes = static_cast<size_t>(problem.minimumBytes() / 2) & ~size_t{255};
+    auto source = runtime::DeviceBuffer::allocate(copyBytes);
+    auto destination = runtime::DeviceBuffer::allocate(copyBytes);
+    if (source && destination && copyBytes > 0) {
+      double copyMs = 0;
+      if (Status s = timeMedian(std::max(5, options.timedIterations / 2),
+                                [&] { return destination->copyFrom(*source, copyBytes); }, &copyMs);
+          s && copyMs > 0)
+        result.copyGbPerSecond = 2.0 * static_cast<double>(copyBytes) / (copyMs * 1e6);
+    }
+  }
+  return result;
+}
+
+}  // namespace attnjit::compiler

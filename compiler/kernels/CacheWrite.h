@@ -1,0 +1,78 @@
+// Kernel builder: vLLM's reshape_and_cache_flash. The keys and values of new
+// tokens, [num_tokens, Hkv, D] each (strides (token, head), unit element stride),
+// are scattered into the paged KV cache at slot_mapping[t] (int64; slot =
+// block · block_size + offset; -1 = padding token, skipped). The cache has the
+// layout the unified attention kernel reads, (num_blocks, 2, block_size, Hkv, row)
+// with K = [:, 0] and V = [:, 1], strides in cache elements.
+//
+// Cache formats (shared/REFERENCE.md, "Quantized KV cache"):
+// - auto: the input's dtype (f32, f16, bf16), values copied;
+// - fp8_e4m3 / fp8_e5m2: per-tensor scales k_scale, v_scale (float32 scalars in
+//   device memory, read by the kernel so graphs stay valid when they change);
+//   stores x / scale rounded to fp8, saturating at the largest finite value;
+// - int8_per_token_head / fp8_per_token_head (e4m3): each (token, head) row stores
+//   D quantized values and then, at byte offset D, its float32 scale
+//   max|x| / QMAX (QMAX 127 or 448; at least 1e-6), in a row of D + 4 bytes. Values
+//   are x / scale; int8 rounds half away from zero, fp8 to nearest even.
+//
+// Grid: (num_tokens, ceil(Hkv / HEADS_PER_PROGRAM)); a program writes the K and V
+// rows of HEADS_PER_PROGRAM heads of one token.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ir/IR.h"
+
+namespace attnjit::compiler {
+
+enum class KvCacheFormat {
+  Auto,               // same dtype as the keys and values
+  Fp8E4M3,            // per-tensor scale
+  Fp8E5M2,            // per-tensor scale
+  Int8PerTokenHead,   // inline f32 scale per (token, head) row
+  Fp8PerTokenHead,    // e4m3, inline f32 scale per (token, head) row
+};
+
+// vLLM's kv_cache_dtype spelling: "auto", "fp8_e4m3", "fp8_e5m2",
+// "int8_per_token_head", "fp8_per_token_head" ("fp8" is accepted for fp8_e4m3).
+const char* kvCacheFormatName(KvCacheFormat format);
+std::optional<KvCacheFormat> parseKvCacheFormat(const std::string& name);
+bool isPerTokenHead(KvCacheFormat format);
+
+struct CacheWriteConfig {
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // keys and values (f32, f16, bf16)
+  KvCacheFormat cacheFormat = KvCacheFormat::Auto;
+  int numKvHeads = 8;
+  int headSize = 128;
+  int blockSize = 16;
+  int numWarps = 4;
+
+  // The cache's element type: dtype, f8e4m3, f8e5m2 or i8.
+  ir::ScalarKind cacheElement() const;
+  // The kv_cache parameter's element type: cacheElement(), except i8 (bytes) for the
+  // per-token-head formats, whose rows mix quantized values and a float32 scale.
+  ir::ScalarKind cachePointerElement() const;
+  // Cache elements per (token, head) row: D, or D + 4 for the per-token-head formats.
+  int cacheRowElements() const;
+  // Largest quantized magnitude: 127 (int8), 448 (e4m3), 57344 (e5m2); 0 for auto.
+  double quantMax() const;
+  int headsPerProgram() const;
+  // e.g. "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16".
+  std::string kernelName() const;
+  ir::Status validate() const;
+};
+
+// Kernel parameters, in order:
+//   key ptr<dtype>, value ptr<dtype>, kv_cache ptr<cachePointerElement>, slot_mapping ptr<i64>,
+//   [k_scale ptr<f32>, v_scale ptr<f32> for the per-tensor fp8 formats],
+//   key_stride_token i64, key_stride_head i64, value_stride_token i64,
+//   value_stride_head i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
+//   kv_stride_token i64, kv_stride_head i64.
+ir::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config);
+
+// Grid y: ceil(Hkv / headsPerProgram).
+int64_t cacheWriteGridY(const CacheWriteConfig& config);
+
+}  // namespace attnjit::compiler

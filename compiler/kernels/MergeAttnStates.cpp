@@ -1,0 +1,207 @@
+// merge_attn_states as tile IR: the program for (token block x, head y) loads the
+// two LSEs of its BLOCK_TOKENS tokens (contiguous in the [H, T] layout), computes
+// the two weights per token in float32, and merges the [BLOCK_TOKENS, D] output rows
+// (each a contiguous row of D elements: 16-byte vector accesses when the strides are
+// multiples of 8, which the parameters promise for head sizes that are).
+//
+// Empty key sets. vLLM's CUDA kernel maps any infinite LSE to -inf; if both are
+// then -inf it copies the prefix output and writes -inf. Here the same result
+// comes without branches: the maximum used for the shift is replaced by 0 when it
+// is -inf (so exp sees -inf - 0, never -inf - (-inf) = NaN), and the merged row is
+// selected from the prefix row for such tokens. NaN LSEs propagate (isinf(NaN) is
+// false in vLLM too).
+#include "compiler/kernels/MergeAttnStates.h"
+
+#include <bit>
+#include <limits>
+
+#include "ir/Builder.h"
+
+namespace attnjit::compiler {
+
+using ir::Builder;
+using ir::CmpPredicate;
+using ir::Opcode;
+using ir::ScalarKind;
+using ir::Status;
+using ir::Type;
+using ir::Value;
+
+namespace {
+
+int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
+bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
+Status configError(const std::string& message) { return Status::error(ir::Location{}, message); }
+
+class MergeBuilder {
+ public:
+  MergeBuilder(Builder& b, const MergeAttnStatesConfig& config) : b_(b), config_(config) {}
+
+  void declareParameters(ir::Kernel& kernel) {
+    ir::Attributes aligned;
+    aligned.set("align", int64_t{16});
+    // Row strides are multiples of 8 elements whenever the head size is; saying
+    // so lets codegen use 16-byte vectors (the launcher checks the promise).
+    ir::Attributes rowStride;
+    if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
+    const ScalarKind dt = config_.dtype, f32 = ScalarKind::F32;
+    out_ = kernel.addParameter(Type::pointer(dt), "output", aligned);
+    if (config_.outputLse) outLse_ = kernel.addParameter(Type::pointer(f32), "output_lse", aligned);
+    prefixOut_ = kernel.addParameter(Type::pointer(dt), "prefix_output", aligned);
+    prefixLse_ = kernel.addParameter(Type::pointer(f32), "prefix_lse", aligned);
+    suffixOut_ = kernel.addParameter(Type::pointer(dt), "suffix_output", aligned);
+    suffixLse_ = kernel.addParameter(Type::pointer(f32), "suffix_lse", aligned);
+    numTokens_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "num_tokens");
+    const Type i64 = Type::scalar(ScalarKind::I64);
+    for (const char* name : {"o_stride_token", "o_stride_head", "p_stride_token", "p_stride_head", "s_stride_token",
+                             "s_stride_head"})
+      strides_.push_back(kernel.addParameter(i64, name, rowStride));
+  }
+
+  void build() {
+    const int64_t T = config_.blockTokens, D = nextPowerOfTwo(config_.headSize);
+    const ScalarKind I64 = ScalarKind::I64, F32 = ScalarKind::F32;
+    const double inf = std::numeric_limits<double>::infinity();
+    const Type rowF32 = Type::tile({T}, Type::scalar(F32));
+
+    Value* tokenBlock = b_.programId(0, "token_block");
+    Value* head = b_.programId(1, "head");
+    Value* blockTokens = b_.constexprValue("BLOCK_TOKENS", ScalarKind::I32, "block_tokens");
+    Value* headSize = b_.constexprValue("HEAD_SIZE", ScalarKind::I32, "head_size");
+    Value* token = b_.add(b_.splat(b_.mul(tokenBlock, blockTokens), {T}), b_.arange(0, T), "token");
+    Value* tokenMask = b_.cmp(CmpPredicate::Lt, token, b_.splat(numTokens_, {T}), "token_mask");
+    Value* offsD = b_.arange(0, D, "offs_d");
+    Value* dimMask = b_.cmp(CmpPredicate::Lt, offsD, b_.splat(headSize, {D}), "dim_mask");
+
+    // ---- Weights, per token, in float32. ----
+    Value* lseIndex = b_.add(b_.splat(b_.mul(b_.cast(head, I64), b_.cast(numTokens_, I64)), {T}),
+                             b_.cast(token, I64), "lse_index");
+    Value* zeroRow = b_.constFloat(0.0, rowF32, "zero_row");
+    Value* negInfRow = b_.constFloat(-inf, rowF32, "neg_inf_row");
+    Value* posInfRow = b_.constFloat(inf, rowF32, "pos_inf_row");
+    auto loadLse = [&](Value* base, const std::string& name) {
+      Value* raw = b_.load(b_.addPtr(b_.splat(base, {T}), lseIndex), tokenMask, zeroRow, name + "_raw");
+      // +inf (FA2's LSE of an empty key set) means no keys, like -inf.
+      return b_.select(b_.cmp(CmpPredicate::Eq, raw, posInfRow), negInfRow, raw, name);
+    };
+    Value* pLse = loadLse(prefixLse_, "p_lse");
+    Value* sLse = loadLse(suffixLse_, "s_lse");
+    Value* maxLse = b_.max(pLse, sLse, "max_lse");
+    Value* bothEmpty = b_.cmp(CmpPredicate::Eq, maxLse, negInfRow, "both_empty");
+    Value* shift = b_.select(bothEmpty, zeroRow, maxLse, "shift");
+    Value* pSe = b_.unary(Opcode::Exp, b_.sub(pLse, shift), "p_se");
+    Value* sSe = b_.unary(Opcode::Exp, b_.sub(sLse, shift), "s_se");
+    Value* outSe = b_.add(pSe, sSe, "out_se");
+    if (config_.outputLse) {
+      // Both empty: -inf, vLLM's value (log(0) + 0).
+      Value* logSum = b_.select(bothEmpty, negInfRow, logOneToTwo(outSe), "log_out_se");
+      Value* outLse = b_.add(logSum, shift, "out_lse");
+      b_.store(b_.addPtr(b_.splat(outLse_, {T}), lseIndex), outLse, tokenMask);
+    }
+    Value* pScale = b_.div(pSe, outSe, "p_scale");
+    Value* sScale = b_.div(sSe, outSe, "s_scale");
+
+    // ---- The [BLOCK_TOKENS, D] rows. ----
+    Value* head64 = b_.cast(head, I64);
+    Value* token64 = b_.cast(token, I64, "token_i64");
+    Value* offsD64 = b_.cast(offsD, I64, "offs_d_i64");
+    Value* mask = b_.andOp(asColumn(tokenMask, D), asRow(dimMask, T), "mask");
+    auto rowPointers = [&](Value* base, Value* strideToken, Value* strideHead, const std::string& name) {
+      Value* rowOffset = b_.add(b_.mul(token64, b_.splat(strideToken, {T})), b_.splat(b_.mul(head64, strideHead), {T}));
+      Value* offset = b_.add(asColumn(rowOffset, D), asRow(offsD64, T));
+      return b_.addPtr(b_.splat(base, {T, D}), offset, name);
+    };
+    const Type tileDt = Type::tile({T, D}, Type::scalar(config_.dtype));
+    Value* zeroTile = b_.constFloat(0.0, tileDt, "zero_tile");
+    Value* pOut = b_.load(rowPointers(prefixOut_, strides_[2], strides_[3], "p_ptrs"), mask, zeroTile, "p_out");
+    Value* sOut = b_.load(rowPointers(suffixOut_, strides_[4], strides_[5], "s_ptrs"), mask, zeroTile, "s_out");
+    auto toF32 = [&](Value* v) { return config_.dtype == F32 ? v : b_.cast(v, F32); };
+    Value* merged = b_.add(b_.mul(toF32(pOut), asColumn(pScale, D)), b_.mul(toF32(sOut), asColumn(sScale, D)),
+                           "merged_f32");
+    Value* mergedDt = config_.dtype == F32 ? merged : b_.cast(merged, config_.dtype, "merged");
+    Value* result = b_.select(asColumn(bothEmpty, D), pOut, mergedDt, "out");
+    b_.store(rowPointers(out_, strides_[0], strides_[1], "o_ptrs"), result, mask);
+  }
+
+ private:
+  // log(x) for x in [1, 2] (out_se: one weight is exp(0) = 1, the other in [0, 1]),
+  // from log(x) = 2·atanh(z), z = (x - 1) / (x + 1) in [0, 1/3]: the odd series
+  // 2z·Σ z^2k / (2k + 1) to k = 8 is exact to (1/3)^18 / 19 < 1e-9, below f32's
+  // rounding. Used instead of the `log` op because codegen lowers that to
+  // llvm.log2.f32, which the NVPTX backend of LLVM 22 cannot select ("no libcall
+  // available for flog2"); this needs only f32 add, mul and div.
+  Value* logOneToTwo(Value* x) {
+    const Type type = x->type();
+    Value* one = b_.constFloat(1.0, type);
+    Value* z = b_.div(b_.sub(x, one), b_.add(x, one), "atanh_arg");
+    Value* zz = b_.mul(z, z);
+    Value* series = b_.constFloat(1.0 / 17, type);
+    for (int k = 7; k >= 0; --k) series = b_.add(b_.mul(series, zz), b_.constFloat(1.0 / (2 * k + 1), type));
+    return b_.mul(b_.mul(z, series), b_.constFloat(2.0, type), "log_of_sum");
+  }
+  Value* asColumn(Value* vec, int64_t cols) {
+    const int64_t n = vec->type().shape()[0];
+    return b_.broadcast(b_.expandDims(vec, 1), {n, cols});
+  }
+  Value* asRow(Value* vec, int64_t rows) {
+    const int64_t n = vec->type().shape()[0];
+    return b_.broadcast(b_.expandDims(vec, 0), {rows, n});
+  }
+
+  Builder& b_;
+  const MergeAttnStatesConfig& config_;
+  Value *out_ = nullptr, *outLse_ = nullptr, *prefixOut_ = nullptr, *prefixLse_ = nullptr, *suffixOut_ = nullptr,
+        *suffixLse_ = nullptr, *numTokens_ = nullptr;
+  std::vector<Value*> strides_;  // o, p, s: (token, head) each
+};
+
+}  // namespace
+
+int MergeAttnStatesConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
+
+std::string MergeAttnStatesConfig::kernelName() const {
+  std::string name = std::string("merge_attn_states_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) + "_d" + std::to_string(headSize) +
+                     (outputLse ? "_lse" : "_nolse");
+  const MergeAttnStatesConfig defaults;
+  if (blockTokens != defaults.blockTokens) name += "_t" + std::to_string(blockTokens);
+  if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
+  return name;
+}
+
+Status MergeAttnStatesConfig::validate() const {
+  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F16 && dtype != ScalarKind::BF16)
+    return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+  if (numHeads < 1 || numHeads > 65535)
+    return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 65535");
+  if (headSize < 1 || headSize > 512)
+    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
+  if (!isPowerOfTwo(blockTokens) || blockTokens > 256)
+    return configError("block_tokens (" + std::to_string(blockTokens) + ") must be a power of two between 1 and 256");
+  if (!isPowerOfTwo(numWarps) || numWarps > 16)
+    return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  return Status::ok();
+}
+
+ir::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnStatesConfig& config) {
+  if (Status s = config.validate(); !s) return s;
+  auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
+  kernel->docLines().push_back(
+      "vLLM merge_attn_states: grid = (ceil(num_tokens / BLOCK_TOKENS), num_heads).");
+  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  auto& cx = kernel->constexprs();
+  cx.push_back({"BLOCK_TOKENS", int64_t{config.blockTokens}});
+  cx.push_back({"HEAD_SIZE", int64_t{config.headSize}});
+  cx.push_back({"HEAD_SIZE_PADDED", int64_t{config.headSizePadded()}});
+  Builder builder(*kernel);
+  MergeBuilder merge(builder, config);
+  merge.declareParameters(*kernel);
+  merge.build();
+  if (Status s = builder.finish(); !s) return s;
+  return kernel;
+}
+
+int64_t mergeAttnStatesGridX(const MergeAttnStatesConfig& config, int64_t numTokens) {
+  return (numTokens + config.blockTokens - 1) / config.blockTokens;
+}
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,41 @@
+// Float64 references of the companion kernels (merge_attn_states and the KV cache
+// write's quantization), written from vLLM's definitions and independent of the IR
+// and the compiler.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace attnjit::reference {
+
+// merge_attn_states over [numTokens][numHeads][headSize] outputs and
+// [numHeads][numTokens] natural-log LSEs. An infinite LSE (either sign) means an
+// empty key set; when both sides are empty the prefix output is taken and the LSE
+// is -inf (vLLM's CUDA kernel).
+struct MergeInputs {
+  int numTokens = 0, numHeads = 0, headSize = 0;
+  std::vector<double> prefixOutput, suffixOutput;
+  std::vector<double> prefixLse, suffixLse;
+};
+struct MergeOutputs {
+  std::vector<double> output;  // [numTokens][numHeads][headSize]
+  std::vector<double> lse;     // [numHeads][numTokens]
+};
+MergeOutputs referenceMergeAttnStates(const MergeInputs& inputs);
+
+// OCP fp8 decoding: e4m3fn (bias 7, no infinities, S.1111.111 = NaN) and e5m2
+// (bias 15, IEEE-like).
+double decodeFp8E4M3(uint8_t bits);
+double decodeFp8E5M2(uint8_t bits);
+
+enum class QuantFormat { Int8, Fp8E4M3, Fp8E5M2 };
+// Largest magnitude of the format: 127, 448, 57344.
+double quantMax(QuantFormat format);
+// Half the distance between neighbouring representable values around |y| (|y| at
+// most quantMax): the largest error of rounding y to nearest.
+double halfQuantStep(double y, QuantFormat format);
+// The per-(token, head) scale vLLM stores: max|x| / QMAX computed in double, then
+// rounded to float, floored at float(1e-6).
+float perTokenHeadScale(const double* row, int n, QuantFormat format);
+
+}  // namespace attnjit::reference

@@ -1,0 +1,350 @@
+// The companion kernels of unified attention — merge_attn_states and the KV cache
+// write (reshape_and_cache) — on the CPU interpreter against their float64
+// references, plus their configurations and spec families.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "compiler/CacheWriteProblem.h"
+#include "compiler/KernelFamily.h"
+#include "compiler/MergeAttnStatesProblem.h"
+#include "compiler/Spec.h"
+#include "ir/Interpreter.h"
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "tests/reference/CompanionReference.h"
+
+using attnjit::compiler::AttentionShape;
+using attnjit::compiler::CacheWriteConfig;
+using attnjit::compiler::KvCacheFormat;
+using attnjit::compiler::MergeAttnStatesConfig;
+using attnjit::ir::ScalarKind;
+namespace compiler = attnjit::compiler;
+namespace reference = attnjit::reference;
+
+namespace {
+
+// Ragged: 19 tokens (not a multiple of any BLOCK_TOKENS), in three sequences with
+// contexts that end mid-block.
+AttentionShape raggedBatch(uint64_t seed) {
+  AttentionShape s;
+  s.queryLens = {5, 1, 13};
+  s.contextLens = {14, 40, 3};
+  s.seed = seed;
+  return s;
+}
+
+void checkResult(const attnjit::ir::Expected<compiler::AttentionRunResult>& result, const std::string& what) {
+  INFO(what);
+  if (!result) FAIL(result.diagnostic().str());
+  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
+  CHECK(result->passed);
+}
+
+template <typename Config>
+std::string validationError(const Config& c) {
+  auto s = c.validate();
+  return s ? std::string("ok") : s.diagnostic().message;
+}
+
+}  // namespace
+
+// ---- merge_attn_states ----------------------------------------------------------
+
+TEST_CASE("merge reference: weights, infinities and both sides empty", "[merge]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  reference::MergeInputs in;
+  in.numTokens = 4;
+  in.numHeads = 1;
+  in.headSize = 1;
+  in.prefixOutput = {1, 1, 1, 0.5};
+  in.suffixOutput = {-1, -1, -1, 2};
+  in.prefixLse = {std::log(1.0), inf, -inf, -inf};
+  in.suffixLse = {std::log(3.0), 1.5, -inf, inf};
+  const auto out = reference::referenceMergeAttnStates(in);
+  CHECK(out.output[0] == Approx(0.25 * 1 + 0.75 * -1));
+  CHECK(out.lse[0] == Approx(std::log(4.0)));
+  CHECK(out.output[1] == -1);  // +inf prefix is an empty prefix
+  CHECK(out.lse[1] == 1.5);
+  CHECK(out.output[2] == 1);   // both empty: the prefix output, LSE -inf
+  CHECK(out.lse[2] == -inf);
+  CHECK(out.output[3] == 0.5);  // -inf and +inf: both empty
+  CHECK(out.lse[3] == -inf);
+}
+
+TEST_CASE("merge_attn_states: names, validation and interface", "[merge]") {
+  MergeAttnStatesConfig c;
+  CHECK(c.kernelName() == "merge_attn_states_bf16_h32_d128_lse");
+  c.dtype = ScalarKind::F16;
+  c.headSize = 80;
+  c.outputLse = false;
+  c.blockTokens = 32;
+  c.numWarps = 8;
+  CHECK(c.kernelName() == "merge_attn_states_f16_h32_d80_nolse_t32_w8");
+  CHECK(c.headSizePadded() == 128);
+  CHECK(compiler::mergeAttnStatesGridX(c, 65) == 3);
+
+  MergeAttnStatesConfig bad;
+  bad.dtype = ScalarKind::F8E4M3;
+  CHECK(validationError(bad) == "dtype (f8e4m3) is not supported; use f32, f16 or bf16");
+  bad = {};
+  bad.blockTokens = 12;
+  CHECK(validationError(bad) == "block_tokens (12) must be a power of two between 1 and 256");
+  bad = {};
+  bad.headSize = 0;
+  CHECK(validationError(bad) == "head_size (0) must be between 1 and 512");
+  bad = {};
+  bad.numHeads = 0;
+  CHECK(validationError(bad) == "num_heads (0) must be between 1 and 65535");
+  auto refused = compiler::buildMergeAttnStates(bad);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.diagnostic().message == "num_heads (0) must be between 1 and 65535");
+
+  for (bool lse : {true, false}) {
+    MergeAttnStatesConfig config;
+    config.outputLse = lse;
+    auto built = compiler::buildMergeAttnStates(config);
+    if (!built) FAIL(built.diagnostic().str());
+    const auto& kernel = **built;
+    REQUIRE(kernel.numParameters() == (lse ? 13u : 12u));
+    CHECK(kernel.parameter(0)->name() == "output");
+    CHECK(kernel.parameter(1)->name() == (lse ? "output_lse" : "prefix_output"));
+    CHECK(kernel.parameterAttrs(0).getInt("align") == 16);
+    CHECK(kernel.parameter(kernel.numParameters() - 1)->name() == "s_stride_head");
+    CHECK(kernel.parameterAttrs(kernel.numParameters() - 1).getInt("divisibility") == 8);
+    CHECK(attnjit::ir::verifyKernel(kernel).isOk());
+    // The text form round-trips.
+    const std::string text = attnjit::ir::printKernel(kernel);
+    auto parsed = attnjit::ir::parseModule(text, "merge.tir");
+    if (!parsed) FAIL(parsed.diagnostic().str());
+    CHECK(attnjit::ir::printKernel(*(*parsed)->kernels()[0]) == text);
+  }
+}
+
+TEST_CASE("merge_attn_states matches the reference (dtypes, head sizes, LSE output)", "[merge]") {
+  const ScalarKind dtype = GENERATE(ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16);
+  const int headSize = GENERATE(64, 80, 128, 256);
+  const bool outputLse = GENERATE(true, false);
+  MergeAttnStatesConfig config;
+  config.dtype = dtype;
+  config.headSize = headSize;
+  config.numHeads = 3;
+  config.outputLse = outputLse;
+  checkResult(compiler::runMergeAttnStatesInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize))),
+              config.kernelName());
+}
+
+TEST_CASE("merge_attn_states: other token blocks and warps, odd head sizes", "[merge]") {
+  for (int blockTokens : {1, 4, 64}) {
+    MergeAttnStatesConfig config;
+    config.blockTokens = blockTokens;
+    config.numWarps = blockTokens == 64 ? 8 : 1;
+    config.numHeads = 2;
+    config.headSize = 96;
+    checkResult(compiler::runMergeAttnStatesInterpreted(config, raggedBatch(3)), config.kernelName());
+  }
+  MergeAttnStatesConfig odd;  // no 16-byte promise: head size 36 is not a multiple of 8
+  odd.dtype = ScalarKind::F32;
+  odd.headSize = 36;
+  odd.numHeads = 5;
+  checkResult(compiler::runMergeAttnStatesInterpreted(odd, raggedBatch(4)), odd.kernelName());
+}
+
+// ---- reshape_and_cache ----------------------------------------------------------
+
+TEST_CASE("fp8 reference decoding and quantization steps", "[cache_write]") {
+  CHECK(reference::decodeFp8E4M3(0x7E) == 448);
+  CHECK(std::isnan(reference::decodeFp8E4M3(0x7F)));
+  CHECK(reference::decodeFp8E4M3(0x01) == std::ldexp(1.0, -9));
+  CHECK(reference::decodeFp8E4M3(0xB8) == -1);
+  CHECK(reference::decodeFp8E5M2(0x7B) == 57344);
+  CHECK(std::isinf(reference::decodeFp8E5M2(0x7C)));
+  CHECK(reference::decodeFp8E5M2(0x01) == std::ldexp(1.0, -16));
+  CHECK(reference::halfQuantStep(1.5, reference::QuantFormat::Fp8E4M3) == 0.0625);
+  CHECK(reference::halfQuantStep(300, reference::QuantFormat::Fp8E4M3) == 16);
+  CHECK(reference::halfQuantStep(1e-4, reference::QuantFormat::Fp8E4M3) == std::ldexp(1.0, -10));
+  CHECK(reference::halfQuantStep(3, reference::QuantFormat::Fp8E5M2) == 0.25);
+  CHECK(reference::halfQuantStep(-100, reference::QuantFormat::Int8) == 0.5);
+  const double row[3] = {0.5, -2.54, 1};
+  CHECK(reference::perTokenHeadScale(row, 3, reference::QuantFormat::Int8) == static_cast<float>(2.54 / 127));
+  const double zeros[2] = {0, 0};
+  CHECK(reference::perTokenHeadScale(zeros, 2, reference::QuantFormat::Fp8E4M3) == 1e-6f);
+}
+
+TEST_CASE("reshape_and_cache: names, formats, validation and interface", "[cache_write]") {
+  CacheWriteConfig c;
+  CHECK(c.kernelName() == "reshape_and_cache_bf16_kv8_d128_bs16");
+  CHECK(c.cacheElement() == ScalarKind::BF16);
+  CHECK(c.cacheRowElements() == 128);
+  CHECK(c.headsPerProgram() == 8);
+  c.cacheFormat = KvCacheFormat::Int8PerTokenHead;
+  c.headSize = 80;
+  c.numWarps = 2;
+  CHECK(c.kernelName() == "reshape_and_cache_bf16_int8_per_token_head_kv8_d80_bs16_w2");
+  CHECK(c.cacheElement() == ScalarKind::I8);
+  CHECK(c.cacheRowElements() == 84);
+  CHECK(c.quantMax() == 127);
+  c.cacheFormat = KvCacheFormat::Fp8E5M2;
+  CHECK(c.cacheElement() == ScalarKind::F8E5M2);
+  CHECK(c.quantMax() == 57344);
+  c.numKvHeads = 16;
+  c.headSize = 256;  // 1024 elements per tile: 4 heads per program
+  CHECK(c.headsPerProgram() == 4);
+  CHECK(compiler::cacheWriteGridY(c) == 4);
+
+  CHECK(compiler::parseKvCacheFormat("fp8") == KvCacheFormat::Fp8E4M3);
+  CHECK(compiler::parseKvCacheFormat("fp8_per_token_head") == KvCacheFormat::Fp8PerTokenHead);
+  CHECK_FALSE(compiler::parseKvCacheFormat("int4_per_token_head"));
+  for (auto f : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2, KvCacheFormat::Int8PerTokenHead,
+                 KvCacheFormat::Fp8PerTokenHead})
+    CHECK(compiler::parseKvCacheFormat(compiler::kvCacheFormatName(f)) == f);
+
+  CacheWriteConfig bad;
+  bad.numKvHeads = 0;
+  CHECK(validationError(bad) == "num_kv_heads (0) must be between 1 and 256");
+  bad = {};
+  bad.blockSize = 0;
+  CHECK(validationError(bad) == "block_size (0) must be between 1 and 4096");
+  bad = {};
+  bad.numWarps = 3;
+  CHECK(validationError(bad) == "num_warps (3) must be a power of two between 1 and 16");
+
+  CacheWriteConfig perTensor;
+  perTensor.cacheFormat = KvCacheFormat::Fp8E4M3;
+  auto built = compiler::buildCacheWrite(perTensor);
+  if (!built) FAIL(built.diagnostic().str());
+  REQUIRE((*built)->numParameters() == 14);
+  CHECK((*built)->parameter(2)->type() == attnjit::ir::Type::pointer(ScalarKind::F8E4M3));
+  CHECK((*built)->parameter(4)->name() == "k_scale");
+  CHECK((*built)->parameter(13)->name() == "kv_stride_head");
+  CacheWriteConfig plain;
+  auto builtPlain = compiler::buildCacheWrite(plain);
+  REQUIRE(builtPlain.isOk());
+  CHECK((*builtPlain)->numParameters() == 12);
+  CHECK((*builtPlain)->parameter(3)->type() == attnjit::ir::Type::pointer(ScalarKind::I64));
+}
+
+TEST_CASE("reshape_and_cache matches the reference in every cache format", "[cache_write]") {
+  const KvCacheFormat format = GENERATE(KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2,
+                                        KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead);
+  const ScalarKind dtype = GENERATE(ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16);
+  const int headSize = GENERATE(64, 80, 128, 256);
+  CacheWriteConfig config;
+  config.dtype = dtype;
+  config.cacheFormat = format;
+  config.headSize = headSize;
+  config.numKvHeads = headSize == 256 ? 6 : 3;  // 256: 4 heads per program, two programs along y
+  config.blockSize = headSize == 80 ? 32 : 16;
+  checkResult(compiler::runCacheWriteInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize) + 1)),
+              config.kernelName());
+}
+
+TEST_CASE("reshape_and_cache: odd block and head sizes", "[cache_write]") {
+  CacheWriteConfig config;
+  config.dtype = ScalarKind::F16;
+  config.blockSize = 5;
+  config.headSize = 36;
+  config.numKvHeads = 1;
+  for (auto format : {KvCacheFormat::Auto, KvCacheFormat::Int8PerTokenHead}) {
+    config.cacheFormat = format;
+    checkResult(compiler::runCacheWriteInterpreted(config, raggedBatch(21)), config.kernelName());
+  }
+}
+
+TEST_CASE("reshape_and_cache: int8 rounds half away from zero and stores the scale inline", "[cache_write]") {
+  // One token, one head, D = 8, f32, slot 1 of a 2-slot, 1-block cache. max|x| = 127
+  // makes the scale exactly 1, so x / scale are the values themselves.
+  CacheWriteConfig config;
+  config.dtype = ScalarKind::F32;
+  config.cacheFormat = KvCacheFormat::Int8PerTokenHead;
+  config.numKvHeads = 1;
+  config.headSize = 8;
+  config.blockSize = 2;
+  auto kernel = compiler::buildCacheWrite(config);
+  if (!kernel) FAIL(kernel.diagnostic().str());
+  std::vector<float> key = {127, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, 0.49999997f, -126.5f};
+  std::vector<float> value = {-127, 0, 0, 0, 0, 0, 0, 0.25f};
+  const int64_t row = 12;                                   // 8 values + 4 scale bytes
+  std::vector<int8_t> cache(static_cast<size_t>(2 * 2 * row), 0x55);  // (1 block, K/V, 2 slots, 1 head, 12)
+  std::vector<int64_t> slots = {1};
+  attnjit::ir::InterpreterMemory memory;
+  std::vector<attnjit::ir::KernelArgument> args = {
+      attnjit::ir::PointerArg{memory.map(key.data(), key.size() * 4, "key")},
+      attnjit::ir::PointerArg{memory.map(value.data(), value.size() * 4, "value")},
+      attnjit::ir::PointerArg{memory.map(cache.data(), cache.size(), "kv_cache")},
+      attnjit::ir::PointerArg{memory.map(slots.data(), slots.size() * 8, "slot_mapping")},
+      int64_t{8}, int64_t{8}, int64_t{8}, int64_t{8},   // key/value strides (token, head)
+      int64_t{2 * 2 * row}, int64_t{2 * row}, int64_t{row}, int64_t{row}};  // cache strides
+  attnjit::ir::LaunchGrid grid;
+  grid.x = 1;
+  grid.y = compiler::cacheWriteGridY(config);
+  auto status = attnjit::ir::interpretKernel(**kernel, grid, args, memory);
+  if (!status) FAIL(status.diagnostic().str());
+  const int8_t* k = &cache[static_cast<size_t>(row)];  // slot 1 of K
+  CHECK(std::vector<int>(k, k + 8) == std::vector<int>{127, 3, -3, 1, -1, 2, 0, -127});
+  float scale = 0;
+  std::memcpy(&scale, k + 8, 4);
+  CHECK(scale == 1.0f);
+  const int8_t* v = &cache[static_cast<size_t>(3 * row)];  // slot 1 of V
+  CHECK(std::vector<int>(v, v + 8) == std::vector<int>{-127, 0, 0, 0, 0, 0, 0, 0});  // 0.25 rounds to 0
+  std::memcpy(&scale, v + 8, 4);
+  CHECK(scale == 1.0f);
+  // Slot 0 (K and V) untouched.
+  for (int64_t i = 0; i < row; ++i) {
+    CHECK(cache[static_cast<size_t>(i)] == 0x55);
+    CHECK(cache[static_cast<size_t>(2 * row + i)] == 0x55);
+  }
+}
+
+// ---- spec families ---------------------------------------------------------------
+
+TEST_CASE("spec families merge_attn_states and reshape_and_cache", "[merge][cache_write][specs]") {
+  auto merge = compiler::loadSpecText(
+      "family: merge_attn_states\nparams:\n  dtype: [f16, bf16]\n  num_heads: 8\n  head_size: [80, 128]\n"
+      "  output_lse: false\n",
+      "merge.yaml");
+  if (!merge) FAIL(merge.diagnostic().str());
+  REQUIRE(merge->variants.size() == 4);
+  CHECK(merge->variants[0].name == "merge_attn_states_f16_h8_d80_nolse");
+  CHECK(merge->variants[3].merge.dtype == ScalarKind::BF16);
+  CHECK(compiler::formatVariantParams(merge->variants[1]) ==
+        "dtype=f16 num_heads=8 head_size=128 output_lse=false block_tokens=16 num_warps=4");
+
+  auto cache = compiler::loadSpecText(
+      "family: reshape_and_cache\nparams:\n  dtype: bf16\n  kv_cache_dtype: [auto, fp8]\n  num_kv_heads: 8\n"
+      "  head_size: 128\n  block_size: 16\n",
+      "cache.yaml");
+  if (!cache) FAIL(cache.diagnostic().str());
+  REQUIRE(cache->variants.size() == 2);
+  CHECK(cache->variants[1].name == "reshape_and_cache_bf16_fp8_e4m3_kv8_d128_bs16");
+  CHECK(compiler::formatVariantParams(cache->variants[1]) ==
+        "dtype=bf16 kv_cache_dtype=fp8_e4m3 num_kv_heads=8 head_size=128 block_size=16 num_warps=4");
+  auto kernel = compiler::buildVariantKernel(cache->variants[1]);
+  REQUIRE(kernel.isOk());
+  CHECK((*kernel)->name() == cache->variants[1].name);
+
+  auto badFormat = compiler::loadSpecText(
+      "family: reshape_and_cache\nparams:\n  dtype: bf16\n  kv_cache_dtype: int4\n  num_kv_heads: 8\n"
+      "  head_size: 128\n  block_size: 16\n",
+      "bad.yaml");
+  REQUIRE_FALSE(badFormat);
+  CHECK(badFormat.diagnostic().str() ==
+        "bad.yaml:4:19: error: 'kv_cache_dtype' must be one of auto, fp8_e4m3 (or fp8), fp8_e5m2, "
+        "int8_per_token_head, fp8_per_token_head, got 'int4'");
+  auto unknownField = compiler::loadSpecText(
+      "family: merge_attn_states\nparams:\n  dtype: bf16\n  num_heads: 8\n  head_size: 64\n  causal: true\n",
+      "bad.yaml");
+  REQUIRE_FALSE(unknownField);
+  CHECK(unknownField.diagnostic().message.find("unknown field 'causal' in 'params' of family merge_attn_states") !=
+        std::string::npos);
+  auto invalid = compiler::loadSpecText(
+      "family: merge_attn_states\nparams:\n  dtype: bf16\n  num_heads: 8\n  head_size: [64, 1000]\n", "bad.yaml");
+  REQUIRE_FALSE(invalid);
+  CHECK(invalid.diagnostic().str() ==
+        "bad.yaml:5:19: error: invalid variant (dtype=bf16 num_heads=8 head_size=1000): head_size (1000) must be "
+        "between 1 and 512");
+}

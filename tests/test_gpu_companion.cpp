@@ -1,0 +1,71 @@
+// [gpu] The companion kernels (merge_attn_states, reshape_and_cache) JIT-compiled
+// for the local GPU and checked against their float64 references on poisoned
+// buffers, in every dtype and cache format. Skips with a visible message where no
+// CUDA driver or GPU is present.
+#include <catch2/catch.hpp>
+
+#include "compiler/CacheWriteProblem.h"
+#include "compiler/MergeAttnStatesProblem.h"
+#include "runtime/Driver.h"
+
+using namespace attnjit;
+
+namespace {
+bool gpuPresent() {
+  if (!runtime::driverAvailable()) {
+    WARN("skipped: no CUDA driver: " << runtime::driverStatus().message());
+    return false;
+  }
+  auto count = runtime::deviceCount();
+  if (!count || *count == 0) {
+    WARN("skipped: the CUDA driver reports no GPU");
+    return false;
+  }
+  return true;
+}
+
+compiler::AttentionShape raggedBatch() {
+  compiler::AttentionShape s;
+  s.queryLens = {37, 1, 130, 5, 300};
+  s.contextLens = {77, 300, 0, 61, 17};
+  s.seed = 13;
+  return s;
+}
+
+void expectPassed(const ir::Expected<compiler::GpuRunResult>& result, const std::string& name) {
+  INFO(name);
+  INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
+  REQUIRE(result.isOk());
+  CHECK(result->check.passed);
+}
+}  // namespace
+
+TEST_CASE("GPU merge_attn_states across dtypes, head sizes and LSE output", "[gpu][merge]") {
+  if (!gpuPresent()) return;
+  for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16, ir::ScalarKind::F32})
+    for (int headSize : {64, 80, 128, 256})
+      for (bool outputLse : {true, false}) {
+        compiler::MergeAttnStatesConfig c;
+        c.dtype = dtype;
+        c.headSize = headSize;
+        c.numHeads = 6;
+        c.outputLse = outputLse;
+        expectPassed(compiler::runMergeAttnStatesGpu(c, raggedBatch(), {}), c.kernelName());
+      }
+}
+
+TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
+  if (!gpuPresent()) return;
+  for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2,
+                      compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead})
+    for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16, ir::ScalarKind::F32})
+      for (int headSize : {64, 80, 128, 256}) {
+        compiler::CacheWriteConfig c;
+        c.dtype = dtype;
+        c.cacheFormat = format;
+        c.headSize = headSize;
+        c.numKvHeads = headSize == 256 ? 8 : 4;
+        c.blockSize = headSize == 80 ? 32 : 16;
+        expectPassed(compiler::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
+      }
+}
