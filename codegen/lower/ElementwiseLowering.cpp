@@ -140,12 +140,16 @@ void lowerUnary(LoweringContext& ctx, const Operation& op) {
       case Opcode::Neg: r = b.CreateFNeg(x); break;
       case Opcode::Abs: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
       case Opcode::Exp2: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); break;
-      case Opcode::Log2: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x); break;
+      // NVPTX has no lowering for llvm.log2 (LLVM aborts looking for a libcall):
+      // lg2.approx.f32, like ex2.approx for exp2 (max error 2^-22 relative,
+      // absolute near 1).
+      case Opcode::Log2: r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_lg2_approx_f, {x}); break;
       case Opcode::Exp:
         r = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, b.CreateFMul(x, llvm::ConstantFP::get(fty, kLog2e)));
         break;
       case Opcode::Log:
-        r = b.CreateFMul(b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x), llvm::ConstantFP::get(fty, kLn2));
+        r = b.CreateFMul(b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_lg2_approx_f, {x}),
+                         llvm::ConstantFP::get(fty, kLn2));
         break;
       case Opcode::Sqrt: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); break;
       case Opcode::Rsqrt:
