@@ -18,14 +18,24 @@ run() {
 prefill=(--shape query_lens=2048x8 --shape context_lens=0x8 --shape check_stride=257)
 decode=(--shape query_lens=1x64 --shape context_lens=4095x64 --shape check_stride=5)
 
-# Decode: B=64, 32/8 heads, D=128, ctx 4096 (vLLM Triton 0.290 ms).
-run "decode B=64 ctx 4096" specs/bench.yaml --variant=unified_attention_bf16_h32kv8_d128_bs16_causal "${decode[@]}"
-# Prefill causal and non-causal: 8 x 2048 tokens (vLLM 3.89 / 6.98 ms), with
-# vLLM's BLOCK_M (16: 4 tokens x 4 heads per program) and with 128 query rows.
-run "prefill 8x2048, BLOCK_M 16" specs/bench.yaml "${prefill[@]}"
+# Decode: B=64, 32/8 heads, D=128, ctx 4096 (vLLM Triton 0.290 ms), with the
+# op API's tiling (64-token KV tiles) and with vLLM's (32).
+run "decode B=64 ctx 4096" bench/decode.yaml "${decode[@]}"
+run "decode B=64 ctx 4096, vLLM's tiling" specs/bench.yaml \
+  --variant=unified_attention_bf16_h32kv8_d128_bs16_causal "${decode[@]}"
+# Prefill causal and non-causal: 8 x 2048 tokens (vLLM 3.89 / 6.98 ms) with 128
+# query rows per program (the op API's choice for long queries).
 run "prefill 8x2048, BLOCK_M 128" bench/prefill.yaml "${prefill[@]}"
+# Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
+tokens=(--shape query_lens=16384 --shape context_lens=0)
+run "merge_attn_states T=16384 32 heads D=128" specs/merge_attn_states.yaml \
+  --variant=merge_attn_states_bf16_h32_d128_lse "${tokens[@]}"
+run "reshape_and_cache T=16384 8 heads D=128" specs/reshape_and_cache.yaml \
+  --variant=reshape_and_cache_bf16_kv8_d128_bs16 "${tokens[@]}"
 
 if [ "${SWEEP:-0}" = 1 ]; then
+  # vLLM's BLOCK_M (16: 4 tokens x 4 heads per program) for comparison.
+  run "prefill 8x2048, BLOCK_M 16" specs/bench.yaml "${prefill[@]}"
   run "prefill sweep" bench/prefill_sweep.yaml "${prefill[@]}"
   run "decode sweep: stages x tile" bench/decode_stages.yaml "${decode[@]}"
 fi
