@@ -8,6 +8,7 @@
 #include "compiler/Spec.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include "compiler/SpecSupport.h"
 
@@ -40,6 +43,41 @@ const std::array<const char*, 7> kTargets = {"sm_80", "sm_86", "sm_89", "sm_90",
 const std::array<const char*, 3> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache"};
 const std::array<const char*, 4> kTopLevelFields = {"family", "target", "params", "run"};
 const std::array<const char*, 3> kRunFields = {"query_lens", "context_lens", "seed"};
+
+// Counts the documents of a YAML stream (stopping at two) and remembers where the
+// second one starts.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  int documents = 0;
+  YAML::Mark secondDocument;
+
+  void OnDocumentStart(const YAML::Mark&) override {
+    ++documents;
+    awaitingRoot_ = documents == 2;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { root(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { root(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    root(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    root(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    root(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void root(const YAML::Mark& mark) {
+    if (!awaitingRoot_) return;
+    secondDocument = mark;
+    awaitingRoot_ = false;
+  }
+  bool awaitingRoot_ = false;
+};
 
 class SpecLoader {
  public:
@@ -529,14 +567,25 @@ Expected<Spec> SpecLoader::load(const std::string& text) {
   Spec spec;
   spec.path = path_;
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(text);
-    if (documents.empty() || documents[0].IsNull()) {
+    // Count documents with a bounded walk instead of YAML::LoadAll: on some
+    // malformed inputs yaml-cpp 0.7 reports new documents forever without
+    // consuming input (found by fuzzing: tests/data/fuzz-regressions/spec/).
+    DocumentCounter counter;
+    {
+      std::istringstream stream(text);
+      YAML::Parser parser(stream);
+      while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
+      }
+    }
+    if (counter.documents > 1) {
+      return Diagnostic{yamlLocation(path_, counter.secondDocument),
+                        "a spec holds one YAML document; found a second one here"};
+    }
+    YAML::Node document = YAML::Load(text);
+    if (counter.documents == 0 || document.IsNull()) {
       return Diagnostic{start, "the spec is empty; expected a mapping with 'family' and 'params'"};
     }
-    if (documents.size() > 1) {
-      return Diagnostic{locationOf(documents[1]), "a spec holds one YAML document; found " +
-                                                      std::to_string(documents.size())};
-    }
+    std::vector<YAML::Node> documents{document};
     const YAML::Node& root = documents[0];
     if (!root.IsMap()) {
       return Diagnostic{locationOf(root), "the top level of a spec must be a mapping (family:, params:, ...), got " +

@@ -220,24 +220,38 @@ DiskLookup DiskCache::load(std::string_view keyText) const {
   if (fileBytes > kMaxEntryBytes) return corrupt("implausibly large (" + std::to_string(fileBytes) + " bytes)");
   std::vector<std::uint8_t> bytes(fileBytes);
   if (!readAll(file.fd, bytes.data(), bytes.size())) return corrupt("short read");
+  std::string problem;
+  lookup.entry = decodeEntry(keyText, bytes, problem);
+  if (!lookup.entry) return corrupt(problem);
+  return lookup;
+}
 
+std::optional<CacheEntry> DiskCache::decodeEntry(std::string_view keyText, std::span<const std::uint8_t> bytes,
+                                                 std::string& problem) {
+  auto fail = [&](std::string reason) {
+    problem = std::move(reason);
+    return std::nullopt;
+  };
+  const std::uint64_t fileBytes = bytes.size();
+  if (fileBytes < kHeaderBytes) return fail("truncated header (" + std::to_string(fileBytes) + " bytes)");
   const std::uint8_t* header = bytes.data();
-  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) return corrupt("bad magic");
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) return fail("bad magic");
   const auto version = static_cast<std::uint32_t>(readLittleEndian(header + 8, 4));
   if (version != kFormatVersion) {
-    return corrupt("format version " + std::to_string(version) + ", expected " + std::to_string(kFormatVersion));
+    return fail("format version " + std::to_string(version) + ", expected " + std::to_string(kFormatVersion));
   }
-  if (readLittleEndian(header + 12, 4) != kHeaderBytes) return corrupt("bad header size");
+  if (readLittleEndian(header + 12, 4) != kHeaderBytes) return fail("bad header size");
   std::uint64_t partBytes[4];
   std::uint64_t payloadBytes = 0;
   for (int i = 0; i < 4; ++i) {
     partBytes[i] = readLittleEndian(header + 16 + 8 * i, 8);
-    if (partBytes[i] > kMaxEntryBytes) return corrupt("implausible part size");
+    // Each part is below 2^30, so the sum cannot overflow.
+    if (partBytes[i] > kMaxEntryBytes) return fail("implausible part size");
     payloadBytes += partBytes[i];
   }
   if (kHeaderBytes + payloadBytes != fileBytes) {
-    return corrupt("size mismatch: header announces " + std::to_string(kHeaderBytes + payloadBytes) +
-                   " bytes, file has " + std::to_string(fileBytes));
+    return fail("size mismatch: header announces " + std::to_string(kHeaderBytes + payloadBytes) +
+                " bytes, file has " + std::to_string(fileBytes));
   }
   const std::uint8_t* storedChecksum = header + 48;
   const char* cursor = reinterpret_cast<const char*>(bytes.data() + kHeaderBytes);
@@ -247,17 +261,16 @@ DiskLookup DiskCache::load(std::string_view keyText) const {
   std::string_view metadataText(cursor + partBytes[0] + partBytes[1] + partBytes[2], partBytes[3]);
 
   Sha256::Digest checksum = contentChecksum(storedKey, cubin, partBytes[1], ptx, metadataText);
-  if (std::memcmp(checksum.data(), storedChecksum, checksum.size()) != 0) return corrupt("checksum mismatch");
-  if (storedKey != keyText) return corrupt("key mismatch (the entry holds a different key)");
+  if (std::memcmp(checksum.data(), storedChecksum, checksum.size()) != 0) return fail("checksum mismatch");
+  if (storedKey != keyText) return fail("key mismatch (the entry holds a different key)");
   auto metadata = parseFlatJson(metadataText);
-  if (!metadata) return corrupt("metadata: " + metadata.diagnostic().message);
+  if (!metadata) return fail("metadata: " + metadata.diagnostic().message);
 
   CacheEntry entry;
   entry.cubin.assign(cubin, cubin + partBytes[1]);
   entry.ptx = std::string(ptx);
   entry.metadata = std::move(*metadata);
-  lookup.entry = std::move(entry);
-  return lookup;
+  return entry;
 }
 
 bool DiskCache::ensureDirectory(std::string& error) const {
@@ -282,6 +295,10 @@ bool DiskCache::ensureDirectory(std::string& error) const {
 void DiskCache::turnOffStores(const std::string& reason) const {
   health_->storesEnabled.store(false);
   if (health_->warned.exchange(true)) return;
+  // stderr is shared by the whole process: every cache that falls back says so only once in
+  // total (a server that builds caches per model must not repeat the warning).
+  static std::atomic<bool> warnedOnStderr{false};
+  if (!warn_ && warnedOnStderr.exchange(true)) return;
   std::string message = "attnjit: warning: kernel disk cache turned off: " + reason +
                         "; kernels will be compiled again in every process (set ATTNJIT_CACHE_DIR to a "
                         "writable directory, or ATTNJIT_CACHE_DISABLE=1 to silence this)";

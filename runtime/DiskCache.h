@@ -13,7 +13,8 @@
 //  - stores write a temporary file in the same directory, fsync it and rename it over the
 //    entry, so readers see the old entry or the new one, never half of one;
 //  - a directory that cannot be created or written, or a full disk, turns stores off with a
-//    single warning.
+//    single warning (per cache to a WarningSink; at most once per process on stderr); kernels
+//    then live in memory only.
 //
 // Environment: ATTNJIT_CACHE_DIR (default $XDG_CACHE_HOME/attnjit, else ~/.cache/attnjit;
 // created with mode 0700), ATTNJIT_CACHE_DISABLE=1 turns the cache off.
@@ -25,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,7 +51,8 @@ struct DiskLookup {
   bool hit() const { return entry.has_value(); }
 };
 
-// Receives the one-line warning emitted when stores are turned off; default: stderr.
+// Receives the one-line warning emitted when stores are turned off; default: stderr, at most
+// once per process whatever the number of caches.
 using WarningSink = std::function<void(const std::string&)>;
 
 // True when ATTNJIT_CACHE_DISABLE is set to anything but "", "0", "false", "no" or "off".
@@ -88,6 +91,10 @@ class DiskCache {
 
   // The bytes of an entry file (exposed for tests that forge or damage entries).
   static std::vector<std::uint8_t> encodeEntry(std::string_view keyText, const CacheEntry& entry);
+  // The entry in `bytes` (a whole entry file) when every check passes for `keyText`;
+  // otherwise nullopt and `problem` says which check failed. Any bytes are safe to pass.
+  static std::optional<CacheEntry> decodeEntry(std::string_view keyText, std::span<const std::uint8_t> bytes,
+                                               std::string& problem);
 
  private:
   struct Health {

@@ -25,6 +25,12 @@ class DriverKernelLoader final : public KernelLoader {
     if (!function) return function.status();
     return LoadedModule{*function, owned};
   }
+
+  std::string toolchainIdentity() override {
+    // Without a driver nothing is linked or loaded, so nothing reaches the disk either.
+    auto version = driverVersion();
+    return version ? "cuda-driver " + std::to_string(*version) : std::string();
+  }
 };
 
 }  // namespace
@@ -57,6 +63,12 @@ void KernelCache::clearMemory() {
   kernels_.clear();
 }
 
+std::string KernelCache::diskKey(const std::string& keyText) {
+  std::string toolchain = loader_->toolchainIdentity();
+  if (toolchain.empty()) return keyText;
+  return keyText + "\ntoolchain " + toolchain + "\n";
+}
+
 void KernelCache::noteDiskMiss(const std::string& reason) {
   std::function<void(const std::string&)> log;
   {
@@ -68,8 +80,8 @@ void KernelCache::noteDiskMiss(const std::string& reason) {
   if (log && reason != "no entry") log("attnjit: kernel cache: disk miss: " + reason);
 }
 
-std::optional<KernelCache::Result> KernelCache::loadFromDisk(const std::string& keyText) {
-  DiskLookup lookup = disk_.load(keyText);
+std::optional<KernelCache::Result> KernelCache::loadFromDisk(const std::string& diskKeyText) {
+  DiskLookup lookup = disk_.load(diskKeyText);
   if (!lookup.hit()) {
     noteDiskMiss(lookup.missReason);
     return std::nullopt;
@@ -100,8 +112,9 @@ std::optional<KernelCache::Result> KernelCache::loadFromDisk(const std::string& 
 }
 
 KernelCache::Result KernelCache::build(const std::string& keyText, const CompileFunction& compile, bool useDisk) {
+  const std::string diskKeyText = useDisk && disk_.enabled() ? diskKey(keyText) : std::string();
   if (useDisk && disk_.enabled()) {
-    if (auto fromDisk = loadFromDisk(keyText)) return std::move(*fromDisk);
+    if (auto fromDisk = loadFromDisk(diskKeyText)) return std::move(*fromDisk);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -127,9 +140,9 @@ KernelCache::Result KernelCache::build(const std::string& keyText, const Compile
 
   kernel.metadata[kEntryNameKey] = kernel.entryName;
   // Only code that loaded is stored: a bad cubin must not poison later processes.
-  if (useDisk) {
+  if (useDisk && disk_.enabled()) {
     CacheEntry entry{std::move(kernel.cubin), kernel.ptx, kernel.metadata};
-    disk_.store(keyText, entry);
+    disk_.store(diskKeyText, entry);
   }
   auto result = std::make_shared<LoadedKernel>();
   result->function = loaded->function;

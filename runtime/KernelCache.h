@@ -5,6 +5,9 @@
 //  2. the cubin from the disk cache, loaded into the context;
 //  3. a fresh compile: `compile()` produces PTX (and possibly a cubin); without a cubin the
 //     cache links the PTX with the driver; the result is stored on disk and loaded.
+// On disk the key is the caller's key plus the loader's toolchain identity (for the driver:
+// its version), because the driver's PTX compiler produced the cubin: a driver update never
+// loads an entry the old driver wrote.
 // Concurrent requests for the same key in the same context compile once: the others wait for
 // that result (single flight). A failure is returned to every waiter and is not cached, so a
 // later request tries again. ATTNJIT_CACHE_DISABLE=1 skips every lookup (memory and disk):
@@ -68,6 +71,10 @@ class KernelLoader {
   virtual Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) = 0;
   // Loads `cubin` into the current context and finds the kernel `entryName`.
   virtual Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) = 0;
+  // Names the version of whatever turns PTX into a cubin (e.g. "cuda-driver 12080"); it joins
+  // the disk key so that a changed toolchain never loads an entry the old one wrote. Empty:
+  // nothing to add.
+  virtual std::string toolchainIdentity() { return {}; }
 };
 
 // The loader that uses the CUDA driver (Driver.h, Module.h).
@@ -96,7 +103,8 @@ class KernelCache {
   static KernelCache& processCache();
 
   // `keyText` must identify everything the compiled code depends on (kernel, options,
-  // target SM, compiler version): it is the whole cache key, in memory and on disk.
+  // target SM, compiler version): it is the whole cache key in memory; on disk the loader's
+  // toolchain identity is appended (diskKey).
   Expected<std::shared_ptr<const LoadedKernel>> getOrCompile(const std::string& keyText,
                                                              const CompileFunction& compile);
 
@@ -106,13 +114,15 @@ class KernelCache {
   // Forgets the loaded kernels (their modules unload once no caller holds them).
   void clearMemory();
   const DiskCache& disk() const { return disk_; }
+  // The key text the disk entry for `keyText` is stored under.
+  std::string diskKey(const std::string& keyText);
 
  private:
   using Result = Expected<std::shared_ptr<const LoadedKernel>>;
 
   Result build(const std::string& keyText, const CompileFunction& compile, bool useDisk);
   Result buildGuarded(const std::string& keyText, const CompileFunction& compile, bool useDisk);
-  std::optional<Result> loadFromDisk(const std::string& keyText);
+  std::optional<Result> loadFromDisk(const std::string& diskKeyText);
   void noteDiskMiss(const std::string& reason);
 
   std::unique_ptr<KernelLoader> loader_;

@@ -2,7 +2,11 @@
 // degradation when the directory is unusable, atomic concurrent stores, environment knobs.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -46,6 +50,35 @@ unsigned modeOf(const fs::path& path) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+int countOccurrences(const std::string& text, const std::string& part) {
+  int count = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++count;
+  return count;
+}
+
+// Runs `body` in a forked child with stderr sent to `stderrPath`; returns the child's exit
+// status (body's result), or -1 when it did not exit normally. The child never returns into
+// Catch2: process-wide state it changes (rlimits, signal dispositions, the once-per-process
+// stderr warning) stays in the child.
+template <typename Body>
+int runInChild(const fs::path& stderrPath, Body body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    int fd = ::open(stderrPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(100);
+    ::_exit(body());
+  }
+  if (child < 0) return -1;
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+std::string readText(const fs::path& path) {
+  const auto bytes = readFileBytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
 
 }  // namespace
 
@@ -225,6 +258,92 @@ TEST_CASE("disk cache: an unusable directory turns stores off with one warning",
   CHECK(contains(warnings[0], "not-a-directory/cache: Not a directory"));
   DiskLookup lookup = cache.load("k1");
   CHECK_FALSE(lookup.hit());
+}
+
+TEST_CASE("disk cache: a read-only directory turns stores off; loads still work", "[runtime]") {
+  if (::geteuid() == 0) {
+    // Root writes through permission bits; the unusable-directory cases that hold for root
+    // are the tests around this one.
+    WARN("skipped: running as root, a read-only directory is writable");
+    return;
+  }
+  TempDirectory temp;
+  std::vector<std::string> warnings;
+  DiskCache writer(temp.path());
+  REQUIRE(writer.store("present", sampleEntry()));
+  fs::permissions(temp.path(), fs::perms::owner_read | fs::perms::owner_exec);
+  DiskCache cache(temp.path(), [&](const std::string& message) { warnings.push_back(message); });
+  CHECK_FALSE(cache.store("new", sampleEntry()));
+  CHECK_FALSE(cache.store("newer", sampleEntry()));
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "kernel disk cache turned off: cannot create "));
+  CHECK(contains(warnings[0], "Permission denied"));
+  CHECK(cache.load("present").hit());
+  fs::permissions(temp.path(), fs::perms::owner_all);
+  CHECK(listDirectory(temp.path()).size() == 1);
+}
+
+TEST_CASE("disk cache: an entry path taken by a directory turns stores off, not the caller", "[runtime]") {
+  // rename() cannot replace a directory with a file, whatever the privileges.
+  TempDirectory temp;
+  std::vector<std::string> warnings;
+  DiskCache cache(temp.path(), [&](const std::string& message) { warnings.push_back(message); });
+  fs::create_directory(cache.entryPath("blocked"));
+  CHECK_FALSE(cache.store("blocked", sampleEntry()));
+  CHECK_FALSE(cache.storesEnabled());
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "cannot rename "));
+  DiskLookup lookup = cache.load("blocked");
+  CHECK_FALSE(lookup.hit());
+  CHECK(contains(lookup.missReason, "is not a regular file (ignored)"));
+  // The failed store left no temp file behind.
+  CHECK(listDirectory(temp.path()) == std::vector<std::string>{Sha256::hexDigest("blocked") + ".kernel"});
+}
+
+TEST_CASE("disk cache: a full disk turns stores off with one warning and leaves no temp file", "[runtime]") {
+  // RLIMIT_FSIZE makes write() fail with EFBIG exactly as a full disk fails with ENOSPC; the
+  // limit and the ignored SIGXFSZ live in a child process.
+  TempDirectory temp;
+  const fs::path cacheDir = temp.path() / "cache";
+  const fs::path log = temp.path() / "stderr.txt";
+  const int status = runInChild(log, [&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit;
+    if (::getrlimit(RLIMIT_FSIZE, &limit) != 0) return 10;
+    limit.rlim_cur = 64;
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 11;
+    std::vector<std::string> warnings;
+    DiskCache cache(cacheDir, [&](const std::string& message) { warnings.push_back(message); });
+    if (cache.store("k1", sampleEntry()) || cache.store("k2", sampleEntry())) return 12;
+    if (warnings.size() != 1 || !contains(warnings[0], "cannot write ") || !contains(warnings[0], "File too large")) {
+      return 13;
+    }
+    return 0;
+  });
+  CHECK(status == 0);
+  CHECK(fs::is_empty(cacheDir));
+  CHECK(readText(log).empty());
+}
+
+TEST_CASE("disk cache: the stderr warning is printed once per process, not once per cache", "[runtime]") {
+  TempDirectory temp;
+  const fs::path blocker = temp.path() / "file";
+  writeFileBytes(blocker, {0});
+  const fs::path log = temp.path() / "stderr.txt";
+  // The child inherits the parent's once-per-process flag: no test in this executable lets a
+  // cache with the default sink turn its stores off in the parent process.
+  const int status = runInChild(log, [&] {
+    for (int cacheNumber = 0; cacheNumber < 3; ++cacheNumber) {
+      DiskCache cache(blocker / std::to_string(cacheNumber));
+      if (cache.store("k", sampleEntry()) || cache.store("k2", sampleEntry())) return 20;
+      if (cache.storesEnabled()) return 21;
+    }
+    return 0;
+  });
+  CHECK(status == 0);
+  const std::string printed = readText(log);
+  CHECK(countOccurrences(printed, "attnjit: warning: kernel disk cache turned off: cannot create ") == 1);
+  CHECK(countOccurrences(printed, "\n") == 1);
 }
 
 TEST_CASE("disk cache: concurrent writers of one key leave one valid entry and no temp files", "[runtime]") {

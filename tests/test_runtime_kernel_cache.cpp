@@ -2,18 +2,30 @@
 // independent keys, failures, the disk round trip, damaged entries, contexts, bypass.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "codegen/Codegen.h"
+#include "compiler/Jit.h"
 #include "runtime/KernelCache.h"
+#include "runtime/Sha256.h"
 #include "test_runtime_support.h"
+
+// libattnjit.so's version (cmake/SharedLibrary.cmake).
+extern "C" const char* attnjit_version();
 
 using namespace attnjit::runtime;
 using attnjit::ir::Status;
@@ -35,6 +47,7 @@ class FakeLoader final : public KernelLoader {
     std::atomic<int> loads{0};
     std::atomic<int> liveModules{0};
     std::atomic<std::uintptr_t> context{0x1000};
+    std::string toolchain;  // toolchainIdentity(); set while no request is running
   };
 
   explicit FakeLoader(std::shared_ptr<Counters> counters) : counters_(std::move(counters)) {}
@@ -62,6 +75,8 @@ class FakeLoader final : public KernelLoader {
     auto handle = reinterpret_cast<void*>(std::uintptr_t(0x10000) + std::uintptr_t(counters_->loads.load()));
     return LoadedModule{Function(handle, entryName), module};
   }
+
+  std::string toolchainIdentity() override { return counters_->toolchain; }
 
  private:
   std::shared_ptr<Counters> counters_;
@@ -358,4 +373,249 @@ TEST_CASE("kernel cache: bypass (ATTNJIT_CACHE_DISABLE) compiles every time and 
   CHECK(compiles == 2);
   CHECK(fs::is_empty(fixture.temp.path()));
   CHECK(cache->stats().memoryHits == 0);
+}
+
+TEST_CASE("kernel cache: 32 threads asking for a mix of 50 kernels compile each once", "[runtime]") {
+  constexpr int kThreads = 32;
+  constexpr int kKeys = 50;
+  Fixture fixture;
+  auto cache = fixture.makeCache();
+  std::array<std::atomic<int>, kKeys> compiles{};
+  std::array<std::atomic<const LoadedKernel*>, kKeys> firstResult{};
+  std::atomic<int> wrongResults{0};
+  StartingGate gate;
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < kThreads; ++thread) {
+    threads.emplace_back([&, thread] {
+      // Every thread asks for every key twice, in its own order.
+      std::vector<int> order;
+      for (int round = 0; round < 2; ++round)
+        for (int key = 0; key < kKeys; ++key) order.push_back(key);
+      std::mt19937 random(static_cast<unsigned>(thread) * 7919u + 1u);
+      std::shuffle(order.begin(), order.end(), random);
+      gate.wait();
+      for (int key : order) {
+        const std::string name = "kernel_" + std::to_string(key);
+        auto kernel = cache->getOrCompile("mix " + std::to_string(key), [&, key, name]() -> Expected<CompiledKernel> {
+          ++compiles[key];
+          // Compiles take a while, so requests for a key pile up behind its compile.
+          std::this_thread::sleep_for(std::chrono::microseconds(500 + 97 * key));
+          return ptxKernel(name);
+        });
+        if (!kernel || (*kernel)->function.name() != name) {
+          ++wrongResults;
+          continue;
+        }
+        const LoadedKernel* expected = nullptr;
+        if (!firstResult[key].compare_exchange_strong(expected, kernel->get()) && expected != kernel->get()) {
+          ++wrongResults;  // two different kernels for one key
+        }
+      }
+    });
+  }
+  gate.open();
+  for (auto& thread : threads) thread.join();
+
+  CHECK(wrongResults == 0);
+  int compiledOnce = 0;
+  for (int key = 0; key < kKeys; ++key) compiledOnce += compiles[key] == 1 ? 1 : 0;
+  CHECK(compiledOnce == kKeys);
+  CHECK(fixture.counters->links == kKeys);
+  CHECK(fixture.counters->loads == kKeys);
+  KernelCache::Stats stats = cache->stats();
+  CHECK(stats.compiles == kKeys);
+  CHECK(stats.memoryHits == kThreads * kKeys * 2 - kKeys);
+  CHECK(stats.diskHits == 0);
+  CHECK(stats.diskMisses == kKeys);
+  int entries = 0;
+  for (const auto& item : fs::directory_iterator(fixture.temp.path())) entries += item.path().extension() == ".kernel";
+  CHECK(entries == kKeys);
+}
+
+namespace {
+
+constexpr int kSharedKeys = 50;
+
+std::string sharedKey(int key) { return "shared folder kernel " + std::to_string(key); }
+
+// A kernel big enough (tens of KiB) that a non-atomic write would be caught half-done.
+CompiledKernel sharedKernel(int key) {
+  CompiledKernel kernel = ptxKernel("shared_" + std::to_string(key));
+  kernel.ptx += std::string(20000 + 997 * key, static_cast<char>('a' + key % 26));
+  return kernel;
+}
+
+// One process sharing the cache folder: rounds of 4 threads asking for every key through a
+// fresh KernelCache (nothing in memory, so most answers come from disk) while a fifth thread
+// keeps rewriting the entries. Returns 0, or the first problem's code: 1 a request failed,
+// 2 wrong contents, 3 a key compiled twice by one cache, 4 a disk miss other than "no
+// entry" (a torn or failed load), 5 a store failed.
+int shareCacheFolder(const fs::path& folder, int process) {
+  std::atomic<int> problem{0};
+  auto report = [&](int code) {
+    int none = 0;
+    problem.compare_exchange_strong(none, code);
+  };
+  for (int round = 0; round < 3 && problem == 0; ++round) {
+    auto counters = std::make_shared<FakeLoader::Counters>();
+    counters->toolchain = "fake-driver 1";
+    KernelCache cache(std::make_unique<FakeLoader>(counters), DiskCache(folder), /*bypassLookups=*/false);
+    cache.setLogSink([&](const std::string&) { report(4); });
+    std::array<std::atomic<int>, kSharedKeys> compiles{};
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < 4; ++thread) {
+      threads.emplace_back([&, thread] {
+        std::vector<int> order(kSharedKeys);
+        for (int key = 0; key < kSharedKeys; ++key) order[key] = key;
+        std::mt19937 random(static_cast<unsigned>(process * 1000 + round * 10 + thread));
+        std::shuffle(order.begin(), order.end(), random);
+        for (int key : order) {
+          auto kernel = cache.getOrCompile(sharedKey(key), [&, key] {
+            ++compiles[key];
+            return Expected<CompiledKernel>(sharedKernel(key));
+          });
+          if (!kernel) {
+            report(1);
+          } else if ((*kernel)->ptx != sharedKernel(key).ptx ||
+                     (*kernel)->function.name() != sharedKernel(key).entryName) {
+            report(2);
+          }
+        }
+      });
+    }
+    threads.emplace_back([&] {
+      DiskCache disk(folder);
+      for (int key = 0; key < kSharedKeys; ++key) {
+        CompiledKernel kernel = sharedKernel(key);
+        const std::string cubin = "CUBIN:" + kernel.ptx;  // what FakeLoader's link makes
+        StringMap metadata = kernel.metadata;
+        metadata[KernelCache::kEntryNameKey] = kernel.entryName;
+        CacheEntry entry{std::vector<std::uint8_t>(cubin.begin(), cubin.end()), kernel.ptx, metadata};
+        if (!disk.store(cache.diskKey(sharedKey(key)), entry)) report(5);
+      }
+    });
+    for (auto& thread : threads) thread.join();
+    for (const auto& count : compiles) {
+      if (count > 1) report(3);
+    }
+  }
+  return problem;
+}
+
+}  // namespace
+
+TEST_CASE("kernel cache: processes sharing one cache folder never see torn or failed entries", "[runtime]") {
+  constexpr int kProcesses = 6;
+  TempDirectory temp;
+  const fs::path folder = temp.path() / "cache";
+  std::vector<pid_t> children;
+  for (int process = 0; process < kProcesses; ++process) {
+    const pid_t child = ::fork();
+    // The child runs only this function and leaves without returning into Catch2.
+    if (child == 0) ::_exit(shareCacheFolder(folder, process));
+    REQUIRE(child > 0);
+    children.push_back(child);
+  }
+  std::vector<int> exitCodes;
+  for (pid_t child : children) {
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    exitCodes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  CHECK(exitCodes == std::vector<int>(kProcesses, 0));
+
+  // Exactly one whole entry per key and no temp file left behind.
+  std::vector<std::string> names;
+  for (const auto& item : fs::directory_iterator(folder)) names.push_back(item.path().filename().string());
+  CHECK(names.size() == kSharedKeys);
+  CHECK(std::none_of(names.begin(), names.end(), [](const std::string& name) { return name.rfind(".tmp-", 0) == 0; }));
+  auto counters = std::make_shared<FakeLoader::Counters>();
+  counters->toolchain = "fake-driver 1";
+  KernelCache reader(std::make_unique<FakeLoader>(counters), DiskCache(folder), false);
+  int intact = 0;
+  for (int key = 0; key < kSharedKeys; ++key) {
+    DiskLookup lookup = DiskCache(folder).load(reader.diskKey(sharedKey(key)));
+    intact += lookup.hit() && lookup.entry->ptx == sharedKernel(key).ptx ? 1 : 0;
+  }
+  CHECK(intact == kSharedKeys);
+}
+
+TEST_CASE("kernel cache: a driver update never loads an entry the old driver wrote", "[runtime]") {
+  Fixture fixture;
+  int compiles = 0;
+  auto compile = [&] {
+    ++compiles;
+    return Expected<CompiledKernel>(ptxKernel("k"));
+  };
+  fixture.counters->toolchain = "cuda-driver 12080";
+  REQUIRE(fixture.makeCache()->getOrCompile("versioned", compile).isOk());
+  CHECK(compiles == 1);
+
+  // The disk key is the caller's key plus the toolchain line.
+  auto cache = fixture.makeCache();
+  CHECK(cache->diskKey("versioned") == "versioned\ntoolchain cuda-driver 12080\n");
+  CHECK(DiskCache(fixture.temp.path()).load("versioned\ntoolchain cuda-driver 12080\n").hit());
+
+  fixture.counters->toolchain = "cuda-driver 12090";
+  auto updated = fixture.makeCache()->getOrCompile("versioned", compile);
+  REQUIRE(updated.isOk());
+  CHECK(compiles == 2);
+  CHECK((*updated)->origin == LoadedKernel::Origin::Compiled);
+
+  // Even an old entry put under the new entry's name is refused: it holds the old key.
+  DiskCache disk(fixture.temp.path());
+  const fs::path oldEntry = disk.entryPath("versioned\ntoolchain cuda-driver 12080\n");
+  const fs::path newEntry = disk.entryPath("versioned\ntoolchain cuda-driver 12090\n");
+  fs::copy_file(oldEntry, newEntry, fs::copy_options::overwrite_existing);
+  auto forged = fixture.makeCache();
+  REQUIRE(forged->getOrCompile("versioned", compile).isOk());
+  CHECK(compiles == 3);
+  CHECK(contains(forged->stats().lastDiskMissReason, "key mismatch"));
+
+  // Back on the old driver, its own entry is still good.
+  fixture.counters->toolchain = "cuda-driver 12080";
+  auto old = fixture.makeCache()->getOrCompile("versioned", compile);
+  REQUIRE(old.isOk());
+  CHECK(compiles == 3);
+  CHECK((*old)->origin == LoadedKernel::Origin::DiskCache);
+}
+
+TEST_CASE("kernel cache: the JIT key names the attnjit and LLVM versions", "[runtime]") {
+  attnjit::compiler::CompiledKernel afterPasses;
+  afterPasses.target = "sm_90";
+  afterPasses.ptxVersion = 85;
+  afterPasses.tirOptimized = "kernel @k() {}\n";
+  const std::string key = attnjit::compiler::jitCacheKey(afterPasses, attnjit::compiler::CompileOptions{});
+  CHECK(contains(key, std::string("attnjit ") + attnjit_version() + "\n"));
+  CHECK(contains(key, "llvm " + attnjit::codegen::llvmVersion() + "\n"));
+  CHECK(contains(key, "target sm_90 ptx 85\n"));
+  CHECK(contains(key, "kernel @k() {}\n"));
+}
+
+TEST_CASE("kernel cache: an unusable cache folder leaves launches working, in memory, with one warning",
+          "[runtime]") {
+  TempDirectory temp;
+  const fs::path blocker = temp.path() / "regular-file";
+  attnjit::runtime::testing::writeFileBytes(blocker, {1});
+  std::vector<std::string> warnings;
+  auto counters = std::make_shared<FakeLoader::Counters>();
+  KernelCache cache(std::make_unique<FakeLoader>(counters),
+                    DiskCache(blocker / "cache", [&](const std::string& message) { warnings.push_back(message); }),
+                    /*bypassLookups=*/false);
+  int compiles = 0;
+  for (int request = 0; request < 3; ++request) {
+    for (const char* key : {"first", "second"}) {
+      auto kernel = cache.getOrCompile(key, [&] {
+        ++compiles;
+        return Expected<CompiledKernel>(ptxKernel(key));
+      });
+      REQUIRE(kernel.isOk());
+      CHECK((*kernel)->function.name() == key);
+    }
+  }
+  CHECK(compiles == 2);
+  CHECK(cache.stats().memoryHits == 4);
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "kernel disk cache turned off"));
+  CHECK_FALSE(cache.disk().storesEnabled());
 }

@@ -227,7 +227,7 @@ std::vector<MalformedSpec> malformedSpecs() {
       {"root is a scalar", "just some words\n", 1, 1, {"must be a mapping", "got 'just some words'"}},
       {"empty text", "", 1, 1, {"the spec is empty"}},
       {"only a comment", "# nothing here\n", 1, 1, {"the spec is empty"}},
-      {"two documents", kBaseSpec + "---\nfamily: unified_attention\n", 10, 1, {"one YAML document; found 2"}},
+      {"two documents", kBaseSpec + "---\nfamily: unified_attention\n", 10, 1, {"one YAML document; found a second one here"}},
       {"complex key", "? [a, b]\n: 1\n", 1, 3, {"field names in the spec must be plain words"}},
       {"NUL byte", std::string("family: x\0y\n", 12), 1, 1, {"NUL bytes"}},
       {"deep nesting", std::string(5000, '['), 1, 1, {"nesting is too deep"}},
