@@ -258,6 +258,8 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   logical.headSize = config.headSize;
   logical.causal = config.causal;
   logical.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  logical.slidingWindow = config.slidingWindow;
+  logical.softcap = config.softcap;
   logical.cuSeqlensQ.push_back(0);
   for (int s = 0; s < numSeqs; ++s) {
     logical.cuSeqlensQ.push_back(logical.cuSeqlensQ.back() + shape.queryLens[static_cast<size_t>(s)]);
@@ -321,6 +323,29 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
         }
     }
   }
+  // A sliding window hides keys j <= context_len - sw from every query of the
+  // sequence (the first query, at context_len, sees the latest keys). vLLM may free
+  // such blocks and reuse their slots: poison the hidden rows with NaN and drop the
+  // block-table entries of blocks that hold only hidden keys, so a kernel that
+  // reads any of them fails.
+  if (config.slidingWindow > 0) {
+    for (int s = 0; s < numSeqs; ++s) {
+      const int64_t contextLen =
+          logical.seqLens[static_cast<size_t>(s)] - (logical.cuSeqlensQ[static_cast<size_t>(s) + 1] -
+                                                     logical.cuSeqlensQ[static_cast<size_t>(s)]);
+      const int64_t hiddenKeys = std::max<int64_t>(0, contextLen - config.slidingWindow + 1);
+      for (int64_t pos = 0; pos < hiddenKeys; ++pos) {
+        const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
+        const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
+        for (int64_t i = 0; i < Hkv * D; ++i) {
+          kvCache.set(static_cast<size_t>(slot + i), std::numeric_limits<double>::quiet_NaN());
+          kvCache.set(static_cast<size_t>(slot + kvStrideKv + i), std::numeric_limits<double>::quiet_NaN());
+        }
+      }
+      for (int64_t b = 0; b < hiddenKeys / blockSize; ++b)
+        blockTables[static_cast<size_t>(s * blockTableStride + b)] = kUnusedBlockEntry;
+    }
+  }
   std::vector<int32_t> seqLens(logical.seqLens.begin(), logical.seqLens.end());
   std::vector<int32_t> cuSeqlensQ(logical.cuSeqlensQ.begin(), logical.cuSeqlensQ.end());
   TypedBuffer out(dtype, static_cast<size_t>(numTokens * oStrideToken));  // all NaN until written
@@ -337,6 +362,22 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       {"seq_lens", bytesOf(seqLens.data(), seqLens.size() * sizeof(int32_t))},
       {"cu_seqlens_q", bytesOf(cuSeqlensQ.data(), cuSeqlensQ.size() * sizeof(int32_t))},
   };
+  // Per-head ALiBi slopes and sink logits (f32 [Hq]), from their own random stream
+  // so the other inputs do not depend on which features are on. Slopes are
+  // positive as in ALiBi, at most 0.25 (a bias of a few units over tens of keys);
+  // sinks in [-2, 2], the range of the scores, so that they visibly matter.
+  RandomValues featureRandom(shape.seed ^ 0x9E3779B97F4A7C15ull, ScalarKind::F32);
+  auto perHeadBuffer = [&](const char* label, double magnitude, bool positive, std::vector<double>& logicalValues) {
+    std::vector<float> values(static_cast<size_t>(Hq));
+    for (float& v : values) {
+      const double r = featureRandom.next();
+      v = static_cast<float>(magnitude * (positive ? std::abs(r) : r));
+      logicalValues.push_back(v);
+    }
+    problem->buffers_.push_back({label, bytesOf(values.data(), values.size() * sizeof(float))});
+  };
+  if (config.alibi) perHeadBuffer("alibi_slopes", 0.25, /*positive=*/true, logical.alibiSlopes);
+  if (config.sinks) perHeadBuffer("sinks", 2.0, /*positive=*/false, logical.sinks);
   problem->scalars_ = {logical.scale,      int64_t{numSeqs}, int64_t{searchSteps(numSeqs)},
                        qStrideToken,       qStrideHead,      oStrideToken,
                        oStrideHead,        blockTableStride, kvStrideBlock,
@@ -351,6 +392,14 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     const int64_t seqLen = logical.seqLens[static_cast<size_t>(s)];
     const int64_t contextLen = seqLen - queryLen;
     keys += static_cast<double>(seqLen);
+    if (config.slidingWindow > 0) {
+      for (int64_t position = contextLen; position < seqLen; ++position) {
+        const int64_t firstKey = std::max<int64_t>(0, position + 1 - config.slidingWindow);
+        const int64_t endKey = config.causal ? position + 1 : std::min(seqLen, position + config.slidingWindow);
+        visiblePairs += static_cast<double>(endKey - firstKey);
+      }
+      continue;
+    }
     visiblePairs += config.causal ? static_cast<double>(queryLen) * static_cast<double>(contextLen) +
                                         static_cast<double>(queryLen) * static_cast<double>(queryLen + 1) / 2
                                   : static_cast<double>(queryLen) * static_cast<double>(seqLen);

@@ -61,7 +61,8 @@ class UnifiedAttentionProblem {
     std::vector<uint8_t> bytes;
   };
   // The kernel's pointer parameters in order: out, q, kv_cache, block_tables,
-  // seq_lens, cu_seqlens_q (buffers()[0] is the output, poisoned).
+  // seq_lens, cu_seqlens_q, then alibi_slopes and sinks when the config has them
+  // (buffers()[0] is the output, poisoned).
   std::vector<Buffer>& buffers() { return buffers_; }
   // The scalar parameters after the pointers, in order (integers and floats; the
   // launcher converts each to its parameter's exact type).

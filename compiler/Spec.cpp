@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -253,6 +255,36 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
     config.causal = *value;
     return Status::ok();
   };
+  // Score modifiers (off by default). The window is an integer >= 0 and the softcap
+  // a plain decimal number >= 0; 0 turns either off.
+  auto slidingWindow = [](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+    std::optional<int64_t> value = isQuoted(node) ? std::nullopt : parseDecimal(node.Scalar());
+    if (!value || *value < 0 || *value > std::numeric_limits<int32_t>::max())
+      return Status::error({}, "'sliding_window' must be an integer >= 0 (0 turns the window off), got '" +
+                                   node.Scalar() + "'");
+    config.slidingWindow = static_cast<int>(*value);
+    return Status::ok();
+  };
+  auto softcap = [](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+    const std::string& text = node.Scalar();
+    double value = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
+    if (isQuoted(node) || text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value) || value < 0)
+      return Status::error({}, "'softcap' must be a decimal number >= 0 such as 30 or 50.0 (0 turns it off), got '" +
+                                   text + "'");
+    config.softcap = value;
+    return Status::ok();
+  };
+  auto flag = [](const char* name, bool UnifiedAttentionConfig::* member) {
+    return [name, member](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+      std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
+      if (!value)
+        return Status::error({}, "'" + std::string(name) + "' must be true or false, got '" + node.Scalar() + "'");
+      config.*member = *value;
+      return Status::ok();
+    };
+  };
   return {
       {"dtype", true, dtype},
       {"num_query_heads", true, positive("num_query_heads", &UnifiedAttentionConfig::numQueryHeads)},
@@ -264,6 +296,10 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"num_warps", false, positive("num_warps", &UnifiedAttentionConfig::numWarps)},
       {"block_m", false, positive("block_m", &UnifiedAttentionConfig::blockMRows)},
       {"num_stages", false, positive("num_stages", &UnifiedAttentionConfig::numStages)},
+      {"sliding_window", false, slidingWindow},
+      {"softcap", false, softcap},
+      {"alibi", false, flag("alibi", &UnifiedAttentionConfig::alibi)},
+      {"sinks", false, flag("sinks", &UnifiedAttentionConfig::sinks)},
   };
 }
 
@@ -609,6 +645,15 @@ Expected<Spec> loadSpecText(const std::string& text, const std::string& path) {
   return SpecLoader(path).load(text);
 }
 
+namespace {
+// The softcap as written in a spec: the shortest decimal that reads back exactly.
+std::string softcapText(double softcap) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, softcap, std::chars_format::fixed);
+  return ec == std::errc() ? std::string(text, end) : std::to_string(softcap);
+}
+}  // namespace
+
 std::string formatSpecParams(const UnifiedAttentionConfig& config) {
   return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_query_heads=" +
          std::to_string(config.numQueryHeads) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
@@ -616,7 +661,10 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          " causal=" + (config.causal ? "true" : "false") + " tile_size=" + std::to_string(config.tileSize) +
          " num_warps=" + std::to_string(config.numWarps) +
          (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
-         " num_stages=" + std::to_string(config.numStages);
+         " num_stages=" + std::to_string(config.numStages) +
+         (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
+         (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
+         (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "");
 }
 
 std::string formatSpecParams(const MergeAttnStatesConfig& config) {

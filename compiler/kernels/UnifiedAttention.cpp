@@ -23,10 +23,24 @@
 // query row sees key 0 in the first tile (causal or not), so L > 0 at the end; only
 // masked-off rows (padding tokens, heads >= Hq) can end with 0/0, and they are never
 // stored.
+//
+// Optional score modifiers (UnifiedAttentionConfig), in vLLM's order and units
+// (s = scale·q·k, natural log): softcap s = c·tanh(s/c); then the causal, window
+// and padding masks (-inf); then ALiBi s += slope·(j - context_len). The kernel
+// works in log2 units, so each term is multiplied by log2(e) where it enters (the
+// softcap's output, the slopes, the sinks). The sliding window also narrows the
+// tile loop to [first tile holding a key in the window of the program's first row,
+// last tile) and masks keys before that row's window out of the loads, so stale
+// cache blocks outside the window are never read (vLLM zeroes V there instead).
+// With a window a row can meet a tile with no visible key before any other; the
+// M = -inf guard above covers it, and every row still sees its own key in some
+// later tile. Sinks start M at the sink logit and L at 1, so the sink's weight
+// exp(sink - M) is carried through every rescale like a key without a value.
 #include "compiler/kernels/UnifiedAttention.h"
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -49,6 +63,23 @@ namespace {
 int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
 
 Status configError(const std::string& message) { return Status::error(ir::Location{}, message); }
+
+// The softcap in a kernel name: the shortest decimal that reads back as the value,
+// with 'p' for the point (30 -> "30", 2.5 -> "2p5") so the name stays an identifier.
+std::string softcapNameText(double softcap) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, softcap, std::chars_format::fixed);
+  std::string result = ec == std::errc() ? std::string(text, end) : std::to_string(softcap);
+  std::replace(result.begin(), result.end(), '.', 'p');
+  return result;
+}
+
+// A number in a message, as short as reads back exactly (30, 2.5, -1, nan).
+std::string numberText(double value) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return ec == std::errc() ? std::string(text, end) : std::to_string(value);
+}
 
 // The kernel's compile-time constants, recorded in the IR (constexprs) and baked
 // into tile shapes.
@@ -98,6 +129,7 @@ class AttentionBuilder {
   // Parameters.
   Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr,
         *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
+  Value *alibiSlopes_ = nullptr, *sinks_ = nullptr;  // present only with their feature
   Value *qStrideToken_ = nullptr, *qStrideHead_ = nullptr, *oStrideToken_ = nullptr, *oStrideHead_ = nullptr,
         *blockTableStride_ = nullptr, *kvStrideBlock_ = nullptr, *kvStrideKv_ = nullptr, *kvStrideToken_ = nullptr,
         *kvStrideHead_ = nullptr;
@@ -117,6 +149,8 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   blockTables_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "block_tables", aligned);
   seqLens_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "seq_lens", aligned);
   cuSeqlensQ_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "cu_seqlens_q", aligned);
+  if (config_.alibi) alibiSlopes_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "alibi_slopes");
+  if (config_.sinks) sinks_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "sinks");
   scale_ = kernel.addParameter(f32(), "scale");
   numSeqs_ = kernel.addParameter(i32(), "num_seqs");
   seqSearchSteps_ = kernel.addParameter(i32(), "seq_search_steps");
@@ -226,6 +260,27 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   }
   Value* tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32, "tile_size");
   Value* numTiles = b_.div(b_.sub(b_.add(maxSeqPrefixLen, tileSize), oneI32_), tileSize, "num_tiles");
+  // Sliding window: vLLM's tile pruning. The first row of the program sees keys
+  // from context_len + its position - sw + 1 on, and later rows start later, so
+  // earlier keys (and tiles holding only such keys) serve no row. Causal, vLLM's
+  // tile_end (the tile of the last valid row's own key, plus one) is num_tiles.
+  Value* tileStart = zeroI32_;
+  Value* tileEnd = numTiles;
+  Value* firstAllowedKey = nullptr;
+  Value* window = nullptr;
+  if (config_.slidingWindow > 0) {
+    window = b_.constexprValue("SLIDING_WINDOW", ScalarKind::I32, "sliding_window");
+    firstAllowedKey = b_.max(b_.add(b_.sub(b_.add(contextLen, qBlockFirstPos), window), oneI32_), zeroI32_,
+                             "first_allowed_key");
+    tileStart = b_.div(firstAllowedKey, tileSize, "tile_start");
+    if (!config_.causal) {
+      // The encoder window also ends sw - 1 keys after the program's last valid row.
+      Value* lastRow = b_.min(b_.add(qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
+                              b_.sub(queryLen, oneI32_), "qpos_hi");
+      Value* lastAllowedKey = b_.add(b_.add(contextLen, lastRow), b_.sub(window, oneI32_), "last_allowed_key");
+      tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, tileSize), oneI32_), numTiles, "tile_end");
+    }
+  }
 
   // Loop-invariant pieces of the K/V addressing and masks.
   Value* blockSize = b_.constexprValue("BLOCK_SIZE", ScalarKind::I32, "block_size");
@@ -237,19 +292,47 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* vBase = b_.addPtr(kBase, kvStrideKv_, "v_base");
   Value* dimMaskCol = asColumn(dimMask, N, "dim_mask_col");
   // Key j is visible to row m iff j < key_limit[m]: causal, j <= context_len + query_pos[m];
-  // otherwise every key of the sequence.
+  // otherwise every key of the sequence (the encoder window: those before p + sw).
+  // With a window also j > key_floor[m] = p - sw, p = context_len + query_pos[m].
   Value* keyLimit = config_.causal ? b_.add(splatTo(b_.add(contextLen, oneI32_), {M}), queryPos, "key_limit")
                                    : splatTo(seqLen, {M}, "key_limit");
+  Value* keyFloor2d = nullptr;
+  if (config_.slidingWindow > 0) {
+    Value* queryAbsPos = b_.add(splatTo(contextLen, {M}), queryPos, "query_abs_pos");
+    if (!config_.causal) keyLimit = b_.min(keyLimit, b_.add(queryAbsPos, splatTo(window, {M})), "key_limit_window");
+    keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(window, {M}), "key_floor"), N, "key_floor_2d");
+  }
   Value* keyLimit2d = asColumn(keyLimit, N, "key_limit_2d");
   Value* rowMask2d = asColumn(rowMask, N, "row_mask_2d");
-  Value* qkScale = b_.mul(scale_, b_.f32(std::numbers::log2e), "qk_scale");
-  Value* qkScaleTile = splatTo(qkScale, {M, N});
+  const double log2e = std::numbers::log2e;
+  // Scores in log2 units: (q·k)·scale·log2(e); with a softcap c,
+  // c·log2(e)·tanh((q·k)·(scale / c)), vLLM's c·tanh(s / c) times log2(e).
+  Value* qkScaleTile = nullptr;
+  Value* capOutputScaleTile = nullptr;
+  if (config_.softcap > 0) {
+    qkScaleTile = splatTo(b_.div(scale_, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
+    capOutputScaleTile = splatTo(b_.f32(config_.softcap * log2e), {M, N}, "softcap_output_scale");
+  } else {
+    qkScaleTile = splatTo(b_.mul(scale_, b_.f32(log2e), "qk_scale"), {M, N});
+  }
+  // ALiBi slope of each row's head, times log2(e); heads >= Hq get 0 (as vLLM).
+  Value* alibiSlope2d = nullptr;
+  if (config_.alibi) {
+    Value* slopes = b_.load(b_.addPtr(splatTo(alibiSlopes_, {M}), queryHead), queryHeadMask,
+                            b_.constFloat(0.0, Type::tile({M}, f32())), "alibi_slope");
+    alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
+  }
   Value* negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
   Value* zeroScores = b_.constFloat(0.0, Type::tile({M, N}, f32()), "zero_scores");
   Value* negInfRow = b_.constFloat(negInf, Type::tile({M}, f32()), "neg_inf_row");
   Value* zeroRow = b_.constFloat(0.0, Type::tile({M}, f32()), "zero_row");
 
   Value* mInit = b_.constFloat(negInf, Type::tile({M}, f32()), "m_init");
+  if (config_.sinks) {
+    // vLLM loads the sink of each row's head (-inf for heads >= Hq) as the initial M.
+    Value* sinkLogit = b_.load(b_.addPtr(splatTo(sinks_, {M}), queryHead), queryHeadMask, mInit, "sink_logit");
+    mInit = b_.mul(sinkLogit, splatTo(b_.f32(log2e), {M}), "m_init_sink");
+  }
   Value* lInit = b_.constFloat(1.0, Type::tile({M}, f32()), "l_init");
   Value* accInit = b_.constFloat(0.0, Type::tile({M, D}, f32()), "acc_init");
   Value* noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
@@ -257,13 +340,16 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* zeroVTile = b_.constFloat(0.0, Type::tile({N, D}, Type::scalar(dt)), "zero_v_tile");
 
   // ---- Loop over KV tiles with the online softmax. ----
-  auto loop = b_.beginFor(zeroI32_, numTiles, oneI32_, {mInit, lInit, accInit}, "tile_idx", {"m", "l", "acc"});
+  auto loop = b_.beginFor(tileStart, tileEnd, oneI32_, {mInit, lInit, accInit}, "tile_idx", {"m", "l", "acc"});
   Value* mOld = loop.iterArgs[0];
   Value* lOld = loop.iterArgs[1];
   Value* accOld = loop.iterArgs[2];
 
   Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "seq_offset");
   Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}), "tile_mask");
+  if (firstAllowedKey)
+    tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(firstAllowedKey, {N})),
+                        "tile_mask_window");
   Value* blockTableIdx =
       b_.add(splatTo(blockTableRow, {N}), b_.cast(b_.div(seqOffset, blockSizeN), I64), "block_table_idx");
   Value* physicalBlock32 =
@@ -284,9 +370,17 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
   Value* qk = b_.dot(qTile, kTile, zeroScores, /*tf32=*/false, "qk");
   Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
-  Value* visible = b_.cmp(CmpPredicate::Lt, asRow(seqOffset, M), keyLimit2d, "key_visible");
+  if (capOutputScaleTile)
+    scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
+  Value* keyPos2d = asRow(seqOffset, M);
+  Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, keyLimit2d, "key_visible");
+  if (keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, keyFloor2d), "key_in_window");
   Value* scoreMask = b_.andOp(rowMask2d, visible, "score_mask");
   Value* scores = b_.select(scoreMask, scaledScores, negInfTile, "s");
+  if (alibiSlope2d) {
+    Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(contextLen, {N})), ScalarKind::F32, "alibi_distance");
+    scores = b_.add(scores, b_.mul(alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
+  }
 
   Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
   // A row that has seen only masked keys keeps -inf; use 0 so exp2 below gets
@@ -331,6 +425,11 @@ std::string UnifiedAttentionConfig::kernelName() const {
   std::string name = std::string("unified_attention_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
                      "kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) + "_bs" +
                      std::to_string(blockSize) + (causal ? "_causal" : "_noncausal");
+  // Score modifiers change the kernel's meaning: each on one is part of the name.
+  if (slidingWindow != 0) name += "_sw" + std::to_string(slidingWindow);
+  if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
+  if (alibi) name += "_alibi";
+  if (sinks) name += "_sinks";
   // Non-default tuning knobs are part of the name so that variants stay distinct.
   const UnifiedAttentionConfig defaults;
   if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
@@ -361,6 +460,11 @@ Status UnifiedAttentionConfig::validate() const {
   if (numStages < 1 || numStages > 2)
     return configError("num_stages (" + std::to_string(numStages) +
                        ") must be 1 (no pipelining) or 2 (next KV tile loaded during this one's compute)");
+  if (slidingWindow < 0)
+    return configError("sliding_window (" + std::to_string(slidingWindow) +
+                       ") must not be negative (0 turns the window off)");
+  if (!std::isfinite(softcap) || softcap < 0)
+    return configError("softcap (" + numberText(softcap) + ") must be a finite number >= 0 (0 turns it off)");
   if (blockMRows != 0 && (!isPowerOfTwo(blockMRows) || blockMRows < minimumBlockM() || blockMRows > 256))
     return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
                        std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +
@@ -393,6 +497,8 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   cx.push_back({"BLOCK_SIZE", int64_t{constants.blockSize}});
   cx.push_back({"NUM_QUERIES_PER_KV", int64_t{constants.queriesPerKv}});
   cx.push_back({"NUM_QUERY_HEADS", int64_t{constants.numQueryHeads}});
+  if (config.slidingWindow > 0) cx.push_back({"SLIDING_WINDOW", int64_t{config.slidingWindow}});
+  if (config.softcap > 0) cx.push_back({"SOFTCAP", config.softcap});
 
   Builder builder(*kernel);
   AttentionBuilder attention(builder, config, constants);

@@ -37,6 +37,27 @@ struct UnifiedAttentionConfig {
   // j's compute (compiler/passes/Pipelining.cpp); 1 turns it off.
   int numStages = 2;
 
+  // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
+  // default (the default kernel is unchanged). Scores below are in vLLM's units,
+  // s = scale·(q·k), before the softmax's exp.
+  // Sliding window: 0 = off. Causal kernels use the decoder window (sw-1, 0): the
+  // query at absolute position p sees key j iff j <= p and p - j < sw. Non-causal
+  // kernels use the encoder window (sw-1, sw-1): |p - j| < sw. KV tiles before the
+  // window of every row of a program are skipped, and keys before the window are
+  // never read (their block-table entries and cache rows may be stale).
+  int slidingWindow = 0;
+  // Softcap c: 0 = off; else s = c·tanh(s / c), before masking (vLLM's order).
+  double softcap = 0;
+  // ALiBi: s += slope[h]·(j - context_len) after masking, with slope[h] from the
+  // parameter alibi_slopes (f32 [Hq]); vLLM's formula. It differs from the
+  // textbook slope·(j - p) by a constant per row, which cancels in the softmax
+  // except against a sink: with sinks too, this (vLLM's) origin is the one served.
+  bool alibi = false;
+  // Attention sinks: one learned logit per query head (parameter sinks, f32 [Hq],
+  // in the units of s) joins every row's softmax denominator without a value:
+  // the online softmax starts from M = sink, L = 1 (as vLLM) instead of -inf.
+  bool sinks = false;
+
   int queriesPerKv() const { return numQueryHeads / numKvHeads; }
   // Rows of the query tile: blockMRows when set, else 16, or next_pow2(Hq/Hkv) when
   // that is larger.
@@ -58,7 +79,10 @@ struct UnifiedAttentionConfig {
 //   q_stride_token i64, q_stride_head i64, o_stride_token i64, o_stride_head i64,
 //   block_table_stride i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
 //   kv_stride_token i64, kv_stride_head i64.
-// All strides are in elements.
+// All strides are in elements. Optional pointer parameters follow cu_seqlens_q
+// (before scale), present only with their feature: alibi_slopes ptr<f32> [Hq]
+// (alibi), then sinks ptr<f32> [Hq] (sinks). Pointers thus stay ahead of scalars,
+// the order the problem harnesses pass arguments in.
 ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config);
 
 // Grid x for a batch: num_seqs + total_query_tokens / BLOCK_Q (as vLLM).

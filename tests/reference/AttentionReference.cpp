@@ -37,6 +37,12 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
     if (in.keys[s].size() != kvSize) return describeMismatch("keys of a sequence", in.keys[s].size(), kvSize);
     if (in.values[s].size() != kvSize) return describeMismatch("values of a sequence", in.values[s].size(), kvSize);
   }
+  if (in.slidingWindow < 0) return "slidingWindow must not be negative";
+  if (!(in.softcap >= 0) || !std::isfinite(in.softcap)) return "softcap must be a finite number >= 0";
+  if (!in.alibiSlopes.empty() && in.alibiSlopes.size() != static_cast<size_t>(in.numQueryHeads))
+    return describeMismatch("alibiSlopes", in.alibiSlopes.size(), static_cast<size_t>(in.numQueryHeads));
+  if (!in.sinks.empty() && in.sinks.size() != static_cast<size_t>(in.numQueryHeads))
+    return describeMismatch("sinks", in.sinks.size(), static_cast<size_t>(in.numQueryHeads));
   const size_t qSize = static_cast<size_t>(in.cuSeqlensQ.back()) * static_cast<size_t>(in.numQueryHeads) * rowSize;
   if (in.q.size() != qSize) return describeMismatch("q", in.q.size(), qSize);
   return {};
@@ -66,28 +72,40 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
         std::fill(&out[token * Hq * D], &out[(token + 1) * Hq * D], std::numeric_limits<double>::quiet_NaN());
         continue;
       }
-      const size_t visibleKeys = in.causal ? contextLen + i + 1 : seqLen;
+      // The visible keys are the interval [firstKey, endKey).
+      const size_t position = contextLen + i;
+      size_t firstKey = 0;
+      size_t endKey = in.causal ? position + 1 : seqLen;
+      if (in.slidingWindow > 0) {
+        const size_t window = static_cast<size_t>(in.slidingWindow);
+        firstKey = position + 1 > window ? position + 1 - window : 0;
+        if (!in.causal) endKey = std::min(seqLen, position + window);
+      }
       for (size_t h = 0; h < Hq; ++h) {
         const size_t kvHead = h / queriesPerKv;
         const double* q = &in.q[(token * Hq + h) * D];
-        scores.assign(visibleKeys, 0.0);
-        double maxScore = -std::numeric_limits<double>::infinity();
-        for (size_t j = 0; j < visibleKeys; ++j) {
+        scores.assign(endKey - firstKey, 0.0);
+        double maxScore = in.sinks.empty() ? -std::numeric_limits<double>::infinity() : in.sinks[h];
+        for (size_t j = firstKey; j < endKey; ++j) {
           const double* k = &in.keys[s][(j * Hkv + kvHead) * D];
           double dot = 0;
           for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
-          scores[j] = dot * in.scale;
-          maxScore = std::max(maxScore, scores[j]);
+          double score = dot * in.scale;
+          if (in.softcap > 0) score = in.softcap * std::tanh(score / in.softcap);
+          if (!in.alibiSlopes.empty())
+            score += in.alibiSlopes[h] * (static_cast<double>(j) - static_cast<double>(contextLen));
+          scores[j - firstKey] = score;
+          maxScore = std::max(maxScore, score);
         }
-        double denominator = 0;
+        double denominator = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - maxScore);
         for (double& score : scores) {
           score = std::exp(score - maxScore);
           denominator += score;
         }
         double* o = &out[(token * Hq + h) * D];
-        for (size_t j = 0; j < visibleKeys; ++j) {
+        for (size_t j = firstKey; j < endKey; ++j) {
           const double* v = &in.values[s][(j * Hkv + kvHead) * D];
-          const double weight = scores[j] / denominator;
+          const double weight = scores[j - firstKey] / denominator;
           for (size_t d = 0; d < D; ++d) o[d] += weight * v[d];
         }
       }

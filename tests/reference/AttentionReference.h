@@ -23,6 +23,21 @@ struct AttentionInputs {
   // Non-causal: every query sees all seqLens[s] keys.
   bool causal = true;
   double scale = 1.0;     // multiplies q·k before the softmax
+  // Optional score modifiers, all off by default. With p the query's absolute
+  // position (context_len + its index) and j a key's:
+  // - slidingWindow > 0: causal sees keys with p - j < slidingWindow (decoder window
+  //   (sw-1, 0)); non-causal sees keys with |p - j| < slidingWindow (encoder window).
+  int slidingWindow = 0;
+  // - softcap > 0: the score s = scale·q·k becomes softcap·tanh(s / softcap).
+  double softcap = 0;
+  // - alibiSlopes (numQueryHeads entries, empty = off): adds slope[h]·(j - c) to the
+  //   (capped) score, c = context_len: vLLM's bias. The textbook slope·(j - p) differs
+  //   by slope·(p - c) per query, which cancels in the softmax except against a sink,
+  //   so only with sinks does the choice matter; vLLM's is the one served.
+  std::vector<double> alibiSlopes;
+  // - sinks (numQueryHeads entries, empty = off): a logit that joins the softmax's
+  //   denominator as exp(sink[h]) but contributes no value.
+  std::vector<double> sinks;
   std::vector<double> q;  // [num_tokens][numQueryHeads][headSize]
   // Per sequence, [seqLens[s]][numKvHeads][headSize].
   std::vector<std::vector<double>> keys;
@@ -34,7 +49,7 @@ struct AttentionInputs {
 std::string checkAttentionInputs(const AttentionInputs& inputs);
 
 // out[t][h][d] = sum_j softmax_j(scale · q[t][h]·k[j]) · v[j][d] over the keys j
-// visible to token t. Inputs must pass checkAttentionInputs (checked; a violation
+// visible to token t (scores modified as the optional fields above say). Inputs must pass checkAttentionInputs (checked; a violation
 // aborts, since it is a bug in the caller's test code). A query that sees no key
 // (impossible with query_len <= seq_len) would get 0.
 //

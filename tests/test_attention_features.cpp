@@ -1,0 +1,353 @@
+// The optional score modifiers of unified attention (sliding window, softcap,
+// ALiBi, sinks): the float64 reference against hand-computed softmaxes, the kernel
+// on the interpreter against the reference (alone, combined, after the pass
+// pipeline), kernel names and parameters, validation and spec fields.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "compiler/AttentionProblem.h"
+#include "compiler/Spec.h"
+#include "compiler/kernels/UnifiedAttention.h"
+#include "ir/Printer.h"
+#include "tests/reference/AttentionReference.h"
+
+using attnjit::compiler::AttentionShape;
+using attnjit::compiler::buildUnifiedAttention;
+using attnjit::compiler::runUnifiedAttentionInterpreted;
+using attnjit::compiler::UnifiedAttentionConfig;
+using attnjit::ir::ScalarKind;
+namespace reference = attnjit::reference;
+
+namespace {
+
+UnifiedAttentionConfig gqaConfig(ScalarKind dtype, bool causal) {
+  UnifiedAttentionConfig c;
+  c.dtype = dtype;
+  c.numQueryHeads = 8;
+  c.numKvHeads = 2;
+  c.headSize = 80;  // padded to 128 and masked
+  c.blockSize = 16;
+  c.causal = causal;
+  return c;
+}
+
+// Decode rows far past a tile, a chunked prefill, a short context and a fresh
+// prefill; no length is a multiple of the tile (32) or block (16) size.
+AttentionShape featureBatch(uint64_t seed) {
+  AttentionShape s;
+  s.queryLens = {1, 13, 1, 45};
+  s.contextLens = {101, 37, 5, 0};
+  s.seed = seed;
+  return s;
+}
+
+void runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape, bool afterPasses = false) {
+  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
+  auto result = runUnifiedAttentionInterpreted(config, shape, afterPasses);
+  if (!result) FAIL(result.diagnostic().str());
+  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
+  CHECK(result->passed);
+  CHECK(result->maxAbsError <= result->tolerance);
+}
+
+std::string validationError(const UnifiedAttentionConfig& c) {
+  auto s = c.validate();
+  return s ? std::string("ok") : s.diagnostic().message;
+}
+
+// One sequence of one head with D = 1: keys k[j], values v[j], query q at the
+// last position (context = keys - 1).
+reference::AttentionInputs tinyProblem(double q, std::vector<double> k, std::vector<double> v) {
+  reference::AttentionInputs in;
+  in.numQueryHeads = 1;
+  in.numKvHeads = 1;
+  in.headSize = 1;
+  in.cuSeqlensQ = {0, 1};
+  in.seqLens = {static_cast<int>(k.size())};
+  in.q = {q};
+  in.keys = {std::move(k)};
+  in.values = {std::move(v)};
+  return in;
+}
+
+}  // namespace
+
+// ---- The reference, against softmaxes written out by hand. ----
+
+TEST_CASE("reference: a sink joins the denominator without a value", "[attention][features]") {
+  auto in = tinyProblem(1.0, {2.0}, {0.5});
+  in.sinks = {1.0};
+  // One key with score 2 and a sink of 1: weight e^2 / (e^2 + e^1).
+  const double expected = 0.5 * std::exp(2.0) / (std::exp(2.0) + std::exp(1.0));
+  CHECK(reference::referenceAttention(in)[0] == Approx(expected).epsilon(1e-14));
+}
+
+TEST_CASE("reference: softcap bounds the scores with c·tanh(s/c)", "[attention][features]") {
+  auto in = tinyProblem(1.0, {3.0, -1.0}, {1.0, -1.0});
+  in.causal = false;
+  in.softcap = 2.0;
+  const double s0 = 2.0 * std::tanh(1.5), s1 = 2.0 * std::tanh(-0.5);
+  const double expected = (std::exp(s0) - std::exp(s1)) / (std::exp(s0) + std::exp(s1));
+  CHECK(reference::referenceAttention(in)[0] == Approx(expected).epsilon(1e-14));
+}
+
+TEST_CASE("reference: ALiBi adds vLLM's slope·(j - context_len)", "[attention][features]") {
+  // q = 0: all raw scores are 0; the query is at p = 2 = context_len; slope ln 2
+  // gives weights 2^-2, 2^-1, 2^0 for keys 0, 1, 2.
+  auto in = tinyProblem(0.0, {1.0, 1.0, 1.0}, {4.0, 2.0, 1.0});
+  in.alibiSlopes = {std::log(2.0)};
+  const double expected = (0.25 * 4.0 + 0.5 * 2.0 + 1.0 * 1.0) / 1.75;
+  CHECK(reference::referenceAttention(in)[0] == Approx(expected).epsilon(1e-14));
+
+  // Against a sink the bias's origin matters: two new queries over no context
+  // (context_len 0), the second at p = 1 sees keys 0 and 1 with biases 0 and ln 2
+  // (vLLM's j - context_len; the textbook j - p would give -ln 2 and 0), and the
+  // sink logit 0 weighs 1.
+  in = tinyProblem(0.0, {1.0, 1.0}, {3.0, 5.0});
+  in.cuSeqlensQ = {0, 2};
+  in.q = {0.0, 0.0};
+  in.alibiSlopes = {std::log(2.0)};
+  in.sinks = {0.0};
+  const std::vector<double> out = reference::referenceAttention(in);
+  CHECK(out[0] == Approx(3.0 / 2).epsilon(1e-14));               // key 0 (weight 1) and the sink (1)
+  CHECK(out[1] == Approx((3.0 + 2 * 5.0) / 4).epsilon(1e-14));  // keys 0, 1 (1, 2) and the sink (1)
+}
+
+TEST_CASE("reference: decoder and encoder sliding windows", "[attention][features]") {
+  // Four keys, queries at positions 2 and 3 (context 2); q = 0, so visible keys are
+  // averaged uniformly.
+  reference::AttentionInputs in = tinyProblem(0.0, {0.0, 0.0, 0.0, 0.0}, {1.0, 10.0, 100.0, 1000.0});
+  in.cuSeqlensQ = {0, 2};
+  in.q = {0.0, 0.0};
+  in.slidingWindow = 2;
+  // Causal, window 2: position 2 sees keys 1, 2; position 3 sees keys 2, 3.
+  std::vector<double> out = reference::referenceAttention(in);
+  CHECK(out[0] == Approx(55.0));
+  CHECK(out[1] == Approx(550.0));
+  // Encoder window 2: |p - j| < 2: position 2 sees 1, 2, 3; position 3 sees 2, 3.
+  in.causal = false;
+  out = reference::referenceAttention(in);
+  CHECK(out[0] == Approx(1110.0 / 3));
+  CHECK(out[1] == Approx(550.0));
+  // Window 1: each query sees only itself.
+  in.slidingWindow = 1;
+  out = reference::referenceAttention(in);
+  CHECK(out[0] == Approx(100.0));
+  CHECK(out[1] == Approx(1000.0));
+}
+
+TEST_CASE("reference: feature inputs of the wrong size are rejected", "[attention][features]") {
+  auto in = tinyProblem(1.0, {1.0}, {1.0});
+  in.sinks = {1.0, 2.0};
+  CHECK(reference::checkAttentionInputs(in) == "sinks has 2 elements, expected 1");
+  in.sinks.clear();
+  in.alibiSlopes = {1.0, 2.0};
+  CHECK(reference::checkAttentionInputs(in) == "alibiSlopes has 2 elements, expected 1");
+  in.alibiSlopes.clear();
+  in.slidingWindow = -1;
+  CHECK(reference::checkAttentionInputs(in) == "slidingWindow must not be negative");
+}
+
+// ---- The kernel on the interpreter against the reference. ----
+
+TEST_CASE("unified attention features: each alone, f32 and bf16, causal and not", "[attention][features]") {
+  for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16}) {
+    for (bool causal : {true, false}) {
+      UnifiedAttentionConfig c = gqaConfig(dtype, causal);
+      c.slidingWindow = 20;  // smaller than a tile
+      runAndCheck(c, featureBatch(1));
+      c = gqaConfig(dtype, causal);
+      c.softcap = 0.5;  // small enough to bend the scores (|s| reaches ~1)
+      runAndCheck(c, featureBatch(2));
+      c = gqaConfig(dtype, causal);
+      c.alibi = true;
+      runAndCheck(c, featureBatch(3));
+      c = gqaConfig(dtype, causal);
+      c.sinks = true;
+      runAndCheck(c, featureBatch(4));
+    }
+  }
+}
+
+TEST_CASE("unified attention features: all together, GQA, also after the passes", "[attention][features]") {
+  for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16}) {
+    for (bool causal : {true, false}) {
+      UnifiedAttentionConfig c = gqaConfig(dtype, causal);
+      c.slidingWindow = 37;
+      c.softcap = 1.5;
+      c.alibi = true;
+      c.sinks = true;
+      runAndCheck(c, featureBatch(5));
+      runAndCheck(c, featureBatch(6), /*afterPasses=*/true);
+    }
+  }
+  // GQA + window + softcap + sinks without ALiBi, f16, 4 query heads per KV head
+  // in a 64-row query tile (16 tokens per program), no pipelining.
+  UnifiedAttentionConfig c = gqaConfig(ScalarKind::F16, true);
+  c.numQueryHeads = 16;
+  c.numKvHeads = 4;
+  c.headSize = 64;
+  c.blockMRows = 64;
+  c.numStages = 1;
+  c.slidingWindow = 24;
+  c.softcap = 30;
+  c.sinks = true;
+  runAndCheck(c, featureBatch(7));
+  runAndCheck(c, featureBatch(8), /*afterPasses=*/true);
+}
+
+TEST_CASE("unified attention features: window sizes around tiles and contexts", "[attention][features]") {
+  // 1: each query sees only its own key; 5 and 31: inside a tile; 32: exactly a tile;
+  // 33: a tile and one; 1000: longer than every sequence (the same as no window).
+  for (int window : {1, 5, 31, 32, 33, 1000}) {
+    for (bool causal : {true, false}) {
+      UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, causal);
+      c.slidingWindow = window;
+      runAndCheck(c, featureBatch(10 + static_cast<uint64_t>(window)), /*afterPasses=*/window == 5);
+    }
+  }
+  // A window longer than the context agrees with the unwindowed kernel's output.
+  UnifiedAttentionConfig windowed = gqaConfig(ScalarKind::F32, true);
+  windowed.slidingWindow = 1000;
+  auto withWindow = runUnifiedAttentionInterpreted(windowed, featureBatch(9));
+  auto without = runUnifiedAttentionInterpreted(gqaConfig(ScalarKind::F32, true), featureBatch(9));
+  REQUIRE(withWindow.isOk());
+  REQUIRE(without.isOk());
+  CHECK(withWindow->passed);
+  CHECK(without->passed);
+}
+
+TEST_CASE("unified attention features: a decode far past the window reads no key before it",
+          "[attention][features]") {
+  // The harness drops the block-table entries of blocks wholly before every
+  // query's window (an index far outside the cache: using one fails the
+  // interpreter's bounds check) and fills the other hidden keys with NaN, so
+  // passing proves the tile pruning and the load masks.
+  AttentionShape decode;
+  decode.queryLens = {1, 1, 3};
+  decode.contextLens = {300, 77, 129};
+  decode.seed = 21;
+  for (int window : {7, 40}) {
+    UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, true);
+    c.slidingWindow = window;
+    c.sinks = true;
+    runAndCheck(c, decode);
+    runAndCheck(c, decode, /*afterPasses=*/true);
+  }
+}
+
+// ---- Kernel names, parameters, validation. ----
+
+TEST_CASE("unified attention features: kernel names and parameters", "[attention][features]") {
+  UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, true);
+  const std::string base = "unified_attention_bf16_h8kv2_d80_bs16_causal";
+  CHECK(c.kernelName() == base);
+  c.slidingWindow = 4096;
+  c.softcap = 2.5;
+  c.alibi = true;
+  c.sinks = true;
+  c.tileSize = 64;
+  CHECK(c.kernelName() == base + "_sw4096_softcap2p5_alibi_sinks_t64");
+  c.softcap = 50;
+  CHECK(c.kernelName() == base + "_sw4096_softcap50_alibi_sinks_t64");
+
+  auto plain = buildUnifiedAttention(gqaConfig(ScalarKind::BF16, true));
+  REQUIRE(plain.isOk());
+  REQUIRE((*plain)->numParameters() == 18);
+  CHECK((*plain)->parameter(6)->name() == "scale");
+  const std::string plainText = attnjit::ir::printKernel(**plain);
+  for (const char* word : {"tanh", "alibi", "sink", "SLIDING_WINDOW", "SOFTCAP"})
+    CHECK(plainText.find(word) == std::string::npos);
+
+  auto featured = buildUnifiedAttention(c);
+  REQUIRE(featured.isOk());
+  REQUIRE((*featured)->numParameters() == 20);
+  CHECK((*featured)->parameter(5)->name() == "cu_seqlens_q");
+  CHECK((*featured)->parameter(6)->name() == "alibi_slopes");
+  CHECK((*featured)->parameter(7)->name() == "sinks");
+  CHECK((*featured)->parameter(8)->name() == "scale");
+  const std::string text = attnjit::ir::printKernel(**featured);
+  CHECK(text.find("tanh") != std::string::npos);
+  CHECK(text.find("SLIDING_WINDOW") != std::string::npos);
+
+  c.alibi = false;
+  auto sinksOnly = buildUnifiedAttention(c);
+  REQUIRE(sinksOnly.isOk());
+  REQUIRE((*sinksOnly)->numParameters() == 19);
+  CHECK((*sinksOnly)->parameter(6)->name() == "sinks");
+}
+
+TEST_CASE("unified attention features: impossible values are rejected", "[attention][features]") {
+  UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, true);
+  c.slidingWindow = -4;
+  CHECK(validationError(c) == "sliding_window (-4) must not be negative (0 turns the window off)");
+  CHECK_FALSE(buildUnifiedAttention(c).isOk());
+  c.slidingWindow = 0;
+  c.softcap = -1.5;
+  CHECK(validationError(c) == "softcap (-1.5) must be a finite number >= 0 (0 turns it off)");
+  c.softcap = std::nan("");
+  CHECK(validationError(c) == "softcap (nan) must be a finite number >= 0 (0 turns it off)");
+  c.softcap = INFINITY;
+  CHECK(validationError(c) == "softcap (inf) must be a finite number >= 0 (0 turns it off)");
+  c.softcap = 0;
+  CHECK(validationError(c) == "ok");
+}
+
+// ---- Spec fields. ----
+
+namespace {
+std::string featureSpec(const std::string& extraParams) {
+  return "family: unified_attention\n"
+         "params:\n"
+         "  dtype: bf16\n"
+         "  num_query_heads: 8\n"
+         "  num_kv_heads: 2\n"
+         "  head_size: 64\n"
+         "  block_size: 16\n"
+         "  causal: true\n" +
+         extraParams;
+}
+}  // namespace
+
+TEST_CASE("spec: sliding_window, softcap, alibi and sinks fields", "[spec][features]") {
+  auto spec = attnjit::compiler::loadSpecText(
+      featureSpec("  sliding_window: [0, 128]\n  softcap: 30.5\n  alibi: true\n  sinks: [false, true]\n"),
+      "f.yaml");
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->variants.size() == 4);
+  const auto& last = spec->variants[3].attention;
+  CHECK(last.slidingWindow == 128);
+  CHECK(last.softcap == 30.5);
+  CHECK(last.alibi);
+  CHECK(last.sinks);
+  CHECK(spec->variants[0].attention.slidingWindow == 0);
+  CHECK_FALSE(spec->variants[0].attention.sinks);
+  CHECK(spec->variants[3].name == "unified_attention_bf16_h8kv2_d64_bs16_causal_sw128_softcap30p5_alibi_sinks");
+  CHECK(attnjit::compiler::formatSpecParams(last).find(" sliding_window=128 softcap=30.5 alibi=true sinks=true") !=
+        std::string::npos);
+
+  auto defaults = attnjit::compiler::loadSpecText(featureSpec(""), "f.yaml");
+  REQUIRE(defaults.isOk());
+  CHECK(defaults->variants[0].attention.slidingWindow == 0);
+  CHECK(defaults->variants[0].attention.softcap == 0);
+  CHECK_FALSE(defaults->variants[0].attention.alibi);
+  CHECK_FALSE(defaults->variants[0].attention.sinks);
+}
+
+TEST_CASE("spec: bad feature values are located errors", "[spec][features]") {
+  auto messageOf = [](const std::string& extra) {
+    auto spec = attnjit::compiler::loadSpecText(featureSpec(extra), "f.yaml");
+    return spec.isOk() ? std::string("ok") : spec.diagnostic().str();
+  };
+  CHECK(messageOf("  sliding_window: -1\n") ==
+        "f.yaml:9:19: error: 'sliding_window' must be an integer >= 0 (0 turns the window off), got '-1'");
+  CHECK(messageOf("  softcap: -2\n") ==
+        "f.yaml:9:12: error: 'softcap' must be a decimal number >= 0 such as 30 or 50.0 (0 turns it off), got '-2'");
+  CHECK(messageOf("  softcap: fifty\n") ==
+        "f.yaml:9:12: error: 'softcap' must be a decimal number >= 0 such as 30 or 50.0 (0 turns it off), got "
+        "'fifty'");
+  CHECK(messageOf("  alibi: maybe\n") == "f.yaml:9:10: error: 'alibi' must be true or false, got 'maybe'");
+  CHECK(messageOf("  sinks: \"true\"\n") == "f.yaml:9:10: error: 'sinks' must be true or false, got 'true'");
+}
