@@ -13,6 +13,7 @@
 
 #include "compiler/CompileDriver.h"
 #include "compiler/Jit.h"
+#include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/UnifiedAttention.h"
 
 using namespace attnjit;
@@ -226,4 +227,31 @@ TEST_CASE("the kernel-cache key covers IR after passes, target, PTX version and 
   compiler::UnifiedAttentionConfig other = base;
   other.causal = false;
   CHECK(key != keyFor(other, "sm_90a"));
+}
+
+TEST_CASE("a broadcast row converts as a row, never as the broadcast tile", "[codegen][layouts]") {
+  // The LSE weights of merge_attn_states and the softmax rescale of the f32
+  // (FMA-path) attention kernel are [M] rows broadcast to [M, D]: layout
+  // assignment must convert the row into the consumer's slice layout and
+  // broadcast there, not move the [M, D] tile through shared memory.
+  std::regex wideConversion(R"(convert_layout [^\n]*: tile<\d+x\d+xf32, #blocked)");
+  compiler::MergeAttnStatesConfig merge;
+  merge.dtype = ir::ScalarKind::BF16;
+  merge.numHeads = 32;
+  merge.headSize = 128;
+  compiler::UnifiedAttentionConfig fmaAttention;
+  fmaAttention.dtype = ir::ScalarKind::F32;
+  std::vector<std::pair<std::string, ir::Expected<std::unique_ptr<ir::Kernel>>>> kernels;
+  kernels.emplace_back("merge", compiler::buildMergeAttnStates(merge));
+  kernels.emplace_back("f32 attention", compiler::buildUnifiedAttention(fmaAttention));
+  for (auto& [what, kernel] : kernels) {
+    INFO(what);
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.stopAfter = "tir-opt";
+    auto compiled = compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    INFO(compiled->tirOptimized);
+    CHECK_FALSE(std::regex_search(compiled->tirOptimized, wideConversion));
+  }
 }

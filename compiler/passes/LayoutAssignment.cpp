@@ -170,7 +170,11 @@ class LayoutAssigner {
       bool allCheap = true;
       for (Value* v : op->operands())
         if (v->type().isTile() && !cheap_.count(v)) allCheap = false;
-      if (allCheap || addressMath) cheap_.insert(op->result());
+      // Broadcasting is a register renumbering in whatever layout the consumer
+      // wants once its (smaller) operand is in the matching slice: converting that
+      // operand beats converting the broadcast tile, so it is always recomputed.
+      bool broadcasting = code == Opcode::Broadcast || code == Opcode::ExpandDims;
+      if (allCheap || addressMath || broadcasting) cheap_.insert(op->result());
     }
   }
 
