@@ -13,6 +13,7 @@
 #include "runtime/KernelCache.h"
 #include "runtime/Driver.h"
 #include "runtime/Module.h"
+#include "compiler/GpuLaunchSupport.h"
 #include "runtime/Stream.h"
 
 namespace attnjit::compiler {
@@ -21,63 +22,8 @@ using ir::Status;
 
 namespace {
 
-// A kernel parameter's value, stored in the exact width its type needs.
-struct PackedParameter {
-  alignas(8) unsigned char bytes[8] = {};
-};
-
-PackedParameter pack(const ir::Type& type, const std::variant<int64_t, double>& value) {
-  PackedParameter p;
-  auto asDouble = [&] { return std::holds_alternative<double>(value) ? std::get<double>(value)
-                                                                     : static_cast<double>(std::get<int64_t>(value)); };
-  auto asInt = [&] { return std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value)
-                                                                   : static_cast<int64_t>(std::get<double>(value)); };
-  switch (type.scalarKind()) {
-    case ir::ScalarKind::F32: {
-      float f = static_cast<float>(asDouble());
-      std::memcpy(p.bytes, &f, sizeof f);
-      break;
-    }
-    case ir::ScalarKind::F64: {
-      double d = asDouble();
-      std::memcpy(p.bytes, &d, sizeof d);
-      break;
-    }
-    case ir::ScalarKind::I64: {
-      int64_t i = asInt();
-      std::memcpy(p.bytes, &i, sizeof i);
-      break;
-    }
-    default: {
-      int32_t i = static_cast<int32_t>(asInt());
-      std::memcpy(p.bytes, &i, sizeof i);
-      break;
-    }
-  }
-  return p;
-}
-
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-Status timeMedian(int iterations, const std::function<Status()>& launch, double* medianMs) {
-  auto start = runtime::Event::create();
-  if (!start) return start.status();
-  auto stop = runtime::Event::create();
-  if (!stop) return stop.status();
-  std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) {
-    if (Status s = start->record(nullptr); !s) return s;
-    if (Status s = launch(); !s) return s;
-    if (Status s = stop->record(nullptr); !s) return s;
-    auto ms = runtime::Event::elapsedMilliseconds(*start, *stop);
-    if (!ms) return ms.status();
-    times.push_back(*ms);
-  }
-  std::sort(times.begin(), times.end());
-  *medianMs = times[times.size() / 2];
-  return Status::ok();
 }
 
 }  // namespace
@@ -157,7 +103,7 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
                                     std::to_string(std::get<int64_t>(value)) + ", not a multiple of " +
                                     std::to_string(std::get<int64_t>(*divisibility)) +
                                     " as the kernel was compiled to assume"};
-    scalars.push_back(pack((*kernel)->parameter(firstScalar + i)->type(), value));
+    scalars.push_back(packParameter((*kernel)->parameter(firstScalar + i)->type(), value));
   }
   std::vector<void*> params;
   for (auto& d : device) params.push_back(d.kernelArgument());
@@ -192,7 +138,7 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
       auto hostStart = std::chrono::steady_clock::now();
       for (int i = 0; i < kLaunches; ++i) {
         for (size_t j = 0; j < scalars.size(); ++j)
-          scalars[j] = pack((*kernel)->parameter(firstScalar + j)->type(), (*problem)->scalarArguments()[j]);
+          scalars[j] = packParameter((*kernel)->parameter(firstScalar + j)->type(), (*problem)->scalarArguments()[j]);
         if (Status s = function.launch(launch, params.data()); !s) return s;
       }
       result.launchOverheadMicroseconds = millisecondsSince(hostStart) * 1000.0 / kLaunches;

@@ -11,61 +11,12 @@
 #include "runtime/Driver.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Module.h"
+#include "compiler/GpuLaunchSupport.h"
 #include "runtime/Stream.h"
 
 namespace attnjit::compiler {
 
 using ir::Status;
-
-namespace {
-
-struct PackedParameter {
-  alignas(8) unsigned char bytes[8] = {};
-};
-
-PackedParameter pack(const ir::Type& type, const std::variant<int64_t, double>& value) {
-  PackedParameter p;
-  const double asDouble = std::holds_alternative<double>(value) ? std::get<double>(value)
-                                                                : static_cast<double>(std::get<int64_t>(value));
-  const int64_t asInt = std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value)
-                                                               : static_cast<int64_t>(std::get<double>(value));
-  switch (type.scalarKind()) {
-    case ir::ScalarKind::F32: {
-      const float f = static_cast<float>(asDouble);
-      std::memcpy(p.bytes, &f, sizeof f);
-      break;
-    }
-    case ir::ScalarKind::F64: std::memcpy(p.bytes, &asDouble, sizeof asDouble); break;
-    case ir::ScalarKind::I64: std::memcpy(p.bytes, &asInt, sizeof asInt); break;
-    default: {
-      const int32_t i = static_cast<int32_t>(asInt);
-      std::memcpy(p.bytes, &i, sizeof i);
-      break;
-    }
-  }
-  return p;
-}
-
-Status timeMedian(int iterations, const std::function<Status()>& launch, double* medianMs) {
-  auto start = runtime::Event::create();
-  if (!start) return start.status();
-  auto stop = runtime::Event::create();
-  if (!stop) return stop.status();
-  std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) {
-    if (Status s = start->record(nullptr); !s) return s;
-    if (Status s = launch(); !s) return s;
-    if (Status s = stop->record(nullptr); !s) return s;
-    auto ms = runtime::Event::elapsedMilliseconds(*start, *stop);
-    if (!ms) return ms.status();
-    times.push_back(*ms);
-  }
-  std::sort(times.begin(), times.end());
-  *medianMs = times[times.size() / 2];
-  return Status::ok();
-}
-
-}  // namespace
 
 ir::Expected<GpuRunResult> runProblemGpu(const ProblemKernelBuilder& build, const KernelProblem& problem,
                                          const GpuRunOptions& options) {
@@ -115,7 +66,7 @@ ir::Expected<GpuRunResult> runProblemGpu(const ProblemKernelBuilder& build, cons
                                     std::to_string(std::get<int64_t>(value)) + ", not a multiple of " +
                                     std::to_string(std::get<int64_t>(*divisibility)) +
                                     " as the kernel was compiled to assume"};
-    scalars.push_back(pack((*kernel)->parameter(firstScalar + i)->type(), value));
+    scalars.push_back(packParameter((*kernel)->parameter(firstScalar + i)->type(), value));
   }
   std::vector<void*> params;
   for (auto& d : device) params.push_back(d.kernelArgument());

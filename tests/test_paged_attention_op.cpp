@@ -120,6 +120,9 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     WARN("skipped: the CUDA driver reports no GPU");
     return;
   }
+  // The caller owns the context, as an engine (or PyTorch) would: the op launches
+  // in whatever context is current.
+  REQUIRE(runtime::activatePrimaryContext(0).isOk());
   struct Case {
     ScalarKind dtype;
     bool causal;
