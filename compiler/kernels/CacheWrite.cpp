@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "compiler/kernels/KernelSupport.h"
 #include "ir/Builder.h"
 
 namespace attnjit::compiler {
@@ -30,10 +31,6 @@ using ir::Type;
 using ir::Value;
 
 namespace {
-
-int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
-bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
-Status configError(const std::string& message) { return Status::error(ir::Location{}, message); }
 
 // The smallest per-token-head scale (vLLM's floor; keeps all-zero rows finite).
 constexpr double kMinScale = 1e-6;
@@ -264,8 +261,7 @@ std::string CacheWriteConfig::kernelName() const {
 }
 
 Status CacheWriteConfig::validate() const {
-  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F16 && dtype != ScalarKind::BF16)
-    return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+  if (Status s = checkIoDtype(dtype); !s) return s;
   if (numKvHeads < 1 || numKvHeads > 256)
     return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be between 1 and 256");
   if (headSize < 1 || headSize > 512)

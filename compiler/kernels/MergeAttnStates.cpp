@@ -15,6 +15,7 @@
 #include <bit>
 #include <limits>
 
+#include "compiler/kernels/KernelSupport.h"
 #include "ir/Builder.h"
 
 namespace attnjit::compiler {
@@ -28,10 +29,6 @@ using ir::Type;
 using ir::Value;
 
 namespace {
-
-int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
-bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
-Status configError(const std::string& message) { return Status::error(ir::Location{}, message); }
 
 class MergeBuilder {
  public:
@@ -169,8 +166,7 @@ std::string MergeAttnStatesConfig::kernelName() const {
 }
 
 Status MergeAttnStatesConfig::validate() const {
-  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F16 && dtype != ScalarKind::BF16)
-    return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+  if (Status s = checkIoDtype(dtype); !s) return s;
   if (numHeads < 1 || numHeads > 65535)
     return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 65535");
   if (headSize < 1 || headSize > 512)

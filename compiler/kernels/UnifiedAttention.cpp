@@ -46,6 +46,7 @@
 #include <numbers>
 #include <vector>
 
+#include "compiler/kernels/KernelSupport.h"
 #include "ir/Builder.h"
 
 namespace attnjit::compiler {
@@ -60,9 +61,6 @@ using ir::Value;
 
 namespace {
 
-int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
-
-Status configError(const std::string& message) { return Status::error(ir::Location{}, message); }
 
 // The softcap in a kernel name: the shortest decimal that reads back as the value,
 // with 'p' for the point (30 -> "30", 2.5 -> "2p5") so the name stays an identifier.
@@ -440,9 +438,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
 }
 
 Status UnifiedAttentionConfig::validate() const {
-  auto isPowerOfTwo = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
-  if (dtype != ScalarKind::F32 && dtype != ScalarKind::F16 && dtype != ScalarKind::BF16)
-    return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+  if (Status s = checkIoDtype(dtype); !s) return s;
   if (numKvHeads < 1) return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be at least 1");
   if (numQueryHeads < 1)
     return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");

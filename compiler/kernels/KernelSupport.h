@@ -1,0 +1,25 @@
+// Small helpers shared by the kernel builders: power-of-two arithmetic for tile
+// shapes and the config-validation errors (no location: the spec loader blames
+// the field the message names).
+#pragma once
+
+#include <bit>
+#include <string>
+
+#include "ir/Diagnostics.h"
+#include "ir/Types.h"
+
+namespace attnjit::compiler {
+
+inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
+inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
+inline ir::Status configError(const std::string& message) { return ir::Status::error(ir::Location{}, message); }
+
+// q/o/output element types every family accepts: f32, f16 and bf16.
+inline ir::Status checkIoDtype(ir::ScalarKind dtype) {
+  if (dtype == ir::ScalarKind::F32 || dtype == ir::ScalarKind::F16 || dtype == ir::ScalarKind::BF16)
+    return ir::Status::ok();
+  return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+}
+
+}  // namespace attnjit::compiler
