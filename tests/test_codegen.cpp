@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 
+#include "tests/test_tools.h"
 #include "compiler/CompileDriver.h"
 #include "compiler/Jit.h"
 #include "compiler/kernels/MergeAttnStates.h"
@@ -19,36 +20,6 @@
 using namespace attnjit;
 
 namespace {
-
-std::string run(const std::string& command, int* exitCode) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) {
-    *exitCode = -1;
-    return output;
-  }
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  int status = pclose(pipe);
-  *exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return output;
-}
-
-bool havePtxas() {
-  int code = 0;
-  run("ptxas --version", &code);
-  return code == 0;
-}
-
-// Assembles `ptx` for `arch` with ptxas; returns ptxas's output on failure.
-bool assembles(const std::string& ptx, const std::string& arch, std::string* log) {
-  std::string path = "/tmp/attnjit_test_" + std::to_string(getpid()) + ".ptx";
-  std::ofstream(path) << ptx;
-  int code = 0;
-  *log = run("ptxas -arch=" + arch + " " + path + " -o /dev/null", &code);
-  std::remove(path.c_str());
-  return code == 0;
-}
 
 std::vector<compiler::UnifiedAttentionConfig> attentionConfigs() {
   std::vector<compiler::UnifiedAttentionConfig> configs;
@@ -117,7 +88,7 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
 }
 
 TEST_CASE("ptxas assembles every attention variant for sm_80 and sm_90a", "[codegen][ptxas]") {
-  if (!havePtxas()) {
+  if (!tests::havePtxas()) {
     WARN("skipped: ptxas is not on the PATH; codegen is checked without assembling");
     return;
   }
@@ -132,7 +103,7 @@ TEST_CASE("ptxas assembles every attention variant for sm_80 and sm_90a", "[code
       auto compiled = compiler::compileKernel(**kernel, options);
       REQUIRE(compiled.isOk());
       std::string log;
-      bool ok = assembles(compiled->ptx, arch, &log);
+      bool ok = tests::assemblesWithPtxas(compiled->ptx, arch, &log);
       INFO(log);
       CHECK(ok);
       assembled += ok;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "tests/test_tools.h"
 #include "compiler/CompileDriver.h"
 #include "compiler/KernelFamily.h"
 #include "compiler/Spec.h"
@@ -17,29 +18,6 @@
 using namespace attnjit;
 
 namespace {
-
-std::string runShell(const std::string& command, int* exitCode) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) {
-    *exitCode = -1;
-    return output;
-  }
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  int status = pclose(pipe);
-  *exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return output;
-}
-
-bool assembles(const std::string& ptx, const std::string& arch, std::string* log) {
-  std::string path = "/tmp/attnjit_companion_test_" + std::to_string(getpid()) + ".ptx";
-  std::ofstream(path) << ptx;
-  int code = 0;
-  *log = runShell("ptxas -arch=" + arch + " " + path + " -o /dev/null", &code);
-  std::remove(path.c_str());
-  return code == 0;
-}
 
 std::vector<compiler::Variant> shippedCompanionVariants() {
   std::vector<compiler::Variant> variants;
@@ -89,9 +67,7 @@ TEST_CASE("companion kernels use 16-byte vector accesses for 16-bit rows", "[cod
 }
 
 TEST_CASE("ptxas assembles every shipped companion variant for sm_80 and sm_90a", "[codegen][ptxas]") {
-  int code = 0;
-  runShell("ptxas --version", &code);
-  if (code != 0) {
+  if (!tests::havePtxas()) {
     WARN("skipped: ptxas is not on the PATH; codegen is checked without assembling");
     return;
   }
@@ -112,7 +88,7 @@ TEST_CASE("ptxas assembles every shipped companion variant for sm_80 and sm_90a"
         continue;
       }
       std::string log;
-      const bool ok = assembles(ptxFor(variant, arch), arch, &log);
+      const bool ok = tests::assemblesWithPtxas(ptxFor(variant, arch), arch, &log);
       INFO(log);
       CHECK(ok);
       assembled += ok;

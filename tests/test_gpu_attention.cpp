@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "tests/test_tools.h"
 #include "compiler/AttentionGpu.h"
 #include "compiler/Jit.h"
 #include "compiler/KernelFamily.h"
@@ -18,19 +19,6 @@
 using namespace attnjit;
 
 namespace {
-bool gpuPresent() {
-  if (!runtime::driverAvailable()) {
-    WARN("skipped: no CUDA driver: " << runtime::driverStatus().message());
-    return false;
-  }
-  auto count = runtime::deviceCount();
-  if (!count || *count == 0) {
-    WARN("skipped: the CUDA driver reports no GPU");
-    return false;
-  }
-  return true;
-}
-
 void checkOnGpu(const compiler::UnifiedAttentionConfig& config, const compiler::AttentionShape& shape) {
   INFO(config.kernelName() << " on " << shape.str());
   auto result = compiler::runUnifiedAttentionGpu(config, shape, compiler::GpuRunOptions{});
@@ -42,7 +30,7 @@ void checkOnGpu(const compiler::UnifiedAttentionConfig& config, const compiler::
 }  // namespace
 
 TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
-  if (!gpuPresent()) return;
+  if (!tests::gpuPresent()) return;
   int variants = 0;
   for (const auto& entry : std::filesystem::directory_iterator(attnjit::tests::sourceDir() + "/specs")) {
     if (entry.path().extension() != ".yaml") continue;
@@ -62,7 +50,7 @@ TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
 }
 
 TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batches", "[gpu]") {
-  if (!gpuPresent()) return;
+  if (!tests::gpuPresent()) return;
   compiler::AttentionShape mixed;
   mixed.queryLens = {1, 37, 1, 130, 5};
   mixed.contextLens = {77, 0, 300, 61, 1};
@@ -83,7 +71,7 @@ TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batche
 }
 
 TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {
-  if (!gpuPresent()) return;
+  if (!tests::gpuPresent()) return;
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("attnjit_jit_cache_" + std::to_string(getpid()));
   fs::remove_all(dir);

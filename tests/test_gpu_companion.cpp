@@ -4,6 +4,7 @@
 // CUDA driver or GPU is present.
 #include <catch2/catch.hpp>
 
+#include "tests/test_tools.h"
 #include "compiler/CacheWriteProblem.h"
 #include "compiler/MergeAttnStatesProblem.h"
 #include "runtime/Driver.h"
@@ -11,19 +12,6 @@
 using namespace attnjit;
 
 namespace {
-bool gpuPresent() {
-  if (!runtime::driverAvailable()) {
-    WARN("skipped: no CUDA driver: " << runtime::driverStatus().message());
-    return false;
-  }
-  auto count = runtime::deviceCount();
-  if (!count || *count == 0) {
-    WARN("skipped: the CUDA driver reports no GPU");
-    return false;
-  }
-  return true;
-}
-
 compiler::AttentionShape raggedBatch() {
   compiler::AttentionShape s;
   s.queryLens = {37, 1, 130, 5, 300};
@@ -41,7 +29,7 @@ void expectPassed(const ir::Expected<compiler::GpuRunResult>& result, const std:
 }  // namespace
 
 TEST_CASE("GPU merge_attn_states across dtypes, head sizes and LSE output", "[gpu][merge]") {
-  if (!gpuPresent()) return;
+  if (!tests::gpuPresent()) return;
   for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16, ir::ScalarKind::F32})
     for (int headSize : {64, 80, 128, 256})
       for (bool outputLse : {true, false}) {
@@ -55,7 +43,7 @@ TEST_CASE("GPU merge_attn_states across dtypes, head sizes and LSE output", "[gp
 }
 
 TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
-  if (!gpuPresent()) return;
+  if (!tests::gpuPresent()) return;
   for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2,
                       compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead})
     for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16, ir::ScalarKind::F32})

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "tests/test_tools.h"
 #include "compiler/AttentionProblem.h"
 #include "compiler/PagedAttentionOp.h"
 #include "runtime/DeviceBuffer.h"
@@ -112,14 +113,7 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
 }
 
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {
-  if (!runtime::driverAvailable()) {
-    WARN("skipped: no CUDA driver: " << runtime::driverStatus().message());
-    return;
-  }
-  if (auto count = runtime::deviceCount(); !count || *count == 0) {
-    WARN("skipped: the CUDA driver reports no GPU");
-    return;
-  }
+  if (!tests::gpuPresent()) return;
   // The caller owns the context, as an engine (or PyTorch) would: the op launches
   // in whatever context is current.
   REQUIRE(runtime::activatePrimaryContext(0).isOk());
