@@ -90,8 +90,10 @@ UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p
   return config;
 }
 
-Status validatePagedAttention(const PagedAttentionParams& p) {
-  UnifiedAttentionConfig config = selectPagedAttentionVariant(p);
+namespace {
+
+// The checks of validatePagedAttention for the variant already selected.
+Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
   if (p.numSeqs < 1) return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
   if (p.numTokens < p.numSeqs)
@@ -138,9 +140,13 @@ Status validatePagedAttention(const PagedAttentionParams& p) {
   return Status::ok();
 }
 
+}  // namespace
+
+Status validatePagedAttention(const PagedAttentionParams& p) { return validateFor(p, selectPagedAttentionVariant(p)); }
+
 Status pagedAttention(const PagedAttentionParams& p) {
-  if (Status s = validatePagedAttention(p); !s) return s;
-  UnifiedAttentionConfig config = selectPagedAttentionVariant(p);
+  const UnifiedAttentionConfig config = selectPagedAttentionVariant(p);
+  if (Status s = validateFor(p, config); !s) return s;
   auto ready = ReadyKernels::instance().get(config);
   if (!ready) return ready.status();
 
