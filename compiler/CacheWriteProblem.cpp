@@ -19,7 +19,8 @@ constexpr int64_t kKeyPadding = 8, kValuePadding = 16;  // after each token's ro
 constexpr int kSpareBlocks = 3;                         // never written
 
 reference::QuantFormat quantFormat(ScalarKind cacheKind) {
-  return cacheKind == ScalarKind::I8       ? reference::QuantFormat::Int8
+  return cacheKind == ScalarKind::I4       ? reference::QuantFormat::Int4
+         : cacheKind == ScalarKind::I8     ? reference::QuantFormat::Int8
          : cacheKind == ScalarKind::F8E4M3 ? reference::QuantFormat::Fp8E4M3
                                            : reference::QuantFormat::Fp8E5M2;
 }
@@ -48,7 +49,7 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
   if (ir::Status s = shape.validate(); !s) return s;
   auto data = std::make_shared<Data>();
   data->config = config;
-  const ScalarKind dt = config.dtype, cacheKind = config.cacheElement();
+  const ScalarKind dt = config.dtype;
   const int64_t Hkv = config.numKvHeads, D = config.headSize, bs = config.blockSize, row = config.cacheRowElements();
   RandomStream random(shape.seed);
 
@@ -105,14 +106,13 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
   auto& buffers = problem->buffers_;
   buffers.push_back({"key", sourceRows(data->keys, keyStride), false});
   buffers.push_back({"value", sourceRows(data->values, valueStride), false});
-  buffers.push_back(
-      {"kv_cache", poisonedBuffer(cacheKind, static_cast<size_t>(data->numBlocks * data->strideBlock)), true});
+  buffers.push_back({"kv_cache",
+                     poisonedBuffer(config.cachePointerElement(), static_cast<size_t>(data->numBlocks * data->strideBlock)),
+                     true});
   std::vector<uint8_t> slotBytes(data->slots.size() * sizeof(int64_t));
   std::memcpy(slotBytes.data(), data->slots.data(), slotBytes.size());
   buffers.push_back({"slot_mapping", std::move(slotBytes), false});
-  const bool perTensor =
-      config.cacheFormat == KvCacheFormat::Fp8E4M3 || config.cacheFormat == KvCacheFormat::Fp8E5M2;
-  if (perTensor) {
+  if (isPerTensorFp8(config.cacheFormat)) {
     for (float scale : {kKeyScale, kValueScale}) {
       std::vector<uint8_t> bytes(sizeof(float));
       std::memcpy(bytes.data(), &scale, sizeof scale);
@@ -125,7 +125,7 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
   const int64_t written = std::count_if(data->slots.begin(), data->slots.end(), [](int64_t s) { return s >= 0; });
   problem->minimumBytes_ = static_cast<double>(2 * written * Hkv) *
                                (static_cast<double>(D) * static_cast<double>(elementBytes(dt)) +
-                                static_cast<double>(row) * static_cast<double>(elementBytes(cacheKind))) +
+                                static_cast<double>(row) * static_cast<double>(elementBytes(config.cachePointerElement()))) +
                            8.0 * static_cast<double>(T);
   problem->data_ = std::move(data);
   return problem;
@@ -134,7 +134,7 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
 void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResult& result) const {
   const Data& data = *data_;
   const CacheWriteConfig& config = data.config;
-  const ScalarKind dt = config.dtype, cacheKind = config.cacheElement();
+  const ScalarKind dt = config.dtype, cacheKind = config.cacheElement(), pointerKind = config.cachePointerElement();
   const int64_t Hkv = config.numKvHeads, D = config.headSize, bs = config.blockSize, row = config.cacheRowElements();
   const std::vector<uint8_t>& cache = after[2].bytes;
   const bool perTokenHead = isPerTokenHead(config.cacheFormat);
@@ -163,7 +163,7 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
         const char* kvName = kv == 0 ? "K" : "V";
         if (t < 0) {
           for (int64_t i = 0; i < row; ++i)
-            if (getBits(cache, cacheKind, static_cast<size_t>(base + i)) != poisonBits(cacheKind)) {
+            if (getBits(cache, pointerKind, static_cast<size_t>(base + i)) != poisonBits(pointerKind)) {
               std::ostringstream text;
               text << "the kernel wrote slot " << slot << " (" << kvName << ", head " << h
                    << "), which no token maps to";
@@ -189,7 +189,8 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
         if (perTokenHead) {
           const float expectedScale = reference::perTokenHeadScale(x, static_cast<int>(D), format);
           float stored = 0;
-          std::memcpy(&stored, &cache[static_cast<size_t>(base + D)], sizeof stored);
+          std::memcpy(&stored, &cache[static_cast<size_t>(base + kvCacheScaleByteOffset(config.cacheFormat, config.headSize))],
+                      sizeof stored);
           if (std::memcmp(&stored, &expectedScale, sizeof stored) != 0) {
             std::ostringstream text;
             text.precision(9);
@@ -202,7 +203,9 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
         for (int64_t d = 0; d < D; ++d) {
           const double y = x[d] / static_cast<double>(scale);
           const double clamped = std::clamp(y, -qmax, qmax);
-          const double q = decodeQuantized(cache[static_cast<size_t>(base + d)], cacheKind);
+          const double q = cacheKind == ScalarKind::I4
+                               ? reference::decodeInt4(&cache[static_cast<size_t>(base)], static_cast<int>(d))
+                               : decodeQuantized(cache[static_cast<size_t>(base + d)], cacheKind);
           // Half a step at the value's magnitude, plus the f32 division's rounding.
           const double allowed = (reference::halfQuantStep(clamped, format) + std::ldexp(std::abs(y), -22)) * scale;
           const double err = std::isnan(q) ? std::numeric_limits<double>::infinity() : std::abs(q - clamped) * scale;

@@ -198,9 +198,10 @@ TEST_CASE("reshape_and_cache: names, formats, validation and interface", "[cache
 
   CHECK(compiler::parseKvCacheFormat("fp8") == KvCacheFormat::Fp8E4M3);
   CHECK(compiler::parseKvCacheFormat("fp8_per_token_head") == KvCacheFormat::Fp8PerTokenHead);
-  CHECK_FALSE(compiler::parseKvCacheFormat("int4_per_token_head"));
+  CHECK(compiler::parseKvCacheFormat("int4_per_token_head") == KvCacheFormat::Int4PerTokenHead);
+  CHECK_FALSE(compiler::parseKvCacheFormat("int4"));
   for (auto f : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2, KvCacheFormat::Int8PerTokenHead,
-                 KvCacheFormat::Fp8PerTokenHead})
+                 KvCacheFormat::Fp8PerTokenHead, KvCacheFormat::Int4PerTokenHead})
     CHECK(compiler::parseKvCacheFormat(compiler::kvCacheFormatName(f)) == f);
 
   CacheWriteConfig bad;
@@ -230,7 +231,8 @@ TEST_CASE("reshape_and_cache: names, formats, validation and interface", "[cache
 
 TEST_CASE("reshape_and_cache matches the reference in every cache format", "[cache_write]") {
   const KvCacheFormat format = GENERATE(KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2,
-                                        KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead);
+                                        KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
+                                        KvCacheFormat::Int4PerTokenHead);
   const ScalarKind dtype = GENERATE(ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16);
   const int headSize = GENERATE(64, 80, 128, 256);
   CacheWriteConfig config;
@@ -334,7 +336,7 @@ TEST_CASE("spec families merge_attn_states and reshape_and_cache", "[merge][cach
   REQUIRE_FALSE(badFormat);
   CHECK(badFormat.diagnostic().str() ==
         "bad.yaml:4:19: error: 'kv_cache_dtype' must be one of auto, fp8_e4m3 (or fp8), fp8_e5m2, "
-        "int8_per_token_head, fp8_per_token_head, got 'int4'");
+        "int8_per_token_head, fp8_per_token_head, int4_per_token_head, got 'int4'");
   auto unknownField = compiler::loadSpecText(
       "family: merge_attn_states\nparams:\n  dtype: bf16\n  num_heads: 8\n  head_size: 64\n  causal: true\n",
       "bad.yaml");

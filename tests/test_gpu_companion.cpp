@@ -45,7 +45,8 @@ TEST_CASE("GPU merge_attn_states across dtypes, head sizes and LSE output", "[gp
 TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
   if (!tests::gpuPresent()) return;
   for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2,
-                      compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead})
+                      compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead,
+                      compiler::KvCacheFormat::Int4PerTokenHead})
     for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16, ir::ScalarKind::F32})
       for (int headSize : {64, 80, 128, 256}) {
         compiler::CacheWriteConfig c;

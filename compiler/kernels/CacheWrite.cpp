@@ -49,7 +49,8 @@ class CacheWriteBuilder {
     // A per-token-head row is D + 4 bytes: only 4-byte multiples can be promised.
     ir::Attributes cacheStride;
     if (isPerTokenHead(config_.cacheFormat)) {
-      if (config_.headSize % 4 == 0) cacheStride.set("divisibility", int64_t{4});
+      if (kvCacheScaleByteOffset(config_.cacheFormat, config_.headSize) % 4 == 0)
+        cacheStride.set("divisibility", int64_t{4});
     } else {
       cacheStride = rowStride;
     }
@@ -106,9 +107,7 @@ class CacheWriteBuilder {
   }
 
  private:
-  bool perTensorScale() const {
-    return config_.cacheFormat == KvCacheFormat::Fp8E4M3 || config_.cacheFormat == KvCacheFormat::Fp8E5M2;
-  }
+  bool perTensorScale() const { return isPerTensorFp8(config_.cacheFormat); }
   Value* asColumn(Value* vec, int64_t cols) {
     const int64_t n = vec->type().shape()[0];
     return b_.broadcast(b_.expandDims(vec, 1), {n, cols});
@@ -122,6 +121,10 @@ class CacheWriteBuilder {
   // them at rowBase (one cache offset per head).
   void writeRows(Value* source, Value* strideToken, Value* strideHead, Value* token64, Value* rowBase,
                  Value* scalePointer, const std::string& name) {
+    if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) {
+      writeInt4Rows(source, strideToken, strideHead, token64, rowBase, name);
+      return;
+    }
     const int64_t H = head_->type().shape()[0], D = offsD64_->type().shape()[0];
     const ScalarKind dt = config_.dtype, F32 = ScalarKind::F32, cacheKind = config_.cacheElement();
     Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
@@ -158,7 +161,50 @@ class CacheWriteBuilder {
         storeScaleBytes(scale, rowBase, name);
         return;
       }
+      case KvCacheFormat::Int4PerTokenHead:
+        return;  // writeInt4Rows, above
     }
+  }
+
+  // int4 per token-head: the even and odd elements of each row are loaded as two
+  // [H, D/2] tiles, quantized with the row's scale max|x| / 7, and packed pairwise
+  // into bytes (element 2i in the low nibble of byte i, 2i + 1 in the high one).
+  void writeInt4Rows(Value* source, Value* strideToken, Value* strideHead, Value* token64, Value* rowBase,
+                     const std::string& name) {
+    const int64_t H = head_->type().shape()[0], D = offsD64_->type().shape()[0], half = D / 2;
+    const ScalarKind dt = config_.dtype, F32 = ScalarKind::F32, I32 = ScalarKind::I32;
+    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
+    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
+                             b_.splat(b_.constInt(config_.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
+    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
+    Value* pair64 = b_.cast(offsPair, ScalarKind::I64);
+    Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
+    auto loadHalf = [&](int parity) {
+      Value* column = b_.add(b_.mul(pair64, b_.constInt(2, pair64->type())), b_.constInt(parity, pair64->type()));
+      Value* x = b_.load(b_.addPtr(b_.splat(source, {H, half}), b_.add(asColumn(sourceRow, half), asRow(column, H))),
+                         mask, b_.constFloat(0.0, Type::tile({H, half}, Type::scalar(dt))),
+                         name + (parity ? "_odd" : "_even"));
+      return dt == F32 ? x : b_.cast(x, F32);
+    };
+    Value* even = loadHalf(0);
+    Value* odd = loadHalf(1);
+    const Type rowF32 = Type::tile({H}, Type::scalar(F32));
+    Value* amax = b_.max(b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, even), 1),
+                         b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, odd), 1), name + "_amax");
+    Value* rawScale = b_.div(amax, b_.constFloat(config_.quantMax(), rowF32), name + "_raw_scale");
+    Value* scale = b_.max(rawScale, b_.constFloat(kMinScale, rowF32), name + "_row_scale");
+    auto quantize = [&](Value* x, const std::string& part) {
+      Value* q = roundHalfAwayToInt8(b_.div(x, asColumn(scale, half)), name + part);
+      return b_.cast(q, I32);
+    };
+    const Type pairI32 = Type::tile({H, half}, Type::scalar(I32));
+    Value* low = b_.andOp(quantize(even, "_even"), b_.constInt(0xF, pairI32), name + "_low_nibble");
+    Value* high = b_.binary(Opcode::Shl, quantize(odd, "_odd"), b_.constInt(4, pairI32), name + "_high_nibble");
+    Value* packed = b_.cast(b_.binary(Opcode::Or, low, high), ScalarKind::I8, name + "_packed");
+    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}), b_.add(asColumn(rowBase, half), asRow(pair64, H)),
+                                 name + "_cache_ptrs");
+    b_.store(cachePtrs, packed, mask);
+    storeScaleBytes(scale, rowBase, name);
   }
 
   Value* roundHalfAwayToInt8(Value* y, const std::string& name) {
@@ -174,14 +220,16 @@ class CacheWriteBuilder {
     return b_.cast(rounded, ScalarKind::I8, name + "_quantized");
   }
 
-  // The f32 scale of each row, as its four little-endian bytes at row offset D.
+  // The f32 scale of each row, as its four little-endian bytes after the row's
+  // values (byte offset D, or D/2 for int4).
   void storeScaleBytes(Value* scale, Value* rowBase, const std::string& name) {
     const int64_t H = scale->type().shape()[0];
     Value* bits = asColumn(b_.bitcast(scale, ScalarKind::I32, name + "_scale_bits"), 4);
     Value* shift = asRow(b_.mul(b_.arange(0, 4), b_.constInt(8, Type::tile({4}, Type::scalar(ScalarKind::I32)))), H);
     Value* bytes = b_.cast(b_.binary(Opcode::Shr, bits, shift), ScalarKind::I8, name + "_scale_bytes");
-    Value* headSize64 = b_.cast(b_.constexprValue("HEAD_SIZE", ScalarKind::I32), ScalarKind::I64);
-    Value* byteOffset = b_.add(asColumn(b_.add(rowBase, b_.splat(headSize64, {H})), 4),
+    Value* scaleOffset =
+        b_.i64(kvCacheScaleByteOffset(config_.cacheFormat, config_.headSize));
+    Value* byteOffset = b_.add(asColumn(b_.add(rowBase, b_.splat(scaleOffset, {H})), 4),
                                asRow(b_.cast(b_.arange(0, 4), ScalarKind::I64), H));
     b_.store(b_.addPtr(b_.splat(kvCache_, {H, 4}), byteOffset, name + "_scale_ptrs"), bytes, asColumn(headMask_, 4));
   }
@@ -198,54 +246,13 @@ class CacheWriteBuilder {
 
 }  // namespace
 
-const char* kvCacheFormatName(KvCacheFormat format) {
-  switch (format) {
-    case KvCacheFormat::Auto: return "auto";
-    case KvCacheFormat::Fp8E4M3: return "fp8_e4m3";
-    case KvCacheFormat::Fp8E5M2: return "fp8_e5m2";
-    case KvCacheFormat::Int8PerTokenHead: return "int8_per_token_head";
-    case KvCacheFormat::Fp8PerTokenHead: return "fp8_per_token_head";
-  }
-  return "auto";
-}
+ScalarKind CacheWriteConfig::cacheElement() const { return kvCacheValueKind(cacheFormat, dtype); }
 
-std::optional<KvCacheFormat> parseKvCacheFormat(const std::string& name) {
-  if (name == "fp8") return KvCacheFormat::Fp8E4M3;
-  for (KvCacheFormat f : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2,
-                          KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead})
-    if (name == kvCacheFormatName(f)) return f;
-  return std::nullopt;
-}
+ScalarKind CacheWriteConfig::cachePointerElement() const { return kvCachePointerKind(cacheFormat, dtype); }
 
-bool isPerTokenHead(KvCacheFormat format) {
-  return format == KvCacheFormat::Int8PerTokenHead || format == KvCacheFormat::Fp8PerTokenHead;
-}
+int CacheWriteConfig::cacheRowElements() const { return kvCacheRowElements(cacheFormat, headSize); }
 
-ScalarKind CacheWriteConfig::cacheElement() const {
-  switch (cacheFormat) {
-    case KvCacheFormat::Auto: return dtype;
-    case KvCacheFormat::Fp8E4M3:
-    case KvCacheFormat::Fp8PerTokenHead: return ScalarKind::F8E4M3;
-    case KvCacheFormat::Fp8E5M2: return ScalarKind::F8E5M2;
-    case KvCacheFormat::Int8PerTokenHead: return ScalarKind::I8;
-  }
-  return dtype;
-}
-
-ScalarKind CacheWriteConfig::cachePointerElement() const {
-  return isPerTokenHead(cacheFormat) ? ScalarKind::I8 : cacheElement();
-}
-
-int CacheWriteConfig::cacheRowElements() const { return headSize + (isPerTokenHead(cacheFormat) ? 4 : 0); }
-
-double CacheWriteConfig::quantMax() const {
-  switch (cacheElement()) {
-    case ScalarKind::I8: return 127;
-    case ScalarKind::F8E4M3: return 448;
-    case ScalarKind::F8E5M2: return 57344;
-    default: return 0;
-  }
-}
+double CacheWriteConfig::quantMax() const { return kvCacheQuantMax(cacheFormat); }
 
 int CacheWriteConfig::headsPerProgram() const {
   const int padded = nextPowerOfTwo(headSize);
@@ -270,6 +277,9 @@ Status CacheWriteConfig::validate() const {
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 4096");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  if (cacheFormat == KvCacheFormat::Int4PerTokenHead && (headSize % 2 != 0 || headSize < 4))
+    return configError("head_size (" + std::to_string(headSize) +
+                       ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
   return Status::ok();
 }
 

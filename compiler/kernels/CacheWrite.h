@@ -23,23 +23,11 @@
 #include <optional>
 #include <string>
 
+#include "compiler/kernels/KvCacheFormat.h"
 #include "ir/IR.h"
 
 namespace attnjit::compiler {
 
-enum class KvCacheFormat {
-  Auto,               // same dtype as the keys and values
-  Fp8E4M3,            // per-tensor scale
-  Fp8E5M2,            // per-tensor scale
-  Int8PerTokenHead,   // inline f32 scale per (token, head) row
-  Fp8PerTokenHead,    // e4m3, inline f32 scale per (token, head) row
-};
-
-// vLLM's kv_cache_dtype spelling: "auto", "fp8_e4m3", "fp8_e5m2",
-// "int8_per_token_head", "fp8_per_token_head" ("fp8" is accepted for fp8_e4m3).
-const char* kvCacheFormatName(KvCacheFormat format);
-std::optional<KvCacheFormat> parseKvCacheFormat(const std::string& name);
-bool isPerTokenHead(KvCacheFormat format);
 
 struct CacheWriteConfig {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // keys and values (f32, f16, bf16)

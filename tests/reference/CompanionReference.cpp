@@ -59,12 +59,19 @@ double quantMax(QuantFormat format) {
     case QuantFormat::Int8: return 127;
     case QuantFormat::Fp8E4M3: return 448;
     case QuantFormat::Fp8E5M2: return 57344;
+    case QuantFormat::Int4: return 7;
   }
   return 0;
 }
 
+double decodeInt4(const uint8_t* rowBytes, int d) {
+  const int byte = rowBytes[d / 2];
+  const int nibble = d % 2 == 0 ? byte & 0xF : byte >> 4;
+  return nibble >= 8 ? nibble - 16 : nibble;
+}
+
 double halfQuantStep(double y, QuantFormat format) {
-  if (format == QuantFormat::Int8) return 0.5;
+  if (format == QuantFormat::Int8 || format == QuantFormat::Int4) return 0.5;
   const int mantissaBits = format == QuantFormat::Fp8E4M3 ? 3 : 2;
   const int minNormalExponent = format == QuantFormat::Fp8E4M3 ? -6 : -14;
   const double a = std::abs(y);

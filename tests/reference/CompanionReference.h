@@ -28,12 +28,15 @@ MergeOutputs referenceMergeAttnStates(const MergeInputs& inputs);
 double decodeFp8E4M3(uint8_t bits);
 double decodeFp8E5M2(uint8_t bits);
 
-enum class QuantFormat { Int8, Fp8E4M3, Fp8E5M2 };
-// Largest magnitude of the format: 127, 448, 57344.
+enum class QuantFormat { Int8, Fp8E4M3, Fp8E5M2, Int4 };
+// Largest magnitude of the format: 127, 448, 57344, 7.
 double quantMax(QuantFormat format);
 // Half the distance between neighbouring representable values around |y| (|y| at
 // most quantMax): the largest error of rounding y to nearest.
 double halfQuantStep(double y, QuantFormat format);
+// Value of element d of an int4 row (two's-complement nibbles, element 2i in the
+// low nibble of byte i, 2i + 1 in the high one).
+double decodeInt4(const uint8_t* rowBytes, int d);
 // The per-(token, head) scale vLLM stores: max|x| / QMAX computed in double, then
 // rounded to float, floored at float(1e-6).
 float perTokenHeadScale(const double* row, int n, QuantFormat format);

@@ -1,0 +1,54 @@
+// The formats a paged KV cache can hold (vLLM's kv_cache_dtype), shared by the
+// cache writer and the attention kernels that read the cache. shared/REFERENCE.md,
+// "Quantized KV cache", has vLLM's definitions; in short:
+// - auto: the data type of q and o (f32, f16, bf16);
+// - fp8_e4m3 / fp8_e5m2: one f32 scale for all of K (k_scale) and one for V
+//   (v_scale), per layer; a cache value x stands for x · scale;
+// - int8 / fp8 (e4m3) / int4 per token-head: each (token, head) row holds its
+//   quantized values and then, inline, the row's f32 scale (little-endian, at byte
+//   offset D, or D/2 for int4). Rows are D + 4 bytes (D/2 + 4 for int4): the cache's
+//   element type is bytes and its strides count bytes.
+// int4 rows pack two values per byte: element 2i in the low nibble of byte i,
+// element 2i + 1 in the high nibble, each a two's-complement number in [-8, 7]
+// (the writer uses [-7, 7]: QMAX = 7).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "ir/Types.h"
+
+namespace attnjit::compiler {
+
+enum class KvCacheFormat {
+  Auto,               // same dtype as q and o
+  Fp8E4M3,            // per-tensor scale
+  Fp8E5M2,            // per-tensor scale
+  Int8PerTokenHead,   // inline f32 scale per (token, head) row
+  Fp8PerTokenHead,    // e4m3, inline f32 scale per (token, head) row
+  Int4PerTokenHead,   // two values per byte, inline f32 scale per (token, head) row
+};
+
+// vLLM's kv_cache_dtype spelling: "auto", "fp8_e4m3", "fp8_e5m2",
+// "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head" ("fp8" is
+// accepted for fp8_e4m3).
+const char* kvCacheFormatName(KvCacheFormat format);
+std::optional<KvCacheFormat> parseKvCacheFormat(const std::string& name);
+// The accepted spellings, for error messages.
+const char* kvCacheFormatChoices();
+bool isPerTokenHead(KvCacheFormat format);
+bool isPerTensorFp8(KvCacheFormat format);
+
+// The type of one quantized value: `dtype` (auto), f8e4m3, f8e5m2, i8 or i4.
+ir::ScalarKind kvCacheValueKind(KvCacheFormat format, ir::ScalarKind dtype);
+// The cache pointer's element type: the value type, except i8 (bytes) for the
+// per-token-head formats, whose rows mix values and an f32 scale.
+ir::ScalarKind kvCachePointerKind(KvCacheFormat format, ir::ScalarKind dtype);
+// Cache pointer elements per (token, head) row: D, D + 4, or D/2 + 4 (int4).
+int kvCacheRowElements(KvCacheFormat format, int headSize);
+// Where the inline scale starts in a per-token-head row, in bytes: D, or D/2 (int4).
+int kvCacheScaleByteOffset(KvCacheFormat format, int headSize);
+// Largest quantized magnitude: 127 (int8), 7 (int4), 448 (e4m3), 57344 (e5m2); 0 for auto.
+double kvCacheQuantMax(KvCacheFormat format);
+
+}  // namespace attnjit::compiler
