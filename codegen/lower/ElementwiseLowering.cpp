@@ -204,9 +204,27 @@ llvm::Value* castElement(LoweringContext& ctx, const Operation& op, llvm::Value*
     }
     return castElement(ctx, op, v, ScalarKind::I8, to);
   }
+  if (isFp8(from) && !ctx.target.hasFp8Convert) {
+    // Before sm_89 there is no fp8 cvt: decode through f16 bit patterns, exactly.
+    // e5m2 is the top byte of an f16. e4m3 (bias 7) shifted into f16's fields
+    // ((bits & 0x7F) << 7) reads as its value times 2^-8 (bias 15), subnormals
+    // included; one exact f16 multiply by 2^8 restores it. (The e4m3 NaN pattern
+    // S.1111.111 decodes as ±480 here; attnjit's caches never store NaN.)
+    llvm::Value* bits16 = b.CreateZExt(v, b.getInt16Ty());
+    llvm::Value* half = nullptr;
+    if (from == ScalarKind::F8E5M2) {
+      half = b.CreateBitCast(b.CreateShl(bits16, 8), b.getHalfTy());
+    } else {
+      llvm::Value* magnitude = b.CreateShl(b.CreateAnd(bits16, 0x7F), 7);
+      llvm::Value* sign = b.CreateShl(b.CreateAnd(bits16, 0x80), 8);
+      llvm::Value* scaled = b.CreateBitCast(b.CreateOr(magnitude, sign), b.getHalfTy());
+      half = b.CreateFMul(scaled, llvm::ConstantFP::get(b.getHalfTy(), 256.0));
+    }
+    return castElement(ctx, op, half, ScalarKind::F16, to);
+  }
   if (isFp8(from) || isFp8(to)) {
     if (!ctx.target.hasFp8Convert) {
-      ctx.unsupported(op, "fp8 conversion (needs sm_89 or newer)");
+      ctx.unsupported(op, "conversion to fp8 (needs sm_89 or newer)");
       return llvm::UndefValue::get(toTy);
     }
     if (isFp8(from)) {

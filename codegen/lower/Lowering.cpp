@@ -9,6 +9,7 @@
 #include "codegen/Codegen.h"
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/LoweringContext.h"
+#include "ir/Numeric.h"
 
 namespace attnjit::codegen {
 
@@ -145,7 +146,10 @@ llvm::Value* constantOf(LoweringContext& ctx, const Type& t, const AttrValue& va
   ScalarKind k = t.scalarKind();
   double d = std::holds_alternative<double>(value) ? std::get<double>(value)
                                                    : static_cast<double>(std::get<int64_t>(value));
-  if (isFloat(k) && (k == ScalarKind::F8E4M3 || k == ScalarKind::F8E5M2)) return nullptr;
+  // fp8 values live in i8 registers: the constant is its encoding (RNE, saturating,
+  // as the interpreter rounds it).
+  if (k == ScalarKind::F8E4M3 || k == ScalarKind::F8E5M2)
+    return llvm::ConstantInt::get(ty, ir::encodeFloat(d, k));
   if (isFloat(k)) return llvm::ConstantFP::get(ty, d);
   if (k == ScalarKind::I1) return ctx.b.getInt1(d != 0);
   int64_t i = std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value) : static_cast<int64_t>(d);
@@ -155,10 +159,6 @@ llvm::Value* constantOf(LoweringContext& ctx, const Type& t, const AttrValue& va
 void setConstant(LoweringContext& ctx, const Operation& op, const AttrValue& value) {
   const Type& t = op.result()->type();
   llvm::Value* c = constantOf(ctx, t, value);
-  if (!c) {
-    ctx.unsupported(op, "of fp8 type " + t.str() + " (build the constant in f32 and cast)");
-    c = llvm::UndefValue::get(ctx.elementType(t.elementType()));
-  }
   if (!t.isTile()) {
     ctx.set(op.result(), Lowered{{c}, std::nullopt});
     return;
