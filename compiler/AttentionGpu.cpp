@@ -53,34 +53,42 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
   result.target = *target;
 
   // ---- Compile (or find in the kernel cache): tile IR → PTX → cubin → module. ----
-  auto buildStart = std::chrono::steady_clock::now();
-  auto kernel = buildUnifiedAttention(config);  // also describes the parameters below
-  if (!kernel) return kernel.status();
-  result.check.buildMs = millisecondsSince(buildStart);
+  // Every launch of the problem (split-KV has two kernels); the attention kernel's
+  // compile split and resources are the ones reported.
   CompileOptions compileOptions;
   compileOptions.target = *target;
   if (auto ptxIsa = runtime::driverMaxPtxIsa()) compileOptions.driverMaxPtx = ptxIsa->asNumber();
-  KernelFactory factory = [&] { return buildUnifiedAttention(config); };
-  auto jit = jitKernel(factory, compileOptions);
-  if (!jit) return jit.status();
-  result.compilePassesMs = jit->passesMs;
-  result.cacheOrigin = jit->compiledNow ? "compiled" : jit->fromDisk ? "disk" : "memory";
-  if (jit->compiledNow) {
-    result.compileLlvmMs = jit->compiled.lowerMs + jit->compiled.llvmOptimizeMs + jit->compiled.ptxEmitMs;
-    result.compileCubinMs = std::max(0.0, jit->lookupMs - result.compileLlvmMs - jit->compiled.passesMs);
+  const auto& launches = (*problem)->launches();
+  std::vector<std::unique_ptr<ir::Kernel>> kernels;
+  std::vector<JitKernel> jits;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    auto buildStart = std::chrono::steady_clock::now();
+    auto kernel = (*problem)->buildKernel(launches[i]);  // also describes the parameters below
+    if (!kernel) return kernel.status();
+    if (i == 0) result.check.buildMs = millisecondsSince(buildStart);
+    KernelFactory factory = [&, i] { return (*problem)->buildKernel(launches[i]); };
+    auto jit = jitKernel(factory, compileOptions);
+    if (!jit) return jit.status();
+    if (i == 0) {
+      result.compilePassesMs = jit->passesMs;
+      result.cacheOrigin = jit->compiledNow ? "compiled" : jit->fromDisk ? "disk" : "memory";
+      if (jit->compiledNow) {
+        result.compileLlvmMs = jit->compiled.lowerMs + jit->compiled.llvmOptimizeMs + jit->compiled.ptxEmitMs;
+        result.compileCubinMs = std::max(0.0, jit->lookupMs - result.compileLlvmMs - jit->compiled.passesMs);
+      }
+      // A warm start: a second cache (as a new process would have) finds the entry on disk.
+      runtime::KernelCache fresh(runtime::makeDriverKernelLoader(), runtime::DiskCache::fromEnvironment());
+      auto warm = jitKernel(factory, compileOptions, fresh);
+      if (warm && warm->fromDisk) result.warmDiskLoadMs = warm->passesMs + warm->lookupMs;
+      if (auto attributes = jit->loaded->function.attributes()) {
+        result.registers = attributes->numRegisters;
+        result.spillBytes = attributes->localBytes;
+      }
+      result.sharedBytes = jit->sharedMemoryBytes;
+    }
+    kernels.push_back(std::move(*kernel));
+    jits.push_back(std::move(*jit));
   }
-  // A warm start: a second cache (as a new process would have) finds the entry on disk.
-  {
-    runtime::KernelCache fresh(runtime::makeDriverKernelLoader(), runtime::DiskCache::fromEnvironment());
-    auto warm = jitKernel(factory, compileOptions, fresh);
-    if (warm && warm->fromDisk) result.warmDiskLoadMs = warm->passesMs + warm->lookupMs;
-  }
-  const runtime::Function& function = jit->loaded->function;
-  if (auto attributes = function.attributes()) {
-    result.registers = attributes->numRegisters;
-    result.spillBytes = attributes->localBytes;
-  }
-  result.sharedBytes = jit->sharedMemoryBytes;
 
   // ---- Buffers and parameters. ----
   auto& buffers = (*problem)->buffers();
@@ -91,55 +99,74 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
     if (Status s = d->copyFromHost(buffer.bytes.data(), buffer.bytes.size()); !s) return s;
     device.push_back(std::move(*d));
   }
-  std::vector<PackedParameter> scalars;
-  size_t firstScalar = buffers.size();
-  for (size_t i = 0; i < (*problem)->scalarArguments().size(); ++i) {
-    const auto& value = (*problem)->scalarArguments()[i];
-    // A kernel compiled for {divisibility = N} may only see multiples of N.
-    const ir::AttrValue* divisibility = (*kernel)->parameterAttrs(firstScalar + i).find("divisibility");
-    if (divisibility && std::holds_alternative<int64_t>(value) &&
-        std::get<int64_t>(value) % std::get<int64_t>(*divisibility) != 0)
-      return ir::Diagnostic{{}, "parameter '" + (*kernel)->parameter(firstScalar + i)->name() + "' is " +
-                                    std::to_string(std::get<int64_t>(value)) + ", not a multiple of " +
-                                    std::to_string(std::get<int64_t>(*divisibility)) +
-                                    " as the kernel was compiled to assume"};
-    scalars.push_back(packParameter((*kernel)->parameter(firstScalar + i)->type(), value));
+  struct PreparedLaunch {
+    std::vector<PackedParameter> scalars;
+    std::vector<void*> params;
+    runtime::LaunchConfig config;
+  };
+  std::vector<PreparedLaunch> prepared(launches.size());
+  for (size_t l = 0; l < launches.size(); ++l) {
+    const auto& launch = launches[l];
+    const ir::Kernel& kernel = *kernels[l];
+    PreparedLaunch& p = prepared[l];
+    const size_t firstScalar = launch.pointers.size();
+    for (size_t i = 0; i < launch.scalars.size(); ++i) {
+      const auto& value = launch.scalars[i];
+      // A kernel compiled for {divisibility = N} may only see multiples of N.
+      const ir::AttrValue* divisibility = kernel.parameterAttrs(firstScalar + i).find("divisibility");
+      if (divisibility && std::holds_alternative<int64_t>(value) &&
+          std::get<int64_t>(value) % std::get<int64_t>(*divisibility) != 0)
+        return ir::Diagnostic{{}, "parameter '" + kernel.parameter(firstScalar + i)->name() + "' is " +
+                                      std::to_string(std::get<int64_t>(value)) + ", not a multiple of " +
+                                      std::to_string(std::get<int64_t>(*divisibility)) +
+                                      " as the kernel was compiled to assume"};
+      p.scalars.push_back(packParameter(kernel.parameter(firstScalar + i)->type(), value));
+    }
+    for (size_t index : launch.pointers) p.params.push_back(device[index].kernelArgument());
+    for (auto& scalar : p.scalars) p.params.push_back(scalar.bytes);
+    p.config.grid = {static_cast<unsigned>(launch.gridX), static_cast<unsigned>(launch.gridY),
+                     static_cast<unsigned>(launch.gridZ)};
+    p.config.block = {static_cast<unsigned>(jits[l].numThreads), 1, 1};
+    p.config.dynamicSharedBytes = static_cast<unsigned>(jits[l].sharedMemoryBytes);
   }
-  std::vector<void*> params;
-  for (auto& d : device) params.push_back(d.kernelArgument());
-  for (auto& p : scalars) params.push_back(p.bytes);
-  runtime::LaunchConfig launch;
-  launch.grid = {static_cast<unsigned>((*problem)->gridX()), static_cast<unsigned>((*problem)->gridY()), 1};
-  launch.block = {static_cast<unsigned>(jit->numThreads), 1, 1};
-  launch.dynamicSharedBytes = static_cast<unsigned>(jit->sharedMemoryBytes);
   result.check.gridX = (*problem)->gridX();
   result.check.gridY = (*problem)->gridY();
+  auto launchAll = [&]() -> Status {
+    for (size_t l = 0; l < prepared.size(); ++l)
+      if (Status s = jits[l].loaded->function.launch(prepared[l].config, prepared[l].params.data()); !s) return s;
+    return Status::ok();
+  };
 
-  // ---- Correctness: one launch on the poisoned output. ----
+  // ---- Correctness: one run on the poisoned outputs. ----
   auto runStart = std::chrono::steady_clock::now();
-  if (Status s = function.launch(launch, params.data()); !s) return s;
+  if (Status s = launchAll(); !s) return s;
   if (Status s = runtime::synchronizeContext(); !s) return s;
   result.check.runMs = millisecondsSince(runStart);
   std::vector<uint8_t> output(buffers[0].bytes.size());
   if (Status s = device[0].copyToHost(output.data(), output.size()); !s) return s;
-  (*problem)->check(output, result.check);
+  std::vector<uint8_t> lse;
+  if (const int lseIndex = (*problem)->lseBuffer(); lseIndex >= 0) {
+    lse.resize(buffers[static_cast<size_t>(lseIndex)].bytes.size());
+    if (Status s = device[static_cast<size_t>(lseIndex)].copyToHost(lse.data(), lse.size()); !s) return s;
+  }
+  (*problem)->check(output, result.check, (*problem)->lseBuffer() >= 0 ? &lse : nullptr);
+  result.check.output = std::move(output);
 
   // ---- Timing. ----
   if (options.timedIterations > 0) {
     for (int i = 0; i < options.warmupIterations; ++i)
-      if (Status s = function.launch(launch, params.data()); !s) return s;
-    if (Status s = timeMedian(options.timedIterations, [&] { return function.launch(launch, params.data()); },
-                              &result.medianMs);
-        !s)
-      return s;
+      if (Status s = launchAll(); !s) return s;
+    if (Status s = timeMedian(options.timedIterations, launchAll, &result.medianMs); !s) return s;
     {
       constexpr int kLaunches = 200;
       if (Status s = runtime::synchronizeContext(); !s) return s;
       auto hostStart = std::chrono::steady_clock::now();
       for (int i = 0; i < kLaunches; ++i) {
-        for (size_t j = 0; j < scalars.size(); ++j)
-          scalars[j] = packParameter((*kernel)->parameter(firstScalar + j)->type(), (*problem)->scalarArguments()[j]);
-        if (Status s = function.launch(launch, params.data()); !s) return s;
+        PreparedLaunch& p = prepared[0];
+        const size_t firstScalar = launches[0].pointers.size();
+        for (size_t j = 0; j < p.scalars.size(); ++j)
+          p.scalars[j] = packParameter(kernels[0]->parameter(firstScalar + j)->type(), launches[0].scalars[j]);
+        if (Status s = jits[0].loaded->function.launch(p.config, p.params.data()); !s) return s;
       }
       result.launchOverheadMicroseconds = millisecondsSince(hostStart) * 1000.0 / kLaunches;
       if (Status s = runtime::synchronizeContext(); !s) return s;

@@ -3,7 +3,10 @@
 #include "compiler/Pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <functional>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -12,6 +15,7 @@
 #include <sstream>
 #include <variant>
 
+#include "compiler/kernels/ReduceSegments.h"
 #include "ir/Interpreter.h"
 #include "ir/Numeric.h"
 #include "tests/reference/AttentionReference.h"
@@ -155,6 +159,23 @@ class RandomValues {
   ScalarKind dtype_;
 };
 
+// Runs body(s) for every sequence s on the machine's cores (sequences' data are
+// independent: each has its own random stream and its own cache blocks). Large
+// benchmark batches (64 x 4096 keys: half a billion values) take seconds instead
+// of a minute to prepare.
+void forEachSequence(int numSeqs, const std::function<void(int)>& body) {
+  const int workers =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(numSeqs, 32));
+  std::atomic<int> next{0};
+  auto work = [&] {
+    for (int s = next++; s < numSeqs; s = next++) body(s);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < workers; ++i) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
 int searchSteps(int numSeqs) {
   int steps = 0;
   while ((int64_t{1} << steps) < int64_t{numSeqs} + 1) ++steps;
@@ -172,6 +193,82 @@ constexpr int kSpareBlockTableColumns = 2;
 // Block-table entries past a sequence's last block: a block index far outside the
 // cache, so a kernel that uses one fails the interpreter's bounds check.
 constexpr int32_t kUnusedBlockEntry = std::numeric_limits<int32_t>::max();
+// Per-tensor fp8 scales: inputs in [-1, 1] become values up to 128 and 64, well
+// inside e4m3's and e5m2's range, and the two differ so a swap is caught.
+constexpr float kKeyScale = 1.0f / 128, kValueScale = 1.0f / 64;
+
+// A cache of `elements` pointer elements where every byte is 0xFF unless it is an
+// auto-format cache (then the dtype's NaN): NaN in fp8 (both formats) and in an
+// inline f32 scale, so a kernel that uses an unwritten row produces NaN.
+std::vector<uint8_t> poisonedCache(KvCacheFormat format, ScalarKind dtype, size_t elements) {
+  if (format == KvCacheFormat::Auto) {
+    TypedBuffer buffer(dtype, elements);
+    const auto* bytes = static_cast<const uint8_t*>(buffer.data());
+    return std::vector<uint8_t>(bytes, bytes + buffer.byteSize());
+  }
+  const size_t bytes = elements * static_cast<size_t>(ir::storageBits(kvCachePointerKind(format, dtype)) / 8);
+  return std::vector<uint8_t>(bytes, 0xFF);
+}
+
+// Rounds half away from zero (vLLM's int8 writer) and clamps to [-qmax, qmax].
+double roundHalfAway(double y, double qmax) {
+  double r = std::trunc(y);
+  if (std::abs(y - r) >= 0.5) r += y < 0 ? -1 : 1;
+  return std::clamp(r, -qmax, qmax);
+}
+
+// Writes one (token, head) row of D logical values into the cache at `row` in the
+// format's encoding, and replaces each logical value by the value its encoding
+// stands for (unchanged for auto: inputs are already rounded to the dtype).
+void encodeCacheRow(KvCacheFormat format, ScalarKind dtype, float perTensorScale, double* values, int D,
+                    uint8_t* row) {
+  const ScalarKind valueKind = kvCacheValueKind(format, dtype);
+  const double qmax = kvCacheQuantMax(format);
+  switch (format) {
+    case KvCacheFormat::Auto: {
+      const size_t elementBytes = static_cast<size_t>(ir::storageBits(dtype) / 8);
+      for (int d = 0; d < D; ++d) {
+        const uint32_t bits = ir::encodeFloat(values[d], dtype);
+        std::memcpy(row + static_cast<size_t>(d) * elementBytes, &bits, elementBytes);
+      }
+      return;
+    }
+    case KvCacheFormat::Fp8E4M3:
+    case KvCacheFormat::Fp8E5M2:
+      for (int d = 0; d < D; ++d) {
+        const double q = ir::roundToFloatKind(std::clamp(values[d] / perTensorScale, -qmax, qmax), valueKind);
+        row[d] = static_cast<uint8_t>(ir::encodeFloat(q, valueKind));
+        values[d] = q * perTensorScale;
+      }
+      return;
+    case KvCacheFormat::Int8PerTokenHead:
+    case KvCacheFormat::Fp8PerTokenHead:
+    case KvCacheFormat::Int4PerTokenHead: {
+      double amax = 0;
+      for (int d = 0; d < D; ++d) amax = std::max(amax, std::abs(values[d]));
+      const float scale = std::max(static_cast<float>(amax / qmax), 1e-6f);
+      if (format == KvCacheFormat::Int4PerTokenHead) std::fill(row, row + D / 2, uint8_t{0});
+      for (int d = 0; d < D; ++d) {
+        const double y = values[d] / scale;
+        double q = 0;
+        if (format == KvCacheFormat::Fp8PerTokenHead) {
+          q = ir::roundToFloatKind(std::clamp(y, -qmax, qmax), ScalarKind::F8E4M3);
+          row[d] = static_cast<uint8_t>(ir::encodeFloat(q, ScalarKind::F8E4M3));
+        } else if (format == KvCacheFormat::Int8PerTokenHead) {
+          q = roundHalfAway(y, qmax);
+          row[d] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        } else {
+          q = roundHalfAway(y, qmax);
+          const uint8_t nibble = static_cast<uint8_t>(static_cast<int>(q) & 0xF);
+          row[d / 2] = static_cast<uint8_t>(row[d / 2] | (d % 2 == 0 ? nibble : nibble << 4));
+        }
+        values[d] = q * static_cast<double>(scale);
+      }
+      std::memcpy(row + kvCacheScaleByteOffset(format, D), &scale, sizeof scale);
+      return;
+    }
+  }
+}
 
 }  // namespace
 
@@ -183,6 +280,13 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
   const std::string_view value = std::string_view(keyEqualsValue).substr(eq + 1);
   if (key == "query_lens") return parseLengthList(key, value, queryLens);
   if (key == "context_lens") return parseLengthList(key, value, contextLens);
+  if (key == "segment_tiles") {
+    uint64_t parsed = 0;
+    if (!parseInteger(value, parsed) || parsed < 1 || parsed > (1u << 20))
+      return shapeError("segment_tiles: '" + std::string(value) + "' is not a positive integer");
+    segmentTiles = static_cast<int>(parsed);
+    return Status::ok();
+  }
   if (key == "check_stride") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed) || parsed < 1 || parsed > (1u << 30))
@@ -197,12 +301,14 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
     seed = parsed;
     return Status::ok();
   }
-  return shapeError("unknown shape key '" + key + "' (expected query_lens, context_lens, seed or check_stride)");
+  return shapeError("unknown shape key '" + key +
+                    "' (expected query_lens, context_lens, seed, check_stride or segment_tiles)");
 }
 
 std::string AttentionShape::str() const {
   return "query_lens=" + joinInts(queryLens) + " context_lens=" + joinInts(contextLens) +
-         " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "");
+         " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "") +
+         (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "");
 }
 
 Status AttentionShape::validate() const {
@@ -215,6 +321,7 @@ Status AttentionShape::validate() const {
     if (queryLens[i] < 1)
       return shapeError("query_lens[" + std::to_string(i) + "] (" + std::to_string(queryLens[i]) +
                         ") must be at least 1");
+    if (segmentTiles < 1) return shapeError("segment_tiles must be at least 1");
     if (contextLens[i] < 0)
       return shapeError("context_lens[" + std::to_string(i) + "] (" + std::to_string(contextLens[i]) +
                         ") must not be negative");
@@ -230,6 +337,15 @@ Status AttentionShape::validate() const {
 
 struct UnifiedAttentionProblem::Data {
   UnifiedAttentionConfig config;
+  int64_t lseStrideHead = 0;
+  ReduceSegmentsConfig reduceConfig() const {
+    ReduceSegmentsConfig reduce;
+    reduce.dtype = config.dtype;
+    reduce.numQueryHeads = config.numQueryHeads;
+    reduce.headSize = config.headSize;
+    reduce.outputLse = config.outputLse;
+    return reduce;
+  }
   reference::AttentionInputs logical;
   int64_t numTokens = 0;
   int64_t oStrideToken = 0, oStrideHead = 0;
@@ -267,16 +383,26 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   }
   const int64_t numTokens = logical.cuSeqlensQ.back();
   data.numTokens = numTokens;
+  // Each sequence's queries, keys and values come from a stream of their own
+  // (seed, sequence index): the same sequence in two batches of one seed gets the
+  // same data, which the batch-invariance tests compare.
   RandomValues random(shape.seed, dtype);
   logical.q.resize(static_cast<size_t>(numTokens * Hq * D));
-  for (double& x : logical.q) x = random.next();
-  for (int s = 0; s < numSeqs; ++s) {
+  logical.keys.resize(static_cast<size_t>(numSeqs));
+  logical.values.resize(static_cast<size_t>(numSeqs));
+  forEachSequence(numSeqs, [&](int s) {
+    RandomValues sequenceRandom(shape.seed * 0x100000001B3ull + static_cast<uint64_t>(s) + 1, dtype);
+    for (int64_t t = logical.cuSeqlensQ[static_cast<size_t>(s)]; t < logical.cuSeqlensQ[static_cast<size_t>(s) + 1];
+         ++t)
+      for (int64_t i = 0; i < Hq * D; ++i) logical.q[static_cast<size_t>(t * Hq * D + i)] = sequenceRandom.next();
     const size_t kvSize = static_cast<size_t>(logical.seqLens[static_cast<size_t>(s)] * Hkv * D);
-    logical.keys.emplace_back(kvSize);
-    logical.values.emplace_back(kvSize);
-    for (double& x : logical.keys.back()) x = random.next();
-    for (double& x : logical.values.back()) x = random.next();
-  }
+    auto& keys = logical.keys[static_cast<size_t>(s)];
+    auto& values = logical.values[static_cast<size_t>(s)];
+    keys.resize(kvSize);
+    values.resize(kvSize);
+    for (double& x : keys) x = sequenceRandom.next();
+    for (double& x : values) x = sequenceRandom.next();
+  });
 
   // ---- Device layouts. ----
   const int64_t qStrideToken = Hq * D + kQTokenPadding, qStrideHead = D;
@@ -290,8 +416,14 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
         q.set(static_cast<size_t>(t * qStrideToken + h * qStrideHead + d),
               logical.q[static_cast<size_t>((t * Hq + h) * D + d)]);
 
-  // Cache (num_blocks, 2, block_size, Hkv, D); sequences' blocks are a random
-  // permutation of the physical blocks, so the block table is exercised.
+  // Cache (num_blocks, 2, block_size, Hkv, row) in the config's format; sequences'
+  // blocks are a random permutation of the physical blocks, so the block table is
+  // exercised. Quantized formats replace each logical K/V value by what its
+  // quantized form stands for, so the reference sees exactly the cache's content.
+  const KvCacheFormat format = config.kvCacheFormat;
+  const ScalarKind cachePointerKind = kvCachePointerKind(format, dtype);
+  const int64_t cacheElementBytes = ir::storageBits(cachePointerKind) / 8;
+  const int64_t rowElements = kvCacheRowElements(format, config.headSize);
   std::vector<int> blocksPerSeq;
   int usedBlocks = 0;
   for (int seqLen : logical.seqLens) {
@@ -299,36 +431,40 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     usedBlocks += blocksPerSeq.back();
   }
   const int numBlocks = usedBlocks + kSpareBlocks;
-  const int64_t kvStrideHead = D, kvStrideToken = Hkv * D, kvStrideKv = blockSize * Hkv * D,
-                kvStrideBlock = 2 * kvStrideKv;
-  TypedBuffer kvCache(dtype, static_cast<size_t>(numBlocks * kvStrideBlock));
+  const int64_t kvStrideHead = rowElements, kvStrideToken = Hkv * rowElements,
+                kvStrideKv = blockSize * Hkv * rowElements, kvStrideBlock = 2 * kvStrideKv;
+  std::vector<uint8_t> kvCache = poisonedCache(format, dtype, static_cast<size_t>(numBlocks * kvStrideBlock));
   const int64_t blockTableStride =
       *std::max_element(blocksPerSeq.begin(), blocksPerSeq.end()) + kSpareBlockTableColumns;
   std::vector<int32_t> blockTables(static_cast<size_t>(numSeqs * blockTableStride), kUnusedBlockEntry);
   const std::vector<int> physicalOrder = random.permutation(numBlocks);
   size_t nextPhysical = 0;
-  for (int s = 0; s < numSeqs; ++s) {
+  for (int s = 0; s < numSeqs; ++s)
     for (int b = 0; b < blocksPerSeq[static_cast<size_t>(s)]; ++b)
       blockTables[static_cast<size_t>(s * blockTableStride + b)] = physicalOrder[nextPhysical++];
+  // Sequences own disjoint blocks: their rows are encoded in parallel.
+  forEachSequence(numSeqs, [&](int s) {
     for (int64_t pos = 0; pos < logical.seqLens[static_cast<size_t>(s)]; ++pos) {
       const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
       const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
-      for (int64_t h = 0; h < Hkv; ++h)
-        for (int64_t d = 0; d < D; ++d) {
-          const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * D + d);
-          kvCache.set(static_cast<size_t>(slot + h * kvStrideHead + d),
-                      logical.keys[static_cast<size_t>(s)][logicalIndex]);
-          kvCache.set(static_cast<size_t>(slot + kvStrideKv + h * kvStrideHead + d),
-                      logical.values[static_cast<size_t>(s)][logicalIndex]);
+      for (int64_t h = 0; h < Hkv; ++h) {
+        const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * D);
+        for (int kv = 0; kv < 2; ++kv) {
+          std::vector<double>& rows = kv == 0 ? logical.keys[static_cast<size_t>(s)] : logical.values[static_cast<size_t>(s)];
+          const int64_t element = slot + kv * kvStrideKv + h * kvStrideHead;
+          encodeCacheRow(format, dtype, kv == 0 ? kKeyScale : kValueScale, &rows[logicalIndex],
+                         static_cast<int>(D), &kvCache[static_cast<size_t>(element * cacheElementBytes)]);
         }
+      }
     }
-  }
+  });
   // A sliding window hides keys j <= context_len - sw from every query of the
   // sequence (the first query, at context_len, sees the latest keys). vLLM may free
   // such blocks and reuse their slots: poison the hidden rows with NaN and drop the
   // block-table entries of blocks that hold only hidden keys, so a kernel that
   // reads any of them fails.
   if (config.slidingWindow > 0) {
+    const std::vector<uint8_t> poisonRow = poisonedCache(format, dtype, static_cast<size_t>(Hkv * rowElements));
     for (int s = 0; s < numSeqs; ++s) {
       const int64_t contextLen =
           logical.seqLens[static_cast<size_t>(s)] - (logical.cuSeqlensQ[static_cast<size_t>(s) + 1] -
@@ -337,10 +473,9 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       for (int64_t pos = 0; pos < hiddenKeys; ++pos) {
         const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
         const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
-        for (int64_t i = 0; i < Hkv * D; ++i) {
-          kvCache.set(static_cast<size_t>(slot + i), std::numeric_limits<double>::quiet_NaN());
-          kvCache.set(static_cast<size_t>(slot + kvStrideKv + i), std::numeric_limits<double>::quiet_NaN());
-        }
+        for (int kv = 0; kv < 2; ++kv)
+          std::copy(poisonRow.begin(), poisonRow.end(),
+                    kvCache.begin() + static_cast<ptrdiff_t>((slot + kv * kvStrideKv) * cacheElementBytes));
       }
       for (int64_t b = 0; b < hiddenKeys / blockSize; ++b)
         blockTables[static_cast<size_t>(s * blockTableStride + b)] = kUnusedBlockEntry;
@@ -354,14 +489,19 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     const auto* b = static_cast<const uint8_t*>(p);
     return std::vector<uint8_t>(b, b + n);
   };
-  problem->buffers_ = {
+  auto& buffers = problem->buffers_;
+  buffers = {
       {"out", bytesOf(out.data(), out.byteSize())},
       {"q", bytesOf(q.data(), q.byteSize())},
-      {"kv_cache", bytesOf(kvCache.data(), kvCache.byteSize())},
+      {"kv_cache", std::move(kvCache)},
       {"block_tables", bytesOf(blockTables.data(), blockTables.size() * sizeof(int32_t))},
       {"seq_lens", bytesOf(seqLens.data(), seqLens.size() * sizeof(int32_t))},
       {"cu_seqlens_q", bytesOf(cuSeqlensQ.data(), cuSeqlensQ.size() * sizeof(int32_t))},
   };
+  if (isPerTensorFp8(format)) {
+    for (float scale : {kKeyScale, kValueScale})
+      buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", bytesOf(&scale, sizeof scale)});
+  }
   // Per-head ALiBi slopes and sink logits (f32 [Hq]), from their own random stream
   // so the other inputs do not depend on which features are on. Slopes are
   // positive as in ALiBi, at most 0.25 (a bias of a few units over tens of keys);
@@ -374,18 +514,63 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       v = static_cast<float>(magnitude * (positive ? std::abs(r) : r));
       logicalValues.push_back(v);
     }
-    problem->buffers_.push_back({label, bytesOf(values.data(), values.size() * sizeof(float))});
+    buffers.push_back({label, bytesOf(values.data(), values.size() * sizeof(float))});
   };
   if (config.alibi) perHeadBuffer("alibi_slopes", 0.25, /*positive=*/true, logical.alibiSlopes);
   if (config.sinks) perHeadBuffer("sinks", 2.0, /*positive=*/false, logical.sinks);
-  problem->scalars_ = {logical.scale,      int64_t{numSeqs}, int64_t{searchSteps(numSeqs)},
-                       qStrideToken,       qStrideHead,      oStrideToken,
-                       oStrideHead,        blockTableStride, kvStrideBlock,
-                       kvStrideKv,         kvStrideToken,    kvStrideHead};
-  problem->gridX_ = unifiedAttentionGridX(config, numSeqs, numTokens);
-  problem->gridY_ = Hkv;
+  // LSE [Hq, num_tokens] with a padded head stride, poisoned.
+  const int64_t lseStrideHead = numTokens + 5;
+  if (config.outputLse) {
+    problem->lseBuffer_ = static_cast<int>(buffers.size());
+    const std::vector<float> poison(static_cast<size_t>(Hq * lseStrideHead), std::numeric_limits<float>::quiet_NaN());
+    buffers.push_back({"lse", bytesOf(poison.data(), poison.size() * sizeof(float))});
+  }
+  const size_t attentionPointers = buffers.size();
+
+  Launch attention;
+  attention.gridX = unifiedAttentionGridX(config, numSeqs, numTokens);
+  attention.gridY = Hkv;
+  attention.scalars = {logical.scale, int64_t{numSeqs}, int64_t{searchSteps(numSeqs)}, qStrideToken, qStrideHead};
+  if (!config.splitKv) attention.scalars.insert(attention.scalars.end(), {oStrideToken, oStrideHead});
+  attention.scalars.insert(attention.scalars.end(),
+                           {blockTableStride, kvStrideBlock, kvStrideKv, kvStrideToken, kvStrideHead});
+  if (config.splitKv) {
+    // Segments of segment_tiles KV tiles; enough for the longest sequence.
+    const int64_t maxSeqLen = *std::max_element(logical.seqLens.begin(), logical.seqLens.end());
+    const int64_t tiles = (maxSeqLen + config.tileSize - 1) / config.tileSize;
+    const int64_t numSegments = (tiles + shape.segmentTiles - 1) / shape.segmentTiles;
+    attention.gridZ = numSegments;
+    attention.scalars.insert(attention.scalars.end(), {numSegments, int64_t{shape.segmentTiles}});
+    const int64_t rows = numTokens * Hq * numSegments;
+    const size_t segmOutput = buffers.size();
+    auto poisonedF32 = [&](const char* label, int64_t n) {
+      const std::vector<float> poison(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
+      buffers.push_back({label, bytesOf(poison.data(), poison.size() * sizeof(float))});
+    };
+    poisonedF32("segm_output", rows * config.headSizePadded());
+    poisonedF32("segm_max", rows);
+    poisonedF32("segm_expsum", rows);
+    attention.pointers = {segmOutput, segmOutput + 1, segmOutput + 2};
+    for (size_t i = 1; i < attentionPointers; ++i)
+      if (static_cast<int>(i) != problem->lseBuffer_) attention.pointers.push_back(i);
+    Launch reduce;
+    reduce.reduceSegments = true;
+    reduce.pointers = {0, segmOutput, segmOutput + 1, segmOutput + 2};
+    if (config.outputLse) reduce.pointers.push_back(static_cast<size_t>(problem->lseBuffer_));
+    reduce.scalars = {numSegments, oStrideToken, oStrideHead};
+    if (config.outputLse) reduce.scalars.push_back(lseStrideHead);
+    reduce.gridX = numTokens;
+    reduce.gridY = reduceSegmentsGridY(data.reduceConfig());
+    problem->launches_ = {attention, reduce};
+  } else {
+    for (size_t i = 0; i < attentionPointers; ++i) attention.pointers.push_back(i);
+    if (config.outputLse) attention.scalars.push_back(lseStrideHead);
+    problem->launches_ = {attention};
+  }
+  data.lseStrideHead = lseStrideHead;
 
   const double elementBytes = ir::storageBits(dtype) / 8.0;
+  const double cacheRowBytes = static_cast<double>(rowElements * cacheElementBytes);
   double visiblePairs = 0, keys = 0;
   for (int s = 0; s < numSeqs; ++s) {
     const int64_t queryLen = shape.queryLens[static_cast<size_t>(s)];
@@ -405,21 +590,29 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
                                   : static_cast<double>(queryLen) * static_cast<double>(seqLen);
   }
   problem->minimumBytes_ =
-      elementBytes * (2.0 * static_cast<double>(numTokens * Hq * D) + 2.0 * keys * static_cast<double>(Hkv * D));
+      elementBytes * 2.0 * static_cast<double>(numTokens * Hq * D) + 2.0 * keys * static_cast<double>(Hkv) * cacheRowBytes;
   problem->flops_ = 4.0 * static_cast<double>(D * Hq) * visiblePairs;
   return problem;
 }
 
-void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, AttentionRunResult& result) const {
+ir::Expected<std::unique_ptr<ir::Kernel>> UnifiedAttentionProblem::buildKernel(const Launch& launch) const {
+  if (launch.reduceSegments) return buildReduceSegments(data_->reduceConfig());
+  return buildUnifiedAttention(data_->config);
+}
+
+void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, AttentionRunResult& result,
+                                    const std::vector<uint8_t>* lse) const {
   const Data& data = *data_;
   const ScalarKind dtype = data.config.dtype;
   const int64_t Hq = data.config.numQueryHeads, D = data.config.headSize;
   result.tolerance = attentionTolerance(dtype);
+  result.outputStrideToken = data.oStrideToken;
   result.maxAbsError = 0;
   result.maxRelError = 0;
   TypedBuffer out(dtype, output.size() / static_cast<size_t>(ir::storageBits(dtype) / 8));
   std::memcpy(out.data(), output.data(), output.size());
-  const std::vector<double> expected = reference::referenceAttention(data.logical, data.checkStride);
+  std::vector<double> expectedLse;
+  const std::vector<double> expected = reference::referenceAttention(data.logical, data.checkStride, &expectedLse);
   double maxAbsReference = 0;
   for (double x : expected)
     if (std::isfinite(x)) maxAbsReference = std::max(maxAbsReference, std::abs(x));
@@ -459,6 +652,40 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
   if (!allFinite) result.maxAbsError = std::numeric_limits<double>::infinity();
   if (allFinite && paddingIntact) result.detail = worst;
   result.passed = allFinite && paddingIntact && result.maxAbsError <= result.tolerance;
+  if (!data.config.outputLse) return;
+  // The LSE is f32 arithmetic throughout (scores, exp2, the sum, lg2): a few ulps
+  // of f32 relative to its magnitude, plus the approximate exp2/lg2 (2^-22).
+  if (!lse) {
+    result.passed = false;
+    result.detail = "the run did not return the lse buffer to check";
+    return;
+  }
+  for (int64_t t = 0; t < data.numTokens; ++t)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const double want = expectedLse[static_cast<size_t>(t * Hq + h)];
+      float got = 0;
+      std::memcpy(&got, lse->data() + static_cast<size_t>(h * data.lseStrideHead + t) * sizeof(float), sizeof got);
+      if (std::isnan(want)) continue;  // outside the checked sample
+      const double allowed = 2e-4 * (1.0 + std::abs(want));
+      if (!(std::abs(got - want) <= allowed)) {
+        std::ostringstream text;
+        text << "lse of token " << t << ", head " << h << ": got " << got << ", expected " << want;
+        result.detail = text.str();
+        result.passed = false;
+        return;
+      }
+    }
+  // Padding between heads' LSE rows stays poisoned.
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t t = data.numTokens; t < data.lseStrideHead; ++t) {
+      float got = 0;
+      std::memcpy(&got, lse->data() + static_cast<size_t>(h * data.lseStrideHead + t) * sizeof(float), sizeof got);
+      if (!std::isnan(got)) {
+        result.detail = "the kernel wrote lse padding after head " + std::to_string(h) + "'s row";
+        result.passed = false;
+        return;
+      }
+    }
 }
 
 ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAttentionConfig& config,
@@ -466,31 +693,34 @@ ir::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const UnifiedAtt
   auto problem = UnifiedAttentionProblem::create(config, shape);
   if (!problem) return problem.status();
   AttentionRunResult result;
-  const auto buildStart = std::chrono::steady_clock::now();
-  auto kernel = buildUnifiedAttention(config);
-  if (!kernel) return kernel.status();
-  if (afterPasses) {
-    PipelineOptions pipeline;
-    pipeline.pass.numWarps = (*kernel)->numWarps();
-    if (Status s = runPipeline(**kernel, pipeline, nullptr); !s) return s;
-  }
-  result.buildMs = millisecondsSince(buildStart);
-
   ir::InterpreterMemory memory;
-  std::vector<ir::KernelArgument> args;
+  std::vector<uint64_t> addresses;
   for (auto& buffer : (*problem)->buffers())
-    args.push_back(ir::PointerArg{memory.map(buffer.bytes.data(), buffer.bytes.size(), buffer.label)});
-  for (const auto& scalar : (*problem)->scalarArguments())
-    std::visit([&](auto v) { args.push_back(v); }, scalar);
-  ir::LaunchGrid grid;
-  grid.x = (*problem)->gridX();
-  grid.y = (*problem)->gridY();
-  result.gridX = grid.x;
-  result.gridY = grid.y;
-  const auto runStart = std::chrono::steady_clock::now();
-  if (Status s = ir::interpretKernel(**kernel, grid, args, memory); !s) return s;
-  result.runMs = millisecondsSince(runStart);
-  (*problem)->check((*problem)->buffers()[0].bytes, result);
+    addresses.push_back(memory.map(buffer.bytes.data(), buffer.bytes.size(), buffer.label));
+  result.gridX = (*problem)->gridX();
+  result.gridY = (*problem)->gridY();
+  for (const auto& launch : (*problem)->launches()) {
+    const auto buildStart = std::chrono::steady_clock::now();
+    auto kernel = (*problem)->buildKernel(launch);
+    if (!kernel) return kernel.status();
+    if (afterPasses) {
+      PipelineOptions pipeline;
+      pipeline.pass.numWarps = (*kernel)->numWarps();
+      if (Status s = runPipeline(**kernel, pipeline, nullptr); !s) return s;
+    }
+    result.buildMs += millisecondsSince(buildStart);
+    std::vector<ir::KernelArgument> args;
+    for (size_t index : launch.pointers) args.push_back(ir::PointerArg{addresses[index]});
+    for (const auto& scalar : launch.scalars) std::visit([&](auto v) { args.push_back(v); }, scalar);
+    const auto runStart = std::chrono::steady_clock::now();
+    if (Status s = ir::interpretKernel(**kernel, {launch.gridX, launch.gridY, launch.gridZ}, args, memory); !s)
+      return s;
+    result.runMs += millisecondsSince(runStart);
+  }
+  const int lse = (*problem)->lseBuffer();
+  (*problem)->check((*problem)->buffers()[0].bytes, result,
+                    lse >= 0 ? &(*problem)->buffers()[static_cast<size_t>(lse)].bytes : nullptr);
+  result.output = std::move((*problem)->buffers()[0].bytes);
   return result;
 }
 

@@ -23,8 +23,11 @@ struct AttentionShape {
   // Check every checkStride-th token against the float64 reference (and each
   // sequence's last): large benchmark batches check a sample.
   int checkStride = 1;
+  // Split-KV (3D) launches: KV tiles per segment (the kernel's segment_tiles); the
+  // segment count follows from the longest sequence. 1 splits the most.
+  int segmentTiles = 1;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
-  // check_stride=N); a list entry "VxN" repeats V N times (query_lens=1x64). The
+  // check_stride=N, segment_tiles=N); a list entry "VxN" repeats V N times (query_lens=1x64). The
   // error names the key.
   ir::Status set(const std::string& keyEqualsValue);
   // "query_lens=1,17,40 context_lens=33,0,70 seed=1" (each part accepted by set();
@@ -46,6 +49,10 @@ struct AttentionRunResult {
   // Where the largest error is ("token 3, head 5, dim 17: got ..., expected ..."), or
   // what else failed the run (a non-finite output, a write outside the output).
   std::string detail;
+  // The output buffer's bytes after the run ([num_tokens, o_stride_token] in the
+  // data type; sequences' tokens in batch order), for comparisons between runs.
+  std::vector<uint8_t> output;
+  int64_t outputStrideToken = 0;  // in elements
 };
 
 // The inputs of one problem, in the kernel's layouts, and the check of its output.
@@ -60,30 +67,49 @@ class UnifiedAttentionProblem {
     std::string label;
     std::vector<uint8_t> bytes;
   };
-  // The kernel's pointer parameters in order: out, q, kv_cache, block_tables,
-  // seq_lens, cu_seqlens_q, then alibi_slopes and sinks when the config has them
-  // (buffers()[0] is the output, poisoned).
+  // Every buffer of the problem: out, q, kv_cache, block_tables, seq_lens,
+  // cu_seqlens_q, then as the config asks k_scale and v_scale (per-tensor fp8),
+  // alibi_slopes, sinks, lse (output_lse), and segm_output, segm_max, segm_expsum
+  // (split-KV scratch). buffers()[0] is the output; outputs and scratch start
+  // poisoned (NaN).
   std::vector<Buffer>& buffers() { return buffers_; }
-  // The scalar parameters after the pointers, in order (integers and floats; the
-  // launcher converts each to its parameter's exact type).
-  const std::vector<std::variant<int64_t, double>>& scalarArguments() const { return scalars_; }
-  int64_t gridX() const { return gridX_; }
-  int64_t gridY() const { return gridY_; }
+  // One kernel launch of the problem: 2D is one launch of the attention kernel;
+  // split-KV is stage 1 (the attention kernel) then reduce_segments.
+  struct Launch {
+    bool reduceSegments = false;   // which kernel: buildUnifiedAttention or buildReduceSegments
+    std::vector<size_t> pointers;  // the pointer parameters, as indices into buffers()
+    // The scalar parameters after the pointers, in order (integers and floats; the
+    // launcher converts each to its parameter's exact type).
+    std::vector<std::variant<int64_t, double>> scalars;
+    int64_t gridX = 1, gridY = 1, gridZ = 1;
+  };
+  const std::vector<Launch>& launches() const { return launches_; }
+  // The kernel of a launch.
+  ir::Expected<std::unique_ptr<ir::Kernel>> buildKernel(const Launch& launch) const;
+  // The attention kernel's scalars and grid (launches()[0]).
+  const std::vector<std::variant<int64_t, double>>& scalarArguments() const { return launches_[0].scalars; }
+  int64_t gridX() const { return launches_[0].gridX; }
+  int64_t gridY() const { return launches_[0].gridY; }
+  // Index of the lse buffer (output_lse), or -1.
+  int lseBuffer() const { return lseBuffer_; }
   // Unique bytes of q, the K/V rows attended to and o; FLOPs as 4·D·Hq·(visible
   // keys summed over query tokens) — the counts shared/REFERENCE.md uses.
   double minimumBytes() const { return minimumBytes_; }
   double flops() const { return flops_; }
   // Compares an output buffer (the bytes of buffers()[0] after a run) with the
   // float64 reference; fills the error fields, detail and passed of `result`.
-  void check(const std::vector<uint8_t>& output, AttentionRunResult& result) const;
+  // With output_lse, `lse` is the lse buffer's bytes after the run: also checked.
+  // Also records the output row stride in `result`.
+  void check(const std::vector<uint8_t>& output, AttentionRunResult& result,
+             const std::vector<uint8_t>* lse = nullptr) const;
 
  private:
   UnifiedAttentionProblem() = default;
   struct Data;
   std::shared_ptr<Data> data_;
   std::vector<Buffer> buffers_;
-  std::vector<std::variant<int64_t, double>> scalars_;
-  int64_t gridX_ = 0, gridY_ = 0;
+  std::vector<Launch> launches_;
+  int lseBuffer_ = -1;
   double minimumBytes_ = 0, flops_ = 0;
 };
 

@@ -44,7 +44,7 @@ constexpr int kMaxRunTokens = 1 << 20;
 const std::array<const char*, 7> kTargets = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
 const std::array<const char*, 3> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache"};
 const std::array<const char*, 4> kTopLevelFields = {"family", "target", "params", "run"};
-const std::array<const char*, 3> kRunFields = {"query_lens", "context_lens", "seed"};
+const std::array<const char*, 4> kRunFields = {"query_lens", "context_lens", "seed", "segment_tiles"};
 
 // Counts the documents of a YAML stream (stopping at two) and remembers where the
 // second one starts.
@@ -300,6 +300,17 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"softcap", false, softcap},
       {"alibi", false, flag("alibi", &UnifiedAttentionConfig::alibi)},
       {"sinks", false, flag("sinks", &UnifiedAttentionConfig::sinks)},
+      {"kv_cache_dtype", false,
+       [](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
+         std::optional<KvCacheFormat> format = isQuoted(node) ? std::nullopt : parseKvCacheFormat(node.Scalar());
+         if (!format)
+           return Status::error({}, std::string("'kv_cache_dtype' must be one of ") + kvCacheFormatChoices() +
+                                        ", got '" + node.Scalar() + "'");
+         config.kvCacheFormat = *format;
+         return Status::ok();
+       }},
+      {"output_lse", false, flag("output_lse", &UnifiedAttentionConfig::outputLse)},
+      {"split_kv", false, flag("split_kv", &UnifiedAttentionConfig::splitKv)},
   };
 }
 
@@ -360,8 +371,8 @@ std::vector<SpecLoader::ParamField<CacheWriteConfig>> SpecLoader::cacheWriteFiel
   auto cacheFormat = [](const YAML::Node& node, C& config) -> Status {
     std::optional<KvCacheFormat> format = isQuoted(node) ? std::nullopt : parseKvCacheFormat(node.Scalar());
     if (!format) {
-      return Status::error({}, "'kv_cache_dtype' must be one of auto, fp8_e4m3 (or fp8), fp8_e5m2, "
-                               "int8_per_token_head, fp8_per_token_head, got '" + node.Scalar() + "'");
+      return Status::error({}, std::string("'kv_cache_dtype' must be one of ") + kvCacheFormatChoices() + ", got '" +
+                                   node.Scalar() + "'");
     }
     config.cacheFormat = *format;
     return Status::ok();
@@ -530,6 +541,12 @@ Status SpecLoader::loadRun(const YAML::Node& run, Spec& spec) {
       spec.shape.seed = static_cast<uint64_t>(*seed);
       continue;
     }
+    if (name == "segment_tiles") {  // split-KV variants: KV tiles per segment
+      auto tiles = integerScalar(value, name, 1, 1 << 20);
+      if (!tiles) return tiles.status();
+      spec.shape.segmentTiles = static_cast<int>(*tiles);
+      continue;
+    }
     // A sequence needs at least one new query token; a context may be empty.
     bool isQuery = name == "query_lens";
     auto lens = intList(value, name, isQuery ? 1 : 0, kMaxRunTokens);
@@ -664,7 +681,11 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          " num_stages=" + std::to_string(config.numStages) +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
-         (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "");
+         (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "") +
+         (config.kvCacheFormat != KvCacheFormat::Auto ? std::string(" kv_cache_dtype=") +
+                                                            kvCacheFormatName(config.kvCacheFormat)
+                                                      : std::string()) +
+         (config.outputLse ? " output_lse=true" : "") + (config.splitKv ? " split_kv=true" : "");
 }
 
 std::string formatSpecParams(const MergeAttnStatesConfig& config) {

@@ -118,6 +118,18 @@ class AttentionBuilder {
   }
 
   Value* findSequence(Value* qBlockGlobalIdx);
+  // Head-dimension groups: int4 rows hold elements 2i and 2i + 1 in one byte, so the
+  // kernel works on the even and the odd columns as two groups; otherwise one group
+  // holds every column. Group g's column i is head-dimension element i·groups + g.
+  int groups() const { return config_.kvCacheFormat == KvCacheFormat::Int4PerTokenHead ? 2 : 1; }
+  // A loaded cache tile (pointer element type) → one tile per group in the data
+  // type. Quantized values convert exactly (int8, int4 and fp8 are all exact in
+  // f16, bf16 and f32); scales are applied to the scores and to P.
+  std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name);
+  // The inline f32 scale of each key's row (per-token-head formats): four byte
+  // loads at the row's scale offset, assembled little-endian.
+  Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, const std::string& name);
+  Value* zeroTile(std::vector<int64_t> shape, ScalarKind kind, std::string name = {});
   void buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen);
 
   Builder& b_;
@@ -128,6 +140,11 @@ class AttentionBuilder {
   Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr,
         *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
   Value *alibiSlopes_ = nullptr, *sinks_ = nullptr;  // present only with their feature
+  Value *kScale_ = nullptr, *vScale_ = nullptr;       // per-tensor fp8 caches
+  Value *lse_ = nullptr, *lseStrideHead_ = nullptr;   // 2D with output_lse
+  // 3D (split-KV) stage 1: per-segment partial results instead of out.
+  Value *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr, *numSegments_ = nullptr,
+        *segmentTiles_ = nullptr;
   Value *qStrideToken_ = nullptr, *qStrideHead_ = nullptr, *oStrideToken_ = nullptr, *oStrideHead_ = nullptr,
         *blockTableStride_ = nullptr, *kvStrideBlock_ = nullptr, *kvStrideKv_ = nullptr, *kvStrideToken_ = nullptr,
         *kvStrideHead_ = nullptr;
@@ -141,14 +158,25 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   ir::Attributes aligned;
   aligned.set("align", int64_t{16});
   const ScalarKind dt = config_.dtype;
-  out_ = kernel.addParameter(Type::pointer(dt), "out", aligned);
+  if (config_.splitKv) {
+    segmOutput_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_output", aligned);
+    segmMax_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_max", aligned);
+    segmExpsum_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_expsum", aligned);
+  } else {
+    out_ = kernel.addParameter(Type::pointer(dt), "out", aligned);
+  }
   q_ = kernel.addParameter(Type::pointer(dt), "q", aligned);
-  kvCache_ = kernel.addParameter(Type::pointer(dt), "kv_cache", aligned);
+  kvCache_ = kernel.addParameter(Type::pointer(kvCachePointerKind(config_.kvCacheFormat, dt)), "kv_cache", aligned);
   blockTables_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "block_tables", aligned);
   seqLens_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "seq_lens", aligned);
   cuSeqlensQ_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "cu_seqlens_q", aligned);
+  if (isPerTensorFp8(config_.kvCacheFormat)) {
+    kScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale");
+    vScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale");
+  }
   if (config_.alibi) alibiSlopes_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "alibi_slopes");
   if (config_.sinks) sinks_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "sinks");
+  if (config_.outputLse && !config_.splitKv) lse_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "lse");
   scale_ = kernel.addParameter(f32(), "scale");
   numSeqs_ = kernel.addParameter(i32(), "num_seqs");
   seqSearchSteps_ = kernel.addParameter(i32(), "seq_search_steps");
@@ -159,13 +187,23 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
   qStrideToken_ = kernel.addParameter(i64(), "q_stride_token", rowStride);
   qStrideHead_ = kernel.addParameter(i64(), "q_stride_head", rowStride);
-  oStrideToken_ = kernel.addParameter(i64(), "o_stride_token", rowStride);
-  oStrideHead_ = kernel.addParameter(i64(), "o_stride_head", rowStride);
+  if (!config_.splitKv) {
+    oStrideToken_ = kernel.addParameter(i64(), "o_stride_token", rowStride);
+    oStrideHead_ = kernel.addParameter(i64(), "o_stride_head", rowStride);
+  }
   blockTableStride_ = kernel.addParameter(i64(), "block_table_stride");
-  kvStrideBlock_ = kernel.addParameter(i64(), "kv_stride_block", rowStride);
-  kvStrideKv_ = kernel.addParameter(i64(), "kv_stride_kv", rowStride);
-  kvStrideToken_ = kernel.addParameter(i64(), "kv_stride_token", rowStride);
-  kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head", rowStride);
+  ir::Attributes cacheStride;
+  if (const int divisibility = config_.kvStrideDivisibility(); divisibility > 1)
+    cacheStride.set("divisibility", int64_t{divisibility});
+  kvStrideBlock_ = kernel.addParameter(i64(), "kv_stride_block", cacheStride);
+  kvStrideKv_ = kernel.addParameter(i64(), "kv_stride_kv", cacheStride);
+  kvStrideToken_ = kernel.addParameter(i64(), "kv_stride_token", cacheStride);
+  kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head", cacheStride);
+  if (lse_) lseStrideHead_ = kernel.addParameter(i64(), "lse_stride_head");
+  if (config_.splitKv) {
+    numSegments_ = kernel.addParameter(i32(), "num_segments");
+    segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
+  }
 }
 
 // vLLM's find_seq_idx in query-block mode: the largest s in [0, num_seqs) with
@@ -212,8 +250,54 @@ void AttentionBuilder::build() {
   b_.endIf();
 }
 
+Value* AttentionBuilder::zeroTile(std::vector<int64_t> shape, ScalarKind kind, std::string name) {
+  const Type type = Type::tile(std::move(shape), Type::scalar(kind));
+  return ir::isFloat(kind) ? b_.constFloat(0.0, type, std::move(name)) : b_.constInt(0, type, std::move(name));
+}
+
+std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::string& name) {
+  const ScalarKind dt = config_.dtype;
+  switch (config_.kvCacheFormat) {
+    case KvCacheFormat::Auto:
+      return {raw};
+    case KvCacheFormat::Fp8E4M3:
+    case KvCacheFormat::Fp8E5M2:
+    case KvCacheFormat::Int8PerTokenHead:
+      return {b_.cast(raw, dt, name + "_values")};
+    case KvCacheFormat::Fp8PerTokenHead:
+      return {b_.cast(b_.bitcast(raw, ScalarKind::F8E4M3, name + "_fp8"), dt, name + "_values")};
+    case KvCacheFormat::Int4PerTokenHead: {
+      // Sign-extending nibbles: the low one by shifting it to the top and back.
+      const Type byteTile = raw->type();
+      Value* four = b_.constInt(4, byteTile);
+      Value* low = b_.binary(Opcode::Shr, b_.binary(Opcode::Shl, raw, four), four, name + "_low_nibbles");
+      Value* high = b_.binary(Opcode::Shr, raw, four, name + "_high_nibbles");
+      return {b_.cast(low, dt, name + "_even"), b_.cast(high, dt, name + "_odd")};
+    }
+  }
+  return {raw};
+}
+
+Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, const std::string& name) {
+  const int64_t N = c_.tileSize;
+  const Type rowI32 = Type::tile({N}, i32());
+  Value* scaleOffset = b_.add(slotOffset, b_.constInt(kvCacheScaleByteOffset(config_.kvCacheFormat, config_.headSize),
+                                                     slotOffset->type()), name + "_scale_offset");
+  Value* bits = nullptr;
+  for (int byte = 0; byte < 4; ++byte) {
+    Value* offset = byte == 0 ? scaleOffset : b_.add(scaleOffset, b_.constInt(byte, slotOffset->type()));
+    Value* loaded = b_.load(b_.addPtr(splatTo(rowBase, {N}), offset), tileMask, zeroTile({N}, ScalarKind::I8),
+                            name + "_scale_byte" + std::to_string(byte));
+    Value* unsignedByte = b_.andOp(b_.cast(loaded, ScalarKind::I32), b_.constInt(0xFF, rowI32));
+    Value* placed = byte == 0 ? unsignedByte : b_.binary(Opcode::Shl, unsignedByte, b_.constInt(8 * byte, rowI32));
+    bits = bits ? b_.binary(Opcode::Or, bits, placed) : placed;
+  }
+  return b_.bitcast(bits, ScalarKind::F32, name + "_scale");
+}
+
 void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen) {
-  const int64_t M = c_.blockM, D = c_.headSizePadded, N = c_.tileSize;
+  const int G = groups();
+  const int64_t M = c_.blockM, D = c_.headSizePadded / G, N = c_.tileSize;
   const ScalarKind dt = config_.dtype;
   const ScalarKind I64 = ScalarKind::I64;
   const double negInf = -std::numeric_limits<double>::infinity();
@@ -228,7 +312,9 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* queryToken = b_.add(splatTo(queryStart, {M}), queryPos, "query_token");
   Value* queryHead = b_.add(splatTo(b_.mul(kvHeadIdx_, queriesPerKv_), {M}), b_.rem(offsM, qpkM), "query_head");
 
-  Value* headSize = b_.constexprValue("HEAD_SIZE", ScalarKind::I32, "head_size");
+  // Columns of a group: i < HEAD_SIZE / groups (int4 needs an even head size).
+  Value* headSize = G == 1 ? b_.constexprValue("HEAD_SIZE", ScalarKind::I32, "head_size")
+                           : constI32(c_.headSize / G, "group_size");
   Value* dimMask = b_.cmp(CmpPredicate::Lt, offsD, splatTo(headSize, {D}), "dim_mask");
   Value* queryPosMask = b_.cmp(CmpPredicate::Lt, queryPos, splatTo(queryLen, {M}), "query_pos_mask");
   Value* numQueryHeads = b_.constexprValue("NUM_QUERY_HEADS", ScalarKind::I32, "num_query_heads");
@@ -238,13 +324,23 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* qMask = b_.andOp(asColumn(rowMask, D), dimMaskRow, "q_mask");
 
   Value* offsD64 = b_.cast(offsD, I64, "offs_d_i64");
+  // Head-dimension element of each group column.
+  std::vector<Value*> groupColumns;
+  for (int g = 0; g < G; ++g)
+    groupColumns.push_back(G == 1 ? offsD64
+                                  : b_.add(b_.mul(offsD64, b_.constInt(G, offsD64->type())),
+                                           b_.constInt(g, offsD64->type()), "group_column" + std::to_string(g)));
   Value* queryToken64 = b_.cast(queryToken, I64, "query_token_i64");
   Value* queryHead64 = b_.cast(queryHead, I64, "query_head_i64");
   Value* qRowOffset = b_.add(b_.mul(queryToken64, splatTo(qStrideToken_, {M})),
                              b_.mul(queryHead64, splatTo(qStrideHead_, {M})), "q_row_offset");
-  Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(offsD64, M), "q_offset");
-  Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs");
-  Value* qTile = b_.load(qPtrs, qMask, b_.constFloat(0.0, Type::tile({M, D}, Type::scalar(dt))), "q_tile");
+  std::vector<Value*> qTiles;
+  for (int g = 0; g < G; ++g) {
+    const std::string suffix = G == 1 ? "" : std::to_string(g);
+    Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(groupColumns[g], M), "q_offset" + suffix);
+    Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs" + suffix);
+    qTiles.push_back(b_.load(qPtrs, qMask, zeroTile({M, D}, dt), "q_tile" + suffix));
+  }
 
   // ---- Key range of this program. ----
   Value* seqLen = loadScalar(seqLens_, seqIdx, "seq_len");
@@ -280,6 +376,16 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     }
   }
 
+  // Split-KV: program z walks only the tiles of segment z, [z, z + 1)·segment_tiles,
+  // of the range above (possibly none: it then reports an empty segment).
+  Value* segmentIdx = nullptr;
+  if (config_.splitKv) {
+    segmentIdx = b_.programId(2, "segment_idx");
+    Value* segmentFirst = b_.mul(segmentIdx, segmentTiles_, "segment_first_tile");
+    tileStart = b_.max(tileStart, segmentFirst, "segment_tile_start");
+    tileEnd = b_.min(tileEnd, b_.add(segmentFirst, segmentTiles_), "segment_tile_end");
+  }
+
   // Loop-invariant pieces of the K/V addressing and masks.
   Value* blockSize = b_.constexprValue("BLOCK_SIZE", ScalarKind::I32, "block_size");
   Value* blockSizeN = splatTo(blockSize, {N});
@@ -307,11 +413,15 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // c·log2(e)·tanh((q·k)·(scale / c)), vLLM's c·tanh(s / c) times log2(e).
   Value* qkScaleTile = nullptr;
   Value* capOutputScaleTile = nullptr;
+  // A per-tensor fp8 cache stands for x·k_scale: the scale joins the softmax scale.
+  Value* scoreScale = scale_;
+  if (kScale_) scoreScale = b_.mul(scale_, b_.load(kScale_, nullptr, nullptr, "k_scale_value"), "qk_scale_fp8");
+  Value* vScaleValue = vScale_ ? b_.load(vScale_, nullptr, nullptr, "v_scale_value") : nullptr;
   if (config_.softcap > 0) {
-    qkScaleTile = splatTo(b_.div(scale_, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
+    qkScaleTile = splatTo(b_.div(scoreScale, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
     capOutputScaleTile = splatTo(b_.f32(config_.softcap * log2e), {M, N}, "softcap_output_scale");
   } else {
-    qkScaleTile = splatTo(b_.mul(scale_, b_.f32(log2e), "qk_scale"), {M, N});
+    qkScaleTile = splatTo(b_.mul(scoreScale, b_.f32(log2e), "qk_scale"), {M, N});
   }
   // ALiBi slope of each row's head, times log2(e); heads >= Hq get 0 (as vLLM).
   Value* alibiSlope2d = nullptr;
@@ -329,19 +439,30 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   if (config_.sinks) {
     // vLLM loads the sink of each row's head (-inf for heads >= Hq) as the initial M.
     Value* sinkLogit = b_.load(b_.addPtr(splatTo(sinks_, {M}), queryHead), queryHeadMask, mInit, "sink_logit");
-    mInit = b_.mul(sinkLogit, splatTo(b_.f32(log2e), {M}), "m_init_sink");
+    Value* sinkInit = b_.mul(sinkLogit, splatTo(b_.f32(log2e), {M}), "m_init_sink");
+    // Split-KV: the sink joins the softmax once, in segment 0 (as vLLM).
+    mInit = segmentIdx ? b_.select(splatTo(b_.cmp(CmpPredicate::Eq, segmentIdx, zeroI32_, "first_segment"), {M}),
+                                   sinkInit, mInit, "m_init_segment")
+                       : sinkInit;
   }
   Value* lInit = b_.constFloat(1.0, Type::tile({M}, f32()), "l_init");
   Value* accInit = b_.constFloat(0.0, Type::tile({M, D}, f32()), "acc_init");
   Value* noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
-  Value* zeroKTile = b_.constFloat(0.0, Type::tile({D, N}, Type::scalar(dt)), "zero_k_tile");
-  Value* zeroVTile = b_.constFloat(0.0, Type::tile({N, D}, Type::scalar(dt)), "zero_v_tile");
+  const ScalarKind cacheKind = kvCachePointerKind(config_.kvCacheFormat, dt);
+  Value* zeroKTile = zeroTile({D, N}, cacheKind, "zero_k_tile");
+  Value* zeroVTile = zeroTile({N, D}, cacheKind, "zero_v_tile");
+  const bool rowScales = isPerTokenHead(config_.kvCacheFormat);
 
   // ---- Loop over KV tiles with the online softmax. ----
-  auto loop = b_.beginFor(tileStart, tileEnd, oneI32_, {mInit, lInit, accInit}, "tile_idx", {"m", "l", "acc"});
+  std::vector<Value*> loopInits = {mInit, lInit};
+  std::vector<std::string> loopNames = {"m", "l"};
+  for (int g = 0; g < G; ++g) {
+    loopInits.push_back(accInit);
+    loopNames.push_back(G == 1 ? "acc" : "acc" + std::to_string(g));
+  }
+  auto loop = b_.beginFor(tileStart, tileEnd, oneI32_, loopInits, "tile_idx", loopNames);
   Value* mOld = loop.iterArgs[0];
   Value* lOld = loop.iterArgs[1];
-  Value* accOld = loop.iterArgs[2];
 
   Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "seq_offset");
   Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}), "tile_mask");
@@ -364,9 +485,17 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* vOffset = b_.add(asColumn(slotOffset, D), asRow(offsD64, N), "v_offset");
   Value* vMask = b_.andOp(asColumn(tileMask, D), asRow(dimMask, N), "v_mask");
   Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, D}), vOffset), vMask, zeroVTile, "v_tile");
+  const std::vector<Value*> kGroups = dequantizedGroups(kTile, "k");
+  const std::vector<Value*> vGroups = dequantizedGroups(vTile, "v");
+  Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, "k") : nullptr;
+  Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, "v") : nullptr;
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
-  Value* qk = b_.dot(qTile, kTile, zeroScores, /*tf32=*/false, "qk");
+  Value* qk = zeroScores;
+  for (int g = 0; g < G; ++g)
+    qk = b_.dot(qTiles[g], kGroups[g], qk, /*tf32=*/false, G == 1 ? "qk" : "qk" + std::to_string(g));
+  // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
+  if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
   Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
   if (capOutputScaleTile)
     scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
@@ -387,20 +516,69 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
   Value* lTile = b_.reduce(Opcode::ReduceSum, p, 1, "l_tile");
   Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
-  Value* accScaled = b_.mul(accOld, asColumn(alpha, D), "acc_scaled");
   Value* lNew = b_.add(b_.mul(lOld, alpha), lTile, "l_new");
-  // P·V runs in the data type (tensor-core operands); f32 keeps P in f32.
-  Value* pOperand = dt == ScalarKind::F32 ? p : b_.cast(p, dt, "p_operand");
-  Value* accNew = b_.dot(pOperand, vTile, accScaled, /*tf32=*/false, "acc_new");
-  std::vector<Value*> results = b_.endFor({mNew, lNew, accNew}, {"m_final", "l_final", "acc_final"});
+  // P·V runs in the data type (tensor-core operands); f32 keeps P in f32. With
+  // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
+  // scaled instead (the denominator keeps the unscaled P).
+  Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
+  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
+  std::vector<Value*> yields = {mNew, lNew};
+  std::vector<std::string> finalNames = {"m_final", "l_final"};
+  for (int g = 0; g < G; ++g) {
+    const std::string suffix = G == 1 ? "" : std::to_string(g);
+    Value* accScaled = b_.mul(loop.iterArgs[2 + g], asColumn(alpha, D), "acc_scaled" + suffix);
+    yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, /*tf32=*/false, "acc_new" + suffix));
+    finalNames.push_back("acc_final" + suffix);
+  }
+  std::vector<Value*> results = b_.endFor(yields, finalNames);
+  Value* mFinal = results[0];
+  Value* lFinal = results[1];
+
+  if (config_.splitKv) {
+    // ---- Split-KV: this segment's unnormalized output, its maximum and sum. ----
+    // Scratch rows are (token, query head, segment): index (token·Hq + head)·num_segments
+    // + segment, times HEAD_SIZE_PADDED for the output. A row that saw no key (an
+    // empty segment, or only masked keys) reports maximum -inf: weight 0 in the
+    // reduction, whatever its running maximum was.
+    Value* numQueryHeads64 = b_.i64(c_.numQueryHeads);
+    Value* segmentRow = b_.add(
+        b_.mul(b_.add(b_.mul(queryToken64, splatTo(numQueryHeads64, {M})), queryHead64),
+               splatTo(b_.cast(numSegments_, I64), {M})),
+        splatTo(b_.cast(segmentIdx, I64), {M}), "segment_row");
+    Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.headSizePadded), {M}), "segment_output_row");
+    for (int g = 0; g < G; ++g) {
+      Value* offset = b_.add(asColumn(segmentOutputRow, D), asRow(groupColumns[g], M));
+      Value* partial = results[2 + g];
+      if (vScaleValue) partial = b_.mul(partial, splatTo(vScaleValue, {M, D}), "segment_v_scaled");
+      b_.store(b_.addPtr(splatTo(segmOutput_, {M, D}), offset, "segm_output_ptrs"), partial, qMask);
+    }
+    Value* sawKeys = b_.cmp(CmpPredicate::Gt, lFinal, zeroRow, "segment_saw_keys");
+    b_.store(b_.addPtr(splatTo(segmMax_, {M}), segmentRow), b_.select(sawKeys, mFinal, negInfRow, "segment_max"),
+             rowMask);
+    b_.store(b_.addPtr(splatTo(segmExpsum_, {M}), segmentRow), lFinal, rowMask);
+    return;
+  }
 
   // ---- Normalize and store. ----
-  Value* normalized = b_.div(results[2], asColumn(results[1], D), "out_f32");
-  Value* outTile = dt == ScalarKind::F32 ? normalized : b_.cast(normalized, dt, "out_tile");
   Value* oRowOffset = b_.add(b_.mul(queryToken64, splatTo(oStrideToken_, {M})),
                              b_.mul(queryHead64, splatTo(oStrideHead_, {M})), "o_row_offset");
-  Value* oOffset = b_.add(asColumn(oRowOffset, D), asRow(offsD64, M), "o_offset");
-  b_.store(b_.addPtr(splatTo(out_, {M, D}), oOffset, "o_ptrs"), outTile, qMask);
+  Value* normalizer = asColumn(lFinal, D);
+  for (int g = 0; g < G; ++g) {
+    const std::string suffix = G == 1 ? "" : std::to_string(g);
+    Value* normalized = b_.div(results[2 + g], normalizer, "out_f32" + suffix);
+    if (vScaleValue) normalized = b_.mul(normalized, splatTo(vScaleValue, {M, D}), "out_v_scaled" + suffix);
+    Value* outTile = dt == ScalarKind::F32 ? normalized : b_.cast(normalized, dt, "out_tile" + suffix);
+    Value* oOffset = b_.add(asColumn(oRowOffset, D), asRow(groupColumns[g], M), "o_offset" + suffix);
+    b_.store(b_.addPtr(splatTo(out_, {M, D}), oOffset, "o_ptrs" + suffix), outTile, qMask);
+  }
+  if (lse_) {
+    // Natural-log LSE of each row: (M + log2 L)·ln 2 (M is in log2 units), the
+    // layout merge_attn_states reads: lse[head · lse_stride_head + token].
+    Value* lseLog2 = b_.add(mFinal, b_.unary(Opcode::Log2, lFinal), "lse_log2");
+    Value* lseValue = b_.mul(lseLog2, splatTo(b_.f32(std::numbers::ln2), {M}), "lse");
+    Value* lseOffset = b_.add(b_.mul(queryHead64, splatTo(lseStrideHead_, {M})), queryToken64, "lse_offset");
+    b_.store(b_.addPtr(splatTo(lse_, {M}), lseOffset, "lse_ptrs"), lseValue, rowMask);
+  }
 }
 
 }  // namespace
@@ -419,6 +597,16 @@ int UnifiedAttentionConfig::blockQ() const {
 
 int UnifiedAttentionConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
 
+int UnifiedAttentionConfig::kvStrideDivisibility() const {
+  // Per-token-head rows are D + 4 bytes (D/2 + 4 for int4): 4-byte multiples at best.
+  if (isPerTokenHead(kvCacheFormat)) return kvCacheScaleByteOffset(kvCacheFormat, headSize) % 4 == 0 ? 4 : 1;
+  // Otherwise rows of D elements: promise a 16-byte multiple where D allows it.
+  const int elementBytes = ir::storageBits(kvCacheValueKind(kvCacheFormat, dtype)) / 8;
+  for (int elements = 16 / elementBytes; elements > 1; elements /= 2)
+    if (headSize % elements == 0) return std::max(elements, headSize % 8 == 0 ? 8 : 1);
+  return headSize % 8 == 0 ? 8 : 1;
+}
+
 std::string UnifiedAttentionConfig::kernelName() const {
   std::string name = std::string("unified_attention_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
                      "kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) + "_bs" +
@@ -428,6 +616,9 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
   if (alibi) name += "_alibi";
   if (sinks) name += "_sinks";
+  if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
+  if (outputLse) name += "_lse";
+  if (splitKv) name += "_3d";
   // Non-default tuning knobs are part of the name so that variants stay distinct.
   const UnifiedAttentionConfig defaults;
   if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
@@ -461,6 +652,9 @@ Status UnifiedAttentionConfig::validate() const {
                        ") must not be negative (0 turns the window off)");
   if (!std::isfinite(softcap) || softcap < 0)
     return configError("softcap (" + numberText(softcap) + ") must be a finite number >= 0 (0 turns it off)");
+  if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && headSize % 2 != 0)
+    return configError("head_size (" + std::to_string(headSize) +
+                       ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");
   if (blockMRows != 0 && (!isPowerOfTwo(blockMRows) || blockMRows < minimumBlockM() || blockMRows > 256))
     return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
                        std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +

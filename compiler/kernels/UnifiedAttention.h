@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "compiler/kernels/KvCacheFormat.h"
 #include "ir/IR.h"
 
 namespace attnjit::compiler {
@@ -58,6 +59,23 @@ struct UnifiedAttentionConfig {
   // the online softmax starts from M = sink, L = 1 (as vLLM) instead of -inf.
   bool sinks = false;
 
+  // The KV cache's format (compiler/kernels/KvCacheFormat.h). Quantized values are
+  // converted to the data type in registers after the load (exactly); per-tensor
+  // fp8 scales multiply the scores and the output, per-token-head scales the scores
+  // (k_scale[j]) and P's columns (v_scale[j]), as vLLM does.
+  KvCacheFormat kvCacheFormat = KvCacheFormat::Auto;
+  // Also write each query row's natural-log LSE, log Σ exp(s) (sinks included),
+  // to lse[head · lse_stride_head + token] (f32): what merge_attn_states and
+  // context parallelism combine partial results by.
+  bool outputLse = false;
+  // 3D launch (split-KV), stage 1: grid z = num_segments (a launch parameter), and
+  // program z walks only KV tiles [z, z + 1)·segment_tiles of its range. Instead of
+  // out it writes f32 partials: segm_output [tokens, Hq, num_segments, D_PADDED]
+  // (unnormalized Σ P·V), segm_max and segm_expsum [tokens, Hq, num_segments] (the
+  // running maximum in log2 units, -inf for a segment without keys, and the sum).
+  // compiler/kernels/ReduceSegments.h combines them into out (and the LSE).
+  bool splitKv = false;
+
   int queriesPerKv() const { return numQueryHeads / numKvHeads; }
   // Rows of the query tile: blockMRows when set, else 16, or next_pow2(Hq/Hkv) when
   // that is larger.
@@ -66,6 +84,8 @@ struct UnifiedAttentionConfig {
   // Query tokens per program: BLOCK_M / (Hq/Hkv).
   int blockQ() const;
   int headSizePadded() const;  // next power of two >= headSize
+  // The divisibility the KV cache strides (in cache elements) are promised to have.
+  int kvStrideDivisibility() const;
   // A stable name for the variant, e.g. "unified_attention_bf16_h32kv8_d128_bs16_causal".
   std::string kernelName() const;
   // User-facing check of the combination (head counts divide, sizes supported, ...).
@@ -79,10 +99,16 @@ struct UnifiedAttentionConfig {
 //   q_stride_token i64, q_stride_head i64, o_stride_token i64, o_stride_head i64,
 //   block_table_stride i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
 //   kv_stride_token i64, kv_stride_head i64.
-// All strides are in elements. Optional pointer parameters follow cu_seqlens_q
-// (before scale), present only with their feature: alibi_slopes ptr<f32> [Hq]
-// (alibi), then sinks ptr<f32> [Hq] (sinks). Pointers thus stay ahead of scalars,
-// the order the problem harnesses pass arguments in.
+// All strides are in elements (of the cache pointer's type for the kv strides:
+// bytes for the per-token-head formats). Optional pointer parameters follow
+// cu_seqlens_q (before scale), present only with their feature: k_scale and
+// v_scale ptr<f32> (per-tensor fp8 caches, one f32 each), alibi_slopes ptr<f32>
+// [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), lse ptr<f32> (output_lse, 2D).
+// Pointers thus stay ahead of scalars, the order the problem harnesses pass
+// arguments in. With output_lse (2D) lse_stride_head i64 follows the strides.
+// Split-KV (3D) replaces out by segm_output, segm_max, segm_expsum (f32), drops
+// o_stride_token and o_stride_head, and ends with num_segments i32 and
+// segment_tiles i32.
 ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config);
 
 // Grid x for a batch: num_seqs + total_query_tokens / BLOCK_Q (as vLLM).

@@ -48,7 +48,7 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
   return {};
 }
 
-std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStride) {
+std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStride, std::vector<double>* lse) {
   const std::string problem = checkAttentionInputs(in);
   if (!problem.empty()) {
     std::fprintf(stderr, "referenceAttention: invalid inputs: %s\n", problem.c_str());
@@ -59,6 +59,7 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
   const size_t Hkv = static_cast<size_t>(in.numKvHeads);
   const size_t queriesPerKv = Hq / Hkv;
   std::vector<double> out(in.q.size(), 0.0);
+  if (lse) lse->assign(in.q.size() / D, std::numeric_limits<double>::quiet_NaN());
   std::vector<double> scores;
 
   for (size_t s = 0; s + 1 < in.cuSeqlensQ.size(); ++s) {
@@ -102,6 +103,7 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
           score = std::exp(score - maxScore);
           denominator += score;
         }
+        if (lse) (*lse)[token * Hq + h] = maxScore + std::log(denominator);
         double* o = &out[(token * Hq + h) * D];
         for (size_t j = firstKey; j < endKey; ++j) {
           const double* v = &in.values[s][(j * Hkv + kvHead) * D];

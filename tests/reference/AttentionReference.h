@@ -56,6 +56,10 @@ std::string checkAttentionInputs(const AttentionInputs& inputs);
 // With tokenStride > 1 only every tokenStride-th token (and each sequence's last
 // token) is computed; the other rows are NaN. Large benchmark shapes check a sample
 // this way instead of spending minutes in float64.
-std::vector<double> referenceAttention(const AttentionInputs& inputs, int tokenStride = 1);
+//
+// With `lse`, also the natural-log LSE of each (token, head), log(Σ_j exp(s_j)
+// (+ exp(sink))), at lse[token · numQueryHeads + head] (NaN for unchecked tokens).
+std::vector<double> referenceAttention(const AttentionInputs& inputs, int tokenStride = 1,
+                                       std::vector<double>* lse = nullptr);
 
 }  // namespace attnjit::reference

@@ -1,0 +1,180 @@
+// reduce_segments as tile IR. Program (t, y) handles query heads
+// [y·H, (y + 1)·H) of token t. Two loops over the segments: the first takes the
+// maximum of m_s, the second accumulates w_s·acc_s and w_s·l_s with
+// w_s = exp2(m_s - M). A segment without keys has m_s = -inf and weight 0. Rows
+// of heads >= Hq are masked (their M is -inf; the guard keeps exp2's argument
+// finite so no NaN is computed even there).
+#include "compiler/kernels/ReduceSegments.h"
+
+#include <algorithm>
+#include <limits>
+#include <numbers>
+
+#include "compiler/kernels/KernelSupport.h"
+#include "ir/Builder.h"
+
+namespace attnjit::compiler {
+
+using ir::Builder;
+using ir::CmpPredicate;
+using ir::Opcode;
+using ir::ScalarKind;
+using ir::Status;
+using ir::Type;
+using ir::Value;
+
+namespace {
+
+class ReduceSegmentsBuilder {
+ public:
+  ReduceSegmentsBuilder(Builder& b, const ReduceSegmentsConfig& config) : b_(b), config_(config) {}
+
+  void declareParameters(ir::Kernel& kernel) {
+    ir::Attributes aligned;
+    aligned.set("align", int64_t{16});
+    ir::Attributes rowStride;
+    if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
+    const Type f32Pointer = Type::pointer(ScalarKind::F32);
+    out_ = kernel.addParameter(Type::pointer(config_.dtype), "out", aligned);
+    segmOutput_ = kernel.addParameter(f32Pointer, "segm_output", aligned);
+    segmMax_ = kernel.addParameter(f32Pointer, "segm_max", aligned);
+    segmExpsum_ = kernel.addParameter(f32Pointer, "segm_expsum", aligned);
+    if (config_.outputLse) lse_ = kernel.addParameter(f32Pointer, "lse");
+    numSegments_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "num_segments");
+    const Type i64 = Type::scalar(ScalarKind::I64);
+    oStrideToken_ = kernel.addParameter(i64, "o_stride_token", rowStride);
+    oStrideHead_ = kernel.addParameter(i64, "o_stride_head", rowStride);
+    if (config_.outputLse) lseStrideHead_ = kernel.addParameter(i64, "lse_stride_head");
+  }
+
+  void build() {
+    const ScalarKind I32 = ScalarKind::I32, I64 = ScalarKind::I64, F32 = ScalarKind::F32;
+    const int64_t H = config_.headsPerProgram(), D = config_.headSizePadded();
+    const double negInf = -std::numeric_limits<double>::infinity();
+    Value* token = b_.programId(0, "token");
+    Value* headBlock = b_.programId(1, "head_block");
+    Value* heads = b_.constexprValue("HEADS_PER_PROGRAM", I32, "heads_per_program");
+    Value* head = b_.add(b_.splat(b_.mul(headBlock, heads), {H}), b_.arange(0, H), "head");
+    Value* numQueryHeads = b_.constexprValue("NUM_QUERY_HEADS", I32, "num_query_heads");
+    Value* headMask = b_.cmp(CmpPredicate::Lt, head, b_.splat(numQueryHeads, {H}), "head_mask");
+    Value* offsD = b_.arange(0, D, "offs_d");
+    Value* headSize = b_.constexprValue("HEAD_SIZE", I32, "head_size");
+    Value* dimMask = b_.cmp(CmpPredicate::Lt, offsD, b_.splat(headSize, {D}), "dim_mask");
+    Value* mask = b_.andOp(asColumn(headMask, D), asRow(dimMask, H), "mask");
+    Value* token64 = b_.cast(token, I64, "token_i64");
+    Value* head64 = b_.cast(head, I64, "head_i64");
+    Value* offsD64 = b_.cast(offsD, I64, "offs_d_i64");
+    Value* numSegments64 = b_.cast(numSegments_, I64, "num_segments_i64");
+    // First scratch row of each head: (token·Hq + head)·num_segments.
+    Value* firstRow = b_.mul(b_.add(b_.splat(b_.mul(token64, b_.cast(numQueryHeads, I64)), {H}), head64),
+                             b_.splat(numSegments64, {H}), "first_segment_row");
+    const Type rowF32 = Type::tile({H}, Type::scalar(F32));
+    Value* negInfRow = b_.constFloat(negInf, rowF32, "neg_inf_row");
+    Value* zero = b_.constInt(0, Type::scalar(I32));
+    Value* one = b_.constInt(1, Type::scalar(I32));
+
+    // Pass 1: the overall maximum.
+    auto maxLoop = b_.beginFor(zero, numSegments_, one, {negInfRow}, "segment", {"m"});
+    Value* rowIdx = b_.add(firstRow, b_.splat(b_.cast(maxLoop.inductionVar, I64), {H}), "segment_row");
+    Value* m = b_.load(b_.addPtr(b_.splat(segmMax_, {H}), rowIdx), headMask, negInfRow, "segment_max");
+    std::vector<Value*> maxResult = b_.endFor({b_.max(maxLoop.iterArgs[0], m)}, {"m_overall"});
+    // Rows without any key (masked heads only) keep -inf: use 0 so exp2 sees -inf - 0.
+    Value* mOverall = b_.select(b_.cmp(CmpPredicate::Gt, maxResult[0], negInfRow), maxResult[0],
+                                b_.constFloat(0.0, rowF32), "m_safe");
+
+    // Pass 2: weighted sums.
+    auto sumLoop = b_.beginFor(zero, numSegments_, one,
+                               {b_.constFloat(0.0, rowF32), b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32)))},
+                               "segment", {"l", "acc"});
+    Value* row2 = b_.add(firstRow, b_.splat(b_.cast(sumLoop.inductionVar, I64), {H}), "segment_row");
+    Value* mSegment = b_.load(b_.addPtr(b_.splat(segmMax_, {H}), row2), headMask, negInfRow, "segment_max");
+    Value* lSegment =
+        b_.load(b_.addPtr(b_.splat(segmExpsum_, {H}), row2), headMask, b_.constFloat(0.0, rowF32), "segment_sum");
+    Value* weight = b_.unary(Opcode::Exp2, b_.sub(mSegment, mOverall), "weight");
+    Value* outputRow = b_.mul(row2, b_.splat(b_.i64(D), {H}));
+    Value* partial = b_.load(b_.addPtr(b_.splat(segmOutput_, {H, D}), b_.add(asColumn(outputRow, D), asRow(offsD64, H))),
+                             mask, b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32))), "segment_output");
+    Value* lNew = b_.add(sumLoop.iterArgs[0], b_.mul(weight, lSegment), "l_new");
+    Value* accNew = b_.add(sumLoop.iterArgs[1], b_.mul(asColumn(weight, D), partial), "acc_new");
+    std::vector<Value*> sums = b_.endFor({lNew, accNew}, {"l_final", "acc_final"});
+
+    Value* normalized = b_.div(sums[1], asColumn(sums[0], D), "out_f32");
+    Value* outTile = config_.dtype == F32 ? normalized : b_.cast(normalized, config_.dtype, "out_tile");
+    Value* oRow = b_.add(b_.splat(b_.mul(token64, oStrideToken_), {H}), b_.mul(head64, b_.splat(oStrideHead_, {H})),
+                         "o_row");
+    b_.store(b_.addPtr(b_.splat(out_, {H, D}), b_.add(asColumn(oRow, D), asRow(offsD64, H)), "o_ptrs"), outTile, mask);
+    if (lse_) {
+      Value* lseLog2 = b_.add(mOverall, b_.unary(Opcode::Log2, sums[0]), "lse_log2");
+      Value* lseValue = b_.mul(lseLog2, b_.constFloat(std::numbers::ln2, rowF32), "lse");
+      Value* lseOffset = b_.add(b_.mul(head64, b_.splat(lseStrideHead_, {H})), b_.splat(token64, {H}), "lse_offset");
+      b_.store(b_.addPtr(b_.splat(lse_, {H}), lseOffset, "lse_ptrs"), lseValue, headMask);
+    }
+  }
+
+ private:
+  Value* asColumn(Value* vec, int64_t cols) {
+    const int64_t n = vec->type().shape()[0];
+    return b_.broadcast(b_.expandDims(vec, 1), {n, cols});
+  }
+  Value* asRow(Value* vec, int64_t rows) {
+    const int64_t n = vec->type().shape()[0];
+    return b_.broadcast(b_.expandDims(vec, 0), {rows, n});
+  }
+
+  Builder& b_;
+  const ReduceSegmentsConfig& config_;
+  Value *out_ = nullptr, *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr, *lse_ = nullptr;
+  Value *numSegments_ = nullptr, *oStrideToken_ = nullptr, *oStrideHead_ = nullptr, *lseStrideHead_ = nullptr;
+};
+
+}  // namespace
+
+int ReduceSegmentsConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
+
+int ReduceSegmentsConfig::headsPerProgram() const { return std::min(nextPowerOfTwo(numQueryHeads), 16); }
+
+std::string ReduceSegmentsConfig::kernelName() const {
+  std::string name = std::string("reduce_segments_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
+                     "_d" + std::to_string(headSize);
+  if (outputLse) name += "_lse";
+  if (numWarps != ReduceSegmentsConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
+  return name;
+}
+
+Status ReduceSegmentsConfig::validate() const {
+  if (Status s = checkIoDtype(dtype); !s) return s;
+  if (numQueryHeads < 1)
+    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");
+  if (headSize < 1 || headSize > 512)
+    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
+  if (!isPowerOfTwo(numWarps) || numWarps > 16)
+    return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  return Status::ok();
+}
+
+ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config) {
+  if (Status s = config.validate(); !s) return s;
+  auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
+  kernel->docLines().push_back(
+      "Split-KV stage 2: combine per-segment partial outputs by their maxima and sums; "
+      "grid = (num_tokens, ceil(Hq / HEADS_PER_PROGRAM)).");
+  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  auto& cx = kernel->constexprs();
+  cx.push_back({"HEADS_PER_PROGRAM", int64_t{config.headsPerProgram()}});
+  cx.push_back({"NUM_QUERY_HEADS", int64_t{config.numQueryHeads}});
+  cx.push_back({"HEAD_SIZE", int64_t{config.headSize}});
+  cx.push_back({"HEAD_SIZE_PADDED", int64_t{config.headSizePadded()}});
+  Builder builder(*kernel);
+  ReduceSegmentsBuilder reducer(builder, config);
+  reducer.declareParameters(*kernel);
+  reducer.build();
+  if (Status s = builder.finish(); !s) return s;
+  return kernel;
+}
+
+int64_t reduceSegmentsGridY(const ReduceSegmentsConfig& config) {
+  const int perProgram = config.headsPerProgram();
+  return (config.numQueryHeads + perProgram - 1) / perProgram;
+}
+
+}  // namespace attnjit::compiler

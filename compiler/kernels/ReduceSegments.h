@@ -1,0 +1,48 @@
+// Kernel builder: stage 2 of split-KV (3D) unified attention, vLLM's
+// reduce_segments. Stage 1 (UnifiedAttentionConfig::splitKv) leaves, for every
+// (token, query head, segment), an unnormalized partial output acc_s = Σ P·V over
+// the segment's keys, the segment's running maximum m_s (log2 units; -inf when the
+// segment saw no key) and its sum l_s = Σ P. This kernel combines them:
+//
+//   M = max_s m_s,  w_s = exp2(m_s - M),  out = Σ_s w_s·acc_s / Σ_s w_s·l_s
+//   lse = (M + log2 Σ_s w_s·l_s) · ln 2   (natural log, on request)
+//
+// Segments are visited in index order whatever their number, so a row's result
+// depends only on its own segments (the reduction order is fixed).
+//
+// Scratch layouts (f32, contiguous): segm_output [tokens, Hq, num_segments,
+// HEAD_SIZE_PADDED], segm_max and segm_expsum [tokens, Hq, num_segments].
+// Grid: (num_tokens, ceil(Hq / HEADS_PER_PROGRAM)).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/IR.h"
+
+namespace attnjit::compiler {
+
+struct ReduceSegmentsConfig {
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // out (f32, f16, bf16)
+  int numQueryHeads = 32;
+  int headSize = 128;
+  bool outputLse = false;  // also write lse[head · lse_stride_head + token]
+  int numWarps = 4;
+
+  int headSizePadded() const;
+  int headsPerProgram() const;  // query heads per program: min(next_pow2(Hq), 16)
+  // e.g. "reduce_segments_bf16_h32_d128" (+ "_lse").
+  std::string kernelName() const;
+  ir::Status validate() const;
+};
+
+// Kernel parameters, in order:
+//   out ptr<dtype>, segm_output ptr<f32>, segm_max ptr<f32>, segm_expsum ptr<f32>,
+//   [lse ptr<f32>], num_segments i32, o_stride_token i64, o_stride_head i64,
+//   [lse_stride_head i64].
+ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config);
+
+// Grid y: ceil(Hq / headsPerProgram()).
+int64_t reduceSegmentsGridY(const ReduceSegmentsConfig& config);
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,333 @@
+// Unified attention with quantized KV caches (per-tensor fp8, per-token-head
+// int8/fp8/int4), the LSE output, split-KV (3D: segments + reduce_segments) and
+// batch invariance, on the interpreter against the float64 reference run on the
+// dequantized cache. [gpu] cases run the same on the GPU.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compiler/AttentionGpu.h"
+#include "compiler/AttentionProblem.h"
+#include "compiler/Spec.h"
+#include "compiler/kernels/ReduceSegments.h"
+#include "compiler/kernels/UnifiedAttention.h"
+#include "tests/test_tools.h"
+
+using attnjit::compiler::AttentionRunResult;
+using attnjit::compiler::AttentionShape;
+using attnjit::compiler::KvCacheFormat;
+using attnjit::compiler::runUnifiedAttentionInterpreted;
+using attnjit::compiler::UnifiedAttentionConfig;
+using attnjit::ir::ScalarKind;
+
+namespace {
+
+UnifiedAttentionConfig smallConfig(ScalarKind dtype, KvCacheFormat format, bool causal = true) {
+  UnifiedAttentionConfig c;
+  c.dtype = dtype;
+  c.numQueryHeads = 8;
+  c.numKvHeads = 2;
+  c.headSize = 80;  // padded to 128 and masked; 40 bytes of int4 per row
+  c.blockSize = 16;
+  c.causal = causal;
+  c.kvCacheFormat = format;
+  return c;
+}
+
+// A decode far past a tile, a chunked prefill, a short context and a fresh prefill;
+// no length is a multiple of the tile (32) or block (16) size.
+AttentionShape mixedBatch(uint64_t seed) {
+  AttentionShape s;
+  s.queryLens = {1, 13, 1, 45};
+  s.contextLens = {101, 37, 5, 0};
+  s.seed = seed;
+  return s;
+}
+
+AttentionRunResult runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape,
+                               bool afterPasses = false) {
+  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
+  auto result = runUnifiedAttentionInterpreted(config, shape, afterPasses);
+  if (!result) FAIL(result.diagnostic().str());
+  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
+  CHECK(result->passed);
+  return *result;
+}
+
+const KvCacheFormat kQuantizedFormats[] = {KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2,
+                                           KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
+                                           KvCacheFormat::Int4PerTokenHead};
+
+// The output rows of the batch's first `tokens` tokens, as bytes.
+std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, ScalarKind dtype) {
+  const size_t bytes = static_cast<size_t>(tokens) * static_cast<size_t>(r.outputStrideToken) *
+                       static_cast<size_t>(attnjit::ir::storageBits(dtype) / 8);
+  REQUIRE(r.output.size() >= bytes);
+  return std::vector<uint8_t>(r.output.begin(), r.output.begin() + static_cast<ptrdiff_t>(bytes));
+}
+
+}  // namespace
+
+TEST_CASE("quantized KV caches: every format, f32/f16/bf16, causal and not", "[attention][quant]") {
+  for (KvCacheFormat format : kQuantizedFormats)
+    for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16})
+      for (bool causal : {true, false}) runAndCheck(smallConfig(dtype, format, causal), mixedBatch(3));
+}
+
+TEST_CASE("quantized KV caches: with GQA, sliding window, softcap and sinks, after the passes", "[attention][quant]") {
+  for (KvCacheFormat format : kQuantizedFormats) {
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+    c.numQueryHeads = 16;
+    c.numKvHeads = 4;
+    c.headSize = 64;
+    c.slidingWindow = 37;
+    c.softcap = 1.5;
+    c.sinks = true;
+    runAndCheck(c, mixedBatch(5));
+    runAndCheck(c, mixedBatch(6), /*afterPasses=*/true);
+  }
+}
+
+TEST_CASE("quantized KV caches: names, parameters, stride promises, validation", "[attention][quant]") {
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Fp8E4M3);
+  CHECK(c.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_fp8_e4m3");
+  auto perTensor = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(perTensor.isOk());
+  CHECK((*perTensor)->parameter(2)->type().str() == "ptr<global, f8e4m3>");
+  CHECK((*perTensor)->parameter(6)->name() == "k_scale");
+  CHECK((*perTensor)->parameter(7)->name() == "v_scale");
+  CHECK(c.kvStrideDivisibility() == 16);  // 80 one-byte values: 16-byte rows
+  c.kvCacheFormat = KvCacheFormat::Int4PerTokenHead;
+  CHECK(c.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_int4_per_token_head");
+  auto int4 = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(int4.isOk());
+  CHECK((*int4)->parameter(2)->type().str() == "ptr<global, i8>");
+  CHECK(c.kvStrideDivisibility() == 4);  // 40 + 4 bytes per row
+  c.headSize = 81;
+  CHECK(c.validate().diagnostic().message ==
+        "head_size (81) must be even for kv_cache_dtype int4_per_token_head (two values per byte)");
+  c.kvCacheFormat = KvCacheFormat::Int8PerTokenHead;
+  CHECK(c.validate().isOk());
+  CHECK(c.kvStrideDivisibility() == 1);  // 85-byte rows promise nothing
+}
+
+TEST_CASE("LSE output: 2D, with sinks and a window, GQA", "[attention][lse]") {
+  for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16}) {
+    UnifiedAttentionConfig c = smallConfig(dtype, KvCacheFormat::Auto);
+    c.outputLse = true;
+    runAndCheck(c, mixedBatch(7));
+    c.sinks = true;
+    c.slidingWindow = 20;
+    runAndCheck(c, mixedBatch(8), /*afterPasses=*/true);
+  }
+}
+
+TEST_CASE("split-KV: segments of 1, 2 and 8 tiles agree with the reference", "[attention][splitkv]") {
+  for (int segmentTiles : {1, 2, 8}) {
+    AttentionShape shape = mixedBatch(9);
+    shape.segmentTiles = segmentTiles;
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
+    c.splitKv = true;
+    runAndCheck(c, shape);
+    c.outputLse = true;
+    c.sinks = true;  // counted once, by segment 0
+    runAndCheck(c, shape, /*afterPasses=*/true);
+  }
+}
+
+TEST_CASE("split-KV: with every feature and quantized caches", "[attention][splitkv]") {
+  AttentionShape shape = mixedBatch(10);
+  shape.segmentTiles = 2;
+  for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead,
+                               KvCacheFormat::Int4PerTokenHead}) {
+    for (bool causal : {true, false}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::F16, format, causal);
+      c.splitKv = true;
+      c.outputLse = true;
+      c.slidingWindow = 45;  // segment 0 is empty for the long decode
+      c.softcap = 2;
+      c.alibi = true;
+      c.sinks = true;
+      runAndCheck(c, shape);
+    }
+  }
+}
+
+TEST_CASE("split-KV: kernel parameters and the reduce kernel", "[attention][splitkv]") {
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
+  c.splitKv = true;
+  c.outputLse = true;
+  CHECK(c.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_lse_3d");
+  auto stage1 = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(stage1.isOk());
+  const auto& k = **stage1;
+  CHECK(k.parameter(0)->name() == "segm_output");
+  CHECK(k.parameter(2)->name() == "segm_expsum");
+  CHECK(k.parameter(k.numParameters() - 2)->name() == "num_segments");
+  CHECK(k.parameter(k.numParameters() - 1)->name() == "segment_tiles");
+  attnjit::compiler::ReduceSegmentsConfig reduce;
+  reduce.numQueryHeads = 40;
+  reduce.headSize = 96;
+  reduce.outputLse = true;
+  CHECK(reduce.kernelName() == "reduce_segments_bf16_h40_d96_lse");
+  CHECK(attnjit::compiler::reduceSegmentsGridY(reduce) == 3);  // 16 heads per program
+  auto built = attnjit::compiler::buildReduceSegments(reduce);
+  REQUIRE(built.isOk());
+  CHECK((*built)->parameter(4)->name() == "lse");
+}
+
+TEST_CASE("batch invariance: a sequence's output does not depend on the rest of the batch", "[attention][invariance]") {
+  // The same sequence (index 0, so the same data) alone, next to a decode batch,
+  // and next to a long prefill: the 2D kernel's rows for it are bit for bit equal.
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
+  c.outputLse = true;
+  AttentionShape alone;
+  alone.queryLens = {7};
+  alone.contextLens = {90};
+  alone.seed = 12;
+  AttentionShape withDecodes = alone, withPrefill = alone;
+  withDecodes.queryLens = {7, 1, 1, 1};
+  withDecodes.contextLens = {90, 300, 2, 64};
+  withPrefill.queryLens = {7, 120};
+  withPrefill.contextLens = {90, 0};
+  const auto a = runAndCheck(c, alone), b = runAndCheck(c, withDecodes), d = runAndCheck(c, withPrefill);
+  CHECK(leadingRows(a, 7, c.dtype) == leadingRows(b, 7, c.dtype));
+  CHECK(leadingRows(a, 7, c.dtype) == leadingRows(d, 7, c.dtype));
+}
+
+TEST_CASE("spec: kv_cache_dtype, output_lse and split_kv fields", "[spec][quant]") {
+  const std::string base =
+      "family: unified_attention\nparams:\n  dtype: bf16\n  num_query_heads: 8\n  num_kv_heads: 2\n"
+      "  head_size: 64\n  block_size: 16\n  causal: true\n";
+  auto spec = attnjit::compiler::loadSpecText(
+      base + "  kv_cache_dtype: [auto, fp8, int4_per_token_head]\n  output_lse: true\n  split_kv: true\n", "q.yaml");
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->variants.size() == 3);
+  CHECK(spec->variants[1].attention.kvCacheFormat == KvCacheFormat::Fp8E4M3);
+  CHECK(spec->variants[2].name == "unified_attention_bf16_h8kv2_d64_bs16_causal_int4_per_token_head_lse_3d");
+  CHECK(attnjit::compiler::formatSpecParams(spec->variants[2].attention)
+            .find(" kv_cache_dtype=int4_per_token_head output_lse=true split_kv=true") != std::string::npos);
+  auto bad = attnjit::compiler::loadSpecText(base + "  kv_cache_dtype: int3\n", "q.yaml");
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.diagnostic().str() ==
+        "q.yaml:9:19: error: 'kv_cache_dtype' must be one of auto, fp8_e4m3 (or fp8), fp8_e5m2, int8_per_token_head, "
+        "fp8_per_token_head, int4_per_token_head, got 'int3'");
+}
+
+// ---- The same on the GPU. ----
+
+namespace {
+AttentionRunResult checkOnGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape) {
+  INFO(config.kernelName() << " on " << shape.str());
+  auto result = attnjit::compiler::runUnifiedAttentionGpu(config, shape, attnjit::compiler::GpuRunOptions{});
+  INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
+  REQUIRE(result.isOk());
+  CHECK(result->check.passed);
+  return result->check;
+}
+}  // namespace
+
+TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") {
+  if (!attnjit::tests::gpuPresent()) return;
+  AttentionShape shape;
+  shape.queryLens = {1, 37, 1, 130, 5};
+  shape.contextLens = {777, 0, 300, 61, 1};
+  shape.seed = 13;
+  for (KvCacheFormat format : kQuantizedFormats)
+    for (ScalarKind dtype : {ScalarKind::BF16, ScalarKind::F16})
+      for (bool causal : {true, false}) {
+        UnifiedAttentionConfig c = smallConfig(dtype, format, causal);
+        c.numQueryHeads = 32;
+        c.numKvHeads = 8;
+        c.headSize = 128;
+        checkOnGpu(c, shape);
+        c.tileSize = 64;
+        c.sinks = true;
+        c.slidingWindow = 100;
+        checkOnGpu(c, shape);
+      }
+  for (int segmentTiles : {1, 3, 16}) {
+    AttentionShape split = shape;
+    split.segmentTiles = segmentTiles;
+    for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+      c.splitKv = true;
+      c.outputLse = true;
+      c.sinks = segmentTiles == 3;
+      checkOnGpu(c, split);
+    }
+  }
+  UnifiedAttentionConfig lse = smallConfig(ScalarKind::F16, KvCacheFormat::Auto);
+  lse.outputLse = true;
+  checkOnGpu(lse, shape);
+
+  // Batch invariance, bit for bit on the GPU.
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
+  c.tileSize = 64;
+  AttentionShape alone;
+  alone.queryLens = {3};
+  alone.contextLens = {2000};
+  alone.seed = 14;
+  AttentionShape crowded = alone;
+  crowded.queryLens = {3, 1, 1, 500, 1};
+  crowded.contextLens = {2000, 5, 4000, 0, 77};
+  const auto a = checkOnGpu(c, alone), b = checkOnGpu(c, crowded);
+  CHECK(leadingRows(a, 3, c.dtype) == leadingRows(b, 3, c.dtype));
+}
+
+// ---- Codegen: every new variant assembles for sm_80 and sm_90a. ----
+
+#include "compiler/CompileDriver.h"
+
+TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segments for sm_80 and sm_90a",
+          "[codegen][ptxas][quant]") {
+  if (!attnjit::tests::havePtxas()) {
+    WARN("skipped: ptxas is not on the PATH; codegen is checked without assembling");
+    return;
+  }
+  std::vector<UnifiedAttentionConfig> configs;
+  for (KvCacheFormat format : kQuantizedFormats) {
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+    c.numQueryHeads = 32;
+    c.numKvHeads = 8;
+    c.headSize = 128;
+    c.tileSize = 64;
+    configs.push_back(c);
+  }
+  UnifiedAttentionConfig split = smallConfig(ScalarKind::F16, KvCacheFormat::Int4PerTokenHead);
+  split.splitKv = true;
+  split.outputLse = true;
+  split.sinks = true;
+  configs.push_back(split);
+  UnifiedAttentionConfig lse = smallConfig(ScalarKind::F32, KvCacheFormat::Fp8E5M2);
+  lse.outputLse = true;
+  configs.push_back(lse);
+  int assembled = 0;
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    attnjit::compiler::CompileOptions options;
+    options.target = arch;
+    for (const auto& config : configs) {
+      INFO(config.kernelName() << " for " << arch);
+      auto kernel = attnjit::compiler::buildUnifiedAttention(config);
+      REQUIRE(kernel.isOk());
+      auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+      REQUIRE(compiled.isOk());
+      std::string log;
+      const bool ok = attnjit::tests::assemblesWithPtxas(compiled->ptx, arch, &log);
+      INFO(log);
+      CHECK(ok);
+      assembled += ok;
+    }
+    attnjit::compiler::ReduceSegmentsConfig reduce;
+    reduce.outputLse = true;
+    auto kernel = attnjit::compiler::buildReduceSegments(reduce);
+    REQUIRE(kernel.isOk());
+    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    std::string log;
+    CHECK(attnjit::tests::assemblesWithPtxas(compiled->ptx, arch, &log));
+  }
+  CHECK(assembled == static_cast<int>(configs.size() * 2));
+}
