@@ -1,24 +1,37 @@
 #include "compiler/PagedAttentionOp.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "compiler/AttentionGpu.h"
+#include "compiler/DeviceTarget.h"
 #include "compiler/Jit.h"
+#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
 
 namespace attnjit::ops {
 
+using compiler::KvCacheFormat;
+using compiler::ReduceSegmentsConfig;
 using compiler::UnifiedAttentionConfig;
 using ir::Status;
 
 namespace {
 
 Status argumentError(const std::string& message) { return Status::error({}, "paged attention: " + message); }
+
+std::string hexText(uint64_t value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
 
 // A kernel loaded in one context, with what a launch needs.
 struct ReadyKernel {
@@ -27,8 +40,8 @@ struct ReadyKernel {
   int sharedBytes = 0;
 };
 
-// Variant (kernel name) and context → ready kernel. The JIT behind it would
-// re-run the tile-IR passes (milliseconds) to make its key; this memo keeps the
+// Kernel name and context → ready kernel. The JIT behind it would re-run the
+// tile-IR passes (milliseconds) to make its key; this memo keeps the
 // steady-state cost of a call at one lookup.
 class ReadyKernels {
  public:
@@ -37,21 +50,23 @@ class ReadyKernels {
     return kernels;
   }
 
-  ir::Expected<ReadyKernel> get(const UnifiedAttentionConfig& config) {
+  ir::Expected<ReadyKernel> get(const std::string& name, const compiler::KernelFactory& build) {
     auto context = runtime::currentOrPrimaryContext();
     if (!context) return context.status();
-    std::string key = config.kernelName() + "@" + std::to_string(reinterpret_cast<uintptr_t>(*context));
+    std::string key = name + "@" + std::to_string(reinterpret_cast<uintptr_t>(*context));
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = ready_.find(key); it != ready_.end()) return it->second;
     if (target_.empty()) {
-      auto target = compiler::localTarget();
+      // Device 0's target, read without switching the caller's current context
+      // (the kernel must load into that context: the key above).
+      auto target = compiler::deviceTarget(0);
       if (!target) return target.status();
       target_ = *target;
     }
     compiler::CompileOptions options;
     options.target = target_;
     if (auto ptxIsa = runtime::driverMaxPtxIsa()) options.driverMaxPtx = ptxIsa->asNumber();
-    auto jit = compiler::jitKernel([&] { return compiler::buildUnifiedAttention(config); }, options);
+    auto jit = compiler::jitKernel(build, options);
     if (!jit) return jit.status();
     ReadyKernel ready{jit->loaded, jit->numThreads, jit->sharedMemoryBytes};
     ready_.emplace(key, ready);
@@ -66,9 +81,21 @@ class ReadyKernels {
 
 int searchSteps(int numSeqs) { return static_cast<int>(std::bit_width(static_cast<unsigned>(numSeqs))); }
 
-}  // namespace
+bool prefillLike(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
+  const int perKv = p.numKvHeads > 0 && p.numQueryHeads % p.numKvHeads == 0 ? p.numQueryHeads / p.numKvHeads : 1;
+  return !p.batchInvariant && static_cast<int64_t>(p.maxQueryLen) * perKv >= 128 && config.minimumBlockM() <= 128;
+}
 
-UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) {
+// Scratch rows: (token, head, segment), each HEAD_SIZE_PADDED outputs + max + sum.
+uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
+  const uint64_t rows = static_cast<uint64_t>(numTokens) * static_cast<uint64_t>(numQueryHeads) *
+                        static_cast<uint64_t>(numSegments);
+  const uint64_t outputBytes = rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(headSize)) * 4;
+  const uint64_t rowBytes = (rows * 4 + 15) / 16 * 16;
+  return outputBytes + 2 * rowBytes;
+}
+
+UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config;
   config.dtype = p.dtype;
   config.numQueryHeads = p.numQueryHeads;
@@ -76,12 +103,16 @@ UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p
   config.headSize = p.headSize;
   config.blockSize = p.blockSize;
   config.causal = p.causal;
-  const int perKv = p.numKvHeads > 0 && p.numQueryHeads % p.numKvHeads == 0 ? p.numQueryHeads / p.numKvHeads : 1;
+  config.kvCacheFormat = p.kvCacheFormat;
+  config.slidingWindow = p.slidingWindow;
+  config.softcap = p.softcap;
+  config.alibi = p.alibiSlopes != 0;
+  config.sinks = p.sinks != 0;
+  config.outputLse = p.lse != 0;
   // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
   // 0.296 ms with 64-token tiles vs 0.359 ms with 32; prefill 8 x 2048 causal
   // 2.17 ms with 128 rows / 8 warps vs 4.21 ms with vLLM's 16 rows.
-  const bool prefillLike = static_cast<int64_t>(p.maxQueryLen) * perKv >= 128 && config.minimumBlockM() <= 128;
-  if (prefillLike) {
+  if (prefillLike(p, config)) {
     config.blockMRows = 128;
     config.numWarps = 8;
   } else if (p.dtype != ir::ScalarKind::F32) {
@@ -90,10 +121,60 @@ UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p
   return config;
 }
 
+// Device 0's SM count, queried once; 0 without a driver (then nothing splits).
+int deviceSmCount() {
+  static const int count = [] {
+    auto info = runtime::deviceInfo(0);
+    return info ? info->multiprocessorCount : 0;
+  }();
+  return count;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) {
+  const UnifiedAttentionConfig config = baseVariant(p);
+  if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
+  if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
+  const int sms = p.numSms > 0 ? p.numSms : deviceSmCount();
+  const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
+  int64_t segments = ceilDiv(2 * int64_t{sms}, programs);
+  segments = std::min<int64_t>({segments, ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys), kSplitKvMaxSegments});
+  // No more than the workspace holds for this batch.
+  while (segments >= 2 && workspaceFor(p.numTokens, p.numQueryHeads, p.headSize, segments) > p.workspaceBytes)
+    --segments;
+  if (segments < 2) return {};
+  const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
+  const int64_t segmentTiles = ceilDiv(tiles, segments);
+  return {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+}
+
+uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen) {
+  if (maxNumTokens <= 0 || numQueryHeads <= 0 || headSize <= 0 || maxSeqLen <= 0) return 0;
+  const int64_t segments = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
+  return segments < 2 ? 0 : workspaceFor(maxNumTokens, numQueryHeads, headSize, segments);
+}
+
+UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) {
+  UnifiedAttentionConfig config = baseVariant(p);
+  config.splitKv = pagedAttentionSplitPlan(p).numSegments > 1;
+  return config;
+}
+
 namespace {
 
+Status checkPointer(const char* name, uint64_t pointer, uint64_t alignment, bool required) {
+  if (pointer == 0) return required ? argumentError(std::string(name) + " is a null pointer") : Status::ok();
+  if (pointer % alignment != 0)
+    return argumentError(std::string(name) + " (" + hexText(pointer) + ") is not " + std::to_string(alignment) +
+                         "-byte aligned, as the kernel is compiled to assume");
+  return Status::ok();
+}
+
 // The checks of validatePagedAttention for the variant already selected.
-Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
+Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, const SplitKvPlan& plan) {
   if (Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
   if (p.numSeqs < 1) return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
   if (p.numTokens < p.numSeqs)
@@ -102,74 +183,158 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
   if (p.maxQueryLen < 1 || p.maxQueryLen > p.numTokens)
     return argumentError("max_query_len (" + std::to_string(p.maxQueryLen) + ") must be between 1 and num_tokens (" +
                          std::to_string(p.numTokens) + ")");
+  if (p.maxSeqLen < 0 || (p.maxSeqLen > 0 && p.maxSeqLen < p.maxQueryLen))
+    return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) +
+                         ") must be 0 (unknown) or at least max_query_len (" + std::to_string(p.maxQueryLen) + ")");
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
-  const std::pair<const char*, uint64_t> pointers[] = {{"out", p.out},
+  const std::pair<const char*, uint64_t> required[] = {{"out", p.out},
                                                        {"q", p.q},
                                                        {"kv_cache", p.kvCache},
                                                        {"block_tables", p.blockTables},
                                                        {"seq_lens", p.seqLens},
                                                        {"cu_seqlens_q", p.cuSeqlensQ}};
-  for (const auto& [name, pointer] : pointers) {
-    if (pointer == 0) return argumentError(std::string(name) + " is a null pointer");
-    if (pointer % 16 != 0)
-      return argumentError(std::string(name) + " (0x" + [&] {
-               char text[32];
-               std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(pointer));
-               return std::string(text);
-             }() + ") is not 16-byte aligned, as the kernel is compiled to assume");
-  }
-  // Row strides of q, out and the cache are compiled as multiples of 8 when the
-  // head size is (16-byte vectors); the block-table stride is free.
-  const int64_t rowMultiple = p.headSize % 8 == 0 ? 8 : 1;
+  for (const auto& [name, pointer] : required)
+    if (Status s = checkPointer(name, pointer, 16, true); !s) return s;
+  const bool perTensor = compiler::isPerTensorFp8(p.kvCacheFormat);
+  if (Status s = checkPointer("k_scale", p.kScale, 4, perTensor); !s) return s;
+  if (Status s = checkPointer("v_scale", p.vScale, 4, perTensor); !s) return s;
+  if (!perTensor && (p.kScale != 0 || p.vScale != 0))
+    return argumentError(std::string("k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is ") +
+                         compiler::kvCacheFormatName(p.kvCacheFormat));
+  for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
+                                      std::pair{"lse", p.lse}})
+    if (Status s = checkPointer(name, pointer, 4, false); !s) return s;
+  if (p.lse != 0 && p.lseStrideHead < p.numTokens)
+    return argumentError("lse_stride_head (" + std::to_string(p.lseStrideHead) + ") must be at least num_tokens (" +
+                         std::to_string(p.numTokens) + ")");
+  // Row strides of q and out are compiled as multiples of 8 when the head size
+  // is (16-byte vectors), the cache's as config.kvStrideDivisibility() says.
+  const int64_t rowMultiple = p.headSize % 8 == 0 ? 8 : 1, cacheMultiple = config.kvStrideDivisibility();
   const struct {
     const char* name;
     int64_t value;
     int64_t multiple;
   } strides[] = {{"q_stride_token", p.qStrideToken, rowMultiple},   {"q_stride_head", p.qStrideHead, rowMultiple},
                  {"o_stride_token", p.oStrideToken, rowMultiple},   {"o_stride_head", p.oStrideHead, rowMultiple},
-                 {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, rowMultiple},
-                 {"kv_stride_kv", p.kvStrideKv, rowMultiple},       {"kv_stride_token", p.kvStrideToken, rowMultiple},
-                 {"kv_stride_head", p.kvStrideHead, rowMultiple}};
+                 {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
+                 {"kv_stride_kv", p.kvStrideKv, cacheMultiple},     {"kv_stride_token", p.kvStrideToken, cacheMultiple},
+                 {"kv_stride_head", p.kvStrideHead, cacheMultiple}};
   for (const auto& s : strides) {
     if (s.value <= 0) return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be positive");
     if (s.value % s.multiple != 0)
       return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
-                           std::to_string(s.multiple) + " for head size " + std::to_string(p.headSize));
+                           std::to_string(s.multiple) + " for head size " + std::to_string(p.headSize) +
+                           " and kv_cache_dtype " + compiler::kvCacheFormatName(p.kvCacheFormat));
+  }
+  if (p.workspace != 0) {
+    if (Status s = checkPointer("workspace", p.workspace, 16, true); !s) return s;
+    // A workspace that cannot hold even two segments of this batch is a mistake
+    // (a wrong size, or one computed for a smaller batch), not a request for 2D.
+    const uint64_t twoSegments = workspaceFor(p.numTokens, p.numQueryHeads, p.headSize, 2);
+    if (p.workspaceBytes < twoSegments)
+      return argumentError("workspace too small: " + std::to_string(p.workspaceBytes) + " bytes; splitting " +
+                           std::to_string(p.numTokens) + " tokens at all needs " + std::to_string(twoSegments) +
+                           " (size it with pagedAttentionWorkspaceBytes for the largest batch, or pass none)");
   }
   return Status::ok();
 }
 
 }  // namespace
 
-Status validatePagedAttention(const PagedAttentionParams& p) { return validateFor(p, selectPagedAttentionVariant(p)); }
+Status validatePagedAttention(const PagedAttentionParams& p) {
+  return validateFor(p, selectPagedAttentionVariant(p), pagedAttentionSplitPlan(p));
+}
 
 Status pagedAttention(const PagedAttentionParams& p) {
-  const UnifiedAttentionConfig config = selectPagedAttentionVariant(p);
-  if (Status s = validateFor(p, config); !s) return s;
-  auto ready = ReadyKernels::instance().get(config);
+  const SplitKvPlan plan = pagedAttentionSplitPlan(p);
+  UnifiedAttentionConfig config = baseVariant(p);
+  config.splitKv = plan.numSegments > 1;
+  if (Status s = validateFor(p, config, plan); !s) return s;
+  auto ready = ReadyKernels::instance().get(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
+  // Split-KV scratch inside the workspace: outputs, then maxima, then sums.
+  const uint64_t rows = static_cast<uint64_t>(p.numTokens) * static_cast<uint64_t>(p.numQueryHeads) *
+                        static_cast<uint64_t>(plan.numSegments);
+  const uint64_t segmOutput = p.workspace;
+  const uint64_t segmMax = segmOutput + rows * static_cast<uint64_t>(config.headSizePadded()) * 4;
+  const uint64_t segmExpsum = segmMax + (rows * 4 + 15) / 16 * 16;
+
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  uint64_t pointers[] = {p.out, p.q, p.kvCache, p.blockTables, p.seqLens, p.cuSeqlensQ};
+  uint64_t pointers[12];
+  int numPointers = 0;
+  if (config.splitKv) {
+    pointers[numPointers++] = segmOutput;
+    pointers[numPointers++] = segmMax;
+    pointers[numPointers++] = segmExpsum;
+  } else {
+    pointers[numPointers++] = p.out;
+  }
+  for (uint64_t pointer : {p.q, p.kvCache, p.blockTables, p.seqLens, p.cuSeqlensQ}) pointers[numPointers++] = pointer;
+  if (compiler::isPerTensorFp8(p.kvCacheFormat)) {
+    pointers[numPointers++] = p.kScale;
+    pointers[numPointers++] = p.vScale;
+  }
+  if (config.alibi) pointers[numPointers++] = p.alibiSlopes;
+  if (config.sinks) pointers[numPointers++] = p.sinks;
+  if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
   float scale = p.scale;
   int32_t numSeqs = p.numSeqs, steps = searchSteps(p.numSeqs);
-  int64_t strides[] = {p.qStrideToken,  p.qStrideHead,   p.oStrideToken,  p.oStrideHead,  p.blockTableStride,
-                       p.kvStrideBlock, p.kvStrideKv,    p.kvStrideToken, p.kvStrideHead};
-  void* params[6 + 3 + 9];
-  for (int i = 0; i < 6; ++i) params[i] = &pointers[i];
-  params[6] = &scale;
-  params[7] = &numSeqs;
-  params[8] = &steps;
-  for (int i = 0; i < 9; ++i) params[9 + i] = &strides[i];
+  int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
+  int64_t strides[10];
+  int numStrides = 0;
+  for (int64_t stride : {p.qStrideToken, p.qStrideHead}) strides[numStrides++] = stride;
+  if (!config.splitKv) {
+    strides[numStrides++] = p.oStrideToken;
+    strides[numStrides++] = p.oStrideHead;
+  }
+  for (int64_t stride : {p.blockTableStride, p.kvStrideBlock, p.kvStrideKv, p.kvStrideToken, p.kvStrideHead})
+    strides[numStrides++] = stride;
+  if (config.outputLse && !config.splitKv) strides[numStrides++] = p.lseStrideHead;
+  void* params[32];
+  int numParams = 0;
+  for (int i = 0; i < numPointers; ++i) params[numParams++] = &pointers[i];
+  params[numParams++] = &scale;
+  params[numParams++] = &numSeqs;
+  params[numParams++] = &steps;
+  for (int i = 0; i < numStrides; ++i) params[numParams++] = &strides[i];
+  if (config.splitKv) {
+    params[numParams++] = &numSegments;
+    params[numParams++] = &segmentTiles;
+  }
 
   runtime::LaunchConfig launch;
   launch.grid = {static_cast<unsigned>(compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens)),
-                 static_cast<unsigned>(p.numKvHeads), 1};
+                 static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)};
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
   launch.stream = p.stream;
-  return ready->loaded->function.launch(launch, params);
+  if (Status s = ready->loaded->function.launch(launch, params); !s) return s;
+  if (!config.splitKv) return Status::ok();
+
+  // Stage 2: combine the segments (compiler/kernels/ReduceSegments.h).
+  ReduceSegmentsConfig reduce;
+  reduce.dtype = p.dtype;
+  reduce.numQueryHeads = p.numQueryHeads;
+  reduce.headSize = p.headSize;
+  reduce.outputLse = p.lse != 0;
+  auto reducer = ReadyKernels::instance().get(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
+  if (!reducer) return reducer.status();
+  uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
+  int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};
+  void* reduceParams[9];
+  int n = 0;
+  for (int i = 0; i < (reduce.outputLse ? 5 : 4); ++i) reduceParams[n++] = &reducePointers[i];
+  reduceParams[n++] = &numSegments;
+  for (int i = 0; i < (reduce.outputLse ? 3 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
+  runtime::LaunchConfig reduceLaunch;
+  reduceLaunch.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
+                       1};
+  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
+  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
+  reduceLaunch.stream = p.stream;
+  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
 }
 
 }  // namespace attnjit::ops

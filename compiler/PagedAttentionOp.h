@@ -17,7 +17,15 @@
 // Layouts are vLLM's (compiler/kernels/UnifiedAttention.h): q and out
 // [num_tokens, Hq, D], the KV cache (num_blocks, 2, block_size, Hkv, D), block
 // tables [num_seqs, max_blocks] i32, seq_lens [num_seqs] i32 (context + new
-// tokens), cu_seqlens_q [num_seqs + 1] i32. Strides are in elements.
+// tokens), cu_seqlens_q [num_seqs + 1] i32. Strides are in elements (the
+// cache's in cache elements: bytes for the per-token-head formats).
+//
+// Split-KV. When a decode-like batch has too few (sequence, KV head) programs to
+// fill the GPU, the call splits each sequence's keys into segments (3D launch,
+// then a reduce kernel) so that about two CTAs per SM have work. The partial
+// results need a float32 workspace: ask pagedAttentionWorkspaceBytes once for
+// the largest batch and pass it in; without one (or with batch_invariant) every
+// call is 2D.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +44,34 @@ struct PagedAttentionParams {
   int headSize = 0;
   int blockSize = 0;
   bool causal = true;
+  compiler::KvCacheFormat kvCacheFormat = compiler::KvCacheFormat::Auto;
+  // Score modifiers (UnifiedAttentionConfig): 0 = off. The softcap and the window
+  // are compiled into the kernel; ALiBi and sinks are on when their pointer is set.
+  int slidingWindow = 0;
+  double softcap = 0;
+  // Results must not depend on the rest of the batch: one fixed tiling (vLLM's
+  // 16 query rows, 64-key tiles) and no split-KV, whatever the batch looks like.
+  bool batchInvariant = false;
   // ---- the batch ----
   int numSeqs = 0;
   int64_t numTokens = 0;   // total query tokens (cu_seqlens_q[num_seqs])
   int maxQueryLen = 0;     // longest query of the batch (picks the tiling)
+  int maxSeqLen = 0;       // longest seq_len (context + query) of the batch; 0 = unknown (no split-KV)
+  int numSms = 0;          // SMs to fill when splitting; 0 = device 0's (queried once)
   float scale = 0;         // softmax scale, usually 1/sqrt(D)
   // ---- device pointers (16-byte aligned) ----
   uint64_t out = 0, q = 0, kvCache = 0, blockTables = 0, seqLens = 0, cuSeqlensQ = 0;
+  // f32 scalars in device memory: the per-tensor fp8 scales (required for fp8_e4m3
+  // and fp8_e5m2; read by the kernel, so a graph stays valid when they change).
+  uint64_t kScale = 0, vScale = 0;
+  // f32 [Hq] in device memory, or 0: ALiBi slopes; sink logits.
+  uint64_t alibiSlopes = 0, sinks = 0;
+  // f32 natural-log LSE per (head, token) at lse[head · lse_stride_head + token], or 0.
+  uint64_t lse = 0;
+  int64_t lseStrideHead = 0;
+  // Split-KV scratch (16-byte aligned) and its size; 0 = 2D launches only.
+  uint64_t workspace = 0;
+  uint64_t workspaceBytes = 0;
   // ---- strides, in elements ----
   int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0;
   int64_t blockTableStride = 0;
@@ -54,7 +83,33 @@ struct PagedAttentionParams {
 // with 64-token KV tiles when every query is short (decode, mixed decode +
 // short chunks), 128 query rows over 8 warps when some sequence brings at least
 // 128 / (Hq/Hkv) query tokens (prefill), where K/V tiles are shared by 32 tokens.
+// splitKv is set when the call will split (see pagedAttentionSegments).
 compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& params);
+
+// The split-KV plan of a call: num_segments segments of segment_tiles KV tiles
+// each (num_segments = 1: a 2D launch). A decode-like batch of S sequences has
+// S·Hkv programs in 2D; when that is less than two per SM, each sequence is cut
+// into ceil(2·SMs / (S·Hkv)) segments (so the grid fills the GPU), but never into
+// segments shorter than kSplitKvMinSegmentKeys keys, never more than
+// kSplitKvMaxSegments, and never more than the workspace holds for this batch.
+// Measured on the H200 (docs/perf-log.md): splitting a batch that already fills
+// the GPU costs 19% (B=64, ctx 4096: 0.351 vs 0.294 ms) and gains only 5% with
+// mixed lengths, so full batches stay 2D. (vLLM: 16 segments for every sequence,
+// when num_seqs <= 128 / Hkv.)
+struct SplitKvPlan {
+  int numSegments = 1;
+  int segmentTiles = 0;
+};
+inline constexpr int kSplitKvMinSegmentKeys = 512;
+inline constexpr int kSplitKvMaxSegments = 64;
+SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
+
+// Workspace bytes for batches of at most maxNumTokens query tokens with
+// sequences of at most maxSeqLen keys: room for 16 segments per token (or
+// fewer, when maxSeqLen has fewer 512-key segments). Call once, allocate, pass
+// workspace/workspaceBytes to every call; a smaller workspace only limits how
+// finely a batch is split.
+uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen);
 
 // Checks the arguments without touching the GPU: the variant is supported, the
 // batch is consistent, no pointer is null or misaligned, strides are positive

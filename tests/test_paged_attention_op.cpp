@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "tests/test_tools.h"
@@ -66,7 +67,8 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
   CHECK(validationMessage(p) == "paged attention: num_query_heads (12) is not a multiple of num_kv_heads (8)");
   p = validParams();
   p.kvStrideToken = 1028;
-  CHECK(validationMessage(p) == "paged attention: kv_stride_token (1028) must be a multiple of 8 for head size 128");
+  CHECK(validationMessage(p) ==
+        "paged attention: kv_stride_token (1028) must be a multiple of 8 for head size 128 and kv_cache_dtype auto");
   p = validParams();
   p.oStrideHead = 0;
   CHECK(validationMessage(p) == "paged attention: o_stride_head (0) must be positive");
@@ -92,6 +94,86 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
     REQUIRE_FALSE(s.isOk());
     CHECK(s.diagnostic().message.find("CUDA driver not available") != std::string::npos);
   }
+}
+
+TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace are validated", "[op]") {
+  auto p = validParams();
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  CHECK(validationMessage(p) == "paged attention: k_scale is a null pointer");
+  p.kScale = 0x70000;
+  p.vScale = 0x70004;
+  CHECK(validationMessage(p) == "ok");
+  p.kvStrideHead = 136;  // a multiple of 8, not of the 16 one-byte values fp8 rows promise
+  CHECK(validationMessage(p) ==
+        "paged attention: kv_stride_head (136) must be a multiple of 16 for head size 128 and kv_cache_dtype fp8_e4m3");
+  p = validParams();
+  p.kScale = 0x70000;
+  CHECK(validationMessage(p) ==
+        "paged attention: k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is auto");
+  p = validParams();
+  p.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  p.kvStrideHead = 132;  // D + 4 bytes
+  p.kvStrideToken = 8 * 132;
+  p.kvStrideKv = 16 * 8 * 132;
+  p.kvStrideBlock = 2 * p.kvStrideKv;
+  CHECK(validationMessage(p) == "ok");
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_t64");
+  p = validParams();
+  p.lse = 0x80000;
+  p.lseStrideHead = 3;
+  CHECK(validationMessage(p) == "paged attention: lse_stride_head (3) must be at least num_tokens (4)");
+  p.lseStrideHead = 4;
+  p.sinks = 0x90002;
+  CHECK(validationMessage(p) == "paged attention: sinks (0x90002) is not 4-byte aligned, as the kernel is compiled to assume");
+  p.sinks = 0x90000;
+  p.alibiSlopes = 0xA0000;
+  p.slidingWindow = 128;
+  CHECK(validationMessage(p) == "ok");
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_alibi_sinks_lse_t64");
+
+  // Split-KV: a decode batch too small to fill the GPU is split when a workspace is given.
+  p = validParams();  // 4 sequences x 8 KV heads: 32 programs in 2D
+  p.maxSeqLen = 4096;
+  p.numSms = 132;
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);  // no workspace: 2D
+  const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096);
+  CHECK(bytes == 64ull * 32 * 8 * 128 * 4 + 2 * (64ull * 32 * 8 * 4));  // 8 segments of 512 keys
+  p.workspace = 0xB0000;
+  p.workspaceBytes = bytes;
+  auto plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 8);   // 264 CTAs wanted / 32 programs = 9, but segments keep >= 512 keys
+  CHECK(plan.segmentTiles == 8);  // 8 tiles of 64 keys
+  CHECK(ops::selectPagedAttentionVariant(p).splitKv);
+  CHECK(validationMessage(p) == "ok");
+  p.maxSeqLen = 1 << 20;  // long contexts: 9 segments, no more (the grid is full)
+  plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 9);
+  CHECK(plan.segmentTiles == 1821);
+  p.numSeqs = p.numTokens = 64;  // 512 programs fill 132 SMs: 2D
+  CHECK_FALSE(ops::selectPagedAttentionVariant(p).splitKv);
+  p.numSeqs = p.numTokens = 4;
+  p.maxSeqLen = 700;  // two 512-key segments at most
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 2);
+  p.maxSeqLen = 512;  // one segment: 2D
+  CHECK_FALSE(ops::selectPagedAttentionVariant(p).splitKv);
+  p.maxSeqLen = 4096;
+  p.workspaceBytes = 4ull * 32 * 3 * (128 + 2) * 4 + 64;  // room for 3 segments of this batch
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 3);
+  p.workspaceBytes = 1000;
+  CHECK(validationMessage(p).find("paged attention: workspace too small: 1000 bytes; splitting 4 tokens at all needs ") ==
+        0);
+  p.workspaceBytes = bytes;
+  p.maxSeqLen = 4096;
+  p.batchInvariant = true;  // one fixed tiling, never split
+  CHECK_FALSE(ops::selectPagedAttentionVariant(p).splitKv);
+  p.numTokens = 40;
+  p.maxQueryLen = 32;
+  CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);
+  p.maxSeqLen = 10;
+  CHECK(validationMessage(p) == "paged attention: max_seq_len (10) must be 0 (unknown) or at least max_query_len (32)");
+  CHECK(ops::pagedAttentionWorkspaceBytes(64, 32, 128, 512) == 0);  // one segment: never split
 }
 
 TEST_CASE("paged attention op: decode-like and prefill-like batches get their tilings", "[op]") {
@@ -121,15 +203,26 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     ScalarKind dtype;
     bool causal;
     std::vector<int> queryLens, contextLens;
+    compiler::KvCacheFormat format = compiler::KvCacheFormat::Auto;
+    bool sinksAndLse = false;
+    bool withWorkspace = false;  // split-KV where the plan says so
   } cases[] = {
       {ScalarKind::BF16, true, {1, 1, 1, 1, 1}, {300, 17, 1000, 0, 64}},      // decode: tile 64
       {ScalarKind::F16, false, {1, 40, 3, 77}, {50, 0, 130, 9}},              // prefill-like: 128 rows
       {ScalarKind::BF16, true, {129, 1, 33}, {0, 700, 250}},                  // chunked prefill + decode
+      // Split-KV decode: 1024-key segments over contexts up to 5000.
+      {ScalarKind::BF16, true, {1, 1, 1, 1}, {5000, 17, 2100, 1024}, compiler::KvCacheFormat::Auto, false, true},
+      {ScalarKind::F16, true, {1, 1, 2}, {3000, 900, 4000}, compiler::KvCacheFormat::Int8PerTokenHead, true, true},
+      {ScalarKind::BF16, true, {1, 3, 1}, {2500, 60, 7}, compiler::KvCacheFormat::Fp8E4M3, true, false},
+      {ScalarKind::BF16, true, {1, 1}, {3333, 99}, compiler::KvCacheFormat::Int4PerTokenHead, false, true},
   };
   for (const auto& c : cases) {
     compiler::UnifiedAttentionConfig config;
     config.dtype = c.dtype;
     config.causal = c.causal;
+    config.kvCacheFormat = c.format;
+    config.sinks = c.sinksAndLse;
+    config.outputLse = c.sinksAndLse;
     compiler::AttentionShape shape;
     shape.queryLens = c.queryLens;
     shape.contextLens = c.contextLens;
@@ -144,8 +237,14 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       REQUIRE(d->copyFromHost(buffer.bytes.data(), buffer.bytes.size()).isOk());
       device.push_back(std::move(*d));
     }
+    auto bufferIndex = [&](const std::string& label) {
+      for (size_t i = 0; i < (*problem)->buffers().size(); ++i)
+        if ((*problem)->buffers()[i].label == label) return i;
+      FAIL("no buffer " << label);
+      return size_t{0};
+    };
     const auto& s = (*problem)->scalarArguments();
-    REQUIRE(s.size() == 12);  // scale, num_seqs, search steps, 9 strides
+    REQUIRE(s.size() == (c.sinksAndLse ? 13u : 12u));  // scale, num_seqs, search steps, 9 strides, [lse stride]
     auto integer = [&](size_t i) { return std::get<int64_t>(s[i]); };
     ops::PagedAttentionParams p;
     p.dtype = c.dtype;
@@ -173,6 +272,30 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     p.kvStrideKv = integer(9);
     p.kvStrideToken = integer(10);
     p.kvStrideHead = integer(11);
+    p.kvCacheFormat = c.format;
+    p.maxSeqLen = 0;
+    for (size_t i = 0; i < c.queryLens.size(); ++i) p.maxSeqLen = std::max(p.maxSeqLen, c.queryLens[i] + c.contextLens[i]);
+    if (compiler::isPerTensorFp8(c.format)) {
+      p.kScale = device[bufferIndex("k_scale")].address();
+      p.vScale = device[bufferIndex("v_scale")].address();
+    }
+    if (c.sinksAndLse) {
+      p.sinks = device[bufferIndex("sinks")].address();
+      p.lse = device[bufferIndex("lse")].address();
+      p.lseStrideHead = integer(12);
+    }
+    std::optional<runtime::DeviceBuffer> workspace;
+    if (c.withWorkspace) {
+      p.numSms = 132;  // the H200's, so the plan below does not depend on the test machine
+      const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, p.headSize, p.maxSeqLen);
+      REQUIRE(bytes > 0);
+      auto w = runtime::DeviceBuffer::allocate(bytes);
+      REQUIRE(w.isOk());
+      workspace = std::move(*w);
+      p.workspace = workspace->address();
+      p.workspaceBytes = bytes;
+      CHECK(ops::selectPagedAttentionVariant(p).splitKv);
+    }
     INFO(ops::selectPagedAttentionVariant(p).kernelName());
     Status launched = ops::pagedAttention(p);
     INFO((launched ? std::string() : launched.diagnostic().str()));
@@ -180,8 +303,13 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     REQUIRE(runtime::synchronizeContext().isOk());
     std::vector<uint8_t> output((*problem)->buffers()[0].bytes.size());
     REQUIRE(device[0].copyToHost(output.data(), output.size()).isOk());
+    std::vector<uint8_t> lse;
+    if (c.sinksAndLse) {
+      lse.resize((*problem)->buffers()[bufferIndex("lse")].bytes.size());
+      REQUIRE(device[bufferIndex("lse")].copyToHost(lse.data(), lse.size()).isOk());
+    }
     compiler::AttentionRunResult result;
-    (*problem)->check(output, result);
+    (*problem)->check(output, result, c.sinksAndLse ? &lse : nullptr);
     INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
     CHECK(result.passed);
   }
