@@ -34,6 +34,7 @@ Command compileCommand();
 Command runCommand();
 Command inspectCommand();
 Command benchCommand();
+Command aotCommand();
 
 // Prints `d` to stderr as "file:line:col: error: message".
 void reportError(const ir::Diagnostic& d);

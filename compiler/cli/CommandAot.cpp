@@ -1,0 +1,506 @@
+// attnjit aot: every variant of the given specs compiled for every requested architecture,
+// in parallel, into a bundle directory that the runtime library loads without LLVM
+// (runtime/Bundle.h): PTX per kernel and arch, a cubin where ptxas is on the PATH,
+// manifest.json (runtime/BundleManifest.h) and a C header of typed launchers.
+//
+// The kernels go through the JIT's own path (buildVariantKernel, the pass pipeline,
+// codegen) and each image records the JIT's cache key for the same code, so a bundle can
+// pre-seed the JIT disk cache.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "codegen/Codegen.h"
+#include "codegen/Target.h"
+#include "compiler/CompileDriver.h"
+#include "compiler/Jit.h"
+#include "compiler/KernelFamily.h"
+#include "compiler/cli/AotLaunchHeader.h"
+#include "compiler/cli/Command.h"
+#include "compiler/cli/CudaTools.h"
+#include "ir/Verifier.h"
+#include "runtime/BundleManifest.h"
+#include "runtime/Driver.h"
+#include "runtime/Sha256.h"
+
+#ifndef ATTNJIT_VERSION
+#define ATTNJIT_VERSION "unknown"
+#endif
+
+namespace attnjit::compiler::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kCommand = "aot";
+constexpr const char* kHeaderFileName = "attnjit_bundle_kernels.h";
+constexpr const char* kDefaultBundleInclude = "runtime/attnjit_bundle.h";
+
+struct KernelSource {
+  const Variant* variant;
+  std::string specPath;
+};
+
+// One (kernel, arch) compile and what it produced.
+struct Job {
+  std::size_t kernel = 0;
+  std::size_t arch = 0;
+  std::optional<ir::Diagnostic> error;
+  bool internal = false;  // a compiler bug rather than bad input
+  CompiledKernel compiled;
+  std::string cacheKey;
+  std::string cubin;  // empty without ptxas
+  std::optional<runtime::BundlePtxasReport> ptxas;
+  // The kernel's signature, taken from the arch-0 job's IR.
+  std::vector<runtime::BundleParameter> parameters;
+  std::vector<std::pair<std::string, double>> constexprs;
+  std::string grid;
+};
+
+ir::Diagnostic at(const std::string& where, std::string message) {
+  return ir::Diagnostic{ir::Location{where, 0, 0}, std::move(message)};
+}
+
+// --arch=sm_80,sm_90a → the target table's entries, in order, without repeats.
+ir::Expected<std::vector<codegen::TargetInfo>> parseArchList(const std::string& list) {
+  const std::string where = "attnjit aot";
+  if (list.empty()) return at(where, "--arch is required: the architectures to build for, e.g. --arch sm_80,sm_90a");
+  std::vector<codegen::TargetInfo> targets;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string name = list.substr(start, end - start);
+    if (name.empty()) return at(where, "--arch=" + list + ": empty architecture name");
+    auto target = codegen::lookupTarget(name);
+    if (!target) return at(where, "--arch=" + list + ": " + target.diagnostic().message);
+    for (const auto& seen : targets) {
+      if (seen.name == name) return at(where, "--arch=" + list + ": " + name + " is listed twice");
+    }
+    targets.push_back(*target);
+    start = end + 1;
+  }
+  return targets;
+}
+
+// The signature of a built kernel in manifest terms; an error (a compiler bug) for a
+// parameter the manifest cannot describe.
+ir::Status describeKernel(const ir::Kernel& kernel, Job& job) {
+  for (std::size_t i = 0; i < kernel.numParameters(); ++i) {
+    const ir::Type& type = kernel.parameter(i)->type();
+    const ir::Attributes& attrs = kernel.parameterAttrs(i);
+    runtime::BundleParameter parameter;
+    parameter.name = kernel.parameter(i)->name();
+    parameter.dtype = ir::scalarName(type.scalarKind());
+    if (type.isPointer() && type.addressSpace() == ir::AddressSpace::Global) {
+      parameter.kind = runtime::BundleParameterKind::Pointer;
+      if (const ir::AttrValue* align = attrs.find("align")) parameter.align = std::get<int64_t>(*align);
+    } else if (type.isScalar() && ir::isInteger(type.scalarKind())) {
+      parameter.kind = runtime::BundleParameterKind::Integer;
+      if (const ir::AttrValue* divisibility = attrs.find("divisibility")) {
+        parameter.divisibility = std::get<int64_t>(*divisibility);
+      }
+    } else if (type.isScalar() && (parameter.dtype == "f32" || parameter.dtype == "f64")) {
+      parameter.kind = runtime::BundleParameterKind::Float;
+    } else {
+      return ir::Status::error(kernel.location(), "internal: kernel '" + kernel.name() + "' parameter " +
+                                                      std::to_string(i) + " has type " + type.str() +
+                                                      ", which a bundle cannot pass");
+    }
+    if (!runtime::isCIdentifier(parameter.name)) {
+      return ir::Status::error(kernel.location(), "internal: kernel '" + kernel.name() + "' parameter " +
+                                                      std::to_string(i) + " is named '" + parameter.name +
+                                                      "', not a C identifier");
+    }
+    job.parameters.push_back(std::move(parameter));
+  }
+  for (const ir::Constexpr& constant : kernel.constexprs()) {
+    double value = std::holds_alternative<int64_t>(constant.value) ? static_cast<double>(std::get<int64_t>(constant.value))
+                                                                    : std::get<double>(constant.value);
+    job.constexprs.emplace_back(constant.name, value);
+  }
+  for (const std::string& line : kernel.docLines()) job.grid += (job.grid.empty() ? "" : " ") + line;
+  return ir::Status::ok();
+}
+
+void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& target, int maxPtx,
+            const std::string& ptxas) {
+  const Variant& variant = *source.variant;
+  auto kernel = buildVariantKernel(variant);
+  if (!kernel) {
+    job.error = ir::Diagnostic{variant.location, "cannot build variant '" + variant.name + "': " + kernel.diagnostic().message};
+    return;
+  }
+  if (ir::Status verified = ir::verifyKernel(**kernel); !verified) {
+    job.internal = true;
+    job.error = verified.diagnostic();
+    job.error->message = "internal: the kernel builder produced invalid IR for '" + variant.name + "': " + job.error->message;
+    return;
+  }
+  if (job.arch == 0) {
+    if (ir::Status described = describeKernel(**kernel, job); !described) {
+      job.internal = true;
+      job.error = described.diagnostic();
+      return;
+    }
+  }
+  CompileOptions options;
+  options.target = target.name;
+  options.driverMaxPtx = maxPtx;
+  auto compiled = compileKernel(**kernel, options);
+  if (!compiled) {
+    ir::Diagnostic d = compiled.diagnostic();
+    job.internal = d.message.rfind("internal", 0) == 0;
+    if (d.loc.file.empty()) d.loc = variant.location;
+    d.message = "cannot compile kernel '" + variant.name + "' for " + target.name + ": " + d.message;
+    job.error = std::move(d);
+    return;
+  }
+  job.compiled = std::move(*compiled);
+  // Only the PTX and the launch facts are kept; the other stages are large.
+  job.compiled.tir.clear();
+  job.compiled.llvmIr.clear();
+  job.compiled.llvmIrOptimized.clear();
+  job.cacheKey = jitCacheKey(job.compiled, options);
+  // As compiler/Jit.cpp: hand-edited PTX is not visible in the IR, so it joins the key.
+  if (std::find(job.compiled.overridden.begin(), job.compiled.overridden.end(), "ptx") != job.compiled.overridden.end()) {
+    job.cacheKey += "\noverride ptx\n" + job.compiled.ptx;
+  }
+  if (ptxas.empty()) return;
+  auto assembled = assemblePtx(ptxas, job.compiled.ptx, target.name, true);
+  if (!assembled) {
+    job.internal = true;
+    job.error = assembled.diagnostic();
+    job.error->message = "internal: ptxas rejected the PTX generated for '" + variant.name + "' (" + target.name +
+                         "): " + job.error->message;
+    return;
+  }
+  job.cubin = std::move(assembled->cubin);
+  PtxasResources resources = parsePtxasResources(assembled->ptxasLog);
+  if (resources.found) {
+    job.ptxas = runtime::BundlePtxasReport{resources.registers, resources.spillStoreBytes, resources.spillLoadBytes,
+                                           resources.stackFrameBytes};
+  }
+}
+
+// Prints "[done/total] kernel arch" over itself on a terminal, one line per job otherwise.
+class Progress {
+ public:
+  explicit Progress(std::size_t total) : total_(total), terminal_(isatty(STDERR_FILENO) != 0) {}
+
+  void finished(const std::string& kernel, const std::string& arch) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++done_;
+    std::string line = "attnjit aot: [" + std::to_string(done_) + "/" + std::to_string(total_) + "] " + kernel + " " + arch;
+    if (terminal_) {
+      const std::size_t width = std::max(line.size(), lastWidth_);
+      line.resize(width, ' ');
+      lastWidth_ = width;
+      std::fprintf(stderr, "\r%s", line.c_str());
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+  void end() {
+    if (terminal_ && done_ > 0) std::fputc('\n', stderr);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::size_t total_;
+  std::size_t done_ = 0;
+  std::size_t lastWidth_ = 0;
+  bool terminal_;
+};
+
+// Writes `bytes` to `path` through a temporary file in the same directory, fsynced and renamed
+// over it: a reader (or a crash) sees the old file or the new one, never half of one.
+ir::Status writeFileAtomically(const fs::path& path, std::string_view bytes) {
+  const fs::path temporary = path.string() + ".tmp." + std::to_string(getpid());
+  auto failure = [&](const std::string& what) {
+    std::string reason = std::strerror(errno);
+    ::unlink(temporary.c_str());
+    return ir::Status::error(ir::Location{path.string(), 0, 0}, "cannot write the bundle: " + what + ": " + reason);
+  };
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return failure("cannot create " + temporary.string());
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return failure("write failed");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    return failure("fsync failed");
+  }
+  if (::close(fd) != 0) return failure("close failed");
+  if (::rename(temporary.c_str(), path.c_str()) != 0) return failure("rename failed");
+  return ir::Status::ok();
+}
+
+std::string sha256Hex(std::string_view bytes) { return runtime::Sha256::hexDigest(bytes); }
+
+ir::Status createDirectory(const fs::path& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return ir::Status::error(ir::Location{dir.string(), 0, 0}, "cannot create the directory: " + error.message());
+  return ir::Status::ok();
+}
+
+// Makes `dir` (and parents) and checks it takes files, before any compile time is spent.
+ir::Status prepareOutputDirectory(const fs::path& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return ir::Status::error(ir::Location{dir.string(), 0, 0}, "cannot create the output directory: " + error.message());
+  if (!fs::is_directory(dir, error)) return ir::Status::error(ir::Location{dir.string(), 0, 0}, "the output path is not a directory");
+  const fs::path probe = dir / (".attnjit-aot-probe." + std::to_string(getpid()));
+  if (ir::Status written = writeFileAtomically(probe, "probe"); !written) {
+    return ir::Status::error(ir::Location{dir.string(), 0, 0}, "the output directory is not writable (" +
+                                                                   written.diagnostic().message + ")");
+  }
+  fs::remove(probe, error);
+  return ir::Status::ok();
+}
+
+// The variants of every spec (narrowed by --variant), with unique names across specs.
+ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& args, std::vector<Spec>& specs) {
+  for (const std::string& path : args.positionals) {
+    auto spec = loadSpecForCommand(path, kCommand);
+    if (!spec) return spec.status();
+    specs.push_back(std::move(*spec));
+  }
+  std::vector<KernelSource> kernels;
+  std::map<std::string, const Variant*> byName;
+  for (std::size_t s = 0; s < specs.size(); ++s) {
+    auto selected = selectVariants(specs[s], args, kCommand);
+    if (!selected) return selected.status();
+    for (const Variant* variant : *selected) {
+      auto [it, inserted] = byName.emplace(variant->name, variant);
+      if (!inserted) {
+        return ir::Diagnostic{variant->location, "kernel '" + variant->name + "' is already defined at " +
+                                                     it->second->location.str() +
+                                                     "; kernel names must be unique within a bundle"};
+      }
+      kernels.push_back({variant, args.positionals[s]});
+    }
+  }
+  if (kernels.empty()) return at("attnjit aot", "the specs define no kernels");
+  return kernels;
+}
+
+// Runs every job on `threadCount` threads; after the first failure no new job starts.
+void compileAll(std::vector<Job>& jobs, const std::vector<KernelSource>& kernels,
+                const std::vector<codegen::TargetInfo>& targets, int maxPtx, const std::string& ptxas,
+                unsigned threadCount) {
+  Progress progress(jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    while (!failed.load()) {
+      const std::size_t index = next.fetch_add(1);
+      if (index >= jobs.size()) return;
+      Job& job = jobs[index];
+      const codegen::TargetInfo& target = targets[job.arch];
+      runJob(job, kernels[job.kernel], target, maxPtx, ptxas);
+      if (job.error) {
+        failed = true;
+        return;
+      }
+      progress.finished(kernels[job.kernel].variant->name, target.name);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < threadCount; ++t) threads.emplace_back(worker);
+  for (std::thread& thread : threads) thread.join();
+  progress.end();
+}
+
+// Writes the images, the header and (last) the manifest; returns the number of cubins.
+// `jobs` holds kernel k's image for targets[a] at k * targets.size() + a.
+ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<KernelSource>& kernels,
+                                      const std::vector<codegen::TargetInfo>& targets, const std::vector<Job>& jobs,
+                                      const std::string& bundleHeaderInclude) {
+  // A stale manifest would describe images about to be replaced: it goes first, the new one
+  // comes last, so an interrupted run leaves a directory without a manifest, never a wrong one.
+  std::error_code removeError;
+  fs::remove(outDir / runtime::BundleManifest::kFileName, removeError);
+  runtime::BundleManifest manifest;
+  manifest.attnjitVersion = ATTNJIT_VERSION;
+  manifest.llvmVersion = codegen::llvmVersion();
+  std::size_t cubins = 0;
+  for (const codegen::TargetInfo& target : targets) {
+    if (ir::Status made = createDirectory(outDir / target.name); !made) return made;
+  }
+  for (std::size_t k = 0; k < kernels.size(); ++k) {
+    const Variant& variant = *kernels[k].variant;
+    const Job& first = jobs[k * targets.size()];
+    runtime::BundleKernel kernel;
+    kernel.name = variant.name;
+    kernel.family = variant.family;
+    kernel.spec = kernels[k].specPath;
+    kernel.params = formatVariantParams(variant);
+    kernel.grid = first.grid;
+    kernel.constexprs = first.constexprs;
+    kernel.parameters = first.parameters;
+    for (std::size_t a = 0; a < targets.size(); ++a) {
+      const Job& job = jobs[k * targets.size() + a];
+      const std::string& arch = targets[a].name;
+      runtime::BundleImage image;
+      image.arch = arch;
+      image.smVersion = targets[a].computeCapability;
+      image.archSpecific = targets[a].archSpecific;
+      image.ptxVersion = job.compiled.ptxVersion;
+      image.threadsPerBlock = job.compiled.numThreads;
+      image.dynamicSharedBytes = job.compiled.sharedMemoryBytes;
+      image.ptx = {arch + "/" + variant.name + ".ptx", sha256Hex(job.compiled.ptx)};
+      if (ir::Status written = writeFileAtomically(outDir / image.ptx.path, job.compiled.ptx); !written) return written;
+      if (!job.cubin.empty()) {
+        image.cubin = runtime::BundleFile{arch + "/" + variant.name + ".cubin", sha256Hex(job.cubin)};
+        if (ir::Status written = writeFileAtomically(outDir / image.cubin->path, job.cubin); !written) return written;
+        ++cubins;
+      }
+      image.ptxas = job.ptxas;
+      image.jitCacheKey = job.cacheKey;
+      kernel.images.push_back(std::move(image));
+    }
+    manifest.kernels.push_back(std::move(kernel));
+  }
+  const std::string header = generateLaunchHeader(manifest, bundleHeaderInclude);
+  if (ir::Status written = writeFileAtomically(outDir / kHeaderFileName, header); !written) return written;
+  if (ir::Status written = writeFileAtomically(outDir / runtime::BundleManifest::kFileName,
+                                               runtime::writeBundleManifest(manifest));
+      !written) {
+    return written;
+  }
+  return cubins;
+}
+
+ir::Expected<unsigned> parseJobCount(const ParsedArguments& args) {
+  if (!args.has("--jobs")) return std::max(1u, std::thread::hardware_concurrency());
+  const std::string text = args.value("--jobs");
+  char* end = nullptr;
+  long parsed = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || parsed < 1 || parsed > 1024) {
+    return at("attnjit aot", "--jobs=" + text + ": expected a number of threads from 1 to 1024");
+  }
+  return static_cast<unsigned>(parsed);
+}
+
+int runAot(const ParsedArguments& args) {
+  if (args.positionals.empty()) {
+    reportUsageError(kCommand, "missing the spec files (see 'attnjit aot --help')");
+    return kExitUserError;
+  }
+  if (!args.has("-o")) {
+    reportUsageError(kCommand, "missing -o DIR: the bundle directory to write");
+    return kExitUserError;
+  }
+  auto targets = parseArchList(args.value("--arch"));
+  if (!targets) {
+    reportError(targets.diagnostic());
+    return kExitUserError;
+  }
+  auto jobCount = parseJobCount(args);
+  if (!jobCount) {
+    reportError(jobCount.diagnostic());
+    return kExitUserError;
+  }
+  std::vector<Spec> specs;
+  specs.reserve(args.positionals.size());
+  auto kernels = collectKernels(args, specs);
+  if (!kernels) {
+    reportError(kernels.diagnostic());
+    return kExitUserError;
+  }
+  const fs::path outDir = args.value("-o");
+  if (ir::Status prepared = prepareOutputDirectory(outDir); !prepared) {
+    reportError(prepared.diagnostic());
+    return kExitUserError;
+  }
+  const std::string ptxas = findOnPath("ptxas");
+  // The PTX must be one the local toolchain accepts: the ptxas at hand (and so the driver of
+  // that CUDA release), else the local driver; with neither, LLVM's newest.
+  int maxPtx = ptxas.empty() ? 0 : ptxasMaxPtxVersion(ptxas);
+  if (ptxas.empty()) {
+    if (auto driverPtx = runtime::driverMaxPtxIsa()) maxPtx = driverPtx->asNumber();
+  }
+
+  std::vector<Job> jobs;
+  for (std::size_t k = 0; k < kernels->size(); ++k) {
+    for (std::size_t a = 0; a < targets->size(); ++a) {
+      Job job;
+      job.kernel = k;
+      job.arch = a;
+      jobs.push_back(std::move(job));
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const unsigned threadCount = static_cast<unsigned>(std::min<std::size_t>(*jobCount, jobs.size()));
+  compileAll(jobs, *kernels, *targets, maxPtx, ptxas, threadCount);
+  for (const Job& job : jobs) {
+    if (!job.error) continue;
+    if (job.internal) std::fprintf(stderr, "attnjit: internal error (a compiler bug):\n");
+    reportError(*job.error);
+    return job.internal ? kExitInternalError : kExitUserError;
+  }
+  auto cubins = writeBundle(outDir, *kernels, *targets, jobs, args.value("--include", kDefaultBundleInclude));
+  if (!cubins) {
+    reportError(cubins.diagnostic());
+    return kExitUserError;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("attnjit aot: %zu kernels x %zu architectures in %.1f s (%u threads) -> %s: %zu PTX, %zu cubins%s\n",
+              kernels->size(), targets->size(), seconds, threadCount, outDir.string().c_str(), jobs.size(), *cubins,
+              ptxas.empty() ? " (no ptxas on the PATH: the driver compiles the PTX at load time)" : "");
+  return kExitSuccess;
+}
+
+}  // namespace
+
+Command aotCommand() {
+  return Command{
+      "aot",
+      "Compile specs ahead of time into a bundle the runtime loads without LLVM.",
+      "attnjit aot <spec.yaml>... --arch sm_80,sm_90a -o DIR [--jobs N] [--variant NAME]",
+      "Compiles every variant of every spec for every architecture of --arch (in parallel,\n"
+      "with a progress line on stderr) and writes into DIR:\n"
+      "  <arch>/<kernel>.ptx             the PTX of each kernel and architecture\n"
+      "  <arch>/<kernel>.cubin           the cubin, where ptxas is on the PATH\n"
+      "  manifest.json                   kernels, parameters and their promises, launch\n"
+      "                                  configuration, images with sha256 and JIT cache keys,\n"
+      "                                  ptxas registers and spills\n"
+      "  attnjit_bundle_kernels.h        typed C launch functions, one per kernel\n"
+      "Kernel names must be unique across the specs. Files are written atomically and the\n"
+      "manifest last. Load the bundle with runtime/attnjit_bundle.h (C) or runtime/Bundle.h.\n",
+      {
+          {"--arch", "sm_XX,...", false, "architectures to build for (required)"},
+          {"-o", "DIR", false, "the bundle directory (created if needed; required)"},
+          {"--jobs", "N", false, "compile threads (default: the number of cores)"},
+          {"--variant", "NAME", false, "only this variant of each spec"},
+          {"--include", "PATH", false, "how the header includes attnjit_bundle.h (default runtime/attnjit_bundle.h)"},
+          {"--help", "", false, "show this help"},
+      },
+      runAot,
+  };
+}
+
+}  // namespace attnjit::compiler::cli
