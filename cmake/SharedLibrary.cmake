@@ -7,6 +7,8 @@
 # every part of LLVM that no exported function reaches, and --as-needed drops
 # shared libraries that LLVM's CMake package names but nothing uses (libz3).
 set(ATTNJIT_COMPONENT_LIBRARIES attnjit_ir attnjit_compiler attnjit_codegen attnjit_runtime attnjit_reference)
+# The embedding API (capi/: include/attnjit/runtime.hpp and the C API attnjit.h).
+list(APPEND ATTNJIT_COMPONENT_LIBRARIES attnjit_capi)
 
 # A shared library needs at least one source of its own; this one answers which
 # attnjit a process loaded, the first function of the C API.
@@ -39,3 +41,20 @@ target_link_options(attnjit_shared PRIVATE
   -Wl,--no-undefined)
 # The headers are those of the component libraries, all below the repository root.
 target_include_directories(attnjit_shared INTERFACE ${PROJECT_SOURCE_DIR})
+# The public headers' root (attnjit/runtime.hpp, attnjit/attnjit.h).
+target_include_directories(attnjit_shared INTERFACE ${PROJECT_SOURCE_DIR}/include)
+
+# libattnjit_runtime.so: the runtime and the IR it reports diagnostics with, no
+# LLVM and no compiler, for processes that launch ahead-of-time bundles only
+# (find_package(attnjit): attnjit::runtime). Same export rules as libattnjit.so.
+find_package(Threads REQUIRED)
+add_library(attnjit_runtime_shared SHARED $<TARGET_OBJECTS:attnjit_runtime> $<TARGET_OBJECTS:attnjit_ir>)
+set_target_properties(attnjit_runtime_shared PROPERTIES
+  OUTPUT_NAME attnjit_runtime
+  LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/attnjit.map)
+target_link_libraries(attnjit_runtime_shared PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+target_link_options(attnjit_runtime_shared PRIVATE
+  -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/attnjit.map
+  -Wl,--gc-sections
+  -Wl,--no-undefined)
+target_include_directories(attnjit_runtime_shared INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)

@@ -1,0 +1,528 @@
+// The C API (include/attnjit/attnjit.h) over the C++ facade
+// (include/attnjit/runtime.hpp). Every entry point catches everything: no C++
+// exception crosses into C. Errors go to a thread-local message.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "attnjit/attnjit.h"
+#include "attnjit/runtime.hpp"
+
+struct attnjit_runtime {
+  attnjit::Runtime runtime;
+};
+
+struct attnjit_kernel {
+  attnjit::Kernel kernel;
+  std::vector<std::string> parameterTypes;  // kept for attnjit_param_info.type
+  std::mutex ptxMutex;
+  std::string ptx;  // kept for attnjit_kernel_ptx
+};
+
+namespace {
+
+using attnjit::Status;
+
+thread_local std::string lastErrorMessage;
+
+attnjit_status fail(attnjit_status code, std::string message) {
+  lastErrorMessage = std::move(message);
+  return code;
+}
+
+// "file:line:col: error: message" where the error has a place (a spec line, the
+// driver), else the bare message: "<builder>" would mean nothing to a C caller.
+attnjit_status fail(attnjit_status code, const Status& status) {
+  const attnjit::Diagnostic& d = status.diagnostic();
+  return fail(code, d.loc.file.empty() ? d.message : d.str());
+}
+
+attnjit_status succeed() {
+  lastErrorMessage.clear();
+  return ATTNJIT_OK;
+}
+
+// A step that needs the GPU failed: for want of a driver, or in the driver.
+attnjit_status gpuFailure(const Status& status) {
+  return fail(attnjit::runtime::driverAvailable() ? ATTNJIT_ERROR_CUDA : ATTNJIT_ERROR_NO_DRIVER, status);
+}
+
+template <typename Body>
+attnjit_status guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(ATTNJIT_ERROR_INTERNAL, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(ATTNJIT_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(ATTNJIT_ERROR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+attnjit_status nullArgument(const char* function, const char* argument) {
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + argument + " is NULL");
+}
+
+// Reads a caller's input struct: its first struct_size bytes over `*out`, which
+// holds the defaults (fields appended after the caller's header was written).
+template <typename T>
+attnjit_status readVersioned(const char* function, const char* argument, const T* in, T* out) {
+  if (in == nullptr) return nullArgument(function, argument);
+  const size_t size = in->struct_size;
+  if (size < sizeof(size_t))
+    return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + argument +
+                                                    "->struct_size is " + std::to_string(size) +
+                                                    "; initialize the struct with its _init function");
+  if (size > sizeof(T))
+    return fail(ATTNJIT_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " + argument + "->struct_size is " + std::to_string(size) +
+                    ", larger than this library's " + std::to_string(sizeof(T)) +
+                    ": the program was built against a newer attnjit.h than the library it loaded");
+  std::memcpy(static_cast<void*>(out), in, size);
+  out->struct_size = sizeof(T);
+  return ATTNJIT_OK;
+}
+
+// Writes `value` into a caller's output struct, as much of it as its struct_size holds.
+template <typename T>
+attnjit_status writeVersioned(const char* function, const char* argument, const T& value, T* out) {
+  if (out == nullptr) return nullArgument(function, argument);
+  const size_t size = out->struct_size;
+  if (size < sizeof(size_t))
+    return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + argument +
+                                                    "->struct_size is " + std::to_string(size) +
+                                                    "; set it to sizeof the struct");
+  T copy = value;
+  copy.struct_size = size < sizeof(T) ? size : sizeof(T);
+  std::memcpy(static_cast<void*>(out), &copy, copy.struct_size);
+  return ATTNJIT_OK;
+}
+
+attnjit_status toScalarKind(const char* function, attnjit_dtype dtype, attnjit::ir::ScalarKind* out) {
+  switch (dtype) {
+    case ATTNJIT_DTYPE_F32: *out = attnjit::ir::ScalarKind::F32; return ATTNJIT_OK;
+    case ATTNJIT_DTYPE_F16: *out = attnjit::ir::ScalarKind::F16; return ATTNJIT_OK;
+    case ATTNJIT_DTYPE_BF16: *out = attnjit::ir::ScalarKind::BF16; return ATTNJIT_OK;
+  }
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": dtype " +
+                                                  std::to_string(static_cast<int>(dtype)) +
+                                                  " is not an attnjit_dtype (F32, F16, BF16)");
+}
+
+attnjit_status toCacheFormat(const char* function, attnjit_kv_cache_format format,
+                             attnjit::compiler::KvCacheFormat* out) {
+  using attnjit::compiler::KvCacheFormat;
+  switch (format) {
+    case ATTNJIT_KV_CACHE_AUTO: *out = KvCacheFormat::Auto; return ATTNJIT_OK;
+    case ATTNJIT_KV_CACHE_FP8_E4M3: *out = KvCacheFormat::Fp8E4M3; return ATTNJIT_OK;
+    case ATTNJIT_KV_CACHE_FP8_E5M2: *out = KvCacheFormat::Fp8E5M2; return ATTNJIT_OK;
+    case ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD: *out = KvCacheFormat::Int8PerTokenHead; return ATTNJIT_OK;
+    case ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD: *out = KvCacheFormat::Fp8PerTokenHead; return ATTNJIT_OK;
+  }
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": cache_format " +
+                                                  std::to_string(static_cast<int>(format)) +
+                                                  " is not an attnjit_kv_cache_format");
+}
+
+// ---- C structs → op parameters: one line per field ----
+
+attnjit_status toParams(const char* function, const attnjit_paged_attention_params& c,
+                        attnjit::PagedAttentionParams* p) {
+  if (attnjit_status s = toScalarKind(function, c.dtype, &p->dtype); s != ATTNJIT_OK) return s;
+  p->numQueryHeads = c.num_query_heads;
+  p->numKvHeads = c.num_kv_heads;
+  p->headSize = c.head_size;
+  p->blockSize = c.block_size;
+  p->causal = c.causal != 0;
+  if (attnjit_status s = toCacheFormat(function, c.kv_cache_format, &p->kvCacheFormat); s != ATTNJIT_OK) return s;
+  p->slidingWindow = c.sliding_window;
+  p->softcap = c.softcap;
+  p->batchInvariant = c.batch_invariant != 0;
+  p->numSeqs = c.num_seqs;
+  p->numTokens = c.num_tokens;
+  p->maxQueryLen = c.max_query_len;
+  p->maxSeqLen = c.max_seq_len;
+  p->scale = c.scale;
+  p->out = c.out;
+  p->q = c.q;
+  p->kvCache = c.kv_cache;
+  p->blockTables = c.block_tables;
+  p->seqLens = c.seq_lens;
+  p->cuSeqlensQ = c.cu_seqlens_q;
+  p->kScale = c.k_scale;
+  p->vScale = c.v_scale;
+  p->alibiSlopes = c.alibi_slopes;
+  p->sinks = c.sinks;
+  p->lse = c.lse;
+  p->lseStrideHead = c.lse_stride_head;
+  p->workspace = c.workspace;
+  p->workspaceBytes = c.workspace_bytes;
+  p->qStrideToken = c.q_stride_token;
+  p->qStrideHead = c.q_stride_head;
+  p->oStrideToken = c.o_stride_token;
+  p->oStrideHead = c.o_stride_head;
+  p->blockTableStride = c.block_table_stride;
+  p->kvStrideBlock = c.kv_stride_block;
+  p->kvStrideKv = c.kv_stride_kv;
+  p->kvStrideToken = c.kv_stride_token;
+  p->kvStrideHead = c.kv_stride_head;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
+attnjit_status toParams(const char* function, const attnjit_cache_write_params& c, attnjit::CacheWriteParams* p) {
+  if (attnjit_status s = toScalarKind(function, c.dtype, &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, c.cache_format, &p->cacheFormat); s != ATTNJIT_OK) return s;
+  p->numKvHeads = c.num_kv_heads;
+  p->headSize = c.head_size;
+  p->blockSize = c.block_size;
+  p->numTokens = c.num_tokens;
+  p->key = c.key;
+  p->value = c.value;
+  p->kvCache = c.kv_cache;
+  p->slotMapping = c.slot_mapping;
+  p->kScale = c.k_scale;
+  p->vScale = c.v_scale;
+  p->keyStrideToken = c.key_stride_token;
+  p->keyStrideHead = c.key_stride_head;
+  p->valueStrideToken = c.value_stride_token;
+  p->valueStrideHead = c.value_stride_head;
+  p->kvStrideBlock = c.kv_stride_block;
+  p->kvStrideKv = c.kv_stride_kv;
+  p->kvStrideToken = c.kv_stride_token;
+  p->kvStrideHead = c.kv_stride_head;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
+attnjit_status toParams(const char* function, const attnjit_merge_attn_states_params& c,
+                        attnjit::MergeAttnStatesParams* p) {
+  if (attnjit_status s = toScalarKind(function, c.dtype, &p->dtype); s != ATTNJIT_OK) return s;
+  p->numHeads = c.num_heads;
+  p->headSize = c.head_size;
+  p->numTokens = c.num_tokens;
+  p->output = c.output;
+  p->outputLse = c.output_lse;
+  p->prefixOutput = c.prefix_output;
+  p->prefixLse = c.prefix_lse;
+  p->suffixOutput = c.suffix_output;
+  p->suffixLse = c.suffix_lse;
+  p->outputStrideToken = c.output_stride_token;
+  p->outputStrideHead = c.output_stride_head;
+  p->prefixStrideToken = c.prefix_stride_token;
+  p->prefixStrideHead = c.prefix_stride_head;
+  p->suffixStrideToken = c.suffix_stride_token;
+  p->suffixStrideHead = c.suffix_stride_head;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
+// An op call: read the struct, convert, validate (ATTNJIT_ERROR_INVALID_ARGUMENT),
+// then run unless `validateOnly` (a failure there needs the GPU).
+template <typename CParams, typename Params>
+attnjit_status runOp(const char* function, attnjit_runtime* runtime, const CParams* cParams, CParams defaults,
+                     Status (attnjit::Runtime::*validate)(const Params&) const,
+                     Status (attnjit::Runtime::*run)(const Params&), bool validateOnly) {
+  return guarded([&] {
+    if (runtime == nullptr) return nullArgument(function, "runtime");
+    if (attnjit_status s = readVersioned(function, "params", cParams, &defaults); s != ATTNJIT_OK) return s;
+    Params params;
+    if (attnjit_status s = toParams(function, defaults, &params); s != ATTNJIT_OK) return s;
+    if (Status s = (runtime->runtime.*validate)(params); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
+    if (validateOnly) return succeed();
+    if (Status s = (runtime->runtime.*run)(params); !s) return gpuFailure(s);
+    return succeed();
+  });
+}
+
+attnjit_status makeKernel(attnjit::Expected<attnjit::Kernel> kernel, attnjit_kernel** out) {
+  if (!kernel) return fail(ATTNJIT_ERROR_SPEC, kernel.status());
+  auto* handle = new attnjit_kernel{std::move(*kernel), {}, {}, {}};
+  for (const attnjit::KernelParameter& p : handle->kernel.parameters()) handle->parameterTypes.push_back(p.type.str());
+  *out = handle;
+  return succeed();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* attnjit_last_error_message(void) { return lastErrorMessage.c_str(); }
+
+const char* attnjit_status_name(attnjit_status status) {
+  switch (status) {
+    case ATTNJIT_OK: return "ok";
+    case ATTNJIT_ERROR_INVALID_ARGUMENT: return "invalid-argument";
+    case ATTNJIT_ERROR_SPEC: return "spec";
+    case ATTNJIT_ERROR_COMPILE: return "compile";
+    case ATTNJIT_ERROR_NO_DRIVER: return "no-driver";
+    case ATTNJIT_ERROR_CUDA: return "cuda";
+    case ATTNJIT_ERROR_INTERNAL: return "internal";
+  }
+  return "unknown";
+}
+
+attnjit_status attnjit_driver_status(void) {
+  return guarded([] {
+    if (Status s = attnjit::runtime::driverStatus(); !s) return fail(ATTNJIT_ERROR_NO_DRIVER, s);
+    auto count = attnjit::runtime::deviceCount();
+    if (!count) return fail(ATTNJIT_ERROR_NO_DRIVER, count.status());
+    if (*count == 0) return fail(ATTNJIT_ERROR_NO_DRIVER, "the CUDA driver reports no GPU");
+    return succeed();
+  });
+}
+
+void attnjit_runtime_options_init(attnjit_runtime_options* options) {
+  if (options == nullptr) return;
+  *options = attnjit_runtime_options{};
+  options->struct_size = sizeof *options;
+}
+
+attnjit_status attnjit_runtime_create(const attnjit_runtime_options* options, attnjit_runtime** runtime) {
+  return guarded([&] {
+    if (runtime == nullptr) return nullArgument("attnjit_runtime_create", "runtime");
+    *runtime = nullptr;
+    attnjit_runtime_options c;
+    attnjit_runtime_options_init(&c);
+    if (options != nullptr)
+      if (attnjit_status s = readVersioned("attnjit_runtime_create", "options", options, &c); s != ATTNJIT_OK)
+        return s;
+    attnjit::RuntimeOptions cpp;
+    cpp.device = c.device;
+    cpp.cacheDirectory = c.cache_dir != nullptr ? c.cache_dir : "";
+    cpp.bypassCache = c.bypass_cache != 0;
+    cpp.target = c.target != nullptr ? c.target : "";
+    auto created = attnjit::Runtime::create(cpp);
+    if (!created) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, created.status());
+    *runtime = new attnjit_runtime{std::move(*created)};
+    return succeed();
+  });
+}
+
+void attnjit_runtime_destroy(attnjit_runtime* runtime) { delete runtime; }
+
+const char* attnjit_runtime_target(const attnjit_runtime* runtime) {
+  return runtime != nullptr ? runtime->runtime.target().c_str() : "";
+}
+
+attnjit_status attnjit_kernel_from_spec_text(attnjit_runtime* runtime, const char* yaml, const char* variant,
+                                             attnjit_kernel** kernel) {
+  return guarded([&] {
+    const char* function = "attnjit_kernel_from_spec_text";
+    if (runtime == nullptr) return nullArgument(function, "runtime");
+    if (yaml == nullptr) return nullArgument(function, "yaml");
+    if (kernel == nullptr) return nullArgument(function, "kernel");
+    *kernel = nullptr;
+    return makeKernel(runtime->runtime.kernelFromSpecText(yaml, variant != nullptr ? variant : ""), kernel);
+  });
+}
+
+attnjit_status attnjit_kernel_from_spec_file(attnjit_runtime* runtime, const char* path, const char* variant,
+                                             attnjit_kernel** kernel) {
+  return guarded([&] {
+    const char* function = "attnjit_kernel_from_spec_file";
+    if (runtime == nullptr) return nullArgument(function, "runtime");
+    if (path == nullptr) return nullArgument(function, "path");
+    if (kernel == nullptr) return nullArgument(function, "kernel");
+    *kernel = nullptr;
+    return makeKernel(runtime->runtime.kernelFromSpecFile(path, variant != nullptr ? variant : ""), kernel);
+  });
+}
+
+void attnjit_kernel_destroy(attnjit_kernel* kernel) { delete kernel; }
+
+const char* attnjit_kernel_name(const attnjit_kernel* kernel) {
+  return kernel != nullptr ? kernel->kernel.name().c_str() : "";
+}
+
+attnjit_status attnjit_kernel_num_params(const attnjit_kernel* kernel, size_t* count) {
+  return guarded([&] {
+    if (kernel == nullptr) return nullArgument("attnjit_kernel_num_params", "kernel");
+    if (count == nullptr) return nullArgument("attnjit_kernel_num_params", "count");
+    *count = kernel->kernel.parameters().size();
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_kernel_param(const attnjit_kernel* kernel, size_t index, attnjit_param_info* info) {
+  return guarded([&] {
+    const char* function = "attnjit_kernel_param";
+    if (kernel == nullptr) return nullArgument(function, "kernel");
+    const auto& parameters = kernel->kernel.parameters();
+    if (index >= parameters.size())
+      return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": index " + std::to_string(index) +
+                                                      " is out of range; kernel '" + kernel->kernel.name() +
+                                                      "' has " + std::to_string(parameters.size()) + " parameters");
+    const attnjit::KernelParameter& p = parameters[index];
+    attnjit_param_info value{};
+    value.name = p.name.c_str();
+    value.type = kernel->parameterTypes[index].c_str();
+    value.kind = static_cast<attnjit_arg_kind>(p.kind());
+    value.align_bytes = p.alignBytes;
+    value.divisibility = p.divisibility;
+    if (attnjit_status s = writeVersioned(function, "info", value, info); s != ATTNJIT_OK) return s;
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_kernel_compile(attnjit_kernel* kernel) {
+  return guarded([&] {
+    if (kernel == nullptr) return nullArgument("attnjit_kernel_compile", "kernel");
+    if (Status s = kernel->kernel.compile(); !s) return fail(ATTNJIT_ERROR_COMPILE, s);
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_kernel_ptx(attnjit_kernel* kernel, const char** ptx) {
+  return guarded([&] {
+    if (kernel == nullptr) return nullArgument("attnjit_kernel_ptx", "kernel");
+    if (ptx == nullptr) return nullArgument("attnjit_kernel_ptx", "ptx");
+    std::lock_guard<std::mutex> lock(kernel->ptxMutex);
+    if (kernel->ptx.empty()) {
+      auto text = kernel->kernel.ptx();
+      if (!text) return fail(ATTNJIT_ERROR_COMPILE, text.status());
+      kernel->ptx = std::move(*text);
+    }
+    *ptx = kernel->ptx.c_str();
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_kernel_load(attnjit_kernel* kernel) {
+  return guarded([&] {
+    if (kernel == nullptr) return nullArgument("attnjit_kernel_load", "kernel");
+    if (Status s = kernel->kernel.load(); !s) return gpuFailure(s);
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_kernel_launch(attnjit_kernel* kernel, attnjit_dim3 grid, const attnjit_arg* args,
+                                     size_t num_args, void* stream) {
+  return guarded([&] {
+    const char* function = "attnjit_kernel_launch";
+    if (kernel == nullptr) return nullArgument(function, "kernel");
+    if (args == nullptr && num_args > 0) return nullArgument(function, "args");
+    std::vector<attnjit::KernelArgument> arguments;
+    arguments.reserve(num_args);
+    for (size_t i = 0; i < num_args; ++i) {
+      switch (args[i].kind) {
+        case ATTNJIT_ARG_POINTER: arguments.push_back(attnjit::KernelArgument::devicePointer(args[i].pointer)); break;
+        case ATTNJIT_ARG_INT: arguments.push_back(attnjit::KernelArgument::integerValue(args[i].integer)); break;
+        case ATTNJIT_ARG_REAL: arguments.push_back(attnjit::KernelArgument::realValue(args[i].real)); break;
+        default:
+          return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": args[" + std::to_string(i) +
+                                                          "].kind " + std::to_string(static_cast<int>(args[i].kind)) +
+                                                          " is not an attnjit_arg_kind");
+      }
+    }
+    const attnjit::GridDim dims{grid.x, grid.y, grid.z};
+    if (Status s = kernel->kernel.checkLaunch(dims, arguments); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
+    if (Status s = kernel->kernel.launch(dims, arguments, stream); !s) return gpuFailure(s);
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_kernel_stats(const attnjit_kernel* kernel, attnjit_compile_stats* stats) {
+  return guarded([&] {
+    const char* function = "attnjit_kernel_stats";
+    if (kernel == nullptr) return nullArgument(function, "kernel");
+    const attnjit::CompileStats s = kernel->kernel.stats();
+    attnjit_compile_stats value{};
+    std::snprintf(value.target, sizeof value.target, "%s", s.target.c_str());
+    value.origin = static_cast<attnjit_kernel_origin>(s.origin);
+    value.passes_ms = s.passesMs;
+    value.llvm_lower_ms = s.llvmLowerMs;
+    value.llvm_optimize_ms = s.llvmOptimizeMs;
+    value.ptx_emit_ms = s.ptxEmitMs;
+    value.load_ms = s.loadMs;
+    value.threads = s.threads;
+    value.dynamic_shared_bytes = s.dynamicSharedBytes;
+    value.registers = s.registers;
+    value.spill_bytes = s.spillBytes;
+    value.static_shared_bytes = s.staticSharedBytes;
+    if (attnjit_status st = writeVersioned(function, "stats", value, stats); st != ATTNJIT_OK) return st;
+    return succeed();
+  });
+}
+
+void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_paged_attention_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+  params->causal = 1;
+}
+
+uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
+                                                 int max_seq_len) {
+  try {
+    return attnjit::ops::pagedAttentionWorkspaceBytes(max_num_tokens, num_query_heads, head_size, max_seq_len);
+  } catch (...) {
+    return 0;
+  }
+}
+
+attnjit_status attnjit_paged_attention_validate(attnjit_runtime* runtime, const attnjit_paged_attention_params* params) {
+  attnjit_paged_attention_params defaults;
+  attnjit_paged_attention_params_init(&defaults);
+  return runOp("attnjit_paged_attention_validate", runtime, params, defaults, &attnjit::Runtime::validatePagedAttention,
+               &attnjit::Runtime::pagedAttention, true);
+}
+
+attnjit_status attnjit_paged_attention(attnjit_runtime* runtime, const attnjit_paged_attention_params* params) {
+  attnjit_paged_attention_params defaults;
+  attnjit_paged_attention_params_init(&defaults);
+  return runOp("attnjit_paged_attention", runtime, params, defaults, &attnjit::Runtime::validatePagedAttention,
+               &attnjit::Runtime::pagedAttention, false);
+}
+
+void attnjit_cache_write_params_init(attnjit_cache_write_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_cache_write_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+  params->cache_format = ATTNJIT_KV_CACHE_AUTO;
+}
+
+attnjit_status attnjit_cache_write_validate(attnjit_runtime* runtime, const attnjit_cache_write_params* params) {
+  attnjit_cache_write_params defaults;
+  attnjit_cache_write_params_init(&defaults);
+  return runOp("attnjit_cache_write_validate", runtime, params, defaults, &attnjit::Runtime::validateCacheWrite,
+               &attnjit::Runtime::cacheWrite, true);
+}
+
+attnjit_status attnjit_cache_write(attnjit_runtime* runtime, const attnjit_cache_write_params* params) {
+  attnjit_cache_write_params defaults;
+  attnjit_cache_write_params_init(&defaults);
+  return runOp("attnjit_cache_write", runtime, params, defaults, &attnjit::Runtime::validateCacheWrite,
+               &attnjit::Runtime::cacheWrite, false);
+}
+
+void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_merge_attn_states_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+}
+
+attnjit_status attnjit_merge_attn_states_validate(attnjit_runtime* runtime,
+                                                  const attnjit_merge_attn_states_params* params) {
+  attnjit_merge_attn_states_params defaults;
+  attnjit_merge_attn_states_params_init(&defaults);
+  return runOp("attnjit_merge_attn_states_validate", runtime, params, defaults,
+               &attnjit::Runtime::validateMergeAttnStates, &attnjit::Runtime::mergeAttnStates, true);
+}
+
+attnjit_status attnjit_merge_attn_states(attnjit_runtime* runtime, const attnjit_merge_attn_states_params* params) {
+  attnjit_merge_attn_states_params defaults;
+  attnjit_merge_attn_states_params_init(&defaults);
+  return runOp("attnjit_merge_attn_states", runtime, params, defaults, &attnjit::Runtime::validateMergeAttnStates,
+               &attnjit::Runtime::mergeAttnStates, false);
+}
+
+}  // extern "C"

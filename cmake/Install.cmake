@@ -1,0 +1,95 @@
+# cmake --install: libattnjit.so (JIT: compiler + runtime, LLVM inside),
+# libattnjit_runtime.so (runtime only, no LLVM), the attnjit CLI, the public
+# headers and a CMake package, so that an embedder writes
+#
+#   find_package(attnjit 0.1 REQUIRED)
+#   target_link_libraries(server PRIVATE attnjit::attnjit)   # or attnjit::runtime
+#
+# Layout under the prefix:
+#   include/attnjit/attnjit.h, runtime.hpp   the public API (C and C++)
+#   include/attnjit/internal/{ir,runtime,compiler}/...
+#                                             the repository headers the public
+#                                             ones include, at their repository
+#                                             paths (so "compiler/Spec.h" resolves)
+#   lib/libattnjit.so, lib/libattnjit_runtime.so
+#   lib/cmake/attnjit/attnjitConfig.cmake, attnjitConfigVersion.cmake
+#   bin/attnjit
+#   share/attnjit/python/attnjit              the Python package (PYTHONPATH=<that>/..),
+#                                             which finds lib/libattnjit.so from there
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(ATTNJIT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnjit)
+set(ATTNJIT_INSTALL_INTERNAL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/attnjit/internal)
+
+# $ORIGIN: a yaml-cpp copied next to libattnjit.so is found there, as in a
+# device bundle (cmake/StaticDependencies.cmake); else the system's.
+set_target_properties(attnjit_shared PROPERTIES INSTALL_RPATH "$ORIGIN")
+install(TARGETS attnjit_shared attnjit_runtime_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The installed CLI finds libattnjit.so as the build tree's does: in ../lib.
+set_target_properties(attnjit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS attnjit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+file(GLOB ATTNJIT_PUBLIC_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/attnjit/*.h
+     ${PROJECT_SOURCE_DIR}/include/attnjit/*.hpp)
+install(FILES ${ATTNJIT_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnjit)
+
+# The repository headers to install: every `#include "..."` reachable from the
+# public headers and from runtime/'s headers (attnjit::runtime's API), found by
+# following the includes at configure time, so a header the lead adds to an op
+# travels without a list to update. Headers that include CUDA or driver
+# internals stay out: they are reachable from no public header.
+function(attnjit_reachable_headers out_var)
+  set(pending ${ARGN})
+  set(found "")
+  while(pending)
+    list(POP_FRONT pending header)
+    if(header IN_LIST found)
+      continue()
+    endif()
+    list(APPEND found ${header})
+    if(header MATCHES "^attnjit/")
+      set(path ${PROJECT_SOURCE_DIR}/include/${header})
+    else()
+      set(path ${PROJECT_SOURCE_DIR}/${header})
+    endif()
+    # Re-run the scan when a header's includes change.
+    set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    file(STRINGS ${path} lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([^\"]+)\".*$" "\\1" included "${line}")
+      if(EXISTS ${PROJECT_SOURCE_DIR}/${included} OR EXISTS ${PROJECT_SOURCE_DIR}/include/${included})
+        list(APPEND pending ${included})
+      endif()
+    endforeach()
+  endwhile()
+  list(FILTER found EXCLUDE REGEX "^attnjit/")
+  set(${out_var} ${found} PARENT_SCOPE)
+endfunction()
+
+file(GLOB ATTNJIT_RUNTIME_API_HEADERS RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/runtime/*.h)
+list(FILTER ATTNJIT_RUNTIME_API_HEADERS EXCLUDE REGEX "(CudaDriverApi|DriverInternal)\\.h$")
+set(ATTNJIT_PUBLIC_HEADER_NAMES "")
+foreach(header IN LISTS ATTNJIT_PUBLIC_HEADERS)
+  get_filename_component(name ${header} NAME)
+  list(APPEND ATTNJIT_PUBLIC_HEADER_NAMES attnjit/${name})
+endforeach()
+attnjit_reachable_headers(ATTNJIT_INTERNAL_HEADERS ${ATTNJIT_PUBLIC_HEADER_NAMES} ${ATTNJIT_RUNTIME_API_HEADERS})
+foreach(header IN LISTS ATTNJIT_INTERNAL_HEADERS)
+  get_filename_component(directory ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${ATTNJIT_INSTALL_INTERNAL_INCLUDEDIR}/${directory})
+endforeach()
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/attnjitConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/generated/attnjitConfig.cmake
+  INSTALL_DESTINATION ${ATTNJIT_INSTALL_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_LIBDIR ATTNJIT_INSTALL_INTERNAL_INCLUDEDIR)
+# 0.x: a minor version may change the API.
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/generated/attnjitConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/attnjitConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/generated/attnjitConfigVersion.cmake
+        DESTINATION ${ATTNJIT_INSTALL_CMAKEDIR})
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/attnjit DESTINATION ${CMAKE_INSTALL_DATADIR}/attnjit/python
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)

@@ -1,0 +1,22 @@
+#include "compiler/DeviceTarget.h"
+
+#include "codegen/Target.h"
+#include "runtime/Driver.h"
+
+namespace attnjit::compiler {
+
+ir::Expected<std::string> deviceTarget(int ordinal) {
+  auto info = runtime::deviceInfo(ordinal);
+  if (!info) return info.status();
+  const int sm = info->smVersion();
+  for (const char* suffix : {"a", ""}) {
+    auto target = codegen::lookupTarget("sm_" + std::to_string(sm) + suffix);
+    if (target) return target->name;
+  }
+  std::string known;
+  for (const auto& t : codegen::allTargets()) known += " " + t.name;
+  return ir::Diagnostic{{}, "the GPU " + std::to_string(ordinal) + " (" + info->name + ", sm_" + std::to_string(sm) +
+                                ") has no attnjit target; supported:" + known};
+}
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,18 @@
+// The attnjit target of a GPU, by device ordinal, without making any context
+// current (compiler::localTarget activates device 0's primary context, which
+// switches the calling thread's context; embedders that own the current context
+// must not see that).
+#pragma once
+
+#include <string>
+
+#include "ir/Diagnostics.h"
+
+namespace attnjit::compiler {
+
+// "sm_90a" for compute capability 9.0: the arch-specific target where attnjit
+// has one (wgmma, setmaxnreg), else the plain one; an error naming the GPU when
+// attnjit has no target for it, or the driver's reason when there is no GPU.
+ir::Expected<std::string> deviceTarget(int ordinal);
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,98 @@
+#include "compiler/KernelArguments.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+namespace attnjit::compiler {
+
+const char* kernelArgumentKindName(KernelArgument::Kind kind) {
+  switch (kind) {
+    case KernelArgument::Kind::Pointer: return "a device pointer";
+    case KernelArgument::Kind::Integer: return "an integer";
+    case KernelArgument::Kind::Real: return "a real number";
+  }
+  return "an argument";
+}
+
+KernelArgument::Kind KernelParameter::kind() const {
+  if (type.isPointer()) return KernelArgument::Kind::Pointer;
+  return ir::isFloat(type.scalarKind()) ? KernelArgument::Kind::Real : KernelArgument::Kind::Integer;
+}
+
+std::vector<KernelParameter> kernelParameters(const ir::Kernel& kernel) {
+  std::vector<KernelParameter> parameters;
+  for (size_t i = 0; i < kernel.numParameters(); ++i) {
+    KernelParameter p;
+    p.name = kernel.parameter(i)->name();
+    p.type = kernel.parameter(i)->type();
+    const ir::Attributes& attrs = kernel.parameterAttrs(i);
+    if (attrs.has("align")) p.alignBytes = attrs.getInt("align");
+    if (attrs.has("divisibility")) p.divisibility = attrs.getInt("divisibility");
+    parameters.push_back(std::move(p));
+  }
+  return parameters;
+}
+
+std::vector<void*> PackedArguments::driverPointers() {
+  std::vector<void*> pointers;
+  pointers.reserve(values_.size());
+  for (PackedParameter& value : values_) pointers.push_back(value.bytes);
+  return pointers;
+}
+
+namespace {
+
+std::string hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%" PRIx64, value);
+  return text;
+}
+
+}  // namespace
+
+ir::Expected<PackedArguments> packKernelArguments(const std::string& what, const std::vector<KernelParameter>& parameters,
+                                                  std::span<const KernelArgument> arguments) {
+  auto error = [&](const KernelParameter& p, const std::string& message) {
+    return ir::Diagnostic{{}, what + ": parameter '" + p.name + "' (" + p.type.str() + ") " + message};
+  };
+  if (arguments.size() != parameters.size())
+    return ir::Diagnostic{{}, what + ": takes " + std::to_string(parameters.size()) + " arguments, got " +
+                                  std::to_string(arguments.size())};
+  PackedArguments packed;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const KernelParameter& p = parameters[i];
+    const KernelArgument& a = arguments[i];
+    if (a.kind != p.kind())
+      return error(p, std::string("takes ") + kernelArgumentKindName(p.kind()) + ", got " +
+                          kernelArgumentKindName(a.kind));
+    switch (a.kind) {
+      case KernelArgument::Kind::Pointer: {
+        if (a.pointer == 0) return error(p, "is a null pointer");
+        if (p.alignBytes > 0 && a.pointer % static_cast<uint64_t>(p.alignBytes) != 0)
+          return error(p, "is " + hex(a.pointer) + ", not " + std::to_string(p.alignBytes) +
+                              "-byte aligned as the kernel was compiled to assume");
+        PackedParameter value;
+        static_assert(sizeof value.bytes >= sizeof a.pointer);
+        std::memcpy(value.bytes, &a.pointer, sizeof a.pointer);
+        packed.append(value);
+        break;
+      }
+      case KernelArgument::Kind::Integer: {
+        if (p.divisibility > 0 && a.integer % p.divisibility != 0)
+          return error(p, "is " + std::to_string(a.integer) + ", not a multiple of " + std::to_string(p.divisibility) +
+                              " as the kernel was compiled to assume");
+        if (ir::storageBits(p.type.scalarKind()) <= 32 &&
+            (a.integer < std::numeric_limits<int32_t>::min() || a.integer > std::numeric_limits<int32_t>::max()))
+          return error(p, "is " + std::to_string(a.integer) + ", outside the 32-bit range");
+        packed.append(packParameter(p.type, a.integer));
+        break;
+      }
+      case KernelArgument::Kind::Real: packed.append(packParameter(p.type, a.real)); break;
+    }
+  }
+  return packed;
+}
+
+}  // namespace attnjit::compiler

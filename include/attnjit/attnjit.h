@@ -1,0 +1,265 @@
+/* attnjit's C API: the runtime, kernels from specs, launches, compile
+ * statistics and the paged-attention, cache-write and merge ops, for C and for
+ * any language with a C FFI (Rust, Go, Python's ctypes: python/attnjit).
+ * Plain C99; link libattnjit.so (CMake: find_package(attnjit), target
+ * attnjit::attnjit).
+ *
+ * Conventions
+ * - Every function that can fail returns an attnjit_status; ATTNJIT_OK is 0.
+ *   On failure attnjit_last_error_message() holds a readable message (the
+ *   calling thread's, valid until its next attnjit call); on success it is "".
+ * - Handles are opaque; each *_create / kernel_from_* has its *_destroy, which
+ *   accepts NULL. Destroy them in any order: a kernel keeps what it needs of
+ *   its runtime.
+ * - Structs passed in or out start with `struct_size`: set it with the struct's
+ *   *_init function (inputs) or to sizeof (outputs). Fields are only ever
+ *   appended, so a program built against an older header keeps working (the
+ *   missing fields take their defaults).
+ * - Device pointers are uint64_t (CUdeviceptr); streams are CUstream passed as
+ *   void* (NULL: the default stream). Strides are in elements.
+ * - Thread-safe: handles may be shared between threads. No function throws or
+ *   aborts on bad input.
+ */
+#ifndef ATTNJIT_ATTNJIT_H
+#define ATTNJIT_ATTNJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum attnjit_status {
+  ATTNJIT_OK = 0,
+  ATTNJIT_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle, bad shape, stride, pointer or option */
+  ATTNJIT_ERROR_SPEC = 2,             /* the spec (text or file) is malformed, or no such variant */
+  ATTNJIT_ERROR_COMPILE = 3,          /* the kernel failed to compile */
+  ATTNJIT_ERROR_NO_DRIVER = 4,        /* no CUDA driver or GPU: only CPU work is possible */
+  ATTNJIT_ERROR_CUDA = 5,             /* a CUDA driver call failed (load, launch) */
+  ATTNJIT_ERROR_INTERNAL = 6          /* out of host memory, or an attnjit bug */
+} attnjit_status;
+
+/* The library's version, e.g. "0.1.0". */
+const char* attnjit_version(void);
+/* Why the calling thread's last failing call failed ("" after a success). */
+const char* attnjit_last_error_message(void);
+/* "ok", "invalid-argument", "spec", "compile", "no-driver", "cuda", "internal". */
+const char* attnjit_status_name(attnjit_status status);
+/* ATTNJIT_OK when a CUDA driver and at least one GPU are usable, else
+ * ATTNJIT_ERROR_NO_DRIVER with the reason. */
+attnjit_status attnjit_driver_status(void);
+
+typedef enum attnjit_dtype { ATTNJIT_DTYPE_F32 = 0, ATTNJIT_DTYPE_F16 = 1, ATTNJIT_DTYPE_BF16 = 2 } attnjit_dtype;
+
+/* vLLM's kv_cache_dtype (compiler/kernels/CacheWrite.h). */
+typedef enum attnjit_kv_cache_format {
+  ATTNJIT_KV_CACHE_AUTO = 0,                /* the keys' and values' dtype */
+  ATTNJIT_KV_CACHE_FP8_E4M3 = 1,            /* per-tensor scale */
+  ATTNJIT_KV_CACHE_FP8_E5M2 = 2,            /* per-tensor scale */
+  ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD = 3, /* inline f32 scale per (token, head) row */
+  ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD = 4   /* e4m3, inline f32 scale per (token, head) row */
+} attnjit_kv_cache_format;
+
+/* ---- Runtime ---------------------------------------------------------- */
+
+typedef struct attnjit_runtime attnjit_runtime;
+
+typedef struct attnjit_runtime_options {
+  size_t struct_size;
+  int device;            /* CUDA device ordinal (default 0) */
+  const char* cache_dir; /* disk kernel cache; NULL: ATTNJIT_CACHE_DIR, else ~/.cache/attnjit */
+  int bypass_cache;      /* nonzero: compile every kernel afresh */
+  const char* target;    /* e.g. "sm_90a"; NULL: the device's, else each spec's */
+} attnjit_runtime_options;
+
+void attnjit_runtime_options_init(attnjit_runtime_options* options);
+/* `options` may be NULL (defaults). Succeeds without a CUDA driver, for
+ * compiling and validating on a CPU machine. */
+attnjit_status attnjit_runtime_create(const attnjit_runtime_options* options, attnjit_runtime** runtime);
+void attnjit_runtime_destroy(attnjit_runtime* runtime);
+/* The code generation target ("" when none is known). Valid while the runtime lives. */
+const char* attnjit_runtime_target(const attnjit_runtime* runtime);
+
+/* ---- Kernels from specs ----------------------------------------------- */
+
+typedef struct attnjit_kernel attnjit_kernel;
+
+/* A kernel from a YAML spec (specs/README.md), as text or a file. `variant`
+ * names one of the spec's variants (`attnjit list SPEC`); NULL or "" when the
+ * spec has exactly one. */
+attnjit_status attnjit_kernel_from_spec_text(attnjit_runtime* runtime, const char* yaml, const char* variant,
+                                             attnjit_kernel** kernel);
+attnjit_status attnjit_kernel_from_spec_file(attnjit_runtime* runtime, const char* path, const char* variant,
+                                             attnjit_kernel** kernel);
+void attnjit_kernel_destroy(attnjit_kernel* kernel);
+/* The kernel's name; valid while the kernel lives. */
+const char* attnjit_kernel_name(const attnjit_kernel* kernel);
+
+typedef enum attnjit_arg_kind { ATTNJIT_ARG_POINTER = 0, ATTNJIT_ARG_INT = 1, ATTNJIT_ARG_REAL = 2 } attnjit_arg_kind;
+
+typedef struct attnjit_param_info {
+  size_t struct_size;
+  const char* name; /* valid while the kernel lives */
+  const char* type; /* tile-IR type, e.g. "ptr<global, bf16>", "i64" */
+  attnjit_arg_kind kind;
+  int64_t align_bytes;  /* pointers: the alignment the kernel assumes (0: none) */
+  int64_t divisibility; /* integers: the value must be a multiple of this (0: none) */
+} attnjit_param_info;
+
+attnjit_status attnjit_kernel_num_params(const attnjit_kernel* kernel, size_t* count);
+/* info->struct_size must be set (sizeof(attnjit_param_info)). */
+attnjit_status attnjit_kernel_param(const attnjit_kernel* kernel, size_t index, attnjit_param_info* info);
+
+/* Compiles to PTX for the runtime's target; needs no GPU. */
+attnjit_status attnjit_kernel_compile(attnjit_kernel* kernel);
+/* The PTX, NUL-terminated (compiles first when needed); valid while the kernel lives. */
+attnjit_status attnjit_kernel_ptx(attnjit_kernel* kernel, const char** ptx);
+/* Loads the kernel on the runtime's device (memory cache, disk cache, else compile). */
+attnjit_status attnjit_kernel_load(attnjit_kernel* kernel);
+
+/* One launch argument; build it with the helpers below. */
+typedef struct attnjit_arg {
+  attnjit_arg_kind kind;
+  uint64_t pointer;
+  int64_t integer;
+  double real;
+} attnjit_arg;
+
+static inline attnjit_arg attnjit_arg_pointer(uint64_t device_pointer) {
+  attnjit_arg a = {ATTNJIT_ARG_POINTER, 0, 0, 0.0};
+  a.pointer = device_pointer;
+  return a;
+}
+static inline attnjit_arg attnjit_arg_int(int64_t value) {
+  attnjit_arg a = {ATTNJIT_ARG_INT, 0, 0, 0.0};
+  a.integer = value;
+  return a;
+}
+static inline attnjit_arg attnjit_arg_real(double value) {
+  attnjit_arg a = {ATTNJIT_ARG_REAL, 0, 0, 0.0};
+  a.real = value;
+  return a;
+}
+
+typedef struct attnjit_dim3 {
+  unsigned x, y, z;
+} attnjit_dim3;
+
+/* Checks the arguments against the kernel's parameters (count, kinds, NULL or
+ * misaligned pointers, stride divisibility), loads the kernel if needed and
+ * launches `grid` blocks on `stream`. Asynchronous. */
+attnjit_status attnjit_kernel_launch(attnjit_kernel* kernel, attnjit_dim3 grid, const attnjit_arg* args,
+                                     size_t num_args, void* stream);
+
+typedef enum attnjit_kernel_origin {
+  ATTNJIT_ORIGIN_NOT_LOADED = 0, /* compiled to PTX at most */
+  ATTNJIT_ORIGIN_COMPILED = 1,   /* compiled by this process */
+  ATTNJIT_ORIGIN_DISK_CACHE = 2, /* cubin from the disk cache */
+  ATTNJIT_ORIGIN_MEMORY = 3      /* already loaded in this process */
+} attnjit_kernel_origin;
+
+typedef struct attnjit_compile_stats {
+  size_t struct_size;
+  char target[16];
+  attnjit_kernel_origin origin;
+  /* Milliseconds per stage; 0 for a stage that did not run in this process. */
+  double passes_ms, llvm_lower_ms, llvm_optimize_ms, ptx_emit_ms;
+  double load_ms; /* the whole load: passes, cache lookup, any compile, module load */
+  int threads, dynamic_shared_bytes;
+  int registers, spill_bytes, static_shared_bytes; /* -1 until loaded */
+} attnjit_compile_stats;
+
+/* stats->struct_size must be set (sizeof(attnjit_compile_stats)). */
+attnjit_status attnjit_kernel_stats(const attnjit_kernel* kernel, attnjit_compile_stats* stats);
+
+/* ---- Ops (device 0 for now) ------------------------------------------- */
+/* Each op validates without touching the GPU (errors name the argument), then
+ * compiles or loads its kernel on first use and launches on `stream`. The
+ * *_validate functions run the checks only. Layouts: compiler/PagedAttentionOp.h
+ * and compiler/CompanionOps.h. */
+
+typedef struct attnjit_paged_attention_params {
+  size_t struct_size;
+  /* static: select the kernel */
+  attnjit_dtype dtype; /* q, out and the KV cache */
+  int num_query_heads, num_kv_heads, head_size, block_size;
+  int causal; /* default 1 */
+  attnjit_kv_cache_format kv_cache_format;
+  int sliding_window;  /* 0: off (compiled into the kernel) */
+  double softcap;      /* 0: off (compiled into the kernel) */
+  int batch_invariant; /* nonzero: one fixed tiling, no split-KV, whatever the batch */
+  /* the batch */
+  int num_seqs;
+  int64_t num_tokens; /* total query tokens (cu_seqlens_q[num_seqs]) */
+  int max_query_len;  /* longest query of the batch (picks the tiling) */
+  int max_seq_len;    /* longest seq_len of the batch; 0: unknown (no split-KV) */
+  float scale;        /* softmax scale, usually 1/sqrt(head_size) */
+  /* device pointers, 16-byte aligned: out, q [num_tokens, Hq, D]; kv_cache
+   * (num_blocks, 2, block_size, Hkv, row); block_tables [num_seqs, max_blocks]
+   * i32; seq_lens [num_seqs] i32; cu_seqlens_q [num_seqs + 1] i32 */
+  uint64_t out, q, kv_cache, block_tables, seq_lens, cu_seqlens_q;
+  uint64_t k_scale, v_scale;      /* f32 scalars: the per-tensor fp8 formats */
+  uint64_t alibi_slopes, sinks;   /* f32 [Hq] or 0 (off) */
+  uint64_t lse;                   /* f32 LSE out at lse[head * lse_stride_head + token], or 0 */
+  int64_t lse_stride_head;
+  uint64_t workspace;             /* split-KV scratch, or 0 (2D launches only) */
+  uint64_t workspace_bytes;       /* see attnjit_paged_attention_workspace_bytes */
+  /* strides, in elements */
+  int64_t q_stride_token, q_stride_head, o_stride_token, o_stride_head;
+  int64_t block_table_stride;
+  int64_t kv_stride_block, kv_stride_kv, kv_stride_token, kv_stride_head;
+  void* stream;
+} attnjit_paged_attention_params;
+
+void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);
+/* Bytes of split-KV workspace for batches of at most max_num_tokens query
+ * tokens and sequences of at most max_seq_len keys: allocate once, pass to
+ * every call. */
+uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
+                                                 int max_seq_len);
+attnjit_status attnjit_paged_attention_validate(attnjit_runtime* runtime, const attnjit_paged_attention_params* params);
+attnjit_status attnjit_paged_attention(attnjit_runtime* runtime, const attnjit_paged_attention_params* params);
+
+typedef struct attnjit_cache_write_params {
+  size_t struct_size;
+  attnjit_dtype dtype; /* keys and values */
+  attnjit_kv_cache_format cache_format;
+  int num_kv_heads, head_size, block_size;
+  int64_t num_tokens; /* rows of key/value, entries of slot_mapping (0: nothing to do) */
+  /* device pointers, 16-byte aligned: key, value [num_tokens, Hkv, D]; kv_cache
+   * (num_blocks, 2, block_size, Hkv, row); slot_mapping [num_tokens] i64 (-1:
+   * skip); k_scale, v_scale: f32 scalars, for the per-tensor fp8 formats only */
+  uint64_t key, value, kv_cache, slot_mapping, k_scale, v_scale;
+  int64_t key_stride_token, key_stride_head, value_stride_token, value_stride_head;
+  int64_t kv_stride_block, kv_stride_kv, kv_stride_token, kv_stride_head; /* in cache elements */
+  void* stream;
+} attnjit_cache_write_params;
+
+void attnjit_cache_write_params_init(attnjit_cache_write_params* params);
+attnjit_status attnjit_cache_write_validate(attnjit_runtime* runtime, const attnjit_cache_write_params* params);
+attnjit_status attnjit_cache_write(attnjit_runtime* runtime, const attnjit_cache_write_params* params);
+
+typedef struct attnjit_merge_attn_states_params {
+  size_t struct_size;
+  attnjit_dtype dtype; /* the three outputs; LSEs are f32 */
+  int num_heads, head_size;
+  int64_t num_tokens; /* 0: nothing to do */
+  /* device pointers, 16-byte aligned: outputs [num_tokens, num_heads, head_size];
+   * LSEs f32 [num_heads, num_tokens]; output_lse may be 0 (not written) */
+  uint64_t output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse;
+  int64_t output_stride_token, output_stride_head, prefix_stride_token, prefix_stride_head;
+  int64_t suffix_stride_token, suffix_stride_head;
+  void* stream;
+} attnjit_merge_attn_states_params;
+
+void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* params);
+attnjit_status attnjit_merge_attn_states_validate(attnjit_runtime* runtime,
+                                                  const attnjit_merge_attn_states_params* params);
+attnjit_status attnjit_merge_attn_states(attnjit_runtime* runtime, const attnjit_merge_attn_states_params* params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNJIT_ATTNJIT_H */

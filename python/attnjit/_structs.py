@@ -1,0 +1,156 @@
+"""ctypes mirrors of the structs in include/attnjit/attnjit.h, field for field
+and in the same order (a new C field is one line here; _library checks at
+import that the sizes agree with the loaded library)."""
+
+import ctypes
+
+_size = ctypes.c_size_t
+_i32 = ctypes.c_int
+_i64 = ctypes.c_int64
+_u64 = ctypes.c_uint64
+_f32 = ctypes.c_float
+_f64 = ctypes.c_double
+_str = ctypes.c_char_p
+_ptr = ctypes.c_void_p
+
+
+class RuntimeOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("device", _i32),
+        ("cache_dir", _str),
+        ("bypass_cache", _i32),
+        ("target", _str),
+    ]
+
+
+class ParamInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("name", _str),
+        ("type", _str),
+        ("kind", _i32),
+        ("align_bytes", _i64),
+        ("divisibility", _i64),
+    ]
+
+
+class Arg(ctypes.Structure):
+    _fields_ = [("kind", _i32), ("pointer", _u64), ("integer", _i64), ("real", _f64)]
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+class CompileStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("target", ctypes.c_char * 16),
+        ("origin", _i32),
+        ("passes_ms", _f64),
+        ("llvm_lower_ms", _f64),
+        ("llvm_optimize_ms", _f64),
+        ("ptx_emit_ms", _f64),
+        ("load_ms", _f64),
+        ("threads", _i32),
+        ("dynamic_shared_bytes", _i32),
+        ("registers", _i32),
+        ("spill_bytes", _i32),
+        ("static_shared_bytes", _i32),
+    ]
+
+
+class PagedAttentionParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("num_query_heads", _i32),
+        ("num_kv_heads", _i32),
+        ("head_size", _i32),
+        ("block_size", _i32),
+        ("causal", _i32),
+        ("kv_cache_format", _i32),
+        ("sliding_window", _i32),
+        ("softcap", _f64),
+        ("batch_invariant", _i32),
+        ("num_seqs", _i32),
+        ("num_tokens", _i64),
+        ("max_query_len", _i32),
+        ("max_seq_len", _i32),
+        ("scale", _f32),
+        ("out", _u64),
+        ("q", _u64),
+        ("kv_cache", _u64),
+        ("block_tables", _u64),
+        ("seq_lens", _u64),
+        ("cu_seqlens_q", _u64),
+        ("k_scale", _u64),
+        ("v_scale", _u64),
+        ("alibi_slopes", _u64),
+        ("sinks", _u64),
+        ("lse", _u64),
+        ("lse_stride_head", _i64),
+        ("workspace", _u64),
+        ("workspace_bytes", _u64),
+        ("q_stride_token", _i64),
+        ("q_stride_head", _i64),
+        ("o_stride_token", _i64),
+        ("o_stride_head", _i64),
+        ("block_table_stride", _i64),
+        ("kv_stride_block", _i64),
+        ("kv_stride_kv", _i64),
+        ("kv_stride_token", _i64),
+        ("kv_stride_head", _i64),
+        ("stream", _ptr),
+    ]
+
+
+class CacheWriteParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("cache_format", _i32),
+        ("num_kv_heads", _i32),
+        ("head_size", _i32),
+        ("block_size", _i32),
+        ("num_tokens", _i64),
+        ("key", _u64),
+        ("value", _u64),
+        ("kv_cache", _u64),
+        ("slot_mapping", _u64),
+        ("k_scale", _u64),
+        ("v_scale", _u64),
+        ("key_stride_token", _i64),
+        ("key_stride_head", _i64),
+        ("value_stride_token", _i64),
+        ("value_stride_head", _i64),
+        ("kv_stride_block", _i64),
+        ("kv_stride_kv", _i64),
+        ("kv_stride_token", _i64),
+        ("kv_stride_head", _i64),
+        ("stream", _ptr),
+    ]
+
+
+class MergeAttnStatesParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("num_heads", _i32),
+        ("head_size", _i32),
+        ("num_tokens", _i64),
+        ("output", _u64),
+        ("output_lse", _u64),
+        ("prefix_output", _u64),
+        ("prefix_lse", _u64),
+        ("suffix_output", _u64),
+        ("suffix_lse", _u64),
+        ("output_stride_token", _i64),
+        ("output_stride_head", _i64),
+        ("prefix_stride_token", _i64),
+        ("prefix_stride_head", _i64),
+        ("suffix_stride_token", _i64),
+        ("suffix_stride_head", _i64),
+        ("stream", _ptr),
+    ]

@@ -1,0 +1,322 @@
+"""The ops: paged attention, KV-cache write, merge of partial attention states.
+
+With torch: the functions below take CUDA tensors, check dtype, shape, device
+and unit last-dimension stride (TypeError / ValueError before any C call), read
+the strides from the tensors and launch on torch's current stream (or
+`stream=`). The library then validates the rest (alignment, stride promises,
+batch consistency); its errors surface as attnjit.InvalidArgumentError (a
+ValueError) with the C message.
+
+Without torch (or for full control): the *_raw functions take the C struct's
+fields as keyword arguments, pointers as ints; names are those of
+include/attnjit/attnjit.h (num_query_heads, q_stride_token, ...)."""
+
+import ctypes
+import difflib
+import math
+
+from . import _structs as s
+from ._library import lib
+from .errors import check
+from .runtime import _torch, default_runtime, stream_handle
+
+DTYPES = {"f32": 0, "float32": 0, "f16": 1, "float16": 1, "fp16": 1, "bf16": 2, "bfloat16": 2}
+CACHE_FORMATS = {
+    "auto": 0,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 2,
+    "int8_per_token_head": 3,
+    "fp8_per_token_head": 4,
+}
+
+
+def _fill(struct_type, init, fields):
+    params = struct_type()
+    init(ctypes.byref(params))
+    names = [name for name, _ in struct_type._fields_ if name != "struct_size"]
+    for name, value in fields.items():
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = "; did you mean %r?" % close[0] if close else ""
+            raise TypeError("%s has no field %r%s" % (struct_type.__name__, name, hint))
+        if name == "dtype" and isinstance(value, str):
+            if value not in DTYPES:
+                raise ValueError("dtype %r is not one of %s" % (value, ", ".join(sorted(DTYPES))))
+            value = DTYPES[value]
+        elif name in ("cache_format", "kv_cache_format") and isinstance(value, str):
+            if value not in CACHE_FORMATS:
+                raise ValueError("%s %r is not one of %s" % (name, value, ", ".join(CACHE_FORMATS)))
+            value = CACHE_FORMATS[value]
+        elif name == "stream":
+            value = stream_handle(value) if value is not None else ctypes.c_void_p(None)
+        elif isinstance(value, bool):
+            value = int(value)
+        setattr(params, name, value)
+    return params
+
+
+def _run(struct_type, init, run, validate, runtime, validate_only, fields):
+    runtime = runtime or default_runtime()
+    params = _fill(struct_type, init, fields)
+    function = validate if validate_only else run
+    check(function(runtime._handle, ctypes.byref(params)))
+
+
+def paged_attention_raw(runtime=None, validate_only=False, **fields):
+    """Paged attention from the C struct's fields (pointers as ints)."""
+    _run(s.PagedAttentionParams, lib.attnjit_paged_attention_params_init, lib.attnjit_paged_attention,
+         lib.attnjit_paged_attention_validate, runtime, validate_only, fields)
+
+
+def cache_write_raw(runtime=None, validate_only=False, **fields):
+    """KV-cache write from the C struct's fields (pointers as ints)."""
+    _run(s.CacheWriteParams, lib.attnjit_cache_write_params_init, lib.attnjit_cache_write,
+         lib.attnjit_cache_write_validate, runtime, validate_only, fields)
+
+
+def merge_attn_states_raw(runtime=None, validate_only=False, **fields):
+    """merge_attn_states from the C struct's fields (pointers as ints)."""
+    _run(s.MergeAttnStatesParams, lib.attnjit_merge_attn_states_params_init, lib.attnjit_merge_attn_states,
+         lib.attnjit_merge_attn_states_validate, runtime, validate_only, fields)
+
+
+# ---- torch tensors ----
+
+
+def _require_torch():
+    torch = _torch()
+    if torch is None:
+        raise TypeError("attnjit: the tensor ops need torch; without it use the *_raw functions with pointers")
+    return torch
+
+
+def _float_dtype(torch, name, tensor):
+    dtypes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+    if tensor.dtype not in dtypes:
+        raise TypeError("%s has dtype %s; attnjit takes float32, float16 or bfloat16" % (name, tensor.dtype))
+    return dtypes[tensor.dtype]
+
+
+def _check_tensor(torch, name, tensor, ndim, dtype=None, device=None):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
+    if tensor.dim() != ndim:
+        raise ValueError("%s must have %d dimensions, got shape %s" % (name, ndim, tuple(tensor.shape)))
+    if dtype is not None and tensor.dtype != dtype:
+        raise TypeError("%s has dtype %s; expected %s" % (name, tensor.dtype, dtype))
+    if tensor.device.type != "cuda":
+        raise ValueError("%s is on %s; attnjit ops take CUDA tensors" % (name, tensor.device))
+    if device is not None and tensor.device != device:
+        raise ValueError("%s is on %s, the other tensors on %s" % (name, tensor.device, device))
+    if tensor.numel() > 0 and tensor.stride(-1) != 1:
+        raise ValueError("%s must have unit stride in its last dimension, got strides %s" % (name, tensor.stride()))
+
+
+def _check_shape(name, tensor, expected):
+    if tuple(tensor.shape) != tuple(expected):
+        raise ValueError("%s has shape %s; expected %s" % (name, tuple(tensor.shape), tuple(expected)))
+
+
+def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
+                    causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
+                    softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
+                    batch_invariant=False, stream=None, runtime=None):
+    """out = attention of q over the paged KV cache (vLLM's unified attention).
+
+    q, out: [num_tokens, Hq, D] of one float dtype; kv_cache: [num_blocks, 2,
+    block_size, Hkv, row] (K = kv_cache[:, 0], V = kv_cache[:, 1]) in q's dtype
+    for kv_cache_format "auto", else of one-byte elements (row D, or D + 4 for
+    the per-token-head formats); block_tables [num_seqs, max_blocks], seq_lens
+    [num_seqs] (context + new tokens) and cu_seqlens_q [num_seqs + 1], int32.
+    max_query_len is the longest query of the batch (given, to avoid a device
+    synchronization); scale defaults to 1/sqrt(D). Optional: k_scale/v_scale
+    (float32, one element: per-tensor fp8), alibi_slopes and sinks (float32
+    [Hq]), lse (float32 [Hq, num_tokens] output), workspace (a byte tensor of
+    at least pagedAttentionWorkspaceBytes, with max_seq_len: split-KV)."""
+    torch = _require_torch()
+    _check_tensor(torch, "q", q, 3)
+    dtype = _float_dtype(torch, "q", q)
+    device = q.device
+    _check_tensor(torch, "out", out, 3, q.dtype, device)
+    _check_shape("out", out, q.shape)
+    _check_tensor(torch, "kv_cache", kv_cache, 5, None, device)
+    if kv_cache_format not in CACHE_FORMATS:
+        raise ValueError("kv_cache_format %r is not one of %s" % (kv_cache_format, ", ".join(CACHE_FORMATS)))
+    if kv_cache_format == "auto" and kv_cache.dtype != q.dtype:
+        raise TypeError("kv_cache has dtype %s; kv_cache_format 'auto' stores q's %s" % (kv_cache.dtype, q.dtype))
+    if kv_cache_format != "auto" and kv_cache.element_size() != 1:
+        raise TypeError("kv_cache has dtype %s; kv_cache_format %r stores one-byte elements" % (
+            kv_cache.dtype, kv_cache_format))
+    num_tokens, num_query_heads, head_size = q.shape
+    num_blocks, two, block_size, num_kv_heads, row = kv_cache.shape
+    expected_row = head_size + 4 if kv_cache_format.endswith("per_token_head") else head_size
+    if two != 2 or row != expected_row:
+        raise ValueError("kv_cache has shape %s; expected (num_blocks, 2, block_size, num_kv_heads, %d)" % (
+            tuple(kv_cache.shape), expected_row))
+    _check_tensor(torch, "block_tables", block_tables, 2, torch.int32, device)
+    _check_tensor(torch, "seq_lens", seq_lens, 1, torch.int32, device)
+    _check_tensor(torch, "cu_seqlens_q", cu_seqlens_q, 1, torch.int32, device)
+    num_seqs = seq_lens.shape[0]
+    _check_shape("cu_seqlens_q", cu_seqlens_q, (num_seqs + 1,))
+    if block_tables.shape[0] != num_seqs:
+        raise ValueError("block_tables has %d rows for %d sequences" % (block_tables.shape[0], num_seqs))
+    optional = {}
+    for name, tensor, shape in (("k_scale", k_scale, (1,)), ("v_scale", v_scale, (1,)),
+                                ("alibi_slopes", alibi_slopes, (num_query_heads,)),
+                                ("sinks", sinks, (num_query_heads,))):
+        if tensor is not None:
+            _check_tensor(torch, name, tensor.reshape(-1), 1, torch.float32, device)
+            _check_shape(name, tensor.reshape(-1), shape)
+            optional[name] = tensor.data_ptr()
+    if lse is not None:
+        _check_tensor(torch, "lse", lse, 2, torch.float32, device)
+        if lse.shape[0] != num_query_heads or lse.shape[1] < num_tokens:
+            raise ValueError("lse has shape %s; expected (%d, >= %d)" % (tuple(lse.shape), num_query_heads,
+                                                                         num_tokens))
+        optional.update(lse=lse.data_ptr(), lse_stride_head=lse.stride(0))
+    if workspace is not None:
+        _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
+        optional.update(workspace=workspace.data_ptr(),
+                        workspace_bytes=workspace.numel() * workspace.element_size())
+    paged_attention_raw(
+        runtime=runtime,
+        dtype=dtype,
+        num_query_heads=num_query_heads,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        block_size=block_size,
+        causal=bool(causal),
+        kv_cache_format=kv_cache_format,
+        sliding_window=int(sliding_window),
+        softcap=float(softcap),
+        batch_invariant=bool(batch_invariant),
+        num_seqs=num_seqs,
+        num_tokens=num_tokens,
+        max_query_len=int(max_query_len),
+        max_seq_len=int(max_seq_len),
+        scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
+        out=out.data_ptr(),
+        q=q.data_ptr(),
+        kv_cache=kv_cache.data_ptr(),
+        block_tables=block_tables.data_ptr(),
+        seq_lens=seq_lens.data_ptr(),
+        cu_seqlens_q=cu_seqlens_q.data_ptr(),
+        q_stride_token=q.stride(0),
+        q_stride_head=q.stride(1),
+        o_stride_token=out.stride(0),
+        o_stride_head=out.stride(1),
+        block_table_stride=block_tables.stride(0),
+        kv_stride_block=kv_cache.stride(0),
+        kv_stride_kv=kv_cache.stride(1),
+        kv_stride_token=kv_cache.stride(2),
+        kv_stride_head=kv_cache.stride(3),
+        stream=stream_handle(stream, device).value,
+        **optional,
+    )
+    return out
+
+
+def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len):
+    """Bytes of split-KV workspace for batches up to these sizes (allocate once)."""
+    return lib.attnjit_paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len)
+
+
+def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None, stream=None,
+                runtime=None):
+    """Scatters key/value [num_tokens, Hkv, D] into kv_cache [num_blocks, 2,
+    block_size, Hkv, row] at slot_mapping (int64; -1 skips a token). The cache
+    has the keys' dtype for cache_format "auto", one-byte elements otherwise
+    (row D, or D + 4 bytes for the per-token-head formats). k_scale and v_scale
+    (float32 tensors of one element) are for "fp8_e4m3" / "fp8_e5m2"."""
+    torch = _require_torch()
+    _check_tensor(torch, "key", key, 3)
+    dtype = _float_dtype(torch, "key", key)
+    device = key.device
+    _check_tensor(torch, "value", value, 3, key.dtype, device)
+    _check_shape("value", value, key.shape)
+    _check_tensor(torch, "kv_cache", kv_cache, 5, None, device)
+    if cache_format not in CACHE_FORMATS:
+        raise ValueError("cache_format %r is not one of %s" % (cache_format, ", ".join(CACHE_FORMATS)))
+    if cache_format == "auto" and kv_cache.dtype != key.dtype:
+        raise TypeError("kv_cache has dtype %s; cache_format 'auto' stores the keys' %s" % (kv_cache.dtype, key.dtype))
+    if cache_format != "auto" and kv_cache.element_size() != 1:
+        raise TypeError("kv_cache has dtype %s; cache_format %r stores one-byte elements (uint8, int8 or float8)" % (
+            kv_cache.dtype, cache_format))
+    _check_tensor(torch, "slot_mapping", slot_mapping, 1, torch.int64, device)
+    num_tokens, num_kv_heads, head_size = key.shape
+    _check_shape("slot_mapping", slot_mapping, (num_tokens,))
+    scales = {}
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None:
+            _check_tensor(torch, name, scale.reshape(-1), 1, torch.float32, device)
+            scales[name] = scale.data_ptr()
+    paged_fields = dict(
+        dtype=dtype,
+        cache_format=cache_format,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        block_size=kv_cache.shape[2],
+        num_tokens=num_tokens,
+        key=key.data_ptr(),
+        value=value.data_ptr(),
+        kv_cache=kv_cache.data_ptr(),
+        slot_mapping=slot_mapping.data_ptr(),
+        key_stride_token=key.stride(0),
+        key_stride_head=key.stride(1),
+        value_stride_token=value.stride(0),
+        value_stride_head=value.stride(1),
+        kv_stride_block=kv_cache.stride(0),
+        kv_stride_kv=kv_cache.stride(1),
+        kv_stride_token=kv_cache.stride(2),
+        kv_stride_head=kv_cache.stride(3),
+        stream=stream_handle(stream, device).value,
+        **scales,
+    )
+    cache_write_raw(runtime=runtime, **paged_fields)
+    return kv_cache
+
+
+def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None, stream=None,
+                      runtime=None):
+    """output = merge of two partial attention results by their LSEs (vLLM's
+    merge_attn_states). Outputs [num_tokens, num_heads, head_size] of one float
+    dtype; LSEs float32 [num_heads, num_tokens], contiguous; output_lse
+    (optional) receives the merged LSE."""
+    torch = _require_torch()
+    _check_tensor(torch, "output", output, 3)
+    dtype = _float_dtype(torch, "output", output)
+    device = output.device
+    num_tokens, num_heads, head_size = output.shape
+    for name, tensor in (("prefix_output", prefix_output), ("suffix_output", suffix_output)):
+        _check_tensor(torch, name, tensor, 3, output.dtype, device)
+        _check_shape(name, tensor, output.shape)
+    lses = [("prefix_lse", prefix_lse), ("suffix_lse", suffix_lse)]
+    if output_lse is not None:
+        lses.append(("output_lse", output_lse))
+    for name, tensor in lses:
+        _check_tensor(torch, name, tensor, 2, torch.float32, device)
+        _check_shape(name, tensor, (num_heads, num_tokens))
+        if not tensor.is_contiguous():
+            raise ValueError("%s must be contiguous ([num_heads, num_tokens] row-major)" % name)
+    merge_attn_states_raw(
+        runtime=runtime,
+        dtype=dtype,
+        num_heads=num_heads,
+        head_size=head_size,
+        num_tokens=num_tokens,
+        output=output.data_ptr(),
+        output_lse=output_lse.data_ptr() if output_lse is not None else 0,
+        prefix_output=prefix_output.data_ptr(),
+        prefix_lse=prefix_lse.data_ptr(),
+        suffix_output=suffix_output.data_ptr(),
+        suffix_lse=suffix_lse.data_ptr(),
+        output_stride_token=output.stride(0),
+        output_stride_head=output.stride(1),
+        prefix_stride_token=prefix_output.stride(0),
+        prefix_stride_head=prefix_output.stride(1),
+        suffix_stride_token=suffix_output.stride(0),
+        suffix_stride_head=suffix_output.stride(1),
+        stream=stream_handle(stream, device).value,
+    )
+    return output

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs the built tree into a temporary prefix (cmake --install, no rebuild),
+# checks what landed there -- libattnjit.so with the C API exported,
+# libattnjit_runtime.so without LLVM, the public headers, the CMake package --
+# then configures, builds and runs examples/embed against it with
+# find_package(attnjit), as an embedding project would.
+# Usage: install_and_embed.sh BUILD_DIR SOURCE_DIR GENERATOR MAKE_PROGRAM C_COMPILER CXX_COMPILER
+set -euo pipefail
+
+build="${1:?usage: install_and_embed.sh BUILD_DIR SOURCE_DIR GENERATOR MAKE_PROGRAM C_COMPILER CXX_COMPILER}"
+source_dir="$2"
+generator="$3"
+make_program="$4"
+c_compiler="$5"
+cxx_compiler="$6"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/attnjit-install.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix"
+fail() {
+  echo "install_and_embed: $*" >&2
+  exit 1
+}
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install failed"; }
+
+for file in lib/libattnjit.so lib/libattnjit_runtime.so bin/attnjit include/attnjit/attnjit.h \
+  include/attnjit/runtime.hpp include/attnjit/internal/compiler/PagedAttentionOp.h \
+  include/attnjit/internal/runtime/Driver.h lib/cmake/attnjit/attnjitConfig.cmake \
+  lib/cmake/attnjit/attnjitConfigVersion.cmake; do
+  [ -f "$prefix/$file" ] || fail "the install lacks $file"
+done
+
+# The runtime library holds no LLVM (nor yaml-cpp, nor the compiler), in its
+# symbol table or its dependencies.
+runtime_lib="$prefix/lib/libattnjit_runtime.so"
+llvm_symbols="$(nm -C "$runtime_lib" 2>/dev/null | grep -cE ' (llvm::|LLVM|YAML::|attnjit::codegen::|attnjit::compiler::)' || true)"
+[ "$llvm_symbols" -eq 0 ] || fail "libattnjit_runtime.so has $llvm_symbols LLVM, yaml-cpp or compiler symbols"
+# A stripped library has no symbol table: LLVM's fatal-error text gives it away too.
+llvm_text="$(strings "$runtime_lib" | grep -c 'LLVM ERROR' || true)"
+[ "$llvm_text" -eq 0 ] || fail "libattnjit_runtime.so contains LLVM's error strings"
+# (Tool output goes through variables: `tool | grep -q` fails under pipefail
+# when grep stops reading early.)
+dynamic="$(readelf -d "$runtime_lib")"
+! grep -qiE 'NEEDED.*(llvm|yaml)' <<<"$dynamic" || fail "libattnjit_runtime.so needs LLVM or yaml-cpp"
+runtime_kib=$(($(stat -c %s "$runtime_lib") / 1024))
+exports="$(nm -D --defined-only "$prefix/lib/libattnjit.so")"
+grep -q ' attnjit_runtime_create$' <<<"$exports" || fail "libattnjit.so does not export attnjit_runtime_create"
+
+cmake -S "$source_dir/examples/embed" -B "$work/build" -G "$generator" -DCMAKE_MAKE_PROGRAM="$make_program" \
+  -DCMAKE_C_COMPILER="$c_compiler" -DCMAKE_CXX_COMPILER="$cxx_compiler" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configuring examples/embed failed"; }
+cmake --build "$work/build" >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "building examples/embed failed"; }
+
+# The examples find the libraries in the prefix (the imported targets' RPATH),
+# not in the build tree.
+for program in embed_cpp embed_c embed_runtime_only; do
+  "$work/build/$program" || fail "$program failed"
+done
+"$work/build/embed_c" "$source_dir/specs/merge_attn_states.yaml" merge_attn_states_f16_h4_d64_lse ||
+  fail "embed_c with a spec file failed"
+loaded="$(ldd "$work/build/embed_cpp")"
+grep -q "$prefix/lib/libattnjit.so" <<<"$loaded" || fail "embed_cpp does not load the installed libattnjit.so"
+
+# The installed Python package finds the installed library by itself.
+if command -v python3 >/dev/null; then
+  found="$(cd "$work" && env -u ATTNJIT_LIBRARY PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$prefix/share/attnjit/python" \
+    python3 -c 'import attnjit; print(attnjit.library_path)')" || fail "the installed Python package does not import"
+  [ "$found" = "$prefix/lib/libattnjit.so" ] || fail "the installed Python package loaded $found"
+else
+  echo "install_and_embed: python3 not found: the installed Python package is not checked"
+fi
+
+echo "install_and_embed: installed, built and ran examples/embed against $prefix (libattnjit_runtime.so: ${runtime_kib} KiB, no LLVM)"
