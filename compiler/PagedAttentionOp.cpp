@@ -112,10 +112,13 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
   // 0.296 ms with 64-token tiles vs 0.359 ms with 32; prefill 8 x 2048 causal
   // 2.17 ms with 128 rows / 8 warps vs 4.21 ms with vLLM's 16 rows.
+  // Quantized caches keep 32-key tiles: with 64 the raw tiles carried by the
+  // pipeline and their converted copies spill (255 registers, 250-310 bytes of
+  // spills on sm_90a; none at 32).
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     config.numWarps = 8;
-  } else if (p.dtype != ir::ScalarKind::F32) {
+  } else if (p.dtype != ir::ScalarKind::F32 && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
   }
   return config;
