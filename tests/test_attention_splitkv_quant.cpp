@@ -331,3 +331,27 @@ TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segme
   }
   CHECK(assembled == static_cast<int>(configs.size() * 2));
 }
+
+TEST_CASE("quantized tiles reach the tensor cores through ldmatrix, unpacked before the layout conversion",
+          "[codegen][quant]") {
+  // Layout assignment keeps integers computed from loaded 2D tiles (the unpacking)
+  // in the load's layout, so the conversion to the mma operand moves 16-bit values
+  // (ldmatrix) rather than raw bytes read back one at a time; also through the
+  // pipeliner's loop-carried tiles.
+  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead}) {
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+    c.numQueryHeads = 32;
+    c.numKvHeads = 8;
+    c.headSize = 128;
+    INFO(c.kernelName());
+    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+    REQUIRE(kernel.isOk());
+    attnjit::compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    CHECK(compiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos);  // V
+    CHECK(compiled->ptx.find("ld.shared.u8") == std::string::npos);
+    CHECK(compiled->ptx.find("ld.shared.b8") == std::string::npos);
+  }
+}

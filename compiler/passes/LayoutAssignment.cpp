@@ -156,17 +156,32 @@ class LayoutAssigner {
 
   void classifyCheap(const Block& block) {
     for (const auto& op : block.operations()) {
-      for (const auto& region : op->regions()) classifyCheap(*region);
+      for (const auto& region : op->regions()) {
+        // Loop-carried 2D tiles are data too (the pipeliner carries the next
+        // tile's loads this way).
+        for (const auto& argument : region->arguments())
+          if (argument->type().isTile() && argument->type().rank() >= 2) loadedData_.insert(argument.get());
+        classifyCheap(*region);
+      }
       if (op->numResults() != 1 || !op->result()->type().isTile()) continue;
       Opcode code = op->opcode();
+      if (code == Opcode::Load && op->result()->type().rank() >= 2) loadedData_.insert(op->result());
       bool candidate = code == Opcode::Constant || code == Opcode::Arange || code == Opcode::Splat ||
                        code == Opcode::Broadcast || code == Opcode::ExpandDims || isElementwise(code);
       if (!candidate) continue;
       // Integer, mask and pointer arithmetic is address computation: recomputing
       // it in the consumer's layout (converting only its small non-cheap leaves,
       // such as a row of block numbers) beats converting the result tile.
+      // Integers computed from loaded 2D tiles are data, not addresses (a
+      // quantized KV tile being unpacked): they stay in the load's layout so the
+      // conversion happens once, on the unpacked 16-bit operand (ldmatrix),
+      // instead of on raw bytes read back one by one.
       const Type& t = op->result()->type();
-      bool addressMath = t.hasPointerElements() || isInteger(t.scalarKind());
+      bool fromLoadedData = false;
+      for (Value* v : op->operands())
+        if (loadedData_.count(v)) fromLoadedData = true;
+      if (fromLoadedData) loadedData_.insert(op->result());
+      bool addressMath = (t.hasPointerElements() || isInteger(t.scalarKind())) && !fromLoadedData;
       bool allCheap = true;
       for (Value* v : op->operands())
         if (v->type().isTile() && !cheap_.count(v)) allCheap = false;
@@ -435,6 +450,7 @@ class LayoutAssigner {
   AxisInfo axis_;
   Status status_;
   std::unordered_set<const Value*> cheap_;
+  std::unordered_set<const Value*> loadedData_;  // loaded 2D tiles and what is computed from them
   std::unordered_map<const Value*, LayoutRef> inferred_;
   std::unordered_set<const Value*> inProgress_;
   std::map<std::string, Value*> materialized_;
