@@ -484,6 +484,15 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   std::vector<int32_t> seqLens(logical.seqLens.begin(), logical.seqLens.end());
   std::vector<int32_t> cuSeqlensQ(logical.cuSeqlensQ.begin(), logical.cuSeqlensQ.end());
   TypedBuffer out(dtype, static_cast<size_t>(numTokens * oStrideToken));  // all NaN until written
+  // Per-sequence causal flags: alternating, starting causal, with one flag byte of
+  // 2 (any nonzero value means causal).
+  std::vector<int8_t> causalFlags;
+  if (config.perSequenceCausal) {
+    for (int s = 0; s < numSeqs; ++s) {
+      causalFlags.push_back(static_cast<int8_t>(s % 2 == 0 ? (s == 2 ? 2 : 1) : 0));
+      logical.causalPerSequence.push_back(s % 2 == 0);
+    }
+  }
 
   auto bytesOf = [](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
@@ -498,6 +507,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       {"seq_lens", bytesOf(seqLens.data(), seqLens.size() * sizeof(int32_t))},
       {"cu_seqlens_q", bytesOf(cuSeqlensQ.data(), cuSeqlensQ.size() * sizeof(int32_t))},
   };
+  if (config.perSequenceCausal) buffers.push_back({"causal_flags", bytesOf(causalFlags.data(), causalFlags.size())});
   if (isPerTensorFp8(format)) {
     for (float scale : {kKeyScale, kValueScale})
       buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", bytesOf(&scale, sizeof scale)});
@@ -577,15 +587,16 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     const int64_t seqLen = logical.seqLens[static_cast<size_t>(s)];
     const int64_t contextLen = seqLen - queryLen;
     keys += static_cast<double>(seqLen);
+    const bool causal = logical.causalPerSequence.empty() ? config.causal : logical.causalPerSequence[static_cast<size_t>(s)];
     if (config.slidingWindow > 0) {
       for (int64_t position = contextLen; position < seqLen; ++position) {
         const int64_t firstKey = std::max<int64_t>(0, position + 1 - config.slidingWindow);
-        const int64_t endKey = config.causal ? position + 1 : std::min(seqLen, position + config.slidingWindow);
+        const int64_t endKey = causal ? position + 1 : std::min(seqLen, position + config.slidingWindow);
         visiblePairs += static_cast<double>(endKey - firstKey);
       }
       continue;
     }
-    visiblePairs += config.causal ? static_cast<double>(queryLen) * static_cast<double>(contextLen) +
+    visiblePairs += causal ? static_cast<double>(queryLen) * static_cast<double>(contextLen) +
                                         static_cast<double>(queryLen) * static_cast<double>(queryLen + 1) / 2
                                   : static_cast<double>(queryLen) * static_cast<double>(seqLen);
   }

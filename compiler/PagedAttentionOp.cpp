@@ -108,6 +108,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.softcap = p.softcap;
   config.alibi = p.alibiSlopes != 0;
   config.sinks = p.sinks != 0;
+  config.perSequenceCausal = p.causalFlags != 0;
   config.outputLse = p.lse != 0;
   // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
   // 0.296 ms with 64-token tiles vs 0.359 ms with 32; prefill 8 x 2048 causal
@@ -265,7 +266,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
   const uint64_t segmExpsum = segmMax + (rows * 4 + 15) / 16 * 16;
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  uint64_t pointers[12];
+  uint64_t pointers[16];  // at most 14: 3 (split) + 5 + causal flags + 2 scales + ALiBi + sinks + LSE
   int numPointers = 0;
   if (config.splitKv) {
     pointers[numPointers++] = segmOutput;
@@ -275,6 +276,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
     pointers[numPointers++] = p.out;
   }
   for (uint64_t pointer : {p.q, p.kvCache, p.blockTables, p.seqLens, p.cuSeqlensQ}) pointers[numPointers++] = pointer;
+  if (config.perSequenceCausal) pointers[numPointers++] = p.causalFlags;
   if (compiler::isPerTensorFp8(p.kvCacheFormat)) {
     pointers[numPointers++] = p.kScale;
     pointers[numPointers++] = p.vScale;

@@ -64,6 +64,9 @@ struct PagedAttentionParams {
   // f32 scalars in device memory: the per-tensor fp8 scales (required for fp8_e4m3
   // and fp8_e5m2; read by the kernel, so a graph stays valid when they change).
   uint64_t kScale = 0, vScale = 0;
+  // i8 [num_seqs] in device memory, or 0: per-sequence causal flags (nonzero =
+  // causal); when set, `causal` is ignored.
+  uint64_t causalFlags = 0;
   // f32 [Hq] in device memory, or 0: ALiBi slopes; sink logits.
   uint64_t alibiSlopes = 0, sinks = 0;
   // f32 natural-log LSE per (head, token) at lse[head · lse_stride_head + token], or 0.

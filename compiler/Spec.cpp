@@ -310,6 +310,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
          return Status::ok();
        }},
       {"output_lse", false, flag("output_lse", &UnifiedAttentionConfig::outputLse)},
+      {"per_sequence_causal", false, flag("per_sequence_causal", &UnifiedAttentionConfig::perSequenceCausal)},
       {"split_kv", false, flag("split_kv", &UnifiedAttentionConfig::splitKv)},
   };
 }
@@ -682,6 +683,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
          (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "") +
+         (config.perSequenceCausal ? " per_sequence_causal=true" : "") +
          (config.kvCacheFormat != KvCacheFormat::Auto ? std::string(" kv_cache_dtype=") +
                                                             kvCacheFormatName(config.kvCacheFormat)
                                                       : std::string()) +

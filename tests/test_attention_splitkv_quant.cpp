@@ -355,3 +355,45 @@ TEST_CASE("quantized tiles reach the tensor cores through ldmatrix, unpacked bef
     CHECK(compiled->ptx.find("ld.shared.b8") == std::string::npos);
   }
 }
+
+TEST_CASE("per-sequence causal flags: a batch mixing causal and bidirectional sequences", "[attention][seqcausal]") {
+  // The harness alternates causal (flags 1, 0, 2, 0, ...) per sequence; the
+  // reference applies each sequence's own mask.
+  for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16}) {
+    UnifiedAttentionConfig c = smallConfig(dtype, KvCacheFormat::Auto);
+    c.perSequenceCausal = true;
+    CHECK(c.kernelName().find("_seqcausal") != std::string::npos);
+    runAndCheck(c, mixedBatch(15));
+    runAndCheck(c, mixedBatch(16), /*afterPasses=*/true);
+    c.slidingWindow = 30;  // decoder windows for the causal ones, encoder windows for the others
+    c.sinks = true;
+    runAndCheck(c, mixedBatch(17));
+    c.splitKv = true;
+    AttentionShape split = mixedBatch(18);
+    split.segmentTiles = 2;
+    runAndCheck(c, split);
+  }
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int8PerTokenHead);
+  c.perSequenceCausal = true;
+  auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(kernel.isOk());
+  CHECK((*kernel)->parameter(6)->name() == "causal_flags");
+}
+
+TEST_CASE("GPU: per-sequence causal flags", "[gpu][seqcausal]") {
+  if (!attnjit::tests::gpuPresent()) return;
+  AttentionShape shape;
+  shape.queryLens = {1, 37, 100, 130, 5};
+  shape.contextLens = {777, 0, 30, 61, 1};
+  shape.seed = 19;
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
+  c.numQueryHeads = 32;
+  c.numKvHeads = 8;
+  c.headSize = 128;
+  c.perSequenceCausal = true;
+  checkOnGpu(c, shape);
+  c.blockMRows = 128;
+  c.numWarps = 8;
+  c.slidingWindow = 64;
+  checkOnGpu(c, shape);
+}

@@ -132,6 +132,9 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(validationMessage(p) == "ok");
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
         "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_alibi_sinks_lse_t64");
+  p.causalFlags = 0xC0000;
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_alibi_sinks_seqcausal_lse_t64");
 
   // Split-KV: a decode batch too small to fill the GPU is split when a workspace is given.
   p = validParams();  // 4 sequences x 8 KV heads: 32 programs in 2D

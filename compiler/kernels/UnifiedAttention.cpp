@@ -154,6 +154,7 @@ class AttentionBuilder {
         *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
   Value *alibiSlopes_ = nullptr, *sinks_ = nullptr;  // present only with their feature
   Value *kScale_ = nullptr, *vScale_ = nullptr;       // per-tensor fp8 caches
+  Value* causalFlags_ = nullptr;                      // per-sequence causal flags
   Value *lse_ = nullptr, *lseStrideHead_ = nullptr;   // 2D with output_lse
   // 3D (split-KV) stage 1: per-segment partial results instead of out.
   Value *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr, *numSegments_ = nullptr,
@@ -183,6 +184,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   blockTables_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "block_tables", aligned);
   seqLens_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "seq_lens", aligned);
   cuSeqlensQ_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "cu_seqlens_q", aligned);
+  if (config_.perSequenceCausal) causalFlags_ = kernel.addParameter(Type::pointer(ScalarKind::I8), "causal_flags");
   if (isPerTensorFp8(config_.kvCacheFormat)) {
     kScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale");
     vScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale");
@@ -422,11 +424,20 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* seqLen = loadScalar(seqLens_, seqIdx, "seq_len");
   Value* contextLen = b_.sub(seqLen, queryLen, "context_len");
   Value* maxSeqPrefixLen = seqLen;
-  if (config_.causal) {
+  // Per-sequence flags decide at run time what config_.causal decides otherwise;
+  // both forms are then computed and selected.
+  Value* seqCausal = nullptr;
+  if (causalFlags_)
+    seqCausal = b_.cmp(CmpPredicate::Ne, loadScalar(causalFlags_, seqIdx, "causal_flag"),
+                       b_.constInt(0, Type::scalar(ScalarKind::I8)), "seq_causal");
+  const bool mayBeCausal = config_.causal || seqCausal;
+  const bool mayBeNonCausal = !config_.causal || seqCausal;
+  if (mayBeCausal) {
     // The last row of the block sees keys up to context_len + its position.
     Value* lastRowReach = b_.add(b_.add(contextLen, qBlockFirstPos),
                                  constI32((c_.blockM - 1) / c_.queriesPerKv + 1, "query_rows_span"), "last_row_reach");
     maxSeqPrefixLen = b_.min(lastRowReach, seqLen, "max_seq_prefix_len");
+    if (seqCausal) maxSeqPrefixLen = b_.select(seqCausal, maxSeqPrefixLen, seqLen, "max_seq_prefix_len_flagged");
   }
   Value* tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32, "tile_size");
   Value* numTiles = b_.div(b_.sub(b_.add(maxSeqPrefixLen, tileSize), oneI32_), tileSize, "num_tiles");
@@ -443,12 +454,13 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     firstAllowedKey = b_.max(b_.add(b_.sub(b_.add(contextLen, qBlockFirstPos), window), oneI32_), zeroI32_,
                              "first_allowed_key");
     tileStart = b_.div(firstAllowedKey, tileSize, "tile_start");
-    if (!config_.causal) {
+    if (mayBeNonCausal) {
       // The encoder window also ends sw - 1 keys after the program's last valid row.
       Value* lastRow = b_.min(b_.add(qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
                               b_.sub(queryLen, oneI32_), "qpos_hi");
       Value* lastAllowedKey = b_.add(b_.add(contextLen, lastRow), b_.sub(window, oneI32_), "last_allowed_key");
       tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, tileSize), oneI32_), numTiles, "tile_end");
+      if (seqCausal) tileEnd = b_.select(seqCausal, numTiles, tileEnd, "tile_end_flagged");
     }
   }
 
@@ -474,14 +486,19 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // Key j is visible to row m iff j < key_limit[m]: causal, j <= context_len + query_pos[m];
   // otherwise every key of the sequence (the encoder window: those before p + sw).
   // With a window also j > key_floor[m] = p - sw, p = context_len + query_pos[m].
-  Value* keyLimit = config_.causal ? b_.add(splatTo(b_.add(contextLen, oneI32_), {M}), queryPos, "key_limit")
-                                   : splatTo(seqLen, {M}, "key_limit");
+  Value* causalLimit =
+      mayBeCausal ? b_.add(splatTo(b_.add(contextLen, oneI32_), {M}), queryPos, "key_limit_causal") : nullptr;
+  Value* nonCausalLimit = mayBeNonCausal ? splatTo(seqLen, {M}, "key_limit_all") : nullptr;
   Value* keyFloor2d = nullptr;
   if (config_.slidingWindow > 0) {
     Value* queryAbsPos = b_.add(splatTo(contextLen, {M}), queryPos, "query_abs_pos");
-    if (!config_.causal) keyLimit = b_.min(keyLimit, b_.add(queryAbsPos, splatTo(window, {M})), "key_limit_window");
+    if (nonCausalLimit)
+      nonCausalLimit = b_.min(nonCausalLimit, b_.add(queryAbsPos, splatTo(window, {M})), "key_limit_window");
     keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(window, {M}), "key_floor"), N, "key_floor_2d");
   }
+  Value* keyLimit = seqCausal ? b_.select(splatTo(seqCausal, {M}), causalLimit, nonCausalLimit, "key_limit")
+                    : causalLimit ? causalLimit
+                                  : nonCausalLimit;
   Value* keyLimit2d = asColumn(keyLimit, N, "key_limit_2d");
   Value* rowMask2d = asColumn(rowMask, N, "row_mask_2d");
   const double log2e = std::numbers::log2e;
@@ -702,6 +719,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
   if (alibi) name += "_alibi";
   if (sinks) name += "_sinks";
+  if (perSequenceCausal) name += "_seqcausal";
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";

@@ -58,6 +58,11 @@ struct UnifiedAttentionConfig {
   // in the units of s) joins every row's softmax denominator without a value:
   // the online softmax starts from M = sink, L = 1 (as vLLM) instead of -inf.
   bool sinks = false;
+  // Causal or not per sequence: parameter causal_flags (i8 [num_seqs], nonzero =
+  // causal) decides for each sequence at run time, and `causal` is ignored. A
+  // batch can then mix decoder requests with bidirectional (encoder or prefix-LM)
+  // ones in one launch.
+  bool perSequenceCausal = false;
 
   // The KV cache's format (compiler/kernels/KvCacheFormat.h). Quantized values are
   // converted to the data type in registers after the load (exactly); per-tensor
@@ -101,7 +106,8 @@ struct UnifiedAttentionConfig {
 //   kv_stride_token i64, kv_stride_head i64.
 // All strides are in elements (of the cache pointer's type for the kv strides:
 // bytes for the per-token-head formats). Optional pointer parameters follow
-// cu_seqlens_q (before scale), present only with their feature: k_scale and
+// cu_seqlens_q (before scale), present only with their feature: causal_flags
+// ptr<i8> [num_seqs] (per_sequence_causal), k_scale and
 // v_scale ptr<f32> (per-tensor fp8 caches, one f32 each), alibi_slopes ptr<f32>
 // [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), lse ptr<f32> (output_lse, 2D).
 // Pointers thus stay ahead of scalars, the order the problem harnesses pass

@@ -26,6 +26,8 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
   const size_t numSeqs = in.seqLens.size();
   if (in.keys.size() != numSeqs) return describeMismatch("keys", in.keys.size(), numSeqs);
   if (in.values.size() != numSeqs) return describeMismatch("values", in.values.size(), numSeqs);
+  if (!in.causalPerSequence.empty() && in.causalPerSequence.size() != numSeqs)
+    return describeMismatch("causalPerSequence", in.causalPerSequence.size(), numSeqs);
   const size_t rowSize = static_cast<size_t>(in.headSize);
   for (size_t s = 0; s < numSeqs; ++s) {
     const int queryLen = in.cuSeqlensQ[s + 1] - in.cuSeqlensQ[s];
@@ -76,11 +78,12 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
       // The visible keys are the interval [firstKey, endKey).
       const size_t position = contextLen + i;
       size_t firstKey = 0;
-      size_t endKey = in.causal ? position + 1 : seqLen;
+      const bool causal = in.causalPerSequence.empty() ? in.causal : in.causalPerSequence[s];
+      size_t endKey = causal ? position + 1 : seqLen;
       if (in.slidingWindow > 0) {
         const size_t window = static_cast<size_t>(in.slidingWindow);
         firstKey = position + 1 > window ? position + 1 - window : 0;
-        if (!in.causal) endKey = std::min(seqLen, position + window);
+        if (!causal) endKey = std::min(seqLen, position + window);
       }
       for (size_t h = 0; h < Hq; ++h) {
         const size_t kvHead = h / queriesPerKv;

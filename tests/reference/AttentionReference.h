@@ -22,6 +22,9 @@ struct AttentionInputs {
   // Causal: the query at position p (0-based in its sequence) sees keys 0..p.
   // Non-causal: every query sees all seqLens[s] keys.
   bool causal = true;
+  // When not empty (num_seqs entries): sequence s is causal iff causalPerSequence[s]
+  // (overrides `causal`).
+  std::vector<bool> causalPerSequence;
   double scale = 1.0;     // multiplies q·k before the softmax
   // Optional score modifiers, all off by default. With p the query's absolute
   // position (context_len + its index) and j a key's:
