@@ -123,6 +123,7 @@ attnjit_status toCacheFormat(const char* function, attnjit_kv_cache_format forma
     case ATTNJIT_KV_CACHE_FP8_E5M2: *out = KvCacheFormat::Fp8E5M2; return ATTNJIT_OK;
     case ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD: *out = KvCacheFormat::Int8PerTokenHead; return ATTNJIT_OK;
     case ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD: *out = KvCacheFormat::Fp8PerTokenHead; return ATTNJIT_OK;
+    case ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD: *out = KvCacheFormat::Int4PerTokenHead; return ATTNJIT_OK;
   }
   return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": cache_format " +
                                                   std::to_string(static_cast<int>(format)) +
@@ -172,6 +173,8 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->kvStrideToken = c.kv_stride_token;
   p->kvStrideHead = c.kv_stride_head;
   p->stream = c.stream;
+  p->causalFlags = c.causal_flags;
+  p->numSms = c.num_sms;
   return ATTNJIT_OK;
 }
 

@@ -58,7 +58,8 @@ typedef enum attnjit_kv_cache_format {
   ATTNJIT_KV_CACHE_FP8_E4M3 = 1,            /* per-tensor scale */
   ATTNJIT_KV_CACHE_FP8_E5M2 = 2,            /* per-tensor scale */
   ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD = 3, /* inline f32 scale per (token, head) row */
-  ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD = 4   /* e4m3, inline f32 scale per (token, head) row */
+  ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD = 4,  /* e4m3, inline f32 scale per (token, head) row */
+  ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD = 5  /* two values per byte, inline f32 scale per row */
 } attnjit_kv_cache_format;
 
 /* ---- Runtime ---------------------------------------------------------- */
@@ -210,6 +211,9 @@ typedef struct attnjit_paged_attention_params {
   int64_t block_table_stride;
   int64_t kv_stride_block, kv_stride_kv, kv_stride_token, kv_stride_head;
   void* stream;
+  /* added later (older callers' struct_size leaves them at their defaults) */
+  uint64_t causal_flags; /* i8 [num_seqs], nonzero = causal, or 0: `causal` for all */
+  int num_sms;           /* SMs the split-KV plan fills; 0: the device's */
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

@@ -103,6 +103,8 @@ class PagedAttentionParams(ctypes.Structure):
         ("kv_stride_token", _i64),
         ("kv_stride_head", _i64),
         ("stream", _ptr),
+        ("causal_flags", _u64),
+        ("num_sms", _i32),
     ]
 
 

@@ -28,6 +28,7 @@ CACHE_FORMATS = {
     "fp8_e5m2": 2,
     "int8_per_token_head": 3,
     "fp8_per_token_head": 4,
+    "int4_per_token_head": 5,
 }
 
 
