@@ -103,19 +103,29 @@ attnjit_status writeVersioned(const char* function, const char* argument, const 
   return ATTNJIT_OK;
 }
 
-attnjit_status toScalarKind(const char* function, attnjit_dtype dtype, attnjit::ir::ScalarKind* out) {
+// A C caller may store any int in an enum field; reading such a value as the C++
+// enum type is undefined (UBSan: "not a valid value for type"), so enum fields
+// are read as the int they are stored as, then compared with the enumerators.
+template <typename Enum>
+int enumValue(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized on every supported ABI");
+  int value = 0;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
+
+attnjit_status toScalarKind(const char* function, int dtype, attnjit::ir::ScalarKind* out) {
   switch (dtype) {
     case ATTNJIT_DTYPE_F32: *out = attnjit::ir::ScalarKind::F32; return ATTNJIT_OK;
     case ATTNJIT_DTYPE_F16: *out = attnjit::ir::ScalarKind::F16; return ATTNJIT_OK;
     case ATTNJIT_DTYPE_BF16: *out = attnjit::ir::ScalarKind::BF16; return ATTNJIT_OK;
   }
   return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": dtype " +
-                                                  std::to_string(static_cast<int>(dtype)) +
+                                                  std::to_string(dtype) +
                                                   " is not an attnjit_dtype (F32, F16, BF16)");
 }
 
-attnjit_status toCacheFormat(const char* function, attnjit_kv_cache_format format,
-                             attnjit::compiler::KvCacheFormat* out) {
+attnjit_status toCacheFormat(const char* function, int format, attnjit::compiler::KvCacheFormat* out) {
   using attnjit::compiler::KvCacheFormat;
   switch (format) {
     case ATTNJIT_KV_CACHE_AUTO: *out = KvCacheFormat::Auto; return ATTNJIT_OK;
@@ -126,7 +136,7 @@ attnjit_status toCacheFormat(const char* function, attnjit_kv_cache_format forma
     case ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD: *out = KvCacheFormat::Int4PerTokenHead; return ATTNJIT_OK;
   }
   return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": cache_format " +
-                                                  std::to_string(static_cast<int>(format)) +
+                                                  std::to_string(format) +
                                                   " is not an attnjit_kv_cache_format");
 }
 
@@ -134,13 +144,13 @@ attnjit_status toCacheFormat(const char* function, attnjit_kv_cache_format forma
 
 attnjit_status toParams(const char* function, const attnjit_paged_attention_params& c,
                         attnjit::PagedAttentionParams* p) {
-  if (attnjit_status s = toScalarKind(function, c.dtype, &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
   p->numQueryHeads = c.num_query_heads;
   p->numKvHeads = c.num_kv_heads;
   p->headSize = c.head_size;
   p->blockSize = c.block_size;
   p->causal = c.causal != 0;
-  if (attnjit_status s = toCacheFormat(function, c.kv_cache_format, &p->kvCacheFormat); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.kv_cache_format), &p->kvCacheFormat); s != ATTNJIT_OK) return s;
   p->slidingWindow = c.sliding_window;
   p->softcap = c.softcap;
   p->batchInvariant = c.batch_invariant != 0;
@@ -179,8 +189,8 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
 }
 
 attnjit_status toParams(const char* function, const attnjit_cache_write_params& c, attnjit::CacheWriteParams* p) {
-  if (attnjit_status s = toScalarKind(function, c.dtype, &p->dtype); s != ATTNJIT_OK) return s;
-  if (attnjit_status s = toCacheFormat(function, c.cache_format, &p->cacheFormat); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.cache_format), &p->cacheFormat); s != ATTNJIT_OK) return s;
   p->numKvHeads = c.num_kv_heads;
   p->headSize = c.head_size;
   p->blockSize = c.block_size;
@@ -205,7 +215,7 @@ attnjit_status toParams(const char* function, const attnjit_cache_write_params& 
 
 attnjit_status toParams(const char* function, const attnjit_merge_attn_states_params& c,
                         attnjit::MergeAttnStatesParams* p) {
-  if (attnjit_status s = toScalarKind(function, c.dtype, &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
   p->numHeads = c.num_heads;
   p->headSize = c.head_size;
   p->numTokens = c.num_tokens;
