@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compiler/DeviceTarget.h"
 #include "compiler/Jit.h"
 #include "compiler/KernelArguments.h"
+#include "compiler/ReadyKernels.h"
 #include "runtime/Module.h"
 
 namespace attnjit::ops {
@@ -24,15 +24,9 @@ namespace {
 
 using KernelBuilder = std::function<ir::Expected<std::unique_ptr<ir::Kernel>>()>;
 
-struct ReadyKernel {
-  std::shared_ptr<const runtime::LoadedKernel> loaded;
-  int numThreads = 0;
-  int sharedBytes = 0;
-};
-
 // Per kernel name: its parameters (from building the kernel once per process,
-// so validation needs no GPU and, after the first call, no IR), and per context
-// the loaded kernel (the JIT would re-run the passes to make its key).
+// so validation needs no GPU and, after the first call, no IR). The loaded
+// kernels are compiler/ReadyKernels.h's.
 class OpKernels {
  public:
   static OpKernels& instance() {
@@ -51,33 +45,9 @@ class OpKernels {
     return parameters;
   }
 
-  ir::Expected<ReadyKernel> ready(const std::string& name, const KernelBuilder& build) {
-    auto context = runtime::currentOrPrimaryContext();
-    if (!context) return context.status();
-    const std::string key = name + "@" + std::to_string(reinterpret_cast<uintptr_t>(*context));
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = ready_.find(key); it != ready_.end()) return it->second;
-    if (target_.empty()) {
-      // Device 0's target, as compiler/PagedAttentionOp.cpp uses.
-      auto target = compiler::deviceTarget(0);
-      if (!target) return target.status();
-      target_ = *target;
-    }
-    compiler::CompileOptions options;
-    options.target = target_;
-    if (auto ptxIsa = runtime::driverMaxPtxIsa()) options.driverMaxPtx = ptxIsa->asNumber();
-    auto jit = compiler::jitKernel(build, options);
-    if (!jit) return jit.status();
-    ReadyKernel ready{jit->loaded, jit->numThreads, jit->sharedMemoryBytes};
-    ready_.emplace(key, ready);
-    return ready;
-  }
-
  private:
   std::mutex mutex_;
-  std::string target_;
   std::unordered_map<std::string, std::shared_ptr<const std::vector<compiler::KernelParameter>>> parameters_;
-  std::unordered_map<std::string, ReadyKernel> ready_;
 };
 
 // A validated call: what to launch and with what.
@@ -196,7 +166,7 @@ ir::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesParams& p
 
 Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream) {
   if (call.empty) return Status::ok();
-  auto ready = OpKernels::instance().ready(call.kernelName, call.build);
+  auto ready = compiler::readyKernel(call.kernelName, call.build);
   if (!ready) return ready.status();
   runtime::LaunchConfig launch;
   launch.grid = call.grid;

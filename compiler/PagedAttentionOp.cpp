@@ -4,14 +4,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
-#include "compiler/AttentionGpu.h"
-#include "compiler/DeviceTarget.h"
-#include "compiler/Jit.h"
+#include "compiler/ReadyKernels.h"
 #include "compiler/kernels/KernelSupport.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
@@ -32,52 +27,6 @@ std::string hexText(uint64_t value) {
   std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
   return text;
 }
-
-// A kernel loaded in one context, with what a launch needs.
-struct ReadyKernel {
-  std::shared_ptr<const runtime::LoadedKernel> loaded;
-  int numThreads = 0;
-  int sharedBytes = 0;
-};
-
-// Kernel name and context → ready kernel. The JIT behind it would re-run the
-// tile-IR passes (milliseconds) to make its key; this memo keeps the
-// steady-state cost of a call at one lookup.
-class ReadyKernels {
- public:
-  static ReadyKernels& instance() {
-    static ReadyKernels kernels;
-    return kernels;
-  }
-
-  ir::Expected<ReadyKernel> get(const std::string& name, const compiler::KernelFactory& build) {
-    auto context = runtime::currentOrPrimaryContext();
-    if (!context) return context.status();
-    std::string key = name + "@" + std::to_string(reinterpret_cast<uintptr_t>(*context));
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = ready_.find(key); it != ready_.end()) return it->second;
-    if (target_.empty()) {
-      // Device 0's target, read without switching the caller's current context
-      // (the kernel must load into that context: the key above).
-      auto target = compiler::deviceTarget(0);
-      if (!target) return target.status();
-      target_ = *target;
-    }
-    compiler::CompileOptions options;
-    options.target = target_;
-    if (auto ptxIsa = runtime::driverMaxPtxIsa()) options.driverMaxPtx = ptxIsa->asNumber();
-    auto jit = compiler::jitKernel(build, options);
-    if (!jit) return jit.status();
-    ReadyKernel ready{jit->loaded, jit->numThreads, jit->sharedMemoryBytes};
-    ready_.emplace(key, ready);
-    return ready;
-  }
-
- private:
-  std::mutex mutex_;
-  std::string target_;
-  std::unordered_map<std::string, ReadyKernel> ready_;
-};
 
 int searchSteps(int numSeqs) { return static_cast<int>(std::bit_width(static_cast<unsigned>(numSeqs))); }
 
@@ -255,7 +204,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config = baseVariant(p);
   config.splitKv = plan.numSegments > 1;
   if (Status s = validateFor(p, config, plan); !s) return s;
-  auto ready = ReadyKernels::instance().get(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
+  auto ready = compiler::readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
   // Split-KV scratch inside the workspace: outputs, then maxima, then sums.
@@ -324,7 +273,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
   reduce.numQueryHeads = p.numQueryHeads;
   reduce.headSize = p.headSize;
   reduce.outputLse = p.lse != 0;
-  auto reducer = ReadyKernels::instance().get(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
+  auto reducer = compiler::readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
   if (!reducer) return reducer.status();
   uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
   int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};

@@ -108,14 +108,8 @@ class CacheWriteBuilder {
 
  private:
   bool perTensorScale() const { return isPerTensorFp8(config_.cacheFormat); }
-  Value* asColumn(Value* vec, int64_t cols) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 1), {n, cols});
-  }
-  Value* asRow(Value* vec, int64_t rows) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 0), {rows, n});
-  }
+  Value* asColumn(Value* vec, int64_t cols) { return broadcastAsColumn(b_, vec, cols); }
+  Value* asRow(Value* vec, int64_t rows) { return broadcastAsRow(b_, vec, rows); }
 
   // Loads token t's rows of one source (keys or values), converts them and stores
   // them at rowBase (one cache offset per head).

@@ -6,6 +6,7 @@
 #include <bit>
 #include <string>
 
+#include "ir/Builder.h"
 #include "ir/Diagnostics.h"
 #include "ir/Types.h"
 
@@ -14,6 +15,17 @@ namespace attnjit::compiler {
 inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
 inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 inline ir::Status configError(const std::string& message) { return ir::Status::error(ir::Location{}, message); }
+
+// A [n] vector as the columns of an [n, cols] tile (each row constant), or as
+// the rows of a [rows, n] tile: the IR keeps broadcasting explicit.
+inline ir::Value* broadcastAsColumn(ir::Builder& b, ir::Value* vec, int64_t cols, std::string name = {}) {
+  const int64_t n = vec->type().shape()[0];
+  return b.broadcast(b.expandDims(vec, 1), {n, cols}, std::move(name));
+}
+inline ir::Value* broadcastAsRow(ir::Builder& b, ir::Value* vec, int64_t rows, std::string name = {}) {
+  const int64_t n = vec->type().shape()[0];
+  return b.broadcast(b.expandDims(vec, 0), {rows, n}, std::move(name));
+}
 
 // q/o/output element types every family accepts: f32, f16 and bf16.
 inline ir::Status checkIoDtype(ir::ScalarKind dtype) {

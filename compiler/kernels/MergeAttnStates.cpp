@@ -136,14 +136,8 @@ class MergeBuilder {
     for (int k = 7; k >= 0; --k) series = b_.add(b_.mul(series, zz), b_.constFloat(1.0 / (2 * k + 1), type));
     return b_.mul(b_.mul(z, series), b_.constFloat(2.0, type), "log_of_sum");
   }
-  Value* asColumn(Value* vec, int64_t cols) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 1), {n, cols});
-  }
-  Value* asRow(Value* vec, int64_t rows) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 0), {rows, n});
-  }
+  Value* asColumn(Value* vec, int64_t cols) { return broadcastAsColumn(b_, vec, cols); }
+  Value* asRow(Value* vec, int64_t rows) { return broadcastAsRow(b_, vec, rows); }
 
   Builder& b_;
   const MergeAttnStatesConfig& config_;

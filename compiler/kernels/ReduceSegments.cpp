@@ -112,14 +112,8 @@ class ReduceSegmentsBuilder {
   }
 
  private:
-  Value* asColumn(Value* vec, int64_t cols) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 1), {n, cols});
-  }
-  Value* asRow(Value* vec, int64_t rows) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 0), {rows, n});
-  }
+  Value* asColumn(Value* vec, int64_t cols) { return broadcastAsColumn(b_, vec, cols); }
+  Value* asRow(Value* vec, int64_t rows) { return broadcastAsRow(b_, vec, rows); }
 
   Builder& b_;
   const ReduceSegmentsConfig& config_;

@@ -106,13 +106,9 @@ class AttentionBuilder {
   }
   // [n] -> [n, 1] broadcast to [n, cols], or [n] -> [1, n] broadcast to [rows, n].
   Value* asColumn(Value* vec, int64_t cols, std::string name = {}) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 1), {n, cols}, std::move(name));
+    return broadcastAsColumn(b_, vec, cols, std::move(name));
   }
-  Value* asRow(Value* vec, int64_t rows, std::string name = {}) {
-    const int64_t n = vec->type().shape()[0];
-    return b_.broadcast(b_.expandDims(vec, 0), {rows, n}, std::move(name));
-  }
+  Value* asRow(Value* vec, int64_t rows, std::string name = {}) { return broadcastAsRow(b_, vec, rows, std::move(name)); }
   Value* loadScalar(Value* base, Value* index, std::string name) {
     return b_.load(b_.addPtr(base, index), nullptr, nullptr, std::move(name));
   }
