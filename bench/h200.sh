@@ -23,14 +23,18 @@ decode=(--shape query_lens=1x64 --shape context_lens=4095x64 --shape check_strid
 run "decode B=64 ctx 4096" bench/decode.yaml "${decode[@]}"
 run "decode B=64 ctx 4096, vLLM's tiling" specs/bench.yaml \
   --variant=unified_attention_bf16_h32kv8_d128_bs16_causal "${decode[@]}"
-# The same decode split into 1024-key segments (3D + reduce), as the op API does
-# when given a workspace; then with context lengths uniform in 1..8192 (fixed
-# draw; vLLM 0.435 ms 3D, 0.485 ms 2D), 2D and split.
+# The same decode split into 1024-key segments (3D + reduce): a full batch, which
+# the op API keeps 2D because of this number; then context lengths uniform in
+# 1..8192 (fixed draw; vLLM 0.435 ms 3D, 0.485 ms 2D), 2D and split; then B=8 at
+# ctx 32768, which the op API splits into 5 segments.
 run "decode B=64 ctx 4096, split-KV 1024-key segments" bench/decode_split.yaml "${decode[@]}" --shape segment_tiles=16
 mixed=(--shape query_lens=1x64 --shape check_stride=5
   --shape context_lens=1951,5234,1681,3658,6891,8042,7226,3931,41,1322,1814,4706,1606,7367,188,8032,5148,3444,6508,4120,5696,5843,6166,1250,5577,1469,4786,4712,7494,2308,5062,405,6043,5956,7554,6917,1485,6533,8166,1907,6970,8045,6523,4237,6880,7851,415,3678,2113,800,1680,7035,7701,2333,7898,3750,1999,7484,7690,4112,6587,5040,7846,6585)
 run "decode B=64 ctx uniform 1..8192, 2D" bench/decode.yaml "${mixed[@]}"
-run "decode B=64 ctx uniform 1..8192, split-KV" bench/decode_split.yaml "${mixed[@]}" --shape segment_tiles=16
+run "decode B=64 ctx uniform 1..8192, split-KV" bench/decode_split.yaml "${mixed[@]}" --shape segment_tiles=32
+run "decode B=8 ctx 32768, 2D" bench/decode.yaml --shape query_lens=1x8 --shape context_lens=32767x8
+run "decode B=8 ctx 32768, split into 5" bench/decode_split.yaml --shape query_lens=1x8 \
+  --shape context_lens=32767x8 --shape segment_tiles=103
 # Quantized KV caches (vLLM 0.352 ms fp8 per-tensor, 0.859 / 0.814 ms fp8 / int8
 # per-token-head).
 run "decode B=64 ctx 4096, quantized KV" bench/decode_quant.yaml "${decode[@]}"
