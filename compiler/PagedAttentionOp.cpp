@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "compiler/ReadyKernels.h"
 #include "compiler/kernels/KernelSupport.h"
@@ -35,13 +36,23 @@ bool prefillLike(const PagedAttentionParams& p, const UnifiedAttentionConfig& co
   return !p.batchInvariant && static_cast<int64_t>(p.maxQueryLen) * perKv >= 128 && config.minimumBlockM() <= 128;
 }
 
-// Scratch rows: (token, head, segment), each HEAD_SIZE_PADDED outputs + max + sum.
-uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
+// Split-KV scratch in a workspace: rows (token, head, segment) of HEAD_SIZE_PADDED
+// f32 outputs, then one f32 maximum per row, then one sum per row (each array
+// 16-byte aligned). The one place that lays the workspace out.
+struct SplitScratch {
+  uint64_t outputBytes = 0;  // segm_output, at offset 0
+  uint64_t rowBytes = 0;     // segm_max, then segm_expsum
+  uint64_t totalBytes() const { return outputBytes + 2 * rowBytes; }
+};
+
+SplitScratch splitScratch(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
   const uint64_t rows = static_cast<uint64_t>(numTokens) * static_cast<uint64_t>(numQueryHeads) *
                         static_cast<uint64_t>(numSegments);
-  const uint64_t outputBytes = rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(headSize)) * 4;
-  const uint64_t rowBytes = (rows * 4 + 15) / 16 * 16;
-  return outputBytes + 2 * rowBytes;
+  return {rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(headSize)) * 4, (rows * 4 + 15) / 16 * 16};
+}
+
+uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
+  return splitScratch(numTokens, numQueryHeads, headSize, numSegments).totalBytes();
 }
 
 UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
@@ -85,10 +96,8 @@ int deviceSmCount() {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace
-
-SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) {
-  const UnifiedAttentionConfig config = baseVariant(p);
+// The split plan for `p` whose variant before splitting is `config` (baseVariant).
+SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
   if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
   const int sms = p.numSms > 0 ? p.numSms : deviceSmCount();
@@ -104,6 +113,10 @@ SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) {
   return {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
 }
 
+}  // namespace
+
+SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) { return splitPlanFor(p, baseVariant(p)); }
+
 uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen) {
   if (maxNumTokens <= 0 || numQueryHeads <= 0 || headSize <= 0 || maxSeqLen <= 0) return 0;
   const int64_t segments = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
@@ -112,7 +125,7 @@ uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, i
 
 UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config = baseVariant(p);
-  config.splitKv = pagedAttentionSplitPlan(p).numSegments > 1;
+  config.splitKv = splitPlanFor(p, config).numSegments > 1;
   return config;
 }
 
@@ -193,26 +206,32 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
   return Status::ok();
 }
 
+// The variant a call runs and its split plan, each derived once.
+std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionParams& p) {
+  UnifiedAttentionConfig config = baseVariant(p);
+  const SplitKvPlan plan = splitPlanFor(p, config);
+  config.splitKv = plan.numSegments > 1;
+  return {config, plan};
+}
+
 }  // namespace
 
 Status validatePagedAttention(const PagedAttentionParams& p) {
-  return validateFor(p, selectPagedAttentionVariant(p), pagedAttentionSplitPlan(p));
+  const auto [config, plan] = planCall(p);
+  return validateFor(p, config, plan);
 }
 
 Status pagedAttention(const PagedAttentionParams& p) {
-  const SplitKvPlan plan = pagedAttentionSplitPlan(p);
-  UnifiedAttentionConfig config = baseVariant(p);
-  config.splitKv = plan.numSegments > 1;
+  const auto [config, plan] = planCall(p);
   if (Status s = validateFor(p, config, plan); !s) return s;
   auto ready = compiler::readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
-  // Split-KV scratch inside the workspace: outputs, then maxima, then sums.
-  const uint64_t rows = static_cast<uint64_t>(p.numTokens) * static_cast<uint64_t>(p.numQueryHeads) *
-                        static_cast<uint64_t>(plan.numSegments);
+  // Split-KV scratch inside the workspace (splitScratch's layout).
+  const SplitScratch scratch = splitScratch(p.numTokens, p.numQueryHeads, p.headSize, plan.numSegments);
   const uint64_t segmOutput = p.workspace;
-  const uint64_t segmMax = segmOutput + rows * static_cast<uint64_t>(config.headSizePadded()) * 4;
-  const uint64_t segmExpsum = segmMax + (rows * 4 + 15) / 16 * 16;
+  const uint64_t segmMax = segmOutput + scratch.outputBytes;
+  const uint64_t segmExpsum = segmMax + scratch.rowBytes;
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
   uint64_t pointers[16];  // at most 14: 3 (split) + 5 + causal flags + 2 scales + ALiBi + sinks + LSE
