@@ -293,7 +293,6 @@ Value* AttentionBuilder::fp8BitsAsDtype(Value* raw, const std::string& name) {
   Value* bytes = ir::isFloat(shape.scalarKind()) ? b_.bitcast(raw, ScalarKind::I8, name + "_bytes") : raw;
   // Sign-extended, the fp8 sign lands in bit 15, where both 16-bit types keep it.
   Value* wide = b_.cast(bytes, ScalarKind::I16, name + "_i16");
-  Value* sign = b_.andOp(wide, b_.constInt(-32768, i16Tile), name + "_sign");
   Value* bits = nullptr;
   const bool e5m2 = config_.kvCacheFormat == KvCacheFormat::Fp8E5M2;
   if (e5m2 && config_.dtype == ScalarKind::F16) {
@@ -303,6 +302,7 @@ Value* AttentionBuilder::fp8BitsAsDtype(Value* raw, const std::string& name) {
     // (f16 has 10: shift 7; bf16 7: shift 4), e5m2 2 (bf16: shift 5).
     const int shift = config_.dtype == ScalarKind::F16 ? 7 : e5m2 ? 5 : 4;
     Value* magnitude = b_.andOp(wide, b_.constInt(0x7F, i16Tile));
+    Value* sign = b_.andOp(wide, b_.constInt(-32768, i16Tile), name + "_sign");
     bits = b_.binary(Opcode::Or, b_.binary(Opcode::Shl, magnitude, b_.constInt(shift, i16Tile)), sign, name + "_bits");
   }
   return b_.bitcast(bits, config_.dtype, name + "_values");
@@ -510,7 +510,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   const int compensation = fp8ExponentShift() - operandShift();
   if (compensation != 0) {
     scoreScale = b_.mul(scoreScale, b_.f32(std::ldexp(1.0, compensation)), "qk_scale_decoded");
-    Value* outputFactor = b_.f32(std::ldexp(1.0, fp8ExponentShift() - operandShift()));
+    Value* outputFactor = b_.f32(std::ldexp(1.0, compensation));
     vScaleValue = vScaleValue ? b_.mul(vScaleValue, outputFactor, "v_scale_decoded") : outputFactor;
   }
   if (config_.softcap > 0) {
