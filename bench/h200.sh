@@ -41,12 +41,28 @@ run "decode B=64 ctx 4096, quantized KV" bench/decode_quant.yaml "${decode[@]}"
 # Prefill causal and non-causal: 8 x 2048 tokens (vLLM 3.89 / 6.98 ms) with 128
 # query rows per program (the op API's choice for long queries).
 run "prefill 8x2048, BLOCK_M 128" bench/prefill.yaml "${prefill[@]}"
+# DiffKV, QK 192 / V 128 over the packed cache: decode B=64 32/8 ctx 4096 (vLLM
+# 0.384 ms 2D) and causal prefill 8 x 2048 (vLLM 5.42 ms).
+run "DiffKV 192/128 decode B=64 ctx 4096" bench/diffkv.yaml "${decode[@]}"
+run "DiffKV 192/128 prefill causal 8x2048" bench/diffkv_prefill.yaml "${prefill[@]}"
 # Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
 tokens=(--shape query_lens=16384 --shape context_lens=0)
 run "merge_attn_states T=16384 32 heads D=128" specs/merge_attn_states.yaml \
   --variant=merge_attn_states_bf16_h32_d128_lse "${tokens[@]}"
 run "reshape_and_cache T=16384 8 heads D=128" specs/reshape_and_cache.yaml \
   --variant=reshape_and_cache_bf16_kv8_d128_bs16 "${tokens[@]}"
+
+# MLA latent decode: B=64, 128 heads, 576/512, ctx 4096 (vLLM TRITON_MLA 1.29 ms
+# with 8 splits, fp8 latent 1.25 ms; target <= 0.40 ms): bf16 and fp8 latents,
+# 2D and split into 8 segments of 512 keys, 4 and 8 warps. Then B=128 ctx 8192
+# (vLLM 5.22 ms), 2D and 16 segments.
+mla=(--shape query_lens=1x64 --shape context_lens=4095x64 --shape check_stride=16 --shape segment_tiles=32)
+run "MLA decode B=64 H=128 576/512 ctx 4096" bench/mla_decode.yaml "${mla[@]}"
+mla_long=(--shape query_lens=1x128 --shape context_lens=8191x128 --shape check_stride=32 --shape segment_tiles=32)
+run "MLA decode B=128 H=128 576/512 ctx 8192, 2D" bench/mla_decode.yaml \
+  --variant=mla_decode_bf16_h128_l512_r64_bs16 "${mla_long[@]}"
+run "MLA decode B=128 H=128 576/512 ctx 8192, 16 splits" bench/mla_decode.yaml \
+  --variant=mla_decode_bf16_h128_l512_r64_bs16_3d "${mla_long[@]}"
 
 if [ "${SWEEP:-0}" = 1 ]; then
   # vLLM's BLOCK_M (16: 4 tokens x 4 heads per program) for comparison.

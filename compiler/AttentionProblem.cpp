@@ -29,6 +29,9 @@ namespace {
 
 Status shapeError(const std::string& message) { return Status::error(ir::Location{}, message); }
 
+// Partials of a merge_partials run batch (keeps host data for the reference small).
+constexpr int kMaxShapePartials = 1024;
+
 template <typename Int>
 bool parseInteger(std::string_view text, Int& out) {
   const char* end = text.data() + text.size();
@@ -287,6 +290,14 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
     segmentTiles = static_cast<int>(parsed);
     return Status::ok();
   }
+  if (key == "num_partials") {
+    uint64_t parsed = 0;
+    if (!parseInteger(value, parsed) || parsed < 1 || parsed > static_cast<uint64_t>(kMaxShapePartials))
+      return shapeError("num_partials: '" + std::string(value) + "' is not an integer between 1 and " +
+                        std::to_string(kMaxShapePartials));
+    numPartials = static_cast<int>(parsed);
+    return Status::ok();
+  }
   if (key == "check_stride") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed) || parsed < 1 || parsed > (1u << 30))
@@ -302,17 +313,21 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
     return Status::ok();
   }
   return shapeError("unknown shape key '" + key +
-                    "' (expected query_lens, context_lens, seed, check_stride or segment_tiles)");
+                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles or num_partials)");
 }
 
 std::string AttentionShape::str() const {
   return "query_lens=" + joinInts(queryLens) + " context_lens=" + joinInts(contextLens) +
          " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "") +
-         (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "");
+         (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "") +
+         (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "");
 }
 
 Status AttentionShape::validate() const {
   if (queryLens.empty()) return shapeError("query_lens is empty: a batch needs at least one sequence");
+  if (numPartials < 1 || numPartials > kMaxShapePartials)
+    return shapeError("num_partials (" + std::to_string(numPartials) + ") must be between 1 and " +
+                      std::to_string(kMaxShapePartials));
   if (queryLens.size() != contextLens.size())
     return shapeError("query_lens has " + std::to_string(queryLens.size()) + " entries but context_lens has " +
                       std::to_string(contextLens.size()));
@@ -342,7 +357,7 @@ struct UnifiedAttentionProblem::Data {
     ReduceSegmentsConfig reduce;
     reduce.dtype = config.dtype;
     reduce.numQueryHeads = config.numQueryHeads;
-    reduce.headSize = config.headSize;
+    reduce.headSize = config.effectiveValueHeadSize();  // the scratch and the output are V-sized
     reduce.outputLse = config.outputLse;
     return reduce;
   }
@@ -365,6 +380,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   const ScalarKind dtype = config.dtype;
   const int numSeqs = static_cast<int>(shape.queryLens.size());
   const int64_t Hq = config.numQueryHeads, Hkv = config.numKvHeads, D = config.headSize;
+  const int64_t Dv = config.effectiveValueHeadSize();
   const int64_t blockSize = config.blockSize;
 
   // ---- The logical problem (also the reference's input). ----
@@ -372,6 +388,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   logical.numQueryHeads = config.numQueryHeads;
   logical.numKvHeads = config.numKvHeads;
   logical.headSize = config.headSize;
+  logical.valueHeadSize = static_cast<int>(Dv);
   logical.causal = config.causal;
   logical.scale = 1.0 / std::sqrt(static_cast<double>(D));
   logical.slidingWindow = config.slidingWindow;
@@ -395,18 +412,18 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     for (int64_t t = logical.cuSeqlensQ[static_cast<size_t>(s)]; t < logical.cuSeqlensQ[static_cast<size_t>(s) + 1];
          ++t)
       for (int64_t i = 0; i < Hq * D; ++i) logical.q[static_cast<size_t>(t * Hq * D + i)] = sequenceRandom.next();
-    const size_t kvSize = static_cast<size_t>(logical.seqLens[static_cast<size_t>(s)] * Hkv * D);
+    const size_t kvRows = static_cast<size_t>(logical.seqLens[static_cast<size_t>(s)] * Hkv);
     auto& keys = logical.keys[static_cast<size_t>(s)];
     auto& values = logical.values[static_cast<size_t>(s)];
-    keys.resize(kvSize);
-    values.resize(kvSize);
+    keys.resize(kvRows * static_cast<size_t>(D));
+    values.resize(kvRows * static_cast<size_t>(Dv));
     for (double& x : keys) x = sequenceRandom.next();
     for (double& x : values) x = sequenceRandom.next();
   });
 
   // ---- Device layouts. ----
   const int64_t qStrideToken = Hq * D + kQTokenPadding, qStrideHead = D;
-  const int64_t oStrideToken = Hq * D + kOutTokenPadding, oStrideHead = D;
+  const int64_t oStrideToken = Hq * Dv + kOutTokenPadding, oStrideHead = Dv;
   data.oStrideToken = oStrideToken;
   data.oStrideHead = oStrideHead;
   TypedBuffer q(dtype, static_cast<size_t>(numTokens * qStrideToken));
@@ -416,7 +433,9 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
         q.set(static_cast<size_t>(t * qStrideToken + h * qStrideHead + d),
               logical.q[static_cast<size_t>((t * Hq + h) * D + d)]);
 
-  // Cache (num_blocks, 2, block_size, Hkv, row) in the config's format; sequences'
+  // Cache (num_blocks, 2, block_size, Hkv, row) in the config's format or, when the
+  // config names a value head size (DiffKV, equal to head_size included), vLLM's
+  // packed (num_blocks, block_size, Hkv, K row ‖ V row); sequences'
   // blocks are a random permutation of the physical blocks, so the block table is
   // exercised. Quantized formats replace each logical K/V value by what its
   // quantized form stands for, so the reference sees exactly the cache's content.
@@ -424,6 +443,8 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   const ScalarKind cachePointerKind = kvCachePointerKind(format, dtype);
   const int64_t cacheElementBytes = ir::storageBits(cachePointerKind) / 8;
   const int64_t rowElements = kvCacheRowElements(format, config.headSize);
+  const int64_t valueRowElements = kvCacheRowElements(format, static_cast<int>(Dv));
+  const bool packedLayout = config.valueHeadSize != 0;
   std::vector<int> blocksPerSeq;
   int usedBlocks = 0;
   for (int seqLen : logical.seqLens) {
@@ -431,8 +452,10 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     usedBlocks += blocksPerSeq.back();
   }
   const int numBlocks = usedBlocks + kSpareBlocks;
-  const int64_t kvStrideHead = rowElements, kvStrideToken = Hkv * rowElements,
-                kvStrideKv = blockSize * Hkv * rowElements, kvStrideBlock = 2 * kvStrideKv;
+  const int64_t kvStrideHead = packedLayout ? rowElements + valueRowElements : rowElements;
+  const int64_t kvStrideToken = Hkv * kvStrideHead;
+  const int64_t kvStrideKv = packedLayout ? rowElements : blockSize * kvStrideToken;
+  const int64_t kvStrideBlock = packedLayout ? blockSize * kvStrideToken : 2 * kvStrideKv;
   std::vector<uint8_t> kvCache = poisonedCache(format, dtype, static_cast<size_t>(numBlocks * kvStrideBlock));
   const int64_t blockTableStride =
       *std::max_element(blocksPerSeq.begin(), blocksPerSeq.end()) + kSpareBlockTableColumns;
@@ -448,12 +471,13 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
       const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
       for (int64_t h = 0; h < Hkv; ++h) {
-        const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * D);
         for (int kv = 0; kv < 2; ++kv) {
           std::vector<double>& rows = kv == 0 ? logical.keys[static_cast<size_t>(s)] : logical.values[static_cast<size_t>(s)];
+          const int64_t rowSize = kv == 0 ? D : Dv;
+          const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * rowSize);
           const int64_t element = slot + kv * kvStrideKv + h * kvStrideHead;
           encodeCacheRow(format, dtype, kv == 0 ? kKeyScale : kValueScale, &rows[logicalIndex],
-                         static_cast<int>(D), &kvCache[static_cast<size_t>(element * cacheElementBytes)]);
+                         static_cast<int>(rowSize), &kvCache[static_cast<size_t>(element * cacheElementBytes)]);
         }
       }
     }
@@ -464,7 +488,8 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   // block-table entries of blocks that hold only hidden keys, so a kernel that
   // reads any of them fails.
   if (config.slidingWindow > 0) {
-    const std::vector<uint8_t> poisonRow = poisonedCache(format, dtype, static_cast<size_t>(Hkv * rowElements));
+    const std::vector<uint8_t> poisonRow =
+        poisonedCache(format, dtype, static_cast<size_t>(std::max(rowElements, valueRowElements)));
     for (int s = 0; s < numSeqs; ++s) {
       const int64_t contextLen =
           logical.seqLens[static_cast<size_t>(s)] - (logical.cuSeqlensQ[static_cast<size_t>(s) + 1] -
@@ -473,9 +498,13 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       for (int64_t pos = 0; pos < hiddenKeys; ++pos) {
         const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
         const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
-        for (int kv = 0; kv < 2; ++kv)
-          std::copy(poisonRow.begin(), poisonRow.end(),
-                    kvCache.begin() + static_cast<ptrdiff_t>((slot + kv * kvStrideKv) * cacheElementBytes));
+        for (int64_t h = 0; h < Hkv; ++h)
+          for (int kv = 0; kv < 2; ++kv) {
+            const size_t bytes = static_cast<size_t>((kv == 0 ? rowElements : valueRowElements) * cacheElementBytes);
+            std::copy(poisonRow.begin(), poisonRow.begin() + static_cast<ptrdiff_t>(bytes),
+                      kvCache.begin() +
+                          static_cast<ptrdiff_t>((slot + kv * kvStrideKv + h * kvStrideHead) * cacheElementBytes));
+          }
       }
       for (int64_t b = 0; b < hiddenKeys / blockSize; ++b)
         blockTables[static_cast<size_t>(s * blockTableStride + b)] = kUnusedBlockEntry;
@@ -557,7 +586,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
       const std::vector<float> poison(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
       buffers.push_back({label, bytesOf(poison.data(), poison.size() * sizeof(float))});
     };
-    poisonedF32("segm_output", rows * config.headSizePadded());
+    poisonedF32("segm_output", rows * config.valueHeadSizePadded());
     poisonedF32("segm_max", rows);
     poisonedF32("segm_expsum", rows);
     attention.pointers = {segmOutput, segmOutput + 1, segmOutput + 2};
@@ -580,7 +609,8 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   data.lseStrideHead = lseStrideHead;
 
   const double elementBytes = ir::storageBits(dtype) / 8.0;
-  const double cacheRowBytes = static_cast<double>(rowElements * cacheElementBytes);
+  // One K row and one V row per (key, KV head).
+  const double cacheRowBytes = static_cast<double>((rowElements + valueRowElements) * cacheElementBytes);
   double visiblePairs = 0, keys = 0;
   for (int s = 0; s < numSeqs; ++s) {
     const int64_t queryLen = shape.queryLens[static_cast<size_t>(s)];
@@ -600,9 +630,10 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
                                         static_cast<double>(queryLen) * static_cast<double>(queryLen + 1) / 2
                                   : static_cast<double>(queryLen) * static_cast<double>(seqLen);
   }
-  problem->minimumBytes_ =
-      elementBytes * 2.0 * static_cast<double>(numTokens * Hq * D) + 2.0 * keys * static_cast<double>(Hkv) * cacheRowBytes;
-  problem->flops_ = 4.0 * static_cast<double>(D * Hq) * visiblePairs;
+  problem->minimumBytes_ = elementBytes * static_cast<double>(numTokens * Hq * (D + Dv)) +
+                           keys * static_cast<double>(Hkv) * cacheRowBytes;
+  // 2·Dqk FLOPs per score and 2·Dv per P·V term: 4·D·Hq per visible pair when equal.
+  problem->flops_ = 2.0 * static_cast<double>((D + Dv) * Hq) * visiblePairs;
   return problem;
 }
 
@@ -615,7 +646,7 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
                                     const std::vector<uint8_t>* lse) const {
   const Data& data = *data_;
   const ScalarKind dtype = data.config.dtype;
-  const int64_t Hq = data.config.numQueryHeads, D = data.config.headSize;
+  const int64_t Hq = data.config.numQueryHeads, D = data.config.effectiveValueHeadSize();  // output rows are V-sized
   result.tolerance = attentionTolerance(dtype);
   result.outputStrideToken = data.oStrideToken;
   result.maxAbsError = 0;

@@ -26,8 +26,11 @@ struct AttentionShape {
   // Split-KV (3D) launches: KV tiles per segment (the kernel's segment_tiles); the
   // segment count follows from the longest sequence. 1 splits the most.
   int segmentTiles = 1;
+  // merge_partials: the number of partial results merged per token (ranks of a
+  // context-parallel group); the kernel takes it at run time.
+  int numPartials = 2;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
-  // check_stride=N, segment_tiles=N); a list entry "VxN" repeats V N times (query_lens=1x64). The
+  // check_stride=N, segment_tiles=N, num_partials=N); a list entry "VxN" repeats V N times (query_lens=1x64). The
   // error names the key.
   ir::Status set(const std::string& keyEqualsValue);
   // "query_lens=1,17,40 context_lens=33,0,70 seed=1" (each part accepted by set();

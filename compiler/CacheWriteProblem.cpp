@@ -39,7 +39,7 @@ struct CacheWriteProblem::Data {
   CacheWriteConfig config;
   int64_t numTokens = 0, numBlocks = 0;
   std::vector<int64_t> slots;                // per token; -1 = padding
-  std::vector<double> keys, values;          // [T][Hkv][D], rounded to the dtype
+  std::vector<double> keys, values;          // [T][Hkv][D] and [T][Hkv][Dv], rounded to the dtype
   int64_t strideBlock = 0, strideKv = 0, strideToken = 0, strideHead = 0;  // cache, elements
 };
 
@@ -51,6 +51,7 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
   data->config = config;
   const ScalarKind dt = config.dtype;
   const int64_t Hkv = config.numKvHeads, D = config.headSize, bs = config.blockSize, row = config.cacheRowElements();
+  const int64_t Dv = config.effectiveValueHeadSize(), valueRow = config.cacheValueRowElements();
   RandomStream random(shape.seed);
 
   // Blocks of every sequence (context and new tokens), a permutation of the cache's.
@@ -78,34 +79,44 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
   data->numTokens = T;
 
   // Rows: uniform in [-1, 1] times 2^k (k in -6..6) per row; one row in 16 all zero.
-  auto fillRows = [&](std::vector<double>& rows) {
-    rows.resize(static_cast<size_t>(T * Hkv * D));
+  auto fillRows = [&](std::vector<double>& rows, int64_t rowSize) {
+    rows.resize(static_cast<size_t>(T * Hkv * rowSize));
     for (int64_t r = 0; r < T * Hkv; ++r) {
       const bool zero = random.below(16) == 0;
       const double magnitude = std::ldexp(1.0, static_cast<int>(random.below(13)) - 6);
-      for (int64_t d = 0; d < D; ++d)
-        rows[static_cast<size_t>(r * D + d)] = zero ? 0.0 : ir::roundToFloatKind(magnitude * random.uniform(-1, 1), dt);
+      for (int64_t d = 0; d < rowSize; ++d)
+        rows[static_cast<size_t>(r * rowSize + d)] = zero ? 0.0 : ir::roundToFloatKind(magnitude * random.uniform(-1, 1), dt);
     }
   };
-  fillRows(data->keys);
-  fillRows(data->values);
+  fillRows(data->keys, D);
+  fillRows(data->values, Dv);
 
-  data->strideHead = row;
-  data->strideToken = Hkv * row;
-  data->strideKv = bs * Hkv * row;
-  data->strideBlock = 2 * data->strideKv;
-  const int64_t keyStride = Hkv * D + kKeyPadding, valueStride = Hkv * D + kValuePadding;
-  auto sourceRows = [&](const std::vector<double>& rows, int64_t strideToken) {
+  // (num_blocks, 2, block_size, Hkv, row), or vLLM's DiffKV packing when the config
+  // names a value head size (equal to head_size included):
+  // (num_blocks, block_size, Hkv, K row ‖ V row).
+  if (config.valueHeadSize != 0) {
+    data->strideHead = row + valueRow;
+    data->strideToken = Hkv * data->strideHead;
+    data->strideKv = row;
+    data->strideBlock = bs * data->strideToken;
+  } else {
+    data->strideHead = row;
+    data->strideToken = Hkv * row;
+    data->strideKv = bs * Hkv * row;
+    data->strideBlock = 2 * data->strideKv;
+  }
+  const int64_t keyStride = Hkv * D + kKeyPadding, valueStride = Hkv * Dv + kValuePadding;
+  auto sourceRows = [&](const std::vector<double>& rows, int64_t strideToken, int64_t rowSize) {
     std::vector<uint8_t> bytes = poisonedBuffer(dt, static_cast<size_t>(T * strideToken));
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < Hkv * D; ++i)
-        setFloat(bytes, dt, static_cast<size_t>(t * strideToken + i), rows[static_cast<size_t>(t * Hkv * D + i)]);
+      for (int64_t i = 0; i < Hkv * rowSize; ++i)
+        setFloat(bytes, dt, static_cast<size_t>(t * strideToken + i), rows[static_cast<size_t>(t * Hkv * rowSize + i)]);
     return bytes;
   };
   std::unique_ptr<CacheWriteProblem> problem(new CacheWriteProblem());
   auto& buffers = problem->buffers_;
-  buffers.push_back({"key", sourceRows(data->keys, keyStride), false});
-  buffers.push_back({"value", sourceRows(data->values, valueStride), false});
+  buffers.push_back({"key", sourceRows(data->keys, keyStride, D), false});
+  buffers.push_back({"value", sourceRows(data->values, valueStride, Dv), false});
   buffers.push_back({"kv_cache",
                      poisonedBuffer(config.cachePointerElement(), static_cast<size_t>(data->numBlocks * data->strideBlock)),
                      true});
@@ -119,13 +130,14 @@ ir::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const
       buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", std::move(bytes), false});
     }
   }
-  problem->scalars_ = {keyStride,        D,   valueStride, D, data->strideBlock, data->strideKv, data->strideToken,
+  problem->scalars_ = {keyStride,        D,   valueStride, Dv, data->strideBlock, data->strideKv, data->strideToken,
                        data->strideHead};
   problem->grid_ = {T, cacheWriteGridY(config), 1};
   const int64_t written = std::count_if(data->slots.begin(), data->slots.end(), [](int64_t s) { return s >= 0; });
-  problem->minimumBytes_ = static_cast<double>(2 * written * Hkv) *
-                               (static_cast<double>(D) * static_cast<double>(elementBytes(dt)) +
-                                static_cast<double>(row) * static_cast<double>(elementBytes(config.cachePointerElement()))) +
+  problem->minimumBytes_ = static_cast<double>(written * Hkv) *
+                               (static_cast<double>(D + Dv) * static_cast<double>(elementBytes(dt)) +
+                                static_cast<double>(row + valueRow) *
+                                    static_cast<double>(elementBytes(config.cachePointerElement()))) +
                            8.0 * static_cast<double>(T);
   problem->data_ = std::move(data);
   return problem;
@@ -135,7 +147,7 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
   const Data& data = *data_;
   const CacheWriteConfig& config = data.config;
   const ScalarKind dt = config.dtype, cacheKind = config.cacheElement(), pointerKind = config.cachePointerElement();
-  const int64_t Hkv = config.numKvHeads, D = config.headSize, bs = config.blockSize, row = config.cacheRowElements();
+  const int64_t Hkv = config.numKvHeads, bs = config.blockSize;
   const std::vector<uint8_t>& cache = after[2].bytes;
   const bool perTokenHead = isPerTokenHead(config.cacheFormat);
   result.maxAbsError = 0;
@@ -161,6 +173,8 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
                              h * data.strideHead;
         const int64_t t = owner[static_cast<size_t>(slot)];
         const char* kvName = kv == 0 ? "K" : "V";
+        const int64_t D = kv == 0 ? config.headSize : config.effectiveValueHeadSize();
+        const int64_t row = kv == 0 ? config.cacheRowElements() : config.cacheValueRowElements();
         if (t < 0) {
           for (int64_t i = 0; i < row; ++i)
             if (getBits(cache, pointerKind, static_cast<size_t>(base + i)) != poisonBits(pointerKind)) {
@@ -189,7 +203,7 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
         if (perTokenHead) {
           const float expectedScale = reference::perTokenHeadScale(x, static_cast<int>(D), format);
           float stored = 0;
-          std::memcpy(&stored, &cache[static_cast<size_t>(base + kvCacheScaleByteOffset(config.cacheFormat, config.headSize))],
+          std::memcpy(&stored, &cache[static_cast<size_t>(base + kvCacheScaleByteOffset(config.cacheFormat, static_cast<int>(D)))],
                       sizeof stored);
           if (std::memcmp(&stored, &expectedScale, sizeof stored) != 0) {
             std::ostringstream text;

@@ -1,5 +1,6 @@
 #include "compiler/CompanionOps.h"
 
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "compiler/CheckedLaunch.h"
 #include "compiler/Jit.h"
 #include "compiler/KernelArguments.h"
 #include "compiler/ReadyKernels.h"
@@ -18,6 +20,8 @@ namespace attnjit::ops {
 using compiler::CacheWriteConfig;
 using compiler::KernelArgument;
 using compiler::MergeAttnStatesConfig;
+using compiler::MergePartialsConfig;
+using compiler::MlaCacheWriteConfig;
 using ir::Status;
 
 namespace {
@@ -56,8 +60,17 @@ struct PreparedCall {
   KernelBuilder build;
   compiler::PackedArguments arguments;
   runtime::Dim3 grid;
+  // Checked kernels: the index of the bounds_record argument (packed with
+  // kRecordPlaceholder, replaced at launch by runBoundsChecked's buffer) and the
+  // message context; -1 for unchecked kernels.
+  int recordArgument = -1;
+  compiler::BoundsCheckContext boundsContext;
   bool empty = false;  // zero tokens: nothing to launch
 };
+
+// Stands in for the bounds_record pointer while a checked call is validated and
+// packed (a non-null, aligned address no launch ever sees).
+constexpr uint64_t kRecordPlaceholder = 16;
 
 struct NamedStride {
   const char* name;
@@ -105,6 +118,10 @@ ir::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
                                            {"kv_stride_head", p.kvStrideHead}});
       !s)
     return s;
+  if (config.checkBounds && p.numBlocks < 1)
+    return Status::error({}, op + ": num_blocks (" + std::to_string(p.numBlocks) +
+                                 ") must be the KV cache's block count (at least 1) when bounds checking is on "
+                                 "(check_bounds or ATTNJIT_CHECK_BOUNDS=1)");
   // Parameters in the kernel's order (compiler/kernels/CacheWrite.h).
   std::vector<KernelArgument> arguments = {
       KernelArgument::devicePointer(p.key), KernelArgument::devicePointer(p.value),
@@ -113,9 +130,17 @@ ir::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
     arguments.push_back(KernelArgument::devicePointer(p.kScale));
     arguments.push_back(KernelArgument::devicePointer(p.vScale));
   }
+  if (config.checkBounds) {
+    call.recordArgument = static_cast<int>(arguments.size());
+    arguments.push_back(KernelArgument::devicePointer(kRecordPlaceholder));
+  }
   for (int64_t stride : {p.keyStrideToken, p.keyStrideHead, p.valueStrideToken, p.valueStrideHead, p.kvStrideBlock,
                          p.kvStrideKv, p.kvStrideToken, p.kvStrideHead})
     arguments.push_back(KernelArgument::integerValue(stride));
+  if (config.checkBounds) {
+    arguments.push_back(KernelArgument::integerValue(p.numBlocks));
+    call.boundsContext = {op, p.numBlocks, p.blockSize, 0, p.numTokens};
+  }
   auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
   if (!parameters) return parameters.status();
   auto packed = compiler::packKernelArguments(op, **parameters, arguments);
@@ -164,6 +189,98 @@ ir::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesParams& p
   return call;
 }
 
+ir::Expected<PreparedCall> prepareMergePartials(const MergePartialsParams& p) {
+  const std::string op = "merge_partials";
+  const MergePartialsConfig config = selectMergePartialsVariant(p);
+  if (Status s = config.validate(); !s) return Status::error({}, op + ": " + s.diagnostic().message);
+  if (Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  if (p.numPartials < 1)
+    return Status::error({}, op + ": num_partials (" + std::to_string(p.numPartials) + ") must be at least 1");
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildMergePartials(config); };
+  if (p.numTokens == 0) {
+    call.empty = true;
+    return call;
+  }
+  if (Status s = checkStridesPositive(op, {{"output_stride_token", p.outputStrideToken},
+                                           {"output_stride_head", p.outputStrideHead},
+                                           {"partial_stride_partial", p.partialStridePartial},
+                                           {"partial_stride_token", p.partialStrideToken},
+                                           {"partial_stride_head", p.partialStrideHead},
+                                           {"lse_stride_partial", p.lseStridePartial}});
+      !s)
+    return s;
+  // Each partial's LSEs are a [num_heads, num_tokens] block; shorter strides
+  // would make partials share LSEs (a layout mistake, not a merge).
+  const int64_t lseBlock = int64_t{p.numHeads} * p.numTokens;
+  if (p.numPartials > 1 && p.lseStridePartial < lseBlock)
+    return Status::error({}, op + ": lse_stride_partial (" + std::to_string(p.lseStridePartial) +
+                                 ") is smaller than one partial's LSE block, num_heads · num_tokens = " +
+                                 std::to_string(lseBlock));
+  // Parameters in the kernel's order (compiler/kernels/MergePartials.h).
+  std::vector<KernelArgument> arguments = {KernelArgument::devicePointer(p.output)};
+  if (config.outputLse) arguments.push_back(KernelArgument::devicePointer(p.outputLse));
+  arguments.push_back(KernelArgument::devicePointer(p.partialOutputs));
+  arguments.push_back(KernelArgument::devicePointer(p.partialLses));
+  arguments.push_back(KernelArgument::integerValue(p.numPartials));
+  arguments.push_back(KernelArgument::integerValue(p.numTokens));
+  for (int64_t stride : {p.outputStrideToken, p.outputStrideHead, p.partialStridePartial, p.partialStrideToken,
+                         p.partialStrideHead, p.lseStridePartial})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
+  call.grid = {static_cast<unsigned>(compiler::mergePartialsGridX(config, p.numTokens)),
+               static_cast<unsigned>(p.numHeads), 1};
+  return call;
+}
+
+ir::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& p) {
+  const std::string op = "mla cache write";
+  const MlaCacheWriteConfig config = selectMlaCacheWriteVariant(p);
+  if (Status s = config.validate(); !s) return Status::error({}, op + ": " + s.diagnostic().message);
+  if (Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildMlaCacheWrite(config); };
+  if (p.numTokens == 0) {
+    call.empty = true;
+    return call;
+  }
+  const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
+  if (!scaled && p.scale != 0)
+    return Status::error({}, op + ": scale is given, but the cache format " +
+                                 compiler::kvCacheFormatName(config.cacheFormat) +
+                                 " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
+  if (Status s = checkStridesPositive(op, {{"kv_c_stride_token", p.kvCStrideToken},
+                                           {"k_pe_stride_token", p.kPeStrideToken},
+                                           {"cache_stride_block", p.cacheStrideBlock},
+                                           {"cache_stride_token", p.cacheStrideToken}});
+      !s)
+    return s;
+  if (p.cacheStrideToken < config.cacheRowElements())
+    return Status::error({}, op + ": cache_stride_token (" + std::to_string(p.cacheStrideToken) +
+                                 ") is smaller than a cache row, kv_lora_rank + rope_dim = " +
+                                 std::to_string(config.cacheRowElements()));
+  // Parameters in the kernel's order (compiler/kernels/MlaCacheWrite.h).
+  std::vector<KernelArgument> arguments = {
+      KernelArgument::devicePointer(p.kvC), KernelArgument::devicePointer(p.kPe),
+      KernelArgument::devicePointer(p.kvCache), KernelArgument::devicePointer(p.slotMapping)};
+  if (scaled) arguments.push_back(KernelArgument::devicePointer(p.scale));
+  for (int64_t stride : {p.kvCStrideToken, p.kPeStrideToken, p.cacheStrideBlock, p.cacheStrideToken})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
+  call.grid = {static_cast<unsigned>(p.numTokens), 1, 1};
+  return call;
+}
+
 Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream) {
   if (call.empty) return Status::ok();
   auto ready = compiler::readyKernel(call.kernelName, call.build);
@@ -174,7 +291,11 @@ Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream) {
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
   launch.stream = stream;
   std::vector<void*> pointers = call.arguments.driverPointers();
-  return ready->loaded->function.launch(launch, pointers.data());
+  if (call.recordArgument < 0) return ready->loaded->function.launch(launch, pointers.data());
+  return runBoundsChecked(call.boundsContext, stream, [&](uint64_t record) {
+    std::memcpy(pointers[static_cast<size_t>(call.recordArgument)], &record, sizeof record);
+    return ready->loaded->function.launch(launch, pointers.data());
+  });
 }
 
 }  // namespace
@@ -185,7 +306,9 @@ CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& p) {
   config.cacheFormat = p.cacheFormat;
   config.numKvHeads = p.numKvHeads;
   config.headSize = p.headSize;
+  config.valueHeadSize = p.valueHeadSize;
   config.blockSize = p.blockSize;
+  config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
   return config;
 }
 
@@ -198,7 +321,30 @@ MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& 
   return config;
 }
 
+MergePartialsConfig selectMergePartialsVariant(const MergePartialsParams& p) {
+  MergePartialsConfig config;
+  config.dtype = p.dtype;
+  config.numHeads = p.numHeads;
+  config.headSize = p.headSize;
+  config.outputLse = p.outputLse != 0;
+  return config;
+}
+
+MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& p) {
+  MlaCacheWriteConfig config;
+  config.dtype = p.dtype;
+  config.cacheFormat = p.cacheFormat;
+  config.kvLoraRank = p.kvLoraRank;
+  config.ropeDim = p.ropeDim;
+  config.blockSize = p.blockSize;
+  return config;
+}
+
 Status validateCacheWrite(const CacheWriteParams& params) { return prepareCacheWrite(params).status(); }
+
+Status validateMergePartials(const MergePartialsParams& params) { return prepareMergePartials(params).status(); }
+
+Status validateMlaCacheWrite(const MlaCacheWriteParams& params) { return prepareMlaCacheWrite(params).status(); }
 
 Status validateMergeAttnStates(const MergeAttnStatesParams& params) {
   return prepareMergeAttnStates(params).status();
@@ -212,6 +358,18 @@ Status cacheWrite(const CacheWriteParams& params) {
 
 Status mergeAttnStates(const MergeAttnStatesParams& params) {
   auto call = prepareMergeAttnStates(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
+
+Status mergePartials(const MergePartialsParams& params) {
+  auto call = prepareMergePartials(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
+
+Status mlaCacheWrite(const MlaCacheWriteParams& params) {
+  auto call = prepareMlaCacheWrite(params);
   if (!call) return call.status();
   return launchPrepared(*call, params.stream);
 }

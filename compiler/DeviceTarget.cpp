@@ -19,4 +19,12 @@ ir::Expected<std::string> deviceTarget(int ordinal) {
                                 ") has no attnjit target; supported:" + known};
 }
 
+int deviceZeroSmCount() {
+  static const int count = [] {
+    auto info = runtime::deviceInfo(0);
+    return info ? info->multiprocessorCount : 0;
+  }();
+  return count;
+}
+
 }  // namespace attnjit::compiler

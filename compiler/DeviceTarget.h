@@ -15,4 +15,8 @@ namespace attnjit::compiler {
 // attnjit has no target for it, or the driver's reason when there is no GPU.
 ir::Expected<std::string> deviceTarget(int ordinal);
 
+// Device 0's SM count, queried once per process (what the ops fill when they
+// split work); 0 without a driver or GPU.
+int deviceZeroSmCount();
+
 }  // namespace attnjit::compiler

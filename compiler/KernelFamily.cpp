@@ -2,29 +2,44 @@
 
 #include "compiler/CacheWriteProblem.h"
 #include "compiler/MergeAttnStatesProblem.h"
+#include "compiler/MlaDecodeProblem.h"
+#include "compiler/MergePartialsProblem.h"
+#include "compiler/MlaCacheWriteProblem.h"
 
 namespace attnjit::compiler {
 
 namespace {
 bool isMerge(const Variant& v) { return v.family == "merge_attn_states"; }
 bool isCacheWrite(const Variant& v) { return v.family == "reshape_and_cache"; }
+bool isMlaDecode(const Variant& v) { return v.family == "mla_decode"; }
+bool isMergePartials(const Variant& v) { return v.family == "merge_partials"; }
+bool isMlaCacheWrite(const Variant& v) { return v.family == "mla_cache_write"; }
 }  // namespace
 
 ir::Expected<std::unique_ptr<ir::Kernel>> buildVariantKernel(const Variant& variant) {
   if (isMerge(variant)) return buildMergeAttnStates(variant.merge);
   if (isCacheWrite(variant)) return buildCacheWrite(variant.cacheWrite);
+  if (isMlaDecode(variant)) return buildMlaDecode(variant.mla);
+  if (isMergePartials(variant)) return buildMergePartials(variant.mergePartials);
+  if (isMlaCacheWrite(variant)) return buildMlaCacheWrite(variant.mlaCacheWrite);
   return buildUnifiedAttention(variant.attention);
 }
 
 std::string formatVariantParams(const Variant& variant) {
   if (isMerge(variant)) return formatSpecParams(variant.merge);
   if (isCacheWrite(variant)) return formatSpecParams(variant.cacheWrite);
+  if (isMlaDecode(variant)) return formatSpecParams(variant.mla);
+  if (isMergePartials(variant)) return formatSpecParams(variant.mergePartials);
+  if (isMlaCacheWrite(variant)) return formatSpecParams(variant.mlaCacheWrite);
   return formatSpecParams(variant.attention);
 }
 
 ir::Expected<AttentionRunResult> runVariantInterpreted(const Variant& variant, const AttentionShape& shape) {
   if (isMerge(variant)) return runMergeAttnStatesInterpreted(variant.merge, shape);
   if (isCacheWrite(variant)) return runCacheWriteInterpreted(variant.cacheWrite, shape);
+  if (isMlaDecode(variant)) return runMlaDecodeInterpreted(variant.mla, shape);
+  if (isMergePartials(variant)) return runMergePartialsInterpreted(variant.mergePartials, shape);
+  if (isMlaCacheWrite(variant)) return runMlaCacheWriteInterpreted(variant.mlaCacheWrite, shape);
   return runUnifiedAttentionInterpreted(variant.attention, shape);
 }
 
@@ -32,6 +47,9 @@ ir::Expected<GpuRunResult> runVariantGpu(const Variant& variant, const Attention
                                          const GpuRunOptions& options) {
   if (isMerge(variant)) return runMergeAttnStatesGpu(variant.merge, shape, options);
   if (isCacheWrite(variant)) return runCacheWriteGpu(variant.cacheWrite, shape, options);
+  if (isMlaDecode(variant)) return runMlaDecodeGpu(variant.mla, shape, options);
+  if (isMergePartials(variant)) return runMergePartialsGpu(variant.mergePartials, shape, options);
+  if (isMlaCacheWrite(variant)) return runMlaCacheWriteGpu(variant.mlaCacheWrite, shape, options);
   return runUnifiedAttentionGpu(variant.attention, shape, options);
 }
 

@@ -4,9 +4,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
+#include "compiler/CheckedLaunch.h"
+#include "compiler/DeviceTarget.h"
 #include "compiler/ReadyKernels.h"
 #include "compiler/kernels/KernelSupport.h"
 #include "compiler/kernels/ReduceSegments.h"
@@ -31,13 +34,16 @@ std::string hexText(uint64_t value) {
 
 int searchSteps(int numSeqs) { return static_cast<int>(std::bit_width(static_cast<unsigned>(numSeqs))); }
 
+// The head size of v and out: Dv (DiffKV) or headSize.
+int valueHeadSizeOf(const PagedAttentionParams& p) { return p.valueHeadSize > 0 ? p.valueHeadSize : p.headSize; }
+
 bool prefillLike(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   const int perKv = p.numKvHeads > 0 && p.numQueryHeads % p.numKvHeads == 0 ? p.numQueryHeads / p.numKvHeads : 1;
   return !p.batchInvariant && static_cast<int64_t>(p.maxQueryLen) * perKv >= 128 && config.minimumBlockM() <= 128;
 }
 
 // Split-KV scratch in a workspace: rows (token, head, segment) of HEAD_SIZE_PADDED
-// f32 outputs, then one f32 maximum per row, then one sum per row (each array
+// f32 outputs (of the value head size: headSize below is Dv for DiffKV), then one f32 maximum per row, then one sum per row (each array
 // 16-byte aligned). The one place that lays the workspace out.
 struct SplitScratch {
   uint64_t outputBytes = 0;  // segm_output, at offset 0
@@ -61,6 +67,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.numQueryHeads = p.numQueryHeads;
   config.numKvHeads = p.numKvHeads;
   config.headSize = p.headSize;
+  config.valueHeadSize = p.valueHeadSize;
   config.blockSize = p.blockSize;
   config.causal = p.causal;
   config.kvCacheFormat = p.kvCacheFormat;
@@ -70,6 +77,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.sinks = p.sinks != 0;
   config.perSequenceCausal = p.causalFlags != 0;
   config.outputLse = p.lse != 0;
+  config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
   // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
   // 0.296 ms with 64-token tiles vs 0.359 ms with 32; prefill 8 x 2048 causal
   // 2.17 ms with 128 rows / 8 warps vs 4.21 ms with vLLM's 16 rows.
@@ -79,19 +87,15 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     config.numWarps = 8;
-  } else if (p.dtype != ir::ScalarKind::F32 && p.kvCacheFormat == KvCacheFormat::Auto) {
+  } else if (p.dtype != ir::ScalarKind::F32 && p.kvCacheFormat == KvCacheFormat::Auto &&
+             !(config.differentValueHeadSize() && config.headSize + config.effectiveValueHeadSize() > 256)) {
     config.tileSize = 64;
   }
+  // DiffKV rows wider than D=128's K + V (192/128: 320 elements) keep 32-key tiles:
+  // with 64 the pipelined K and V tiles spill (ptxas, sm_90a: 255 registers, 284
+  // bytes of spill stores for 192/128; 209 registers and none at 32). Not yet
+  // measured on the H200: bench/diffkv.yaml runs both.
   return config;
-}
-
-// Device 0's SM count, queried once; 0 without a driver (then nothing splits).
-int deviceSmCount() {
-  static const int count = [] {
-    auto info = runtime::deviceInfo(0);
-    return info ? info->multiprocessorCount : 0;
-  }();
-  return count;
 }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -100,12 +104,12 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
   if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
-  const int sms = p.numSms > 0 ? p.numSms : deviceSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
   int64_t segments = ceilDiv(2 * int64_t{sms}, programs);
   segments = std::min<int64_t>({segments, ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys), kSplitKvMaxSegments});
   // No more than the workspace holds for this batch.
-  while (segments >= 2 && workspaceFor(p.numTokens, p.numQueryHeads, p.headSize, segments) > p.workspaceBytes)
+  while (segments >= 2 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) > p.workspaceBytes)
     --segments;
   if (segments < 2) return {};
   const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
@@ -152,6 +156,12 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
   if (p.maxSeqLen < 0 || (p.maxSeqLen > 0 && p.maxSeqLen < p.maxQueryLen))
     return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) +
                          ") must be 0 (unknown) or at least max_query_len (" + std::to_string(p.maxQueryLen) + ")");
+  if (config.checkBounds && p.numBlocks < 1)
+    return argumentError("num_blocks (" + std::to_string(p.numBlocks) +
+                         ") must be the KV cache's block count (at least 1) when bounds checking is on "
+                         "(check_bounds or ATTNJIT_CHECK_BOUNDS=1)");
+  if (config.checkBounds && p.numTokens > std::numeric_limits<int32_t>::max())
+    return argumentError("num_tokens (" + std::to_string(p.numTokens) + ") exceeds the checked kernel's i32 range");
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
   const std::pair<const char*, uint64_t> required[] = {{"out", p.out},
@@ -177,12 +187,14 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
   // Row strides of q and out are compiled as multiples of 8 when the head size
   // is (16-byte vectors), the cache's as config.kvStrideDivisibility() says.
   const int64_t rowMultiple = p.headSize % 8 == 0 ? 8 : 1, cacheMultiple = config.kvStrideDivisibility();
+  const int64_t outputRowMultiple = valueHeadSizeOf(p) % 8 == 0 ? 8 : 1;  // out's rows are Dv wide
   const struct {
     const char* name;
     int64_t value;
     int64_t multiple;
   } strides[] = {{"q_stride_token", p.qStrideToken, rowMultiple},   {"q_stride_head", p.qStrideHead, rowMultiple},
-                 {"o_stride_token", p.oStrideToken, rowMultiple},   {"o_stride_head", p.oStrideHead, rowMultiple},
+                 {"o_stride_token", p.oStrideToken, outputRowMultiple},
+                 {"o_stride_head", p.oStrideHead, outputRowMultiple},
                  {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
                  {"kv_stride_kv", p.kvStrideKv, cacheMultiple},     {"kv_stride_token", p.kvStrideToken, cacheMultiple},
                  {"kv_stride_head", p.kvStrideHead, cacheMultiple}};
@@ -191,13 +203,15 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
     if (s.value % s.multiple != 0)
       return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
                            std::to_string(s.multiple) + " for head size " + std::to_string(p.headSize) +
+                           (valueHeadSizeOf(p) != p.headSize ? " (value head size " + std::to_string(valueHeadSizeOf(p)) + ")"
+                                                             : std::string()) +
                            " and kv_cache_dtype " + compiler::kvCacheFormatName(p.kvCacheFormat));
   }
   if (p.workspace != 0) {
     if (Status s = checkPointer("workspace", p.workspace, 16, true); !s) return s;
     // A workspace that cannot hold even two segments of this batch is a mistake
     // (a wrong size, or one computed for a smaller batch), not a request for 2D.
-    const uint64_t twoSegments = workspaceFor(p.numTokens, p.numQueryHeads, p.headSize, 2);
+    const uint64_t twoSegments = workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), 2);
     if (p.workspaceBytes < twoSegments)
       return argumentError("workspace too small: " + std::to_string(p.workspaceBytes) + " bytes; splitting " +
                            std::to_string(p.numTokens) + " tokens at all needs " + std::to_string(twoSegments) +
@@ -216,6 +230,36 @@ std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionPara
 
 }  // namespace
 
+namespace {
+
+// Stage 2 of a split-KV call: combine the segments (compiler/kernels/ReduceSegments.h).
+Status launchReduce(const PagedAttentionParams& p, int32_t numSegments, uint64_t segmOutput, uint64_t segmMax,
+                    uint64_t segmExpsum) {
+  ReduceSegmentsConfig reduce;
+  reduce.dtype = p.dtype;
+  reduce.numQueryHeads = p.numQueryHeads;
+  reduce.headSize = valueHeadSizeOf(p);  // the scratch and out are V-sized
+  reduce.outputLse = p.lse != 0;
+  auto reducer = compiler::readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
+  if (!reducer) return reducer.status();
+  uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
+  int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};
+  void* reduceParams[9];
+  int n = 0;
+  for (int i = 0; i < (reduce.outputLse ? 5 : 4); ++i) reduceParams[n++] = &reducePointers[i];
+  reduceParams[n++] = &numSegments;
+  for (int i = 0; i < (reduce.outputLse ? 3 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
+  runtime::LaunchConfig reduceLaunch;
+  reduceLaunch.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
+                       1};
+  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
+  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
+  reduceLaunch.stream = p.stream;
+  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
+}
+
+}  // namespace
+
 Status validatePagedAttention(const PagedAttentionParams& p) {
   const auto [config, plan] = planCall(p);
   return validateFor(p, config, plan);
@@ -228,13 +272,13 @@ Status pagedAttention(const PagedAttentionParams& p) {
   if (!ready) return ready.status();
 
   // Split-KV scratch inside the workspace (splitScratch's layout).
-  const SplitScratch scratch = splitScratch(p.numTokens, p.numQueryHeads, p.headSize, plan.numSegments);
+  const SplitScratch scratch = splitScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments);
   const uint64_t segmOutput = p.workspace;
   const uint64_t segmMax = segmOutput + scratch.outputBytes;
   const uint64_t segmExpsum = segmMax + scratch.rowBytes;
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  uint64_t pointers[16];  // at most 14: 3 (split) + 5 + causal flags + 2 scales + ALiBi + sinks + LSE
+  uint64_t pointers[16];  // at most 15: 3 (split) + 5 + causal flags + 2 scales + ALiBi + sinks + LSE + record
   int numPointers = 0;
   if (config.splitKv) {
     pointers[numPointers++] = segmOutput;
@@ -252,9 +296,12 @@ Status pagedAttention(const PagedAttentionParams& p) {
   if (config.alibi) pointers[numPointers++] = p.alibiSlopes;
   if (config.sinks) pointers[numPointers++] = p.sinks;
   if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
+  const int recordPointer = numPointers;  // bounds_record (checked): filled in by runBoundsChecked
+  if (config.checkBounds) pointers[numPointers++] = 0;
   float scale = p.scale;
   int32_t numSeqs = p.numSeqs, steps = searchSteps(p.numSeqs);
   int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
+  int32_t numBlocks = p.numBlocks, numTokens = static_cast<int32_t>(p.numTokens);
   int64_t strides[10];
   int numStrides = 0;
   for (int64_t stride : {p.qStrideToken, p.qStrideHead}) strides[numStrides++] = stride;
@@ -276,6 +323,10 @@ Status pagedAttention(const PagedAttentionParams& p) {
     params[numParams++] = &numSegments;
     params[numParams++] = &segmentTiles;
   }
+  if (config.checkBounds) {
+    params[numParams++] = &numBlocks;
+    params[numParams++] = &numTokens;
+  }
 
   runtime::LaunchConfig launch;
   launch.grid = {static_cast<unsigned>(compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens)),
@@ -283,31 +334,17 @@ Status pagedAttention(const PagedAttentionParams& p) {
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
   launch.stream = p.stream;
-  if (Status s = ready->loaded->function.launch(launch, params); !s) return s;
-  if (!config.splitKv) return Status::ok();
-
-  // Stage 2: combine the segments (compiler/kernels/ReduceSegments.h).
-  ReduceSegmentsConfig reduce;
-  reduce.dtype = p.dtype;
-  reduce.numQueryHeads = p.numQueryHeads;
-  reduce.headSize = p.headSize;
-  reduce.outputLse = p.lse != 0;
-  auto reducer = compiler::readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
-  if (!reducer) return reducer.status();
-  uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
-  int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};
-  void* reduceParams[9];
-  int n = 0;
-  for (int i = 0; i < (reduce.outputLse ? 5 : 4); ++i) reduceParams[n++] = &reducePointers[i];
-  reduceParams[n++] = &numSegments;
-  for (int i = 0; i < (reduce.outputLse ? 3 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
-  runtime::LaunchConfig reduceLaunch;
-  reduceLaunch.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
-                       1};
-  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
-  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
-  reduceLaunch.stream = p.stream;
-  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
+  // Both stages; stage 1 is the checked kernel in checked mode.
+  auto launchStages = [&](uint64_t record) -> Status {
+    if (config.checkBounds) pointers[recordPointer] = record;
+    if (Status s = ready->loaded->function.launch(launch, params); !s) return s;
+    if (!config.splitKv) return Status::ok();
+    return launchReduce(p, numSegments, segmOutput, segmMax, segmExpsum);
+  };
+  if (!config.checkBounds) return launchStages(0);
+  const compiler::BoundsCheckContext context{"paged attention", p.numBlocks, p.blockSize, p.blockTableStride,
+                                             p.numTokens};
+  return runBoundsChecked(context, p.stream, launchStages);
 }
 
 }  // namespace attnjit::ops

@@ -41,7 +41,11 @@ struct PagedAttentionParams {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, out and the cache: f32, f16 or bf16
   int numQueryHeads = 0;
   int numKvHeads = 0;
-  int headSize = 0;
+  int headSize = 0;       // of q and k
+  // DiffKV: the head size of v and out (Dv), 0 = headSize. The cache is then
+  // usually vLLM's packed [num_blocks, block_size, Hkv, Dqk + Dv] (kv_stride_kv =
+  // Dqk); out, o strides and the split-KV scratch are Dv-sized.
+  int valueHeadSize = 0;
   int blockSize = 0;
   bool causal = true;
   compiler::KvCacheFormat kvCacheFormat = compiler::KvCacheFormat::Auto;
@@ -52,6 +56,15 @@ struct PagedAttentionParams {
   // Results must not depend on the rest of the batch: one fixed tiling (vLLM's
   // 16 query rows, 64-key tiles) and no split-KV, whatever the batch looks like.
   bool batchInvariant = false;
+  // Debugging: run the bounds-checked kernel (compiler/kernels/BoundsCheck.h), which
+  // validates cu_seqlens_q, seq_lens and every block-table entry it uses and
+  // reports a violation as this call's error instead of reading out of bounds.
+  // The environment variable ATTNJIT_CHECK_BOUNDS=1 turns it on for every call.
+  // Checked calls allocate a record buffer once per context and synchronize the
+  // stream after the launch (compiler/CheckedLaunch.h): not for CUDA graphs.
+  // Split-KV calls check in stage 1. Requires numBlocks.
+  bool checkBounds = false;
+  int numBlocks = 0;       // blocks of the KV cache (entries must be in [0, numBlocks)); checked mode only
   // ---- the batch ----
   int numSeqs = 0;
   int64_t numTokens = 0;   // total query tokens (cu_seqlens_q[num_seqs])
@@ -107,7 +120,8 @@ inline constexpr int kSplitKvMinSegmentKeys = 512;
 inline constexpr int kSplitKvMaxSegments = 64;
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
 
-// Workspace bytes for batches of at most maxNumTokens query tokens with
+// Workspace bytes (headSize: the value head size Dv for DiffKV, the scratch's
+// row width) for batches of at most maxNumTokens query tokens with
 // sequences of at most maxSeqLen keys: room for 16 segments per token (or
 // fewer, when maxSeqLen has fewer 512-key segments). Call once, allocate, pass
 // workspace/workspaceBytes to every call; a smaller workspace only limits how

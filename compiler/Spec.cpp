@@ -42,9 +42,10 @@ constexpr int kMaxRunSequences = 4096;
 constexpr int kMaxRunTokens = 1 << 20;
 
 const std::array<const char*, 7> kTargets = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
-const std::array<const char*, 3> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache"};
+const std::array<const char*, 6> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache",
+                                               "merge_partials", "mla_cache_write", "mla_decode"};
 const std::array<const char*, 4> kTopLevelFields = {"family", "target", "params", "run"};
-const std::array<const char*, 4> kRunFields = {"query_lens", "context_lens", "seed", "segment_tiles"};
+const std::array<const char*, 5> kRunFields = {"query_lens", "context_lens", "seed", "segment_tiles", "num_partials"};
 
 // Counts the documents of a YAML stream (stopping at two) and remembers where the
 // second one starts.
@@ -134,6 +135,9 @@ class SpecLoader {
   static std::vector<ParamField<UnifiedAttentionConfig>> unifiedAttentionFields();
   static std::vector<ParamField<MergeAttnStatesConfig>> mergeAttnStatesFields();
   static std::vector<ParamField<CacheWriteConfig>> cacheWriteFields();
+  static std::vector<ParamField<MlaDecodeConfig>> mlaDecodeFields();
+  static std::vector<ParamField<MergePartialsConfig>> mergePartialsFields();
+  static std::vector<ParamField<MlaCacheWriteConfig>> mlaCacheWriteFields();
 
   std::string path_;
 };
@@ -290,6 +294,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"num_query_heads", true, positive("num_query_heads", &UnifiedAttentionConfig::numQueryHeads)},
       {"num_kv_heads", true, positive("num_kv_heads", &UnifiedAttentionConfig::numKvHeads)},
       {"head_size", true, positive("head_size", &UnifiedAttentionConfig::headSize)},
+      {"value_head_size", false, positive("value_head_size", &UnifiedAttentionConfig::valueHeadSize)},
       {"block_size", true, positive("block_size", &UnifiedAttentionConfig::blockSize)},
       {"causal", true, causal},
       {"tile_size", false, positive("tile_size", &UnifiedAttentionConfig::tileSize)},
@@ -383,8 +388,90 @@ std::vector<SpecLoader::ParamField<CacheWriteConfig>> SpecLoader::cacheWriteFiel
       {"kv_cache_dtype", false, cacheFormat},
       {"num_kv_heads", true, positiveField("num_kv_heads", &C::numKvHeads)},
       {"head_size", true, positiveField("head_size", &C::headSize)},
+      {"value_head_size", false, positiveField("value_head_size", &C::valueHeadSize)},
       {"block_size", true, positiveField("block_size", &C::blockSize)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+  };
+}
+
+std::vector<SpecLoader::ParamField<MergePartialsConfig>> SpecLoader::mergePartialsFields() {
+  using C = MergePartialsConfig;
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"num_heads", true, positiveField("num_heads", &C::numHeads)},
+      {"head_size", true, positiveField("head_size", &C::headSize)},
+      {"output_lse", false, boolField("output_lse", &C::outputLse)},
+      {"block_tokens", false, positiveField("block_tokens", &C::blockTokens)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+  };
+}
+
+std::vector<SpecLoader::ParamField<MlaCacheWriteConfig>> SpecLoader::mlaCacheWriteFields() {
+  using C = MlaCacheWriteConfig;
+  auto cacheFormat = [](const YAML::Node& node, C& config) -> Status {
+    std::optional<KvCacheFormat> format = isQuoted(node) ? std::nullopt : parseKvCacheFormat(node.Scalar());
+    if (!format) {
+      return Status::error({}, std::string("'kv_cache_dtype' must be one of ") + kvCacheFormatChoices() + ", got '" +
+                                   node.Scalar() + "'");
+    }
+    config.cacheFormat = *format;
+    return Status::ok();
+  };
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"kv_cache_dtype", false, cacheFormat},
+      {"kv_lora_rank", true, positiveField("kv_lora_rank", &C::kvLoraRank)},
+      {"rope_dim", true, positiveField("rope_dim", &C::ropeDim)},
+      {"block_size", true, positiveField("block_size", &C::blockSize)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+  };
+}
+
+std::vector<SpecLoader::ParamField<MlaDecodeConfig>> SpecLoader::mlaDecodeFields() {
+  using C = MlaDecodeConfig;
+  auto cacheFormat = [](const YAML::Node& node, C& config) -> Status {
+    std::optional<KvCacheFormat> format = isQuoted(node) ? std::nullopt : parseKvCacheFormat(node.Scalar());
+    if (!format)
+      return Status::error({}, std::string("'kv_cache_dtype' must be one of ") + kvCacheFormatChoices() + ", got '" +
+                                   node.Scalar() + "'");
+    config.kvCacheFormat = *format;
+    return Status::ok();
+  };
+  // MLA has no score modifiers: these parse so that MlaDecodeConfig::validate
+  // rejects them by name rather than as unknown fields.
+  auto slidingWindow = [](const YAML::Node& node, C& config) -> Status {
+    std::optional<int64_t> value = isQuoted(node) ? std::nullopt : parseDecimal(node.Scalar());
+    if (!value || *value < 0 || *value > std::numeric_limits<int32_t>::max())
+      return Status::error({}, "'sliding_window' must be an integer >= 0, got '" + node.Scalar() + "'");
+    config.slidingWindow = static_cast<int>(*value);
+    return Status::ok();
+  };
+  auto softcap = [](const YAML::Node& node, C& config) -> Status {
+    const std::string& text = node.Scalar();
+    double value = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::fixed);
+    if (isQuoted(node) || text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
+        !std::isfinite(value) || value < 0)
+      return Status::error({}, "'softcap' must be a decimal number >= 0, got '" + text + "'");
+    config.softcap = value;
+    return Status::ok();
+  };
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"num_heads", true, positiveField("num_heads", &C::numHeads)},
+      {"kv_lora_rank", true, positiveField("kv_lora_rank", &C::kvLoraRank)},
+      {"rope_dim", true, positiveField("rope_dim", &C::ropeDim)},
+      {"block_size", true, positiveField("block_size", &C::blockSize)},
+      {"block_h", false, positiveField("block_h", &C::blockH)},
+      {"tile_size", false, positiveField("tile_size", &C::tileSize)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+      {"num_stages", false, positiveField("num_stages", &C::numStages)},
+      {"kv_cache_dtype", false, cacheFormat},
+      {"split_kv", false, boolField("split_kv", &C::splitKv)},
+      {"output_lse", false, boolField("output_lse", &C::outputLse)},
+      {"alibi", false, boolField("alibi", &C::alibi)},
+      {"sliding_window", false, slidingWindow},
+      {"softcap", false, softcap},
   };
 }
 
@@ -420,6 +507,15 @@ Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, S
   if (spec.family == "reshape_and_cache")
     return loadFamilyParams<CacheWriteConfig>(key, params, spec, cacheWriteFields(),
                                               [](Variant& v, const CacheWriteConfig& c) { v.cacheWrite = c; });
+  if (spec.family == "mla_decode")
+    return loadFamilyParams<MlaDecodeConfig>(key, params, spec, mlaDecodeFields(),
+                                             [](Variant& v, const MlaDecodeConfig& c) { v.mla = c; });
+  if (spec.family == "merge_partials")
+    return loadFamilyParams<MergePartialsConfig>(key, params, spec, mergePartialsFields(),
+                                                 [](Variant& v, const MergePartialsConfig& c) { v.mergePartials = c; });
+  if (spec.family == "mla_cache_write")
+    return loadFamilyParams<MlaCacheWriteConfig>(key, params, spec, mlaCacheWriteFields(),
+                                                 [](Variant& v, const MlaCacheWriteConfig& c) { v.mlaCacheWrite = c; });
   return loadFamilyParams<UnifiedAttentionConfig>(key, params, spec, unifiedAttentionFields(),
                                                   [](Variant& v, const UnifiedAttentionConfig& c) { v.attention = c; });
 }
@@ -540,6 +636,12 @@ Status SpecLoader::loadRun(const YAML::Node& run, Spec& spec) {
       auto seed = integerScalar(value, name, 0, std::numeric_limits<int64_t>::max());
       if (!seed) return seed.status();
       spec.shape.seed = static_cast<uint64_t>(*seed);
+      continue;
+    }
+    if (name == "num_partials") {  // merge_partials: partial results merged per token
+      auto partials = integerScalar(value, name, 1, 1024);
+      if (!partials) return partials.status();
+      spec.shape.numPartials = static_cast<int>(*partials);
       continue;
     }
     if (name == "segment_tiles") {  // split-KV variants: KV tiles per segment
@@ -675,7 +777,9 @@ std::string softcapText(double softcap) {
 std::string formatSpecParams(const UnifiedAttentionConfig& config) {
   return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_query_heads=" +
          std::to_string(config.numQueryHeads) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
-         " head_size=" + std::to_string(config.headSize) + " block_size=" + std::to_string(config.blockSize) +
+         " head_size=" + std::to_string(config.headSize) +
+         (config.valueHeadSize != 0 ? " value_head_size=" + std::to_string(config.valueHeadSize) : std::string()) +
+         " block_size=" + std::to_string(config.blockSize) +
          " causal=" + (config.causal ? "true" : "false") + " tile_size=" + std::to_string(config.tileSize) +
          " num_warps=" + std::to_string(config.numWarps) +
          (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
@@ -699,8 +803,34 @@ std::string formatSpecParams(const MergeAttnStatesConfig& config) {
 std::string formatSpecParams(const CacheWriteConfig& config) {
   return "dtype=" + std::string(ir::scalarName(config.dtype)) + " kv_cache_dtype=" +
          kvCacheFormatName(config.cacheFormat) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
-         " head_size=" + std::to_string(config.headSize) + " block_size=" + std::to_string(config.blockSize) +
+         " head_size=" + std::to_string(config.headSize) +
+         (config.valueHeadSize != 0 ? " value_head_size=" + std::to_string(config.valueHeadSize) : std::string()) +
+         " block_size=" + std::to_string(config.blockSize) + " num_warps=" + std::to_string(config.numWarps);
+}
+
+std::string formatSpecParams(const MergePartialsConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_heads=" + std::to_string(config.numHeads) +
+         " head_size=" + std::to_string(config.headSize) + " output_lse=" + (config.outputLse ? "true" : "false") +
+         " block_tokens=" + std::to_string(config.blockTokens) + " num_warps=" + std::to_string(config.numWarps);
+}
+
+std::string formatSpecParams(const MlaCacheWriteConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " kv_cache_dtype=" +
+         kvCacheFormatName(config.cacheFormat) + " kv_lora_rank=" + std::to_string(config.kvLoraRank) +
+         " rope_dim=" + std::to_string(config.ropeDim) + " block_size=" + std::to_string(config.blockSize) +
          " num_warps=" + std::to_string(config.numWarps);
+}
+
+std::string formatSpecParams(const MlaDecodeConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_heads=" + std::to_string(config.numHeads) +
+         " kv_lora_rank=" + std::to_string(config.kvLoraRank) + " rope_dim=" + std::to_string(config.ropeDim) +
+         " block_size=" + std::to_string(config.blockSize) + " block_h=" + std::to_string(config.blockH) +
+         " tile_size=" + std::to_string(config.tileSize) + " num_warps=" + std::to_string(config.numWarps) +
+         " num_stages=" + std::to_string(config.numStages) +
+         (config.kvCacheFormat != KvCacheFormat::Auto
+              ? std::string(" kv_cache_dtype=") + kvCacheFormatName(config.kvCacheFormat)
+              : std::string()) +
+         (config.outputLse ? " output_lse=true" : "") + (config.splitKv ? " split_kv=true" : "");
 }
 
 Expected<Spec> loadSpecFile(const std::string& path) {

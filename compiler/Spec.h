@@ -10,6 +10,9 @@
 #include "compiler/AttentionProblem.h"
 #include "compiler/kernels/CacheWrite.h"
 #include "compiler/kernels/MergeAttnStates.h"
+#include "compiler/kernels/MlaDecode.h"
+#include "compiler/kernels/MergePartials.h"
+#include "compiler/kernels/MlaCacheWrite.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Diagnostics.h"
 
@@ -21,6 +24,9 @@ struct Variant {
   UnifiedAttentionConfig attention;  // for family unified_attention
   MergeAttnStatesConfig merge;       // for family merge_attn_states
   CacheWriteConfig cacheWrite;       // for family reshape_and_cache
+  MlaDecodeConfig mla;               // for family mla_decode
+  MergePartialsConfig mergePartials; // for family merge_partials
+  MlaCacheWriteConfig mlaCacheWrite; // for family mla_cache_write
   ir::Location location;             // where in the spec it came from
 };
 
@@ -38,6 +44,9 @@ ir::Expected<Spec> loadSpecFile(const std::string& path);
 std::string formatSpecParams(const UnifiedAttentionConfig& config);
 std::string formatSpecParams(const MergeAttnStatesConfig& config);
 std::string formatSpecParams(const CacheWriteConfig& config);
+std::string formatSpecParams(const MlaDecodeConfig& config);
+std::string formatSpecParams(const MergePartialsConfig& config);
+std::string formatSpecParams(const MlaCacheWriteConfig& config);
 ir::Expected<Spec> loadSpecText(const std::string& text, const std::string& path);
 
 }  // namespace attnjit::compiler

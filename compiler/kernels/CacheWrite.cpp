@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
+#include <numeric>
 
+#include "compiler/kernels/BoundsCheck.h"
 #include "compiler/kernels/KernelSupport.h"
 #include "ir/Builder.h"
 
@@ -44,15 +47,19 @@ class CacheWriteBuilder {
   void declareParameters(ir::Kernel& kernel) {
     ir::Attributes aligned;
     aligned.set("align", int64_t{16});
-    ir::Attributes rowStride;
+    const int valueHeadSize = config_.effectiveValueHeadSize();
+    ir::Attributes rowStride, valueRowStride;
     if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
+    if (valueHeadSize % 8 == 0) valueRowStride.set("divisibility", int64_t{8});
     // A per-token-head row is D + 4 bytes: only 4-byte multiples can be promised.
+    // DiffKV's packed strides are sums of a K row and a V row.
     ir::Attributes cacheStride;
     if (isPerTokenHead(config_.cacheFormat)) {
-      if (kvCacheScaleByteOffset(config_.cacheFormat, config_.headSize) % 4 == 0)
+      if (kvCacheScaleByteOffset(config_.cacheFormat, config_.headSize) % 4 == 0 &&
+          kvCacheScaleByteOffset(config_.cacheFormat, valueHeadSize) % 4 == 0)
         cacheStride.set("divisibility", int64_t{4});
-    } else {
-      cacheStride = rowStride;
+    } else if (std::gcd(config_.headSize, valueHeadSize) % 8 == 0) {
+      cacheStride.set("divisibility", int64_t{8});
     }
     const ScalarKind dt = config_.dtype;
     key_ = kernel.addParameter(Type::pointer(dt), "key", aligned);
@@ -63,15 +70,17 @@ class CacheWriteBuilder {
       kScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale");
       vScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale");
     }
+    if (config_.checkBounds) boundsRecord_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "bounds_record");
     const Type i64 = Type::scalar(ScalarKind::I64);
     keyStrideToken_ = kernel.addParameter(i64, "key_stride_token", rowStride);
     keyStrideHead_ = kernel.addParameter(i64, "key_stride_head", rowStride);
-    valueStrideToken_ = kernel.addParameter(i64, "value_stride_token", rowStride);
-    valueStrideHead_ = kernel.addParameter(i64, "value_stride_head", rowStride);
+    valueStrideToken_ = kernel.addParameter(i64, "value_stride_token", valueRowStride);
+    valueStrideHead_ = kernel.addParameter(i64, "value_stride_head", valueRowStride);
     kvStrideBlock_ = kernel.addParameter(i64, "kv_stride_block", cacheStride);
     kvStrideKv_ = kernel.addParameter(i64, "kv_stride_kv", cacheStride);
     kvStrideToken_ = kernel.addParameter(i64, "kv_stride_token", cacheStride);
     kvStrideHead_ = kernel.addParameter(i64, "kv_stride_head", cacheStride);
+    if (config_.checkBounds) numBlocks_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "num_blocks");
   }
 
   void build() {
@@ -80,6 +89,7 @@ class CacheWriteBuilder {
     Value* headBlock = b_.programId(1, "head_block");
     Value* slot = b_.load(b_.addPtr(slotMapping_, token), nullptr, nullptr, "slot");
     Value* isWritten = b_.cmp(CmpPredicate::Ge, slot, b_.i64(0), "is_written");
+    if (config_.checkBounds) isWritten = b_.andOp(isWritten, checkSlot(token, slot), "is_written_checked");
     b_.beginIf(isWritten);
     Value* blockSize = b_.cast(b_.constexprValue("BLOCK_SIZE", ScalarKind::I32), I64, "block_size");
     Value* block = b_.div(slot, blockSize, "block");
@@ -96,48 +106,86 @@ class CacheWriteBuilder {
     Value* dimMask = b_.cmp(CmpPredicate::Lt, offsD, b_.splat(headSize, {D}), "dim_mask");
     mask_ = b_.andOp(asColumn(headMask_, D), asRow(dimMask, H), "mask");
     offsD64_ = b_.cast(offsD, I64, "offs_d_i64");
+    const RowShape keyRows{config_.headSize, offsD64_, mask_};
+    RowShape valueRows = keyRows;
+    if (config_.effectiveValueHeadSize() != config_.headSize) {
+      // DiffKV: value rows of their own (power-of-two padded) width.
+      const int64_t DV = nextPowerOfTwo(config_.effectiveValueHeadSize());
+      Value* offsDV = b_.arange(0, DV, "offs_dv");
+      Value* valueHeadSize = b_.constexprValue("VALUE_HEAD_SIZE", ScalarKind::I32, "value_head_size");
+      Value* dimMaskV = b_.cmp(CmpPredicate::Lt, offsDV, b_.splat(valueHeadSize, {DV}), "dim_mask_v");
+      valueRows = {config_.effectiveValueHeadSize(), b_.cast(offsDV, I64, "offs_dv_i64"),
+                   b_.andOp(asColumn(headMask_, DV), asRow(dimMaskV, H), "mask_v")};
+    }
     head64_ = b_.cast(head_, I64, "head_i64");
     Value* token64 = b_.cast(token, I64, "token_i64");
 
     Value* kRowBase = b_.add(b_.splat(slotBase, {H}), b_.mul(head64_, b_.splat(kvStrideHead_, {H})), "k_row_base");
     Value* vRowBase = b_.add(kRowBase, b_.splat(kvStrideKv_, {H}), "v_row_base");
-    writeRows(key_, keyStrideToken_, keyStrideHead_, token64, kRowBase, kScale_, "k");
-    writeRows(value_, valueStrideToken_, valueStrideHead_, token64, vRowBase, vScale_, "v");
+    writeRows(key_, keyStrideToken_, keyStrideHead_, token64, kRowBase, kScale_, keyRows, "k");
+    writeRows(value_, valueStrideToken_, valueStrideHead_, token64, vRowBase, vScale_, valueRows, "v");
     b_.endIf();
   }
 
  private:
   bool perTensorScale() const { return isPerTensorFp8(config_.cacheFormat); }
+
+  // True when `slot` is -1 or inside the cache; otherwise records [SlotMapping, -1
+  // (no sequence), token, slot saturated to i32] in bounds_record.
+  Value* checkSlot(Value* token, Value* slot) {
+    const ScalarKind I64 = ScalarKind::I64, I32 = ScalarKind::I32;
+    Value* blockSize = b_.cast(b_.constexprValue("BLOCK_SIZE", I32), I64);
+    Value* numSlots = b_.mul(b_.cast(numBlocks_, I64), blockSize, "num_slots");
+    Value* outside = b_.orOp(b_.cmp(CmpPredicate::Lt, slot, b_.i64(-1)), b_.cmp(CmpPredicate::Ge, slot, numSlots),
+                             "slot_outside_cache");
+    Value* saturated = b_.cast(b_.min(b_.max(slot, b_.i64(std::numeric_limits<int32_t>::min())),
+                                      b_.i64(std::numeric_limits<int32_t>::max())),
+                               I32, "slot_i32");
+    const Type i32 = Type::scalar(I32);
+    Value* fields[kBoundsRecordInts] = {b_.constInt(static_cast<int32_t>(BoundsViolation::SlotMapping), i32),
+                                        b_.constInt(-1, i32), token, saturated};
+    for (int i = 0; i < kBoundsRecordInts; ++i)
+      b_.store(i == 0 ? boundsRecord_ : b_.addPtr(boundsRecord_, b_.constInt(i, i32)), fields[i], outside);
+    const Type i1 = Type::scalar(ScalarKind::I1);
+    return b_.select(outside, b_.constInt(0, i1), b_.constInt(1, i1), "slot_inside_cache");
+  }
   Value* asColumn(Value* vec, int64_t cols) { return broadcastAsColumn(b_, vec, cols); }
   Value* asRow(Value* vec, int64_t rows) { return broadcastAsRow(b_, vec, rows); }
+
+  // The rows of one source: keys (head_size) or values (value_head_size, DiffKV).
+  struct RowShape {
+    int headSize;     // elements of a row
+    Value* offsD64;   // [D_PADDED] column indices (i64)
+    Value* mask;      // [H, D_PADDED]: valid head and column
+  };
 
   // Loads token t's rows of one source (keys or values), converts them and stores
   // them at rowBase (one cache offset per head).
   void writeRows(Value* source, Value* strideToken, Value* strideHead, Value* token64, Value* rowBase,
-                 Value* scalePointer, const std::string& name) {
+                 Value* scalePointer, const RowShape& rows, const std::string& name) {
     if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) {
-      writeInt4Rows(source, strideToken, strideHead, token64, rowBase, name);
+      writeInt4Rows(source, strideToken, strideHead, token64, rowBase, rows, name);
       return;
     }
-    const int64_t H = head_->type().shape()[0], D = offsD64_->type().shape()[0];
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
     const ScalarKind dt = config_.dtype, F32 = ScalarKind::F32, cacheKind = config_.cacheElement();
     Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
-    Value* sourceOffset = b_.add(asColumn(sourceRow, D), asRow(offsD64_, H));
-    Value* x = b_.load(b_.addPtr(b_.splat(source, {H, D}), sourceOffset), mask_,
+    Value* sourceOffset = b_.add(asColumn(sourceRow, D), asRow(rows.offsD64, H));
+    Value* x = b_.load(b_.addPtr(b_.splat(source, {H, D}), sourceOffset), rows.mask,
                        b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(dt))), name + "_rows");
-    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, D}), b_.add(asColumn(rowBase, D), asRow(offsD64_, H)),
+    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, D}), b_.add(asColumn(rowBase, D), asRow(rows.offsD64, H)),
                                  name + "_cache_ptrs");
     Value* xF32 = dt == F32 ? x : b_.cast(x, F32, name + "_f32");
 
     switch (config_.cacheFormat) {
       case KvCacheFormat::Auto:
-        b_.store(cachePtrs, x, mask_);
+        b_.store(cachePtrs, x, rows.mask);
         return;
       case KvCacheFormat::Fp8E4M3:
       case KvCacheFormat::Fp8E5M2: {
         Value* scale = b_.load(scalePointer, nullptr, nullptr, name + "_scale");
         Value* scaled = b_.div(xF32, b_.splat(scale, {H, D}), name + "_scaled");
-        b_.store(cachePtrs, b_.cast(scaled, cacheKind, name + "_quantized"), mask_);
+        b_.store(cachePtrs, b_.cast(scaled, cacheKind, name + "_quantized"), rows.mask);
         return;
       }
       case KvCacheFormat::Int8PerTokenHead:
@@ -151,8 +199,8 @@ class CacheWriteBuilder {
         Value* quantized = cacheKind == ScalarKind::I8
                                ? roundHalfAwayToInt8(y, name)
                                : b_.bitcast(b_.cast(y, cacheKind, name + "_fp8"), ScalarKind::I8, name + "_quantized");
-        b_.store(cachePtrs, quantized, mask_);
-        storeScaleBytes(scale, rowBase, name);
+        b_.store(cachePtrs, quantized, rows.mask);
+        storeScaleBytes(scale, rowBase, rows.headSize, name);
         return;
       }
       case KvCacheFormat::Int4PerTokenHead:
@@ -164,12 +212,12 @@ class CacheWriteBuilder {
   // [H, D/2] tiles, quantized with the row's scale max|x| / 7, and packed pairwise
   // into bytes (element 2i in the low nibble of byte i, 2i + 1 in the high one).
   void writeInt4Rows(Value* source, Value* strideToken, Value* strideHead, Value* token64, Value* rowBase,
-                     const std::string& name) {
-    const int64_t H = head_->type().shape()[0], D = offsD64_->type().shape()[0], half = D / 2;
+                     const RowShape& rows, const std::string& name) {
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
     const ScalarKind dt = config_.dtype, F32 = ScalarKind::F32, I32 = ScalarKind::I32;
     Value* offsPair = b_.arange(0, half, name + "_offs_pair");
     Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
-                             b_.splat(b_.constInt(config_.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
+                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
     Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
     Value* pair64 = b_.cast(offsPair, ScalarKind::I64);
     Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
@@ -198,7 +246,7 @@ class CacheWriteBuilder {
     Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}), b_.add(asColumn(rowBase, half), asRow(pair64, H)),
                                  name + "_cache_ptrs");
     b_.store(cachePtrs, packed, mask);
-    storeScaleBytes(scale, rowBase, name);
+    storeScaleBytes(scale, rowBase, rows.headSize, name);
   }
 
   Value* roundHalfAwayToInt8(Value* y, const std::string& name) {
@@ -216,13 +264,13 @@ class CacheWriteBuilder {
 
   // The f32 scale of each row, as its four little-endian bytes after the row's
   // values (byte offset D, or D/2 for int4).
-  void storeScaleBytes(Value* scale, Value* rowBase, const std::string& name) {
+  void storeScaleBytes(Value* scale, Value* rowBase, int rowHeadSize, const std::string& name) {
     const int64_t H = scale->type().shape()[0];
     Value* bits = asColumn(b_.bitcast(scale, ScalarKind::I32, name + "_scale_bits"), 4);
     Value* shift = asRow(b_.mul(b_.arange(0, 4), b_.constInt(8, Type::tile({4}, Type::scalar(ScalarKind::I32)))), H);
     Value* bytes = b_.cast(b_.binary(Opcode::Shr, bits, shift), ScalarKind::I8, name + "_scale_bytes");
     Value* scaleOffset =
-        b_.i64(kvCacheScaleByteOffset(config_.cacheFormat, config_.headSize));
+        b_.i64(kvCacheScaleByteOffset(config_.cacheFormat, rowHeadSize));
     Value* byteOffset = b_.add(asColumn(b_.add(rowBase, b_.splat(scaleOffset, {H})), 4),
                                asRow(b_.cast(b_.arange(0, 4), ScalarKind::I64), H));
     b_.store(b_.addPtr(b_.splat(kvCache_, {H, 4}), byteOffset, name + "_scale_ptrs"), bytes, asColumn(headMask_, 4));
@@ -232,6 +280,7 @@ class CacheWriteBuilder {
   const CacheWriteConfig& config_;
   Value *key_ = nullptr, *value_ = nullptr, *kvCache_ = nullptr, *slotMapping_ = nullptr, *kScale_ = nullptr,
         *vScale_ = nullptr;
+  Value *boundsRecord_ = nullptr, *numBlocks_ = nullptr;  // check_bounds
   Value *keyStrideToken_ = nullptr, *keyStrideHead_ = nullptr, *valueStrideToken_ = nullptr,
         *valueStrideHead_ = nullptr, *kvStrideBlock_ = nullptr, *kvStrideKv_ = nullptr, *kvStrideToken_ = nullptr,
         *kvStrideHead_ = nullptr;
@@ -246,18 +295,25 @@ ScalarKind CacheWriteConfig::cachePointerElement() const { return kvCachePointer
 
 int CacheWriteConfig::cacheRowElements() const { return kvCacheRowElements(cacheFormat, headSize); }
 
+int CacheWriteConfig::cacheValueRowElements() const {
+  return kvCacheRowElements(cacheFormat, effectiveValueHeadSize());
+}
+
 double CacheWriteConfig::quantMax() const { return kvCacheQuantMax(cacheFormat); }
 
 int CacheWriteConfig::headsPerProgram() const {
-  const int padded = nextPowerOfTwo(headSize);
+  const int padded = nextPowerOfTwo(std::max(headSize, effectiveValueHeadSize()));
   return std::min(nextPowerOfTwo(numKvHeads), std::max(1, kMaxTileElements / padded));
 }
 
 std::string CacheWriteConfig::kernelName() const {
   std::string name = std::string("reshape_and_cache_") + ir::scalarName(dtype);
   if (cacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(cacheFormat);
-  name += "_kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) + "_bs" + std::to_string(blockSize);
+  name += "_kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize);
+  if (effectiveValueHeadSize() != headSize) name += "v" + std::to_string(effectiveValueHeadSize());
+  name += "_bs" + std::to_string(blockSize);
   if (numWarps != CacheWriteConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
+  if (checkBounds) name += "_checked";
   return name;
 }
 
@@ -274,6 +330,12 @@ Status CacheWriteConfig::validate() const {
   if (cacheFormat == KvCacheFormat::Int4PerTokenHead && (headSize % 2 != 0 || headSize < 4))
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
+  if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > 512))
+    return configError("value_head_size (" + std::to_string(valueHeadSize) +
+                       ") must be between 1 and 512 (0 = head_size)");
+  if (cacheFormat == KvCacheFormat::Int4PerTokenHead && valueHeadSize != 0 && (valueHeadSize % 2 != 0 || valueHeadSize < 4))
+    return configError("value_head_size (" + std::to_string(valueHeadSize) +
+                       ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
   return Status::ok();
 }
 
@@ -289,6 +351,10 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig
   cx.push_back({"NUM_KV_HEADS", int64_t{config.numKvHeads}});
   cx.push_back({"HEAD_SIZE", int64_t{config.headSize}});
   cx.push_back({"HEAD_SIZE_PADDED", int64_t{nextPowerOfTwo(config.headSize)}});
+  if (config.effectiveValueHeadSize() != config.headSize) {
+    cx.push_back({"VALUE_HEAD_SIZE", int64_t{config.effectiveValueHeadSize()}});
+    cx.push_back({"VALUE_HEAD_SIZE_PADDED", int64_t{nextPowerOfTwo(config.effectiveValueHeadSize())}});
+  }
   cx.push_back({"BLOCK_SIZE", int64_t{config.blockSize}});
   Builder builder(*kernel);
   CacheWriteBuilder writer(builder, config);

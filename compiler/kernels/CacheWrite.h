@@ -15,6 +15,12 @@
 //   max|x| / QMAX (QMAX 127 or 448; at least 1e-6), in a row of D + 4 bytes. Values
 //   are x / scale; int8 rounds half away from zero, fp8 to nearest even.
 //
+// DiffKV (value_head_size != head_size): values are [num_tokens, Hkv, Dv] and the
+// cache is vLLM's packed (num_blocks, block_size, Hkv, K row ‖ V row), i.e.
+// kv_stride_kv = the K row's elements (Dqk, or kvCacheRowElements(format, Dqk) bytes
+// for the per-token-head formats, each part keeping its own inline scale); only
+// the strides and the V rows' width differ, the kernel is the same.
+//
 // Grid: (num_tokens, ceil(Hkv / HEADS_PER_PROGRAM)); a program writes the K and V
 // rows of HEADS_PER_PROGRAM heads of one token.
 #pragma once
@@ -33,21 +39,31 @@ struct CacheWriteConfig {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // keys and values (f32, f16, bf16)
   KvCacheFormat cacheFormat = KvCacheFormat::Auto;
   int numKvHeads = 8;
-  int headSize = 128;
+  int headSize = 128;       // of the keys (Dqk)
+  int valueHeadSize = 0;    // of the values (Dv, DiffKV); 0 = headSize
   int blockSize = 16;
   int numWarps = 4;
+  // Bounds-checked kernel (a debugging mode, compiler/kernels/BoundsCheck.h): a
+  // slot_mapping entry that is neither -1 nor in [0, num_blocks · block_size) is
+  // recorded in bounds_record and its token skipped. Adds the bounds_record and
+  // num_blocks parameters; off by default (the default kernel is unchanged).
+  bool checkBounds = false;
 
+  int effectiveValueHeadSize() const { return valueHeadSize > 0 ? valueHeadSize : headSize; }
   // The cache's element type: dtype, f8e4m3, f8e5m2 or i8.
   ir::ScalarKind cacheElement() const;
   // The kv_cache parameter's element type: cacheElement(), except i8 (bytes) for the
   // per-token-head formats, whose rows mix quantized values and a float32 scale.
   ir::ScalarKind cachePointerElement() const;
-  // Cache elements per (token, head) row: D, or D + 4 for the per-token-head formats.
+  // Cache elements per (token, head) key row: D, or D + 4 for the per-token-head formats.
   int cacheRowElements() const;
+  // The same for a value row (value_head_size).
+  int cacheValueRowElements() const;
   // Largest quantized magnitude: 127 (int8), 448 (e4m3), 57344 (e5m2); 0 for auto.
   double quantMax() const;
   int headsPerProgram() const;
-  // e.g. "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16".
+  // e.g. "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16" ("_d192v128": DiffKV;
+  // "_checked": check_bounds).
   std::string kernelName() const;
   ir::Status validate() const;
 };
@@ -58,6 +74,8 @@ struct CacheWriteConfig {
 //   key_stride_token i64, key_stride_head i64, value_stride_token i64,
 //   value_stride_head i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
 //   kv_stride_token i64, kv_stride_head i64.
+// Bounds-checked (check_bounds): bounds_record ptr<i32> (4 ints, BoundsCheck.h)
+// follows the last pointer (before the strides) and num_blocks i32 ends the list.
 ir::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config);
 
 // Grid y: ceil(Hkv / headsPerProgram).

@@ -8,6 +8,13 @@
 //   quantized values and then, inline, the row's f32 scale (little-endian, at byte
 //   offset D, or D/2 for int4). Rows are D + 4 bytes (D/2 + 4 for int4): the cache's
 //   element type is bytes and its strides count bytes.
+// DiffKV's packed cache (QK head size Dqk != V head size Dv, vLLM's
+// [num_blocks, block_size, Hkv, Dqk + Dv]) holds per (token, head) a K row and then
+// a V row, each in the format above with its own inline scale for the
+// per-token-head formats: Dqk bytes + f32, then Dv bytes + f32 (int4: Dqk/2 + 4,
+// then Dv/2 + 4), i.e. kvCacheRowElements(f, Dqk) + kvCacheRowElements(f, Dv)
+// bytes, and kv_stride_kv = kvCacheRowElements(f, Dqk). Equal-size caches keep
+// their (num_blocks, 2, block_size, Hkv, row) layout.
 // int4 rows pack two values per byte: element 2i in the low nibble of byte i,
 // element 2i + 1 in the high nibble, each a two's-complement number in [-8, 7]
 // (the writer uses [-7, 7]: QMAX = 7).

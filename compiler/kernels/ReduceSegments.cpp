@@ -45,6 +45,7 @@ class ReduceSegmentsBuilder {
     oStrideToken_ = kernel.addParameter(i64, "o_stride_token", rowStride);
     oStrideHead_ = kernel.addParameter(i64, "o_stride_head", rowStride);
     if (config_.outputLse) lseStrideHead_ = kernel.addParameter(i64, "lse_stride_head");
+    if (config_.outputLse && config_.lseTokenStride) lseStrideToken_ = kernel.addParameter(i64, "lse_stride_token");
   }
 
   void build() {
@@ -98,7 +99,11 @@ class ReduceSegmentsBuilder {
     Value* accNew = b_.add(sumLoop.iterArgs[1], b_.mul(asColumn(weight, D), partial), "acc_new");
     std::vector<Value*> sums = b_.endFor({lNew, accNew}, {"l_final", "acc_final"});
 
-    Value* normalized = b_.div(sums[1], asColumn(sums[0], D), "out_f32");
+    // A row no segment saw a key for (an empty MLA decode sequence) has l = 0 and
+    // acc = 0: its output is 0 (and its LSE -inf), not 0/0.
+    Value* lSafe = b_.select(b_.cmp(CmpPredicate::Gt, sums[0], b_.constFloat(0.0, rowF32)), sums[0],
+                             b_.constFloat(1.0, rowF32), "l_safe");
+    Value* normalized = b_.div(sums[1], asColumn(lSafe, D), "out_f32");
     Value* outTile = config_.dtype == F32 ? normalized : b_.cast(normalized, config_.dtype, "out_tile");
     Value* oRow = b_.add(b_.splat(b_.mul(token64, oStrideToken_), {H}), b_.mul(head64, b_.splat(oStrideHead_, {H})),
                          "o_row");
@@ -106,7 +111,8 @@ class ReduceSegmentsBuilder {
     if (lse_) {
       Value* lseLog2 = b_.add(mOverall, b_.unary(Opcode::Log2, sums[0]), "lse_log2");
       Value* lseValue = b_.mul(lseLog2, b_.constFloat(std::numbers::ln2, rowF32), "lse");
-      Value* lseOffset = b_.add(b_.mul(head64, b_.splat(lseStrideHead_, {H})), b_.splat(token64, {H}), "lse_offset");
+      Value* tokenOffset = lseStrideToken_ ? b_.mul(token64, lseStrideToken_) : token64;
+      Value* lseOffset = b_.add(b_.mul(head64, b_.splat(lseStrideHead_, {H})), b_.splat(tokenOffset, {H}), "lse_offset");
       b_.store(b_.addPtr(b_.splat(lse_, {H}), lseOffset, "lse_ptrs"), lseValue, headMask);
     }
   }
@@ -119,6 +125,7 @@ class ReduceSegmentsBuilder {
   const ReduceSegmentsConfig& config_;
   Value *out_ = nullptr, *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr, *lse_ = nullptr;
   Value *numSegments_ = nullptr, *oStrideToken_ = nullptr, *oStrideHead_ = nullptr, *lseStrideHead_ = nullptr;
+  Value* lseStrideToken_ = nullptr;
 };
 
 }  // namespace
@@ -130,7 +137,7 @@ int ReduceSegmentsConfig::headsPerProgram() const { return std::min(nextPowerOfT
 std::string ReduceSegmentsConfig::kernelName() const {
   std::string name = std::string("reduce_segments_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
                      "_d" + std::to_string(headSize);
-  if (outputLse) name += "_lse";
+  if (outputLse) name += lseTokenStride ? "_lse_strided" : "_lse";
   if (numWarps != ReduceSegmentsConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
   return name;
 }

@@ -25,8 +25,11 @@ namespace attnjit::compiler {
 struct ReduceSegmentsConfig {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // out (f32, f16, bf16)
   int numQueryHeads = 32;
-  int headSize = 128;
+  int headSize = 128;  // of the output rows: the value head size Dv for DiffKV stage 1s
   bool outputLse = false;  // also write lse[head · lse_stride_head + token]
+  // With outputLse: the token's stride is a parameter too, lse[head ·
+  // lse_stride_head + token · lse_stride_token] (MLA's [B, H] layout is (1, H)).
+  bool lseTokenStride = false;
   int numWarps = 4;
 
   int headSizePadded() const;
@@ -39,7 +42,7 @@ struct ReduceSegmentsConfig {
 // Kernel parameters, in order:
 //   out ptr<dtype>, segm_output ptr<f32>, segm_max ptr<f32>, segm_expsum ptr<f32>,
 //   [lse ptr<f32>], num_segments i32, o_stride_token i64, o_stride_head i64,
-//   [lse_stride_head i64].
+//   [lse_stride_head i64], [lse_stride_token i64 (lseTokenStride)].
 ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config);
 
 // Grid y: ceil(Hq / headsPerProgram()).

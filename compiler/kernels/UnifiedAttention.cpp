@@ -44,8 +44,10 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <numeric>
 #include <vector>
 
+#include "compiler/kernels/BoundsCheck.h"
 #include "compiler/kernels/KernelSupport.h"
 #include "ir/Builder.h"
 
@@ -83,6 +85,7 @@ std::string numberText(double value) {
 // into tile shapes.
 struct KernelConstants {
   int blockM, blockQ, tileSize, headSize, headSizePadded, blockSize, queriesPerKv, numQueryHeads;
+  int valueHeadSize, valueHeadSizePadded;  // Dv (DiffKV), equal to the above otherwise
 };
 
 // Emits the kernel into a Builder: parameters first, then the body. The helpers
@@ -118,6 +121,16 @@ class AttentionBuilder {
   // kernel works on the even and the odd columns as two groups; otherwise one group
   // holds every column. Group g's column i is head-dimension element i·groups + g.
   int groups() const { return config_.kvCacheFormat == KvCacheFormat::Int4PerTokenHead ? 2 : 1; }
+  // DiffKV with a Dqk that is not a power of two (192 = 128 + 64): Q·Kᵀ runs over
+  // exact power-of-two column ranges [start, start + width) of the head dimension
+  // instead of one tile padded to next_pow2(Dqk), so no padded column is loaded or
+  // multiplied. Empty (one padded, masked tile) for equal head sizes (whose kernel
+  // stays as it was), power-of-two Dqk, int4 (already two groups), Dqk not a
+  // multiple of 16 (mma's K step), or more than three pieces.
+  struct QkPiece {
+    int start, width;
+  };
+  std::vector<QkPiece> qkPieces() const;
   // A loaded cache tile (pointer element type) → one tile per group in the data
   // type. Quantized values convert exactly (int8, int4 and fp8 are all exact in
   // f16, bf16 and f32); scales are applied to the scores and to P.
@@ -137,9 +150,22 @@ class AttentionBuilder {
   Value* smallIntAsDtype(Value* unsignedBiased, int bias, const std::string& name);
   // The inline f32 scale of each key's row (per-token-head formats): four byte
   // loads at the row's scale offset, assembled little-endian.
-  Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, const std::string& name);
+  // rowHeadSize is the row's head size (Dqk for K rows, Dv for V rows).
+  Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize, const std::string& name);
   Value* zeroTile(std::vector<int64_t> shape, ScalarKind kind, std::string name = {});
   void buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen);
+  // Bounds checks (config_.checkBounds). recordViolation stores [code, sequence,
+  // index, value] into bounds_record where `violated` (a scalar i1) holds.
+  void recordViolation(Value* violated, BoundsViolation code, Value* sequence, Value* index, Value* value);
+  Value* notOp(Value* condition);
+  // True when cu_seqlens_q[seq] and [seq + 1] are valid query offsets (records otherwise).
+  Value* checkQueryOffsets(Value* seqIdx, Value* queryStart, Value* queryStop);
+  // seq_len if it is valid for the sequence, else 0 (an empty sequence; recorded).
+  Value* checkedSeqLen(Value* seqIdx, Value* seqLen, Value* queryLen);
+  // Walks the block-table entries of tiles [tileStart, tileEnd) (the main loop's
+  // addressing and masks) and records the first one outside [0, num_blocks).
+  void checkBlockTableEntries(Value* seqIdx, Value* blockTableRow, Value* tileStart, Value* tileEnd,
+                              Value* maxSeqPrefixLen, Value* firstAllowedKey);
 
   Builder& b_;
   const UnifiedAttentionConfig& config_;
@@ -152,6 +178,7 @@ class AttentionBuilder {
   Value *kScale_ = nullptr, *vScale_ = nullptr;       // per-tensor fp8 caches
   Value* causalFlags_ = nullptr;                      // per-sequence causal flags
   Value *lse_ = nullptr, *lseStrideHead_ = nullptr;   // 2D with output_lse
+  Value *boundsRecord_ = nullptr, *numBlocks_ = nullptr, *numTokens_ = nullptr;  // check_bounds
   // 3D (split-KV) stage 1: per-segment partial results instead of out.
   Value *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr, *numSegments_ = nullptr,
         *segmentTiles_ = nullptr;
@@ -188,6 +215,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   if (config_.alibi) alibiSlopes_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "alibi_slopes");
   if (config_.sinks) sinks_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "sinks");
   if (config_.outputLse && !config_.splitKv) lse_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "lse");
+  if (config_.checkBounds) boundsRecord_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "bounds_record");
   scale_ = kernel.addParameter(f32(), "scale");
   numSeqs_ = kernel.addParameter(i32(), "num_seqs");
   seqSearchSteps_ = kernel.addParameter(i32(), "seq_search_steps");
@@ -199,8 +227,11 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   qStrideToken_ = kernel.addParameter(i64(), "q_stride_token", rowStride);
   qStrideHead_ = kernel.addParameter(i64(), "q_stride_head", rowStride);
   if (!config_.splitKv) {
-    oStrideToken_ = kernel.addParameter(i64(), "o_stride_token", rowStride);
-    oStrideHead_ = kernel.addParameter(i64(), "o_stride_head", rowStride);
+    // The output's rows are Dv wide (DiffKV), the same as q's otherwise.
+    ir::Attributes outputRowStride;
+    if (config_.effectiveValueHeadSize() % 8 == 0) outputRowStride.set("divisibility", int64_t{8});
+    oStrideToken_ = kernel.addParameter(i64(), "o_stride_token", outputRowStride);
+    oStrideHead_ = kernel.addParameter(i64(), "o_stride_head", outputRowStride);
   }
   blockTableStride_ = kernel.addParameter(i64(), "block_table_stride");
   ir::Attributes cacheStride;
@@ -215,6 +246,80 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
     numSegments_ = kernel.addParameter(i32(), "num_segments");
     segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
   }
+  if (config_.checkBounds) {
+    numBlocks_ = kernel.addParameter(i32(), "num_blocks");
+    numTokens_ = kernel.addParameter(i32(), "num_tokens");
+  }
+}
+
+void AttentionBuilder::recordViolation(Value* violated, BoundsViolation code, Value* sequence, Value* index,
+                                       Value* value) {
+  Value* fields[kBoundsRecordInts] = {constI32(static_cast<int32_t>(code), "violation_code"), sequence, index, value};
+  for (int i = 0; i < kBoundsRecordInts; ++i)
+    b_.store(i == 0 ? boundsRecord_ : b_.addPtr(boundsRecord_, constI32(i)), fields[i], violated);
+}
+
+Value* AttentionBuilder::notOp(Value* condition) {
+  const Type i1 = Type::scalar(ScalarKind::I1);
+  return b_.select(condition, b_.constInt(0, i1), b_.constInt(1, i1));
+}
+
+Value* AttentionBuilder::checkQueryOffsets(Value* seqIdx, Value* queryStart, Value* queryStop) {
+  auto outOfRange = [&](Value* offset) {
+    return b_.orOp(b_.cmp(CmpPredicate::Lt, offset, zeroI32_), b_.cmp(CmpPredicate::Gt, offset, numTokens_));
+  };
+  // cu_seqlens_q[0] must be 0 (vLLM's layout); a non-zero first entry is also what
+  // sends a program's binary search to sequence -1 (clamped to 0 in build()).
+  Value* firstNotZero = b_.andOp(b_.cmp(CmpPredicate::Eq, seqIdx, zeroI32_),
+                                 b_.cmp(CmpPredicate::Ne, queryStart, zeroI32_), "first_offset_not_zero");
+  Value* startBad = b_.orOp(outOfRange(queryStart), firstNotZero, "query_start_bad");
+  Value* stopBad = outOfRange(queryStop);
+  Value* rangeBad = b_.orOp(startBad, stopBad, "query_offsets_out_of_range");
+  Value* nextSeq = b_.add(seqIdx, oneI32_);
+  recordViolation(rangeBad, BoundsViolation::QueryOffsetOutOfRange, seqIdx, b_.select(startBad, seqIdx, nextSeq),
+                  b_.select(startBad, queryStart, queryStop));
+  Value* decreasing =
+      b_.andOp(notOp(rangeBad), b_.cmp(CmpPredicate::Lt, queryStop, queryStart), "query_offsets_decrease");
+  recordViolation(decreasing, BoundsViolation::QueryOffsetsDecreasing, seqIdx, nextSeq, queryStop);
+  return notOp(b_.orOp(rangeBad, decreasing, "query_offsets_bad"));
+}
+
+Value* AttentionBuilder::checkedSeqLen(Value* seqIdx, Value* seqLen, Value* queryLen) {
+  Value* blockSize = b_.cast(b_.constexprValue("BLOCK_SIZE", ScalarKind::I32), ScalarKind::I64);
+  Value* capacity = b_.mul(blockTableStride_, blockSize, "block_table_capacity");
+  Value* below = b_.cmp(CmpPredicate::Lt, seqLen, queryLen, "seq_len_below_query_len");
+  Value* beyond = b_.andOp(notOp(below), b_.cmp(CmpPredicate::Gt, b_.cast(seqLen, ScalarKind::I64), capacity),
+                           "seq_len_beyond_block_table");
+  recordViolation(below, BoundsViolation::SeqLenBelowQueryLen, seqIdx, seqIdx, seqLen);
+  recordViolation(beyond, BoundsViolation::SeqLenBeyondBlockTable, seqIdx, seqIdx, seqLen);
+  return b_.select(b_.orOp(below, beyond), zeroI32_, seqLen, "seq_len_checked");
+}
+
+void AttentionBuilder::checkBlockTableEntries(Value* seqIdx, Value* blockTableRow, Value* tileStart, Value* tileEnd,
+                                              Value* maxSeqPrefixLen, Value* firstAllowedKey) {
+  const int64_t N = c_.tileSize;
+  const int32_t none = std::numeric_limits<int32_t>::max();
+  Value* noneI32 = constI32(none, "no_bad_column");
+  auto loop = b_.beginFor(tileStart, tileEnd, oneI32_, {noneI32}, "check_tile_idx", {"first_bad_column"});
+  Value* tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32);
+  Value* blockSizeN = splatTo(b_.constexprValue("BLOCK_SIZE", ScalarKind::I32), {N});
+  Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), b_.arange(0, N), "check_seq_offset");
+  Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}));
+  if (firstAllowedKey)
+    tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(firstAllowedKey, {N})));
+  Value* column = b_.div(seqOffset, blockSizeN, "check_block_column");
+  Value* entry = b_.load(b_.addPtr(splatTo(blockTables_, {N}), b_.add(splatTo(blockTableRow, {N}),
+                                                                        b_.cast(column, ScalarKind::I64))),
+                         tileMask, b_.constInt(0, Type::tile({N}, i32())), "check_block_entry");
+  Value* outside = b_.orOp(b_.cmp(CmpPredicate::Lt, entry, splatTo(zeroI32_, {N})),
+                           b_.cmp(CmpPredicate::Ge, entry, splatTo(numBlocks_, {N})));
+  Value* bad = b_.andOp(tileMask, outside, "check_block_bad");
+  Value* badColumn = b_.reduce(Opcode::ReduceMin, b_.select(bad, column, splatTo(noneI32, {N})), 0, "tile_bad_column");
+  std::vector<Value*> result = b_.endFor({b_.min(loop.iterArgs[0], badColumn)}, {"first_bad_column_final"});
+  Value* anyBad = b_.cmp(CmpPredicate::Lt, result[0], noneI32, "block_table_bad");
+  Value* badIdx = b_.add(blockTableRow, b_.cast(b_.select(anyBad, result[0], zeroI32_), ScalarKind::I64));
+  Value* badEntry = b_.load(b_.addPtr(blockTables_, badIdx), anyBad, zeroI32_, "bad_block_entry");
+  recordViolation(anyBad, BoundsViolation::BlockTableEntry, seqIdx, result[0], badEntry);
 }
 
 // vLLM's find_seq_idx in query-block mode: the largest s in [0, num_seqs) with
@@ -249,6 +354,9 @@ void AttentionBuilder::build() {
   queriesPerKv_ = b_.constexprValue("NUM_QUERIES_PER_KV", ScalarKind::I32, "queries_per_kv");
 
   Value* seqIdx = findSequence(qBlockGlobalIdx);
+  // Checked: a corrupted cu_seqlens_q[0] > 0 can send the search to -1 (then
+  // recorded below as cu_seqlens_q[0] != 0).
+  if (config_.checkBounds) seqIdx = b_.max(seqIdx, zeroI32_, "seq_idx_clamped");
   Value* queryStart = loadScalar(cuSeqlensQ_, seqIdx, "query_start");
   Value* queryStop = loadScalar(cuSeqlensQ_, b_.add(seqIdx, oneI32_, "next_seq_idx"), "query_stop");
   Value* qBlockStartIdx = b_.add(b_.div(queryStart, blockQ_), seqIdx, "q_block_start_idx");
@@ -256,6 +364,8 @@ void AttentionBuilder::build() {
   Value* queryLen = b_.sub(queryStop, queryStart, "query_len");
   // Programs beyond the last query block of their sequence have nothing to do.
   Value* hasQueries = b_.cmp(CmpPredicate::Lt, b_.mul(qBlockLocalIdx, blockQ_), queryLen, "has_queries");
+  if (config_.checkBounds)
+    hasQueries = b_.andOp(checkQueryOffsets(seqIdx, queryStart, queryStop), hasQueries, "has_valid_queries");
   b_.beginIf(hasQueries);
   buildProgramBody(seqIdx, qBlockLocalIdx, queryStart, queryLen);
   b_.endIf();
@@ -346,10 +456,11 @@ std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::s
   return {raw};
 }
 
-Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, const std::string& name) {
+Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize,
+                                       const std::string& name) {
   const int64_t N = c_.tileSize;
   const Type rowI32 = Type::tile({N}, i32());
-  Value* scaleOffset = b_.add(slotOffset, b_.constInt(kvCacheScaleByteOffset(config_.kvCacheFormat, config_.headSize),
+  Value* scaleOffset = b_.add(slotOffset, b_.constInt(kvCacheScaleByteOffset(config_.kvCacheFormat, rowHeadSize),
                                                      slotOffset->type()), name + "_scale_offset");
   Value* bits = nullptr;
   for (int byte = 0; byte < 4; ++byte) {
@@ -363,9 +474,23 @@ Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value*
   return b_.bitcast(bits, ScalarKind::F32, name + "_scale");
 }
 
+std::vector<AttentionBuilder::QkPiece> AttentionBuilder::qkPieces() const {
+  const int headSize = config_.headSize;
+  if (!config_.differentValueHeadSize() || groups() != 1 || isPowerOfTwo(headSize) || headSize % 16 != 0) return {};
+  std::vector<QkPiece> pieces;
+  int start = 0;
+  for (int width = nextPowerOfTwo(headSize); width >= 16; width /= 2)
+    if ((headSize - start) >= width) {
+      pieces.push_back({start, width});
+      start += width;
+    }
+  return pieces.size() <= 3 ? pieces : std::vector<QkPiece>{};
+}
+
 void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen) {
   const int G = groups();
-  const int64_t M = c_.blockM, D = c_.headSizePadded / G, N = c_.tileSize;
+  // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
+  const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
   const ScalarKind dt = config_.dtype;
   const ScalarKind I64 = ScalarKind::I64;
   const double negInf = -std::numeric_limits<double>::infinity();
@@ -398,12 +523,50 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     groupColumns.push_back(G == 1 ? offsD64
                                   : b_.add(b_.mul(offsD64, b_.constInt(G, offsD64->type())),
                                            b_.constInt(g, offsD64->type()), "group_column" + std::to_string(g)));
+  // The V side (V tiles, the accumulator, the output): with equal head sizes the
+  // same values as above (and the same IR); DiffKV builds its own from Dv.
+  Value* dimMaskV = dimMask;
+  Value* oMask = qMask;
+  Value* offsDV64 = offsD64;
+  std::vector<Value*> valueGroupColumns = groupColumns;
+  if (config_.differentValueHeadSize()) {
+    Value* offsDV = b_.arange(0, DV, "offs_dv");
+    Value* valueHeadSize = G == 1 ? b_.constexprValue("VALUE_HEAD_SIZE", ScalarKind::I32, "value_head_size")
+                                  : constI32(c_.valueHeadSize / G, "value_group_size");
+    dimMaskV = b_.cmp(CmpPredicate::Lt, offsDV, splatTo(valueHeadSize, {DV}), "dim_mask_v");
+    oMask = b_.andOp(asColumn(rowMask, DV), asRow(dimMaskV, M, "dim_mask_v_2d"), "o_mask");
+    offsDV64 = b_.cast(offsDV, I64, "offs_dv_i64");
+    valueGroupColumns.clear();
+    for (int g = 0; g < G; ++g)
+      valueGroupColumns.push_back(G == 1 ? offsDV64
+                                         : b_.add(b_.mul(offsDV64, b_.constInt(G, offsDV64->type())),
+                                                  b_.constInt(g, offsDV64->type()), "value_group_column" + std::to_string(g)));
+  }
   Value* queryToken64 = b_.cast(queryToken, I64, "query_token_i64");
   Value* queryHead64 = b_.cast(queryHead, I64, "query_head_i64");
   Value* qRowOffset = b_.add(b_.mul(queryToken64, splatTo(qStrideToken_, {M})),
                              b_.mul(queryHead64, splatTo(qStrideHead_, {M})), "q_row_offset");
   std::vector<Value*> qTiles;
-  for (int g = 0; g < G; ++g) {
+  const std::vector<QkPiece> pieces = qkPieces();
+  // Head-dimension columns of each Q·Kᵀ piece (exact: no mask beyond the rows').
+  std::vector<Value*> pieceColumns;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const std::string suffix = "_piece" + std::to_string(i);
+    pieceColumns.push_back(b_.add(b_.cast(b_.arange(0, pieces[i].width), I64),
+                                  b_.constInt(pieces[i].start, Type::tile({pieces[i].width}, i64())),
+                                  "qk_columns" + suffix));
+    const int64_t W = pieces[i].width;
+    Value* qOffset = b_.add(asColumn(qRowOffset, W), asRow(pieceColumns[i], M), "q_offset" + suffix);
+    Value* qTile = b_.load(b_.addPtr(splatTo(q_, {M, W}), qOffset, "q_ptrs" + suffix), asColumn(rowMask, W),
+                           zeroTile({M, W}, dt), "q_tile" + suffix);
+    if (operandShift() > 0)
+      qTile = b_.cast(b_.mul(b_.cast(qTile, ScalarKind::F32),
+                             b_.constFloat(std::ldexp(1.0, operandShift()), Type::tile({M, W}, f32())),
+                             "q_prescaled" + suffix),
+                      dt, "q_operand" + suffix);
+    qTiles.push_back(qTile);
+  }
+  for (int g = 0; g < G && pieces.empty(); ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
     Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(groupColumns[g], M), "q_offset" + suffix);
     Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs" + suffix);
@@ -418,6 +581,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
 
   // ---- Key range of this program. ----
   Value* seqLen = loadScalar(seqLens_, seqIdx, "seq_len");
+  if (config_.checkBounds) seqLen = checkedSeqLen(seqIdx, seqLen, queryLen);
   Value* contextLen = b_.sub(seqLen, queryLen, "context_len");
   Value* maxSeqPrefixLen = seqLen;
   // Per-sequence flags decide at run time what config_.causal decides otherwise;
@@ -479,6 +643,8 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* kBase = b_.addPtr(kvCache_, kvHeadOffset, "k_base");
   Value* vBase = b_.addPtr(kBase, kvStrideKv_, "v_base");
   Value* dimMaskCol = asColumn(dimMask, N, "dim_mask_col");
+  if (config_.checkBounds)
+    checkBlockTableEntries(seqIdx, blockTableRow, tileStart, tileEnd, maxSeqPrefixLen, firstAllowedKey);
   // Key j is visible to row m iff j < key_limit[m]: causal, j <= context_len + query_pos[m];
   // otherwise every key of the sequence (the encoder window: those before p + sw).
   // With a window also j > key_floor[m] = p - sw, p = context_len + query_pos[m].
@@ -542,11 +708,14 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
                        : sinkInit;
   }
   Value* lInit = b_.constFloat(1.0, Type::tile({M}, f32()), "l_init");
-  Value* accInit = b_.constFloat(0.0, Type::tile({M, D}, f32()), "acc_init");
+  Value* accInit = b_.constFloat(0.0, Type::tile({M, DV}, f32()), "acc_init");
   Value* noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
   const ScalarKind cacheKind = kvCachePointerKind(config_.kvCacheFormat, dt);
   Value* zeroKTile = zeroTile({D, N}, cacheKind, "zero_k_tile");
-  Value* zeroVTile = zeroTile({N, D}, cacheKind, "zero_v_tile");
+  std::vector<Value*> zeroKPieceTiles;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    zeroKPieceTiles.push_back(zeroTile({pieces[i].width, N}, cacheKind, "zero_k_tile_piece" + std::to_string(i)));
+  Value* zeroVTile = zeroTile({N, DV}, cacheKind, "zero_v_tile");
   const bool rowScales = isPerTokenHead(config_.kvCacheFormat);
 
   // ---- Loop over KV tiles with the online softmax. ----
@@ -569,27 +738,52 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
       b_.add(splatTo(blockTableRow, {N}), b_.cast(b_.div(seqOffset, blockSizeN), I64), "block_table_idx");
   Value* physicalBlock32 =
       b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, noBlock, "physical_block_i32");
+  // Checked: keys of a block outside the cache are masked (never loaded, never
+  // scored); checkBlockTableEntries recorded the entry.
+  Value* blockValid = nullptr;
+  if (config_.checkBounds) {
+    blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, noBlock),
+                          b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})), "block_valid");
+    physicalBlock32 = b_.select(blockValid, physicalBlock32, noBlock, "physical_block_checked");
+    tileMask = b_.andOp(tileMask, blockValid, "tile_mask_checked");
+  }
   Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
   Value* tokenInBlock = b_.cast(b_.rem(seqOffset, blockSizeN), I64, "token_in_block");
   Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
                              b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
 
   // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
-  Value* kOffset = b_.add(asColumn(offsD64, N), asRow(slotOffset, D), "k_offset");
-  Value* kMask = b_.andOp(dimMaskCol, asRow(tileMask, D), "k_mask");
-  Value* kTile = b_.load(b_.addPtr(splatTo(kBase, {D, N}), kOffset), kMask, zeroKTile, "k_tile");
-  Value* vOffset = b_.add(asColumn(slotOffset, D), asRow(offsD64, N), "v_offset");
-  Value* vMask = b_.andOp(asColumn(tileMask, D), asRow(dimMask, N), "v_mask");
-  Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, D}), vOffset), vMask, zeroVTile, "v_tile");
-  const std::vector<Value*> kGroups = dequantizedGroups(kTile, "k");
+  // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
+  Value* kTile = nullptr;
+  std::vector<Value*> kPieceTiles;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const std::string suffix = "_piece" + std::to_string(i);
+    const int64_t W = pieces[i].width;
+    Value* offset = b_.add(asColumn(pieceColumns[i], N), asRow(slotOffset, W), "k_offset" + suffix);
+    kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(kBase, {W, N}), offset), asRow(tileMask, W),
+                                  zeroKPieceTiles[i], "k_tile" + suffix));
+  }
+  if (pieces.empty()) {
+    Value* kOffset = b_.add(asColumn(offsD64, N), asRow(slotOffset, D), "k_offset");
+    Value* kMask = b_.andOp(dimMaskCol, asRow(tileMask, D), "k_mask");
+    kTile = b_.load(b_.addPtr(splatTo(kBase, {D, N}), kOffset), kMask, zeroKTile, "k_tile");
+  }
+  Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(offsDV64, N), "v_offset");
+  Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(dimMaskV, N), "v_mask");
+  Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, DV}), vOffset), vMask, zeroVTile, "v_tile");
+  std::vector<Value*> kGroups;
+  for (size_t i = 0; i < kPieceTiles.size(); ++i)
+    kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
+  if (kTile) kGroups = dequantizedGroups(kTile, "k");
   const std::vector<Value*> vGroups = dequantizedGroups(vTile, "v");
-  Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, "k") : nullptr;
-  Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, "v") : nullptr;
+  Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
+  Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
   Value* qk = zeroScores;
-  for (int g = 0; g < G; ++g)
-    qk = b_.dot(qTiles[g], kGroups[g], qk, /*tf32=*/false, G == 1 ? "qk" : "qk" + std::to_string(g));
+  const size_t qkOperands = qTiles.size();
+  for (size_t g = 0; g < qkOperands; ++g)
+    qk = b_.dot(qTiles[g], kGroups[g], qk, /*tf32=*/false, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
   // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
   if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
   Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
@@ -598,6 +792,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* keyPos2d = asRow(seqOffset, M);
   Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, keyLimit2d, "key_visible");
   if (keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, keyFloor2d), "key_in_window");
+  if (blockValid) visible = b_.andOp(visible, asRow(blockValid, M), "key_in_cache");
   Value* scoreMask = b_.andOp(rowMask2d, visible, "score_mask");
   Value* scores = b_.select(scoreMask, scaledScores, negInfTile, "s");
   if (alibiSlope2d) {
@@ -625,7 +820,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   std::vector<std::string> finalNames = {"m_final", "l_final"};
   for (int g = 0; g < G; ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
-    Value* accScaled = b_.mul(loop.iterArgs[2 + g], asColumn(alpha, D), "acc_scaled" + suffix);
+    Value* accScaled = b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
     yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, /*tf32=*/false, "acc_new" + suffix));
     finalNames.push_back("acc_final" + suffix);
   }
@@ -636,7 +831,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   if (config_.splitKv) {
     // ---- Split-KV: this segment's unnormalized output, its maximum and sum. ----
     // Scratch rows are (token, query head, segment): index (token·Hq + head)·num_segments
-    // + segment, times HEAD_SIZE_PADDED for the output. A row that saw no key (an
+    // + segment, times HEAD_SIZE_PADDED (Dv's, DiffKV) for the output. A row that saw no key (an
     // empty segment, or only masked keys) reports maximum -inf: weight 0 in the
     // reduction, whatever its running maximum was.
     Value* numQueryHeads64 = b_.i64(c_.numQueryHeads);
@@ -644,12 +839,12 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
         b_.mul(b_.add(b_.mul(queryToken64, splatTo(numQueryHeads64, {M})), queryHead64),
                splatTo(b_.cast(numSegments_, I64), {M})),
         splatTo(b_.cast(segmentIdx, I64), {M}), "segment_row");
-    Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.headSizePadded), {M}), "segment_output_row");
+    Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.valueHeadSizePadded), {M}), "segment_output_row");
     for (int g = 0; g < G; ++g) {
-      Value* offset = b_.add(asColumn(segmentOutputRow, D), asRow(groupColumns[g], M));
+      Value* offset = b_.add(asColumn(segmentOutputRow, DV), asRow(valueGroupColumns[g], M));
       Value* partial = results[2 + g];
-      if (vScaleValue) partial = b_.mul(partial, splatTo(vScaleValue, {M, D}), "segment_v_scaled");
-      b_.store(b_.addPtr(splatTo(segmOutput_, {M, D}), offset, "segm_output_ptrs"), partial, qMask);
+      if (vScaleValue) partial = b_.mul(partial, splatTo(vScaleValue, {M, DV}), "segment_v_scaled");
+      b_.store(b_.addPtr(splatTo(segmOutput_, {M, DV}), offset, "segm_output_ptrs"), partial, oMask);
     }
     Value* sawKeys = b_.cmp(CmpPredicate::Gt, lFinal, zeroRow, "segment_saw_keys");
     b_.store(b_.addPtr(splatTo(segmMax_, {M}), segmentRow), b_.select(sawKeys, mFinal, negInfRow, "segment_max"),
@@ -661,14 +856,14 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // ---- Normalize and store. ----
   Value* oRowOffset = b_.add(b_.mul(queryToken64, splatTo(oStrideToken_, {M})),
                              b_.mul(queryHead64, splatTo(oStrideHead_, {M})), "o_row_offset");
-  Value* normalizer = asColumn(lFinal, D);
+  Value* normalizer = asColumn(lFinal, DV);
   for (int g = 0; g < G; ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
     Value* normalized = b_.div(results[2 + g], normalizer, "out_f32" + suffix);
-    if (vScaleValue) normalized = b_.mul(normalized, splatTo(vScaleValue, {M, D}), "out_v_scaled" + suffix);
+    if (vScaleValue) normalized = b_.mul(normalized, splatTo(vScaleValue, {M, DV}), "out_v_scaled" + suffix);
     Value* outTile = dt == ScalarKind::F32 ? normalized : b_.cast(normalized, dt, "out_tile" + suffix);
-    Value* oOffset = b_.add(asColumn(oRowOffset, D), asRow(groupColumns[g], M), "o_offset" + suffix);
-    b_.store(b_.addPtr(splatTo(out_, {M, D}), oOffset, "o_ptrs" + suffix), outTile, qMask);
+    Value* oOffset = b_.add(asColumn(oRowOffset, DV), asRow(valueGroupColumns[g], M), "o_offset" + suffix);
+    b_.store(b_.addPtr(splatTo(out_, {M, DV}), oOffset, "o_ptrs" + suffix), outTile, oMask);
   }
   if (lse_) {
     // Natural-log LSE of each row: (M + log2 L)·ln 2 (M is in log2 units), the
@@ -696,19 +891,29 @@ int UnifiedAttentionConfig::blockQ() const {
 
 int UnifiedAttentionConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
 
+int UnifiedAttentionConfig::valueHeadSizePadded() const { return nextPowerOfTwo(effectiveValueHeadSize()); }
+
 int UnifiedAttentionConfig::kvStrideDivisibility() const {
   // Per-token-head rows are D + 4 bytes (D/2 + 4 for int4): 4-byte multiples at best.
-  if (isPerTokenHead(kvCacheFormat)) return kvCacheScaleByteOffset(kvCacheFormat, headSize) % 4 == 0 ? 4 : 1;
-  // Otherwise rows of D elements: promise a 16-byte multiple where D allows it.
+  // DiffKV's packed rows hold a K row and a V row, and kv_stride_kv is the K row.
+  if (isPerTokenHead(kvCacheFormat)) {
+    const bool fourByteRows = kvCacheScaleByteOffset(kvCacheFormat, headSize) % 4 == 0 &&
+                              kvCacheScaleByteOffset(kvCacheFormat, effectiveValueHeadSize()) % 4 == 0;
+    return fourByteRows ? 4 : 1;
+  }
+  // Otherwise rows of D elements: promise a 16-byte multiple where D allows it. The
+  // packed DiffKV strides (Dqk, Dqk + Dv, ...) are multiples of gcd(Dqk, Dv).
+  const int rowElements = std::gcd(headSize, effectiveValueHeadSize());
   const int elementBytes = ir::storageBits(kvCacheValueKind(kvCacheFormat, dtype)) / 8;
   for (int elements = 16 / elementBytes; elements > 1; elements /= 2)
-    if (headSize % elements == 0) return std::max(elements, headSize % 8 == 0 ? 8 : 1);
-  return headSize % 8 == 0 ? 8 : 1;
+    if (rowElements % elements == 0) return std::max(elements, rowElements % 8 == 0 ? 8 : 1);
+  return rowElements % 8 == 0 ? 8 : 1;
 }
 
 std::string UnifiedAttentionConfig::kernelName() const {
   std::string name = std::string("unified_attention_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
-                     "kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) + "_bs" +
+                     "kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) +
+                     (differentValueHeadSize() ? "v" + std::to_string(effectiveValueHeadSize()) : std::string()) + "_bs" +
                      std::to_string(blockSize) + (causal ? "_causal" : "_noncausal");
   // Score modifiers change the kernel's meaning: each on one is part of the name.
   if (slidingWindow != 0) name += "_sw" + std::to_string(slidingWindow);
@@ -719,6 +924,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
+  if (checkBounds) name += "_checked";
   // Non-default tuning knobs are part of the name so that variants stay distinct.
   const UnifiedAttentionConfig defaults;
   if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
@@ -738,6 +944,9 @@ Status UnifiedAttentionConfig::validate() const {
                        std::to_string(numKvHeads) + ")");
   if (headSize < 32 || headSize > 256)
     return configError("head_size (" + std::to_string(headSize) + ") must be between 32 and 256");
+  if (valueHeadSize != 0 && (valueHeadSize < 32 || valueHeadSize > 256))
+    return configError("value_head_size (" + std::to_string(valueHeadSize) +
+                       ") must be between 32 and 256 (0 = head_size: equal QK and V head sizes)");
   if (blockSize < 16 || blockSize > 256 || blockSize % 16 != 0)
     return configError("block_size (" + std::to_string(blockSize) + ") must be a multiple of 16 between 16 and 256");
   if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))
@@ -755,6 +964,9 @@ Status UnifiedAttentionConfig::validate() const {
   if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && headSize % 2 != 0)
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");
+  if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && effectiveValueHeadSize() % 2 != 0)
+    return configError("value_head_size (" + std::to_string(effectiveValueHeadSize()) +
+                       ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");
   if (blockMRows != 0 && (!isPowerOfTwo(blockMRows) || blockMRows < minimumBlockM() || blockMRows > 256))
     return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
                        std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +
@@ -771,7 +983,9 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
                                   .headSizePadded = config.headSizePadded(),
                                   .blockSize = config.blockSize,
                                   .queriesPerKv = config.queriesPerKv(),
-                                  .numQueryHeads = config.numQueryHeads};
+                                  .numQueryHeads = config.numQueryHeads,
+                                  .valueHeadSize = config.effectiveValueHeadSize(),
+                                  .valueHeadSizePadded = config.valueHeadSizePadded()};
 
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(
@@ -787,6 +1001,10 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   cx.push_back({"BLOCK_SIZE", int64_t{constants.blockSize}});
   cx.push_back({"NUM_QUERIES_PER_KV", int64_t{constants.queriesPerKv}});
   cx.push_back({"NUM_QUERY_HEADS", int64_t{constants.numQueryHeads}});
+  if (config.differentValueHeadSize()) {
+    cx.push_back({"VALUE_HEAD_SIZE", int64_t{constants.valueHeadSize}});
+    cx.push_back({"VALUE_HEAD_SIZE_PADDED", int64_t{constants.valueHeadSizePadded}});
+  }
   if (config.slidingWindow > 0) cx.push_back({"SLIDING_WINDOW", int64_t{config.slidingWindow}});
   if (config.softcap > 0) cx.push_back({"SOFTCAP", config.softcap});
 

@@ -9,6 +9,9 @@
 // normalized output. Layouts exactly as in shared/REFERENCE.md:
 //   q, o      [num_tokens, Hq, D] with strides (token, head) and unit element stride
 //   kv cache  (num_blocks, 2, block_size, Hkv, D): K = [:, 0], V = [:, 1]
+//             or, DiffKV (valueHeadSize != headSize), the packed
+//             (num_blocks, block_size, Hkv, Dqk + Dv): K = [..., :Dqk], V = [..., Dqk:]
+//   (the kernel reads V at kv_stride_kv from K either way: only the strides differ)
 //   block_tables [num_seqs, max_blocks_per_seq] i32, seq_lens [num_seqs] i32 (context
 //   + new queries), cu_seqlens_q [num_seqs + 1] i32.
 #pragma once
@@ -25,7 +28,15 @@ struct UnifiedAttentionConfig {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, kv cache and output (f32, f16, bf16)
   int numQueryHeads = 32;
   int numKvHeads = 8;
-  int headSize = 128;
+  int headSize = 128;   // of q and k (Dqk)
+  // DiffKV (vLLM's TRITON_ATTN_DIFFKV): the head size of v and of the output, Dv;
+  // 0 = headSize. Q·Kᵀ runs over Dqk — split into exact power-of-two column ranges
+  // when Dqk is a multiple of 16 but no power of two (192 = 128 + 64), else padded
+  // to its power of two and masked — and P·V over Dv (padded separately); out, the LSE and the split-KV scratch are Dv-sized. The
+  // cache is then usually packed, [num_blocks, block_size, Hkv, Dqk + Dv] with
+  // kv_stride_kv = Dqk: see kvCacheRowElements below and KvCacheFormat.h for the
+  // per-token-head rows of that layout.
+  int valueHeadSize = 0;
   int blockSize = 16;   // KV cache block size (tokens per block), a multiple of 16
   bool causal = true;
   int tileSize = 32;    // KV tokens per loop iteration
@@ -80,6 +91,17 @@ struct UnifiedAttentionConfig {
   // running maximum in log2 units, -inf for a segment without keys, and the sum).
   // compiler/kernels/ReduceSegments.h combines them into out (and the LSE).
   bool splitKv = false;
+  // Bounds-checked kernel (a debugging mode, compiler/kernels/BoundsCheck.h): the
+  // kernel validates the query offsets of its sequence (0 = cu_seqlens_q[0] <=
+  // cu_seqlens_q[s] <= cu_seqlens_q[s + 1] <= num_tokens), its seq_len (at least the
+  // query length, at most block_table_stride · block_size) and every block-table
+  // entry it is about to use (in [0, num_blocks)), records a violation in
+  // bounds_record and never performs the out-of-range access: a sequence with bad
+  // offsets or length is treated as empty, a bad block's keys as masked. Split-KV
+  // stage 1 checks too (each segment the entries of its own tiles). Adds the
+  // bounds_record, num_blocks and num_tokens parameters; off by default (the
+  // default kernel's IR is unchanged).
+  bool checkBounds = false;
 
   int queriesPerKv() const { return numQueryHeads / numKvHeads; }
   // Rows of the query tile: blockMRows when set, else 16, or next_pow2(Hq/Hkv) when
@@ -89,9 +111,13 @@ struct UnifiedAttentionConfig {
   // Query tokens per program: BLOCK_M / (Hq/Hkv).
   int blockQ() const;
   int headSizePadded() const;  // next power of two >= headSize
+  int effectiveValueHeadSize() const { return valueHeadSize > 0 ? valueHeadSize : headSize; }  // Dv
+  int valueHeadSizePadded() const;  // next power of two >= Dv: the scratch rows' width
+  bool differentValueHeadSize() const { return effectiveValueHeadSize() != headSize; }
   // The divisibility the KV cache strides (in cache elements) are promised to have.
   int kvStrideDivisibility() const;
-  // A stable name for the variant, e.g. "unified_attention_bf16_h32kv8_d128_bs16_causal".
+  // A stable name for the variant, e.g. "unified_attention_bf16_h32kv8_d128_bs16_causal"
+  // ("_d192v128" for DiffKV).
   std::string kernelName() const;
   // User-facing check of the combination (head counts divide, sizes supported, ...).
   ir::Status validate() const;
@@ -115,6 +141,14 @@ struct UnifiedAttentionConfig {
 // Split-KV (3D) replaces out by segm_output, segm_max, segm_expsum (f32), drops
 // o_stride_token and o_stride_head, and ends with num_segments i32 and
 // segment_tiles i32.
+// Bounds-checked (check_bounds): bounds_record ptr<i32> (4 ints, BoundsCheck.h)
+// follows the last pointer (before scale), and num_blocks i32 (cache blocks that
+// exist) and num_tokens i32 (query tokens: rows of q and out) end the list, after
+// segment_tiles in split-KV.
+// DiffKV changes no parameter: q's strides count Dqk-wide rows, out's (and the
+// split-KV scratch's) Dv-wide rows, and the packed cache's kv strides are
+// kv_stride_kv = Dqk (the K row's elements, kvCacheRowElements(format, Dqk)),
+// kv_stride_head = K row + V row, kv_stride_token = Hkv · that.
 ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config);
 
 // Grid x for a batch: num_seqs + total_query_tokens / BLOCK_Q (as vLLM).

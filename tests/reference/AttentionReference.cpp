@@ -20,6 +20,7 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
     return "numQueryHeads (" + std::to_string(in.numQueryHeads) + ") must be a positive multiple of numKvHeads (" +
            std::to_string(in.numKvHeads) + ")";
   if (in.headSize < 1) return "headSize must be at least 1";
+  if (in.valueHeadSize < 0) return "valueHeadSize must not be negative (0 = headSize)";
   if (in.cuSeqlensQ.size() != in.seqLens.size() + 1)
     return describeMismatch("cuSeqlensQ", in.cuSeqlensQ.size(), in.seqLens.size() + 1);
   if (in.cuSeqlensQ.front() != 0) return "cuSeqlensQ[0] must be 0";
@@ -29,6 +30,7 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
   if (!in.causalPerSequence.empty() && in.causalPerSequence.size() != numSeqs)
     return describeMismatch("causalPerSequence", in.causalPerSequence.size(), numSeqs);
   const size_t rowSize = static_cast<size_t>(in.headSize);
+  const size_t valueRowSize = static_cast<size_t>(in.effectiveValueHeadSize());
   for (size_t s = 0; s < numSeqs; ++s) {
     const int queryLen = in.cuSeqlensQ[s + 1] - in.cuSeqlensQ[s];
     if (queryLen < 0) return "cuSeqlensQ decreases at sequence " + std::to_string(s);
@@ -37,7 +39,9 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
              " is shorter than its query_len " + std::to_string(queryLen);
     const size_t kvSize = static_cast<size_t>(in.seqLens[s]) * static_cast<size_t>(in.numKvHeads) * rowSize;
     if (in.keys[s].size() != kvSize) return describeMismatch("keys of a sequence", in.keys[s].size(), kvSize);
-    if (in.values[s].size() != kvSize) return describeMismatch("values of a sequence", in.values[s].size(), kvSize);
+    const size_t valuesSize = kvSize / rowSize * valueRowSize;
+    if (in.values[s].size() != valuesSize)
+      return describeMismatch("values of a sequence", in.values[s].size(), valuesSize);
   }
   if (in.slidingWindow < 0) return "slidingWindow must not be negative";
   if (!(in.softcap >= 0) || !std::isfinite(in.softcap)) return "softcap must be a finite number >= 0";
@@ -57,10 +61,11 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
     std::abort();
   }
   const size_t D = static_cast<size_t>(in.headSize);
+  const size_t Dv = static_cast<size_t>(in.effectiveValueHeadSize());
   const size_t Hq = static_cast<size_t>(in.numQueryHeads);
   const size_t Hkv = static_cast<size_t>(in.numKvHeads);
   const size_t queriesPerKv = Hq / Hkv;
-  std::vector<double> out(in.q.size(), 0.0);
+  std::vector<double> out(in.q.size() / D * Dv, 0.0);
   if (lse) lse->assign(in.q.size() / D, std::numeric_limits<double>::quiet_NaN());
   std::vector<double> scores;
 
@@ -72,7 +77,7 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
     for (size_t i = 0; i < queryLen; ++i) {
       const size_t token = firstToken + i;
       if (tokenStride > 1 && token % static_cast<size_t>(tokenStride) != 0 && i + 1 != queryLen) {
-        std::fill(&out[token * Hq * D], &out[(token + 1) * Hq * D], std::numeric_limits<double>::quiet_NaN());
+        std::fill(&out[token * Hq * Dv], &out[(token + 1) * Hq * Dv], std::numeric_limits<double>::quiet_NaN());
         continue;
       }
       // The visible keys are the interval [firstKey, endKey).
@@ -107,11 +112,11 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
           denominator += score;
         }
         if (lse) (*lse)[token * Hq + h] = maxScore + std::log(denominator);
-        double* o = &out[(token * Hq + h) * D];
+        double* o = &out[(token * Hq + h) * Dv];
         for (size_t j = firstKey; j < endKey; ++j) {
-          const double* v = &in.values[s][(j * Hkv + kvHead) * D];
+          const double* v = &in.values[s][(j * Hkv + kvHead) * Dv];
           const double weight = scores[j - firstKey] / denominator;
-          for (size_t d = 0; d < D; ++d) o[d] += weight * v[d];
+          for (size_t d = 0; d < Dv; ++d) o[d] += weight * v[d];
         }
       }
     }

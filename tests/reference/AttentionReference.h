@@ -16,7 +16,8 @@ namespace attnjit::reference {
 struct AttentionInputs {
   int numQueryHeads = 0;
   int numKvHeads = 0;
-  int headSize = 0;
+  int headSize = 0;       // of q and k
+  int valueHeadSize = 0;  // of v and the output; 0 = headSize (DiffKV sets it apart)
   std::vector<int> cuSeqlensQ;  // num_seqs + 1 entries, cuSeqlensQ[0] = 0, non-decreasing
   std::vector<int> seqLens;     // num_seqs entries: context + new query tokens
   // Causal: the query at position p (0-based in its sequence) sees keys 0..p.
@@ -42,16 +43,18 @@ struct AttentionInputs {
   //   denominator as exp(sink[h]) but contributes no value.
   std::vector<double> sinks;
   std::vector<double> q;  // [num_tokens][numQueryHeads][headSize]
-  // Per sequence, [seqLens[s]][numKvHeads][headSize].
+  // Per sequence, [seqLens[s]][numKvHeads][headSize] (keys) and
+  // [seqLens[s]][numKvHeads][value head size] (values).
   std::vector<std::vector<double>> keys;
   std::vector<std::vector<double>> values;
+  int effectiveValueHeadSize() const { return valueHeadSize > 0 ? valueHeadSize : headSize; }
 };
 
 // Empty when `inputs` is consistent (sizes match, head counts divide, lengths
 // valid); otherwise a message naming what is wrong.
 std::string checkAttentionInputs(const AttentionInputs& inputs);
 
-// out[t][h][d] = sum_j softmax_j(scale · q[t][h]·k[j]) · v[j][d] over the keys j
+// out[t][h][d] (d < the value head size) = sum_j softmax_j(scale · q[t][h]·k[j]) · v[j][d] over the keys j
 // visible to token t (scores modified as the optional fields above say). Inputs must pass checkAttentionInputs (checked; a violation
 // aborts, since it is a bug in the caller's test code). A query that sees no key
 // (impossible with query_len <= seq_len) would get 0.

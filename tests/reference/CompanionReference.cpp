@@ -34,6 +34,68 @@ MergeOutputs referenceMergeAttnStates(const MergeInputs& in) {
   return out;
 }
 
+MergeOutputs referenceMergePartials(const MergePartialsInputs& in) {
+  const size_t N = static_cast<size_t>(in.numPartials), T = static_cast<size_t>(in.numTokens),
+               H = static_cast<size_t>(in.numHeads), D = static_cast<size_t>(in.headSize);
+  const double negInf = -std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  MergeOutputs out;
+  out.output.assign(T * H * D, 0.0);
+  out.lse.assign(H * T, 0.0);
+  auto partialRow = [&](size_t i, size_t t, size_t h) { return &in.partialOutputs[((i * T + t) * H + h) * D]; };
+  for (size_t h = 0; h < H; ++h)
+    for (size_t t = 0; t < T; ++t) {
+      double* o = &out.output[(t * H + h) * D];
+      double m = negInf;
+      bool anyNan = false;
+      for (size_t i = 0; i < N; ++i) {
+        const double lse = in.partialLses[(i * H + h) * T + t];
+        anyNan = anyNan || std::isnan(lse);
+        if (std::isfinite(lse)) m = std::max(m, lse);
+      }
+      if (anyNan) {
+        std::fill(o, o + D, nan);
+        out.lse[h * T + t] = nan;
+        continue;
+      }
+      if (m == negInf) {
+        std::copy(partialRow(0, t, h), partialRow(0, t, h) + D, o);
+        out.lse[h * T + t] = negInf;
+        continue;
+      }
+      double weightSum = 0;
+      for (size_t i = 0; i < N; ++i) {
+        const double lse = in.partialLses[(i * H + h) * T + t];
+        if (!std::isfinite(lse)) continue;
+        const double w = std::exp(lse - m);
+        weightSum += w;
+        for (size_t d = 0; d < D; ++d) o[d] += w * partialRow(i, t, h)[d];
+      }
+      for (size_t d = 0; d < D; ++d) o[d] /= weightSum;
+      out.lse[h * T + t] = std::log(weightSum) + m;
+    }
+  return out;
+}
+
+MlaCacheRows referenceMlaCacheWrite(const MlaCacheWriteInputs& in) {
+  const size_t L = static_cast<size_t>(in.kvLoraRank), R = static_cast<size_t>(in.ropeDim), W = L + R;
+  MlaCacheRows rows;
+  rows.owner.assign(static_cast<size_t>(in.numSlots), -1);
+  rows.values.assign(static_cast<size_t>(in.numSlots) * W, 0.0);
+  auto stored = [&](double x) {
+    return in.scale == 0 ? x : std::clamp(x / in.scale, -in.quantMax, in.quantMax);
+  };
+  for (size_t t = 0; t < static_cast<size_t>(in.numTokens); ++t) {
+    const int64_t slot = in.slots[t];
+    if (slot < 0) continue;
+    rows.owner[static_cast<size_t>(slot)] = static_cast<int64_t>(t);
+    double* row = &rows.values[static_cast<size_t>(slot) * W];
+    for (size_t l = 0; l < L; ++l) row[l] = stored(in.kvC[t * L + l]);
+    for (size_t r = 0; r < R; ++r) row[L + r] = stored(in.kPe[t * R + r]);
+  }
+  return rows;
+}
+
 namespace {
 double decodeFp8(uint8_t bits, int exponentBits, int bias, bool hasInfinity) {
   const int mantissaBits = 7 - exponentBits;

@@ -1,5 +1,5 @@
-// Float64 references of the companion kernels (merge_attn_states and the KV cache
-// write's quantization), written from vLLM's definitions and independent of the IR
+// Float64 references of the companion kernels (merge_attn_states, merge_partials,
+// the KV cache writes and their quantization), written from vLLM's definitions and independent of the IR
 // and the compiler.
 #pragma once
 
@@ -22,6 +22,36 @@ struct MergeOutputs {
   std::vector<double> lse;     // [numHeads][numTokens]
 };
 MergeOutputs referenceMergeAttnStates(const MergeInputs& inputs);
+
+// The N-way merge (merge_partials) over partialOutputs [numPartials][numTokens]
+// [numHeads][headSize] and partialLses [numPartials][numHeads][numTokens]:
+// M = max finite LSE, w_i = exp(lse_i - M), out = Σ w_i o_i / Σ w_i, lse =
+// log Σ w_i + M. Infinite LSEs are empty partials (weight 0, output ignored);
+// all empty: partial 0's output and LSE -inf; any NaN LSE: output and LSE NaN.
+struct MergePartialsInputs {
+  int numPartials = 0, numTokens = 0, numHeads = 0, headSize = 0;
+  std::vector<double> partialOutputs;
+  std::vector<double> partialLses;
+};
+MergeOutputs referenceMergePartials(const MergePartialsInputs& inputs);
+
+// vLLM's concat_and_cache_mla: token t's kv_c [kvLoraRank] ‖ k_pe [ropeDim] goes
+// to cache slot slots[t] (slot -1: skipped). `scale` 0 stores the values as
+// they are; otherwise each value is x / scale clamped to ±quantMax (the fp8
+// format's largest finite value), before rounding to the cache type.
+struct MlaCacheWriteInputs {
+  int numTokens = 0, kvLoraRank = 0, ropeDim = 0;
+  int64_t numSlots = 0;
+  std::vector<double> kvC, kPe;  // [numTokens][kvLoraRank], [numTokens][ropeDim]
+  std::vector<int64_t> slots;    // per token
+  double scale = 0;
+  double quantMax = 0;
+};
+struct MlaCacheRows {
+  std::vector<int64_t> owner;   // per slot: the token written there, or -1
+  std::vector<double> values;   // [numSlots][kvLoraRank + ropeDim], meaningful where owner >= 0
+};
+MlaCacheRows referenceMlaCacheWrite(const MlaCacheWriteInputs& inputs);
 
 // OCP fp8 decoding: e4m3fn (bias 7, no infinities, S.1111.111 = NaN) and e5m2
 // (bias 15, IEEE-like).

@@ -1,0 +1,413 @@
+// MLA latent decode as tile IR (vLLM's TRITON_MLA decode_attention_fwd, both
+// stages' first half; see MlaDecode.h for the layouts).
+//
+// Per KV tile the program loads each latent row once: kv_c as L / 128 column
+// chunks [TILE, 128] and k_pe as [TILE, R]. The scores need them as B operands
+// [128, TILE] and [R, TILE]: `transpose` makes those views of the same registers
+// (a renumbering, no data movement), and layout assignment then moves each view
+// into its mma operand layout through shared memory — each kv_c chunk twice, once
+// as Kᵀ for the scores and once as V for P·kv_c (ldmatrix plain and .trans), from
+// one global load. One dot per chunk plus one for the rope part build S, so
+// W = 576 is never padded to 1024:
+//
+//   S = Σ_c q_nope[:, c]·kv_c[:, c]ᵀ + q_pe·k_peᵀ       [BLOCK_H, TILE], f32
+//   online softmax in log2 units (scale·log2(e) folded into S), as the unified kernel
+//   acc_c = acc_c·α + P·kv_c[:, c]                      [BLOCK_H, 128] per chunk, f32
+//
+// Registers. The mma layout puts the warps along N when BLOCK_H = 16 (layout
+// assignment: warps along M only up to M / 16), so every warp needs all of q's
+// rows as A fragments: held across the loop, q_nope alone is 128 registers per
+// thread. q is therefore re-read per tile and chunk (L1 hits after the first
+// tile, unmasked: rows of heads >= H read head H - 1), and the chunks keep each
+// product's operands small. The accumulator is 64 f32 per thread (L = 512, 4 warps).
+//
+// Keys at or beyond seq_len are masked (-inf) and their rows never read; a
+// sequence with no key leaves M = -inf, L = 1 and acc = 0: output 0, LSE -inf
+// (vLLM's convention for an empty row, and weight 0 as a split partial).
+//
+// fp8_e4m3 latents are decoded in registers exactly to the dtype by moving the
+// byte's fields into the 16-bit type's (the unified kernel's decode): the result
+// is the value times 2^-c (c = 8 for f16, 120 for bf16). Q and P are pre-scaled by
+// 2^a (a = 0 for f16, 64 for bf16: exact powers of two, in range), and the scores
+// and output take 2^(c - a) together with kv_scale.
+#include "compiler/kernels/MlaDecode.h"
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#include "compiler/kernels/KernelSupport.h"
+#include "ir/Builder.h"
+
+namespace attnjit::compiler {
+
+using ir::Builder;
+using ir::CmpPredicate;
+using ir::Opcode;
+using ir::ScalarKind;
+using ir::Status;
+using ir::Type;
+using ir::Value;
+
+namespace {
+
+// Columns of kv_c (and q_nope, and the accumulator) handled together; see the loop.
+constexpr int64_t kLatentChunk = 128;
+
+class MlaDecodeBuilder {
+ public:
+  MlaDecodeBuilder(Builder& b, const MlaDecodeConfig& config) : b_(b), config_(config) {}
+
+  void declareParameters(ir::Kernel& kernel);
+  void build();
+
+ private:
+  Type i32() const { return Type::scalar(ScalarKind::I32); }
+  Type f32() const { return Type::scalar(ScalarKind::F32); }
+  Value* splat(Value* scalar, std::vector<int64_t> shape, std::string name = {}) {
+    return b_.splat(scalar, std::move(shape), std::move(name));
+  }
+  Value* asColumn(Value* vec, int64_t cols, std::string name = {}) {
+    return broadcastAsColumn(b_, vec, cols, std::move(name));
+  }
+  Value* asRow(Value* vec, int64_t rows, std::string name = {}) { return broadcastAsRow(b_, vec, rows, std::move(name)); }
+  Value* zeros(std::vector<int64_t> shape, ScalarKind kind, std::string name = {}) {
+    const Type type = Type::tile(std::move(shape), Type::scalar(kind));
+    return ir::isFloat(kind) ? b_.constFloat(0.0, type, std::move(name)) : b_.constInt(0, type, std::move(name));
+  }
+
+  bool fp8() const { return config_.kvCacheFormat == KvCacheFormat::Fp8E4M3; }
+  // The fp8 decode's exponent offset c and the operands' pre-scale a (file comment).
+  int fp8ExponentShift() const { return !fp8() ? 0 : config_.dtype == ScalarKind::F16 ? 8 : 120; }
+  int operandShift() const { return fp8() && config_.dtype == ScalarKind::BF16 ? 64 : 0; }
+  // e4m3 bytes → dtype values times 2^-c: sign to bit 15 (sign extension), the
+  // seven magnitude bits shifted into the exponent and mantissa fields.
+  Value* decodeLatent(Value* raw, const std::string& name);
+  Value* prescaled(Value* operand, const std::string& name);
+  // [rows, cols] of q or the cache: base + rowOffset[r] + columnStart + c.
+  Value* loadRows(Value* base, Value* rowOffset, int64_t columnStart, int64_t cols, Value* rowMask, ScalarKind kind,
+                  const std::string& name);
+
+  Builder& b_;
+  const MlaDecodeConfig& config_;
+
+  Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr;
+  Value *kvScale_ = nullptr, *lse_ = nullptr;
+  Value *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr;
+  Value *scale_ = nullptr, *qStrideBatch_ = nullptr, *qStrideHead_ = nullptr, *oStrideBatch_ = nullptr,
+        *oStrideHead_ = nullptr, *blockTableStride_ = nullptr, *kvStrideBlock_ = nullptr, *kvStrideToken_ = nullptr,
+        *lseStrideBatch_ = nullptr, *lseStrideHead_ = nullptr, *numSegments_ = nullptr, *segmentTiles_ = nullptr;
+};
+
+void MlaDecodeBuilder::declareParameters(ir::Kernel& kernel) {
+  ir::Attributes aligned;
+  aligned.set("align", int64_t{16});
+  const ScalarKind dt = config_.dtype;
+  const Type i64 = Type::scalar(ScalarKind::I64);
+  if (config_.splitKv) {
+    segmOutput_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_output", aligned);
+    segmMax_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_max", aligned);
+    segmExpsum_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_expsum", aligned);
+  } else {
+    out_ = kernel.addParameter(Type::pointer(dt), "out", aligned);
+  }
+  q_ = kernel.addParameter(Type::pointer(dt), "q", aligned);
+  kvCache_ = kernel.addParameter(Type::pointer(kvCachePointerKind(config_.kvCacheFormat, dt)), "kv_cache", aligned);
+  blockTables_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "block_tables", aligned);
+  seqLens_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "seq_lens", aligned);
+  if (fp8()) kvScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "kv_scale");
+  if (config_.outputLse && !config_.splitKv) lse_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "lse");
+  scale_ = kernel.addParameter(f32(), "scale");
+  // q/o rows are W (a multiple of 64) and L wide: promising 8-element strides lets
+  // codegen move 16-byte vectors; the launcher checks the promise.
+  ir::Attributes rowStride;
+  rowStride.set("divisibility", int64_t{8});
+  qStrideBatch_ = kernel.addParameter(i64, "q_stride_batch", rowStride);
+  qStrideHead_ = kernel.addParameter(i64, "q_stride_head", rowStride);
+  if (!config_.splitKv) {
+    oStrideBatch_ = kernel.addParameter(i64, "o_stride_batch", rowStride);
+    oStrideHead_ = kernel.addParameter(i64, "o_stride_head", rowStride);
+  }
+  blockTableStride_ = kernel.addParameter(i64, "block_table_stride");
+  ir::Attributes cacheStride;
+  cacheStride.set("divisibility", int64_t{config_.kvStrideDivisibility()});
+  kvStrideBlock_ = kernel.addParameter(i64, "kv_stride_block", cacheStride);
+  kvStrideToken_ = kernel.addParameter(i64, "kv_stride_token", cacheStride);
+  if (lse_) {
+    lseStrideBatch_ = kernel.addParameter(i64, "lse_stride_batch");
+    lseStrideHead_ = kernel.addParameter(i64, "lse_stride_head");
+  }
+  if (config_.splitKv) {
+    numSegments_ = kernel.addParameter(i32(), "num_segments");
+    segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
+  }
+}
+
+Value* MlaDecodeBuilder::decodeLatent(Value* raw, const std::string& name) {
+  if (!fp8()) return raw;
+  const Type i16Tile = raw->type().withScalarKind(ScalarKind::I16);
+  Value* wide = b_.cast(b_.bitcast(raw, ScalarKind::I8, name + "_bytes"), ScalarKind::I16, name + "_i16");
+  const int mantissaShift = config_.dtype == ScalarKind::F16 ? 7 : 4;  // 3 mantissa bits into 10 or 7
+  Value* magnitude = b_.binary(Opcode::Shl, b_.andOp(wide, b_.constInt(0x7F, i16Tile)),
+                               b_.constInt(mantissaShift, i16Tile), name + "_magnitude");
+  Value* sign = b_.andOp(wide, b_.constInt(-32768, i16Tile), name + "_sign");
+  return b_.bitcast(b_.binary(Opcode::Or, magnitude, sign, name + "_bits"), config_.dtype, name + "_values");
+}
+
+Value* MlaDecodeBuilder::prescaled(Value* operand, const std::string& name) {
+  if (operandShift() == 0) return operand;
+  const Type tileF32 = operand->type().withScalarKind(ScalarKind::F32);
+  Value* wide = operand->type().scalarKind() == ScalarKind::F32 ? operand : b_.cast(operand, ScalarKind::F32);
+  return b_.cast(b_.mul(wide, b_.constFloat(std::ldexp(1.0, operandShift()), tileF32), name + "_prescaled"),
+                 config_.dtype, name + "_operand");
+}
+
+Value* MlaDecodeBuilder::loadRows(Value* base, Value* rowOffset, int64_t columnStart, int64_t cols, Value* rowMask,
+                                  ScalarKind kind, const std::string& name) {
+  const int64_t rows = rowOffset->type().shape()[0];
+  Value* columns = b_.cast(b_.arange(columnStart, columnStart + cols), ScalarKind::I64, name + "_columns");
+  Value* offset = b_.add(asColumn(rowOffset, cols), asRow(columns, rows), name + "_offset");
+  Value* pointers = b_.addPtr(splat(base, {rows, cols}), offset, name + "_ptrs");
+  if (!rowMask) return b_.load(pointers, nullptr, nullptr, name);
+  return b_.load(pointers, asColumn(rowMask, cols, name + "_mask"), zeros({rows, cols}, kind), name);
+}
+
+void MlaDecodeBuilder::build() {
+  const ScalarKind I32 = ScalarKind::I32, I64 = ScalarKind::I64, dt = config_.dtype;
+  const int64_t BH = config_.blockH, N = config_.tileSize, L = config_.kvLoraRank, R = config_.ropeDim;
+  const double negInf = -std::numeric_limits<double>::infinity();
+  const ScalarKind cacheKind = kvCachePointerKind(config_.kvCacheFormat, dt);
+
+  Value* batch = b_.programId(0, "batch");
+  Value* headBlock = b_.programId(1, "head_block");
+  Value* zero = b_.i32(0);
+  Value* one = b_.i32(1);
+  Value* batch64 = b_.cast(batch, I64, "batch_i64");
+
+  // ---- Query heads of this program and their q rows (loaded once). ----
+  Value* blockHeads = b_.constexprValue("BLOCK_H", I32, "block_h");
+  Value* numHeads = b_.constexprValue("NUM_HEADS", I32, "num_heads");
+  Value* head = b_.add(splat(b_.mul(headBlock, blockHeads), {BH}), b_.arange(0, BH), "head");
+  Value* headMask = b_.cmp(CmpPredicate::Lt, head, splat(numHeads, {BH}), "head_mask");
+  Value* head64 = b_.cast(head, I64, "head_i64");
+  // Rows of heads >= H read head H - 1's q (in bounds; their results are never
+  // stored), so the per-tile q loads below need no mask.
+  Value* qHead64 = b_.cast(b_.min(head, splat(b_.sub(numHeads, one), {BH})), I64, "q_head_i64");
+  Value* qRow = b_.add(splat(b_.mul(batch64, qStrideBatch_), {BH}), b_.mul(qHead64, splat(qStrideHead_, {BH})), "q_row");
+
+  // ---- Key tiles of this program: all of the sequence, or one segment. ----
+  Value* seqLen = b_.load(b_.addPtr(seqLens_, batch), nullptr, nullptr, "seq_len");
+  Value* tileSize = b_.constexprValue("TILE_SIZE", I32, "tile_size");
+  Value* tileStart = zero;
+  Value* tileEnd = b_.div(b_.sub(b_.add(seqLen, tileSize), one), tileSize, "num_tiles");
+  Value* segment = nullptr;
+  if (config_.splitKv) {
+    segment = b_.programId(2, "segment");
+    Value* segmentFirst = b_.mul(segment, segmentTiles_, "segment_first_tile");
+    tileStart = segmentFirst;
+    tileEnd = b_.min(tileEnd, b_.add(segmentFirst, segmentTiles_), "segment_tile_end");
+  }
+
+  // Scores in log2 units: S = (q·k)·scale·log2(e) (and the fp8 scale and decode
+  // compensation); the output takes the fp8 factor once at the end.
+  Value* scoreScale = b_.mul(scale_, b_.f32(std::numbers::log2e), "qk_scale");
+  Value* outputFactor = nullptr;
+  if (fp8()) {
+    const double compensation = std::ldexp(1.0, fp8ExponentShift() - operandShift());
+    Value* kvScale = b_.load(kvScale_, nullptr, nullptr, "kv_scale_value");
+    scoreScale = b_.mul(scoreScale, b_.mul(kvScale, b_.f32(compensation)), "qk_scale_fp8");
+    outputFactor = b_.mul(kvScale, b_.f32(compensation), "output_factor");
+  }
+  Value* qkScaleTile = splat(scoreScale, {BH, N}, "qk_scale_tile");
+  Value* negInfTile = b_.constFloat(negInf, Type::tile({BH, N}, f32()), "neg_inf");
+  Value* negInfRow = b_.constFloat(negInf, Type::tile({BH}, f32()), "neg_inf_row");
+  Value* zeroRow = b_.constFloat(0.0, Type::tile({BH}, f32()), "zero_row");
+  Value* zeroScores = b_.constFloat(0.0, Type::tile({BH, N}, f32()), "zero_scores");
+
+  Value* blockSize = b_.constexprValue("BLOCK_SIZE", I32, "block_size");
+  Value* offsN = b_.arange(0, N, "offs_n");
+  Value* blockTableRow = b_.mul(batch64, blockTableStride_, "block_table_row");
+  Value* noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
+
+  // ---- Loop over key tiles with the online softmax. ----
+  // kv_c is handled in column chunks of kLatentChunk: chunk c of q_nope meets chunk
+  // c of kv_cᵀ in the scores, and chunk c of the accumulator takes P·(chunk c).
+  const int64_t C = kLatentChunk, numChunks = L / C;
+  std::vector<Value*> inits = {b_.constFloat(negInf, Type::tile({BH}, f32()), "m_init"),
+                               b_.constFloat(1.0, Type::tile({BH}, f32()), "l_init")};
+  std::vector<std::string> names = {"m", "l"};
+  for (int64_t c = 0; c < numChunks; ++c) {
+    inits.push_back(b_.constFloat(0.0, Type::tile({BH, C}, f32()), "acc_init" + std::to_string(c)));
+    names.push_back("acc" + std::to_string(c));
+  }
+  auto loop = b_.beginFor(tileStart, tileEnd, one, inits, "tile_idx", names);
+  Value* mOld = loop.iterArgs[0];
+  Value* lOld = loop.iterArgs[1];
+  Value* key = b_.add(splat(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "key");
+  Value* keyMask = b_.cmp(CmpPredicate::Lt, key, splat(seqLen, {N}), "key_mask");
+  Value* blockTableIdx = b_.add(splat(blockTableRow, {N}), b_.cast(b_.div(key, splat(blockSize, {N})), I64),
+                                "block_table_idx");
+  Value* physicalBlock =
+      b_.cast(b_.load(b_.addPtr(splat(blockTables_, {N}), blockTableIdx), keyMask, noBlock, "physical_block_i32"), I64,
+              "physical_block");
+  Value* tokenInBlock = b_.cast(b_.rem(key, splat(blockSize, {N})), I64, "token_in_block");
+  Value* slot = b_.add(b_.mul(physicalBlock, splat(kvStrideBlock_, {N})), b_.mul(tokenInBlock, splat(kvStrideToken_, {N})),
+                       "slot");
+  std::vector<Value*> latent;
+  for (int64_t c = 0; c < numChunks; ++c) {
+    const std::string name = "kv_c" + std::to_string(c);
+    latent.push_back(decodeLatent(loadRows(kvCache_, slot, c * C, C, keyMask, cacheKind, name), name));
+  }
+  Value* rope = decodeLatent(loadRows(kvCache_, slot, L, R, keyMask, cacheKind, "k_pe"), "k_pe");
+
+  // q is read again for every tile, one chunk at a time (file comment: registers).
+  Value* qk = zeroScores;
+  for (int64_t c = 0; c < numChunks; ++c) {
+    const std::string suffix = std::to_string(c);
+    Value* qChunk = prescaled(loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix), "q_nope" + suffix);
+    qk = b_.dot(qChunk, b_.transpose(latent[static_cast<size_t>(c)], {1, 0}, "kv_c_t" + suffix), qk, false,
+                "qk_nope" + suffix);
+  }
+  Value* qPe = prescaled(loadRows(q_, qRow, L, R, nullptr, dt, "q_pe"), "q_pe");
+  qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, false, "qk");
+  Value* scores = b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
+  Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
+  // Every tile holds a key < seq_len, so mCandidate is finite; the guard keeps a
+  // row that somehow saw none at -inf - 0 (weight 0) instead of NaN.
+  Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
+  Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
+  Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
+  Value* lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
+  Value* pOperand = operandShift() > 0 ? prescaled(p, "p") : b_.cast(p, dt, "p_operand");
+  std::vector<Value*> yields = {mNew, lNew};
+  std::vector<std::string> finalNames = {"m_final", "l_final"};
+  for (int64_t c = 0; c < numChunks; ++c) {
+    const std::string suffix = std::to_string(c);
+    Value* accScaled = b_.mul(loop.iterArgs[static_cast<size_t>(2 + c)], asColumn(alpha, C), "acc_scaled" + suffix);
+    yields.push_back(b_.dot(pOperand, latent[static_cast<size_t>(c)], accScaled, false, "acc_new" + suffix));
+    finalNames.push_back("acc_final" + suffix);
+  }
+  std::vector<Value*> results = b_.endFor(yields, finalNames);
+  Value* mFinal = results[0];
+  Value* lFinal = results[1];
+
+  Value* chunkColumns = b_.cast(b_.arange(0, C), I64, "offs_chunk");
+  auto columnsOf = [&](int64_t c) {
+    return c == 0 ? chunkColumns : b_.add(chunkColumns, b_.constInt(c * C, chunkColumns->type()), "offs_l");
+  };
+  Value* outMask = asColumn(headMask, C, "out_mask");
+  if (config_.splitKv) {
+    // reduce_segments' scratch: row (batch·H + head)·num_segments + segment, times L
+    // for the output. A segment without keys (past the sequence's end) reports
+    // maximum -inf, weight 0.
+    Value* segmentRow = b_.add(
+        b_.mul(b_.add(splat(b_.mul(batch64, b_.i64(config_.numHeads)), {BH}), head64),
+               splat(b_.cast(numSegments_, I64), {BH})),
+        splat(b_.cast(segment, I64), {BH}), "segment_row");
+    Value* outputRow = b_.mul(segmentRow, splat(b_.i64(L), {BH}), "segment_output_row");
+    for (int64_t c = 0; c < numChunks; ++c) {
+      Value* partial = results[static_cast<size_t>(2 + c)];
+      if (outputFactor) partial = b_.mul(partial, splat(outputFactor, {BH, C}), "segment_output_scaled");
+      Value* offset = b_.add(asColumn(outputRow, C), asRow(columnsOf(c), BH));
+      b_.store(b_.addPtr(splat(segmOutput_, {BH, C}), offset, "segm_output_ptrs"), partial, outMask);
+    }
+    Value* sawKeys = b_.cmp(CmpPredicate::Lt, tileStart, tileEnd, "segment_has_keys");
+    b_.store(b_.addPtr(splat(segmMax_, {BH}), segmentRow),
+             b_.select(splat(sawKeys, {BH}), mFinal, negInfRow, "segment_max"), headMask);
+    b_.store(b_.addPtr(splat(segmExpsum_, {BH}), segmentRow), lFinal, headMask);
+    return;
+  }
+
+  Value* oRow = b_.add(splat(b_.mul(batch64, oStrideBatch_), {BH}), b_.mul(head64, splat(oStrideHead_, {BH})), "o_row");
+  for (int64_t c = 0; c < numChunks; ++c) {
+    Value* normalized = b_.div(results[static_cast<size_t>(2 + c)], asColumn(lFinal, C), "out_f32");
+    if (outputFactor) normalized = b_.mul(normalized, splat(outputFactor, {BH, C}), "out_scaled");
+    Value* oOffset = b_.add(asColumn(oRow, C), asRow(columnsOf(c), BH), "o_offset");
+    b_.store(b_.addPtr(splat(out_, {BH, C}), oOffset, "o_ptrs"), b_.cast(normalized, dt, "out_tile"), outMask);
+  }
+  if (lse_) {
+    // Natural log: (M + log2 L)·ln 2; an empty sequence keeps M = -inf, L = 1.
+    Value* lseValue = b_.mul(b_.add(mFinal, b_.unary(Opcode::Log2, lFinal)), splat(b_.f32(std::numbers::ln2), {BH}),
+                             "lse");
+    Value* lseOffset =
+        b_.add(splat(b_.mul(batch64, lseStrideBatch_), {BH}), b_.mul(head64, splat(lseStrideHead_, {BH})), "lse_offset");
+    b_.store(b_.addPtr(splat(lse_, {BH}), lseOffset, "lse_ptrs"), lseValue, headMask);
+  }
+}
+
+}  // namespace
+
+int MlaDecodeConfig::kvStrideDivisibility() const { return kvCacheFormat == KvCacheFormat::Fp8E4M3 ? 16 : 8; }
+
+std::string MlaDecodeConfig::kernelName() const {
+  std::string name = std::string("mla_decode_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) + "_l" +
+                     std::to_string(kvLoraRank) + "_r" + std::to_string(ropeDim) + "_bs" + std::to_string(blockSize);
+  if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
+  if (outputLse) name += "_lse";
+  if (splitKv) name += "_3d";
+  const MlaDecodeConfig defaults;
+  if (blockH != defaults.blockH) name += "_bh" + std::to_string(blockH);
+  if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
+  if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
+  if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
+  return name;
+}
+
+Status MlaDecodeConfig::validate() const {
+  if (dtype != ScalarKind::BF16 && dtype != ScalarKind::F16)
+    return configError(std::string("dtype (") + ir::scalarName(dtype) +
+                       ") is not supported by mla_decode; use bf16 or f16 (the latent cache's tensor-core types)");
+  const bool served = ropeDim == 64 && (kvLoraRank == 512 || kvLoraRank == 256);
+  if (!served)
+    return configError("the latent width kv_lora_rank + rope_dim = " + std::to_string(kvLoraRank) + " + " +
+                       std::to_string(ropeDim) + " = " + std::to_string(kvLoraRank + ropeDim) +
+                       " is not supported by mla_decode; supported: 576 (kv_lora_rank 512 + rope_dim 64) and 320 "
+                       "(kv_lora_rank 256 + rope_dim 64)");
+  if (kvCacheFormat != KvCacheFormat::Auto && kvCacheFormat != KvCacheFormat::Fp8E4M3)
+    return configError(std::string("kv_cache_dtype ") + kvCacheFormatName(kvCacheFormat) +
+                       " is not supported by mla_decode; use auto (the dtype) or fp8_e4m3 (per-tensor scale)");
+  if (alibi) return configError("alibi is not supported by mla_decode (MLA has no ALiBi; vLLM rejects it too)");
+  if (slidingWindow != 0)
+    return configError("sliding_window (" + std::to_string(slidingWindow) +
+                       ") is not supported by mla_decode (vLLM's MLA backends reject it)");
+  if (softcap != 0) return configError("softcap is not supported by mla_decode (vLLM's MLA backends reject it)");
+  if (numHeads < 1 || numHeads > 128)
+    return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 128");
+  if (blockSize < 16 || blockSize > 256 || blockSize % 16 != 0)
+    return configError("block_size (" + std::to_string(blockSize) + ") must be a multiple of 16 between 16 and 256");
+  if (blockH != 16 && blockH != 32 && blockH != 64)
+    return configError("block_h (" + std::to_string(blockH) + ") must be 16, 32 or 64");
+  if (tileSize != 16 && tileSize != 32 && tileSize != 64)
+    return configError("tile_size (" + std::to_string(tileSize) + ") must be 16, 32 or 64");
+  if (numWarps < 1 || numWarps > 8 || !isPowerOfTwo(numWarps))
+    return configError("num_warps (" + std::to_string(numWarps) + ") must be 1, 2, 4 or 8");
+  if (numStages < 1 || numStages > 2)
+    return configError("num_stages (" + std::to_string(numStages) +
+                       ") must be 1 (no pipelining) or 2 (next KV tile loaded during this one's compute)");
+  return Status::ok();
+}
+
+ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& config) {
+  if (Status s = config.validate(); !s) return s;
+  auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
+  kernel->docLines().push_back(std::string("MLA latent decode") + (config.splitKv ? " (split-KV stage 1)" : "") +
+                               ": grid = (num_seqs, ceil(H / BLOCK_H)" + (config.splitKv ? ", num_segments)." : ")."));
+  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  kernel->attrs().set("num_stages", int64_t{config.numStages});
+  auto& cx = kernel->constexprs();
+  cx.push_back({"BLOCK_H", int64_t{config.blockH}});
+  cx.push_back({"NUM_HEADS", int64_t{config.numHeads}});
+  cx.push_back({"TILE_SIZE", int64_t{config.tileSize}});
+  cx.push_back({"BLOCK_SIZE", int64_t{config.blockSize}});
+  cx.push_back({"KV_LORA_RANK", int64_t{config.kvLoraRank}});
+  cx.push_back({"ROPE_DIM", int64_t{config.ropeDim}});
+  Builder builder(*kernel);
+  MlaDecodeBuilder mla(builder, config);
+  mla.declareParameters(*kernel);
+  mla.build();
+  if (Status s = builder.finish(); !s) return s;
+  return kernel;
+}
+
+}  // namespace attnjit::compiler

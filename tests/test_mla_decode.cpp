@@ -1,0 +1,252 @@
+// MLA latent decode (compiler/kernels/MlaDecode.h) on the CPU interpreter against
+// the float64 reference (tests/reference/MlaReference.h): both latent widths, 16
+// and 128 heads, block sizes 16 and 64, fp8 latents, the tiling knobs, split-KV
+// into 1, 2, 8 and 16 segments with the LSE, empty and odd-length sequences; the
+// user errors; and ptxas on every variant of specs/mla_decode.yaml.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <regex>
+
+#include "compiler/CompileDriver.h"
+#include "compiler/KernelFamily.h"
+#include "compiler/MlaDecodeProblem.h"
+#include "compiler/Spec.h"
+#include "tests/test_paths.h"
+#include "tests/test_tools.h"
+
+using namespace attnjit;
+using compiler::KvCacheFormat;
+using compiler::MlaDecodeBatch;
+using compiler::MlaDecodeConfig;
+
+namespace {
+
+MlaDecodeConfig smallConfig() {
+  MlaDecodeConfig c;
+  c.numHeads = 16;
+  c.outputLse = true;
+  return c;
+}
+
+MlaDecodeBatch batchOf(std::vector<int> seqLens, int segmentTiles = 1, uint64_t seed = 7) {
+  MlaDecodeBatch b;
+  b.seqLens = std::move(seqLens);
+  b.segmentTiles = segmentTiles;
+  b.seed = seed;
+  return b;
+}
+
+void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bool afterPasses = false) {
+  INFO(config.kernelName());
+  auto result = compiler::runMlaDecodeInterpreted(config, batch, afterPasses);
+  INFO((result.isOk() ? result->detail : result.diagnostic().str()));
+  REQUIRE(result.isOk());
+  INFO("max abs error " << result->maxAbsError << ", tolerance " << result->tolerance);
+  CHECK(result->passed);
+}
+
+std::string errorOf(const MlaDecodeConfig& config) {
+  const ir::Status s = config.validate();
+  return s ? std::string() : s.diagnostic().message;
+}
+
+}  // namespace
+
+TEST_CASE("mla decode matches the float64 reference on the interpreter", "[mla]") {
+  SECTION("576 wide, 16 heads, 16-token blocks") { expectPasses(smallConfig(), batchOf({1, 37, 100})); }
+  SECTION("320 wide") {
+    MlaDecodeConfig c = smallConfig();
+    c.kvLoraRank = 256;
+    expectPasses(c, batchOf({1, 37, 100}));
+  }
+  SECTION("128 heads over 8 head blocks") {
+    MlaDecodeConfig c = smallConfig();
+    c.numHeads = 128;
+    expectPasses(c, batchOf({1, 37, 100}));
+  }
+  SECTION("heads that do not fill the last head block") {
+    MlaDecodeConfig c = smallConfig();
+    c.numHeads = 20;
+    c.kvLoraRank = 256;
+    expectPasses(c, batchOf({5, 70}));
+  }
+  SECTION("64-token blocks") {
+    MlaDecodeConfig c = smallConfig();
+    c.blockSize = 64;
+    expectPasses(c, batchOf({1, 63, 64, 130}));
+  }
+  SECTION("fp8 e4m3 latents with bf16 and f16 queries") {
+    for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16}) {
+      MlaDecodeConfig c = smallConfig();
+      c.dtype = dtype;
+      c.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+      expectPasses(c, batchOf({3, 50}));
+    }
+  }
+  SECTION("tiling knobs: 32 heads per program, 32- and 64-key tiles, 8 warps, no pipelining") {
+    MlaDecodeConfig c = smallConfig();
+    c.numHeads = 32;
+    c.blockH = 32;
+    c.tileSize = 32;
+    expectPasses(c, batchOf({1, 33, 95}));
+    c.tileSize = 64;
+    c.numWarps = 8;
+    c.numStages = 1;
+    expectPasses(c, batchOf({1, 33, 95}));
+  }
+  SECTION("the pass pipeline's rewrites (layouts, pipelined loads) keep the meaning") {
+    MlaDecodeConfig c = smallConfig();
+    expectPasses(c, batchOf({17, 40}), /*afterPasses=*/true);
+    c.splitKv = true;
+    c.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+    expectPasses(c, batchOf({17, 40}, 1), /*afterPasses=*/true);
+  }
+}
+
+TEST_CASE("mla decode split-KV into 1 2 8 and 16 segments with the LSE", "[mla]") {
+  // The longest sequence has 16 tiles of 16 keys: segment_tiles 16, 8, 2, 1.
+  for (const auto& [segmentTiles, segments] : std::vector<std::pair<int, int>>{{16, 1}, {8, 2}, {2, 8}, {1, 16}}) {
+    MlaDecodeConfig c = smallConfig();
+    c.splitKv = true;
+    const MlaDecodeBatch batch = batchOf({256, 7, 129, 40}, segmentTiles);
+    auto problem = compiler::MlaDecodeProblem::create(c, batch);
+    REQUIRE(problem.isOk());
+    REQUIRE((*problem)->launches().size() == 2);
+    CHECK((*problem)->launches()[0].gridZ == segments);
+    INFO(segments << " segments");
+    expectPasses(c, batch);
+  }
+}
+
+TEST_CASE("mla decode gives empty sequences output 0 and LSE -inf", "[mla]") {
+  for (bool split : {false, true}) {
+    INFO((split ? "split-KV" : "2D"));
+    MlaDecodeConfig c = smallConfig();
+    c.splitKv = split;
+    expectPasses(c, batchOf({0, 5, 0, 33}, 1));
+  }
+}
+
+TEST_CASE("mla decode handles odd lengths across tile and block edges", "[mla]") {
+  MlaDecodeConfig c = smallConfig();
+  c.kvLoraRank = 256;
+  c.tileSize = 32;
+  expectPasses(c, batchOf({15, 17, 31, 33, 47, 65}, 1, 11));
+}
+
+TEST_CASE("mla decode's check fails a run that left the output untouched", "[mla]") {
+  auto problem = compiler::MlaDecodeProblem::create(smallConfig(), batchOf({3, 9}));
+  REQUIRE(problem.isOk());
+  compiler::AttentionRunResult result;
+  (*problem)->check((*problem)->buffers(), result);  // outputs still poisoned (NaN)
+  CHECK_FALSE(result.passed);
+  CHECK(result.detail.find("non-finite output at sequence 0") != std::string::npos);
+}
+
+TEST_CASE("mla decode rejects unsupported widths and score modifiers by name", "[mla]") {
+  MlaDecodeConfig c;
+  c.kvLoraRank = 536;
+  CHECK(errorOf(c).find("kv_lora_rank + rope_dim = 536 + 64 = 600 is not supported") != std::string::npos);
+  CHECK(errorOf(c).find("576") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.ropeDim = 88;
+  CHECK(errorOf(c).find("= 600 is not supported") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.alibi = true;
+  CHECK(errorOf(c).find("alibi is not supported by mla_decode") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.slidingWindow = 128;
+  CHECK(errorOf(c).find("sliding_window (128) is not supported by mla_decode") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.softcap = 30;
+  CHECK(errorOf(c).find("softcap is not supported by mla_decode") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.dtype = ir::ScalarKind::F32;
+  CHECK(errorOf(c).find("dtype (f32) is not supported by mla_decode") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.kvCacheFormat = KvCacheFormat::Fp8E5M2;
+  CHECK(errorOf(c).find("kv_cache_dtype fp8_e5m2 is not supported by mla_decode") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.blockH = 8;
+  CHECK(errorOf(c).find("block_h (8) must be 16, 32 or 64") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.blockSize = 24;
+  CHECK(errorOf(c).find("block_size (24)") != std::string::npos);
+  CHECK_FALSE(compiler::buildMlaDecode(c).isOk());
+
+  // The spec loader locates the error at the field.
+  auto spec = compiler::loadSpecText(
+      "family: mla_decode\nparams:\n  dtype: bf16\n  num_heads: 128\n  kv_lora_rank: 512\n  rope_dim: 64\n"
+      "  block_size: 16\n  alibi: true\n",
+      "alibi.yaml");
+  REQUIRE_FALSE(spec.isOk());
+  CHECK(spec.diagnostic().str().find("alibi.yaml:8:") != std::string::npos);
+  CHECK(spec.diagnostic().message.find("alibi is not supported by mla_decode") != std::string::npos);
+  spec = compiler::loadSpecText(
+      "family: mla_decode\nparams:\n  dtype: bf16\n  num_heads: 128\n  kv_lora_rank: 512\n  rope_dim: 88\n"
+      "  block_size: 16\n",
+      "width.yaml");
+  REQUIRE_FALSE(spec.isOk());
+  CHECK(spec.diagnostic().message.find("600 is not supported") != std::string::npos);
+
+  // Decode only: a batch with a longer query is refused.
+  compiler::AttentionShape prefill;
+  prefill.queryLens = {1, 4};
+  prefill.contextLens = {10, 10};
+  auto run = compiler::runMlaDecodeInterpreted(MlaDecodeConfig{}, prefill);
+  REQUIRE_FALSE(run.isOk());
+  CHECK(run.diagnostic().message.find("query_lens[1] is 4, expected 1") != std::string::npos);
+}
+
+TEST_CASE("specs/mla_decode.yaml loads and its first variants run on the interpreter", "[mla][spec]") {
+  auto spec = compiler::loadSpecFile(tests::sourceDir() + "/specs/mla_decode.yaml");
+  INFO((spec.isOk() ? std::string() : spec.diagnostic().str()));
+  REQUIRE(spec.isOk());
+  CHECK(spec->family == "mla_decode");
+  REQUIRE(spec->variants.size() == 32);
+  // The 2D and split-KV kernels of the default shape (576, 128 heads, bs16, bf16).
+  for (size_t i = 0; i < 2; ++i) {
+    const compiler::Variant& variant = spec->variants[i];
+    INFO(variant.name);
+    auto result = compiler::runVariantInterpreted(variant, spec->shape);
+    INFO((result.isOk() ? result->detail : result.diagnostic().str()));
+    REQUIRE(result.isOk());
+    CHECK(result->passed);
+  }
+}
+
+TEST_CASE("ptxas assembles every variant of specs/mla_decode.yaml for sm_80 and sm_90a", "[mla][ptxas]") {
+  if (!tests::havePtxas()) {
+    WARN("skipped: ptxas is not on the PATH; codegen is checked without assembling");
+    return;
+  }
+  auto spec = compiler::loadSpecFile(tests::sourceDir() + "/specs/mla_decode.yaml");
+  REQUIRE(spec.isOk());
+  int assembled = 0, total = 0;
+  for (const auto& variant : spec->variants)
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+      INFO(variant.name << " for " << arch);
+      auto kernel = compiler::buildVariantKernel(variant);
+      REQUIRE(kernel.isOk());
+      compiler::CompileOptions options;
+      options.target = arch;
+      auto compiled = compiler::compileKernel(**kernel, options);
+      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+      REQUIRE(compiled.isOk());
+      const std::string& ptx = compiled->ptx;
+      // Tensor cores for both products, operands through ldmatrix (plain for the
+      // score's Kᵀ view, .trans for V).
+      CHECK(ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") != std::string::npos);
+      CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
+      std::string log;
+      const bool ok = tests::assemblesWithPtxas(ptx, arch, &log);
+      INFO(log);
+      CHECK(ok);
+      assembled += ok;
+      ++total;
+    }
+  WARN("ptxas assembled " << assembled << " mla_decode kernels");
+  CHECK(assembled == total);
+}
