@@ -296,6 +296,10 @@ Status Runtime::validateCacheWrite(const CacheWriteParams& params) const { retur
 Status Runtime::validateMergeAttnStates(const MergeAttnStatesParams& params) const {
   return ops::validateMergeAttnStates(params);
 }
+Status Runtime::validateMergePartials(const MergePartialsParams& params) const {
+  return ops::validateMergePartials(params);
+}
+Status Runtime::validateMlaDecode(const MlaDecodeParams& params) const { return ops::validateMlaDecode(params); }
 
 Status Runtime::pagedAttention(const PagedAttentionParams& params) {
   if (Status s = checkOpDevice(device()); !s) return s;
@@ -316,6 +320,21 @@ Status Runtime::mergeAttnStates(const MergeAttnStatesParams& params) {
   if (Status s = ops::validateMergeAttnStates(params); !s) return s;
   if (Status s = state_->activate(); !s) return s;
   return ops::mergeAttnStates(params);
+}
+
+Status Runtime::mergePartials(const MergePartialsParams& params) {
+  if (Status s = checkOpDevice(device()); !s) return s;
+  if (Status s = ops::validateMergePartials(params); !s) return s;
+  if (params.numTokens == 0) return Status::ok();  // launches nothing: needs no context (nor a driver)
+  if (Status s = state_->activate(); !s) return s;
+  return ops::mergePartials(params);
+}
+
+Status Runtime::mlaDecode(const MlaDecodeParams& params) {
+  if (Status s = checkOpDevice(device()); !s) return s;
+  if (Status s = ops::validateMlaDecode(params); !s) return s;
+  if (Status s = state_->activate(); !s) return s;
+  return ops::mlaDecode(params);
 }
 
 }  // namespace attnjit

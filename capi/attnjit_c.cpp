@@ -185,6 +185,9 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->stream = c.stream;
   p->causalFlags = c.causal_flags;
   p->numSms = c.num_sms;
+  p->valueHeadSize = c.value_head_size;
+  p->checkBounds = c.check_bounds != 0;
+  p->numBlocks = c.num_blocks;
   return ATTNJIT_OK;
 }
 
@@ -210,6 +213,9 @@ attnjit_status toParams(const char* function, const attnjit_cache_write_params& 
   p->kvStrideToken = c.kv_stride_token;
   p->kvStrideHead = c.kv_stride_head;
   p->stream = c.stream;
+  p->valueHeadSize = c.value_head_size;
+  p->checkBounds = c.check_bounds != 0;
+  p->numBlocks = c.num_blocks;
   return ATTNJIT_OK;
 }
 
@@ -231,6 +237,72 @@ attnjit_status toParams(const char* function, const attnjit_merge_attn_states_pa
   p->prefixStrideHead = c.prefix_stride_head;
   p->suffixStrideToken = c.suffix_stride_token;
   p->suffixStrideHead = c.suffix_stride_head;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
+attnjit_status toParams(const char* function, const attnjit_merge_partials_params& c,
+                        attnjit::MergePartialsParams* p) {
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
+  p->numHeads = c.num_heads;
+  p->headSize = c.head_size;
+  p->numPartials = c.num_partials;
+  p->numTokens = c.num_tokens;
+  p->output = c.output;
+  p->outputLse = c.output_lse;
+  p->partialOutputs = c.partial_outputs;
+  p->partialLses = c.partial_lses;
+  p->outputStrideToken = c.output_stride_token;
+  p->outputStrideHead = c.output_stride_head;
+  p->partialStridePartial = c.partial_stride_partial;
+  p->partialStrideToken = c.partial_stride_token;
+  p->partialStrideHead = c.partial_stride_head;
+  p->lseStridePartial = c.lse_stride_partial;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
+attnjit_status toSplitRule(const char* function, int rule, attnjit::MlaSplitRule* out) {
+  switch (rule) {
+    case ATTNJIT_MLA_SPLIT_BALANCED: *out = attnjit::MlaSplitRule::Balanced; return ATTNJIT_OK;
+    case ATTNJIT_MLA_SPLIT_VLLM: *out = attnjit::MlaSplitRule::Vllm; return ATTNJIT_OK;
+  }
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": split_rule " + std::to_string(rule) +
+                                                  " is not an attnjit_mla_split_rule (BALANCED, VLLM)");
+}
+
+attnjit_status toParams(const char* function, const attnjit_mla_decode_params& c, attnjit::MlaDecodeParams* p) {
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.kv_cache_format), &p->kvCacheFormat); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toSplitRule(function, enumValue(c.split_rule), &p->splitRule); s != ATTNJIT_OK) return s;
+  p->kvLoraRank = c.kv_lora_rank;
+  p->ropeDim = c.rope_dim;
+  p->numHeads = c.num_heads;
+  p->blockSize = c.block_size;
+  p->batchInvariant = c.batch_invariant != 0;
+  p->numSeqs = c.num_seqs;
+  p->maxSeqLen = c.max_seq_len;
+  p->sumSeqLens = c.sum_seq_lens;
+  p->numSms = c.num_sms;
+  p->scale = c.scale;
+  p->out = c.out;
+  p->q = c.q;
+  p->kvCache = c.kv_cache;
+  p->blockTables = c.block_tables;
+  p->seqLens = c.seq_lens;
+  p->kvScale = c.kv_scale;
+  p->lse = c.lse;
+  p->lseStrideBatch = c.lse_stride_batch;
+  p->lseStrideHead = c.lse_stride_head;
+  p->workspace = c.workspace;
+  p->workspaceBytes = c.workspace_bytes;
+  p->qStrideBatch = c.q_stride_batch;
+  p->qStrideHead = c.q_stride_head;
+  p->oStrideBatch = c.o_stride_batch;
+  p->oStrideHead = c.o_stride_head;
+  p->blockTableStride = c.block_table_stride;
+  p->kvStrideBlock = c.kv_stride_block;
+  p->kvStrideToken = c.kv_stride_token;
   p->stream = c.stream;
   return ATTNJIT_OK;
 }
@@ -536,6 +608,62 @@ attnjit_status attnjit_merge_attn_states(attnjit_runtime* runtime, const attnjit
   attnjit_merge_attn_states_params_init(&defaults);
   return runOp("attnjit_merge_attn_states", runtime, params, defaults, &attnjit::Runtime::validateMergeAttnStates,
                &attnjit::Runtime::mergeAttnStates, false);
+}
+
+void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_merge_partials_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+}
+
+attnjit_status attnjit_merge_partials_validate(attnjit_runtime* runtime, const attnjit_merge_partials_params* params) {
+  attnjit_merge_partials_params defaults;
+  attnjit_merge_partials_params_init(&defaults);
+  return runOp("attnjit_merge_partials_validate", runtime, params, defaults, &attnjit::Runtime::validateMergePartials,
+               &attnjit::Runtime::mergePartials, true);
+}
+
+attnjit_status attnjit_merge_partials(attnjit_runtime* runtime, const attnjit_merge_partials_params* params) {
+  attnjit_merge_partials_params defaults;
+  attnjit_merge_partials_params_init(&defaults);
+  return runOp("attnjit_merge_partials", runtime, params, defaults, &attnjit::Runtime::validateMergePartials,
+               &attnjit::Runtime::mergePartials, false);
+}
+
+// The defaults are the C++ op's (compiler/MlaDecodeOp.h): DeepSeek's L = 512, R = 64.
+void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params) {
+  if (params == nullptr) return;
+  const attnjit::MlaDecodeParams cpp;
+  *params = attnjit_mla_decode_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+  params->kv_cache_format = ATTNJIT_KV_CACHE_AUTO;
+  params->kv_lora_rank = cpp.kvLoraRank;
+  params->rope_dim = cpp.ropeDim;
+  params->split_rule = ATTNJIT_MLA_SPLIT_BALANCED;
+}
+
+uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len) {
+  try {
+    return attnjit::ops::mlaDecodeWorkspaceBytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len);
+  } catch (...) {
+    return 0;
+  }
+}
+
+attnjit_status attnjit_mla_decode_validate(attnjit_runtime* runtime, const attnjit_mla_decode_params* params) {
+  attnjit_mla_decode_params defaults;
+  attnjit_mla_decode_params_init(&defaults);
+  return runOp("attnjit_mla_decode_validate", runtime, params, defaults, &attnjit::Runtime::validateMlaDecode,
+               &attnjit::Runtime::mlaDecode, true);
+}
+
+attnjit_status attnjit_mla_decode(attnjit_runtime* runtime, const attnjit_mla_decode_params* params) {
+  attnjit_mla_decode_params defaults;
+  attnjit_mla_decode_params_init(&defaults);
+  return runOp("attnjit_mla_decode", runtime, params, defaults, &attnjit::Runtime::validateMlaDecode,
+               &attnjit::Runtime::mlaDecode, false);
 }
 
 }  // extern "C"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "attnjit/attnjit.h"
+#include "compiler/MlaDecodeOp.h"
 #include "compiler/PagedAttentionOp.h"
 #include "test_paths.h"
 #include "test_tools.h"
@@ -25,6 +26,100 @@ bool haveCCompiler() {
   attnjit::tests::runShell("cc --version", &code);
   return code == 0;
 }
+
+// A decode batch that passes validation: Hq 32 over Hkv 8, D 128, block 16.
+attnjit_paged_attention_params validPagedAttention() {
+  attnjit_paged_attention_params paged;
+  attnjit_paged_attention_params_init(&paged);
+  paged.num_query_heads = 32;
+  paged.num_kv_heads = 8;
+  paged.head_size = 128;
+  paged.block_size = 16;
+  paged.num_seqs = 2;
+  paged.num_tokens = 2;
+  paged.max_query_len = 1;
+  paged.scale = 0.088f;
+  paged.out = 0x1000;
+  paged.q = 0x2000;
+  paged.kv_cache = 0x3000;
+  paged.block_tables = 0x4000;
+  paged.seq_lens = 0x5000;
+  paged.cu_seqlens_q = 0x6000;
+  paged.q_stride_token = paged.o_stride_token = 32 * 128;
+  paged.q_stride_head = paged.o_stride_head = 128;
+  paged.block_table_stride = 64;
+  paged.kv_stride_block = 2 * 16 * 8 * 128;
+  paged.kv_stride_kv = 16 * 8 * 128;
+  paged.kv_stride_token = 8 * 128;
+  paged.kv_stride_head = 128;
+  return paged;
+}
+
+// Three bf16 tokens of 8 KV heads of 128 into a block-16 cache.
+attnjit_cache_write_params validCacheWrite() {
+  attnjit_cache_write_params write;
+  attnjit_cache_write_params_init(&write);
+  write.num_kv_heads = 8;
+  write.head_size = 128;
+  write.block_size = 16;
+  write.num_tokens = 3;
+  write.key = 0x1000;
+  write.value = 0x2000;
+  write.kv_cache = 0x3000;
+  write.slot_mapping = 0x4000;
+  write.key_stride_token = write.value_stride_token = 8 * 128;
+  write.key_stride_head = write.value_stride_head = 128;
+  write.kv_stride_block = 2 * 16 * 8 * 128;
+  write.kv_stride_kv = 16 * 8 * 128;
+  write.kv_stride_token = 8 * 128;
+  write.kv_stride_head = 128;
+  return write;
+}
+
+// DeepSeek's decode shape: 4 sequences, 16 heads, latent 512 + 64, block 64.
+attnjit_mla_decode_params validMlaDecode() {
+  attnjit_mla_decode_params mla;
+  attnjit_mla_decode_params_init(&mla);
+  mla.num_heads = 16;
+  mla.block_size = 64;
+  mla.num_seqs = 4;
+  mla.max_seq_len = 1000;
+  mla.scale = 0.0417f;
+  mla.out = 0x1000;
+  mla.q = 0x2000;
+  mla.kv_cache = 0x3000;
+  mla.block_tables = 0x4000;
+  mla.seq_lens = 0x5000;
+  mla.q_stride_batch = 16 * 576;
+  mla.q_stride_head = 576;
+  mla.o_stride_batch = 16 * 512;
+  mla.o_stride_head = 512;
+  mla.block_table_stride = 32;
+  mla.kv_stride_block = 64 * 576;
+  mla.kv_stride_token = 576;
+  return mla;
+}
+
+// Four partials of 5 tokens, 8 heads of 128, f16.
+attnjit_merge_partials_params validMergePartials() {
+  attnjit_merge_partials_params merge;
+  attnjit_merge_partials_params_init(&merge);
+  merge.dtype = ATTNJIT_DTYPE_F16;
+  merge.num_heads = 8;
+  merge.head_size = 128;
+  merge.num_partials = 4;
+  merge.num_tokens = 5;
+  merge.output = 0x1000;
+  merge.partial_outputs = 0x2000;
+  merge.partial_lses = 0x3000;
+  merge.output_stride_token = merge.partial_stride_token = 8 * 128;
+  merge.output_stride_head = merge.partial_stride_head = 128;
+  merge.partial_stride_partial = 5 * 8 * 128;
+  merge.lse_stride_partial = 8 * 5;
+  return merge;
+}
+
+std::string lastError() { return attnjit_last_error_message(); }
 
 }  // namespace
 
@@ -189,6 +284,185 @@ TEST_CASE("C op structs reach the op validators field by field", "[capi]") {
   if (attnjit_driver_status() != ATTNJIT_OK) {
     CHECK(attnjit_paged_attention(runtime, &paged) == ATTNJIT_ERROR_NO_DRIVER);
     CHECK_THAT(attnjit_last_error_message(), Catch::Contains("CUDA driver not available"));
+  }
+  attnjit_runtime_destroy(runtime);
+}
+
+TEST_CASE("appended paged attention and cache write fields: old struct sizes read defaults", "[capi]") {
+  attnjit_runtime* runtime = nullptr;
+  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  const bool boundsFromEnvironment = std::getenv("ATTNJIT_CHECK_BOUNDS") != nullptr;
+
+  attnjit_paged_attention_params paged = validPagedAttention();
+  CHECK(paged.value_head_size == 0);
+  CHECK(paged.check_bounds == 0);
+  CHECK(paged.num_blocks == 0);
+  if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // check_bounds reaches the op, which then needs num_blocks.
+  paged.check_bounds = 1;
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("paged attention: num_blocks (0) must be the KV cache's block count"));
+  paged.num_blocks = 40;
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // value_head_size reaches the kernel's config.
+  paged.value_head_size = 600;
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("value_head_size (600) must be between 32 and 256"));
+  // A caller built before the three fields: they are not read (the bad values
+  // above stay beyond its struct_size), so the defaults apply and it validates.
+  paged.num_blocks = 0;
+  paged.struct_size = offsetof(attnjit_paged_attention_params, value_head_size);
+  if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // One that ends inside them: value_head_size read, check_bounds not.
+  paged.struct_size = offsetof(attnjit_paged_attention_params, check_bounds);
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("value_head_size (600)"));
+  paged.struct_size = sizeof(attnjit_paged_attention_params) + sizeof(int);
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
+
+  attnjit_cache_write_params write = validCacheWrite();
+  CHECK(write.value_head_size == 0);
+  CHECK(write.check_bounds == 0);
+  CHECK(write.num_blocks == 0);
+  if (!boundsFromEnvironment) CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  write.check_bounds = 1;
+  CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("num_blocks (0) must be the KV cache's block count"));
+  write.num_blocks = 40;
+  CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  write.value_head_size = 1000;
+  CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("value_head_size (1000) must be between 1 and 512"));
+  write.num_blocks = 0;
+  write.struct_size = offsetof(attnjit_cache_write_params, value_head_size);
+  if (!boundsFromEnvironment) CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  write.struct_size = sizeof(attnjit_cache_write_params) + 8;
+  CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
+  attnjit_runtime_destroy(runtime);
+}
+
+TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[capi]") {
+  attnjit_runtime* runtime = nullptr;
+  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_mla_decode_params mla;
+  attnjit_mla_decode_params_init(&mla);
+  const attnjit::ops::MlaDecodeParams cppDefaults;
+  CHECK(mla.struct_size == sizeof mla);
+  CHECK(mla.dtype == ATTNJIT_DTYPE_BF16);
+  CHECK(mla.kv_lora_rank == cppDefaults.kvLoraRank);
+  CHECK(mla.rope_dim == cppDefaults.ropeDim);
+  CHECK(mla.split_rule == ATTNJIT_MLA_SPLIT_BALANCED);
+  CHECK(attnjit_mla_decode_validate(runtime, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_decode_validate: params is NULL");
+  CHECK(attnjit_mla_decode_validate(nullptr, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_decode_validate: runtime is NULL");
+
+  mla = validMlaDecode();
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
+  CHECK(lastError().empty());
+  mla.q = 0;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla decode: q is a null pointer");
+  mla.q = 0x2000;
+  mla.kv_lora_rank = 128;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("mla decode: the latent width kv_lora_rank + rope_dim = 128 + 64"));
+  mla.kv_lora_rank = 512;
+  mla.dtype = ATTNJIT_DTYPE_F32;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("dtype (f32) is not supported by mla_decode"));
+  mla.dtype = ATTNJIT_DTYPE_BF16;
+  mla.kv_cache_format = ATTNJIT_KV_CACHE_FP8_E4M3;  // needs its scale
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla decode: kv_scale is a null pointer");
+  mla.kv_scale = 0x6000;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
+  mla.split_rule = static_cast<attnjit_mla_split_rule>(7);
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_decode_validate: split_rule 7 is not an attnjit_mla_split_rule (BALANCED, VLLM)");
+  mla.split_rule = ATTNJIT_MLA_SPLIT_VLLM;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
+  mla.lse = 0x7000;
+  mla.lse_stride_batch = 1;
+  mla.lse_stride_head = 1;  // [B, H] and [H, B] overlap
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("lse strides (batch 1, head 1) overlap"));
+  mla.lse_stride_head = 4;  // the merge kernels' [H, B]
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
+  mla.workspace = 0x10000;
+  mla.workspace_bytes = 16;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("mla decode: workspace too small: 16 bytes"));
+  mla.workspace_bytes = attnjit_mla_decode_workspace_bytes(4, 16, 512, 1000);
+  CHECK(mla.workspace_bytes == attnjit::ops::mlaDecodeWorkspaceBytes(4, 16, 512, 1000));
+  CHECK(mla.workspace_bytes > 0);
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
+  CHECK(attnjit_mla_decode_workspace_bytes(4, 16, 512, 200) == 0);  // one segment: never splits
+  CHECK(attnjit_mla_decode_workspace_bytes(-1, 16, 512, 4096) == 0);
+
+  // struct_size: a newer caller's is refused; one that ends before num_seqs
+  // leaves it at its default, 0, which the op refuses.
+  mla.struct_size = sizeof(attnjit_mla_decode_params) + 8;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
+  mla.struct_size = offsetof(attnjit_mla_decode_params, num_seqs);
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla decode: num_seqs (0) must be at least 1");
+  mla.struct_size = sizeof mla;
+
+  if (attnjit_driver_status() != ATTNJIT_OK) {
+    CHECK(attnjit_mla_decode(runtime, &mla) == ATTNJIT_ERROR_NO_DRIVER);
+    CHECK_THAT(lastError(), Catch::Contains("CUDA driver not available"));
+  }
+  mla.q = 0;  // argument errors come first, with or without a driver
+  CHECK(attnjit_mla_decode(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla decode: q is a null pointer");
+  attnjit_runtime_destroy(runtime);
+}
+
+TEST_CASE("C merge partials: defaults and argument errors with the op's message", "[capi]") {
+  attnjit_runtime* runtime = nullptr;
+  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_merge_partials_params merge;
+  attnjit_merge_partials_params_init(&merge);
+  CHECK(merge.struct_size == sizeof merge);
+  CHECK(merge.dtype == ATTNJIT_DTYPE_BF16);
+  CHECK(merge.num_partials == 0);
+
+  merge = validMergePartials();
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_OK);
+  merge.num_partials = 0;
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "merge_partials: num_partials (0) must be at least 1");
+  merge.num_partials = 4;
+  merge.lse_stride_partial = 39;  // partials would share LSEs
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("merge_partials: lse_stride_partial (39) is smaller than"));
+  merge.lse_stride_partial = 40;
+  merge.dtype = static_cast<attnjit_dtype>(9);
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("dtype 9 is not an attnjit_dtype"));
+  merge.dtype = ATTNJIT_DTYPE_F16;
+  merge.partial_lses = 0x3004;
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("merge_partials: ") && Catch::Contains("partial_lses"));
+  merge.partial_lses = 0x3000;
+  merge.num_tokens = 0;  // nothing to do: valid, and launches nothing even without a driver
+  CHECK(attnjit_merge_partials(runtime, &merge) == ATTNJIT_OK);
+  merge.num_tokens = 5;
+
+  merge.struct_size = sizeof(attnjit_merge_partials_params) + 8;
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
+  merge.struct_size = offsetof(attnjit_merge_partials_params, num_partials);
+  CHECK(attnjit_merge_partials_validate(runtime, &merge) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "merge_partials: num_partials (0) must be at least 1");
+  merge.struct_size = sizeof merge;
+  if (attnjit_driver_status() != ATTNJIT_OK) {
+    CHECK(attnjit_merge_partials(runtime, &merge) == ATTNJIT_ERROR_NO_DRIVER);
+    CHECK_THAT(lastError(), Catch::Contains("CUDA driver not available"));
   }
   attnjit_runtime_destroy(runtime);
 }

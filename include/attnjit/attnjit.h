@@ -1,6 +1,7 @@
 /* attnjit's C API: the runtime, kernels from specs, launches, compile
- * statistics and the paged-attention, cache-write and merge ops, for C and for
- * any language with a C FFI (Rust, Go, Python's ctypes: python/attnjit).
+ * statistics and the paged-attention, cache-write, merge and MLA decode ops,
+ * for C and for any language with a C FFI (Rust, Go, Python's ctypes:
+ * python/attnjit).
  * Plain C99; link libattnjit.so (CMake: find_package(attnjit), target
  * attnjit::attnjit).
  *
@@ -177,8 +178,8 @@ attnjit_status attnjit_kernel_stats(const attnjit_kernel* kernel, attnjit_compil
 /* ---- Ops (device 0 for now) ------------------------------------------- */
 /* Each op validates without touching the GPU (errors name the argument), then
  * compiles or loads its kernel on first use and launches on `stream`. The
- * *_validate functions run the checks only. Layouts: compiler/PagedAttentionOp.h
- * and compiler/CompanionOps.h. */
+ * *_validate functions run the checks only. Layouts: compiler/PagedAttentionOp.h,
+ * compiler/CompanionOps.h and compiler/MlaDecodeOp.h. */
 
 typedef struct attnjit_paged_attention_params {
   size_t struct_size;
@@ -214,6 +215,16 @@ typedef struct attnjit_paged_attention_params {
   /* added later (older callers' struct_size leaves them at their defaults) */
   uint64_t causal_flags; /* i8 [num_seqs], nonzero = causal, or 0: `causal` for all */
   int num_sms;           /* SMs the split-KV plan fills; 0: the device's */
+  /* DiffKV: the head size Dv of v and out (0: head_size). The cache is then
+   * usually the packed (num_blocks, block_size, Hkv, head_size + Dv) with
+   * kv_stride_kv = head_size; out, its strides and the workspace are Dv-sized. */
+  int value_head_size;
+  /* Debugging: nonzero runs the bounds-checked kernel, which checks
+   * cu_seqlens_q, seq_lens and every block-table entry it uses against
+   * num_blocks and reports a violation as this call's error (also
+   * ATTNJIT_CHECK_BOUNDS=1). Synchronizes the stream: not for CUDA graphs. */
+  int check_bounds;
+  int num_blocks; /* blocks of the KV cache; required by check_bounds */
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);
@@ -238,6 +249,14 @@ typedef struct attnjit_cache_write_params {
   int64_t key_stride_token, key_stride_head, value_stride_token, value_stride_head;
   int64_t kv_stride_block, kv_stride_kv, kv_stride_token, kv_stride_head; /* in cache elements */
   void* stream;
+  /* added later (older callers' struct_size leaves them at their defaults) */
+  int value_head_size; /* DiffKV: the values' head size Dv (0: head_size) */
+  /* Debugging: nonzero runs the bounds-checked kernel, which skips and reports
+   * a slot_mapping entry that is neither -1 nor inside the cache's
+   * num_blocks * block_size slots (also ATTNJIT_CHECK_BOUNDS=1). Synchronizes
+   * the stream: not for CUDA graphs. */
+  int check_bounds;
+  int num_blocks; /* blocks of the KV cache; required by check_bounds */
 } attnjit_cache_write_params;
 
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params);
@@ -261,6 +280,82 @@ void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* par
 attnjit_status attnjit_merge_attn_states_validate(attnjit_runtime* runtime,
                                                   const attnjit_merge_attn_states_params* params);
 attnjit_status attnjit_merge_attn_states(attnjit_runtime* runtime, const attnjit_merge_attn_states_params* params);
+
+/* The N-way merge (context-parallel decode): N partial outputs merged by
+ * their LSEs (compiler/kernels/MergePartials.h). One kernel serves every N. */
+typedef struct attnjit_merge_partials_params {
+  size_t struct_size;
+  attnjit_dtype dtype; /* partial outputs and output; LSEs are f32 */
+  int num_heads, head_size;
+  int num_partials;   /* N >= 1 */
+  int64_t num_tokens; /* 0: nothing to do */
+  /* device pointers, 16-byte aligned: output [num_tokens, num_heads, head_size];
+   * output_lse f32 [num_heads, num_tokens] contiguous, or 0 (not written);
+   * partial_outputs [N, num_tokens, num_heads, head_size]; partial_lses f32,
+   * partial i at i * lse_stride_partial, each [num_heads, num_tokens] */
+  uint64_t output, output_lse, partial_outputs, partial_lses;
+  int64_t output_stride_token, output_stride_head;
+  int64_t partial_stride_partial, partial_stride_token, partial_stride_head;
+  int64_t lse_stride_partial; /* at least num_heads * num_tokens when N > 1 */
+  void* stream;
+} attnjit_merge_partials_params;
+
+void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params);
+attnjit_status attnjit_merge_partials_validate(attnjit_runtime* runtime, const attnjit_merge_partials_params* params);
+attnjit_status attnjit_merge_partials(attnjit_runtime* runtime, const attnjit_merge_partials_params* params);
+
+/* MLA latent decode (vLLM's TRITON_MLA decode; compiler/MlaDecodeOp.h). */
+
+/* How the MLA decode chooses its number of KV splits. */
+typedef enum attnjit_mla_split_rule {
+  /* Split only where the GPU would otherwise wait on a few long programs (about
+   * total key work / (2 * SMs) keys per program; uses sum_seq_lens when set). */
+  ATTNJIT_MLA_SPLIT_BALANCED = 0,
+  /* vLLM's: min(next_pow2(max(1, max_seq_len / 512)), 2 * SMs), whatever the batch. */
+  ATTNJIT_MLA_SPLIT_VLLM = 1
+} attnjit_mla_split_rule;
+
+typedef struct attnjit_mla_decode_params {
+  size_t struct_size;
+  /* static: select the kernel */
+  attnjit_dtype dtype;                     /* q and out: F16 or BF16 (default BF16) */
+  attnjit_kv_cache_format kv_cache_format; /* AUTO (dtype) or FP8_E4M3 */
+  int kv_lora_rank;                        /* L: 512 (default) or 256 */
+  int rope_dim;                            /* R: 64 (default) */
+  int num_heads;                           /* H: 16 to 128 */
+  int block_size;                          /* a multiple of 16 */
+  int batch_invariant;                     /* nonzero: one split, one tiling, whatever the batch */
+  attnjit_mla_split_rule split_rule;       /* default BALANCED */
+  /* the batch */
+  int num_seqs;         /* B */
+  int max_seq_len;      /* longest seq_lens entry; 0: unknown (no split-KV) */
+  int64_t sum_seq_lens; /* sum of seq_lens when known on the host (0: unknown) */
+  int num_sms;          /* SMs to fill; 0: device 0's */
+  float scale;          /* softmax scale */
+  /* device pointers, 16-byte aligned: q [B, H, L + R], out [B, H, L], kv_cache
+   * (num_blocks, block_size, L + R), block_tables [B, max_blocks] i32,
+   * seq_lens [B] i32 */
+  uint64_t out, q, kv_cache, block_tables, seq_lens;
+  uint64_t kv_scale; /* f32 scalar: FP8_E4M3 only */
+  /* f32 natural-log LSE at lse[b * lse_stride_batch + h * lse_stride_head], or
+   * 0: [B, H] is strides (H, 1), the merge kernels' [H, B] is (1, B) */
+  uint64_t lse;
+  int64_t lse_stride_batch, lse_stride_head;
+  uint64_t workspace;       /* split-KV scratch, or 0 (unsplit only) */
+  uint64_t workspace_bytes; /* see attnjit_mla_decode_workspace_bytes */
+  /* strides, in elements */
+  int64_t q_stride_batch, q_stride_head, o_stride_batch, o_stride_head;
+  int64_t block_table_stride, kv_stride_block, kv_stride_token;
+  void* stream;
+} attnjit_mla_decode_params;
+
+void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params);
+/* Bytes of split-KV workspace for batches of at most max_num_seqs sequences of
+ * at most max_seq_len keys (0 when such batches never split): allocate once,
+ * pass to every call. */
+uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len);
+attnjit_status attnjit_mla_decode_validate(attnjit_runtime* runtime, const attnjit_mla_decode_params* params);
+attnjit_status attnjit_mla_decode(attnjit_runtime* runtime, const attnjit_mla_decode_params* params);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 // attnjit's C++ embedding API: one runtime per device, kernels from specs,
 // launches on the caller's stream, compile statistics, and the paged-attention,
-// cache-write and merge ops. Link attnjit::attnjit (find_package(attnjit)).
+// cache-write, merge and MLA decode ops. Link attnjit::attnjit (find_package(attnjit)).
 //
 //   attnjit::RuntimeOptions options;   // device 0, default cache folder
 //   auto runtime = attnjit::Runtime::create(options);
@@ -32,6 +32,7 @@
 
 #include "compiler/CompanionOps.h"
 #include "compiler/KernelArguments.h"
+#include "compiler/MlaDecodeOp.h"
 #include "compiler/PagedAttentionOp.h"
 #include "compiler/Spec.h"
 #include "ir/Diagnostics.h"
@@ -47,11 +48,15 @@ using StreamHandle = runtime::StreamHandle;  // a CUstream; null: the default st
 using KernelArgument = compiler::KernelArgument;
 using KernelParameter = compiler::KernelParameter;
 // The ops' parameters, exactly the op-level API's structs (compiler/PagedAttentionOp.h,
-// compiler/CompanionOps.h): every field documented there.
+// compiler/CompanionOps.h, compiler/MlaDecodeOp.h): every field documented there.
 using PagedAttentionParams = ops::PagedAttentionParams;
 using CacheWriteParams = ops::CacheWriteParams;
 using MergeAttnStatesParams = ops::MergeAttnStatesParams;
-// Split-KV workspace bytes for pagedAttention (compiler/PagedAttentionOp.h).
+using MergePartialsParams = ops::MergePartialsParams;
+using MlaDecodeParams = ops::MlaDecodeParams;
+using MlaSplitRule = ops::MlaSplitRule;
+// Split-KV workspace bytes for pagedAttention and mlaDecode.
+using ops::mlaDecodeWorkspaceBytes;
 using ops::pagedAttentionWorkspaceBytes;
 
 // The library's version, e.g. "0.1.0".
@@ -159,6 +164,10 @@ class Runtime {
   Status validateCacheWrite(const CacheWriteParams& params) const;
   Status mergeAttnStates(const MergeAttnStatesParams& params);
   Status validateMergeAttnStates(const MergeAttnStatesParams& params) const;
+  Status mergePartials(const MergePartialsParams& params);
+  Status validateMergePartials(const MergePartialsParams& params) const;
+  Status mlaDecode(const MlaDecodeParams& params);
+  Status validateMlaDecode(const MlaDecodeParams& params) const;
 
   struct State;
 

@@ -83,6 +83,14 @@ _PROTOTYPES = {
     "attnjit_merge_attn_states_params_init": (None, [_p(s.MergeAttnStatesParams)]),
     "attnjit_merge_attn_states_validate": (_c_status, [_runtime, _p(s.MergeAttnStatesParams)]),
     "attnjit_merge_attn_states": (_c_status, [_runtime, _p(s.MergeAttnStatesParams)]),
+    "attnjit_merge_partials_params_init": (None, [_p(s.MergePartialsParams)]),
+    "attnjit_merge_partials_validate": (_c_status, [_runtime, _p(s.MergePartialsParams)]),
+    "attnjit_merge_partials": (_c_status, [_runtime, _p(s.MergePartialsParams)]),
+    "attnjit_mla_decode_params_init": (None, [_p(s.MlaDecodeParams)]),
+    "attnjit_mla_decode_workspace_bytes": (ctypes.c_uint64, [ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                             ctypes.c_int]),
+    "attnjit_mla_decode_validate": (_c_status, [_runtime, _p(s.MlaDecodeParams)]),
+    "attnjit_mla_decode": (_c_status, [_runtime, _p(s.MlaDecodeParams)]),
 }
 
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():
@@ -107,6 +115,8 @@ def check_struct_layouts():
         (s.PagedAttentionParams, lib.attnjit_paged_attention_params_init),
         (s.CacheWriteParams, lib.attnjit_cache_write_params_init),
         (s.MergeAttnStatesParams, lib.attnjit_merge_attn_states_params_init),
+        (s.MergePartialsParams, lib.attnjit_merge_partials_params_init),
+        (s.MlaDecodeParams, lib.attnjit_mla_decode_params_init),
     ):
         expected = library_struct_size(struct, init)
         if expected != ctypes.sizeof(struct):

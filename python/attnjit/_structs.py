@@ -105,6 +105,9 @@ class PagedAttentionParams(ctypes.Structure):
         ("stream", _ptr),
         ("causal_flags", _u64),
         ("num_sms", _i32),
+        ("value_head_size", _i32),
+        ("check_bounds", _i32),
+        ("num_blocks", _i32),
     ]
 
 
@@ -132,6 +135,9 @@ class CacheWriteParams(ctypes.Structure):
         ("kv_stride_token", _i64),
         ("kv_stride_head", _i64),
         ("stream", _ptr),
+        ("value_head_size", _i32),
+        ("check_bounds", _i32),
+        ("num_blocks", _i32),
     ]
 
 
@@ -154,5 +160,65 @@ class MergeAttnStatesParams(ctypes.Structure):
         ("prefix_stride_head", _i64),
         ("suffix_stride_token", _i64),
         ("suffix_stride_head", _i64),
+        ("stream", _ptr),
+    ]
+
+
+class MergePartialsParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("num_heads", _i32),
+        ("head_size", _i32),
+        ("num_partials", _i32),
+        ("num_tokens", _i64),
+        ("output", _u64),
+        ("output_lse", _u64),
+        ("partial_outputs", _u64),
+        ("partial_lses", _u64),
+        ("output_stride_token", _i64),
+        ("output_stride_head", _i64),
+        ("partial_stride_partial", _i64),
+        ("partial_stride_token", _i64),
+        ("partial_stride_head", _i64),
+        ("lse_stride_partial", _i64),
+        ("stream", _ptr),
+    ]
+
+
+class MlaDecodeParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("kv_cache_format", _i32),
+        ("kv_lora_rank", _i32),
+        ("rope_dim", _i32),
+        ("num_heads", _i32),
+        ("block_size", _i32),
+        ("batch_invariant", _i32),
+        ("split_rule", _i32),
+        ("num_seqs", _i32),
+        ("max_seq_len", _i32),
+        ("sum_seq_lens", _i64),
+        ("num_sms", _i32),
+        ("scale", _f32),
+        ("out", _u64),
+        ("q", _u64),
+        ("kv_cache", _u64),
+        ("block_tables", _u64),
+        ("seq_lens", _u64),
+        ("kv_scale", _u64),
+        ("lse", _u64),
+        ("lse_stride_batch", _i64),
+        ("lse_stride_head", _i64),
+        ("workspace", _u64),
+        ("workspace_bytes", _u64),
+        ("q_stride_batch", _i64),
+        ("q_stride_head", _i64),
+        ("o_stride_batch", _i64),
+        ("o_stride_head", _i64),
+        ("block_table_stride", _i64),
+        ("kv_stride_block", _i64),
+        ("kv_stride_token", _i64),
         ("stream", _ptr),
     ]

@@ -1,4 +1,5 @@
-"""The ops: paged attention, KV-cache write, merge of partial attention states.
+"""The ops: paged attention, KV-cache write, merge of partial attention states
+(two-way and N-way), MLA latent decode.
 
 With torch: the functions below take CUDA tensors, check dtype, shape, device
 and unit last-dimension stride (TypeError / ValueError before any C call), read
@@ -30,6 +31,7 @@ CACHE_FORMATS = {
     "fp8_per_token_head": 4,
     "int4_per_token_head": 5,
 }
+SPLIT_RULES = {"balanced": 0, "vllm": 1}
 
 
 def _fill(struct_type, init, fields):
@@ -49,6 +51,10 @@ def _fill(struct_type, init, fields):
             if value not in CACHE_FORMATS:
                 raise ValueError("%s %r is not one of %s" % (name, value, ", ".join(CACHE_FORMATS)))
             value = CACHE_FORMATS[value]
+        elif name == "split_rule" and isinstance(value, str):
+            if value not in SPLIT_RULES:
+                raise ValueError("split_rule %r is not one of %s" % (value, ", ".join(SPLIT_RULES)))
+            value = SPLIT_RULES[value]
         elif name == "stream":
             value = stream_handle(value) if value is not None else ctypes.c_void_p(None)
         elif isinstance(value, bool):
@@ -82,6 +88,18 @@ def merge_attn_states_raw(runtime=None, validate_only=False, **fields):
          lib.attnjit_merge_attn_states_validate, runtime, validate_only, fields)
 
 
+def merge_partials_raw(runtime=None, validate_only=False, **fields):
+    """The N-way merge from the C struct's fields (pointers as ints)."""
+    _run(s.MergePartialsParams, lib.attnjit_merge_partials_params_init, lib.attnjit_merge_partials,
+         lib.attnjit_merge_partials_validate, runtime, validate_only, fields)
+
+
+def mla_decode_raw(runtime=None, validate_only=False, **fields):
+    """MLA decode from the C struct's fields (pointers as ints)."""
+    _run(s.MlaDecodeParams, lib.attnjit_mla_decode_params_init, lib.attnjit_mla_decode,
+         lib.attnjit_mla_decode_validate, runtime, validate_only, fields)
+
+
 # ---- torch tensors ----
 
 
@@ -99,7 +117,7 @@ def _float_dtype(torch, name, tensor):
     return dtypes[tensor.dtype]
 
 
-def _check_tensor(torch, name, tensor, ndim, dtype=None, device=None):
+def _check_tensor(torch, name, tensor, ndim, dtype=None, device=None, unit_last_stride=True):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
     if tensor.dim() != ndim:
@@ -110,7 +128,7 @@ def _check_tensor(torch, name, tensor, ndim, dtype=None, device=None):
         raise ValueError("%s is on %s; attnjit ops take CUDA tensors" % (name, tensor.device))
     if device is not None and tensor.device != device:
         raise ValueError("%s is on %s, the other tensors on %s" % (name, tensor.device, device))
-    if tensor.numel() > 0 and tensor.stride(-1) != 1:
+    if unit_last_stride and tensor.numel() > 0 and tensor.stride(-1) != 1:
         raise ValueError("%s must have unit stride in its last dimension, got strides %s" % (name, tensor.stride()))
 
 
@@ -122,7 +140,7 @@ def _check_shape(name, tensor, expected):
 def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
-                    batch_invariant=False, stream=None, runtime=None):
+                    batch_invariant=False, check_bounds=False, stream=None, runtime=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q, out: [num_tokens, Hq, D] of one float dtype; kv_cache: [num_blocks, 2,
@@ -134,7 +152,11 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     synchronization); scale defaults to 1/sqrt(D). Optional: k_scale/v_scale
     (float32, one element: per-tensor fp8), alibi_slopes and sinks (float32
     [Hq]), lse (float32 [Hq, num_tokens] output), workspace (a byte tensor of
-    at least pagedAttentionWorkspaceBytes, with max_seq_len: split-KV)."""
+    at least pagedAttentionWorkspaceBytes, with max_seq_len: split-KV).
+    check_bounds runs the bounds-checked kernel (block-table entries against
+    kv_cache.shape[0], and the batch's lengths): a violation raises instead of
+    reading out of bounds; it synchronizes the stream (debugging, not for CUDA
+    graphs). DiffKV (value_head_size) is reachable through paged_attention_raw."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
@@ -192,6 +214,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         sliding_window=int(sliding_window),
         softcap=float(softcap),
         batch_invariant=bool(batch_invariant),
+        check_bounds=bool(check_bounds),
+        num_blocks=num_blocks,
         num_seqs=num_seqs,
         num_tokens=num_tokens,
         max_query_len=int(max_query_len),
@@ -223,13 +247,16 @@ def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, 
     return lib.attnjit_paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len)
 
 
-def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None, stream=None,
-                runtime=None):
+def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None,
+                check_bounds=False, stream=None, runtime=None):
     """Scatters key/value [num_tokens, Hkv, D] into kv_cache [num_blocks, 2,
     block_size, Hkv, row] at slot_mapping (int64; -1 skips a token). The cache
     has the keys' dtype for cache_format "auto", one-byte elements otherwise
     (row D, or D + 4 bytes for the per-token-head formats). k_scale and v_scale
-    (float32 tensors of one element) are for "fp8_e4m3" / "fp8_e5m2"."""
+    (float32 tensors of one element) are for "fp8_e4m3" / "fp8_e5m2".
+    check_bounds runs the bounds-checked kernel: a slot_mapping entry outside
+    the cache raises instead of writing out of bounds (synchronizes the stream;
+    debugging, not for CUDA graphs)."""
     torch = _require_torch()
     _check_tensor(torch, "key", key, 3)
     dtype = _float_dtype(torch, "key", key)
@@ -258,6 +285,8 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
         num_kv_heads=num_kv_heads,
         head_size=head_size,
         block_size=kv_cache.shape[2],
+        check_bounds=bool(check_bounds),
+        num_blocks=kv_cache.shape[0],
         num_tokens=num_tokens,
         key=key.data_ptr(),
         value=value.data_ptr(),
@@ -321,3 +350,147 @@ def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_l
         stream=stream_handle(stream, device).value,
     )
     return output
+
+
+def merge_partials(output, partial_outputs, partial_lses, output_lse=None, stream=None, runtime=None):
+    """output = merge of N partial attention results by their LSEs (the N-way
+    merge of context-parallel decode). output [num_tokens, num_heads,
+    head_size] of one float dtype; partial_outputs [N, num_tokens, num_heads,
+    head_size] of that dtype; partial_lses float32 [N, num_heads, num_tokens],
+    each partial's block contiguous; output_lse (optional, float32 [num_heads,
+    num_tokens], contiguous) receives the merged LSE."""
+    torch = _require_torch()
+    _check_tensor(torch, "output", output, 3)
+    dtype = _float_dtype(torch, "output", output)
+    device = output.device
+    num_tokens, num_heads, head_size = output.shape
+    _check_tensor(torch, "partial_outputs", partial_outputs, 4, output.dtype, device)
+    num_partials = partial_outputs.shape[0]
+    _check_shape("partial_outputs", partial_outputs, (num_partials, num_tokens, num_heads, head_size))
+    _check_tensor(torch, "partial_lses", partial_lses, 3, torch.float32, device)
+    _check_shape("partial_lses", partial_lses, (num_partials, num_heads, num_tokens))
+    if partial_lses.numel() > 0 and partial_lses.stride(1) != num_tokens:
+        raise ValueError("partial_lses must hold each partial's [num_heads, num_tokens] block row-major, got "
+                         "strides %s" % (partial_lses.stride(),))
+    if output_lse is not None:
+        _check_tensor(torch, "output_lse", output_lse, 2, torch.float32, device)
+        _check_shape("output_lse", output_lse, (num_heads, num_tokens))
+        if not output_lse.is_contiguous():
+            raise ValueError("output_lse must be contiguous ([num_heads, num_tokens] row-major)")
+    merge_partials_raw(
+        runtime=runtime,
+        dtype=dtype,
+        num_heads=num_heads,
+        head_size=head_size,
+        num_partials=num_partials,
+        num_tokens=num_tokens,
+        output=output.data_ptr(),
+        output_lse=output_lse.data_ptr() if output_lse is not None else 0,
+        partial_outputs=partial_outputs.data_ptr(),
+        partial_lses=partial_lses.data_ptr(),
+        output_stride_token=output.stride(0),
+        output_stride_head=output.stride(1),
+        partial_stride_partial=partial_outputs.stride(0),
+        partial_stride_token=partial_outputs.stride(1),
+        partial_stride_head=partial_outputs.stride(2),
+        lse_stride_partial=partial_lses.stride(0),
+        stream=stream_handle(stream, device).value,
+    )
+    return output
+
+
+def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
+               kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
+               num_sms=0, stream=None, runtime=None):
+    """out = MLA latent decode of q over the latent cache (vLLM's TRITON_MLA decode).
+
+    q [B, H, L + R] and out [B, H, L] of one dtype (float16 or bfloat16; L =
+    kv_lora_rank, R = rope_dim, read from the shapes); kv_cache [num_blocks,
+    block_size, L + R] in q's dtype for kv_cache_format "auto", of one-byte
+    elements for "fp8_e4m3" (with kv_scale, a float32 tensor of one element);
+    block_tables [B, max_blocks] and seq_lens [B], int32. scale defaults to
+    1/sqrt(L + R) (pass the model's). Optional: lse, a float32 [B, H] view
+    (any strides: lse.t() of an [H, B] tensor gives the merge kernels' layout)
+    that receives the natural-log LSE; workspace (a tensor of at least
+    mla_decode_workspace_bytes bytes) with max_seq_len: split-KV; sum_seq_lens
+    (the batch's total keys, when known on the host) refines the "balanced"
+    split rule; "vllm" is vLLM's rule."""
+    torch = _require_torch()
+    if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError("q has dtype %s; the MLA decode takes float16 or bfloat16" % q.dtype)
+    _check_tensor(torch, "q", q, 3)
+    dtype = _float_dtype(torch, "q", q)
+    device = q.device
+    num_seqs, num_heads, q_width = q.shape
+    _check_tensor(torch, "out", out, 3, q.dtype, device)
+    if out.shape[0] != num_seqs or out.shape[1] != num_heads or out.shape[2] >= q_width:
+        raise ValueError("out has shape %s; expected (%d, %d, kv_lora_rank) with kv_lora_rank < q's %d" % (
+            tuple(out.shape), num_seqs, num_heads, q_width))
+    kv_lora_rank = out.shape[2]
+    rope_dim = q_width - kv_lora_rank
+    _check_tensor(torch, "kv_cache", kv_cache, 3, None, device)
+    if kv_cache_format not in ("auto", "fp8", "fp8_e4m3"):
+        raise ValueError("kv_cache_format %r is not one the MLA decode takes (auto, fp8_e4m3)" % (kv_cache_format,))
+    if kv_cache_format == "auto" and kv_cache.dtype != q.dtype:
+        raise TypeError("kv_cache has dtype %s; kv_cache_format 'auto' stores q's %s" % (kv_cache.dtype, q.dtype))
+    if kv_cache_format != "auto" and kv_cache.element_size() != 1:
+        raise TypeError("kv_cache has dtype %s; kv_cache_format %r stores one-byte elements" % (
+            kv_cache.dtype, kv_cache_format))
+    if kv_cache.shape[2] != q_width:
+        raise ValueError("kv_cache has shape %s; expected (num_blocks, block_size, %d)" % (
+            tuple(kv_cache.shape), q_width))
+    _check_tensor(torch, "block_tables", block_tables, 2, torch.int32, device)
+    _check_tensor(torch, "seq_lens", seq_lens, 1, torch.int32, device)
+    _check_shape("seq_lens", seq_lens, (num_seqs,))
+    if block_tables.shape[0] != num_seqs:
+        raise ValueError("block_tables has %d rows for %d sequences" % (block_tables.shape[0], num_seqs))
+    optional = {}
+    if kv_scale is not None:
+        _check_tensor(torch, "kv_scale", kv_scale.reshape(-1), 1, torch.float32, device)
+        _check_shape("kv_scale", kv_scale.reshape(-1), (1,))
+        optional["kv_scale"] = kv_scale.data_ptr()
+    if lse is not None:
+        _check_tensor(torch, "lse", lse, 2, torch.float32, device, unit_last_stride=False)
+        _check_shape("lse", lse, (num_seqs, num_heads))
+        optional.update(lse=lse.data_ptr(), lse_stride_batch=lse.stride(0), lse_stride_head=lse.stride(1))
+    if workspace is not None:
+        _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
+        optional.update(workspace=workspace.data_ptr(),
+                        workspace_bytes=workspace.numel() * workspace.element_size())
+    mla_decode_raw(
+        runtime=runtime,
+        dtype=dtype,
+        kv_cache_format=kv_cache_format,
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        num_heads=num_heads,
+        block_size=kv_cache.shape[1],
+        batch_invariant=bool(batch_invariant),
+        split_rule=split_rule,
+        num_seqs=num_seqs,
+        max_seq_len=int(max_seq_len),
+        sum_seq_lens=int(sum_seq_lens),
+        num_sms=int(num_sms),
+        scale=float(scale) if scale is not None else 1.0 / math.sqrt(q_width),
+        out=out.data_ptr(),
+        q=q.data_ptr(),
+        kv_cache=kv_cache.data_ptr(),
+        block_tables=block_tables.data_ptr(),
+        seq_lens=seq_lens.data_ptr(),
+        q_stride_batch=q.stride(0),
+        q_stride_head=q.stride(1),
+        o_stride_batch=out.stride(0),
+        o_stride_head=out.stride(1),
+        block_table_stride=block_tables.stride(0),
+        kv_stride_block=kv_cache.stride(0),
+        kv_stride_token=kv_cache.stride(1),
+        stream=stream_handle(stream, device).value,
+        **optional,
+    )
+    return out
+
+
+def mla_decode_workspace_bytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len):
+    """Bytes of MLA split-KV workspace for batches up to these sizes (0: such
+    batches never split). Allocate once, pass to every call."""
+    return lib.attnjit_mla_decode_workspace_bytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len)

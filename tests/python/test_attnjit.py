@@ -36,6 +36,29 @@ except ImportError:
 GPU, NO_GPU_REASON = attnjit.driver_status()
 
 
+# Fields that validate (fake, aligned pointers): a decode batch of 2 sequences,
+# Hq 32 over Hkv 8, D 128, block 16.
+PAGED_FIELDS = dict(num_query_heads=32, num_kv_heads=8, head_size=128, block_size=16, num_seqs=2, num_tokens=2,
+                    max_query_len=1, scale=0.088, out=0x1000, q=0x2000, kv_cache=0x3000, block_tables=0x4000,
+                    seq_lens=0x5000, cu_seqlens_q=0x6000, q_stride_token=4096, q_stride_head=128,
+                    o_stride_token=4096, o_stride_head=128, block_table_stride=64, kv_stride_block=32768,
+                    kv_stride_kv=16384, kv_stride_token=1024, kv_stride_head=128)
+CACHE_WRITE_FIELDS = dict(dtype="bf16", num_kv_heads=8, head_size=128, block_size=16, num_tokens=3, key=0x1000,
+                          value=0x2000, kv_cache=0x3000, slot_mapping=0x4000, key_stride_token=1024,
+                          key_stride_head=128, value_stride_token=1024, value_stride_head=128,
+                          kv_stride_block=32768, kv_stride_kv=16384, kv_stride_token=1024, kv_stride_head=128)
+# MLA decode: 4 sequences, 16 heads, latent 512 + 64, block 64.
+MLA_FIELDS = dict(num_heads=16, block_size=64, num_seqs=4, max_seq_len=1000, scale=0.0417, out=0x1000, q=0x2000,
+                  kv_cache=0x3000, block_tables=0x4000, seq_lens=0x5000, q_stride_batch=16 * 576,
+                  q_stride_head=576, o_stride_batch=16 * 512, o_stride_head=512, block_table_stride=32,
+                  kv_stride_block=64 * 576, kv_stride_token=576)
+# Four f16 partials of 5 tokens, 8 heads of 128.
+MERGE_PARTIALS_FIELDS = dict(dtype="f16", num_heads=8, head_size=128, num_partials=4, num_tokens=5, output=0x1000,
+                             partial_outputs=0x2000, partial_lses=0x3000, output_stride_token=1024,
+                             output_stride_head=128, partial_stride_partial=5 * 1024, partial_stride_token=1024,
+                             partial_stride_head=128, lse_stride_partial=40)
+
+
 def merge_arguments(base=0x7F0000000000, tokens=37):
     return [base + 4096 * i for i in range(6)] + [tokens] + [4 * 64, 64] * 3
 
@@ -51,8 +74,59 @@ class CpuTests(unittest.TestCase):
             (_structs.PagedAttentionParams, _library.lib.attnjit_paged_attention_params_init),
             (_structs.CacheWriteParams, _library.lib.attnjit_cache_write_params_init),
             (_structs.MergeAttnStatesParams, _library.lib.attnjit_merge_attn_states_params_init),
+            (_structs.MergePartialsParams, _library.lib.attnjit_merge_partials_params_init),
+            (_structs.MlaDecodeParams, _library.lib.attnjit_mla_decode_params_init),
         ):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
+
+    def test_appended_fields_are_last_and_reach_the_library(self):
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-3:]],
+                         ["value_head_size", "check_bounds", "num_blocks"])
+        self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-3:]],
+                         ["value_head_size", "check_bounds", "num_blocks"])
+        # check_bounds is read: the op then needs num_blocks.
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"paged attention: num_blocks \(0\) must be"):
+            attnjit.ops.paged_attention_raw(validate_only=True, check_bounds=True, **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, check_bounds=True, num_blocks=40, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"value_head_size \(600\)"):
+            attnjit.ops.paged_attention_raw(validate_only=True, value_head_size=600, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_blocks \(0\) must be"):
+            attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, **CACHE_WRITE_FIELDS)
+        attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)
+
+    def test_mla_decode_raw_errors_carry_the_c_message(self):
+        params = _structs.MlaDecodeParams()
+        _library.lib.attnjit_mla_decode_params_init(ctypes.byref(params))
+        self.assertEqual((params.dtype, params.kv_lora_rank, params.rope_dim, params.split_rule), (2, 512, 64, 0))
+        attnjit.ops.mla_decode_raw(validate_only=True, **MLA_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"^mla decode: q is a null pointer$"):
+            attnjit.ops.mla_decode_raw(validate_only=True, **dict(MLA_FIELDS, q=0))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "kv_scale is a null pointer"):
+            attnjit.ops.mla_decode_raw(validate_only=True, **dict(MLA_FIELDS, kv_cache_format="fp8_e4m3"))
+        attnjit.ops.mla_decode_raw(validate_only=True, **dict(MLA_FIELDS, split_rule="vllm"))
+        with self.assertRaisesRegex(ValueError, "split_rule 'even'"):
+            attnjit.ops.mla_decode_raw(validate_only=True, **dict(MLA_FIELDS, split_rule="even"))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "split_rule 5 is not an attnjit_mla_split_rule"):
+            attnjit.ops.mla_decode_raw(validate_only=True, **dict(MLA_FIELDS, split_rule=5))
+        with self.assertRaisesRegex(TypeError, "did you mean 'kv_lora_rank'"):
+            attnjit.ops.mla_decode_raw(kv_lora_rnk=512)
+        self.assertGreater(attnjit.ops.mla_decode_workspace_bytes(4, 16, 512, 4096), 0)
+        self.assertEqual(attnjit.ops.mla_decode_workspace_bytes(4, 16, 512, 200), 0)
+        if not GPU:
+            with self.assertRaisesRegex(attnjit.NoDriverError, "CUDA driver not available"):
+                attnjit.ops.mla_decode_raw(**MLA_FIELDS)
+
+    def test_merge_partials_raw_errors_carry_the_c_message(self):
+        attnjit.ops.merge_partials_raw(validate_only=True, **MERGE_PARTIALS_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError,
+                                    r"^merge_partials: num_partials \(0\) must be at least 1$"):
+            attnjit.ops.merge_partials_raw(validate_only=True, **dict(MERGE_PARTIALS_FIELDS, num_partials=0))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"lse_stride_partial \(39\) is smaller"):
+            attnjit.ops.merge_partials_raw(validate_only=True, **dict(MERGE_PARTIALS_FIELDS, lse_stride_partial=39))
+        attnjit.ops.merge_partials_raw(**dict(MERGE_PARTIALS_FIELDS, num_tokens=0))  # launches nothing
+        if not GPU:
+            with self.assertRaisesRegex(attnjit.NoDriverError, "CUDA driver not available"):
+                attnjit.ops.merge_partials_raw(**MERGE_PARTIALS_FIELDS)
 
     def test_bad_runtime_options_raise_value_errors(self):
         with self.assertRaises(ValueError) as caught:
@@ -151,6 +225,13 @@ class TorchArgumentTests(unittest.TestCase):
         lse = torch.zeros(8, 4)
         with self.assertRaisesRegex(TypeError, "float64"):
             attnjit.ops.merge_attn_states(q.double(), q, lse, q, lse)
+        with self.assertRaisesRegex(ValueError, "output is on cpu"):
+            attnjit.ops.merge_partials(q, q.unsqueeze(0), lse.unsqueeze(0))
+        mla_q = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
+        with self.assertRaisesRegex(TypeError, "float16 or bfloat16"):
+            attnjit.ops.mla_decode(mla_q.float(), mla_q, mla_q, mla_q, mla_q)
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
+            attnjit.ops.mla_decode(mla_q, mla_q, mla_q, mla_q, mla_q)
 
 
 @unittest.skipUnless(HAVE_TORCH and GPU, "needs torch and a GPU (%s)" % (NO_GPU_REASON or "no torch"))
@@ -172,6 +253,58 @@ class GpuTests(unittest.TestCase):
         expected = prefix.double() * weight_p.double() + suffix.double() * weight_s.double()
         self.assertLess((out.double() - expected).abs().max().item(), 2e-2)
         self.assertLess((out_lse - lse).abs().max().item(), 1e-4)
+
+    def test_merge_partials_matches_float64(self):
+        torch.manual_seed(1)
+        partials, tokens, heads, head_size = 3, 19, 8, 128
+        outputs = torch.randn(partials, tokens, heads, head_size, device="cuda", dtype=torch.float16)
+        lses = torch.randn(partials, heads, tokens, device="cuda") * 4
+        lses[1, 0, 0] = float("-inf")  # an empty partial: weight 0
+        out = torch.full((tokens, heads, head_size), float("nan"), device="cuda", dtype=torch.float16)
+        out_lse = torch.full((heads, tokens), float("nan"), device="cuda")
+        attnjit.ops.merge_partials(out, outputs, lses, output_lse=out_lse)
+        torch.cuda.synchronize()
+        lse = torch.logsumexp(lses.double(), dim=0)  # [H, T]
+        weights = torch.exp(lses.double() - lse).permute(0, 2, 1).unsqueeze(-1)  # [N, T, H, 1]
+        expected = (outputs.double() * weights).sum(dim=0)
+        self.assertFalse(torch.isnan(out).any().item())
+        self.assertLess((out.double() - expected).abs().max().item(), 1e-2)
+        self.assertLess((out_lse.double() - lse).abs().max().item(), 1e-4)
+
+    def test_mla_decode_matches_float64(self):
+        torch.manual_seed(2)
+        seqs, heads, rank, rope, block = 3, 16, 512, 64, 64
+        seq_lens_host = [1, 300, 1100]
+        blocks_per_seq = [(n + block - 1) // block for n in seq_lens_host]
+        num_blocks = sum(blocks_per_seq) + 2
+        cache = torch.randn(num_blocks, block, rank + rope, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(seqs, heads, rank + rope, device="cuda", dtype=torch.bfloat16)
+        order = torch.randperm(num_blocks).tolist()  # scattered blocks
+        tables_host = torch.zeros(seqs, max(blocks_per_seq), dtype=torch.int32)
+        start = 0
+        for b, count in enumerate(blocks_per_seq):
+            tables_host[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
+            start += count
+        tables = tables_host.cuda()
+        seq_lens = torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda")
+        scale = 1.0 / math.sqrt(rank + rope)
+        workspace = torch.empty(attnjit.ops.mla_decode_workspace_bytes(seqs, heads, rank, max(seq_lens_host)),
+                                dtype=torch.uint8, device="cuda")
+        for use_workspace in (False, True):
+            out = torch.full((seqs, heads, rank), float("nan"), device="cuda", dtype=torch.bfloat16)
+            lse = torch.full((heads, seqs), float("nan"), device="cuda")  # the merge kernels' [H, B]
+            attnjit.ops.mla_decode(q, cache, out, tables, seq_lens, max_seq_len=max(seq_lens_host), scale=scale,
+                                   lse=lse.t(), workspace=workspace if use_workspace else None,
+                                   sum_seq_lens=sum(seq_lens_host))
+            torch.cuda.synchronize()
+            for b, length in enumerate(seq_lens_host):
+                rows = [int(tables_host[b, i // block]) * block + i % block for i in range(length)]
+                keys = cache.reshape(-1, rank + rope)[rows].double()  # [S, L + R]
+                scores = q[b].double() @ keys.t() * scale  # [H, S]
+                expected_lse = torch.logsumexp(scores, dim=-1)
+                expected = torch.softmax(scores, dim=-1) @ keys[:, :rank]
+                self.assertLess((out[b].double() - expected).abs().max().item(), 2e-2, (use_workspace, b))
+                self.assertLess((lse[:, b].double() - expected_lse).abs().max().item(), 1e-3, (use_workspace, b))
 
     def test_wrong_tensor_shapes_raise(self):
         q = torch.zeros(4, 8, 64, device="cuda", dtype=torch.float16)
