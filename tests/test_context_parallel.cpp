@@ -253,7 +253,7 @@ TEST_CASE("context parallel: joining checks the rank before touching NCCL", "[co
   CHECK(parallel::mergeAcrossRanksWorkspaceBytes(ir::ScalarKind::BF16, 0, 32, 128, 2) == 0);
 }
 
-TEST_CASE("context parallel: two GPUs over NCCL match one GPU and the float64 reference", "[gpu][nccl]") {
+TEST_CASE("context parallel: two GPUs over NCCL match one GPU and the float64 reference (paged and MLA)", "[gpu][nccl]") {
   if (!tests::gpuPresent()) return;
   const std::string example =
       std::filesystem::path(tests::cliPath()).parent_path().append("attnjit_context_parallel").string();
@@ -265,12 +265,15 @@ TEST_CASE("context parallel: two GPUs over NCCL match one GPU and the float64 re
     WARN("SKIPPED: the NCCL context-parallel run needs two GPUs (nvidia-smi lists " << listed << ")");
     return;
   }
-  for (const char* scheme : {"round_robin", "contiguous"}) {
-    int exitCode = 0;
-    const std::string output = tests::runShell(example + " --ranks 2 --mode check --scheme " + scheme, &exitCode);
-    INFO(output);
-    CHECK(exitCode == 0);
-    CHECK(output.find("PASSED") != std::string::npos);
+  for (const char* model : {"paged", "mla"}) {
+    for (const char* scheme : {"round_robin", "contiguous"}) {
+      int exitCode = 0;
+      const std::string output = tests::runShell(
+          example + " --ranks 2 --mode check --model " + model + " --scheme " + scheme, &exitCode);
+      INFO(output);
+      CHECK(exitCode == 0);
+      CHECK(output.find("PASSED") != std::string::npos);
+    }
   }
 }
 #endif

@@ -4,7 +4,12 @@
 // merge (parallel/ContextParallel.h).
 //
 //   attnjit_context_parallel [--ranks N] [--scheme contiguous|round_robin]
-//                            [--mode check|bench] [--batch B] [--context C]
+//                            [--mode check|bench] [--model paged|mla]
+//                            [--batch B] [--context C]
+//
+// --model paged (default): paged attention, 32/8 heads, D = 128, bf16.
+// --model mla: MLA latent decode, 128 heads over a 576-wide latent (512 + 64),
+//   bf16; each rank's partial output is [B, 128, 512] with an [H, B] LSE.
 //
 // check (default): a batch of mixed lengths; rank 0 compares the merged result
 //   with one GPU's attention over the whole context and with a float64
@@ -33,6 +38,7 @@
 
 #include "compiler/CompanionOps.h"
 #include "compiler/ContextParallelShards.h"
+#include "compiler/MlaDecodeOp.h"
 #include "compiler/PagedAttentionOp.h"
 #include "ir/Numeric.h"
 #include "parallel/ContextParallel.h"
@@ -49,19 +55,35 @@ namespace parallel = attnjit::parallel;
 namespace runtime = attnjit::runtime;
 
 constexpr int kQueryHeads = 32, kKvHeads = 8, kHeadSize = 128, kBlockSize = 16;
+constexpr int kMlaHeads = 128, kLatentWidth = 576, kLoraRank = 512;
 constexpr ScalarKind kDtype = ScalarKind::BF16;
+
+// The shapes of the two models: query heads and width, output width, and the
+// width of one cache row (a K or V row, or a latent row).
+struct ModelShape {
+  bool mla = false;
+  int queryHeads = kQueryHeads, queryWidth = kHeadSize, outWidth = kHeadSize, rowWidth = kHeadSize;
+};
+const char* modelName(const ModelShape& shape) {
+  return shape.mla ? "MLA decode 128 heads, 576/512" : "paged attention 32/8 heads, D=128";
+}
+ModelShape modelShape(bool mla) {
+  if (!mla) return {};
+  return {true, kMlaHeads, kLatentWidth, kLoraRank, kLatentWidth};
+}
 
 struct Options {
   int ranks = 0;  // 0: every visible GPU
   ops::KvShardScheme scheme = ops::KvShardScheme::RoundRobinBlocks;
   bool bench = false;
+  bool mla = false;
   int batch = 0, context = 0;  // bench shape (0: defaults)
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "attnjit_context_parallel: %s\nusage: attnjit_context_parallel [--ranks N] "
-               "[--scheme contiguous|round_robin] [--mode check|bench] [--batch B] [--context C]\n",
+               "[--scheme contiguous|round_robin] [--mode check|bench] [--model paged|mla] [--batch B] [--context C]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -90,6 +112,10 @@ Options parseOptions(int argc, char** argv) {
       const std::string mode = next();
       if (mode != "check" && mode != "bench") usage("--mode is check or bench, not " + mode);
       options.bench = mode == "bench";
+    } else if (arg == "--model") {
+      const std::string model = next();
+      if (model != "paged" && model != "mla") usage("--model is paged or mla, not " + model);
+      options.mla = model == "mla";
     } else if (arg == "--batch") {
       options.batch = positive(next());
     } else if (arg == "--context") {
@@ -114,6 +140,7 @@ Options parseOptions(int argc, char** argv) {
 // caches cheap to make; rows are picked by a hash of (sequence, token, head), so
 // neighbouring keys differ).
 struct Batch {
+  ModelShape shape;
   std::vector<int32_t> seqLens;
   std::vector<uint16_t> q;  // [B, Hq, D] bf16 bits
   std::vector<uint16_t> keyPool, valuePool;
@@ -130,8 +157,9 @@ struct Batch {
   }
 };
 
-Batch makeBatch(std::vector<int32_t> seqLens) {
+Batch makeBatch(std::vector<int32_t> seqLens, const ModelShape& shape) {
   Batch batch;
+  batch.shape = shape;
   batch.seqLens = std::move(seqLens);
   std::mt19937_64 random(2026);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
@@ -143,9 +171,9 @@ Batch makeBatch(std::vector<int32_t> seqLens) {
       bits[i] = static_cast<uint16_t>(attnjit::ir::encodeFloat(values[i], kDtype));
     }
   };
-  fill(batch.q, batch.qF, static_cast<size_t>(batch.numSeqs()) * kQueryHeads * kHeadSize);
-  fill(batch.keyPool, batch.keyPoolF, static_cast<size_t>(Batch::kPoolRows) * kHeadSize);
-  fill(batch.valuePool, batch.valuePoolF, static_cast<size_t>(Batch::kPoolRows) * kHeadSize);
+  fill(batch.q, batch.qF, static_cast<size_t>(batch.numSeqs()) * shape.queryHeads * shape.queryWidth);
+  fill(batch.keyPool, batch.keyPoolF, static_cast<size_t>(Batch::kPoolRows) * shape.rowWidth);
+  if (!shape.mla) fill(batch.valuePool, batch.valuePoolF, static_cast<size_t>(Batch::kPoolRows) * kHeadSize);
   return batch;
 }
 
@@ -169,6 +197,52 @@ std::vector<uint16_t> makeCache(const Batch& batch, const std::vector<std::pair<
     }
   }
   return cache;
+}
+
+// A latent cache (num_blocks, block_size, 576) holding the given blocks.
+std::vector<uint16_t> makeLatentCache(const Batch& batch, const std::vector<std::pair<int, int>>& blocks) {
+  const size_t blockElements = static_cast<size_t>(kBlockSize) * kLatentWidth;
+  std::vector<uint16_t> cache(std::max<size_t>(blocks.size(), 1) * blockElements, 0);
+  for (size_t physical = 0; physical < blocks.size(); ++physical) {
+    const auto [seq, logical] = blocks[physical];
+    for (int slot = 0; slot < kBlockSize; ++slot) {
+      const int token = logical * kBlockSize + slot;
+      if (token >= batch.seqLens[seq]) break;
+      std::memcpy(cache.data() + physical * blockElements + static_cast<size_t>(slot) * kLatentWidth,
+                  batch.keyPool.data() + batch.poolRow(seq, token, 0) * kLatentWidth, kLatentWidth * sizeof(uint16_t));
+    }
+  }
+  return cache;
+}
+
+// Float64 MLA decode: every head attends to the latent rows (K = the 576-wide
+// row, V = its first 512 values): [B, 128, 512].
+std::vector<double> referenceMla(const Batch& batch, double scale) {
+  std::vector<double> out(static_cast<size_t>(batch.numSeqs()) * kMlaHeads * kLoraRank, 0.0);
+  for (int s = 0; s < batch.numSeqs(); ++s) {
+    for (int h = 0; h < kMlaHeads; ++h) {
+      const double* q = batch.qF.data() + (static_cast<size_t>(s) * kMlaHeads + h) * kLatentWidth;
+      std::vector<double> scores(batch.seqLens[s]);
+      double maximum = -INFINITY;
+      for (int t = 0; t < batch.seqLens[s]; ++t) {
+        const double* row = batch.keyPoolF.data() + batch.poolRow(s, t, 0) * kLatentWidth;
+        double dot = 0;
+        for (int d = 0; d < kLatentWidth; ++d) dot += q[d] * row[d];
+        scores[t] = dot * scale;
+        maximum = std::max(maximum, scores[t]);
+      }
+      double sum = 0;
+      double* o = out.data() + (static_cast<size_t>(s) * kMlaHeads + h) * kLoraRank;
+      for (int t = 0; t < batch.seqLens[s]; ++t) {
+        const double p = std::exp(scores[t] - maximum);
+        sum += p;
+        const double* row = batch.keyPoolF.data() + batch.poolRow(s, t, 0) * kLatentWidth;
+        for (int d = 0; d < kLoraRank; ++d) o[d] += p * row[d];
+      }
+      for (int d = 0; d < kLoraRank; ++d) o[d] /= sum;
+    }
+  }
+  return out;
 }
 
 // Float64 attention of each sequence's one query over all its keys: [B, Hq, D].
@@ -205,7 +279,38 @@ std::vector<double> referenceAttention(const Batch& batch, double scale) {
 struct DeviceProblem {
   runtime::DeviceBuffer q, cache, blockTables, seqLens, cuSeqlensQ, out, lse, workspace;
   int maxBlocksPerSeq = 0, maxSeqLen = 0;
+  int64_t sumSeqLens = 0;
 };
+
+// MLA decode over a problem, its LSE in the merge's [H, B] layout.
+ops::MlaDecodeParams mlaParams(const DeviceProblem& d, int numSeqs, float scale, runtime::StreamHandle stream) {
+  ops::MlaDecodeParams p;
+  p.numHeads = kMlaHeads;
+  p.blockSize = kBlockSize;
+  p.numSeqs = numSeqs;
+  p.maxSeqLen = d.maxSeqLen;
+  p.sumSeqLens = d.sumSeqLens;
+  p.scale = scale;
+  p.out = d.out.address();
+  p.q = d.q.address();
+  p.kvCache = d.cache.address();
+  p.blockTables = d.blockTables.address();
+  p.seqLens = d.seqLens.address();
+  p.lse = d.lse.address();
+  p.lseStrideBatch = 1;
+  p.lseStrideHead = numSeqs;
+  p.workspace = d.workspace.address();
+  p.workspaceBytes = d.workspace.size();
+  p.qStrideBatch = int64_t{kMlaHeads} * kLatentWidth;
+  p.qStrideHead = kLatentWidth;
+  p.oStrideBatch = int64_t{kMlaHeads} * kLoraRank;
+  p.oStrideHead = kLoraRank;
+  p.blockTableStride = d.maxBlocksPerSeq;
+  p.kvStrideBlock = int64_t{kBlockSize} * kLatentWidth;
+  p.kvStrideToken = kLatentWidth;
+  p.stream = stream;
+  return p;
+}
 
 ops::PagedAttentionParams attentionParams(const DeviceProblem& d, int numSeqs, float scale,
                                           runtime::StreamHandle stream) {
@@ -264,7 +369,12 @@ attnjit::ir::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const
   std::iota(cuSeqlensQ.begin(), cuSeqlensQ.end(), 0);
   d.maxBlocksPerSeq = maxBlocksPerSeq;
   d.maxSeqLen = std::max(1, *std::max_element(seqLens.begin(), seqLens.end()));
-  const size_t outElements = static_cast<size_t>(numSeqs) * kQueryHeads * kHeadSize;
+  d.sumSeqLens = std::accumulate(seqLens.begin(), seqLens.end(), int64_t{0});
+  const ModelShape& shape = batch.shape;
+  const size_t outElements = static_cast<size_t>(numSeqs) * shape.queryHeads * shape.outWidth;
+  const uint64_t workspaceBytes =
+      shape.mla ? ops::mlaDecodeWorkspaceBytes(numSeqs, kMlaHeads, kLoraRank, d.maxSeqLen)
+                : ops::pagedAttentionWorkspaceBytes(numSeqs, kQueryHeads, kHeadSize, d.maxSeqLen);
   auto fillBuffer = [](size_t bytes, uint8_t poison) -> attnjit::ir::Expected<runtime::DeviceBuffer> {
     auto buffer = runtime::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
     if (!buffer) return buffer;
@@ -277,14 +387,13 @@ attnjit::ir::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const
   };
   Step steps[] = {
       {&d.q, upload(batch.q)},
-      {&d.cache, upload(makeCache(batch, blocks))},
+      {&d.cache, upload(shape.mla ? makeLatentCache(batch, blocks) : makeCache(batch, blocks))},
       {&d.blockTables, upload(blockTables)},
       {&d.seqLens, upload(seqLens)},
       {&d.cuSeqlensQ, upload(cuSeqlensQ)},
       {&d.out, fillBuffer(outElements * sizeof(uint16_t), 0xff)},  // NaN until written
-      {&d.lse, fillBuffer(static_cast<size_t>(numSeqs) * kQueryHeads * sizeof(float), 0xff)},
-      {&d.workspace,
-       fillBuffer(ops::pagedAttentionWorkspaceBytes(numSeqs, kQueryHeads, kHeadSize, d.maxSeqLen), 0xff)},
+      {&d.lse, fillBuffer(static_cast<size_t>(numSeqs) * shape.queryHeads * sizeof(float), 0xff)},
+      {&d.workspace, fillBuffer(workspaceBytes, 0xff)},
   };
   for (Step& step : steps) {
     if (!step.made) return step.made.status();
@@ -369,7 +478,8 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
   } else {
     seqLens = {4099, 17, 1000, 2600, 1, 530};  // odd lengths, a sequence shorter than one block per rank
   }
-  const Batch batch = makeBatch(seqLens);
+  const ModelShape shape = modelShape(options.mla);
+  const Batch batch = makeBatch(seqLens, shape);
   const int numSeqs = batch.numSeqs();
   // The logical block table: sequence s's blocks numbered consecutively.
   int maxBlocks = 0;
@@ -402,29 +512,33 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
     std::fprintf(stderr, "rank %d: %s\n", rank, local.diagnostic().str().c_str());
     return 1;
   }
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadSize)));
-  const size_t outElements = static_cast<size_t>(numSeqs) * kQueryHeads * kHeadSize;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.queryWidth)));
+  const size_t outElements = static_cast<size_t>(numSeqs) * shape.queryHeads * shape.outWidth;
   auto merged = runtime::DeviceBuffer::allocate(outElements * sizeof(uint16_t));
   auto mergeWorkspace = runtime::DeviceBuffer::allocate(
-      parallel::mergeAcrossRanksWorkspaceBytes(kDtype, numSeqs, kQueryHeads, kHeadSize, numRanks));
+      parallel::mergeAcrossRanksWorkspaceBytes(kDtype, numSeqs, shape.queryHeads, shape.outWidth, numRanks));
   if (!merged || !mergeWorkspace) return 1;
   REQUIRE_OK(merged->fill(0xff));
   parallel::RankMergeParams mergeParams;
   mergeParams.dtype = kDtype;
-  mergeParams.numHeads = kQueryHeads;
-  mergeParams.headSize = kHeadSize;
+  mergeParams.numHeads = shape.queryHeads;
+  mergeParams.headSize = shape.outWidth;
   mergeParams.numTokens = numSeqs;
   mergeParams.localOutput = local->out.address();
   mergeParams.localLse = local->lse.address();
   mergeParams.output = merged->address();
-  mergeParams.outputStrideToken = kQueryHeads * kHeadSize;
-  mergeParams.outputStrideHead = kHeadSize;
+  mergeParams.outputStrideToken = shape.queryHeads * shape.outWidth;
+  mergeParams.outputStrideHead = shape.outWidth;
   mergeParams.workspace = mergeWorkspace->address();
   mergeParams.workspaceBytes = mergeWorkspace->size();
   mergeParams.stream = stream->handle();
-  const ops::PagedAttentionParams shardAttention = attentionParams(*local, numSeqs, scale, stream->handle());
+  // One decode step's attention over a problem (a shard or the whole batch).
+  auto attend = [&](const DeviceProblem& d) -> Status {
+    if (shape.mla) return ops::mlaDecode(mlaParams(d, numSeqs, scale, stream->handle()));
+    return ops::pagedAttention(attentionParams(d, numSeqs, scale, stream->handle()));
+  };
   auto step = [&]() -> Status {
-    if (Status s = ops::pagedAttention(shardAttention); !s) return s;
+    if (Status s = attend(*local); !s) return s;
     return (*group)->mergeAcrossRanks(mergeParams);
   };
 
@@ -439,14 +553,14 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
       std::fprintf(stderr, "rank 0: %s\n", whole.diagnostic().str().c_str());
       return 1;
     }
-    REQUIRE_OK(ops::pagedAttention(attentionParams(*whole, numSeqs, scale, stream->handle())));
+    REQUIRE_OK(attend(*whole));
     REQUIRE_OK(stream->synchronize());
     Status copied;
     const std::vector<double> mergedOut = downloadOutput(*merged, outElements, copied);
     REQUIRE_OK(copied);
     const std::vector<double> wholeOut = downloadOutput(whole->out, outElements, copied);
     REQUIRE_OK(copied);
-    const std::vector<double> reference = referenceAttention(batch, scale);
+    const std::vector<double> reference = shape.mla ? referenceMla(batch, scale) : referenceAttention(batch, scale);
     const double mergedError = maxAbsDifference(mergedOut, reference);
     const double wholeError = maxAbsDifference(wholeOut, reference);
     const double mergedVsWhole = maxAbsDifference(mergedOut, wholeOut);
@@ -455,10 +569,11 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
     constexpr double kTolerance = 1.6e-2;
     const bool passed = mergedError <= kTolerance && wholeError <= kTolerance && mergedVsWhole <= kTolerance;
     std::printf(
-        "context parallel check: %d ranks, %s shards, %d sequences (lengths 4099 17 1000 2600 1 530), 32/8 heads, "
-        "D=128, bf16\n  max |merged - float64| = %.3g, max |one GPU - float64| = %.3g, max |merged - one GPU| = "
+        "context parallel check: %s, %d ranks, %s shards, %d sequences (lengths 4099 17 1000 2600 1 530), bf16\n"
+        "  max |merged - float64| = %.3g, max |one GPU - float64| = %.3g, max |merged - one GPU| = "
         "%.3g (tolerance %.3g): %s\n",
-        numRanks, ops::kvShardSchemeName(options.scheme).c_str(), numSeqs, mergedError, wholeError, mergedVsWhole,
+        modelName(shape), numRanks, ops::kvShardSchemeName(options.scheme).c_str(), numSeqs, mergedError, wholeError,
+        mergedVsWhole,
         kTolerance, passed ? "PASSED" : "FAILED");
     return passed ? 0 : 1;
   }
@@ -469,7 +584,7 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
     return 1;
   }
   // The shard's attention alone (no collective: each rank times its own).
-  auto attentionMs = timeSteps(stream->handle(), [&] { return ops::pagedAttention(shardAttention); });
+  auto attentionMs = timeSteps(stream->handle(), [&] { return attend(*local); });
   if (!attentionMs) return 1;
   std::printf("rank %d: step %.4f ms (attention on %d keys/sequence %.4f ms, gather + merge %.4f ms)\n", rank, *stepMs,
               *std::max_element(shard.seqLens.begin(), shard.seqLens.end()), *attentionMs, *stepMs - *attentionMs);
@@ -479,15 +594,16 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
     std::fprintf(stderr, "rank 0: %s\n", whole.diagnostic().str().c_str());
     return 1;
   }
-  const ops::PagedAttentionParams wholeAttention = attentionParams(*whole, numSeqs, scale, stream->handle());
-  auto wholeMs = timeSteps(stream->handle(), [&] { return ops::pagedAttention(wholeAttention); });
+  auto wholeMs = timeSteps(stream->handle(), [&] { return attend(*whole); });
   if (!wholeMs) return 1;
-  const double kvBytes = 2.0 * numSeqs * static_cast<double>(seqLens[0]) * kKvHeads * kHeadSize * 2;
+  const double kvBytes = shape.mla ? numSeqs * static_cast<double>(seqLens[0]) * kLatentWidth * 2
+                                   : 2.0 * numSeqs * static_cast<double>(seqLens[0]) * kKvHeads * kHeadSize * 2;
   std::printf(
-      "context parallel bench: B=%d, ctx %d, 32/8 heads, D=128, bf16, %s shards\n"
+      "context parallel bench: %s, B=%d, ctx %d, bf16, %s shards\n"
       "  one GPU:   %.4f ms per step (%.0f GB/s of KV)\n"
       "  %d GPUs:    %.4f ms per step incl. all-gather + merge (%.2fx)\n",
-      numSeqs, seqLens[0], ops::kvShardSchemeName(options.scheme).c_str(), *wholeMs, kvBytes / (*wholeMs * 1e6),
+      modelName(shape), numSeqs, seqLens[0], ops::kvShardSchemeName(options.scheme).c_str(), *wholeMs,
+      kvBytes / (*wholeMs * 1e6),
       numRanks, *stepMs, *wholeMs / *stepMs);
   return 0;
 }
