@@ -18,6 +18,9 @@
 #include "compiler/Spec.h"
 #include "compiler/kernels/CacheWrite.h"
 #include "compiler/kernels/MergeAttnStates.h"
+#include "compiler/kernels/MergePartials.h"
+#include "compiler/kernels/MlaCacheWrite.h"
+#include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -71,6 +74,9 @@ inline FuzzOutcome fuzzSpecText(std::string_view text) {
         variant.family == "unified_attention"   ? compiler::buildUnifiedAttention(variant.attention)
         : variant.family == "merge_attn_states" ? compiler::buildMergeAttnStates(variant.merge)
         : variant.family == "reshape_and_cache" ? compiler::buildCacheWrite(variant.cacheWrite)
+        : variant.family == "mla_decode"        ? compiler::buildMlaDecode(variant.mla)
+        : variant.family == "merge_partials"    ? compiler::buildMergePartials(variant.mergePartials)
+        : variant.family == "mla_cache_write"   ? compiler::buildMlaCacheWrite(variant.mlaCacheWrite)
                                                 : ir::Expected<std::unique_ptr<ir::Kernel>>(
                                                       ir::Diagnostic{{}, "unknown family " + variant.family});
     if (!kernel) {
