@@ -299,6 +299,9 @@ Status Runtime::validateMergeAttnStates(const MergeAttnStatesParams& params) con
 Status Runtime::validateMergePartials(const MergePartialsParams& params) const {
   return ops::validateMergePartials(params);
 }
+Status Runtime::validateMlaCacheWrite(const MlaCacheWriteParams& params) const {
+  return ops::validateMlaCacheWrite(params);
+}
 Status Runtime::validateMlaDecode(const MlaDecodeParams& params) const { return ops::validateMlaDecode(params); }
 
 Status Runtime::pagedAttention(const PagedAttentionParams& params) {
@@ -328,6 +331,14 @@ Status Runtime::mergePartials(const MergePartialsParams& params) {
   if (params.numTokens == 0) return Status::ok();  // launches nothing: needs no context (nor a driver)
   if (Status s = state_->activate(); !s) return s;
   return ops::mergePartials(params);
+}
+
+Status Runtime::mlaCacheWrite(const MlaCacheWriteParams& params) {
+  if (Status s = checkOpDevice(device()); !s) return s;
+  if (Status s = ops::validateMlaCacheWrite(params); !s) return s;
+  if (params.numTokens == 0) return Status::ok();  // launches nothing: needs no context (nor a driver)
+  if (Status s = state_->activate(); !s) return s;
+  return ops::mlaCacheWrite(params);
 }
 
 Status Runtime::mlaDecode(const MlaDecodeParams& params) {

@@ -262,6 +262,27 @@ attnjit_status toParams(const char* function, const attnjit_merge_partials_param
   return ATTNJIT_OK;
 }
 
+attnjit_status toParams(const char* function, const attnjit_mla_cache_write_params& c,
+                        attnjit::MlaCacheWriteParams* p) {
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.cache_format), &p->cacheFormat); s != ATTNJIT_OK) return s;
+  p->kvLoraRank = c.kv_lora_rank;
+  p->ropeDim = c.rope_dim;
+  p->blockSize = c.block_size;
+  p->numTokens = c.num_tokens;
+  p->kvC = c.kv_c;
+  p->kPe = c.k_pe;
+  p->kvCache = c.kv_cache;
+  p->slotMapping = c.slot_mapping;
+  p->scale = c.scale;
+  p->kvCStrideToken = c.kv_c_stride_token;
+  p->kPeStrideToken = c.k_pe_stride_token;
+  p->cacheStrideBlock = c.cache_stride_block;
+  p->cacheStrideToken = c.cache_stride_token;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
 attnjit_status toSplitRule(const char* function, int rule, attnjit::MlaSplitRule* out) {
   switch (rule) {
     case ATTNJIT_MLA_SPLIT_BALANCED: *out = attnjit::MlaSplitRule::Balanced; return ATTNJIT_OK;
@@ -629,6 +650,34 @@ attnjit_status attnjit_merge_partials(attnjit_runtime* runtime, const attnjit_me
   attnjit_merge_partials_params_init(&defaults);
   return runOp("attnjit_merge_partials", runtime, params, defaults, &attnjit::Runtime::validateMergePartials,
                &attnjit::Runtime::mergePartials, false);
+}
+
+// The latent widths default to the kernel's (compiler/kernels/MlaCacheWrite.h):
+// DeepSeek's L = 512, R = 64, as attnjit_mla_decode_params_init's.
+void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params) {
+  if (params == nullptr) return;
+  const attnjit::compiler::MlaCacheWriteConfig kernel;
+  *params = attnjit_mla_cache_write_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+  params->cache_format = ATTNJIT_KV_CACHE_AUTO;
+  params->kv_lora_rank = kernel.kvLoraRank;
+  params->rope_dim = kernel.ropeDim;
+}
+
+attnjit_status attnjit_mla_cache_write_validate(attnjit_runtime* runtime,
+                                                const attnjit_mla_cache_write_params* params) {
+  attnjit_mla_cache_write_params defaults;
+  attnjit_mla_cache_write_params_init(&defaults);
+  return runOp("attnjit_mla_cache_write_validate", runtime, params, defaults,
+               &attnjit::Runtime::validateMlaCacheWrite, &attnjit::Runtime::mlaCacheWrite, true);
+}
+
+attnjit_status attnjit_mla_cache_write(attnjit_runtime* runtime, const attnjit_mla_cache_write_params* params) {
+  attnjit_mla_cache_write_params defaults;
+  attnjit_mla_cache_write_params_init(&defaults);
+  return runOp("attnjit_mla_cache_write", runtime, params, defaults, &attnjit::Runtime::validateMlaCacheWrite,
+               &attnjit::Runtime::mlaCacheWrite, false);
 }
 
 // The defaults are the C++ op's (compiler/MlaDecodeOp.h): DeepSeek's L = 512, R = 64.

@@ -4,17 +4,25 @@
 // status codes and messages, the thread-local last error, versioned structs.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <limits>
+#include <random>
 #include <string>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "attnjit/attnjit.h"
 #include "compiler/MlaDecodeOp.h"
 #include "compiler/PagedAttentionOp.h"
+#include "compiler/kernels/MlaCacheWrite.h"
+#include "runtime/DeviceBuffer.h"
 #include "test_paths.h"
 #include "test_tools.h"
+#include "tests/reference/CompanionReference.h"
 
 namespace {
 
@@ -117,6 +125,25 @@ attnjit_merge_partials_params validMergePartials() {
   merge.partial_stride_partial = 5 * 8 * 128;
   merge.lse_stride_partial = 8 * 5;
   return merge;
+}
+
+// Seven bf16 tokens into an fp8_e4m3 latent cache of 512 + 64, block 64: kv_c
+// and k_pe are two slices of one [7, 576] projection output.
+attnjit_mla_cache_write_params validMlaCacheWrite() {
+  attnjit_mla_cache_write_params write;
+  attnjit_mla_cache_write_params_init(&write);
+  write.cache_format = ATTNJIT_KV_CACHE_FP8_E4M3;
+  write.block_size = 64;
+  write.num_tokens = 7;
+  write.kv_c = 0x10000;
+  write.k_pe = 0x10000 + 1024;
+  write.kv_cache = 0x20000;
+  write.slot_mapping = 0x30000;
+  write.scale = 0x40000;
+  write.kv_c_stride_token = write.k_pe_stride_token = 576;
+  write.cache_stride_block = 64 * 576;
+  write.cache_stride_token = 576;
+  return write;
 }
 
 std::string lastError() { return attnjit_last_error_message(); }
@@ -463,6 +490,224 @@ TEST_CASE("C merge partials: defaults and argument errors with the op's message"
   if (attnjit_driver_status() != ATTNJIT_OK) {
     CHECK(attnjit_merge_partials(runtime, &merge) == ATTNJIT_ERROR_NO_DRIVER);
     CHECK_THAT(lastError(), Catch::Contains("CUDA driver not available"));
+  }
+  attnjit_runtime_destroy(runtime);
+}
+
+TEST_CASE("C MLA cache write: defaults and argument errors with the op's message", "[capi]") {
+  attnjit_runtime* runtime = nullptr;
+  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_mla_cache_write_params write;
+  attnjit_mla_cache_write_params_init(&write);
+  const attnjit::compiler::MlaCacheWriteConfig kernelDefaults;
+  CHECK(write.struct_size == sizeof write);
+  CHECK(write.dtype == ATTNJIT_DTYPE_BF16);
+  CHECK(write.cache_format == ATTNJIT_KV_CACHE_AUTO);
+  CHECK(write.kv_lora_rank == kernelDefaults.kvLoraRank);
+  CHECK(write.rope_dim == kernelDefaults.ropeDim);
+  CHECK(write.block_size == 0);
+  CHECK(write.scale == 0);
+  CHECK(write.stream == nullptr);
+  CHECK(attnjit_mla_cache_write_validate(runtime, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_cache_write_validate: params is NULL");
+  CHECK(attnjit_mla_cache_write(nullptr, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_cache_write: runtime is NULL");
+
+  write = validMlaCacheWrite();
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  CHECK(lastError().empty());
+  write.kv_c = 0;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: parameter 'kv_c' (ptr<global, bf16>) is a null pointer");
+  write.kv_c = 0x10000;
+  write.k_pe = 0x10000 + 8;  // one bf16 row of 4 elements: not 16-byte aligned
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("mla cache write: parameter 'k_pe'") && Catch::Contains("16-byte aligned"));
+  write.k_pe = 0x10000 + 1024;
+  // Shapes: the latent width, the cache row and the token strides.
+  write.kv_lora_rank = 448;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: unsupported MLA latent width kv_lora_rank + rope_dim = 448 + 64; "
+                       "supported: 512 + 64 and 256 + 64");
+  write.kv_lora_rank = 512;
+  write.cache_stride_token = 560;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: cache_stride_token (560) is smaller than a cache row, kv_lora_rank + "
+                       "rope_dim = 576");
+  write.cache_stride_token = 576;
+  write.kv_c_stride_token = 580;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("'kv_c_stride_token' (i64) is 580, not a multiple of 8"));
+  write.kv_c_stride_token = 576;
+  write.k_pe_stride_token = 0;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: k_pe_stride_token (0) must be positive");
+  write.k_pe_stride_token = 576;
+  write.num_tokens = -1;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("mla cache write: num_tokens (-1) must be between 0 and"));
+  write.num_tokens = 7;
+  // Formats: fp8 needs its scale; auto refuses one; per-token-head is no MLA format.
+  write.scale = 0;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: parameter 'scale' (ptr<global, f32>) is a null pointer");
+  write.cache_format = ATTNJIT_KV_CACHE_AUTO;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  write.scale = 0x40000;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: scale is given, but the cache format auto has no per-tensor scale (only "
+                       "fp8_e4m3 and fp8_e5m2 do)");
+  write.cache_format = ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: kv_cache_dtype int8_per_token_head is not supported for the MLA cache; "
+                       "use auto, fp8_e4m3 or fp8_e5m2");
+  write.cache_format = static_cast<attnjit_kv_cache_format>(42);
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_cache_write_validate: cache_format 42 is not an attnjit_kv_cache_format");
+  write.cache_format = ATTNJIT_KV_CACHE_FP8_E5M2;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  write.dtype = static_cast<attnjit_dtype>(9);
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_cache_write_validate: dtype 9 is not an attnjit_dtype (F32, F16, BF16)");
+  write.dtype = ATTNJIT_DTYPE_F16;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+
+  // struct_size: unset is refused, a newer caller's too. A caller whose struct
+  // ends before kv_lora_rank: the bad width beyond it is not read (the default
+  // 512 is), so validation reaches the default block_size, 0. One that ends
+  // before num_tokens has nothing to do: valid, and runs without a driver.
+  write = validMlaCacheWrite();
+  write.struct_size = 0;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_cache_write_validate: params->struct_size is 0; initialize the struct with its "
+                       "_init function");
+  write.struct_size = sizeof(attnjit_mla_cache_write_params) + 8;
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
+  write.kv_lora_rank = 448;
+  write.struct_size = offsetof(attnjit_mla_cache_write_params, kv_lora_rank);
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: block_size (0) must be between 1 and 4096");
+  write.kv_lora_rank = 512;
+  write.struct_size = offsetof(attnjit_mla_cache_write_params, num_tokens);
+  CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_OK);
+  CHECK(attnjit_mla_cache_write(runtime, &write) == ATTNJIT_OK);
+  write.struct_size = sizeof write;
+  write.num_tokens = 0;  // nothing to do: valid, and launches nothing even without a driver
+  CHECK(attnjit_mla_cache_write(runtime, &write) == ATTNJIT_OK);
+  write.num_tokens = 7;
+
+  if (attnjit_driver_status() != ATTNJIT_OK) {
+    CHECK(attnjit_mla_cache_write(runtime, &write) == ATTNJIT_ERROR_NO_DRIVER);
+    CHECK_THAT(lastError(), Catch::Contains("CUDA driver not available"));
+  }
+  write.slot_mapping = 0;  // argument errors come first, with or without a driver
+  CHECK(attnjit_mla_cache_write(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla cache write: parameter 'slot_mapping' (ptr<global, i64>) is a null pointer");
+  attnjit_runtime_destroy(runtime);
+}
+
+namespace {
+
+attnjit::runtime::DeviceBuffer uploadBytes(const void* data, size_t bytes) {
+  auto buffer = attnjit::runtime::DeviceBuffer::allocate(bytes);
+  REQUIRE(buffer);
+  REQUIRE(buffer->copyFromHost(data, bytes));
+  return std::move(*buffer);
+}
+
+}  // namespace
+
+TEST_CASE("C MLA cache write on the GPU matches the float64 reference", "[capi][gpu]") {
+  if (!attnjit::tests::gpuPresent()) return;
+  REQUIRE(attnjit::runtime::activatePrimaryContext(0).isOk());  // for the test's own buffers
+  namespace reference = attnjit::reference;
+  // 256 + 64 latent rows, block 16; kv_c and k_pe are slices of one f32
+  // [tokens, 320 + 16] projection (token stride 336, k_pe 16-byte aligned).
+  const int tokens = 29, rank = 256, rope = 64, blockSize = 16, numBlocks = 3, row = rank + rope;
+  const int64_t projectionStride = row + 16, numSlots = int64_t{numBlocks} * blockSize;
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> dist(-600, 600);  // beyond e4m3's 448 after / scale: saturates
+  std::vector<float> projection(size_t(tokens) * projectionStride);
+  for (float& x : projection) x = dist(rng);
+  std::vector<int64_t> slots(tokens);
+  for (int t = 0; t < tokens; ++t) slots[t] = (int64_t{t} * 5 + 2) % numSlots;  // a permutation: one owner per slot
+  slots[4] = slots[17] = -1;                                                       // padding tokens: skipped
+  reference::MlaCacheWriteInputs in;
+  in.numTokens = tokens;
+  in.kvLoraRank = rank;
+  in.ropeDim = rope;
+  in.numSlots = numSlots;
+  for (int t = 0; t < tokens; ++t) {
+    const float* source = projection.data() + size_t(t) * projectionStride;
+    in.kvC.insert(in.kvC.end(), source, source + rank);
+    in.kPe.insert(in.kPe.end(), source + rank, source + row);
+  }
+  in.slots = slots;
+  auto dProjection = uploadBytes(projection.data(), projection.size() * 4);
+  auto dSlots = uploadBytes(slots.data(), slots.size() * 8);
+  attnjit_runtime* runtime = nullptr;
+  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+
+  for (attnjit_kv_cache_format format : {ATTNJIT_KV_CACHE_AUTO, ATTNJIT_KV_CACHE_FP8_E4M3}) {
+    const bool fp8 = format == ATTNJIT_KV_CACHE_FP8_E4M3;
+    INFO((fp8 ? "fp8_e4m3" : "auto"));
+    const size_t elementBytes = fp8 ? 1 : 4;
+    const float scale = 1.5f;
+    // Poison: an e4m3 NaN, or the f32 3.39e38.
+    std::vector<unsigned char> cache(size_t(numSlots) * row * elementBytes, 0x7f);
+    auto dCache = uploadBytes(cache.data(), cache.size());
+    auto dScale = uploadBytes(&scale, sizeof scale);
+    attnjit_mla_cache_write_params p;
+    attnjit_mla_cache_write_params_init(&p);
+    p.dtype = ATTNJIT_DTYPE_F32;
+    p.cache_format = format;
+    p.kv_lora_rank = rank;
+    p.rope_dim = rope;
+    p.block_size = blockSize;
+    p.num_tokens = tokens;
+    p.kv_c = dProjection.address();
+    p.k_pe = dProjection.address() + rank * 4;
+    p.kv_cache = dCache.address();
+    p.slot_mapping = dSlots.address();
+    p.scale = fp8 ? dScale.address() : 0;
+    p.kv_c_stride_token = p.k_pe_stride_token = projectionStride;
+    p.cache_stride_block = int64_t{blockSize} * row;
+    p.cache_stride_token = row;
+    REQUIRE(attnjit_mla_cache_write(runtime, &p) == ATTNJIT_OK);
+    REQUIRE(attnjit::runtime::synchronizeContext());
+    REQUIRE(dCache.copyToHost(cache.data(), cache.size()));
+
+    in.scale = fp8 ? scale : 0;
+    in.quantMax = fp8 ? reference::quantMax(reference::QuantFormat::Fp8E4M3) : 0;
+    const reference::MlaCacheRows expected = reference::referenceMlaCacheWrite(in);
+    int mismatches = 0, untouched = 0;
+    double maxError = 0;
+    for (int64_t slot = 0; slot < numSlots; ++slot)
+      for (int e = 0; e < row; ++e) {
+        const size_t i = size_t(slot) * row + size_t(e);
+        if (expected.owner[size_t(slot)] < 0) {
+          // A slot no token writes keeps its poison bytes.
+          for (size_t b = 0; b < elementBytes; ++b) untouched += cache[i * elementBytes + b] == 0x7f ? 0 : 1;
+          continue;
+        }
+        const double want = expected.values[i];
+        double got = 0, allowed = 0;
+        if (fp8) {
+          got = reference::decodeFp8E4M3(cache[i]);
+          allowed = reference::halfQuantStep(want, reference::QuantFormat::Fp8E4M3) + std::ldexp(std::abs(want), -22);
+        } else {
+          float value = 0;
+          std::memcpy(&value, &cache[i * 4], 4);
+          got = value;
+        }
+        const double error = std::isnan(got) ? std::numeric_limits<double>::infinity() : std::abs(got - want);
+        maxError = std::max(maxError, error);
+        mismatches += error > allowed ? 1 : 0;
+      }
+    INFO("max error " << maxError);
+    CHECK(mismatches == 0);
+    CHECK(untouched == 0);
   }
   attnjit_runtime_destroy(runtime);
 }

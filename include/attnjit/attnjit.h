@@ -1,5 +1,6 @@
 /* attnjit's C API: the runtime, kernels from specs, launches, compile
- * statistics and the paged-attention, cache-write, merge and MLA decode ops,
+ * statistics and the paged-attention, cache-write, merge, MLA cache-write and
+ * MLA decode ops,
  * for C and for any language with a C FFI (Rust, Go, Python's ctypes:
  * python/attnjit).
  * Plain C99; link libattnjit.so (CMake: find_package(attnjit), target
@@ -303,6 +304,32 @@ typedef struct attnjit_merge_partials_params {
 void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params);
 attnjit_status attnjit_merge_partials_validate(attnjit_runtime* runtime, const attnjit_merge_partials_params* params);
 attnjit_status attnjit_merge_partials(attnjit_runtime* runtime, const attnjit_merge_partials_params* params);
+
+/* The MLA latent cache write (vLLM's concat_and_cache_mla;
+ * compiler/kernels/MlaCacheWrite.h): token t's kv_c ‖ k_pe becomes row
+ * slot_mapping[t] of the latent cache that attnjit_mla_decode reads. */
+typedef struct attnjit_mla_cache_write_params {
+  size_t struct_size;
+  attnjit_dtype dtype;                  /* kv_c and k_pe (default BF16) */
+  attnjit_kv_cache_format cache_format; /* AUTO (dtype), FP8_E4M3 or FP8_E5M2 */
+  int kv_lora_rank;                     /* L: 512 (default) or 256 */
+  int rope_dim;                         /* R: 64 (default) */
+  int block_size;
+  int64_t num_tokens; /* rows of kv_c and k_pe, entries of slot_mapping (0: nothing to do) */
+  /* device pointers, 16-byte aligned: kv_c [num_tokens, L], k_pe [num_tokens,
+   * R] (unit element stride; often two slices of one projection output);
+   * kv_cache (num_blocks, block_size, L + R); slot_mapping [num_tokens] i64
+   * (-1: skip); scale: f32 scalar, for the FP8 formats only (stores x / scale) */
+  uint64_t kv_c, k_pe, kv_cache, slot_mapping, scale;
+  int64_t kv_c_stride_token, k_pe_stride_token;    /* multiples of 8 */
+  int64_t cache_stride_block, cache_stride_token;  /* in cache elements, multiples of 16 */
+  void* stream;
+} attnjit_mla_cache_write_params;
+
+void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params);
+attnjit_status attnjit_mla_cache_write_validate(attnjit_runtime* runtime,
+                                                const attnjit_mla_cache_write_params* params);
+attnjit_status attnjit_mla_cache_write(attnjit_runtime* runtime, const attnjit_mla_cache_write_params* params);
 
 /* MLA latent decode (vLLM's TRITON_MLA decode; compiler/MlaDecodeOp.h). */
 

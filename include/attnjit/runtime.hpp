@@ -1,6 +1,6 @@
 // attnjit's C++ embedding API: one runtime per device, kernels from specs,
 // launches on the caller's stream, compile statistics, and the paged-attention,
-// cache-write, merge and MLA decode ops. Link attnjit::attnjit (find_package(attnjit)).
+// cache-write, merge, MLA cache-write and MLA decode ops. Link attnjit::attnjit (find_package(attnjit)).
 //
 //   attnjit::RuntimeOptions options;   // device 0, default cache folder
 //   auto runtime = attnjit::Runtime::create(options);
@@ -53,6 +53,7 @@ using PagedAttentionParams = ops::PagedAttentionParams;
 using CacheWriteParams = ops::CacheWriteParams;
 using MergeAttnStatesParams = ops::MergeAttnStatesParams;
 using MergePartialsParams = ops::MergePartialsParams;
+using MlaCacheWriteParams = ops::MlaCacheWriteParams;
 using MlaDecodeParams = ops::MlaDecodeParams;
 using MlaSplitRule = ops::MlaSplitRule;
 // Split-KV workspace bytes for pagedAttention and mlaDecode.
@@ -166,6 +167,8 @@ class Runtime {
   Status validateMergeAttnStates(const MergeAttnStatesParams& params) const;
   Status mergePartials(const MergePartialsParams& params);
   Status validateMergePartials(const MergePartialsParams& params) const;
+  Status mlaCacheWrite(const MlaCacheWriteParams& params);
+  Status validateMlaCacheWrite(const MlaCacheWriteParams& params) const;
   Status mlaDecode(const MlaDecodeParams& params);
   Status validateMlaDecode(const MlaDecodeParams& params) const;
 

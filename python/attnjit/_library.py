@@ -86,6 +86,9 @@ _PROTOTYPES = {
     "attnjit_merge_partials_params_init": (None, [_p(s.MergePartialsParams)]),
     "attnjit_merge_partials_validate": (_c_status, [_runtime, _p(s.MergePartialsParams)]),
     "attnjit_merge_partials": (_c_status, [_runtime, _p(s.MergePartialsParams)]),
+    "attnjit_mla_cache_write_params_init": (None, [_p(s.MlaCacheWriteParams)]),
+    "attnjit_mla_cache_write_validate": (_c_status, [_runtime, _p(s.MlaCacheWriteParams)]),
+    "attnjit_mla_cache_write": (_c_status, [_runtime, _p(s.MlaCacheWriteParams)]),
     "attnjit_mla_decode_params_init": (None, [_p(s.MlaDecodeParams)]),
     "attnjit_mla_decode_workspace_bytes": (ctypes.c_uint64, [ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                              ctypes.c_int]),
@@ -116,6 +119,7 @@ def check_struct_layouts():
         (s.CacheWriteParams, lib.attnjit_cache_write_params_init),
         (s.MergeAttnStatesParams, lib.attnjit_merge_attn_states_params_init),
         (s.MergePartialsParams, lib.attnjit_merge_partials_params_init),
+        (s.MlaCacheWriteParams, lib.attnjit_mla_cache_write_params_init),
         (s.MlaDecodeParams, lib.attnjit_mla_decode_params_init),
     ):
         expected = library_struct_size(struct, init)

@@ -186,6 +186,28 @@ class MergePartialsParams(ctypes.Structure):
     ]
 
 
+class MlaCacheWriteParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("cache_format", _i32),
+        ("kv_lora_rank", _i32),
+        ("rope_dim", _i32),
+        ("block_size", _i32),
+        ("num_tokens", _i64),
+        ("kv_c", _u64),
+        ("k_pe", _u64),
+        ("kv_cache", _u64),
+        ("slot_mapping", _u64),
+        ("scale", _u64),
+        ("kv_c_stride_token", _i64),
+        ("k_pe_stride_token", _i64),
+        ("cache_stride_block", _i64),
+        ("cache_stride_token", _i64),
+        ("stream", _ptr),
+    ]
+
+
 class MlaDecodeParams(ctypes.Structure):
     _fields_ = [
         ("struct_size", _size),

@@ -1,5 +1,5 @@
 """The ops: paged attention, KV-cache write, merge of partial attention states
-(two-way and N-way), MLA latent decode.
+(two-way and N-way), MLA latent cache write and MLA latent decode.
 
 With torch: the functions below take CUDA tensors, check dtype, shape, device
 and unit last-dimension stride (TypeError / ValueError before any C call), read
@@ -94,6 +94,12 @@ def merge_partials_raw(runtime=None, validate_only=False, **fields):
          lib.attnjit_merge_partials_validate, runtime, validate_only, fields)
 
 
+def mla_cache_write_raw(runtime=None, validate_only=False, **fields):
+    """The MLA latent cache write from the C struct's fields (pointers as ints)."""
+    _run(s.MlaCacheWriteParams, lib.attnjit_mla_cache_write_params_init, lib.attnjit_mla_cache_write,
+         lib.attnjit_mla_cache_write_validate, runtime, validate_only, fields)
+
+
 def mla_decode_raw(runtime=None, validate_only=False, **fields):
     """MLA decode from the C struct's fields (pointers as ints)."""
     _run(s.MlaDecodeParams, lib.attnjit_mla_decode_params_init, lib.attnjit_mla_decode,
@@ -137,46 +143,104 @@ def _check_shape(name, tensor, expected):
         raise ValueError("%s has shape %s; expected %s" % (name, tuple(tensor.shape), tuple(expected)))
 
 
+def _cache_row_elements(cache_format, head_size):
+    """Elements of one (token, head) K or V row of the paged cache
+    (kvCacheRowElements in compiler/kernels/KvCacheFormat.h): D, then the inline
+    f32 scale of the per-token-head formats (4 bytes; int4 packs two values per
+    byte)."""
+    if cache_format == "int4_per_token_head":
+        return head_size // 2 + 4
+    if cache_format.endswith("per_token_head"):
+        return head_size + 4
+    return head_size
+
+
+def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_format, head_size, value_head_size,
+                        num_kv_heads=None):
+    """Checks the paged KV cache against the head sizes and returns its shape
+    and strides as C fields. Two layouts (docs/architecture.md, DiffKV):
+    (num_blocks, 2, block_size, Hkv, row), K = [:, 0] and V = [:, 1], for equal
+    head sizes; vLLM's packed (num_blocks, block_size, Hkv, K row + V row), K =
+    [..., :K row] and V after it, for any head sizes (the only DiffKV layout).
+    Rows count elements of the cache's dtype (bytes for the quantized formats)."""
+    if not isinstance(kv_cache, torch.Tensor):
+        raise TypeError("kv_cache must be a torch.Tensor, got %s" % type(kv_cache).__name__)
+    if cache_format not in CACHE_FORMATS:
+        raise ValueError("%s %r is not one of %s" % (format_name, cache_format, ", ".join(CACHE_FORMATS)))
+    key_row = _cache_row_elements(cache_format, head_size)
+    value_row = _cache_row_elements(cache_format, value_head_size)
+    packed = "(num_blocks, block_size, num_kv_heads, %d + %d)" % (key_row, value_row)
+    if kv_cache.dim() not in (4, 5):
+        raise ValueError("kv_cache must have 5 dimensions (num_blocks, 2, block_size, num_kv_heads, %d) or 4 (the "
+                         "packed %s), got shape %s" % (key_row, packed, tuple(kv_cache.shape)))
+    _check_tensor(torch, "kv_cache", kv_cache, kv_cache.dim(), None, device)
+    if cache_format == "auto" and kv_cache.dtype != dtype:
+        raise TypeError("kv_cache has dtype %s; %s 'auto' stores %s" % (kv_cache.dtype, format_name, dtype))
+    if cache_format != "auto" and kv_cache.element_size() != 1:
+        raise TypeError("kv_cache has dtype %s; %s %r stores one-byte elements (uint8, int8 or float8)" % (
+            kv_cache.dtype, format_name, cache_format))
+    if kv_cache.dim() == 5:
+        num_blocks, two, block_size, heads, row = kv_cache.shape
+        if value_head_size != head_size:
+            raise ValueError("kv_cache has shape %s; a value head size (%d) other than the key head size (%d) "
+                             "(DiffKV) needs vLLM's packed cache %s" % (tuple(kv_cache.shape), value_head_size,
+                                                                        head_size, packed))
+        if two != 2 or row != key_row:
+            raise ValueError("kv_cache has shape %s; expected (num_blocks, 2, block_size, num_kv_heads, %d)" % (
+                tuple(kv_cache.shape), key_row))
+        strides = dict(kv_stride_block=kv_cache.stride(0), kv_stride_kv=kv_cache.stride(1),
+                       kv_stride_token=kv_cache.stride(2), kv_stride_head=kv_cache.stride(3))
+    else:
+        num_blocks, block_size, heads, row = kv_cache.shape
+        if row != key_row + value_row:
+            raise ValueError("kv_cache has shape %s; the packed layout for key head size %d and value head size %d "
+                             "is %s" % (tuple(kv_cache.shape), head_size, value_head_size, packed))
+        # V starts right after the K part of the same (token, head) row.
+        strides = dict(kv_stride_block=kv_cache.stride(0), kv_stride_kv=key_row,
+                       kv_stride_token=kv_cache.stride(1), kv_stride_head=kv_cache.stride(2))
+    if num_kv_heads is not None and heads != num_kv_heads:
+        raise ValueError("kv_cache has shape %s with %d KV heads; the keys have %d" % (
+            tuple(kv_cache.shape), heads, num_kv_heads))
+    return dict(num_blocks=num_blocks, block_size=block_size, num_kv_heads=heads,
+                value_head_size=value_head_size if value_head_size != head_size else 0, **strides)
+
+
 def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, runtime=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
-    q, out: [num_tokens, Hq, D] of one float dtype; kv_cache: [num_blocks, 2,
-    block_size, Hkv, row] (K = kv_cache[:, 0], V = kv_cache[:, 1]) in q's dtype
-    for kv_cache_format "auto", else of one-byte elements (row D, or D + 4 for
-    the per-token-head formats); block_tables [num_seqs, max_blocks], seq_lens
-    [num_seqs] (context + new tokens) and cu_seqlens_q [num_seqs + 1], int32.
-    max_query_len is the longest query of the batch (given, to avoid a device
-    synchronization); scale defaults to 1/sqrt(D). Optional: k_scale/v_scale
-    (float32, one element: per-tensor fp8), alibi_slopes and sinks (float32
-    [Hq]), lse (float32 [Hq, num_tokens] output), workspace (a byte tensor of
-    at least pagedAttentionWorkspaceBytes, with max_seq_len: split-KV).
+    q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
+    D, or DiffKV (vLLM's TRITON_ATTN_DIFFKV): another value head size, read
+    from out. kv_cache: [num_blocks, 2, block_size, Hkv, row] (K =
+    kv_cache[:, 0], V = kv_cache[:, 1]; equal head sizes only) or vLLM's packed
+    [num_blocks, block_size, Hkv, K row + V row] (K = [..., :K row], V after
+    it; any head sizes), in q's dtype for kv_cache_format "auto", else of
+    one-byte elements (a row is D, or D + 4 bytes for the int8/fp8
+    per-token-head formats, D/2 + 4 for int4). block_tables [num_seqs,
+    max_blocks], seq_lens [num_seqs] (context + new tokens) and cu_seqlens_q
+    [num_seqs + 1], int32. max_query_len is the longest query of the batch
+    (given, to avoid a device synchronization); scale defaults to 1/sqrt(D).
+    Optional: k_scale/v_scale (float32, one element: per-tensor fp8),
+    alibi_slopes and sinks (float32 [Hq]), lse (float32 [Hq, num_tokens]
+    output), workspace (a byte tensor of at least
+    paged_attention_workspace_bytes(..., Dv, ...), with max_seq_len: split-KV).
     check_bounds runs the bounds-checked kernel (block-table entries against
     kv_cache.shape[0], and the batch's lengths): a violation raises instead of
     reading out of bounds; it synchronizes the stream (debugging, not for CUDA
-    graphs). DiffKV (value_head_size) is reachable through paged_attention_raw."""
+    graphs)."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
     device = q.device
-    _check_tensor(torch, "out", out, 3, q.dtype, device)
-    _check_shape("out", out, q.shape)
-    _check_tensor(torch, "kv_cache", kv_cache, 5, None, device)
-    if kv_cache_format not in CACHE_FORMATS:
-        raise ValueError("kv_cache_format %r is not one of %s" % (kv_cache_format, ", ".join(CACHE_FORMATS)))
-    if kv_cache_format == "auto" and kv_cache.dtype != q.dtype:
-        raise TypeError("kv_cache has dtype %s; kv_cache_format 'auto' stores q's %s" % (kv_cache.dtype, q.dtype))
-    if kv_cache_format != "auto" and kv_cache.element_size() != 1:
-        raise TypeError("kv_cache has dtype %s; kv_cache_format %r stores one-byte elements" % (
-            kv_cache.dtype, kv_cache_format))
     num_tokens, num_query_heads, head_size = q.shape
-    num_blocks, two, block_size, num_kv_heads, row = kv_cache.shape
-    expected_row = head_size + 4 if kv_cache_format.endswith("per_token_head") else head_size
-    if two != 2 or row != expected_row:
-        raise ValueError("kv_cache has shape %s; expected (num_blocks, 2, block_size, num_kv_heads, %d)" % (
-            tuple(kv_cache.shape), expected_row))
+    _check_tensor(torch, "out", out, 3, q.dtype, device)
+    if tuple(out.shape[:2]) != (num_tokens, num_query_heads):
+        raise ValueError("out has shape %s; expected (%d, %d, value_head_size)" % (
+            tuple(out.shape), num_tokens, num_query_heads))
+    cache = _paged_cache_layout(torch, kv_cache, device, q.dtype, "kv_cache_format", kv_cache_format, head_size,
+                                out.shape[2])
     _check_tensor(torch, "block_tables", block_tables, 2, torch.int32, device)
     _check_tensor(torch, "seq_lens", seq_lens, 1, torch.int32, device)
     _check_tensor(torch, "cu_seqlens_q", cu_seqlens_q, 1, torch.int32, device)
@@ -206,16 +270,13 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         runtime=runtime,
         dtype=dtype,
         num_query_heads=num_query_heads,
-        num_kv_heads=num_kv_heads,
         head_size=head_size,
-        block_size=block_size,
         causal=bool(causal),
         kv_cache_format=kv_cache_format,
         sliding_window=int(sliding_window),
         softcap=float(softcap),
         batch_invariant=bool(batch_invariant),
         check_bounds=bool(check_bounds),
-        num_blocks=num_blocks,
         num_seqs=num_seqs,
         num_tokens=num_tokens,
         max_query_len=int(max_query_len),
@@ -232,61 +293,56 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         o_stride_token=out.stride(0),
         o_stride_head=out.stride(1),
         block_table_stride=block_tables.stride(0),
-        kv_stride_block=kv_cache.stride(0),
-        kv_stride_kv=kv_cache.stride(1),
-        kv_stride_token=kv_cache.stride(2),
-        kv_stride_head=kv_cache.stride(3),
         stream=stream_handle(stream, device).value,
+        **cache,
         **optional,
     )
     return out
 
 
 def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len):
-    """Bytes of split-KV workspace for batches up to these sizes (allocate once)."""
+    """Bytes of split-KV workspace for batches up to these sizes (allocate once;
+    head_size: the value head size Dv for DiffKV)."""
     return lib.attnjit_paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len)
 
 
 def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None,
                 check_bounds=False, stream=None, runtime=None):
-    """Scatters key/value [num_tokens, Hkv, D] into kv_cache [num_blocks, 2,
-    block_size, Hkv, row] at slot_mapping (int64; -1 skips a token). The cache
-    has the keys' dtype for cache_format "auto", one-byte elements otherwise
-    (row D, or D + 4 bytes for the per-token-head formats). k_scale and v_scale
-    (float32 tensors of one element) are for "fp8_e4m3" / "fp8_e5m2".
-    check_bounds runs the bounds-checked kernel: a slot_mapping entry outside
-    the cache raises instead of writing out of bounds (synchronizes the stream;
-    debugging, not for CUDA graphs)."""
+    """Scatters key [num_tokens, Hkv, D] and value [num_tokens, Hkv, Dv] into
+    kv_cache at slot_mapping (int64; -1 skips a token). The cache is
+    [num_blocks, 2, block_size, Hkv, row] (Dv = D only) or vLLM's packed
+    [num_blocks, block_size, Hkv, K row + V row] (DiffKV: any Dv), with the
+    keys' dtype for cache_format "auto", one-byte elements otherwise (a row is
+    D, or D + 4 bytes for the int8/fp8 per-token-head formats, D/2 + 4 for
+    int4). k_scale and v_scale (float32 tensors of one element) are for
+    "fp8_e4m3" / "fp8_e5m2". check_bounds runs the bounds-checked kernel: a
+    slot_mapping entry outside the cache raises instead of writing out of
+    bounds (synchronizes the stream; debugging, not for CUDA graphs)."""
     torch = _require_torch()
     _check_tensor(torch, "key", key, 3)
     dtype = _float_dtype(torch, "key", key)
     device = key.device
-    _check_tensor(torch, "value", value, 3, key.dtype, device)
-    _check_shape("value", value, key.shape)
-    _check_tensor(torch, "kv_cache", kv_cache, 5, None, device)
-    if cache_format not in CACHE_FORMATS:
-        raise ValueError("cache_format %r is not one of %s" % (cache_format, ", ".join(CACHE_FORMATS)))
-    if cache_format == "auto" and kv_cache.dtype != key.dtype:
-        raise TypeError("kv_cache has dtype %s; cache_format 'auto' stores the keys' %s" % (kv_cache.dtype, key.dtype))
-    if cache_format != "auto" and kv_cache.element_size() != 1:
-        raise TypeError("kv_cache has dtype %s; cache_format %r stores one-byte elements (uint8, int8 or float8)" % (
-            kv_cache.dtype, cache_format))
-    _check_tensor(torch, "slot_mapping", slot_mapping, 1, torch.int64, device)
     num_tokens, num_kv_heads, head_size = key.shape
+    _check_tensor(torch, "value", value, 3, key.dtype, device)
+    if tuple(value.shape[:2]) != (num_tokens, num_kv_heads):
+        raise ValueError("value has shape %s; expected (%d, %d, value_head_size)" % (
+            tuple(value.shape), num_tokens, num_kv_heads))
+    cache = _paged_cache_layout(torch, kv_cache, device, key.dtype, "cache_format", cache_format, head_size,
+                                value.shape[2], num_kv_heads)
+    _check_tensor(torch, "slot_mapping", slot_mapping, 1, torch.int64, device)
     _check_shape("slot_mapping", slot_mapping, (num_tokens,))
     scales = {}
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is not None:
             _check_tensor(torch, name, scale.reshape(-1), 1, torch.float32, device)
+            _check_shape(name, scale.reshape(-1), (1,))
             scales[name] = scale.data_ptr()
-    paged_fields = dict(
+    cache_write_raw(
+        runtime=runtime,
         dtype=dtype,
         cache_format=cache_format,
-        num_kv_heads=num_kv_heads,
         head_size=head_size,
-        block_size=kv_cache.shape[2],
         check_bounds=bool(check_bounds),
-        num_blocks=kv_cache.shape[0],
         num_tokens=num_tokens,
         key=key.data_ptr(),
         value=value.data_ptr(),
@@ -296,14 +352,10 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
         key_stride_head=key.stride(1),
         value_stride_token=value.stride(0),
         value_stride_head=value.stride(1),
-        kv_stride_block=kv_cache.stride(0),
-        kv_stride_kv=kv_cache.stride(1),
-        kv_stride_token=kv_cache.stride(2),
-        kv_stride_head=kv_cache.stride(3),
         stream=stream_handle(stream, device).value,
+        **cache,
         **scales,
     )
-    cache_write_raw(runtime=runtime, **paged_fields)
     return kv_cache
 
 
@@ -397,6 +449,70 @@ def merge_partials(output, partial_outputs, partial_lses, output_lse=None, strea
         stream=stream_handle(stream, device).value,
     )
     return output
+
+
+def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", scale=None, stream=None,
+                    runtime=None):
+    """Writes token t's kv_c ‖ k_pe into row slot_mapping[t] of the MLA latent
+    cache (vLLM's concat_and_cache_mla; -1 skips a token), the cache mla_decode
+    reads.
+
+    kv_c [num_tokens, L] and k_pe [num_tokens, R] of one float dtype, unit
+    stride in their last dimension (any token stride: often two slices of one
+    projection output); L = kv_lora_rank and R = rope_dim are read from the
+    shapes (512 + 64 or 256 + 64). kv_cache [num_blocks, block_size, L + R] in
+    kv_c's dtype for cache_format "auto", of one-byte elements for "fp8_e4m3"
+    / "fp8_e5m2", which store x / scale (scale: a float32 tensor of one
+    element, read on the device). slot_mapping [num_tokens], int64."""
+    torch = _require_torch()
+    _check_tensor(torch, "kv_c", kv_c, 2)
+    dtype = _float_dtype(torch, "kv_c", kv_c)
+    device = kv_c.device
+    num_tokens, kv_lora_rank = kv_c.shape
+    _check_tensor(torch, "k_pe", k_pe, 2, kv_c.dtype, device)
+    if k_pe.shape[0] != num_tokens:
+        raise ValueError("k_pe has shape %s; expected (%d, rope_dim): one row per kv_c row" % (
+            tuple(k_pe.shape), num_tokens))
+    rope_dim = k_pe.shape[1]
+    _check_tensor(torch, "kv_cache", kv_cache, 3, None, device)
+    if cache_format not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        raise ValueError("cache_format %r is not one the MLA cache write takes (auto, fp8_e4m3, fp8_e5m2)" % (
+            cache_format,))
+    if cache_format == "auto" and kv_cache.dtype != kv_c.dtype:
+        raise TypeError("kv_cache has dtype %s; cache_format 'auto' stores kv_c's %s" % (kv_cache.dtype, kv_c.dtype))
+    if cache_format != "auto" and kv_cache.element_size() != 1:
+        raise TypeError("kv_cache has dtype %s; cache_format %r stores one-byte elements (uint8 or float8)" % (
+            kv_cache.dtype, cache_format))
+    if kv_cache.shape[2] != kv_lora_rank + rope_dim:
+        raise ValueError("kv_cache has shape %s; expected (num_blocks, block_size, %d + %d): kv_c's and k_pe's widths"
+                         % (tuple(kv_cache.shape), kv_lora_rank, rope_dim))
+    _check_tensor(torch, "slot_mapping", slot_mapping, 1, torch.int64, device)
+    _check_shape("slot_mapping", slot_mapping, (num_tokens,))
+    optional = {}
+    if scale is not None:
+        _check_tensor(torch, "scale", scale.reshape(-1), 1, torch.float32, device)
+        _check_shape("scale", scale.reshape(-1), (1,))
+        optional["scale"] = scale.data_ptr()
+    mla_cache_write_raw(
+        runtime=runtime,
+        dtype=dtype,
+        cache_format=cache_format,
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        block_size=kv_cache.shape[1],
+        num_tokens=num_tokens,
+        kv_c=kv_c.data_ptr(),
+        k_pe=k_pe.data_ptr(),
+        kv_cache=kv_cache.data_ptr(),
+        slot_mapping=slot_mapping.data_ptr(),
+        kv_c_stride_token=kv_c.stride(0),
+        k_pe_stride_token=k_pe.stride(0),
+        cache_stride_block=kv_cache.stride(0),
+        cache_stride_token=kv_cache.stride(1),
+        stream=stream_handle(stream, device).value,
+        **optional,
+    )
+    return kv_cache
 
 
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",

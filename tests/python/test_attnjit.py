@@ -52,6 +52,12 @@ MLA_FIELDS = dict(num_heads=16, block_size=64, num_seqs=4, max_seq_len=1000, sca
                   kv_cache=0x3000, block_tables=0x4000, seq_lens=0x5000, q_stride_batch=16 * 576,
                   q_stride_head=576, o_stride_batch=16 * 512, o_stride_head=512, block_table_stride=32,
                   kv_stride_block=64 * 576, kv_stride_token=576)
+# MLA cache write: 7 bf16 tokens into an fp8_e4m3 latent cache of 512 + 64, block
+# 64; kv_c and k_pe are slices of one [7, 576] projection.
+MLA_CACHE_WRITE_FIELDS = dict(cache_format="fp8_e4m3", block_size=64, num_tokens=7, kv_c=0x10000,
+                              k_pe=0x10000 + 1024, kv_cache=0x20000, slot_mapping=0x30000, scale=0x40000,
+                              kv_c_stride_token=576, k_pe_stride_token=576, cache_stride_block=64 * 576,
+                              cache_stride_token=576)
 # Four f16 partials of 5 tokens, 8 heads of 128.
 MERGE_PARTIALS_FIELDS = dict(dtype="f16", num_heads=8, head_size=128, num_partials=4, num_tokens=5, output=0x1000,
                              partial_outputs=0x2000, partial_lses=0x3000, output_stride_token=1024,
@@ -75,6 +81,7 @@ class CpuTests(unittest.TestCase):
             (_structs.CacheWriteParams, _library.lib.attnjit_cache_write_params_init),
             (_structs.MergeAttnStatesParams, _library.lib.attnjit_merge_attn_states_params_init),
             (_structs.MergePartialsParams, _library.lib.attnjit_merge_partials_params_init),
+            (_structs.MlaCacheWriteParams, _library.lib.attnjit_mla_cache_write_params_init),
             (_structs.MlaDecodeParams, _library.lib.attnjit_mla_decode_params_init),
         ):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
@@ -115,6 +122,35 @@ class CpuTests(unittest.TestCase):
         if not GPU:
             with self.assertRaisesRegex(attnjit.NoDriverError, "CUDA driver not available"):
                 attnjit.ops.mla_decode_raw(**MLA_FIELDS)
+
+    def test_mla_cache_write_raw_errors_carry_the_c_message(self):
+        params = _structs.MlaCacheWriteParams()
+        _library.lib.attnjit_mla_cache_write_params_init(ctypes.byref(params))
+        self.assertEqual((params.struct_size, params.dtype, params.cache_format, params.kv_lora_rank,
+                          params.rope_dim, params.block_size),
+                         (ctypes.sizeof(_structs.MlaCacheWriteParams), 2, 0, 512, 64, 0))
+        attnjit.ops.mla_cache_write_raw(validate_only=True, **MLA_CACHE_WRITE_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError,
+                                    r"^mla cache write: parameter 'kv_c' \(ptr<global, bf16>\) is a null pointer$"):
+            attnjit.ops.mla_cache_write_raw(validate_only=True, **dict(MLA_CACHE_WRITE_FIELDS, kv_c=0))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"kv_lora_rank \+ rope_dim = 448 \+ 64"):
+            attnjit.ops.mla_cache_write_raw(validate_only=True, **dict(MLA_CACHE_WRITE_FIELDS, kv_lora_rank=448))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"cache_stride_token \(560\) is smaller"):
+            attnjit.ops.mla_cache_write_raw(validate_only=True,
+                                            **dict(MLA_CACHE_WRITE_FIELDS, cache_stride_token=560))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "int8_per_token_head is not supported"):
+            attnjit.ops.mla_cache_write_raw(validate_only=True,
+                                            **dict(MLA_CACHE_WRITE_FIELDS, cache_format="int8_per_token_head"))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "the cache format auto has no per-tensor scale"):
+            attnjit.ops.mla_cache_write_raw(validate_only=True, **dict(MLA_CACHE_WRITE_FIELDS, cache_format="auto"))
+        attnjit.ops.mla_cache_write_raw(validate_only=True,
+                                        **dict(MLA_CACHE_WRITE_FIELDS, cache_format="auto", scale=0))
+        with self.assertRaisesRegex(TypeError, "did you mean 'kv_c_stride_token'"):
+            attnjit.ops.mla_cache_write_raw(kv_c_stride=576)
+        attnjit.ops.mla_cache_write_raw(**dict(MLA_CACHE_WRITE_FIELDS, num_tokens=0))  # launches nothing
+        if not GPU:
+            with self.assertRaisesRegex(attnjit.NoDriverError, "CUDA driver not available"):
+                attnjit.ops.mla_cache_write_raw(**MLA_CACHE_WRITE_FIELDS)
 
     def test_merge_partials_raw_errors_carry_the_c_message(self):
         attnjit.ops.merge_partials_raw(validate_only=True, **MERGE_PARTIALS_FIELDS)
@@ -223,7 +259,8 @@ class TorchArgumentTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             attnjit.ops.paged_attention(q, q, q, q, q, q, 1)
         lse = torch.zeros(8, 4)
-        with self.assertRaisesRegex(TypeError, "float64"):
+        # The device is checked with the rank, before the dtype (tested on the GPU).
+        with self.assertRaisesRegex(ValueError, "output is on cpu"):
             attnjit.ops.merge_attn_states(q.double(), q, lse, q, lse)
         with self.assertRaisesRegex(ValueError, "output is on cpu"):
             attnjit.ops.merge_partials(q, q.unsqueeze(0), lse.unsqueeze(0))
@@ -232,6 +269,11 @@ class TorchArgumentTests(unittest.TestCase):
             attnjit.ops.mla_decode(mla_q.float(), mla_q, mla_q, mla_q, mla_q)
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             attnjit.ops.mla_decode(mla_q, mla_q, mla_q, mla_q, mla_q)
+        kv_c = torch.zeros(3, 512, dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "kv_c must have 2 dimensions"):
+            attnjit.ops.mla_cache_write(kv_c.unsqueeze(1), kv_c, kv_c, kv_c)
+        with self.assertRaisesRegex(ValueError, "kv_c is on cpu"):
+            attnjit.ops.mla_cache_write(kv_c, kv_c, kv_c, kv_c)
 
 
 @unittest.skipUnless(HAVE_TORCH and GPU, "needs torch and a GPU (%s)" % (NO_GPU_REASON or "no torch"))
@@ -306,6 +348,144 @@ class GpuTests(unittest.TestCase):
                 self.assertLess((out[b].double() - expected).abs().max().item(), 2e-2, (use_workspace, b))
                 self.assertLess((lse[:, b].double() - expected_lse).abs().max().item(), 1e-3, (use_workspace, b))
 
+    def test_mla_cache_write_matches_torch(self):
+        torch.manual_seed(3)
+        tokens, rank, rope, block, num_blocks = 37, 512, 64, 16, 4
+        # kv_c and k_pe: slices of one projection output (token stride 592).
+        projection = torch.randn(tokens, rank + rope + 16, device="cuda", dtype=torch.bfloat16) * 300
+        kv_c, k_pe = projection[:, :rank], projection[:, rank:rank + rope]
+        slots = torch.randperm(num_blocks * block)[:tokens]
+        slots[[3, 20]] = -1  # padding tokens: skipped
+        slot_mapping = slots.cuda()
+        written = slots[slots >= 0]
+        untouched = torch.ones(num_blocks * block, dtype=torch.bool)
+        untouched[written] = False
+        rows = torch.cat([kv_c, k_pe], dim=1).float().cpu()[slots >= 0]  # in slot order of `written`
+        cache = torch.full((num_blocks, block, rank + rope), float("nan"), device="cuda", dtype=torch.bfloat16)
+        attnjit.ops.mla_cache_write(kv_c, k_pe, cache, slot_mapping)
+        torch.cuda.synchronize()
+        flat = cache.reshape(-1, rank + rope).float().cpu()
+        self.assertTrue(torch.equal(flat[written], rows))
+        self.assertTrue(torch.isnan(flat[untouched]).all().item())
+        # fp8_e4m3 with one scale: x / scale, saturated to +-448, rounded to nearest.
+        scale = torch.tensor([1.5], device="cuda")
+        cache8 = torch.full((num_blocks, block, rank + rope), 0x7F, device="cuda", dtype=torch.uint8)  # NaN
+        attnjit.ops.mla_cache_write(kv_c, k_pe, cache8, slot_mapping, cache_format="fp8_e4m3", scale=scale)
+        torch.cuda.synchronize()
+        got = cache8.reshape(-1, rank + rope).cpu().view(torch.float8_e4m3fn).float()
+        want = (rows.double() / 1.5).clamp(-448, 448)
+        step = want.abs() * 2.0 ** -3 + 2.0 ** -9  # one e4m3 step: 3 mantissa bits, subnormals 2^-9
+        self.assertTrue(((got[written].double() - want).abs() <= step / 2 + want.abs() * 2.0 ** -22).all().item())
+        self.assertTrue(torch.isnan(got[untouched]).all().item())
+
+    def test_diffkv_cache_write_and_paged_attention_match_float64(self):
+        torch.manual_seed(4)
+        heads, kv_heads, dqk, dv, block = 4, 2, 192, 128, 16
+        query_lens, seq_lens_host = [1, 1, 4], [5, 40, 23]
+        blocks_per_seq = [(n + block - 1) // block for n in seq_lens_host]
+        num_blocks = sum(blocks_per_seq) + 1
+        order = torch.randperm(num_blocks).tolist()
+        tables_host = torch.zeros(len(seq_lens_host), max(blocks_per_seq), dtype=torch.int32)
+        start = 0
+        for b, count in enumerate(blocks_per_seq):
+            tables_host[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
+            start += count
+        # Every key of every sequence through the DiffKV cache write, into vLLM's packed cache.
+        slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
+                           for b, n in enumerate(seq_lens_host)])
+        keys = torch.randn(len(slots), kv_heads, dqk, device="cuda", dtype=torch.bfloat16)
+        values = torch.randn(len(slots), kv_heads, dv, device="cuda", dtype=torch.bfloat16)
+        cache = torch.full((num_blocks, block, kv_heads, dqk + dv), float("nan"), device="cuda",
+                           dtype=torch.bfloat16)
+        attnjit.ops.cache_write(keys, values, cache, slots.cuda())
+        torch.cuda.synchronize()
+        flat = cache.reshape(-1, kv_heads, dqk + dv)
+        self.assertTrue(torch.equal(flat[slots.cuda(), :, :dqk], keys))
+        self.assertTrue(torch.equal(flat[slots.cuda(), :, dqk:], values))
+
+        num_tokens = sum(query_lens)
+        q = torch.randn(num_tokens, heads, dqk, device="cuda", dtype=torch.bfloat16)
+        out = torch.full((num_tokens, heads, dv), float("nan"), device="cuda", dtype=torch.bfloat16)
+        cu_host = [0]
+        for n in query_lens:
+            cu_host.append(cu_host[-1] + n)
+        scale = 1.0 / math.sqrt(dqk)
+        attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                    torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                    torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens),
+                                    scale=scale, max_seq_len=max(seq_lens_host))
+        torch.cuda.synchronize()
+        key_start = 0
+        for b, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens_host)):
+            k = keys[key_start:key_start + seq_len].double()  # [S, Hkv, Dqk], the sequence's keys in order
+            v = values[key_start:key_start + seq_len].double()
+            key_start += seq_len
+            for i in range(query_len):
+                position = seq_len - query_len + i  # causal: keys 0..position
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    scores = k[:position + 1, g] @ q[cu_host[b] + i, h].double() * scale
+                    expected = torch.softmax(scores, dim=0) @ v[:position + 1, g]
+                    error = (out[cu_host[b] + i, h].double() - expected).abs().max().item()
+                    self.assertLess(error, 2e-2, (b, i, h))
+
+    def test_diffkv_and_mla_cache_write_shapes_raise(self):
+        q = torch.zeros(4, 8, 192, device="cuda", dtype=torch.bfloat16)
+        out = torch.zeros(4, 8, 128, device="cuda", dtype=torch.bfloat16)
+        tables = torch.zeros(4, 4, device="cuda", dtype=torch.int32)
+        lens = torch.ones(4, device="cuda", dtype=torch.int32)
+        cu = torch.arange(5, device="cuda", dtype=torch.int32)
+        unpacked = torch.zeros(3, 2, 16, 2, 192, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, r"a value head size \(128\) other than the key head size \(192\) "
+                                                r"\(DiffKV\) needs vLLM's packed cache \(num_blocks, block_size, "
+                                                r"num_kv_heads, 192 \+ 128\)"):
+            attnjit.ops.paged_attention(q, unpacked, out, tables, lens, cu, 1)
+        packed = torch.zeros(3, 16, 2, 192 + 64, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, r"the packed layout for key head size 192 and value head size 128"):
+            attnjit.ops.paged_attention(q, packed, out, tables, lens, cu, 1)
+        int8_packed = torch.zeros(3, 16, 2, 192 + 64, device="cuda", dtype=torch.uint8)
+        with self.assertRaisesRegex(ValueError, r"\(num_blocks, block_size, num_kv_heads, 196 \+ 132\)"):
+            attnjit.ops.paged_attention(q, int8_packed, out, tables, lens, cu, 1,
+                                        kv_cache_format="int8_per_token_head")
+        with self.assertRaisesRegex(ValueError, r"out has shape \(4, 4, 128\); expected \(4, 8, value_head_size\)"):
+            attnjit.ops.paged_attention(q, packed, out[:, :4], tables, lens, cu, 1)
+        with self.assertRaisesRegex(ValueError, "kv_cache must have 5 dimensions .* or 4"):
+            attnjit.ops.paged_attention(q, packed[0], out, tables, lens, cu, 1)
+        key = torch.zeros(4, 2, 192, device="cuda", dtype=torch.bfloat16)
+        value = torch.zeros(4, 2, 128, device="cuda", dtype=torch.bfloat16)
+        slots = torch.zeros(4, device="cuda", dtype=torch.int64)
+        with self.assertRaisesRegex(ValueError, r"value has shape \(4, 1, 128\); expected \(4, 2, value_head_size\)"):
+            attnjit.ops.cache_write(key, value[:, :1], packed, slots)
+        with self.assertRaisesRegex(ValueError, "DiffKV"):
+            attnjit.ops.cache_write(key, value, unpacked, slots)
+        with self.assertRaisesRegex(ValueError, "with 1 KV heads; the keys have 2"):
+            attnjit.ops.cache_write(key, value, torch.zeros(3, 16, 1, 320, device="cuda", dtype=torch.bfloat16),
+                                    slots)
+        kv_c = torch.zeros(4, 512, device="cuda", dtype=torch.bfloat16)
+        k_pe = torch.zeros(4, 64, device="cuda", dtype=torch.bfloat16)
+        latent = torch.zeros(2, 16, 576, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(TypeError, "kv_c has dtype torch.float64; attnjit takes float32"):
+            attnjit.ops.mla_cache_write(kv_c.double(), k_pe, latent, slots)
+        with self.assertRaisesRegex(TypeError, "k_pe has dtype torch.float16; expected torch.bfloat16"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe.half(), latent, slots)
+        with self.assertRaisesRegex(ValueError, "k_pe must have unit stride in its last dimension"):
+            attnjit.ops.mla_cache_write(kv_c, kv_c[:, ::8], latent, slots)
+        with self.assertRaisesRegex(ValueError, r"k_pe has shape \(3, 64\); expected \(4, rope_dim\)"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe[:3], latent, slots)
+        with self.assertRaisesRegex(ValueError, r"kv_cache has shape \(2, 16, 560\); expected \(num_blocks, "
+                                                r"block_size, 512 \+ 64\)"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe, latent[:, :, :560], slots)
+        with self.assertRaisesRegex(TypeError, "slot_mapping has dtype torch.int32"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe, latent, slots.int())
+        with self.assertRaisesRegex(ValueError, "cache_format 'int8_per_token_head' is not one the MLA cache write"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe, latent, slots, cache_format="int8_per_token_head")
+        with self.assertRaisesRegex(TypeError, "stores one-byte elements"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe, latent, slots, cache_format="fp8_e4m3")
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "parameter 'scale' .* is a null pointer"):
+            attnjit.ops.mla_cache_write(kv_c, k_pe, latent.to(torch.uint8), slots, cache_format="fp8_e4m3")
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "kv_lora_rank \\+ rope_dim = 448 \\+ 64"):
+            attnjit.ops.mla_cache_write(kv_c[:, :448], k_pe, latent[:, :, :512], slots)
+
     def test_wrong_tensor_shapes_raise(self):
         q = torch.zeros(4, 8, 64, device="cuda", dtype=torch.float16)
         cache = torch.zeros(3, 2, 16, 2, 64, device="cuda", dtype=torch.float16)
@@ -315,6 +495,9 @@ class GpuTests(unittest.TestCase):
             attnjit.ops.paged_attention(q, cache, q, tables, lens, lens, 1)
         with self.assertRaisesRegex(TypeError, "seq_lens has dtype torch.int64"):
             attnjit.ops.paged_attention(q, cache, q, tables, lens.long(), lens, 1)
+        lse = torch.zeros(8, 4, device="cuda")
+        with self.assertRaisesRegex(TypeError, "float64"):
+            attnjit.ops.merge_attn_states(q.double(), q, lse, q, lse)
 
 
 if __name__ == "__main__":

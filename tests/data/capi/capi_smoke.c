@@ -46,6 +46,7 @@ int main(void) {
   attnjit_kernel* kernel = NULL;
   attnjit_runtime_options options;
   attnjit_merge_attn_states_params merge;
+  attnjit_mla_cache_write_params mla_write;
   attnjit_compile_stats stats;
   attnjit_param_info info;
   attnjit_arg args[2];
@@ -87,6 +88,26 @@ int main(void) {
                "parameter 'output'");
   merge.dtype = (attnjit_dtype)9;
   EXPECT_ERROR(attnjit_merge_attn_states(runtime, &merge), ATTNJIT_ERROR_INVALID_ARGUMENT, "dtype 9");
+
+  /* The MLA cache write: defaults, a located argument error, and zero tokens,
+   * which launch nothing and so succeed without a driver. */
+  attnjit_mla_cache_write_params_init(&mla_write);
+  EXPECT(mla_write.struct_size == sizeof mla_write && mla_write.dtype == ATTNJIT_DTYPE_BF16);
+  EXPECT(mla_write.kv_lora_rank == 512 && mla_write.rope_dim == 64);
+  mla_write.block_size = 16;
+  mla_write.num_tokens = 2;
+  mla_write.k_pe = 0x10400;
+  mla_write.kv_cache = 0x20000;
+  mla_write.slot_mapping = 0x30000;
+  mla_write.kv_c_stride_token = mla_write.k_pe_stride_token = 576;
+  mla_write.cache_stride_block = 16 * 576;
+  mla_write.cache_stride_token = 576;
+  EXPECT_ERROR(attnjit_mla_cache_write_validate(runtime, &mla_write), ATTNJIT_ERROR_INVALID_ARGUMENT,
+               "mla cache write: parameter 'kv_c'");
+  mla_write.kv_c = 0x10000;
+  EXPECT(attnjit_mla_cache_write_validate(runtime, &mla_write) == ATTNJIT_OK);
+  mla_write.num_tokens = 0;
+  EXPECT(attnjit_mla_cache_write(runtime, &mla_write) == ATTNJIT_OK);
 
   /* A kernel from spec text, compiled to PTX without a GPU. */
   EXPECT(attnjit_kernel_from_spec_text(runtime, merge_spec, NULL, &kernel) == ATTNJIT_OK);
