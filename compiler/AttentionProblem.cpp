@@ -353,14 +353,6 @@ Status AttentionShape::validate() const {
 struct UnifiedAttentionProblem::Data {
   UnifiedAttentionConfig config;
   int64_t lseStrideHead = 0;
-  ReduceSegmentsConfig reduceConfig() const {
-    ReduceSegmentsConfig reduce;
-    reduce.dtype = config.dtype;
-    reduce.numQueryHeads = config.numQueryHeads;
-    reduce.headSize = config.effectiveValueHeadSize();  // the scratch and the output are V-sized
-    reduce.outputLse = config.outputLse;
-    return reduce;
-  }
   reference::AttentionInputs logical;
   int64_t numTokens = 0;
   int64_t oStrideToken = 0, oStrideHead = 0;
@@ -599,7 +591,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     reduce.scalars = {numSegments, oStrideToken, oStrideHead};
     if (config.outputLse) reduce.scalars.push_back(lseStrideHead);
     reduce.gridX = numTokens;
-    reduce.gridY = reduceSegmentsGridY(data.reduceConfig());
+    reduce.gridY = reduceSegmentsGridY(reduceSegmentsFor(data.config));
     problem->launches_ = {attention, reduce};
   } else {
     for (size_t i = 0; i < attentionPointers; ++i) attention.pointers.push_back(i);
@@ -638,7 +630,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
 }
 
 ir::Expected<std::unique_ptr<ir::Kernel>> UnifiedAttentionProblem::buildKernel(const Launch& launch) const {
-  if (launch.reduceSegments) return buildReduceSegments(data_->reduceConfig());
+  if (launch.reduceSegments) return buildReduceSegments(reduceSegmentsFor(data_->config));
   return buildUnifiedAttention(data_->config);
 }
 

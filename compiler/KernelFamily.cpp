@@ -5,6 +5,7 @@
 #include "compiler/MlaDecodeProblem.h"
 #include "compiler/MergePartialsProblem.h"
 #include "compiler/MlaCacheWriteProblem.h"
+#include "compiler/ReduceSegmentsProblem.h"
 
 namespace attnjit::compiler {
 
@@ -14,6 +15,7 @@ bool isCacheWrite(const Variant& v) { return v.family == "reshape_and_cache"; }
 bool isMlaDecode(const Variant& v) { return v.family == "mla_decode"; }
 bool isMergePartials(const Variant& v) { return v.family == "merge_partials"; }
 bool isMlaCacheWrite(const Variant& v) { return v.family == "mla_cache_write"; }
+bool isReduceSegments(const Variant& v) { return v.family == "reduce_segments"; }
 }  // namespace
 
 ir::Expected<std::unique_ptr<ir::Kernel>> buildVariantKernel(const Variant& variant) {
@@ -22,6 +24,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildVariantKernel(const Variant& vari
   if (isMlaDecode(variant)) return buildMlaDecode(variant.mla);
   if (isMergePartials(variant)) return buildMergePartials(variant.mergePartials);
   if (isMlaCacheWrite(variant)) return buildMlaCacheWrite(variant.mlaCacheWrite);
+  if (isReduceSegments(variant)) return buildReduceSegments(variant.reduceSegments);
   return buildUnifiedAttention(variant.attention);
 }
 
@@ -31,6 +34,7 @@ std::string formatVariantParams(const Variant& variant) {
   if (isMlaDecode(variant)) return formatSpecParams(variant.mla);
   if (isMergePartials(variant)) return formatSpecParams(variant.mergePartials);
   if (isMlaCacheWrite(variant)) return formatSpecParams(variant.mlaCacheWrite);
+  if (isReduceSegments(variant)) return formatSpecParams(variant.reduceSegments);
   return formatSpecParams(variant.attention);
 }
 
@@ -40,6 +44,7 @@ ir::Expected<AttentionRunResult> runVariantInterpreted(const Variant& variant, c
   if (isMlaDecode(variant)) return runMlaDecodeInterpreted(variant.mla, shape);
   if (isMergePartials(variant)) return runMergePartialsInterpreted(variant.mergePartials, shape);
   if (isMlaCacheWrite(variant)) return runMlaCacheWriteInterpreted(variant.mlaCacheWrite, shape);
+  if (isReduceSegments(variant)) return runReduceSegmentsInterpreted(variant.reduceSegments, shape);
   return runUnifiedAttentionInterpreted(variant.attention, shape);
 }
 
@@ -50,6 +55,7 @@ ir::Expected<GpuRunResult> runVariantGpu(const Variant& variant, const Attention
   if (isMlaDecode(variant)) return runMlaDecodeGpu(variant.mla, shape, options);
   if (isMergePartials(variant)) return runMergePartialsGpu(variant.mergePartials, shape, options);
   if (isMlaCacheWrite(variant)) return runMlaCacheWriteGpu(variant.mlaCacheWrite, shape, options);
+  if (isReduceSegments(variant)) return runReduceSegmentsGpu(variant.reduceSegments, shape, options);
   return runUnifiedAttentionGpu(variant.attention, shape, options);
 }
 

@@ -5,7 +5,8 @@
 // The companion families take their rows from the same batch description as
 // unified attention (AttentionShape): merge_attn_states merges sum(query_lens)
 // tokens; reshape_and_cache writes each sequence's query_lens[s] new tokens after
-// its context_lens[s] cached ones.
+// its context_lens[s] cached ones; merge_partials and reduce_segments combine
+// num_partials partials (segments) for each of sum(query_lens) tokens.
 #pragma once
 
 #include <memory>

@@ -206,12 +206,7 @@ Status mlaDecode(const MlaDecodeParams& p) {
   if (!config.splitKv) return Status::ok();
 
   // Stage 2: reduce_segments with tokens = B, query heads = H, head size = L.
-  ReduceSegmentsConfig reduce;
-  reduce.dtype = p.dtype;
-  reduce.numQueryHeads = p.numHeads;
-  reduce.headSize = p.kvLoraRank;
-  reduce.outputLse = p.lse != 0;
-  reduce.lseTokenStride = true;
+  const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
   auto reducer = compiler::readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
   if (!reducer) return reducer.status();
   uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};

@@ -118,15 +118,6 @@ struct MlaDecodeProblem::Data {
   int64_t oStrideBatch = 0, oStrideHead = 0;
   int lseBuffer = -1;
   int64_t lseStrideBatch = 0, lseStrideHead = 0, lseElements = 0;
-  ReduceSegmentsConfig reduceConfig() const {
-    ReduceSegmentsConfig reduce;
-    reduce.dtype = config.dtype;
-    reduce.numQueryHeads = config.numHeads;
-    reduce.headSize = config.kvLoraRank;
-    reduce.outputLse = config.outputLse;
-    reduce.lseTokenStride = true;
-    return reduce;
-  }
 };
 
 MlaDecodeProblem::~MlaDecodeProblem() = default;
@@ -275,7 +266,7 @@ ir::Expected<std::unique_ptr<MlaDecodeProblem>> MlaDecodeProblem::create(const M
     reduce.scalars = {numSegments, data.oStrideBatch, data.oStrideHead};
     if (config.outputLse) reduce.scalars.insert(reduce.scalars.end(), {data.lseStrideHead, data.lseStrideBatch});
     reduce.gridX = numSeqs;
-    reduce.gridY = reduceSegmentsGridY(data.reduceConfig());
+    reduce.gridY = reduceSegmentsGridY(reduceSegmentsFor(data.config));
     problem->launches_ = {stage, reduce};
   }
 
@@ -289,7 +280,7 @@ ir::Expected<std::unique_ptr<MlaDecodeProblem>> MlaDecodeProblem::create(const M
 }
 
 ir::Expected<std::unique_ptr<ir::Kernel>> MlaDecodeProblem::buildKernel(const Launch& launch) const {
-  if (launch.reduceSegments) return buildReduceSegments(data_->reduceConfig());
+  if (launch.reduceSegments) return buildReduceSegments(reduceSegmentsFor(data_->config));
   return buildMlaDecode(data_->config);
 }
 

@@ -233,13 +233,9 @@ std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionPara
 namespace {
 
 // Stage 2 of a split-KV call: combine the segments (compiler/kernels/ReduceSegments.h).
-Status launchReduce(const PagedAttentionParams& p, int32_t numSegments, uint64_t segmOutput, uint64_t segmMax,
-                    uint64_t segmExpsum) {
-  ReduceSegmentsConfig reduce;
-  reduce.dtype = p.dtype;
-  reduce.numQueryHeads = p.numQueryHeads;
-  reduce.headSize = valueHeadSizeOf(p);  // the scratch and out are V-sized
-  reduce.outputLse = p.lse != 0;
+Status launchReduce(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, int32_t numSegments,
+                    uint64_t segmOutput, uint64_t segmMax, uint64_t segmExpsum) {
+  const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
   auto reducer = compiler::readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
   if (!reducer) return reducer.status();
   uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
@@ -339,7 +335,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
     if (config.checkBounds) pointers[recordPointer] = record;
     if (Status s = ready->loaded->function.launch(launch, params); !s) return s;
     if (!config.splitKv) return Status::ok();
-    return launchReduce(p, numSegments, segmOutput, segmMax, segmExpsum);
+    return launchReduce(p, config, numSegments, segmOutput, segmMax, segmExpsum);
   };
   if (!config.checkBounds) return launchStages(0);
   const compiler::BoundsCheckContext context{"paged attention", p.numBlocks, p.blockSize, p.blockTableStride,

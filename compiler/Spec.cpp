@@ -42,8 +42,9 @@ constexpr int kMaxRunSequences = 4096;
 constexpr int kMaxRunTokens = 1 << 20;
 
 const std::array<const char*, 7> kTargets = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
-const std::array<const char*, 6> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache",
-                                               "merge_partials", "mla_cache_write", "mla_decode"};
+const std::array<const char*, 7> kFamilies = {"unified_attention", "merge_attn_states", "reshape_and_cache",
+                                               "merge_partials", "mla_cache_write", "mla_decode",
+                                               "reduce_segments"};
 const std::array<const char*, 4> kTopLevelFields = {"family", "target", "params", "run"};
 const std::array<const char*, 5> kRunFields = {"query_lens", "context_lens", "seed", "segment_tiles", "num_partials"};
 
@@ -138,6 +139,7 @@ class SpecLoader {
   static std::vector<ParamField<MlaDecodeConfig>> mlaDecodeFields();
   static std::vector<ParamField<MergePartialsConfig>> mergePartialsFields();
   static std::vector<ParamField<MlaCacheWriteConfig>> mlaCacheWriteFields();
+  static std::vector<ParamField<ReduceSegmentsConfig>> reduceSegmentsFields();
 
   std::string path_;
 };
@@ -475,6 +477,18 @@ std::vector<SpecLoader::ParamField<MlaDecodeConfig>> SpecLoader::mlaDecodeFields
   };
 }
 
+std::vector<SpecLoader::ParamField<ReduceSegmentsConfig>> SpecLoader::reduceSegmentsFields() {
+  using C = ReduceSegmentsConfig;
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"num_query_heads", true, positiveField("num_query_heads", &C::numQueryHeads)},
+      {"head_size", true, positiveField("head_size", &C::headSize)},
+      {"output_lse", false, boolField("output_lse", &C::outputLse)},
+      {"lse_token_stride", false, boolField("lse_token_stride", &C::lseTokenStride)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+  };
+}
+
 // The field an invalid combination is reported at: the first one the validation
 // message names (it names fields in spec spelling), preferring fields with several
 // values, since the single-valued ones were fine with the other values; else the
@@ -516,6 +530,9 @@ Status SpecLoader::loadParams(const YAML::Node& key, const YAML::Node& params, S
   if (spec.family == "mla_cache_write")
     return loadFamilyParams<MlaCacheWriteConfig>(key, params, spec, mlaCacheWriteFields(),
                                                  [](Variant& v, const MlaCacheWriteConfig& c) { v.mlaCacheWrite = c; });
+  if (spec.family == "reduce_segments")
+    return loadFamilyParams<ReduceSegmentsConfig>(key, params, spec, reduceSegmentsFields(),
+                                                  [](Variant& v, const ReduceSegmentsConfig& c) { v.reduceSegments = c; });
   return loadFamilyParams<UnifiedAttentionConfig>(key, params, spec, unifiedAttentionFields(),
                                                   [](Variant& v, const UnifiedAttentionConfig& c) { v.attention = c; });
 }
@@ -819,6 +836,13 @@ std::string formatSpecParams(const MlaCacheWriteConfig& config) {
          kvCacheFormatName(config.cacheFormat) + " kv_lora_rank=" + std::to_string(config.kvLoraRank) +
          " rope_dim=" + std::to_string(config.ropeDim) + " block_size=" + std::to_string(config.blockSize) +
          " num_warps=" + std::to_string(config.numWarps);
+}
+
+std::string formatSpecParams(const ReduceSegmentsConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_query_heads=" +
+         std::to_string(config.numQueryHeads) + " head_size=" + std::to_string(config.headSize) +
+         " output_lse=" + (config.outputLse ? "true" : "false") +
+         (config.lseTokenStride ? " lse_token_stride=true" : "") + " num_warps=" + std::to_string(config.numWarps);
 }
 
 std::string formatSpecParams(const MlaDecodeConfig& config) {

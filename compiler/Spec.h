@@ -13,6 +13,7 @@
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/MergePartials.h"
 #include "compiler/kernels/MlaCacheWrite.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Diagnostics.h"
 
@@ -20,13 +21,14 @@ namespace attnjit::compiler {
 
 struct Variant {
   std::string name;                  // kernel name, unique within the spec
-  std::string family;                // "unified_attention", "merge_attn_states", "reshape_and_cache"
+  std::string family;                // "unified_attention", "merge_attn_states", ... (kFamilies in Spec.cpp)
   UnifiedAttentionConfig attention;  // for family unified_attention
   MergeAttnStatesConfig merge;       // for family merge_attn_states
   CacheWriteConfig cacheWrite;       // for family reshape_and_cache
   MlaDecodeConfig mla;               // for family mla_decode
   MergePartialsConfig mergePartials; // for family merge_partials
   MlaCacheWriteConfig mlaCacheWrite; // for family mla_cache_write
+  ReduceSegmentsConfig reduceSegments; // for family reduce_segments
   ir::Location location;             // where in the spec it came from
 };
 
@@ -47,6 +49,7 @@ std::string formatSpecParams(const CacheWriteConfig& config);
 std::string formatSpecParams(const MlaDecodeConfig& config);
 std::string formatSpecParams(const MergePartialsConfig& config);
 std::string formatSpecParams(const MlaCacheWriteConfig& config);
+std::string formatSpecParams(const ReduceSegmentsConfig& config);
 ir::Expected<Spec> loadSpecText(const std::string& text, const std::string& path);
 
 }  // namespace attnjit::compiler

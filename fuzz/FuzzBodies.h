@@ -21,6 +21,7 @@
 #include "compiler/kernels/MergePartials.h"
 #include "compiler/kernels/MlaCacheWrite.h"
 #include "compiler/kernels/MlaDecode.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -77,6 +78,7 @@ inline FuzzOutcome fuzzSpecText(std::string_view text) {
         : variant.family == "mla_decode"        ? compiler::buildMlaDecode(variant.mla)
         : variant.family == "merge_partials"    ? compiler::buildMergePartials(variant.mergePartials)
         : variant.family == "mla_cache_write"   ? compiler::buildMlaCacheWrite(variant.mlaCacheWrite)
+        : variant.family == "reduce_segments"   ? compiler::buildReduceSegments(variant.reduceSegments)
                                                 : ir::Expected<std::unique_ptr<ir::Kernel>>(
                                                       ir::Diagnostic{{}, "unknown family " + variant.family});
     if (!kernel) {

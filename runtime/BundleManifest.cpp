@@ -248,6 +248,16 @@ ir::Expected<BundleKernel> readKernel(const FieldReader& reader, const JsonValue
     return reader.fail(*object.find("name"), FieldReader::join(path, "name"),
                        "'" + kernel.name + "' is not a C identifier (kernel names are PTX entries and C names)");
   }
+  auto stage2 = reader.optionalMember(object, path, "stage2", Kind::String);
+  if (!stage2) return stage2.status();
+  if (*stage2 != nullptr) {
+    const std::string field = FieldReader::join(path, "stage2");
+    if (!isCIdentifier((*stage2)->string)) {
+      return reader.fail(**stage2, field, "'" + (*stage2)->string + "' is not a kernel name (a C identifier)");
+    }
+    if ((*stage2)->string == kernel.name) return reader.fail(**stage2, field, "a kernel cannot be its own stage 2");
+    kernel.stage2 = (*stage2)->string;
+  }
 
   auto constexprs = reader.member(object, path, "constexprs", Kind::Object);
   if (!constexprs) return constexprs.status();
@@ -334,6 +344,7 @@ JsonValue kernelJson(const BundleKernel& kernel) {
   value.add("spec", JsonValue::makeString(kernel.spec));
   value.add("params", JsonValue::makeString(kernel.params));
   value.add("grid", JsonValue::makeString(kernel.grid));
+  if (!kernel.stage2.empty()) value.add("stage2", JsonValue::makeString(kernel.stage2));
   JsonValue constexprs = JsonValue::makeObject();
   for (const auto& [name, number] : kernel.constexprs) constexprs.add(name, numberJson(number));
   value.add("constexprs", std::move(constexprs));
@@ -403,6 +414,15 @@ ir::Expected<BundleManifest> parseBundleManifest(std::string_view text, const st
       return reader.fail(element, FieldReader::join(path, "name"), "kernel name '" + kernel->name + "' repeats");
     }
     manifest.kernels.push_back(std::move(*kernel));
+  }
+  // A stage 2 is launched by name: it must be in the bundle (after every kernel is read, so
+  // that it may come later in the list).
+  for (std::size_t i = 0; i < manifest.kernels.size(); ++i) {
+    const BundleKernel& kernel = manifest.kernels[i];
+    if (kernel.stage2.empty() || manifest.findKernel(kernel.stage2) != nullptr) continue;
+    const JsonValue& element = (*kernels)->array[i];
+    return reader.fail(*element.find("stage2"), FieldReader::join(FieldReader::index("kernels", i), "stage2"),
+                       "names kernel '" + kernel.stage2 + "', which is not in the bundle");
   }
   return manifest;
 }

@@ -12,6 +12,7 @@
 //       "family": "merge_attn_states", "spec": "specs/merge.yaml",
 //       "params": "dtype=f32 num_heads=4 ...",           // the variant in spec spelling
 //       "grid": "grid = (ceil(num_tokens / BLOCK_TOKENS), num_heads)",
+//       "stage2": "reduce_segments_bf16_h32_d128",      // optional: see BundleKernel::stage2
 //       "constexprs": {"BLOCK_TOKENS": 16, ...},
 //       "parameters": [
 //         {"name": "output", "kind": "pointer", "dtype": "f32", "align": 16},
@@ -32,7 +33,8 @@
 // Parsing checks everything a launcher relies on and names the offending field with its
 // line and column: types, ranges, C-identifier names, unique kernel names, architecture
 // spellings, sha256 spellings, and file paths that stay inside the bundle (relative, '/'
-// separated, no "." or ".." component, only [A-Za-z0-9._-] in names).
+// separated, no "." or ".." component, only [A-Za-z0-9._-] in names), and a `stage2` that
+// names another kernel of the bundle.
 #pragma once
 
 #include <cstdint>
@@ -102,6 +104,9 @@ struct BundleKernel {
   std::string spec;    // the spec file it came from, as given to `attnjit aot`
   std::string params;  // the variant's parameters in spec spelling
   std::string grid;    // the grid the caller launches, in words
+  // Split-KV variants (stage 1 only) name the bundle's kernel that finishes their work, a
+  // reduce_segments launched after them on the same scratch; empty for every other kernel.
+  std::string stage2;
   std::vector<std::pair<std::string, double>> constexprs;
   std::vector<BundleParameter> parameters;
   std::vector<BundleImage> images;

@@ -19,6 +19,8 @@
 #include "compiler/Jit.h"
 #include "compiler/KernelFamily.h"
 #include "compiler/Spec.h"
+#include "compiler/kernels/MlaDecode.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Bundle.h"
 #include "runtime/BundleManifest.h"
 #include "runtime/DeviceBuffer.h"
@@ -694,4 +696,186 @@ TEST_CASE("aot: a bundled kernel computes what the JIT's kernel computes", "[aot
     WARN("the JIT picks PTX " << *jitPtx << " here, the bundle has " << choice->image->ptxVersion
                               << ": their cache keys differ, seeding not checked on the GPU");
   }
+}
+
+namespace {
+
+// Two split-KV unified variants that share one stage 2 (causal or not does not reach
+// reduce_segments), and a split-KV MLA variant with the LSE (MLA's strided LSE).
+const char* kSplitUnifiedSpec = R"(family: unified_attention
+params:
+  dtype: bf16
+  num_query_heads: 4
+  num_kv_heads: 1
+  head_size: 64
+  block_size: 16
+  causal: [true, false]
+  split_kv: true
+)";
+const char* kSplitMlaSpec = R"(family: mla_decode
+params:
+  dtype: f16
+  num_heads: 16
+  kv_lora_rank: 256
+  rope_dim: 64
+  block_size: 16
+  split_kv: true
+  output_lse: true
+)";
+const char* kReduceSpec = R"(family: reduce_segments
+params:
+  dtype: bf16
+  num_query_heads: 4
+  head_size: 64
+)";
+
+fs::path writeScratchSpec(const std::string& name, const char* text) {
+  const fs::path path = scratchRoot() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("aot: split-KV variants bring their stage 2 reduce_segments kernel once", "[aot][reduce_segments]") {
+  const fs::path unified = writeScratchSpec("split_unified.yaml", kSplitUnifiedSpec);
+  const fs::path mla = writeScratchSpec("split_mla.yaml", kSplitMlaSpec);
+  const fs::path out = scratchRoot() / "split";
+  AotRun run = runAot(shellQuote(unified.string()) + " " + shellQuote(mla.string()) + " --arch sm_90a --jobs 2 -o " +
+                      shellQuote(out.string()));
+  INFO(run.output);
+  REQUIRE(run.exitCode == 0);
+  CHECK(run.output.find("attnjit aot: 5 kernels (2 of them split-KV stage 2) x 1 architectures") != std::string::npos);
+  CHECK(run.output.find("reduce_segments_bf16_h4_d64 (split-KV stage 2) sm_90a") != std::string::npos);
+
+  const BundleManifest manifest = readManifest(out);
+  REQUIRE(manifest.kernels.size() == 5);
+  const std::string unifiedReduce = "reduce_segments_bf16_h4_d64";
+  const std::string mlaReduce = "reduce_segments_f16_h16_d256_lse_strided";
+  int stage1 = 0;
+  for (const auto& kernel : manifest.kernels) {
+    INFO(kernel.name);
+    if (kernel.family == "reduce_segments") {
+      CHECK(kernel.stage2.empty());
+      continue;
+    }
+    ++stage1;
+    CHECK(kernel.stage2 == (kernel.family == "mla_decode" ? mlaReduce : unifiedReduce));
+    REQUIRE(manifest.findKernel(kernel.stage2) != nullptr);
+    CHECK(manifest.findKernel(kernel.stage2)->family == "reduce_segments");
+  }
+  CHECK(stage1 == 3);
+  // The stage 2 kernels are the ones the JIT builds for these variants.
+  const auto* reduce = manifest.findKernel(unifiedReduce);
+  REQUIRE(reduce != nullptr);
+  CHECK(reduce->spec == unified.string());
+  CHECK(reduce->params == "dtype=bf16 num_query_heads=4 head_size=64 output_lse=false num_warps=4");
+  CHECK(reduce->grid.find("grid = (num_tokens (MLA decode: num_seqs), ceil(Hq / HEADS_PER_PROGRAM))") !=
+        std::string::npos);
+  REQUIRE(reduce->parameters.size() == 7);
+  CHECK(reduce->parameters[0].name == "out");
+  CHECK(reduce->parameters[0].dtype == "bf16");
+  CHECK(reduce->parameters[4].name == "num_segments");
+  const auto* mlaKernel = manifest.findKernel(mlaReduce);
+  REQUIRE(mlaKernel != nullptr);
+  CHECK(mlaKernel->spec == mla.string());
+  REQUIRE(mlaKernel->parameters.size() == 10);
+  CHECK(mlaKernel->parameters[4].name == "lse");
+  CHECK(mlaKernel->parameters[9].name == "lse_stride_token");
+  compiler::MlaDecodeConfig mlaConfig;
+  mlaConfig.dtype = ir::ScalarKind::F16;
+  mlaConfig.numHeads = 16;
+  mlaConfig.kvLoraRank = 256;
+  mlaConfig.splitKv = true;
+  mlaConfig.outputLse = true;
+  CHECK(compiler::reduceSegmentsFor(mlaConfig).kernelName() == mlaReduce);
+  for (const auto& image : mlaKernel->images) CHECK(fs::is_regular_file(out / image.ptx.path));
+
+  // The header launches the stage 2 and says so at the stage 1.
+  const std::string header = tests::readFile(out / "attnjit_bundle_kernels.h");
+  CHECK(header.find("attnjit_launch_" + unifiedReduce + "(") != std::string::npos);
+  CHECK(header.find("which attnjit_launch_" + mlaReduce + " (stage 2, after it on the same stream)") !=
+        std::string::npos);
+  auto opened = runtime::Bundle::open(out);
+  INFO((opened ? "" : opened.diagnostic().str()));
+  CHECK(opened);
+}
+
+TEST_CASE("aot: a stage 2 the specs define is used as it is", "[aot][reduce_segments]") {
+  const fs::path unified = writeScratchSpec("split_unified_own.yaml", kSplitUnifiedSpec);
+  const fs::path own = writeScratchSpec("own_reduce.yaml", kReduceSpec);
+  const fs::path out = scratchRoot() / "split_own";
+  AotRun run = runAot(shellQuote(unified.string()) + " " + shellQuote(own.string()) + " --arch sm_80 --jobs 2 -o " +
+                      shellQuote(out.string()));
+  INFO(run.output);
+  REQUIRE(run.exitCode == 0);
+  CHECK(run.output.find("attnjit aot: 3 kernels x 1 architectures") != std::string::npos);
+  const BundleManifest manifest = readManifest(out);
+  REQUIRE(manifest.kernels.size() == 3);
+  const auto* reduce = manifest.findKernel("reduce_segments_bf16_h4_d64");
+  REQUIRE(reduce != nullptr);
+  CHECK(reduce->spec == own.string());  // the spec's own variant, not a second copy
+  CHECK(manifest.kernels[0].stage2 == "reduce_segments_bf16_h4_d64");
+  CHECK(manifest.kernels[1].stage2 == "reduce_segments_bf16_h4_d64");
+  // --variant keeps a split variant's stage 2 with it.
+  const fs::path narrowed = scratchRoot() / "split_narrowed";
+  run = runAot(shellQuote(unified.string()) + " --variant unified_attention_bf16_h4kv1_d64_bs16_causal_3d --arch sm_80 -o " +
+               shellQuote(narrowed.string()));
+  INFO(run.output);
+  REQUIRE(run.exitCode == 0);
+  const BundleManifest two = readManifest(narrowed);
+  REQUIRE(two.kernels.size() == 2);
+  CHECK(two.kernels[0].stage2 == two.kernels[1].name);
+}
+
+TEST_CASE("aot: manifest stage2 round-trips and must name a kernel of the bundle", "[aot][reduce_segments]") {
+  BundleManifest manifest;
+  manifest.attnjitVersion = "9.9.9";
+  manifest.llvmVersion = "22.1.0";
+  runtime::BundleKernel stage1;
+  stage1.name = "split";
+  stage1.family = "unified_attention";
+  stage1.spec = "s.yaml";
+  stage1.grid = "grid = (n, 1, num_segments)";
+  stage1.stage2 = "reduce";  // later in the list: still found
+  stage1.images = {syntheticImage("sm_90a", false)};
+  runtime::BundleKernel reduce = stage1;
+  reduce.name = "reduce";
+  reduce.family = "reduce_segments";
+  reduce.stage2.clear();
+  manifest.kernels = {stage1, reduce};
+  const std::string text = runtime::writeBundleManifest(manifest);
+  CHECK(text.find("\"stage2\": \"reduce\"") != std::string::npos);
+  auto parsed = runtime::parseBundleManifest(text, "m.json");
+  INFO((parsed ? "" : parsed.diagnostic().str()));
+  REQUIRE(parsed);
+  CHECK(*parsed == manifest);
+  CHECK(parsed->kernels[1].stage2.empty());
+
+  auto parseError = [](const std::string& bad) {
+    auto result = runtime::parseBundleManifest(bad, "m.json");
+    REQUIRE_FALSE(result);
+    return result.diagnostic().str();
+  };
+  std::string dangling = text;
+  replaceOnce(dangling, "\"stage2\": \"reduce\"", "\"stage2\": \"reduce_missing\"");
+  CHECK(parseError(dangling).find(
+            "kernels[0].stage2: names kernel 'reduce_missing', which is not in the bundle") != std::string::npos);
+  std::string self = text;
+  replaceOnce(self, "\"stage2\": \"reduce\"", "\"stage2\": \"split\"");
+  CHECK(parseError(self).find("kernels[0].stage2: a kernel cannot be its own stage 2") != std::string::npos);
+  std::string number = text;
+  replaceOnce(number, "\"stage2\": \"reduce\"", "\"stage2\": 3");
+  CHECK(parseError(number).find("kernels[0].stage2: expected a string, found a number") != std::string::npos);
+  std::string notName = text;
+  replaceOnce(notName, "\"stage2\": \"reduce\"", "\"stage2\": \"re duce\"");
+  CHECK(parseError(notName).find("kernels[0].stage2: 're duce' is not a kernel name") != std::string::npos);
+
+  // The bundle loader refuses a dangling stage 2 before it touches any image.
+  fs::path copy = copyOfSmallBundle("dangling_stage2");
+  std::string onDisk = tests::readFile(copy / "manifest.json");
+  replaceOnce(onDisk, "\"grid\":", "\"stage2\": \"no_such_kernel\",\n      \"grid\":");
+  std::ofstream(copy / "manifest.json", std::ios::binary) << onDisk;
+  CHECK(openError(copy).find("kernels[0].stage2: names kernel 'no_such_kernel', which is not in the bundle") !=
+        std::string::npos);
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 #include "compiler/Spec.h"
 #include "test_paths.h"
@@ -280,4 +281,93 @@ TEST_CASE("spec: parameters format back in spec spelling", "[spec]") {
   CHECK(attnjit::compiler::formatSpecParams(config) ==
         "dtype=f16 num_query_heads=12 num_kv_heads=3 head_size=96 block_size=32 causal=false tile_size=64 num_warps=8 "
         "block_m=64 num_stages=1");
+}
+
+TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[spec][reduce_segments]") {
+  auto spec = loadSpecText(
+      "family: reduce_segments\n"
+      "params:\n"
+      "  dtype: [f32, bf16]\n"
+      "  num_query_heads: [32, 20]\n"
+      "  head_size: 96\n"
+      "  output_lse: true\n"
+      "  lse_token_stride: [false, true]\n"
+      "  num_warps: 8\n",
+      "reduce.yaml");
+  INFO((spec ? std::string() : spec.diagnostic().str()));
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->variants.size() == 8);
+  const auto& first = spec->variants[0];
+  CHECK(first.family == "reduce_segments");
+  CHECK(first.name == "reduce_segments_f32_h32_d96_lse_w8");
+  CHECK(first.reduceSegments.numWarps == 8);
+  CHECK(first.location.line == 2);
+  CHECK(spec->variants[1].name == "reduce_segments_f32_h32_d96_lse_strided_w8");
+  CHECK(spec->variants[7].name == "reduce_segments_bf16_h20_d96_lse_strided_w8");
+  CHECK(spec->variants[7].reduceSegments.dtype == ScalarKind::BF16);
+  CHECK(spec->variants[7].reduceSegments.numQueryHeads == 20);
+  CHECK(attnjit::compiler::formatSpecParams(spec->variants[7].reduceSegments) ==
+        "dtype=bf16 num_query_heads=20 head_size=96 output_lse=true lse_token_stride=true num_warps=8");
+  attnjit::compiler::ReduceSegmentsConfig defaults;
+  CHECK(attnjit::compiler::formatSpecParams(defaults) ==
+        "dtype=bf16 num_query_heads=32 head_size=128 output_lse=false num_warps=4");
+
+  for (const char* file : {"reduce_segments.yaml", "reduce_segments_mla.yaml"}) {
+    const Spec shipped = loadShipped(file);
+    CHECK(shipped.family == "reduce_segments");
+    CHECK(shipped.variants.size() >= 2);
+  }
+  CHECK(loadShipped("reduce_segments.yaml").variants.size() == 6);
+  const Spec mla = loadShipped("reduce_segments_mla.yaml");
+  CHECK(mla.variants[0].name == "reduce_segments_f16_h128_d512_lse_strided");
+  CHECK(mla.shape.numPartials == 3);
+}
+
+TEST_CASE("spec: reduce_segments errors are located and name the field", "[spec][reduce_segments]") {
+  const std::string base =
+      "family: reduce_segments\n"     // 1
+      "params:\n"                     // 2
+      "  dtype: bf16\n"               // 3
+      "  num_query_heads: 32\n"       // 4
+      "  head_size: 128\n"            // 5
+      "  output_lse: false\n";        // 6
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = base;
+    size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string description, text;
+    int line, col;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"lse_token_stride without the LSE", base + "  lse_token_stride: true\n", 7, 21,
+       "invalid variant (dtype=bf16 num_query_heads=32 head_size=128 output_lse=false lse_token_stride=true): "
+       "lse_token_stride describes the LSE output: it needs output_lse: true"},
+      {"near-miss field", with("num_query_heads", "num_query_head"), 4, 3,
+       "unknown field 'num_query_head' in 'params' of family reduce_segments; did you mean 'num_query_heads'? (known "
+       "fields: dtype, num_query_heads, head_size, output_lse, lse_token_stride, num_warps)"},
+      {"missing head size", with("  head_size: 128\n", ""), 2, 1, "missing required field 'head_size' in 'params'"},
+      {"unsupported dtype", with("dtype: bf16", "dtype: f8"), 3, 10,
+       "'dtype' must be one of f32, f16, bf16 (also fp32/float32, fp16/float16, bfloat16), got 'f8'"},
+      {"head size too large", with("head_size: 128", "head_size: [128, 1024]"), 5, 20,
+       "invalid variant (dtype=bf16 num_query_heads=32 head_size=1024 output_lse=false): head_size (1024) must be "
+       "between 1 and 512"},
+      {"warps not a power of two", base + "  num_warps: 6\n", 7, 14,
+       "invalid variant (dtype=bf16 num_query_heads=32 head_size=128 output_lse=false num_warps=6): num_warps (6) "
+       "must be a power of two between 1 and 16"},
+      {"quoted boolean", with("output_lse: false", "output_lse: \"false\""), 6, 15,
+       "'output_lse' must be true or false, got 'false'"},
+      {"zero heads", with("num_query_heads: 32", "num_query_heads: 0"), 4, 20,
+       "'num_query_heads' must be a positive integer, got 0"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.description << "\n" << c.text);
+    auto spec = loadSpecText(c.text, "bad.yaml");
+    REQUIRE_FALSE(spec.isOk());
+    CHECK(spec.diagnostic().str() == "bad.yaml:" + std::to_string(c.line) + ":" + std::to_string(c.col) +
+                                         ": error: " + c.message);
+  }
 }

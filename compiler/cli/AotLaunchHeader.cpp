@@ -84,6 +84,11 @@ void appendKernel(std::string& out, const BundleKernel& kernel) {
   out += "/* " + commentSafe(kernel.name) + " (" + commentSafe(kernel.family) + ": " + commentSafe(kernel.params) +
          ")\n";
   out += "   " + commentSafe(kernel.grid) + "\n";
+  if (!kernel.stage2.empty()) {
+    out += "   Split-KV stage 1: grid z = num_segments; it writes segm_output, segm_max and segm_expsum,\n"
+           "   which attnjit_launch_" + commentSafe(kernel.stage2) + " (stage 2, after it on the same stream)\n"
+           "   combines into the output.\n";
+  }
   if (!constexprs.empty()) out += "   " + commentSafe(constexprs) + "\n";
   out += "   images: " + images + " */\n";
 

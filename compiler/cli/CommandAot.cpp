@@ -6,6 +6,11 @@
 // The kernels go through the JIT's own path (buildVariantKernel, the pass pipeline,
 // codegen) and each image records the JIT's cache key for the same code, so a bundle can
 // pre-seed the JIT disk cache.
+//
+// A split-KV variant (unified_attention or mla_decode with split_kv) is only stage 1: its
+// partials are combined by a reduce_segments kernel. The bundle gets that kernel too, built
+// from the config the JIT launches (reduceSegmentsFor), once however many variants share it,
+// and the manifest names it in the variant's "stage2" field.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <filesystem>
 #include <map>
@@ -30,6 +36,7 @@
 #include "compiler/cli/AotLaunchHeader.h"
 #include "compiler/cli/Command.h"
 #include "compiler/cli/CudaTools.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "ir/Verifier.h"
 #include "runtime/BundleManifest.h"
 #include "runtime/Driver.h"
@@ -51,6 +58,8 @@ constexpr const char* kDefaultBundleInclude = "runtime/attnjit_bundle.h";
 struct KernelSource {
   const Variant* variant;
   std::string specPath;
+  std::string stage2;    // split-KV variants: the name of their reduce_segments kernel
+  bool derived = false;  // a stage 2 that aot added, not a variant of the specs
 };
 
 // One (kernel, arch) compile and what it produced.
@@ -281,8 +290,56 @@ ir::Status prepareOutputDirectory(const fs::path& dir) {
   return ir::Status::ok();
 }
 
-// The variants of every spec (narrowed by --variant), with unique names across specs.
-ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& args, std::vector<Spec>& specs) {
+// The stage 2 that completes `variant`: the reduce_segments the JIT launches after a split-KV
+// variant; nullopt for every other variant.
+std::optional<ReduceSegmentsConfig> stage2Of(const Variant& variant) {
+  if (variant.family == "unified_attention" && variant.attention.splitKv) return reduceSegmentsFor(variant.attention);
+  if (variant.family == "mla_decode" && variant.mla.splitKv) return reduceSegmentsFor(variant.mla);
+  return std::nullopt;
+}
+
+// Adds the stage 2 of every split-KV kernel (built into `derived`, which owns them) and names
+// it in the kernel's `stage2`. A stage 2 that the specs define already (same name, family
+// reduce_segments, same parameters) is used as it is; any other kernel of that name is a clash.
+ir::Status addStage2Kernels(std::vector<KernelSource>& kernels, std::map<std::string, const Variant*>& byName,
+                            std::deque<Variant>& derived) {
+  const std::size_t selected = kernels.size();
+  for (std::size_t k = 0; k < selected; ++k) {
+    const Variant& stage1 = *kernels[k].variant;
+    const std::optional<ReduceSegmentsConfig> reduce = stage2Of(stage1);
+    if (!reduce) continue;
+    const std::string name = reduce->kernelName();
+    if (auto it = byName.find(name); it != byName.end()) {
+      const Variant& existing = *it->second;
+      if (existing.family != "reduce_segments" || !(existing.reduceSegments == *reduce)) {
+        const std::string what = existing.family == "reduce_segments"
+                                     ? "with other parameters (" + formatVariantParams(existing) + ")"
+                                     : "of family " + existing.family;
+        return ir::Status::error(stage1.location,
+                                 "the stage 2 of split-KV variant '" + stage1.name + "' is kernel '" + name +
+                                     "' (reduce_segments " + formatSpecParams(*reduce) + "), but kernel '" + name +
+                                     "' at " + existing.location.str() + " is " + what +
+                                     "; rename or remove that variant");
+      }
+      kernels[k].stage2 = name;
+      continue;
+    }
+    Variant& added = derived.emplace_back();
+    added.name = name;
+    added.family = "reduce_segments";
+    added.reduceSegments = *reduce;
+    added.location = stage1.location;
+    byName.emplace(name, &added);
+    kernels.push_back({&added, kernels[k].specPath, "", true});
+    kernels[k].stage2 = name;
+  }
+  return ir::Status::ok();
+}
+
+// The variants of every spec (narrowed by --variant), with unique names across specs, then
+// the stage 2 kernels of the split-KV ones (owned by `derived`).
+ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& args, std::vector<Spec>& specs,
+                                                       std::deque<Variant>& derived) {
   for (const std::string& path : args.positionals) {
     auto spec = loadSpecForCommand(path, kCommand);
     if (!spec) return spec.status();
@@ -300,10 +357,11 @@ ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& ar
                                                      it->second->location.str() +
                                                      "; kernel names must be unique within a bundle"};
       }
-      kernels.push_back({variant, args.positionals[s]});
+      kernels.push_back({variant, args.positionals[s], "", false});
     }
   }
   if (kernels.empty()) return at("attnjit aot", "the specs define no kernels");
+  if (ir::Status added = addStage2Kernels(kernels, byName, derived); !added) return added;
   return kernels;
 }
 
@@ -325,7 +383,8 @@ void compileAll(std::vector<Job>& jobs, const std::vector<KernelSource>& kernels
         failed = true;
         return;
       }
-      progress.finished(kernels[job.kernel].variant->name, target.name);
+      const KernelSource& source = kernels[job.kernel];
+      progress.finished(source.variant->name + (source.derived ? " (split-KV stage 2)" : ""), target.name);
     }
   };
   std::vector<std::thread> threads;
@@ -359,6 +418,7 @@ ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<
     kernel.spec = kernels[k].specPath;
     kernel.params = formatVariantParams(variant);
     kernel.grid = first.grid;
+    kernel.stage2 = kernels[k].stage2;
     kernel.constexprs = first.constexprs;
     kernel.parameters = first.parameters;
     for (std::size_t a = 0; a < targets.size(); ++a) {
@@ -426,7 +486,8 @@ int runAot(const ParsedArguments& args) {
   }
   std::vector<Spec> specs;
   specs.reserve(args.positionals.size());
-  auto kernels = collectKernels(args, specs);
+  std::deque<Variant> stage2Variants;
+  auto kernels = collectKernels(args, specs, stage2Variants);
   if (!kernels) {
     reportError(kernels.diagnostic());
     return kExitUserError;
@@ -468,8 +529,11 @@ int runAot(const ParsedArguments& args) {
     return kExitUserError;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("attnjit aot: %zu kernels x %zu architectures in %.1f s (%u threads) -> %s: %zu PTX, %zu cubins%s\n",
-              kernels->size(), targets->size(), seconds, threadCount, outDir.string().c_str(), jobs.size(), *cubins,
+  const std::string stage2Note =
+      stage2Variants.empty() ? "" : " (" + std::to_string(stage2Variants.size()) + " of them split-KV stage 2)";
+  std::printf("attnjit aot: %zu kernels%s x %zu architectures in %.1f s (%u threads) -> %s: %zu PTX, %zu cubins%s\n",
+              kernels->size(), stage2Note.c_str(), targets->size(), seconds, threadCount, outDir.string().c_str(),
+              jobs.size(), *cubins,
               ptxas.empty() ? " (no ptxas on the PATH: the driver compiles the PTX at load time)" : "");
   return kExitSuccess;
 }
@@ -489,6 +553,11 @@ Command aotCommand() {
       "                                  configuration, images with sha256 and JIT cache keys,\n"
       "                                  ptxas registers and spills\n"
       "  attnjit_bundle_kernels.h        typed C launch functions, one per kernel\n"
+      "A split-KV variant (split_kv: true of unified_attention or mla_decode) is stage 1\n"
+      "only: the bundle also gets its stage 2, the reduce_segments kernel the JIT launches\n"
+      "after it (one copy per distinct reduce kernel), and the manifest names it in the\n"
+      "variant's \"stage2\" field. A spec may define that kernel itself (family\n"
+      "reduce_segments) with the same parameters; another kernel of that name is an error.\n"
       "Kernel names must be unique across the specs. Files are written atomically and the\n"
       "manifest last. Load the bundle with runtime/attnjit_bundle.h (C) or runtime/Bundle.h.\n",
       {

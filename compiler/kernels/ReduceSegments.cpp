@@ -11,6 +11,8 @@
 #include <numbers>
 
 #include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/MlaDecode.h"
+#include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Builder.h"
 
 namespace attnjit::compiler {
@@ -150,7 +152,28 @@ Status ReduceSegmentsConfig::validate() const {
     return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  if (lseTokenStride && !outputLse)
+    return configError("lse_token_stride describes the LSE output: it needs output_lse: true");
   return Status::ok();
+}
+
+ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config) {
+  ReduceSegmentsConfig reduce;
+  reduce.dtype = config.dtype;
+  reduce.numQueryHeads = config.numQueryHeads;
+  reduce.headSize = config.effectiveValueHeadSize();  // the scratch and the output are V-sized
+  reduce.outputLse = config.outputLse;
+  return reduce;
+}
+
+ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config) {
+  ReduceSegmentsConfig reduce;
+  reduce.dtype = config.dtype;
+  reduce.numQueryHeads = config.numHeads;
+  reduce.headSize = config.kvLoraRank;  // V is the latent row's first kv_lora_rank values
+  reduce.outputLse = config.outputLse;
+  reduce.lseTokenStride = config.outputLse;  // lse [B, H]: the batch stride is a parameter too
+  return reduce;
 }
 
 ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config) {
@@ -158,7 +181,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmen
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(
       "Split-KV stage 2: combine per-segment partial outputs by their maxima and sums; "
-      "grid = (num_tokens, ceil(Hq / HEADS_PER_PROGRAM)).");
+      "grid = (num_tokens (MLA decode: num_seqs), ceil(Hq / HEADS_PER_PROGRAM)).");
   kernel->attrs().set("num_warps", int64_t{config.numWarps});
   auto& cx = kernel->constexprs();
   cx.push_back({"HEADS_PER_PROGRAM", int64_t{config.headsPerProgram()}});

@@ -22,6 +22,9 @@
 
 namespace attnjit::compiler {
 
+struct UnifiedAttentionConfig;
+struct MlaDecodeConfig;
+
 struct ReduceSegmentsConfig {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // out (f32, f16, bf16)
   int numQueryHeads = 32;
@@ -29,6 +32,7 @@ struct ReduceSegmentsConfig {
   bool outputLse = false;  // also write lse[head · lse_stride_head + token]
   // With outputLse: the token's stride is a parameter too, lse[head ·
   // lse_stride_head + token · lse_stride_token] (MLA's [B, H] layout is (1, H)).
+  // Only meaningful with outputLse (validate() refuses it alone).
   bool lseTokenStride = false;
   int numWarps = 4;
 
@@ -37,7 +41,16 @@ struct ReduceSegmentsConfig {
   // e.g. "reduce_segments_bf16_h32_d128" (+ "_lse").
   std::string kernelName() const;
   ir::Status validate() const;
+
+  friend bool operator==(const ReduceSegmentsConfig&, const ReduceSegmentsConfig&) = default;
 };
+
+// The stage 2 of a split-KV variant (config.splitKv), the one definition the JIT
+// paths (problems and ops) and `attnjit aot` share: same dtype and query heads,
+// rows of the value head size (Dv; MLA: kv_lora_rank), the LSE when the variant
+// outputs one (MLA's [B, H] LSE through lse_stride_token).
+ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config);
+ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config);
 
 // Kernel parameters, in order:
 //   out ptr<dtype>, segm_output ptr<f32>, segm_max ptr<f32>, segm_expsum ptr<f32>,
