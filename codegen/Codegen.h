@@ -33,4 +33,9 @@ ir::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const CodegenO
 // The version of the LLVM linked in ("22.1.8"): part of every cache key.
 std::string llvmVersion();
 
+// The revision of the lowering: bumped whenever the PTX generated for the same
+// tile IR changes, so JIT cache keys (compiler/Jit.cpp) never match entries a
+// previous attnjit compiled differently. 2: cp.async for pipelined tiles.
+inline constexpr int kCodegenRevision = 2;
+
 }  // namespace attnjit::codegen

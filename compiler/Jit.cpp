@@ -19,6 +19,7 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 std::string jitCacheKey(const CompiledKernel& k, const CompileOptions& options) {
   std::string key = "attnjit " ATTNJIT_VERSION_STRING "\n";
   key += "llvm " + codegen::llvmVersion() + "\n";
+  key += "codegen revision " + std::to_string(codegen::kCodegenRevision) + "\n";
   key += "target " + k.target + " ptx " + std::to_string(k.ptxVersion) + "\n";
   key += std::string("llvm-o3 ") + (options.optimizeLlvm ? "on" : "off") + "\n";
   for (const auto& stage : k.overridden) key += "override " + stage + "\n";

@@ -79,22 +79,19 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.outputLse = p.lse != 0;
   config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
   // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
-  // 0.296 ms with 64-token tiles vs 0.359 ms with 32; prefill 8 x 2048 causal
-  // 2.17 ms with 128 rows / 8 warps vs 4.21 ms with vLLM's 16 rows.
+  // 0.2735 ms with 64-token tiles vs 0.347 ms with 32 (cp.async K/V tiles);
+  // prefill 8 x 2048 causal 2.10 ms with 128 rows / 8 warps vs 4.21 ms with
+  // vLLM's 16 rows. DiffKV 192/128 decode: 0.388 ms with 64-token tiles, 0.413
+  // ms with 32 (16 bytes of spills at 64 cost less than the halved tile).
   // Quantized caches keep 32-key tiles: with 64 the raw tiles carried by the
   // pipeline and their converted copies spill (255 registers, 250-310 bytes of
   // spills on sm_90a; none at 32).
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     config.numWarps = 8;
-  } else if (p.dtype != ir::ScalarKind::F32 && p.kvCacheFormat == KvCacheFormat::Auto &&
-             !(config.differentValueHeadSize() && config.headSize + config.effectiveValueHeadSize() > 256)) {
+  } else if (p.dtype != ir::ScalarKind::F32 && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
   }
-  // DiffKV rows wider than D=128's K + V (192/128: 320 elements) keep 32-key tiles:
-  // with 64 the pipelined K and V tiles spill (ptxas, sm_90a: 255 registers, 284
-  // bytes of spill stores for 192/128; 209 registers and none at 32). Not yet
-  // measured on the H200: bench/diffkv.yaml runs both.
   return config;
 }
 

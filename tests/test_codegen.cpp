@@ -87,6 +87,59 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
   }
 }
 
+TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[codegen][cp_async]") {
+  auto countOf = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  auto compile = [](const compiler::UnifiedAttentionConfig& config, const std::string& target) {
+    auto kernel = compiler::buildUnifiedAttention(config);
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.target = target;
+    auto compiled = compiler::compileKernel(**kernel, options);
+    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+    REQUIRE(compiled.isOk());
+    return std::move(*compiled);
+  };
+  for (int tile : {32, 64}) {
+    compiler::UnifiedAttentionConfig config;  // bf16 decode tiling, D = 128
+    config.tileSize = tile;
+    INFO(config.kernelName());
+    for (const char* target : {"sm_80", "sm_90a"}) {
+      INFO(target);
+      compiler::CompiledKernel compiled = compile(config, target);
+      // K [128, tile] and V [tile, 128] in 16-byte chunks over 128 threads, copied
+      // once before the loop and once per iteration.
+      const int chunksPerThread = 2 * (128 * tile * 2 / 16) / 128;
+      CHECK(countOf(compiled.ptx, "cp.async.cg.shared.global") == 2 * chunksPerThread);
+      CHECK(countOf(compiled.ptx, "cp.async.commit_group") == 4);  // K and V, prologue and loop
+      CHECK(countOf(compiled.ptx, "cp.async.wait_group") >= 2);    // before each read of K and V
+      CHECK(countOf(compiled.ptx, "cp.async.wait_all") == 1);      // the loop's exit
+      // Two slots each of K and V come before the scratch area.
+      CHECK(compiled.sharedMemoryBytes >= 2 * 2 * 128 * tile * 2);
+      // The tiles are read by ldmatrix (V transposed) straight from the copies.
+      CHECK(compiled.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
+    }
+    // Off by request, and off without pipelining: the register path, no copies.
+    compiler::UnifiedAttentionConfig registers = config;
+    registers.asyncCopy = false;
+    compiler::CompiledKernel viaRegisters = compile(registers, "sm_90a");
+    CHECK(countOf(viaRegisters.ptx, "cp.async") == 0);
+    CHECK(viaRegisters.sharedMemoryBytes < 2 * 2 * 128 * tile * 2);
+    compiler::UnifiedAttentionConfig unpipelined = config;
+    unpipelined.numStages = 1;
+    CHECK(countOf(compile(unpipelined, "sm_90a").ptx, "cp.async") == 0);
+  }
+  // Prefill (128 rows, 8 warps) pipelines its K/V tiles the same way.
+  compiler::UnifiedAttentionConfig prefill;
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  prefill.tileSize = 64;
+  CHECK(countOf(compile(prefill, "sm_90a").ptx, "cp.async.cg.shared.global") > 0);
+}
+
 TEST_CASE("ptxas assembles every attention variant for sm_80 and sm_90a", "[codegen][ptxas]") {
   if (!tests::havePtxas()) {
     WARN("skipped: ptxas is not on the PATH; codegen is checked without assembling");
@@ -192,12 +245,16 @@ TEST_CASE("the kernel-cache key covers IR after passes, target, PTX version and 
   std::string key = keyFor(base, "sm_90a");
   CHECK(key == keyFor(base, "sm_90a"));  // deterministic
   CHECK(key.find("llvm 22.") != std::string::npos);
+  CHECK(key.find("codegen revision ") != std::string::npos);
   CHECK(key.find("target sm_90a ptx 90") != std::string::npos);
   CHECK(key.find("#mma") != std::string::npos);  // the IR after layout assignment
   CHECK(key != keyFor(base, "sm_80"));
   compiler::UnifiedAttentionConfig other = base;
   other.causal = false;
   CHECK(key != keyFor(other, "sm_90a"));
+  compiler::UnifiedAttentionConfig registers = base;  // same IR ops, another codegen path
+  registers.asyncCopy = false;
+  CHECK(key != keyFor(registers, "sm_90a"));
 }
 
 TEST_CASE("a broadcast row converts as a row, never as the broadcast tile", "[codegen][layouts]") {

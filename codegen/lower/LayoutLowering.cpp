@@ -152,6 +152,10 @@ void lowerReshape(LoweringContext& ctx, const Operation& op) {
 void lowerConvertLayout(LoweringContext& ctx, const Operation& op) {
   const Lowered& in = ctx.get(op.operand(0));
   LinearLayout to = ctx.linearLayout(op.result()->type(), op);
+  if (in.isAsync()) {
+    ctx.set(op.result(), Lowered{lowerAsyncConvert(ctx, op, in, to), to});
+    return;
+  }
   llvm::Type* elem = ctx.elementType(op.operand(0)->type().elementType());
   ctx.set(op.result(), Lowered{rearrange(ctx, in.regs, *in.layout, to, elem), to});
 }

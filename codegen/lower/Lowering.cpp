@@ -8,6 +8,7 @@
 
 #include "codegen/Codegen.h"
 #include "codegen/llvm/PtxEmitter.h"
+#include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/LoweringContext.h"
 #include "ir/Numeric.h"
 
@@ -18,6 +19,8 @@ using namespace ir;
 LoweringContext::LoweringContext(llvm::LLVMContext& context, llvm::Module& m, const Kernel& k,
                                  const TargetInfo& t)
     : llvm(context), module(m), b(context), kernel(k), target(t), numWarps(k.numWarps()) {}
+
+LoweringContext::~LoweringContext() = default;
 
 void LoweringContext::unsupported(const Operation& op, const std::string& what) {
   if (status.isOk())
@@ -99,7 +102,7 @@ llvm::Value* LoweringContext::coordinate(const LinearLayout& layout, int64_t reg
   return b.CreateOr(threadPart, i32(regPart));
 }
 
-llvm::Value* LoweringContext::sharedBase() {
+llvm::Value* LoweringContext::sharedStart() {
   if (!shared_) {
     auto* type = llvm::ArrayType::get(b.getInt8Ty(), 0);
     shared_ = new llvm::GlobalVariable(module, type, false, llvm::GlobalValue::ExternalLinkage, nullptr,
@@ -107,6 +110,11 @@ llvm::Value* LoweringContext::sharedBase() {
     shared_->setAlignment(llvm::Align(16));
   }
   return shared_;
+}
+
+llvm::Value* LoweringContext::sharedBase() {
+  if (asyncBufferBytes == 0) return sharedStart();
+  return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), sharedStart(), static_cast<uint64_t>(asyncBufferBytes));
 }
 
 void LoweringContext::barrier() {
@@ -238,6 +246,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
     }
     ctx.set(op.result(i), result);
   }
+  finishAsyncLoop(ctx, op);  // after the result phis, which head the exit block
 }
 
 void lowerIf(LoweringContext& ctx, const Operation& op) {
@@ -311,13 +320,14 @@ Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& 
   ctx.laneId = entryBuilder.CreateAnd(ctx.threadId, 31, "lane");
   ctx.warpId = entryBuilder.CreateLShr(ctx.threadId, 5, "warp");
   ctx.b.SetInsertPoint(start);
+  planAsyncCopies(ctx);
   lowerBlock(ctx, kernel.body());
   if (!ctx.status) return ctx.status;
 
   CodegenResult result;
   result.kernelName = kernel.name();
   result.numThreads = numThreads;
-  result.sharedMemoryBytes = static_cast<int>(ctx.sharedBytes);
+  result.sharedMemoryBytes = static_cast<int>(ctx.asyncBufferBytes + ctx.sharedBytes);
   if (Status s = verifyLlvmModule(module); !s) return s;
   result.llvmIr = printModule(module);
   auto t1 = Clock::now();

@@ -26,13 +26,20 @@ namespace attnjit::codegen {
 struct Lowered {
   std::vector<llvm::Value*> regs;          // one per register (a scalar: exactly one)
   std::optional<ir::LinearLayout> layout;  // tiles only
+  // A tile loaded with cp.async (codegen/lower/AsyncCopy.h): its elements are in
+  // shared-memory buffer `asyncBuffer`, regs holds one i32, the buffer slot.
+  int asyncBuffer = -1;
   bool isTile() const { return layout.has_value(); }
+  bool isAsync() const { return asyncBuffer >= 0; }
 };
+
+struct AsyncCopyPlan;
 
 class LoweringContext {
  public:
   LoweringContext(llvm::LLVMContext& context, llvm::Module& module, const ir::Kernel& kernel,
                   const TargetInfo& target);
+  ~LoweringContext();
 
   llvm::LLVMContext& llvm;
   llvm::Module& module;
@@ -46,8 +53,12 @@ class LoweringContext {
   llvm::Value* warpId = nullptr;
   // Contiguity / divisibility / constancy facts of the kernel's values.
   std::unique_ptr<ir::AxisInfo> axis;
-  // Bytes of dynamic shared memory the kernel needs (max over all scratch uses).
+  // Bytes of dynamic shared memory the kernel needs: the cp.async buffers, then
+  // the scratch area (the max over all scratch uses).
   int64_t sharedBytes = 0;
+  int64_t asyncBufferBytes = 0;
+  // Which loads become cp.async copies (planAsyncCopies); null where none do.
+  std::unique_ptr<AsyncCopyPlan> async;
 
   // The first unsupported construct met; lowering continues but the result is discarded.
   ir::Status status;
@@ -72,8 +83,10 @@ class LoweringContext {
   llvm::Value* coordinate(const ir::LinearLayout& layout, int64_t reg, int dim);
 
   // ---- shared memory ----
-  // Base of the dynamic shared-memory scratch (addrspace 3), and a CTA barrier.
+  // Base of the dynamic shared-memory scratch (addrspace 3; after the cp.async
+  // buffers), of the whole dynamic shared memory, and a CTA barrier.
   llvm::Value* sharedBase();
+  llvm::Value* sharedStart();
   void barrier();
   void reserveShared(int64_t bytes) { sharedBytes = std::max(sharedBytes, bytes); }
 
@@ -91,6 +104,19 @@ class LoweringContext {
   std::unordered_map<std::string, llvm::Value*> laneWarpCoord_;  // per (layout, dim, block)
   llvm::GlobalVariable* shared_ = nullptr;
 };
+
+// How many consecutive registers of a load or store with layout `layout` move as
+// one vector access (axis facts of the pointer, mask and fallback; at most 16 bytes).
+int accessVectorWidth(LoweringContext& ctx, const ir::Operation& op, const ir::LinearLayout& layout, int bytes,
+                      const ir::Value* mask, const ir::Value* other);
+
+// cp.async (codegen/lower/AsyncCopy.cpp). lowerAsyncLoad lowers a planned load and
+// returns true (false: not planned, lower it normally); lowerAsyncConvert reads
+// an async tile into layout `to`; finishAsyncLoop drains a loop's copies at its exit.
+bool lowerAsyncLoad(LoweringContext& ctx, const ir::Operation& op);
+std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const ir::Operation& op, const Lowered& in,
+                                            const ir::LinearLayout& to);
+void finishAsyncLoop(LoweringContext& ctx, const ir::Operation& loop);
 
 // One lowering function per op family (ir/Ops.def); a family without one fails
 // to link.

@@ -10,19 +10,12 @@ namespace attnjit::codegen {
 
 using namespace ir;
 
-namespace {
-
-const char* spaceName(const Type& pointerType) {
-  return pointerType.addressSpace() == AddressSpace::Global ? "global" : "shared";
-}
-
 // How many consecutive registers one access moves: the leading register bits
 // must step 1, 2, 4... along one dimension, and the axis facts must prove the
 // pointers contiguous and aligned and the mask (and fallback) constant there.
-int vectorWidth(LoweringContext& ctx, const Operation& op, const Lowered& ptr, int bytes, const Value* mask,
-                const Value* other) {
-  if (!ptr.isTile() || ptr.layout->reg.empty()) return 1;
-  const LinearLayout& l = *ptr.layout;
+int accessVectorWidth(LoweringContext& ctx, const Operation& op, const LinearLayout& l, int bytes, const Value* mask,
+                      const Value* other) {
+  if (l.reg.empty()) return 1;
   int dim = -1;
   for (int d = 0; d < l.rank(); ++d)
     if (l.reg[0][d] == 1) dim = d;
@@ -40,6 +33,19 @@ int vectorWidth(LoweringContext& ctx, const Operation& op, const Lowered& ptr, i
   if (mask) width = std::min(width, ctx.axis->facts(mask).constancy[dim]);
   if (other) width = std::min(width, ctx.axis->facts(other).constancy[dim]);
   return static_cast<int>(std::max<int64_t>(1, width));
+}
+
+namespace {
+
+const char* spaceName(const Type& pointerType) {
+  return pointerType.addressSpace() == AddressSpace::Global ? "global" : "shared";
+}
+
+// accessVectorWidth for a lowered pointer (a scalar pointer moves one element).
+int vectorWidth(LoweringContext& ctx, const Operation& op, const Lowered& ptr, int bytes, const Value* mask,
+                const Value* other) {
+  if (!ptr.isTile()) return 1;
+  return accessVectorWidth(ctx, op, *ptr.layout, bytes, mask, other);
 }
 
 // Register value ↔ memory representation (i1 is a byte in memory).
@@ -125,6 +131,7 @@ void lowerAddPtr(LoweringContext& ctx, const Operation& op) {
 }
 
 void lowerLoad(LoweringContext& ctx, const Operation& op) {
+  if (lowerAsyncLoad(ctx, op)) return;
   const Type& ptrType = op.operand(0)->type();
   ScalarKind k = ptrType.scalarKind();
   if (k == ScalarKind::I4) ctx.unsupported(op, "of i4 elements (load bytes as i8 and unpack)");

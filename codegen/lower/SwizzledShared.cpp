@@ -17,15 +17,13 @@
 // of consecutive elements.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
-#include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/SwizzledShared.h"
 
 namespace attnjit::codegen {
 
 using namespace ir;
 
 namespace {
-
-constexpr int64_t kChunkBytes = 16;
 
 Coord unitCoord(int dim, int64_t value) {
   Coord c{0, 0, 0};
@@ -60,31 +58,6 @@ int64_t vectorWidth(const LinearLayout& l, int dim, int64_t maxElements) {
   return vec;
 }
 
-struct SwizzledTile {
-  int contigDim;
-  int64_t rowElements;    // extent of contigDim
-  int64_t chunkElements;  // elements per 16-byte chunk
-  int64_t perPhase;       // rows sharing one swizzle phase (rows shorter than 128 bytes)
-  int64_t maxPhase;       // distinct phases
-
-  SwizzledTile(int dim, int64_t rowElems, int64_t elemBytes) : contigDim(dim), rowElements(rowElems) {
-    chunkElements = kChunkBytes / elemBytes;
-    int64_t rowBytes = rowElems * elemBytes;
-    perPhase = std::max<int64_t>(1, 128 / rowBytes);
-    maxPhase = std::min<int64_t>(8, rowBytes / kChunkBytes);
-  }
-
-  // Element offset of (row, col) where col runs along contigDim; row and col i32.
-  llvm::Value* offset(llvm::IRBuilder<>& b, llvm::Value* row, llvm::Value* col) const {
-    llvm::Value* chunk = b.CreateLShr(col, static_cast<uint64_t>(log2Exact(chunkElements)));
-    llvm::Value* within = b.CreateAnd(col, static_cast<uint64_t>(chunkElements - 1));
-    llvm::Value* phase = b.CreateAnd(b.CreateLShr(row, static_cast<uint64_t>(log2Exact(perPhase))),
-                                     static_cast<uint64_t>(maxPhase - 1));
-    llvm::Value* swizzled = b.CreateShl(b.CreateXor(chunk, phase), static_cast<uint64_t>(log2Exact(chunkElements)));
-    llvm::Value* rowStart = b.CreateShl(row, static_cast<uint64_t>(log2Exact(rowElements)));
-    return b.CreateOr(rowStart, b.CreateOr(swizzled, within));
-  }
-};
 
 // The dimension the destination's fragment pairs run along (X) when `to` is an
 // mma.sync operand fragment of 16-bit elements; -1 otherwise.
@@ -116,13 +89,13 @@ bool ldmatrixRowsAligned(const LinearLayout& to, int pairDim, int contigDim) {
   return true;
 }
 
-llvm::Value* elementAddress(LoweringContext& ctx, llvm::Type* elementType, llvm::Value* offset) {
-  return ctx.b.CreateGEP(elementType, ctx.sharedBase(), offset);
+llvm::Value* elementAddress(LoweringContext& ctx, llvm::Value* base, llvm::Type* elementType, llvm::Value* offset) {
+  return ctx.b.CreateGEP(elementType, base, offset);
 }
 
 // ldmatrix reads of `to` (an operand fragment, see ldmatrixPairDim) from `tile`.
 std::vector<llvm::Value*> readWithLdmatrix(LoweringContext& ctx, const LinearLayout& to, const SwizzledTile& tile,
-                                           int pairDim, llvm::Type* elementType) {
+                                           int pairDim, llvm::Type* elementType, llvm::Value* base) {
   llvm::IRBuilder<>& b = ctx.b;
   const bool transposed = pairDim != tile.contigDim;
   // Each 8×8 matrix covers two registers (bit 0) of every lane; up to four
@@ -160,7 +133,7 @@ std::vector<llvm::Value*> readWithLdmatrix(LoweringContext& ctx, const LinearLay
   for (int64_t instr = 0; instr < rows.numRegisters(); ++instr) {
     llvm::Value* row = ctx.coordinate(rows, instr, rowDim);
     llvm::Value* col = ctx.coordinate(rows, instr, tile.contigDim);
-    llvm::Value* address = elementAddress(ctx, elementType, tile.offset(b, row, col));
+    llvm::Value* address = elementAddress(ctx, base, elementType, tile.offset(b, row, col));
     llvm::Value* loaded = b.CreateIntrinsic(id, {address->getType()}, {address});
     for (int64_t m = 0; m < matrices; ++m) {
       llvm::Value* word = matrices == 1 ? loaded : b.CreateExtractValue(loaded, static_cast<unsigned>(m));
@@ -174,7 +147,7 @@ std::vector<llvm::Value*> readWithLdmatrix(LoweringContext& ctx, const LinearLay
 }
 
 std::vector<llvm::Value*> readVectors(LoweringContext& ctx, const LinearLayout& to, const SwizzledTile& tile,
-                                      llvm::Type* elementType, int64_t elemBytes) {
+                                      llvm::Type* elementType, int64_t elemBytes, llvm::Value* base) {
   llvm::IRBuilder<>& b = ctx.b;
   const int rowDim = 1 - tile.contigDim;
   const int64_t vec = vectorWidth(to, tile.contigDim, tile.chunkElements);
@@ -182,7 +155,7 @@ std::vector<llvm::Value*> readVectors(LoweringContext& ctx, const LinearLayout& 
   std::vector<llvm::Value*> out(static_cast<size_t>(to.numRegisters()));
   for (int64_t r = 0; r < to.numRegisters(); r += vec) {
     llvm::Value* offset = tile.offset(b, ctx.coordinate(to, r, rowDim), ctx.coordinate(to, r, tile.contigDim));
-    llvm::Value* address = elementAddress(ctx, elementType, offset);
+    llvm::Value* address = elementAddress(ctx, base, elementType, offset);
     if (vec == 1) {
       out[static_cast<size_t>(r)] = b.CreateAlignedLoad(elementType, address, llvm::Align(elemBytes));
       continue;
@@ -195,13 +168,9 @@ std::vector<llvm::Value*> readVectors(LoweringContext& ctx, const LinearLayout& 
 
 }  // namespace
 
-std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringContext& ctx,
-                                                                     const std::vector<llvm::Value*>& regs,
-                                                                     const LinearLayout& from, const LinearLayout& to,
-                                                                     llvm::Type* elementType) {
-  if (from.rank() != 2 || from.shape != to.shape || elementType->isIntegerTy(1)) return std::nullopt;
-  const int64_t elemBytes = static_cast<int64_t>(ctx.module.getDataLayout().getTypeAllocSize(elementType));
-  if (elemBytes > kChunkBytes || kChunkBytes % elemBytes != 0) return std::nullopt;
+std::optional<SwizzledTile> swizzledTileFor(const LinearLayout& from, const LinearLayout& to, int64_t elemBytes) {
+  if (from.rank() != 2 || from.shape != to.shape) return std::nullopt;
+  if (elemBytes > kSwizzleChunkBytes || kSwizzleChunkBytes % elemBytes != 0) return std::nullopt;
   // Contiguous in shared memory: the dimension of the source's longest per-thread run.
   int contigDim = contiguousRegisters(from, 0) > contiguousRegisters(from, 1) ? 0 : 1;
   if (contiguousRegisters(from, contigDim) == 1) {
@@ -209,18 +178,45 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
     contigDim = contiguousRegisters(to, 0) > contiguousRegisters(to, 1) ? 0 : 1;
   }
   const int64_t rowElements = from.shape[static_cast<size_t>(contigDim)];
-  if (rowElements * elemBytes < kChunkBytes) return std::nullopt;
-  const SwizzledTile tile(contigDim, rowElements, elemBytes);
+  if (rowElements * elemBytes < kSwizzleChunkBytes) return std::nullopt;
+  return SwizzledTile(contigDim, rowElements, elemBytes);
+}
+
+int64_t SwizzledTile::bytes(const LinearLayout& layout) const { return layout.shape[0] * layout.shape[1] * elemBytes; }
+
+std::vector<llvm::Value*> readSwizzledTile(LoweringContext& ctx, const LinearLayout& to, const SwizzledTile& tile,
+                                           llvm::Type* elementType, llvm::Value* base) {
+  int pairDim = tile.elemBytes == 2 && ctx.target.hasMmaSync ? ldmatrixPairDim(to) : -1;
+  if (pairDim >= 0 && ldmatrixRowsAligned(to, pairDim, tile.contigDim))
+    return readWithLdmatrix(ctx, to, tile, pairDim, elementType, base);
+  return readVectors(ctx, to, tile, elementType, tile.elemBytes, base);
+}
+
+int64_t swizzleVectorWidth(const LinearLayout& layout, const SwizzledTile& tile) {
+  return vectorWidth(layout, tile.contigDim, tile.chunkElements);
+}
+
+std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringContext& ctx,
+                                                                     const std::vector<llvm::Value*>& regs,
+                                                                     const LinearLayout& from, const LinearLayout& to,
+                                                                     llvm::Type* elementType) {
+  if (elementType->isIntegerTy(1)) return std::nullopt;
+  const int64_t elemBytes = static_cast<int64_t>(ctx.module.getDataLayout().getTypeAllocSize(elementType));
+  const std::optional<SwizzledTile> planned = swizzledTileFor(from, to, elemBytes);
+  if (!planned) return std::nullopt;
+  const SwizzledTile& tile = *planned;
+  const int contigDim = tile.contigDim;
   const int rowDim = 1 - contigDim;
   llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* base = ctx.sharedBase();
 
-  ctx.reserveShared(from.shape[0] * from.shape[1] * elemBytes);
+  ctx.reserveShared(tile.bytes(from));
   ctx.barrier();
   const int64_t vec = vectorWidth(from, contigDim, tile.chunkElements);
   auto* vectorType = llvm::FixedVectorType::get(elementType, static_cast<unsigned>(vec));
   for (int64_t r = 0; r < from.numRegisters(); r += vec) {
     llvm::Value* offset = tile.offset(b, ctx.coordinate(from, r, rowDim), ctx.coordinate(from, r, contigDim));
-    llvm::Value* address = elementAddress(ctx, elementType, offset);
+    llvm::Value* address = elementAddress(ctx, base, elementType, offset);
     if (vec == 1) {
       b.CreateAlignedStore(regs[static_cast<size_t>(r)], address, llvm::Align(elemBytes));
       continue;
@@ -230,10 +226,7 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
     b.CreateAlignedStore(v, address, llvm::Align(vec * elemBytes));
   }
   ctx.barrier();
-
-  int pairDim = elemBytes == 2 && ctx.target.hasMmaSync ? ldmatrixPairDim(to) : -1;
-  if (pairDim >= 0 && ldmatrixRowsAligned(to, pairDim, contigDim)) return readWithLdmatrix(ctx, to, tile, pairDim, elementType);
-  return readVectors(ctx, to, tile, elementType, elemBytes);
+  return readSwizzledTile(ctx, to, tile, elementType, base);
 }
 
 }  // namespace attnjit::codegen

@@ -931,6 +931,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
   if (blockMRows != defaults.blockMRows) name += "_m" + std::to_string(blockMRows);
   if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
+  if (!asyncCopy) name += "_noasync";
   return name;
 }
 
@@ -992,6 +993,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
       "vLLM unified paged attention (2D launch): grid = (num_seqs + num_tokens / BLOCK_Q, Hkv).");
   kernel->attrs().set("num_warps", int64_t{config.numWarps});
   kernel->attrs().set("num_stages", int64_t{config.numStages});
+  if (!config.asyncCopy) kernel->attrs().set("async_copy", int64_t{0});
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
   cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});

@@ -48,6 +48,10 @@ struct UnifiedAttentionConfig {
   // Software pipeline depth of the KV loop: 2 issues tile j+1's loads before tile
   // j's compute (compiler/passes/Pipelining.cpp); 1 turns it off.
   int numStages = 2;
+  // With num_stages 2, the K/V tiles go from global to shared memory by cp.async
+  // (codegen/lower/AsyncCopy.cpp) instead of through registers; false keeps the
+  // register path (kernel attribute async_copy = 0), for comparison.
+  bool asyncCopy = true;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,

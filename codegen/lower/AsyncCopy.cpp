@@ -1,0 +1,249 @@
+// cp.async for software-pipelined tile loads: the K/V tiles of the attention
+// loops go from global memory straight into swizzled shared-memory buffers,
+// instead of through registers and a store.
+//
+// The pipelining pass (compiler/passes/Pipelining.cpp) leaves loops of this shape:
+//
+//   %t0 = load %p0, %m0, %zero                 // prologue: tile lo
+//   for ... iter_args(%t = %t0) {
+//     %n = load %p1, %m1, %zero                // top of the body: tile iv + step
+//     ... %x = convert_layout %t ...           // the current tile, into an operand layout
+//     yield ..., %n
+//   }
+//
+// Without cp.async, %n is held in registers for a whole iteration and then
+// stored into a shared tile by the convert. Here, when the carried tile is only
+// ever read through convert_layout (which would stage it in a swizzled shared
+// tile anyway) and each 16-byte chunk of the load is one vector access, the
+// loads become cp.async copies into that same swizzled tile placement, in one of
+// two slots of a buffer of their own (the slot alternates each iteration), and
+// the converts read the slot directly (ldmatrix). Masked-off chunks copy 0 bytes
+// and the hardware zero-fills them, which is the loads' `other` (required 0).
+//
+// Synchronization: every copy is committed as its own group. A convert waits
+// until the group of its tile is complete (cp.async.wait_group with the number of
+// groups committed after it, counted at compile time: the later loads of the
+// previous round plus those of this iteration so far) and then a barrier makes
+// all threads' copies visible. Before the first copy of an iteration a barrier
+// makes sure every thread finished reading the slot about to be overwritten (it
+// held the tile of the previous iteration). A loop's exit waits for all copies.
+//
+// The kernel attribute async_copy = 0 turns this off (the register path stays);
+// targets without cp.async (none in the table, all are sm_80+) never use it.
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/SwizzledShared.h"
+
+namespace attnjit::codegen {
+
+using namespace ir;
+
+namespace {
+
+using Uses = std::unordered_map<const Value*, std::vector<const Operation*>>;
+
+void collectUses(const Block& block, Uses& uses) {
+  for (const auto& op : block.operations()) {
+    for (const Value* operand : op->operands()) uses[operand].push_back(op.get());
+    for (const auto& region : op->regions()) collectUses(*region, uses);
+  }
+}
+
+bool isZeroConstant(const Value* v) {
+  const Operation* def = v ? v->definingOp() : nullptr;
+  if (!def) return false;
+  if (def->opcode() == Opcode::Splat) return isZeroConstant(def->operand(0));
+  if (def->opcode() != Opcode::Constant) return false;
+  const AttrValue* value = def->attrs().find("value");
+  if (!value) return false;
+  if (const auto* i = std::get_if<int64_t>(value)) return *i == 0;
+  if (const auto* d = std::get_if<double>(value)) return *d == 0.0 && !std::signbit(*d);
+  return false;
+}
+
+size_t positionOf(const Operation& op) {
+  const auto& ops = op.parentBlock()->operations();
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].get() == &op) return i;
+  return ops.size();
+}
+
+// A masked tile load from global memory with a zero fallback whose every chunk
+// is one 16-byte access of the swizzled tile: the copies a cp.async can do.
+bool copiesWholeChunks(LoweringContext& ctx, const Operation& load, const LinearLayout& layout,
+                       const SwizzledTile& tile) {
+  if (load.opcode() != Opcode::Load || load.numOperands() != 3 || !load.result()->type().isTile()) return false;
+  const Type& ptrType = load.operand(0)->type();
+  if (ptrType.addressSpace() != AddressSpace::Global) return false;
+  if (!isZeroConstant(load.operand(2))) return false;
+  const int bytes = storageBytes(ptrType.scalarKind());
+  if (bytes != tile.elemBytes) return false;
+  const int width = accessVectorWidth(ctx, load, layout, bytes, load.operand(1), load.operand(2));
+  if (width * bytes != kSwizzleChunkBytes) return false;
+  // The access's leading registers must be the tile's contiguous dimension.
+  return swizzleVectorWidth(layout, tile) == tile.chunkElements && layout.reg[0][tile.contigDim] == 1;
+}
+
+// The buffer for iter_arg `index` of `loop`, when that tile qualifies.
+std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation& loop, size_t index, const Uses& uses) {
+  const Block& body = *loop.region(0);
+  const Value* carried = body.argument(1 + index);
+  const Value* init = loop.operand(3 + index);
+  const Operation* yield = body.back();
+  if (!yield || yield->opcode() != Opcode::Yield || index >= yield->numOperands()) return std::nullopt;
+  const Value* next = yield->operand(index);
+  const Operation* prologueLoad = init->definingOp();
+  const Operation* bodyLoad = next->definingOp();
+  if (!prologueLoad || !bodyLoad || bodyLoad->parentBlock() != &body) return std::nullopt;
+  if (prologueLoad->parentBlock() != loop.parentBlock()) return std::nullopt;
+  const Type& type = carried->type();
+  if (!type.isTile() || type.rank() != 2 || !type.layout()) return std::nullopt;
+  if (prologueLoad->result()->type() != type || bodyLoad->result()->type() != type) return std::nullopt;
+  auto usesOf = [&](const Value* v) -> const std::vector<const Operation*>& {
+    static const std::vector<const Operation*> none;
+    auto it = uses.find(v);
+    return it == uses.end() ? none : it->second;
+  };
+  // The loads feed only the loop; the loop's result for this tile is dead.
+  if (usesOf(init).size() != 1 || usesOf(next).size() != 1) return std::nullopt;
+  if (!usesOf(loop.result(index)).empty()) return std::nullopt;
+  // The carried tile is read only by layout conversions at the body's top level
+  // (their waits are counted along the body's straight line).
+  const std::vector<const Operation*>& readers = usesOf(carried);
+  if (readers.empty()) return std::nullopt;
+  LinearLayout layout = ctx.linearLayout(type, loop);
+  const int64_t elemBytes = storageBytes(type.scalarKind());
+  std::optional<SwizzledTile> tile;
+  for (const Operation* reader : readers) {
+    if (reader->opcode() != Opcode::ConvertLayout || reader->parentBlock() != &body) return std::nullopt;
+    LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
+    std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
+    if (!readerTile) return std::nullopt;
+    if (tile && tile->contigDim != readerTile->contigDim) return std::nullopt;
+    tile = readerTile;
+  }
+  if (!copiesWholeChunks(ctx, *prologueLoad, layout, *tile) || !copiesWholeChunks(ctx, *bodyLoad, layout, *tile))
+    return std::nullopt;
+  AsyncBuffer buffer{*tile, layout};
+  buffer.slotBytes = tile->bytes(layout);
+  buffer.loop = &loop;
+  buffer.carried = carried;
+  buffer.prologueLoad = prologueLoad;
+  buffer.bodyLoad = bodyLoad;
+  return buffer;
+}
+
+void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, AsyncCopyPlan& plan) {
+  for (const auto& op : block.operations()) {
+    for (const auto& region : op->regions()) planBlock(ctx, *region, uses, plan);
+    if (op->opcode() != Opcode::For) continue;
+    std::vector<AsyncBuffer> found;
+    for (size_t i = 0; i + 3 < op->numOperands(); ++i)
+      if (auto buffer = planCarriedTile(ctx, *op, i, uses)) found.push_back(std::move(*buffer));
+    // Groups committed after each buffer's in the previous round: later in the
+    // body (iterations ≥ 1) and later in the prologue (iteration 0); the smaller.
+    for (AsyncBuffer& buffer : found) {
+      int laterInBody = 0, laterInPrologue = 0;
+      for (const AsyncBuffer& other : found) {
+        if (positionOf(*other.bodyLoad) > positionOf(*buffer.bodyLoad)) ++laterInBody;
+        if (positionOf(*other.prologueLoad) > positionOf(*buffer.prologueLoad)) ++laterInPrologue;
+      }
+      buffer.committedAfter = std::min(laterInBody, laterInPrologue);
+    }
+    for (AsyncBuffer& buffer : found) {
+      buffer.offset = ctx.asyncBufferBytes;
+      ctx.asyncBufferBytes += 2 * buffer.slotBytes;
+      const int id = static_cast<int>(plan.buffers.size());
+      plan.loads[buffer.prologueLoad] = id;
+      plan.loads[buffer.bodyLoad] = id;
+      plan.buffers.push_back(std::move(buffer));
+    }
+  }
+}
+
+llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Value* slot) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* bytes = b.CreateAdd(ctx.i32(buffer.offset), b.CreateMul(slot, ctx.i32(buffer.slotBytes)));
+  return b.CreateInBoundsGEP(b.getInt8Ty(), ctx.sharedStart(), bytes);
+}
+
+}  // namespace
+
+void planAsyncCopies(LoweringContext& ctx) {
+  const AttrValue* enabled = ctx.kernel.attrs().find("async_copy");
+  if (enabled && std::holds_alternative<int64_t>(*enabled) && std::get<int64_t>(*enabled) == 0) return;
+  if (!ctx.target.hasCpAsync) return;
+  Uses uses;
+  collectUses(ctx.kernel.body(), uses);
+  auto plan = std::make_unique<AsyncCopyPlan>();
+  planBlock(ctx, ctx.kernel.body(), uses, *plan);
+  if (!plan->buffers.empty()) ctx.async = std::move(plan);
+}
+
+bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
+  if (!ctx.async) return false;
+  auto found = ctx.async->loads.find(&op);
+  if (found == ctx.async->loads.end()) return false;
+  const int id = found->second;
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* slot;
+  if (&op == buffer.prologueLoad) {
+    // When the loop runs more than once (inside another loop), its last reads may
+    // still be under way in other warps.
+    ctx.barrier();
+    slot = ctx.i32(0);
+  } else {
+    int& committed = ctx.async->bodyCommits[buffer.loop];
+    // The first copy of an iteration overwrites slots last read in the previous one.
+    if (committed == 0) ctx.barrier();
+    slot = b.CreateXor(ctx.scalar(buffer.carried), ctx.i32(1));
+  }
+  const Lowered& ptr = ctx.get(op.operand(0));
+  const Lowered& mask = ctx.get(op.operand(1));
+  const LinearLayout& layout = buffer.layout;
+  const SwizzledTile& tile = buffer.tile;
+  const int rowDim = 1 - tile.contigDim;
+  llvm::Value* base = slotBase(ctx, buffer, slot);
+  llvm::Type* elementType = ctx.elementType(op.result()->type().elementType());
+  for (int64_t r = 0; r < layout.numRegisters(); r += tile.chunkElements) {
+    llvm::Value* offset = tile.offset(b, ctx.coordinate(layout, r, rowDim), ctx.coordinate(layout, r, tile.contigDim));
+    llvm::Value* destination = b.CreateGEP(elementType, base, offset);
+    // Masked off: copy nothing, and the hardware fills the 16 bytes with zeros.
+    llvm::Value* sourceBytes = b.CreateSelect(mask.regs[static_cast<size_t>(r)], ctx.i32(kSwizzleChunkBytes), ctx.i32(0));
+    b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s,
+                      {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
+  }
+  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
+  if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];
+  Lowered out;
+  out.regs = {slot};
+  out.layout = layout;
+  out.asyncBuffer = id;
+  ctx.set(op.result(), std::move(out));
+  return true;
+}
+
+std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const Operation& op, const Lowered& in,
+                                            const LinearLayout& to) {
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
+  llvm::IRBuilder<>& b = ctx.b;
+  const int pending = buffer.committedAfter + ctx.async->bodyCommits[buffer.loop];
+  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
+  ctx.barrier();
+  llvm::Type* elementType = ctx.elementType(op.operand(0)->type().elementType());
+  return readSwizzledTile(ctx, to, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
+}
+
+void finishAsyncLoop(LoweringContext& ctx, const Operation& loop) {
+  if (!ctx.async) return;
+  const bool hasBuffers = std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
+                                      [&](const AsyncBuffer& buffer) { return buffer.loop == &loop; });
+  if (hasBuffers) ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
+}
+
+}  // namespace attnjit::codegen

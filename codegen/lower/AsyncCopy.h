@@ -1,0 +1,39 @@
+// cp.async copies of pipelined tile loads (the file comment of AsyncCopy.cpp
+// explains the plan and its synchronization). Internal to codegen/.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/SwizzledShared.h"
+
+namespace attnjit::codegen {
+
+// A loop-carried tile that lives in shared memory: two slots of one swizzled tile.
+struct AsyncBuffer {
+  SwizzledTile tile;
+  ir::LinearLayout layout;  // of the loads
+  int64_t offset = 0;   // bytes from the start of dynamic shared memory
+  int64_t slotBytes = 0;
+  const ir::Operation* loop = nullptr;
+  const ir::Value* carried = nullptr;  // the loop's block argument holding the tile
+  const ir::Operation* prologueLoad = nullptr;
+  const ir::Operation* bodyLoad = nullptr;
+  // Groups the previous round (the prologue, or the previous iteration) commits
+  // after this buffer's: a lower bound, so waits never stop early.
+  int committedAfter = 0;
+};
+
+// Every async buffer of a kernel and which loads fill them.
+struct AsyncCopyPlan {
+  std::vector<AsyncBuffer> buffers;
+  std::unordered_map<const ir::Operation*, int> loads;        // planned load → its buffer
+  std::unordered_map<const ir::Operation*, int> bodyCommits;  // loop → groups committed so far in its body
+};
+
+// Chooses the loads that become cp.async copies and reserves their buffers at the
+// start of dynamic shared memory (ctx.asyncBufferBytes); sets ctx.async when any do.
+void planAsyncCopies(LoweringContext& ctx);
+
+}  // namespace attnjit::codegen
