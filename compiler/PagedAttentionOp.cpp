@@ -83,14 +83,18 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   // prefill 8 x 2048 causal 2.10 ms with 128 rows / 8 warps vs 4.21 ms with
   // vLLM's 16 rows. DiffKV 192/128 decode: 0.388 ms with 64-token tiles, 0.413
   // ms with 32 (16 bytes of spills at 64 cost less than the halved tile).
-  // Quantized caches keep 32-key tiles: with 64 the raw tiles carried by the
-  // pipeline and their converted copies spill (255 registers, 250-310 bytes of
-  // spills on sm_90a; none at 32).
+  // Per-tensor fp8 caches copy their raw tiles by cp.async too, so wide tiles do
+  // not spill: 128-key tiles 0.285 ms, 64 0.326, 32 0.383 (D=128; 250 registers,
+  // no spills at 128). The per-token-head formats keep 32-key tiles: their rows
+  // (D + 4 bytes) are not 16-byte aligned, so their tiles stay in registers, and
+  // with 64 the raw and converted tiles spill (250-310 bytes on sm_90a).
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     config.numWarps = 8;
   } else if (p.dtype != ir::ScalarKind::F32 && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
+  } else if (p.dtype != ir::ScalarKind::F32 && isPerTensorFp8(p.kvCacheFormat)) {
+    config.tileSize = std::max(config.headSize, config.effectiveValueHeadSize()) <= 128 ? 128 : 64;
   }
   return config;
 }

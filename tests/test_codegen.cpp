@@ -15,6 +15,7 @@
 #include "compiler/CompileDriver.h"
 #include "compiler/Jit.h"
 #include "compiler/kernels/MergeAttnStates.h"
+#include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
 
 using namespace attnjit;
@@ -138,6 +139,43 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
   prefill.numWarps = 8;
   prefill.tileSize = 64;
   CHECK(countOf(compile(prefill, "sm_90a").ptx, "cp.async.cg.shared.global") > 0);
+
+  // A per-tensor fp8 tile is unpacked before its convert: it is read back from its
+  // slot into the load layout (16-byte shared loads), not kept in registers.
+  compiler::UnifiedAttentionConfig fp8;
+  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  fp8.tileSize = 128;
+  compiler::CompiledKernel fp8Kernel = compile(fp8, "sm_90a");
+  // K [128, 128] and V of one-byte values: 8 chunks each per thread, twice.
+  CHECK(countOf(fp8Kernel.ptx, "cp.async.cg.shared.global") == 2 * 2 * 8);
+  CHECK(fp8Kernel.ptx.find("ld.shared.v4.b32") != std::string::npos);
+  // Per-token-head rows (D + 4 bytes) are not 16-byte aligned: register path.
+  compiler::UnifiedAttentionConfig perTokenHead;
+  perTokenHead.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  CHECK(countOf(compile(perTokenHead, "sm_90a").ptx, "cp.async") == 0);
+}
+
+TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {
+  compiler::MlaDecodeConfig config;  // 576/512, 16 heads per program, 16-key tiles
+  auto kernel = compiler::buildMlaDecode(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  const std::string& ptx = compiled->ptx;
+  int copies = 0;
+  for (size_t at = ptx.find("cp.async.cg.shared.global"); at != std::string::npos;
+       at = ptx.find("cp.async.cg.shared.global", at + 1))
+    ++copies;
+  // Four 128-wide latent chunks and k_pe, 16 keys each, over 128 threads (16-byte
+  // chunks): (4 * 16 * 128 + 16 * 64) * 2 / 16 / 128 = 9 per thread, twice.
+  CHECK(copies == 18);
+  // The latent tile is Kᵀ of Q·Kᵀ (its transpose, a view of the slot) and V of
+  // P·V: both read by ldmatrix, plain and transposed.
+  CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);
+  CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
 }
 
 TEST_CASE("ptxas assembles every attention variant for sm_80 and sm_90a", "[codegen][ptxas]") {

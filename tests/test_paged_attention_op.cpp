@@ -195,6 +195,13 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.dtype = ScalarKind::F32;
   p.maxQueryLen = 1;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);  // f32 runs on FMAs; its tile stays vLLM's
+  // Quantized caches: per-tensor fp8 tiles go by cp.async, so wide tiles pay; the
+  // per-token-head rows are not 16-byte aligned and keep vLLM's 32.
+  p.dtype = ScalarKind::BF16;
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 128);
+  p.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
 }
 
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {

@@ -12,13 +12,16 @@
 //   }
 //
 // Without cp.async, %n is held in registers for a whole iteration and then
-// stored into a shared tile by the convert. Here, when the carried tile is only
-// ever read through convert_layout (which would stage it in a swizzled shared
-// tile anyway) and each 16-byte chunk of the load is one vector access, the
-// loads become cp.async copies into that same swizzled tile placement, in one of
-// two slots of a buffer of their own (the slot alternates each iteration), and
-// the converts read the slot directly (ldmatrix). Masked-off chunks copy 0 bytes
-// and the hardware zero-fills them, which is the loads' `other` (required 0).
+// stored into a shared tile by the convert. Here, when each 16-byte chunk of the
+// loads is one vector access and the carried tile is read only at the body's top
+// level, the loads become cp.async copies into the swizzled tile placement a
+// conversion uses, in one of two slots of a buffer of their own (the slot
+// alternates each iteration). Converts read the slot directly (ldmatrix for
+// operands); any other reader (e.g. the unpacking of a quantized tile) first
+// reads the tile back into its load layout, once per iteration, so the prefetched
+// tile still lives in shared memory rather than registers while it is in flight.
+// Masked-off chunks copy 0 bytes and the hardware zero-fills them, which is the
+// loads' `other` (required 0).
 //
 // Synchronization: every copy is committed as its own group. A convert waits
 // until the group of its tile is complete (cp.async.wait_group with the number of
@@ -34,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/SwizzledShared.h"
@@ -111,21 +115,34 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   // The loads feed only the loop; the loop's result for this tile is dead.
   if (usesOf(init).size() != 1 || usesOf(next).size() != 1) return std::nullopt;
   if (!usesOf(loop.result(index)).empty()) return std::nullopt;
-  // The carried tile is read only by layout conversions at the body's top level
-  // (their waits are counted along the body's straight line).
+  // The carried tile is read only at the body's top level (the waits are counted
+  // along the body's straight line): by layout conversions, which read the slot
+  // directly, and by any other op, before which the tile is read back into its
+  // load layout once per iteration (materializeAsyncTiles).
   const std::vector<const Operation*>& readers = usesOf(carried);
   if (readers.empty()) return std::nullopt;
   LinearLayout layout = ctx.linearLayout(type, loop);
   const int64_t elemBytes = storageBytes(type.scalarKind());
-  std::optional<SwizzledTile> tile;
-  for (const Operation* reader : readers) {
-    if (reader->opcode() != Opcode::ConvertLayout || reader->parentBlock() != &body) return std::nullopt;
-    LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
-    std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
-    if (!readerTile) return std::nullopt;
-    if (tile && tile->contigDim != readerTile->contigDim) return std::nullopt;
-    tile = readerTile;
-  }
+  std::optional<SwizzledTile> tile = swizzledTileFor(layout, layout, elemBytes);
+  if (!tile) return std::nullopt;
+  // A 2D transpose of the tile is a view of the same slot (its readers read the
+  // slot with the coordinates swapped back).
+  std::function<bool(const Value*, bool)> readable = [&](const Value* value, bool transposed) {
+    for (const Operation* reader : usesOf(value)) {
+      if (reader->parentBlock() != &body || reader->opcode() == Opcode::Yield) return false;
+      if (reader->opcode() == Opcode::Transpose) {
+        if (!readable(reader->result(), !transposed)) return false;
+        continue;
+      }
+      if (reader->opcode() != Opcode::ConvertLayout) continue;
+      LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
+      if (transposed) to = to.transposed({1, 0});
+      std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
+      if (!readerTile || readerTile->contigDim != tile->contigDim) return false;
+    }
+    return true;
+  };
+  if (!readable(carried, false)) return std::nullopt;
   if (!copiesWholeChunks(ctx, *prologueLoad, layout, *tile) || !copiesWholeChunks(ctx, *bodyLoad, layout, *tile))
     return std::nullopt;
   AsyncBuffer buffer{*tile, layout};
@@ -201,7 +218,7 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
     int& committed = ctx.async->bodyCommits[buffer.loop];
     // The first copy of an iteration overwrites slots last read in the previous one.
     if (committed == 0) ctx.barrier();
-    slot = b.CreateXor(ctx.scalar(buffer.carried), ctx.i32(1));
+    slot = b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
   }
   const Lowered& ptr = ctx.get(op.operand(0));
   const Lowered& mask = ctx.get(op.operand(1));
@@ -228,15 +245,54 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   return true;
 }
 
-std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const Operation& op, const Lowered& in,
-                                            const LinearLayout& to) {
+namespace {
+
+// Waits for the copies of the tile in `in`'s slot (and every thread's, through the
+// barrier), then reads it into layout `to`.
+std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in, const LinearLayout& to,
+                                        llvm::Type* elementType) {
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
   llvm::IRBuilder<>& b = ctx.b;
   const int pending = buffer.committedAfter + ctx.async->bodyCommits[buffer.loop];
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
   ctx.barrier();
-  llvm::Type* elementType = ctx.elementType(op.operand(0)->type().elementType());
-  return readSwizzledTile(ctx, to, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
+  const LinearLayout read = in.asyncTransposed ? to.transposed({1, 0}) : to;
+  return readSwizzledTile(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
+}
+
+}  // namespace
+
+std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const Operation& op, const Lowered& in,
+                                            const LinearLayout& to) {
+  return readAsyncTile(ctx, in, to, ctx.elementType(op.operand(0)->type().elementType()));
+}
+
+void materializeAsyncTiles(LoweringContext& ctx, const Operation& op) {
+  if (!ctx.async) return;
+  switch (op.opcode()) {
+    case Opcode::ConvertLayout:  // reads the slot itself
+    case Opcode::Transpose:      // a view of the slot
+    case Opcode::For:            // takes the prologue's tile as it is
+    case Opcode::Yield:          // passes the next tile's slot
+      return;
+    default:
+      break;
+  }
+  for (const Value* operand : op.operands()) {
+    const Lowered& in = ctx.get(operand);
+    if (!in.isAsync()) continue;
+    const LinearLayout layout = *in.layout;
+    std::vector<llvm::Value*> regs = readAsyncTile(ctx, in, layout, ctx.elementType(operand->type().elementType()));
+    ctx.set(operand, Lowered{std::move(regs), layout});
+  }
+}
+
+void beginAsyncLoop(LoweringContext& ctx, const Operation& loop) {
+  if (!ctx.async) return;
+  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
+    const AsyncBuffer& buffer = ctx.async->buffers[id];
+    if (buffer.loop == &loop) ctx.async->currentSlot[static_cast<int>(id)] = ctx.get(buffer.carried).regs.at(0);
+  }
 }
 
 void finishAsyncLoop(LoweringContext& ctx, const Operation& loop) {

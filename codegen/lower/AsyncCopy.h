@@ -30,6 +30,7 @@ struct AsyncCopyPlan {
   std::vector<AsyncBuffer> buffers;
   std::unordered_map<const ir::Operation*, int> loads;        // planned load → its buffer
   std::unordered_map<const ir::Operation*, int> bodyCommits;  // loop → groups committed so far in its body
+  std::unordered_map<int, llvm::Value*> currentSlot;  // buffer → the slot phi of its loop's iteration
 };
 
 // Chooses the loads that become cp.async copies and reserves their buffers at the

@@ -131,6 +131,13 @@ void lowerExpandDims(LoweringContext& ctx, const Operation& op) {
 void lowerTranspose(LoweringContext& ctx, const Operation& op) {
   const Lowered& in = ctx.get(op.operand(0));
   LinearLayout to = ctx.linearLayout(op.result()->type(), op);
+  if (in.isAsync()) {  // a view of the cp.async slot (2D, planned by AsyncCopy.cpp)
+    Lowered view = in;
+    view.layout = to;
+    view.asyncTransposed = !in.asyncTransposed;
+    ctx.set(op.result(), std::move(view));
+    return;
+  }
   const auto& perm = op.attrs().getInts("perm");
   std::vector<int64_t> inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);

@@ -123,6 +123,7 @@ void LoweringContext::barrier() {
 
 void lowerBlock(LoweringContext& ctx, const Block& block) {
   for (const auto& op : block.operations()) {
+    materializeAsyncTiles(ctx, *op);
     switch (op->opcode()) {
 #define ATTNJIT_OP(Enum, spelling, Family) \
   case Opcode::Enum:                       \
@@ -226,6 +227,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
     ctx.set(region.argument(1 + i), carried);
     inits.push_back(std::move(init));
   }
+  beginAsyncLoop(ctx, op);
   lowerBlock(ctx, region);
   std::vector<Lowered> yielded = ctx.yielded;
   llvm::Value* next = b.CreateAdd(iv, step);

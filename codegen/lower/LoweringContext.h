@@ -29,6 +29,7 @@ struct Lowered {
   // A tile loaded with cp.async (codegen/lower/AsyncCopy.h): its elements are in
   // shared-memory buffer `asyncBuffer`, regs holds one i32, the buffer slot.
   int asyncBuffer = -1;
+  bool asyncTransposed = false;  // a 2D transpose of the tile in the slot
   bool isTile() const { return layout.has_value(); }
   bool isAsync() const { return asyncBuffer >= 0; }
 };
@@ -117,6 +118,11 @@ bool lowerAsyncLoad(LoweringContext& ctx, const ir::Operation& op);
 std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const ir::Operation& op, const Lowered& in,
                                             const ir::LinearLayout& to);
 void finishAsyncLoop(LoweringContext& ctx, const ir::Operation& loop);
+// At the top of a loop body: records the slot each of its buffers holds this iteration.
+void beginAsyncLoop(LoweringContext& ctx, const ir::Operation& loop);
+// Before `op` (not a convert_layout, for or yield): reads every async tile operand
+// into registers in its load layout.
+void materializeAsyncTiles(LoweringContext& ctx, const ir::Operation& op);
 
 // One lowering function per op family (ir/Ops.def); a family without one fails
 // to link.
