@@ -83,6 +83,8 @@ bool copiesWholeChunks(LoweringContext& ctx, const Operation& load, const Linear
   if (load.opcode() != Opcode::Load || load.numOperands() != 3 || !load.result()->type().isTile()) return false;
   const Type& ptrType = load.operand(0)->type();
   if (ptrType.addressSpace() != AddressSpace::Global) return false;
+  // i1 (a byte in memory, i1 in registers) and i4 (nibbles) need their own loads.
+  if (ptrType.scalarKind() == ScalarKind::I1 || ptrType.scalarKind() == ScalarKind::I4) return false;
   if (!isZeroConstant(load.operand(2))) return false;
   const int bytes = storageBytes(ptrType.scalarKind());
   if (bytes != tile.elemBytes) return false;
