@@ -149,10 +149,13 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
   // K [128, 128] and V of one-byte values: 8 chunks each per thread, twice.
   CHECK(countOf(fp8Kernel.ptx, "cp.async.cg.shared.global") == 2 * 2 * 8);
   CHECK(fp8Kernel.ptx.find("ld.shared.v4.b32") != std::string::npos);
-  // Per-token-head rows (D + 4 bytes) are not 16-byte aligned: register path.
+  // Per-token-head rows (D + 4 bytes) are only 4-byte aligned: 4-byte copies
+  // (.ca, the only kind below 16 bytes), K [128, 32] and V: 8 each per thread, twice.
   compiler::UnifiedAttentionConfig perTokenHead;
   perTokenHead.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
-  CHECK(countOf(compile(perTokenHead, "sm_90a").ptx, "cp.async") == 0);
+  const std::string perTokenHeadPtx = compile(perTokenHead, "sm_90a").ptx;
+  CHECK(countOf(perTokenHeadPtx, "cp.async.ca.shared.global") == 2 * 2 * 8);
+  CHECK(countOf(perTokenHeadPtx, "cp.async.cg.shared.global") == 0);
 }
 
 TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {
@@ -319,5 +322,53 @@ TEST_CASE("a broadcast row converts as a row, never as the broadcast tile", "[co
     REQUIRE(compiled.isOk());
     INFO(compiled->tirOptimized);
     CHECK_FALSE(std::regex_search(compiled->tirOptimized, wideConversion));
+  }
+}
+
+TEST_CASE("the fast LLVM pipeline keeps the PTX's tensor-core and memory instructions", "[codegen][ptxas]") {
+  // LlvmPipeline::Fast trades O3's generality for compile time; what the kernels
+  // are built around must come out the same: every mma, ldmatrix and cp.async,
+  // and the vector shared/global accesses.
+  auto count = [](const std::string& ptx, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = ptx.find(needle); at != std::string::npos; at = ptx.find(needle, at + 1)) ++n;
+    return n;
+  };
+  compiler::UnifiedAttentionConfig decode;
+  compiler::UnifiedAttentionConfig prefill;
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  for (const auto& config : {decode, prefill}) {
+    INFO(config.kernelName());
+    auto compileWith = [&](codegen::LlvmPipeline pipeline) {
+      auto kernel = compiler::buildUnifiedAttention(config);
+      REQUIRE(kernel.isOk());
+      compiler::CompileOptions options;
+      options.target = "sm_90a";
+      options.llvmPipeline = pipeline;
+      auto compiled = compiler::compileKernel(**kernel, options);
+      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+      REQUIRE(compiled.isOk());
+      return *compiled;
+    };
+    compiler::CompiledKernel o3 = compileWith(codegen::LlvmPipeline::O3);
+    compiler::CompiledKernel fast = compileWith(codegen::LlvmPipeline::Fast);
+    CHECK(fast.llvmIrOptimized != o3.llvmIrOptimized);  // another pipeline did run
+    CHECK(fast.llvmIrOptimized.size() < fast.llvmIr.size() / 2);  // and it simplified
+    for (const char* needle : {"mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                               "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global",
+                               "st.shared.v4.b32", "ld.shared.v4.b32", "st.global.v4", "bar.sync"}) {
+      INFO(needle);
+      CHECK(count(fast.ptx, needle) == count(o3.ptx, needle));
+    }
+    if (tests::havePtxas()) {
+      std::string log;
+      CHECK(tests::assemblesWithPtxas(fast.ptx, "sm_90a", &log));
+      INFO(log);
+    }
+    // The cache never hands an O3 kernel to a fast-pipeline compile, or back.
+    compiler::CompileOptions o3Options, fastOptions;
+    fastOptions.llvmPipeline = codegen::LlvmPipeline::Fast;
+    CHECK(compiler::jitCacheKey(o3, o3Options) != compiler::jitCacheKey(fast, fastOptions));
   }
 }

@@ -12,9 +12,9 @@
 //   }
 //
 // Without cp.async, %n is held in registers for a whole iteration and then
-// stored into a shared tile by the convert. Here, when each 16-byte chunk of the
-// loads is one vector access and the carried tile is read only at the body's top
-// level, the loads become cp.async copies into the swizzled tile placement a
+// stored into a shared tile by the convert. Here, when the loads' vector accesses
+// are 16, 8 or 4 bytes along the tile's contiguous dimension and the carried tile
+// is read only at the body's top level, the loads become cp.async copies into the swizzled tile placement a
 // conversion uses, in one of two slots of a buffer of their own (the slot
 // alternates each iteration). Converts read the slot directly (ldmatrix for
 // operands); any other reader (e.g. the unpacking of a quantized tile) first
@@ -76,22 +76,27 @@ size_t positionOf(const Operation& op) {
   return ops.size();
 }
 
-// A masked tile load from global memory with a zero fallback whose every chunk
-// is one 16-byte access of the swizzled tile: the copies a cp.async can do.
-bool copiesWholeChunks(LoweringContext& ctx, const Operation& load, const LinearLayout& layout,
-                       const SwizzledTile& tile) {
-  if (load.opcode() != Opcode::Load || load.numOperands() != 3 || !load.result()->type().isTile()) return false;
+// The bytes one cp.async moves for a masked tile load from global memory with a
+// zero fallback: its vector width (16 bytes, or 8 or 4 where the rows are only
+// that aligned, e.g. per-token-head rows of D + 4 bytes), which must run along the
+// tile's contiguous dimension; 0 where cp.async cannot do the load.
+int copyBytes(LoweringContext& ctx, const Operation& load, const LinearLayout& layout, const SwizzledTile& tile) {
+  if (load.opcode() != Opcode::Load || load.numOperands() != 3 || !load.result()->type().isTile()) return 0;
   const Type& ptrType = load.operand(0)->type();
-  if (ptrType.addressSpace() != AddressSpace::Global) return false;
+  if (ptrType.addressSpace() != AddressSpace::Global) return 0;
   // i1 (a byte in memory, i1 in registers) and i4 (nibbles) need their own loads.
-  if (ptrType.scalarKind() == ScalarKind::I1 || ptrType.scalarKind() == ScalarKind::I4) return false;
-  if (!isZeroConstant(load.operand(2))) return false;
+  if (ptrType.scalarKind() == ScalarKind::I1 || ptrType.scalarKind() == ScalarKind::I4) return 0;
+  if (!isZeroConstant(load.operand(2))) return 0;
   const int bytes = storageBytes(ptrType.scalarKind());
-  if (bytes != tile.elemBytes) return false;
+  if (bytes != tile.elemBytes) return 0;
   const int width = accessVectorWidth(ctx, load, layout, bytes, load.operand(1), load.operand(2));
-  if (width * bytes != kSwizzleChunkBytes) return false;
-  // The access's leading registers must be the tile's contiguous dimension.
-  return swizzleVectorWidth(layout, tile) == tile.chunkElements && layout.reg[0][tile.contigDim] == 1;
+  const int copy = width * bytes;
+  if (copy != 4 && copy != 8 && copy != 16) return 0;
+  // The access's leading registers must be the tile's contiguous dimension, in
+  // aligned runs of at least one copy.
+  if (layout.reg.empty() || layout.reg[0][tile.contigDim] != 1) return 0;
+  if (swizzleVectorWidth(layout, tile) * bytes < copy) return 0;
+  return copy;
 }
 
 // The buffer for iter_arg `index` of `loop`, when that tile qualifies.
@@ -145,9 +150,10 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
     return true;
   };
   if (!readable(carried, false)) return std::nullopt;
-  if (!copiesWholeChunks(ctx, *prologueLoad, layout, *tile) || !copiesWholeChunks(ctx, *bodyLoad, layout, *tile))
-    return std::nullopt;
+  const int copy = copyBytes(ctx, *prologueLoad, layout, *tile);
+  if (copy == 0 || copyBytes(ctx, *bodyLoad, layout, *tile) != copy) return std::nullopt;
   AsyncBuffer buffer{*tile, layout};
+  buffer.copyBytes = copy;
   buffer.slotBytes = tile->bytes(layout);
   buffer.loop = &loop;
   buffer.carried = carried;
@@ -229,13 +235,17 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   const int rowDim = 1 - tile.contigDim;
   llvm::Value* base = slotBase(ctx, buffer, slot);
   llvm::Type* elementType = ctx.elementType(op.result()->type().elementType());
-  for (int64_t r = 0; r < layout.numRegisters(); r += tile.chunkElements) {
+  // 16-byte copies bypass L1 (.cg); 4 and 8 bytes exist only as .ca.
+  const llvm::Intrinsic::ID copy = buffer.copyBytes == 16  ? llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s
+                                   : buffer.copyBytes == 8 ? llvm::Intrinsic::nvvm_cp_async_ca_shared_global_8_s
+                                                           : llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4_s;
+  const int64_t copyElements = buffer.copyBytes / tile.elemBytes;
+  for (int64_t r = 0; r < layout.numRegisters(); r += copyElements) {
     llvm::Value* offset = tile.offset(b, ctx.coordinate(layout, r, rowDim), ctx.coordinate(layout, r, tile.contigDim));
     llvm::Value* destination = b.CreateGEP(elementType, base, offset);
-    // Masked off: copy nothing, and the hardware fills the 16 bytes with zeros.
-    llvm::Value* sourceBytes = b.CreateSelect(mask.regs[static_cast<size_t>(r)], ctx.i32(kSwizzleChunkBytes), ctx.i32(0));
-    b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s,
-                      {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
+    // Masked off: copy nothing, and the hardware fills the bytes with zeros.
+    llvm::Value* sourceBytes = b.CreateSelect(mask.regs[static_cast<size_t>(r)], ctx.i32(buffer.copyBytes), ctx.i32(0));
+    b.CreateIntrinsic(b.getVoidTy(), copy, {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
   }
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
   if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];

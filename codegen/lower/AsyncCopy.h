@@ -16,6 +16,7 @@ struct AsyncBuffer {
   ir::LinearLayout layout;  // of the loads
   int64_t offset = 0;   // bytes from the start of dynamic shared memory
   int64_t slotBytes = 0;
+  int copyBytes = 16;  // per cp.async: 16, or 8 / 4 for rows aligned only that far
   const ir::Operation* loop = nullptr;
   const ir::Value* carried = nullptr;  // the loop's block argument holding the tile
   const ir::Operation* prologueLoad = nullptr;
