@@ -118,7 +118,7 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.kvStrideBlock = 2 * p.kvStrideKv;
   CHECK(validationMessage(p) == "ok");
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
-        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head");  // 32-key tiles: no spills
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_t64");  // cp.async: no spills at 64
   p = validParams();
   p.lse = 0x80000;
   p.lseStrideHead = 3;
@@ -195,13 +195,17 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.dtype = ScalarKind::F32;
   p.maxQueryLen = 1;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);  // f32 runs on FMAs; its tile stays vLLM's
-  // Quantized caches: per-tensor fp8 tiles go by cp.async, so wide tiles pay; the
-  // per-token-head rows are not 16-byte aligned and keep vLLM's 32.
+  // Quantized caches: raw tiles go by cp.async, so wide tiles pay (measured,
+  // compiler/PagedAttentionOp.cpp); int4 per-token-head keeps its tiles in registers.
   p.dtype = ScalarKind::BF16;
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 128);
   p.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
-  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
+  CHECK(ops::selectPagedAttentionVariant(p).asyncCopy);
+  p.kvCacheFormat = compiler::KvCacheFormat::Int4PerTokenHead;
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
+  CHECK(!ops::selectPagedAttentionVariant(p).asyncCopy);
 }
 
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {
