@@ -115,6 +115,7 @@ ir::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const CompileOpti
   cg.target = *target;
   cg.ptxVersion = *ptxVersion;
   cg.optimize = options.optimizeLlvm;
+  cg.llvmPipeline = options.llvmPipeline;
   auto generated = codegen::generatePtx(kernel, cg);
   if (!generated) return generated.status();
   out.llvmIr = std::move(generated->llvmIr);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/Codegen.h"
 #include "compiler/Pipeline.h"
 #include "ir/IR.h"
 
@@ -16,6 +17,9 @@ struct CompileOptions {
   int driverMaxPtx = 0;  // the CUDA driver's PTX ISA limit (0: unknown, no clamp)
   PipelineOptions pipeline;
   bool optimizeLlvm = true;
+  // Which LLVM pipeline optimizes (when optimizeLlvm): O3, or the faster one
+  // tailored to lowered tiles (codegen::LlvmPipeline documents the trade-off).
+  codegen::LlvmPipeline llvmPipeline = codegen::LlvmPipeline::O3;
   // Stop after this stage: "tir-opt", "llvm", "ptx" (default: all the way to PTX).
   std::string stopAfter = "ptx";
   // Every stage of every compile is written here as <kernel>.tir, .opt.tir, .ll,

@@ -21,7 +21,12 @@ std::string jitCacheKey(const CompiledKernel& k, const CompileOptions& options) 
   key += "llvm " + codegen::llvmVersion() + "\n";
   key += "codegen revision " + std::to_string(codegen::kCodegenRevision) + "\n";
   key += "target " + k.target + " ptx " + std::to_string(k.ptxVersion) + "\n";
-  key += std::string("llvm-o3 ") + (options.optimizeLlvm ? "on" : "off") + "\n";
+  if (!options.optimizeLlvm)
+    key += "llvm-o3 off\n";
+  else if (options.llvmPipeline == codegen::LlvmPipeline::O3)
+    key += "llvm-o3 on\n";
+  else
+    key += "llvm-pipeline fast\n";
   for (const auto& stage : k.overridden) key += "override " + stage + "\n";
   key += k.tirOptimized;
   return key;

@@ -7,6 +7,7 @@
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/OptBisect.h>
 #include <llvm/IR/PassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -17,7 +18,11 @@
 #include <llvm/Target/TargetOptions.h>
 #include <llvm/TargetParser/Triple.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 namespace attnjit::codegen {
 
@@ -54,7 +59,58 @@ void prepareModule(llvm::Module& module, llvm::TargetMachine& tm) {
   module.setDataLayout(tm.createDataLayout());
 }
 
-void optimizeModule(llvm::Module& module, llvm::TargetMachine& tm) {
+namespace {
+
+// LlvmPipeline::Fast, in the new pass manager's text form. Measured on the shipped
+// kernels (LLVM 22, -time-passes): O3 spends 40% of its time in its eight
+// InstCombine runs and most of the rest in passes with nothing to do on lowered
+// tiles (inliner and IPO, loop and SLP vectorizers, unrolling, loop rotation and
+// unswitching: no calls, allocas or unrollable loops). What the PTX needs from the
+// middle end: lane-id arithmetic folded (InstCombine, twice: GVN exposes more),
+// repeated address and coordinate computations shared (EarlyCSE, GVN), per-block
+// address terms hoisted out of the KV loop (LICM: without it ptxas needs up to 9
+// more registers on MLA decode), the ranges of the special registers
+// (nvvm-intr-range: they let InstCombine drop masks), and alignment proven on
+// shared-memory accesses (infer-alignment) so that the backend's load/store
+// vectorizer still forms ld.shared.v4.
+constexpr const char* kFastPipeline =
+    "nvvm-reflect,function(nvvm-intr-range,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,"
+    "loop-mssa(licm),gvn,instcombine<no-verify-fixpoint>,infer-alignment,dce)";
+
+// Skips the passes named (by their pass argument) in the legacy codegen pipeline
+// of one LLVMContext: the supported way to leave a pass out of a TargetMachine's
+// fixed pipeline (OptPassGate, which -opt-bisect-limit also uses).
+class SkipPassesGate final : public llvm::OptPassGate {
+ public:
+  explicit SkipPassesGate(std::initializer_list<llvm::StringRef> skipped) : skipped_(skipped) {}
+  bool shouldRunPass(llvm::StringRef passName, llvm::StringRef) const override {
+    return std::find(skipped_.begin(), skipped_.end(), passName) == skipped_.end();
+  }
+  bool isEnabled() const override { return true; }
+
+ private:
+  std::vector<llvm::StringRef> skipped_;
+};
+
+// Installs `gate` on `context` for its lifetime, then restores the previous one.
+class ScopedPassGate {
+ public:
+  ScopedPassGate(llvm::LLVMContext& context, llvm::OptPassGate& gate)
+      : context_(context), previous_(context.getOptPassGate()) {
+    context_.setOptPassGate(gate);
+  }
+  ~ScopedPassGate() { context_.setOptPassGate(previous_); }
+  ScopedPassGate(const ScopedPassGate&) = delete;
+  ScopedPassGate& operator=(const ScopedPassGate&) = delete;
+
+ private:
+  llvm::LLVMContext& context_;
+  llvm::OptPassGate& previous_;
+};
+
+}  // namespace
+
+ir::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -65,11 +121,28 @@ void optimizeModule(llvm::Module& module, llvm::TargetMachine& tm) {
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  llvm::ModulePassManager mpm;
+  if (pipeline == LlvmPipeline::O3) {
+    mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  } else if (llvm::Error error = pb.parsePassPipeline(mpm, kFastPipeline)) {
+    return ir::Status::error({}, "internal: LLVM rejects the fast pipeline '" + std::string(kFastPipeline) +
+                                     "': " + llvm::toString(std::move(error)));
+  }
   mpm.run(module, mam);
+  return ir::Status::ok();
 }
 
-ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm) {
+ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
+  // "slsr": StraightLineStrengthReduce asks ScalarEvolution whether it may reuse
+  // each candidate, which scans the rest of the block: quadratic in our blocks of
+  // thousands of unrolled instructions (a quarter to 40% of emission on the
+  // attention kernels). "nary-reassociate" only regroups what SLSR leaves:
+  // without SLSR the PTX of every shipped kernel is byte-identical with or
+  // without it (LLVM 22). The names are LLVM's pass arguments; a renamed pass
+  // would run again, costing time, never correctness.
+  SkipPassesGate skipStraightLineScalarPasses({"slsr", "nary-reassociate"});
+  std::optional<ScopedPassGate> gate;
+  if (pipeline == LlvmPipeline::Fast) gate.emplace(module.getContext(), skipStraightLineScalarPasses);
   llvm::SmallString<0> buffer;
   llvm::raw_svector_ostream stream(buffer);
   llvm::legacy::PassManager pm;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "codegen/Codegen.h"
 #include "codegen/Target.h"
 
 namespace llvm {
@@ -23,13 +24,16 @@ ir::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(cons
 // Sets the module's triple and data layout for `tm`.
 void prepareModule(llvm::Module& module, llvm::TargetMachine& tm);
 
-// The new pass manager's O3 pipeline (NVVMReflect and NVVMIntrRange come from the
-// TargetMachine's callbacks; they are not added again).
-void optimizeModule(llvm::Module& module, llvm::TargetMachine& tm);
+// Runs `pipeline` with the new pass manager. O3: LLVM's default pipeline
+// (NVVMReflect and NVVMIntrRange come from the TargetMachine's callbacks; they are
+// not added again). Fast: kFastPipeline in PtxEmitter.cpp. A failure is a compiler
+// bug report.
+ir::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline);
 
 // Emits PTX (legacy pass manager: the MC layer still needs it). The module must
-// have been prepared for `tm`.
-ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm);
+// have been prepared for `tm`. Fast leaves out the backend's straight-line
+// strength reduction and n-ary reassociation (see LlvmPipeline).
+ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline);
 
 // Textual LLVM IR, and a verifier run whose failure is a compiler bug report.
 std::string printModule(const llvm::Module& module);

@@ -334,11 +334,13 @@ Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& 
   result.llvmIr = printModule(module);
   auto t1 = Clock::now();
   result.lowerMs = ms(t0, t1);
-  if (options.optimize) optimizeModule(module, **tm);
+  if (options.optimize)
+    if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
   result.llvmIrOptimized = printModule(module);
   auto t2 = Clock::now();
   result.optimizeMs = ms(t1, t2);
-  auto ptx = emitPtx(module, **tm);
+  // LlvmPipeline chooses middle end and backend together; unoptimized is plain.
+  auto ptx = emitPtx(module, **tm, options.optimize ? options.llvmPipeline : LlvmPipeline::O3);
   if (!ptx) return ptx.status();
   result.ptx = std::move(*ptx);
   result.emitMs = ms(t2, Clock::now());
