@@ -64,6 +64,15 @@ ir::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const CompileOpti
 
 }  // namespace
 
+ir::Expected<codegen::LlvmPipeline> resolveLlvmPipeline(const CompileOptions& options) {
+  if (options.llvmPipeline) return *options.llvmPipeline;
+  const std::string requested = settingOrEnvironment("", "ATTNJIT_LLVM_PIPELINE");
+  if (requested.empty() || requested == "o3") return codegen::LlvmPipeline::O3;
+  if (requested == "fast") return codegen::LlvmPipeline::Fast;
+  return ir::Diagnostic{ir::Location{"ATTNJIT_LLVM_PIPELINE", 0, 0},
+                        "unknown LLVM pipeline '" + requested + "': expected o3 (the default) or fast"};
+}
+
 ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOptions& options) {
   const std::string dumpDir = settingOrEnvironment(options.dumpDir, "ATTNJIT_DUMP_DIR");
   const std::string overrideDir = settingOrEnvironment(options.overrideDir, "ATTNJIT_OVERRIDE_DIR");
@@ -115,7 +124,9 @@ ir::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const CompileOpti
   cg.target = *target;
   cg.ptxVersion = *ptxVersion;
   cg.optimize = options.optimizeLlvm;
-  cg.llvmPipeline = options.llvmPipeline;
+  auto llvmPipeline = resolveLlvmPipeline(options);
+  if (!llvmPipeline) return llvmPipeline.status();
+  cg.llvmPipeline = *llvmPipeline;
   auto generated = codegen::generatePtx(kernel, cg);
   if (!generated) return generated.status();
   out.llvmIr = std::move(generated->llvmIr);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ struct CompileOptions {
   bool optimizeLlvm = true;
   // Which LLVM pipeline optimizes (when optimizeLlvm): O3, or the faster one
   // tailored to lowered tiles (codegen::LlvmPipeline documents the trade-off).
-  codegen::LlvmPipeline llvmPipeline = codegen::LlvmPipeline::O3;
+  // Unset: the environment's ATTNJIT_LLVM_PIPELINE (o3 or fast), else O3.
+  std::optional<codegen::LlvmPipeline> llvmPipeline;
   // Stop after this stage: "tir-opt", "llvm", "ptx" (default: all the way to PTX).
   std::string stopAfter = "ptx";
   // Every stage of every compile is written here as <kernel>.tir, .opt.tir, .ll,
@@ -47,6 +49,10 @@ struct CompiledKernel {
 };
 
 // Compiles `kernel` (which the passes rewrite in place).
+// The LLVM pipeline `options` ask for (see CompileOptions::llvmPipeline); an error
+// names a bad ATTNJIT_LLVM_PIPELINE.
+ir::Expected<codegen::LlvmPipeline> resolveLlvmPipeline(const CompileOptions& options);
+
 ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOptions& options);
 
 }  // namespace attnjit::compiler

@@ -21,9 +21,12 @@ std::string jitCacheKey(const CompiledKernel& k, const CompileOptions& options) 
   key += "llvm " + codegen::llvmVersion() + "\n";
   key += "codegen revision " + std::to_string(codegen::kCodegenRevision) + "\n";
   key += "target " + k.target + " ptx " + std::to_string(k.ptxVersion) + "\n";
+  // A bad ATTNJIT_LLVM_PIPELINE fails the compile itself (compileKernel), so a
+  // key made with it never reaches the cache.
+  auto pipeline = resolveLlvmPipeline(options);
   if (!options.optimizeLlvm)
     key += "llvm-o3 off\n";
-  else if (options.llvmPipeline == codegen::LlvmPipeline::O3)
+  else if (!pipeline || *pipeline == codegen::LlvmPipeline::O3)
     key += "llvm-o3 on\n";
   else
     key += "llvm-pipeline fast\n";

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -371,4 +372,34 @@ TEST_CASE("the fast LLVM pipeline keeps the PTX's tensor-core and memory instruc
     fastOptions.llvmPipeline = codegen::LlvmPipeline::Fast;
     CHECK(compiler::jitCacheKey(o3, o3Options) != compiler::jitCacheKey(fast, fastOptions));
   }
+}
+
+TEST_CASE("ATTNJIT_LLVM_PIPELINE picks the LLVM pipeline when the options do not", "[codegen]") {
+  compiler::UnifiedAttentionConfig config;
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  options.stopAfter = "tir-opt";
+  auto afterPasses = compiler::compileKernel(**kernel, options);
+  REQUIRE(afterPasses.isOk());
+  struct RestoreEnvironment {
+    ~RestoreEnvironment() { ::unsetenv("ATTNJIT_LLVM_PIPELINE"); }
+  } restore;
+  ::setenv("ATTNJIT_LLVM_PIPELINE", "fast", 1);
+  CHECK(compiler::jitCacheKey(*afterPasses, options).find("llvm-pipeline fast\n") != std::string::npos);
+  compiler::CompileOptions explicitO3 = options;  // the options win over the environment
+  explicitO3.llvmPipeline = codegen::LlvmPipeline::O3;
+  CHECK(compiler::jitCacheKey(*afterPasses, explicitO3).find("llvm-o3 on\n") != std::string::npos);
+  ::setenv("ATTNJIT_LLVM_PIPELINE", "O2", 1);
+  compiler::CompileOptions toPtx;
+  toPtx.target = "sm_90a";
+  auto again = compiler::buildUnifiedAttention(config);
+  REQUIRE(again.isOk());
+  auto rejected = compiler::compileKernel(**again, toPtx);
+  REQUIRE_FALSE(rejected.isOk());
+  CHECK(rejected.diagnostic().str().find("ATTNJIT_LLVM_PIPELINE") != std::string::npos);
+  CHECK(rejected.diagnostic().message == "unknown LLVM pipeline 'O2': expected o3 (the default) or fast");
+  ::unsetenv("ATTNJIT_LLVM_PIPELINE");
+  CHECK(compiler::jitCacheKey(*afterPasses, options).find("llvm-o3 on\n") != std::string::npos);
 }

@@ -91,7 +91,9 @@ void printPassTimings(const CompiledKernel& compiled, const CompileRequest& requ
   double total = compiled.passesMs;
   if (request.runsCodegen()) {
     row("LLVM lowering", compiled.lowerMs);
-    row("LLVM O3", compiled.llvmOptimizeMs);
+    auto pipeline = resolveLlvmPipeline(CompileOptions{});  // the compile above succeeded with it
+    row(pipeline && *pipeline == codegen::LlvmPipeline::Fast ? "LLVM fast pipeline" : "LLVM O3",
+        compiled.llvmOptimizeMs);
     row("PTX emission", compiled.ptxEmitMs);
     total += compiled.lowerMs + compiled.llvmOptimizeMs + compiled.ptxEmitMs;
   }
