@@ -150,6 +150,17 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
   // K [128, 128] and V of one-byte values: 8 chunks each per thread, twice.
   CHECK(countOf(fp8Kernel.ptx, "cp.async.cg.shared.global") == 2 * 2 * 8);
   CHECK(fp8Kernel.ptx.find("ld.shared.v4.b32") != std::string::npos);
+  // D = 256: K and V tiles of 32 KiB, two slots each, fit sm_90a's 227 KiB but not
+  // sm_86's 99 KiB of shared memory per block: there the kernel is lowered again
+  // with the register path.
+  compiler::UnifiedAttentionConfig wide = fp8;
+  wide.headSize = 256;
+  compiler::CompiledKernel wideSm90 = compile(wide, "sm_90a");
+  CHECK(countOf(wideSm90.ptx, "cp.async.cg.shared.global") > 0);
+  CHECK(wideSm90.sharedMemoryBytes > 99 * 1024);
+  compiler::CompiledKernel wideSm86 = compile(wide, "sm_86");
+  CHECK(countOf(wideSm86.ptx, "cp.async") == 0);
+  CHECK(wideSm86.sharedMemoryBytes <= 99 * 1024);
   // Per-token-head rows (D + 4 bytes) are only 4-byte aligned: 4-byte copies
   // (.ca, the only kind below 16 bytes), K [128, 32] and V: 8 each per thread, twice.
   compiler::UnifiedAttentionConfig perTokenHead;

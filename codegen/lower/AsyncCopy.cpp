@@ -32,7 +32,9 @@
 // held the tile of the previous iteration). A loop's exit waits for all copies.
 //
 // The kernel attribute async_copy = 0 turns this off (the register path stays);
-// targets without cp.async (none in the table, all are sm_80+) never use it.
+// targets without cp.async (none in the table, all are sm_80+) never use it, and
+// a kernel whose buffers would not fit the target's shared memory next to its
+// scratch area is lowered again without them (generatePtx).
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <algorithm>
@@ -201,7 +203,7 @@ llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Val
 void planAsyncCopies(LoweringContext& ctx) {
   const AttrValue* enabled = ctx.kernel.attrs().find("async_copy");
   if (enabled && std::holds_alternative<int64_t>(*enabled) && std::get<int64_t>(*enabled) == 0) return;
-  if (!ctx.target.hasCpAsync) return;
+  if (!ctx.target.hasCpAsync || !ctx.allowAsyncCopy) return;
   Uses uses;
   collectUses(ctx.kernel.body(), uses);
   auto plan = std::make_unique<AsyncCopyPlan>();

@@ -282,7 +282,12 @@ void lowerIf(LoweringContext& ctx, const Operation& op) {
 
 // ---- the driver ----
 
-Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
+namespace {
+
+// One compile; with cp.async buffers that, with the scratch area, would exceed the
+// target's shared memory, it stops after lowering and sets `asyncOverflow`.
+Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptions& options, bool allowAsyncCopy,
+                                        bool& asyncOverflow) {
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -295,6 +300,7 @@ Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& 
   prepareModule(module, **tm);
 
   LoweringContext ctx(context, module, kernel, options.target);
+  ctx.allowAsyncCopy = allowAsyncCopy;
   ctx.axis = std::make_unique<AxisInfo>(kernel);
   std::vector<llvm::Type*> params;
   for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
@@ -325,6 +331,10 @@ Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& 
   planAsyncCopies(ctx);
   lowerBlock(ctx, kernel.body());
   if (!ctx.status) return ctx.status;
+  if (ctx.async && ctx.asyncBufferBytes + ctx.sharedBytes > options.target.maxSharedBytesPerBlock) {
+    asyncOverflow = true;
+    return CodegenResult{};
+  }
 
   CodegenResult result;
   result.kernelName = kernel.name();
@@ -344,6 +354,17 @@ Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& 
   if (!ptx) return ptx.status();
   result.ptx = std::move(*ptx);
   result.emitMs = ms(t2, Clock::now());
+  return result;
+}
+
+}  // namespace
+
+Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
+  bool asyncOverflow = false;
+  auto result = generatePtxOnce(kernel, options, true, asyncOverflow);
+  // The cp.async buffers (two slots per tile) did not fit next to the scratch area
+  // (e.g. 128-key fp8 tiles on the 99 KiB of sm_86/89/120): the register path.
+  if (asyncOverflow) result = generatePtxOnce(kernel, options, false, asyncOverflow);
   return result;
 }
 

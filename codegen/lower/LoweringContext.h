@@ -58,6 +58,7 @@ class LoweringContext {
   // the scratch area (the max over all scratch uses).
   int64_t sharedBytes = 0;
   int64_t asyncBufferBytes = 0;
+  bool allowAsyncCopy = true;  // false: every load takes the register path
   // Which loads become cp.async copies (planAsyncCopies); null where none do.
   std::unique_ptr<AsyncCopyPlan> async;
 
