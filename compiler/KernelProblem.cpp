@@ -1,6 +1,7 @@
 #include "compiler/KernelProblem.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "ir/Interpreter.h"
 
@@ -32,6 +33,15 @@ ir::Expected<AttentionRunResult> runProblemInterpreted(const ProblemKernelBuilde
   result.runMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - runStart).count();
   problem.check(buffers, result);
   return result;
+}
+
+double weightedCombineTolerance(ir::ScalarKind dtype, int count) {
+  const double accumulation = 1e-6 * (count + 4);
+  switch (dtype) {
+    case ir::ScalarKind::F16: return 2 * std::ldexp(1.0, -11) + accumulation;
+    case ir::ScalarKind::BF16: return 2 * std::ldexp(1.0, -8) + accumulation;
+    default: return accumulation;
+  }
 }
 
 }  // namespace attnjit::compiler

@@ -50,6 +50,12 @@ class KernelProblem {
   double minimumBytes_ = 0;
 };
 
+// The absolute error allowed, for outputs of magnitude <= 1, when `count` partial
+// results are combined with f32 weights from the GPU's approximate exp and summed
+// in f32 (a few ulp each), then rounded to `dtype` (unit roundoff u, twice over):
+// merge_partials and reduce_segments.
+double weightedCombineTolerance(ir::ScalarKind dtype, int count);
+
 using ProblemKernelBuilder = std::function<ir::Expected<std::unique_ptr<ir::Kernel>>()>;
 
 // Builds the kernel, runs it on the CPU interpreter over a copy of the problem's

@@ -23,14 +23,7 @@ constexpr double kLseTolerance = 1e-5;
 }  // namespace
 
 double MergePartialsProblem::tolerance(ScalarKind dtype, int numPartials) {
-  // f32 weights from the GPU's approximate exp and an f32 sum over the partials:
-  // a few ulp per partial; then one rounding to the dtype (unit roundoff u), twice over.
-  const double accumulation = 1e-6 * (numPartials + 4);
-  switch (dtype) {
-    case ScalarKind::F16: return 2 * std::ldexp(1.0, -11) + accumulation;
-    case ScalarKind::BF16: return 2 * std::ldexp(1.0, -8) + accumulation;
-    default: return accumulation;
-  }
+  return weightedCombineTolerance(dtype, numPartials);
 }
 
 ir::Expected<std::unique_ptr<MergePartialsProblem>> MergePartialsProblem::create(const MergePartialsConfig& config,

@@ -27,15 +27,8 @@ double asF32(double x) { return static_cast<double>(static_cast<float>(x)); }
 }  // namespace
 
 double ReduceSegmentsProblem::tolerance(ScalarKind dtype, int numSegments) {
-  // f32 weights from the GPU's approximate exp2, f32 sums over the segments and one
-  // division: a few ulp per segment; then one rounding to the dtype (unit roundoff
-  // u), twice over.
-  const double accumulation = 1e-6 * (numSegments + 4);
-  switch (dtype) {
-    case ScalarKind::F16: return 2 * std::ldexp(1.0, -11) + accumulation;
-    case ScalarKind::BF16: return 2 * std::ldexp(1.0, -8) + accumulation;
-    default: return accumulation;
-  }
+  // exp2 weights instead of exp: the same error model as merge_partials.
+  return weightedCombineTolerance(dtype, numSegments);
 }
 
 ir::Expected<std::unique_ptr<ReduceSegmentsProblem>> ReduceSegmentsProblem::create(const ReduceSegmentsConfig& config,

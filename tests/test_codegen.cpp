@@ -54,6 +54,13 @@ std::vector<compiler::UnifiedAttentionConfig> attentionConfigs() {
   return configs;
 }
 
+// How many times `what` occurs in `text`.
+int countOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds", "[codegen]") {
@@ -90,11 +97,6 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
 }
 
 TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[codegen][cp_async]") {
-  auto countOf = [](const std::string& text, const std::string& what) {
-    int n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
-  };
   auto compile = [](const compiler::UnifiedAttentionConfig& config, const std::string& target) {
     auto kernel = compiler::buildUnifiedAttention(config);
     REQUIRE(kernel.isOk());
@@ -180,10 +182,7 @@ TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async s
   INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
   REQUIRE(compiled.isOk());
   const std::string& ptx = compiled->ptx;
-  int copies = 0;
-  for (size_t at = ptx.find("cp.async.cg.shared.global"); at != std::string::npos;
-       at = ptx.find("cp.async.cg.shared.global", at + 1))
-    ++copies;
+  const int copies = countOf(ptx, "cp.async.cg.shared.global");
   // Four 128-wide latent chunks and k_pe, 16 keys each, over 128 threads (16-byte
   // chunks): (4 * 16 * 128 + 16 * 64) * 2 / 16 / 128 = 9 per thread, twice.
   CHECK(copies == 18);
