@@ -51,7 +51,9 @@ std::string llvmVersion();
 
 // The revision of the lowering: bumped whenever the PTX generated for the same
 // tile IR changes, so JIT cache keys (compiler/Jit.cpp) never match entries a
-// previous attnjit compiled differently. 2: cp.async for pipelined tiles.
-inline constexpr int kCodegenRevision = 2;
+// previous attnjit compiled differently. 2: cp.async for pipelined tiles. 3: slot
+// reads next to their uses, swizzled offsets as register ^ phase + immediate,
+// 32-bit shared-memory pointers, the backend at its default level.
+inline constexpr int kCodegenRevision = 3;
 
 }  // namespace attnjit::codegen

@@ -304,6 +304,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"block_m", false, positive("block_m", &UnifiedAttentionConfig::blockMRows)},
       {"num_stages", false, positive("num_stages", &UnifiedAttentionConfig::numStages)},
       {"async_copy", false, flag("async_copy", &UnifiedAttentionConfig::asyncCopy)},
+      {"sink_slot_reads", false, flag("sink_slot_reads", &UnifiedAttentionConfig::sinkSlotReads)},
       {"sliding_window", false, slidingWindow},
       {"softcap", false, softcap},
       {"alibi", false, flag("alibi", &UnifiedAttentionConfig::alibi)},
@@ -802,6 +803,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          " num_warps=" + std::to_string(config.numWarps) +
          (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
          " num_stages=" + std::to_string(config.numStages) + (config.asyncCopy ? "" : " async_copy=false") +
+         (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
          (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "") +

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <unistd.h>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "tests/test_tools.h"
@@ -170,6 +171,65 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
   const std::string perTokenHeadPtx = compile(perTokenHead, "sm_90a").ptx;
   CHECK(countOf(perTokenHeadPtx, "cp.async.ca.shared.global") == 2 * 2 * 8);
   CHECK(countOf(perTokenHeadPtx, "cp.async.cg.shared.global") == 0);
+}
+
+TEST_CASE("shared tiles are addressed in 32 bits with few registers; slot reads sit next to their mma",
+          "[codegen][cp_async]") {
+  // Prefill tiling: 128 rows over 8 warps, 64-key K/V tiles by cp.async.
+  compiler::UnifiedAttentionConfig config;
+  config.blockMRows = 128;
+  config.numWarps = 8;
+  config.tileSize = 64;
+  auto compile = [](const compiler::UnifiedAttentionConfig& c) {
+    auto kernel = compiler::buildUnifiedAttention(c);
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = compiler::compileKernel(**kernel, options);
+    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+    REQUIRE(compiled.isOk());
+    return compiled->ptx;
+  };
+  const std::string ptx = compile(config);
+  // Every shared-memory address (the first operand of a shared access or copy) is
+  // a 32-bit register, and the swizzled offsets of one tile differ from a few
+  // per-phase registers by immediates: 72 ldmatrix through at most 16 registers
+  // (each had its own 64-bit address before).
+  const std::regex sharedAccess(R"((?:ld\.shared|st\.shared|ldmatrix\S*|cp\.async\.c[ag]\.shared\S*)[^\[]*\[(%r[a-z]*)(\d+))");
+  std::set<std::string> ldmatrixRegisters;
+  int accesses = 0;
+  for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), sharedAccess); it != std::sregex_iterator(); ++it) {
+    ++accesses;
+    INFO(it->str());
+    CHECK((*it)[1].str() == "%r");
+    if (it->str().rfind("ldmatrix", 0) == 0) ldmatrixRegisters.insert((*it)[2].str());
+  }
+  CHECK(accesses > 100);
+  CHECK(countOf(ptx, "ldmatrix") == 72);
+  CHECK(ldmatrixRegisters.size() <= 16);
+
+  // V's reads (ldmatrix .trans, only ever from its slot) come after the softmax's
+  // exponentials and between the P·V mma instructions; without sinking all of
+  // them come before the first exponential. Either way each comes after the
+  // loop's wait for the copies and the barrier behind it.
+  auto first = [](const std::string& text, const std::string& what) { return text.find(what); };
+  auto last = [](const std::string& text, const std::string& what) { return text.rfind(what); };
+  const std::string trans = "ldmatrix.sync.aligned.m8n8.x4.trans";
+  auto between = [&](const std::string& text, const std::string& what) {
+    const size_t from = first(text, trans);
+    return countOf(text.substr(from, last(text, trans) - from), what);
+  };
+  CHECK(first(ptx, trans) > first(ptx, "ex2.approx"));
+  CHECK(between(ptx, "mma.sync") > 0);
+  CHECK(first(ptx, trans) > first(ptx, "cp.async.wait_group"));
+  compiler::UnifiedAttentionConfig unsunk = config;
+  unsunk.sinkSlotReads = false;
+  CHECK(unsunk.kernelName() == config.kernelName() + "_nosink");
+  const std::string unsunkPtx = compile(unsunk);
+  CHECK(countOf(unsunkPtx, "ldmatrix") == 72);
+  CHECK(last(unsunkPtx, trans) < first(unsunkPtx, "ex2.approx"));
+  CHECK(between(unsunkPtx, "mma.sync") == 0);
+  CHECK(first(unsunkPtx, trans) > first(unsunkPtx, "cp.async.wait_group"));
 }
 
 TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {

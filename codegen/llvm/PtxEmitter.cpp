@@ -12,6 +12,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -34,6 +35,13 @@ void initializeNvptxOnce() {
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
+    // 32-bit pointers for shared memory (the target machine's data layout reads
+    // this option; it has no API): shared addresses fit 32 bits, and 64-bit ones
+    // double the registers that addresses of shared tiles hold across the KV loop.
+    // The option belongs to the LLVM linked into attnjit alone.
+    auto& options = llvm::cl::getRegisteredOptions();
+    auto shortPointers = options.find("nvptx-short-ptr");
+    if (shortPointers != options.end()) static_cast<llvm::cl::opt<bool>*>(shortPointers->second)->setValue(true);
   });
 }
 }  // namespace
@@ -47,9 +55,16 @@ ir::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(cons
   if (!llvmTarget) return ir::Diagnostic{{}, "LLVM has no NVPTX target: " + error};
   llvm::TargetOptions options;
   options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
+  // The backend at its default level, not Aggressive. At Aggressive NVPTX's IR
+  // passes run GVN where the default runs EarlyCSE; GVN's memory-dependence
+  // queries grow quadratically with the loads and stores of one block (400 ms of
+  // the f32 FMA kernel's emission, a third of the others'). Measured on every
+  // shipped spec (LLVM 22): the attention and MLA kernels' PTX is byte-identical,
+  // and the companion kernels' unrolled loops come out with the same or a few
+  // fewer instructions. The middle end's pipeline does not depend on this level.
   std::unique_ptr<llvm::TargetMachine> tm(llvmTarget->createTargetMachine(
       triple, target.name, ptxFeature(ptxVersion), options, llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::Aggressive));
+      llvm::CodeGenOptLevel::Default));
   if (!tm) return ir::Diagnostic{{}, "LLVM could not create a TargetMachine for " + target.name};
   return tm;
 }

@@ -42,6 +42,7 @@
 #include <functional>
 
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/SwizzledShared.h"
 
 namespace attnjit::codegen {
@@ -234,7 +235,6 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   const Lowered& mask = ctx.get(op.operand(1));
   const LinearLayout& layout = buffer.layout;
   const SwizzledTile& tile = buffer.tile;
-  const int rowDim = 1 - tile.contigDim;
   llvm::Value* base = slotBase(ctx, buffer, slot);
   llvm::Type* elementType = ctx.elementType(op.result()->type().elementType());
   // 16-byte copies bypass L1 (.cg); 4 and 8 bytes exist only as .ca.
@@ -242,9 +242,9 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
                                    : buffer.copyBytes == 8 ? llvm::Intrinsic::nvvm_cp_async_ca_shared_global_8_s
                                                            : llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4_s;
   const int64_t copyElements = buffer.copyBytes / tile.elemBytes;
+  SwizzledOffsets offsets(ctx, layout, tile);
   for (int64_t r = 0; r < layout.numRegisters(); r += copyElements) {
-    llvm::Value* offset = tile.offset(b, ctx.coordinate(layout, r, rowDim), ctx.coordinate(layout, r, tile.contigDim));
-    llvm::Value* destination = b.CreateGEP(elementType, base, offset);
+    llvm::Value* destination = offsets.address(base, elementType, r);
     // Masked off: copy nothing, and the hardware fills the bytes with zeros.
     llvm::Value* sourceBytes = b.CreateSelect(mask.regs[static_cast<size_t>(r)], ctx.i32(buffer.copyBytes), ctx.i32(0));
     b.CreateIntrinsic(b.getVoidTy(), copy, {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
@@ -271,7 +271,17 @@ std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in,
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
   ctx.barrier();
   const LinearLayout read = in.asyncTransposed ? to.transposed({1, 0}) : to;
-  return readSwizzledTile(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
+  llvm::Value* base = slotBase(ctx, buffer, in.regs[0]);
+  // The reads are emitted at the end of the block: tag the new ones for
+  // sinkSlotReads, which moves them next to their uses after optimization.
+  llvm::BasicBlock* block = b.GetInsertBlock();
+  const bool atEnd = b.GetInsertPoint() == block->end();
+  llvm::Instruction* before = block->empty() ? nullptr : &block->back();
+  std::vector<llvm::Value*> regs = readSwizzledTile(ctx, read, buffer.tile, elementType, base);
+  if (atEnd && b.GetInsertBlock() == block)
+    for (llvm::Instruction* inst = before ? before->getNextNode() : &block->front(); inst; inst = inst->getNextNode())
+      if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(*inst);
+  return regs;
 }
 
 }  // namespace

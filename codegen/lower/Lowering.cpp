@@ -9,6 +9,7 @@
 #include "codegen/Codegen.h"
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/LoweringContext.h"
 #include "ir/Numeric.h"
 
@@ -346,6 +347,11 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   result.lowerMs = ms(t0, t1);
   if (options.optimize)
     if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
+  // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
+  // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
+  const AttrValue* sink = kernel.attrs().find("sink_slot_reads");
+  const bool sinkReads = !(sink && std::holds_alternative<int64_t>(*sink) && std::get<int64_t>(*sink) == 0);
+  if (ctx.async && sinkReads) sinkSlotReads(*ctx.function);
   result.llvmIrOptimized = printModule(module);
   auto t2 = Clock::now();
   result.optimizeMs = ms(t1, t2);

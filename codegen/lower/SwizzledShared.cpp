@@ -130,10 +130,9 @@ std::vector<llvm::Value*> readWithLdmatrix(LoweringContext& ctx, const LinearLay
 
   auto* pair = llvm::FixedVectorType::get(elementType, 2);
   std::vector<llvm::Value*> out(static_cast<size_t>(to.numRegisters()));
+  SwizzledOffsets offsets(ctx, rows, tile);
   for (int64_t instr = 0; instr < rows.numRegisters(); ++instr) {
-    llvm::Value* row = ctx.coordinate(rows, instr, rowDim);
-    llvm::Value* col = ctx.coordinate(rows, instr, tile.contigDim);
-    llvm::Value* address = elementAddress(ctx, base, elementType, tile.offset(b, row, col));
+    llvm::Value* address = offsets.address(base, elementType, instr);
     llvm::Value* loaded = b.CreateIntrinsic(id, {address->getType()}, {address});
     for (int64_t m = 0; m < matrices; ++m) {
       llvm::Value* word = matrices == 1 ? loaded : b.CreateExtractValue(loaded, static_cast<unsigned>(m));
@@ -149,13 +148,12 @@ std::vector<llvm::Value*> readWithLdmatrix(LoweringContext& ctx, const LinearLay
 std::vector<llvm::Value*> readVectors(LoweringContext& ctx, const LinearLayout& to, const SwizzledTile& tile,
                                       llvm::Type* elementType, int64_t elemBytes, llvm::Value* base) {
   llvm::IRBuilder<>& b = ctx.b;
-  const int rowDim = 1 - tile.contigDim;
   const int64_t vec = vectorWidth(to, tile.contigDim, tile.chunkElements);
   auto* vectorType = llvm::FixedVectorType::get(elementType, static_cast<unsigned>(vec));
   std::vector<llvm::Value*> out(static_cast<size_t>(to.numRegisters()));
+  SwizzledOffsets offsets(ctx, to, tile);
   for (int64_t r = 0; r < to.numRegisters(); r += vec) {
-    llvm::Value* offset = tile.offset(b, ctx.coordinate(to, r, rowDim), ctx.coordinate(to, r, tile.contigDim));
-    llvm::Value* address = elementAddress(ctx, base, elementType, offset);
+    llvm::Value* address = offsets.address(base, elementType, r);
     if (vec == 1) {
       out[static_cast<size_t>(r)] = b.CreateAlignedLoad(elementType, address, llvm::Align(elemBytes));
       continue;
@@ -167,6 +165,31 @@ std::vector<llvm::Value*> readVectors(LoweringContext& ctx, const LinearLayout& 
 }
 
 }  // namespace
+
+SwizzledOffsets::SwizzledOffsets(LoweringContext& ctx, const LinearLayout& layout, const SwizzledTile& tile)
+    : ctx_(ctx), layout_(layout), tile_(tile) {
+  const int rowDim = 1 - tile.contigDim;
+  thread_ = tile.offset(ctx.b, ctx.coordinate(layout, 0, rowDim), ctx.coordinate(layout, 0, tile.contigDim));
+  for (const std::vector<Coord>* bases : {&layout.lane, &layout.warp})
+    for (const Coord& basis : *bases) threadBits_ |= tile.offsetOf(basis[static_cast<size_t>(rowDim)],
+                                                                   basis[static_cast<size_t>(tile.contigDim)]);
+}
+
+llvm::Value* SwizzledOffsets::address(llvm::Value* base, llvm::Type* elementType, int64_t reg) {
+  const Coord coord = layout_.registerCoord(static_cast<uint64_t>(reg));
+  const int64_t constant =
+      tile_.offsetOf(coord[static_cast<size_t>(1 - tile_.contigDim)], coord[static_cast<size_t>(tile_.contigDim)]);
+  const int64_t xored = constant & threadBits_;
+  const int64_t added = constant & ~threadBits_;
+  llvm::Value* offset = thread_;
+  if (xored != 0) {
+    auto found = std::find_if(xored_.begin(), xored_.end(), [&](const auto& entry) { return entry.first == xored; });
+    if (found == xored_.end()) found = xored_.insert(xored_.end(), {xored, ctx_.b.CreateXor(thread_, ctx_.i32(xored))});
+    offset = found->second;
+  }
+  llvm::Value* address = elementAddress(ctx_, base, elementType, offset);
+  return added == 0 ? address : elementAddress(ctx_, address, elementType, ctx_.i32(added));
+}
 
 std::optional<SwizzledTile> swizzledTileFor(const LinearLayout& from, const LinearLayout& to, int64_t elemBytes) {
   if (from.rank() != 2 || from.shape != to.shape) return std::nullopt;
@@ -206,7 +229,6 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
   if (!planned) return std::nullopt;
   const SwizzledTile& tile = *planned;
   const int contigDim = tile.contigDim;
-  const int rowDim = 1 - contigDim;
   llvm::IRBuilder<>& b = ctx.b;
   llvm::Value* base = ctx.sharedBase();
 
@@ -214,9 +236,9 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
   ctx.barrier();
   const int64_t vec = vectorWidth(from, contigDim, tile.chunkElements);
   auto* vectorType = llvm::FixedVectorType::get(elementType, static_cast<unsigned>(vec));
+  SwizzledOffsets offsets(ctx, from, tile);
   for (int64_t r = 0; r < from.numRegisters(); r += vec) {
-    llvm::Value* offset = tile.offset(b, ctx.coordinate(from, r, rowDim), ctx.coordinate(from, r, contigDim));
-    llvm::Value* address = elementAddress(ctx, base, elementType, offset);
+    llvm::Value* address = offsets.address(base, elementType, r);
     if (vec == 1) {
       b.CreateAlignedStore(regs[static_cast<size_t>(r)], address, llvm::Align(elemBytes));
       continue;

@@ -41,8 +41,37 @@ struct SwizzledTile {
     llvm::Value* rowStart = b.CreateShl(row, static_cast<uint64_t>(ir::log2Exact(rowElements)));
     return b.CreateOr(rowStart, b.CreateOr(swizzled, within));
   }
+  // offset() of a constant coordinate.
+  int64_t offsetOf(int64_t row, int64_t col) const {
+    const int64_t chunk = col / chunkElements;
+    const int64_t phase = (row / perPhase) & (maxPhase - 1);
+    return row * rowElements + ((chunk ^ phase) * chunkElements) + (col & (chunkElements - 1));
+  }
   // Bytes of a tile of `layout`'s shape.
   int64_t bytes(const ir::LinearLayout& layout) const;
+};
+
+// The element offsets in `tile` of the registers of `layout`, split for addressing
+// modes. offset() only shifts, masks and XORs bit fields, so it is XOR-linear in
+// the coordinate's bits, and register r's offset is thread ^ offsetOf(r's own
+// coordinate). The bits of that constant which no thread's part can have are
+// added as an immediate ([%r+imm]); only the bits that can meet the thread's
+// (the swizzle phase) need a register of their own: at most a phase's worth per
+// tile instead of one 64-bit address per access, which on mma operand tiles of
+// 64 keys was 64 live registers per loop.
+class SwizzledOffsets {
+ public:
+  SwizzledOffsets(LoweringContext& ctx, const ir::LinearLayout& layout, const SwizzledTile& tile);
+  // The address of register `reg`'s element in the tile at `base`.
+  llvm::Value* address(llvm::Value* base, llvm::Type* elementType, int64_t reg);
+
+ private:
+  LoweringContext& ctx_;
+  const ir::LinearLayout& layout_;
+  const SwizzledTile& tile_;
+  llvm::Value* thread_;       // the offset of register 0 (the thread's part)
+  int64_t threadBits_ = 0;    // every bit the thread's part can have
+  std::vector<std::pair<int64_t, llvm::Value*>> xored_;  // thread ^ bits, by bits
 };
 
 // The tile a conversion from `from` to `to` (same 2D shape) uses: contiguous along

@@ -932,6 +932,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (blockMRows != defaults.blockMRows) name += "_m" + std::to_string(blockMRows);
   if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
   if (!asyncCopy) name += "_noasync";
+  if (!sinkSlotReads) name += "_nosink";
   return name;
 }
 
@@ -994,6 +995,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   kernel->attrs().set("num_warps", int64_t{config.numWarps});
   kernel->attrs().set("num_stages", int64_t{config.numStages});
   if (!config.asyncCopy) kernel->attrs().set("async_copy", int64_t{0});
+  if (!config.sinkSlotReads) kernel->attrs().set("sink_slot_reads", int64_t{0});
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
   cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});

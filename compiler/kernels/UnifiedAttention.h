@@ -52,6 +52,11 @@ struct UnifiedAttentionConfig {
   // (codegen/lower/AsyncCopy.cpp) instead of through registers; false keeps the
   // register path (kernel attribute async_copy = 0), for comparison.
   bool asyncCopy = true;
+  // The reads of those shared tiles move next to the mma that uses them
+  // (codegen/lower/SinkSlotReads.cpp); false keeps them where the layout
+  // conversion is (kernel attribute sink_slot_reads = 0): for the configurations
+  // where the H200 measured that faster (PagedAttentionOp.cpp).
+  bool sinkSlotReads = true;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,
