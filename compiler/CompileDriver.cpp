@@ -67,10 +67,10 @@ ir::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const CompileOpti
 ir::Expected<codegen::LlvmPipeline> resolveLlvmPipeline(const CompileOptions& options) {
   if (options.llvmPipeline) return *options.llvmPipeline;
   const std::string requested = settingOrEnvironment("", "ATTNJIT_LLVM_PIPELINE");
-  if (requested.empty() || requested == "o3") return codegen::LlvmPipeline::O3;
-  if (requested == "fast") return codegen::LlvmPipeline::Fast;
+  if (requested.empty() || requested == "fast") return codegen::LlvmPipeline::Fast;
+  if (requested == "o3") return codegen::LlvmPipeline::O3;
   return ir::Diagnostic{ir::Location{"ATTNJIT_LLVM_PIPELINE", 0, 0},
-                        "unknown LLVM pipeline '" + requested + "': expected o3 (the default) or fast"};
+                        "unknown LLVM pipeline '" + requested + "': expected fast (the default) or o3"};
 }
 
 ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOptions& options) {
@@ -124,6 +124,7 @@ ir::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const CompileOpti
   cg.target = *target;
   cg.ptxVersion = *ptxVersion;
   cg.optimize = options.optimizeLlvm;
+  cg.printLlvmIr = options.keepLlvmIr || !settingOrEnvironment(options.dumpDir, "ATTNJIT_DUMP_DIR").empty();
   auto llvmPipeline = resolveLlvmPipeline(options);
   if (!llvmPipeline) return llvmPipeline.status();
   cg.llvmPipeline = *llvmPipeline;

@@ -18,12 +18,15 @@ struct CompileOptions {
   int driverMaxPtx = 0;  // the CUDA driver's PTX ISA limit (0: unknown, no clamp)
   PipelineOptions pipeline;
   bool optimizeLlvm = true;
-  // Which LLVM pipeline optimizes (when optimizeLlvm): O3, or the faster one
-  // tailored to lowered tiles (codegen::LlvmPipeline documents the trade-off).
-  // Unset: the environment's ATTNJIT_LLVM_PIPELINE (o3 or fast), else O3.
+  // Which LLVM pipeline optimizes (when optimizeLlvm): the fast one tailored to
+  // lowered tiles, or O3 (codegen::LlvmPipeline documents the trade-off).
+  // Unset: the environment's ATTNJIT_LLVM_PIPELINE (fast or o3), else fast.
   std::optional<codegen::LlvmPipeline> llvmPipeline;
   // Stop after this stage: "tir-opt", "llvm", "ptx" (default: all the way to PTX).
   std::string stopAfter = "ptx";
+  // Keep the LLVM IR text of the compile (CompiledKernel::llvmIr, llvmIrOptimized);
+  // always kept when a dump folder is set. The JIT and `aot` need only the PTX.
+  bool keepLlvmIr = true;
   // Every stage of every compile is written here as <kernel>.tir, .opt.tir, .ll,
   // .opt.ll, .ptx and .json (empty: the ATTNJIT_DUMP_DIR environment variable).
   std::string dumpDir;

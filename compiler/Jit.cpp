@@ -60,7 +60,9 @@ ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptio
   auto loaded = cache.getOrCompile(key, [&]() -> ir::Expected<runtime::CompiledKernel> {
     auto fresh = build();
     if (!fresh) return fresh.status();
-    auto compiled = compileKernel(**fresh, options);
+    CompileOptions toPtx = options;
+    toPtx.keepLlvmIr = false;  // the cache keeps the PTX only (a dump folder still gets the IR)
+    auto compiled = compileKernel(**fresh, toPtx);
     if (!compiled) return compiled.status();
     out.compiledNow = true;
     runtime::CompiledKernel result;

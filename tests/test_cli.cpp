@@ -599,14 +599,14 @@ TEST_CASE("cli: --time-passes prints a timing table per kernel that adds up", "[
     order.push_back(what);
   }
   std::vector<std::string> expected = passes;
-  expected.insert(expected.end(), {"passes (with verification)", "LLVM lowering", "LLVM O3", "PTX emission", "total"});
+  expected.insert(expected.end(), {"passes (with verification)", "LLVM lowering", "LLVM fast pipeline", "PTX emission", "total"});
   CHECK(order == expected);
   double passSum = 0;
   for (const std::string& pass : passes) passSum += ms[pass];
   CHECK(ms["passes (with verification)"] >= passSum - 0.01);
-  CHECK(ms["LLVM O3"] > 0);
+  CHECK(ms["LLVM fast pipeline"] > 0);
   CHECK(ms["PTX emission"] > 0);
-  double stages = ms["passes (with verification)"] + ms["LLVM lowering"] + ms["LLVM O3"] + ms["PTX emission"];
+  double stages = ms["passes (with verification)"] + ms["LLVM lowering"] + ms["LLVM fast pipeline"] + ms["PTX emission"];
   CHECK(ms["total"] == Approx(stages).margin(0.005));
 }
 

@@ -342,7 +342,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   result.numThreads = numThreads;
   result.sharedMemoryBytes = static_cast<int>(ctx.asyncBufferBytes + ctx.sharedBytes);
   if (Status s = verifyLlvmModule(module); !s) return s;
-  result.llvmIr = printModule(module);
+  if (options.printLlvmIr) result.llvmIr = printModule(module);
   auto t1 = Clock::now();
   result.lowerMs = ms(t0, t1);
   if (options.optimize)
@@ -352,7 +352,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   const AttrValue* sink = kernel.attrs().find("sink_slot_reads");
   const bool sinkReads = !(sink && std::holds_alternative<int64_t>(*sink) && std::get<int64_t>(*sink) == 0);
   if (ctx.async && sinkReads) sinkSlotReads(*ctx.function);
-  result.llvmIrOptimized = printModule(module);
+  if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);
   auto t2 = Clock::now();
   result.optimizeMs = ms(t1, t2);
   // LlvmPipeline chooses middle end and backend together; unoptimized is plain.

@@ -168,6 +168,7 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   CompileOptions options;
   options.target = target.name;
   options.driverMaxPtx = maxPtx;
+  options.keepLlvmIr = false;
   auto compiled = compileKernel(**kernel, options);
   if (!compiled) {
     ir::Diagnostic d = compiled.diagnostic();
@@ -180,8 +181,6 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   job.compiled = std::move(*compiled);
   // Only the PTX and the launch facts are kept; the other stages are large.
   job.compiled.tir.clear();
-  job.compiled.llvmIr.clear();
-  job.compiled.llvmIrOptimized.clear();
   job.cacheKey = jitCacheKey(job.compiled, options);
   // As compiler/Jit.cpp: hand-edited PTX is not visible in the IR, so it joins the key.
   if (std::find(job.compiled.overridden.begin(), job.compiled.overridden.end(), "ptx") != job.compiled.overridden.end()) {

@@ -123,6 +123,7 @@ int compileOne(const InputKernel& input, const codegen::TargetInfo& target, int 
   options.target = target.name;
   options.driverMaxPtx = maxPtx;
   options.stopAfter = request.runsCodegen() ? "ptx" : "tir-opt";
+  options.keepLlvmIr = request.stage == "llvm" || request.stage == "llvm-opt";
   options.pipeline.printAfterAll = request.printAfterAll;
   options.pipeline.printAfter = request.printAfter;
   options.pipeline.dump = [](const std::string& dump) { std::fputs(dump.c_str(), stderr); };
@@ -257,7 +258,8 @@ Command compileCommand() {
       "  tir       the tile IR as built or parsed (default)\n"
       "  tir-opt   the tile IR after the pass pipeline, with the layouts it assigned\n"
       "  llvm      the LLVM IR as lowered from the tile IR\n"
-      "  llvm-opt  the LLVM IR after LLVM's O3 pipeline\n"
+      "  llvm-opt  the LLVM IR after the LLVM pipeline (ATTNJIT_LLVM_PIPELINE: fast, the\n"
+      "            default, or o3)\n"
       "  ptx       the PTX from LLVM's NVPTX backend\n"
       "  cubin     the PTX assembled by ptxas (needs the CUDA toolkit on the PATH); binary, so\n"
       "            never printed: one kernel is written to -o FILE (default ./<kernel>.cubin),\n"
@@ -273,7 +275,8 @@ Command compileCommand() {
       "\n"
       "Inspection output goes to stderr: --print-after-all and --print-after=PASS print the tile\n"
       "IR after passes ('// -----// IR after PASS //----- //'); --time-passes prints each pass's\n"
-      "time, then LLVM lowering, LLVM O3, PTX emission (and ptxas) and the total, per kernel.\n"
+      "time, then LLVM lowering, the LLVM pipeline, PTX emission (and ptxas) and the total, per\n"
+      "kernel.\n"
       "\n"
       "A kernel the target cannot run (an op or type its backend lacks) is an error, exit 2.\n",
       {
