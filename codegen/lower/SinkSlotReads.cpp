@@ -14,9 +14,10 @@
 // next tile); the copies that overwrite this slot come in the next iteration,
 // after a barrier. So a read may move down within its basic block past anything
 // that writes no memory, past warp shuffles, barriers, cp.async copies, commits
-// and waits, and past stores to shared memory (the scratch area, which lies after
-// the cp.async buffers). Anything else that may write memory (an unknown call, inline PTX with
-// side effects, a store through a generic pointer, an atomic) stops it there.
+// and waits, and past stores to shared memory (the scratch area, which lies
+// after the cp.async buffers). Anything else that may write memory (an unknown
+// call, inline PTX with side effects, a store through another address space, an
+// atomic) stops it there.
 // Reads never leave their block, so they stay inside the iteration and after the
 // wait and barrier that made the slot's bytes visible.
 #include "codegen/lower/SinkSlotReads.h"
