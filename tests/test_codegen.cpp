@@ -62,6 +62,18 @@ int countOf(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The unified attention kernel of `config`, compiled to PTX for `target`.
+compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentionConfig& config, const std::string& target) {
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = target;
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return std::move(*compiled);
+}
+
 }  // namespace
 
 TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds", "[codegen]") {
@@ -98,23 +110,13 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
 }
 
 TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[codegen][cp_async]") {
-  auto compile = [](const compiler::UnifiedAttentionConfig& config, const std::string& target) {
-    auto kernel = compiler::buildUnifiedAttention(config);
-    REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = target;
-    auto compiled = compiler::compileKernel(**kernel, options);
-    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-    REQUIRE(compiled.isOk());
-    return std::move(*compiled);
-  };
   for (int tile : {32, 64}) {
     compiler::UnifiedAttentionConfig config;  // bf16 decode tiling, D = 128
     config.tileSize = tile;
     INFO(config.kernelName());
     for (const char* target : {"sm_80", "sm_90a"}) {
       INFO(target);
-      compiler::CompiledKernel compiled = compile(config, target);
+      compiler::CompiledKernel compiled = compileAttention(config, target);
       // K [128, tile] and V [tile, 128] in 16-byte chunks over 128 threads, copied
       // once before the loop and once per iteration.
       const int chunksPerThread = 2 * (128 * tile * 2 / 16) / 128;
@@ -130,26 +132,26 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
     // Off by request, and off without pipelining: the register path, no copies.
     compiler::UnifiedAttentionConfig registers = config;
     registers.asyncCopy = false;
-    compiler::CompiledKernel viaRegisters = compile(registers, "sm_90a");
+    compiler::CompiledKernel viaRegisters = compileAttention(registers, "sm_90a");
     CHECK(countOf(viaRegisters.ptx, "cp.async") == 0);
     CHECK(viaRegisters.sharedMemoryBytes < 2 * 2 * 128 * tile * 2);
     compiler::UnifiedAttentionConfig unpipelined = config;
     unpipelined.numStages = 1;
-    CHECK(countOf(compile(unpipelined, "sm_90a").ptx, "cp.async") == 0);
+    CHECK(countOf(compileAttention(unpipelined, "sm_90a").ptx, "cp.async") == 0);
   }
   // Prefill (128 rows, 8 warps) pipelines its K/V tiles the same way.
   compiler::UnifiedAttentionConfig prefill;
   prefill.blockMRows = 128;
   prefill.numWarps = 8;
   prefill.tileSize = 64;
-  CHECK(countOf(compile(prefill, "sm_90a").ptx, "cp.async.cg.shared.global") > 0);
+  CHECK(countOf(compileAttention(prefill, "sm_90a").ptx, "cp.async.cg.shared.global") > 0);
 
   // A per-tensor fp8 tile is unpacked before its convert: it is read back from its
   // slot into the load layout (16-byte shared loads), not kept in registers.
   compiler::UnifiedAttentionConfig fp8;
   fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
   fp8.tileSize = 128;
-  compiler::CompiledKernel fp8Kernel = compile(fp8, "sm_90a");
+  compiler::CompiledKernel fp8Kernel = compileAttention(fp8, "sm_90a");
   // K [128, 128] and V of one-byte values: 8 chunks each per thread, twice.
   CHECK(countOf(fp8Kernel.ptx, "cp.async.cg.shared.global") == 2 * 2 * 8);
   CHECK(fp8Kernel.ptx.find("ld.shared.v4.b32") != std::string::npos);
@@ -158,17 +160,17 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
   // with the register path.
   compiler::UnifiedAttentionConfig wide = fp8;
   wide.headSize = 256;
-  compiler::CompiledKernel wideSm90 = compile(wide, "sm_90a");
+  compiler::CompiledKernel wideSm90 = compileAttention(wide, "sm_90a");
   CHECK(countOf(wideSm90.ptx, "cp.async.cg.shared.global") > 0);
   CHECK(wideSm90.sharedMemoryBytes > 99 * 1024);
-  compiler::CompiledKernel wideSm86 = compile(wide, "sm_86");
+  compiler::CompiledKernel wideSm86 = compileAttention(wide, "sm_86");
   CHECK(countOf(wideSm86.ptx, "cp.async") == 0);
   CHECK(wideSm86.sharedMemoryBytes <= 99 * 1024);
   // Per-token-head rows (D + 4 bytes) are only 4-byte aligned: 4-byte copies
   // (.ca, the only kind below 16 bytes), K [128, 32] and V: 8 each per thread, twice.
   compiler::UnifiedAttentionConfig perTokenHead;
   perTokenHead.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
-  const std::string perTokenHeadPtx = compile(perTokenHead, "sm_90a").ptx;
+  const std::string perTokenHeadPtx = compileAttention(perTokenHead, "sm_90a").ptx;
   CHECK(countOf(perTokenHeadPtx, "cp.async.ca.shared.global") == 2 * 2 * 8);
   CHECK(countOf(perTokenHeadPtx, "cp.async.cg.shared.global") == 0);
 }
@@ -180,17 +182,7 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers; slot reads 
   config.blockMRows = 128;
   config.numWarps = 8;
   config.tileSize = 64;
-  auto compile = [](const compiler::UnifiedAttentionConfig& c) {
-    auto kernel = compiler::buildUnifiedAttention(c);
-    REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = compiler::compileKernel(**kernel, options);
-    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-    REQUIRE(compiled.isOk());
-    return compiled->ptx;
-  };
-  const std::string ptx = compile(config);
+  const std::string ptx = compileAttention(config, "sm_90a").ptx;
   // Every shared-memory address (the first operand of a shared access or copy) is
   // a 32-bit register, and the swizzled offsets of one tile differ from a few
   // per-phase registers by immediates: 72 ldmatrix through at most 16 registers
@@ -225,7 +217,7 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers; slot reads 
   compiler::UnifiedAttentionConfig unsunk = config;
   unsunk.sinkSlotReads = false;
   CHECK(unsunk.kernelName() == config.kernelName() + "_nosink");
-  const std::string unsunkPtx = compile(unsunk);
+  const std::string unsunkPtx = compileAttention(unsunk, "sm_90a").ptx;
   CHECK(countOf(unsunkPtx, "ldmatrix") == 72);
   CHECK(last(unsunkPtx, trans) < first(unsunkPtx, "ex2.approx"));
   CHECK(between(unsunkPtx, "mma.sync") == 0);

@@ -202,8 +202,7 @@ llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Val
 }  // namespace
 
 void planAsyncCopies(LoweringContext& ctx) {
-  const AttrValue* enabled = ctx.kernel.attrs().find("async_copy");
-  if (enabled && std::holds_alternative<int64_t>(*enabled) && std::get<int64_t>(*enabled) == 0) return;
+  if (attributeIsOff(ctx.kernel, "async_copy")) return;
   if (!ctx.target.hasCpAsync || !ctx.allowAsyncCopy) return;
   Uses uses;
   collectUses(ctx.kernel.body(), uses);

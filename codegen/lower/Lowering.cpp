@@ -349,9 +349,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
     if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
   // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
-  const AttrValue* sink = kernel.attrs().find("sink_slot_reads");
-  const bool sinkReads = !(sink && std::holds_alternative<int64_t>(*sink) && std::get<int64_t>(*sink) == 0);
-  if (ctx.async && sinkReads) sinkSlotReads(*ctx.function);
+  if (ctx.async && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);
   if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);
   auto t2 = Clock::now();
   result.optimizeMs = ms(t1, t2);

@@ -107,6 +107,13 @@ class LoweringContext {
   llvm::GlobalVariable* shared_ = nullptr;
 };
 
+// Whether the kernel sets attribute `name` to 0: how a kernel turns off a
+// lowering choice that is on by default (async_copy, sink_slot_reads).
+inline bool attributeIsOff(const ir::Kernel& kernel, const char* name) {
+  const ir::AttrValue* value = kernel.attrs().find(name);
+  return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) == 0;
+}
+
 // How many consecutive registers of a load or store with layout `layout` move as
 // one vector access (axis facts of the pointer, mask and fallback; at most 16 bytes).
 int accessVectorWidth(LoweringContext& ctx, const ir::Operation& op, const ir::LinearLayout& layout, int bytes,
