@@ -127,6 +127,12 @@ Value* Block::addArgument(Type type, std::string name) {
   return args_.back().get();
 }
 
+void Block::removeArgument(size_t i) {
+  ATTNJIT_CHECK(i < args_.size(), "Block::removeArgument out of range");
+  args_.erase(args_.begin() + static_cast<std::ptrdiff_t>(i));
+  for (size_t k = i; k < args_.size(); ++k) args_[k]->index_ = static_cast<unsigned>(k);
+}
+
 Operation* Block::append(std::unique_ptr<Operation> op) { return insert(ops_.size(), std::move(op)); }
 
 Operation* Block::insert(size_t position, std::unique_ptr<Operation> op) {
@@ -150,6 +156,17 @@ Value* Operation::addResult(Type type, std::string name) {
   v->index_ = static_cast<unsigned>(results_.size());
   results_.push_back(std::move(v));
   return results_.back().get();
+}
+
+void Operation::removeOperand(size_t i) {
+  ATTNJIT_CHECK(i < operands_.size(), "Operation::removeOperand out of range");
+  operands_.erase(operands_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void Operation::removeResult(size_t i) {
+  ATTNJIT_CHECK(i < results_.size(), "Operation::removeResult out of range");
+  results_.erase(results_.begin() + static_cast<std::ptrdiff_t>(i));
+  for (size_t k = i; k < results_.size(); ++k) results_[k]->index_ = static_cast<unsigned>(k);
 }
 
 Block* Operation::addRegion() {

@@ -102,6 +102,8 @@ class Block {
   Block& operator=(const Block&) = delete;
 
   Value* addArgument(Type type, std::string name = {});
+  // Removes argument i (which must be unused); later arguments are renumbered.
+  void removeArgument(size_t i);
   const std::vector<std::unique_ptr<Value>>& arguments() const { return args_; }
   Value* argument(size_t i) const { return args_.at(i).get(); }
   size_t numArguments() const { return args_.size(); }
@@ -141,8 +143,11 @@ class Operation {
   size_t numOperands() const { return operands_.size(); }
   void addOperand(Value* v) { operands_.push_back(v); }
   void setOperand(size_t i, Value* v) { operands_.at(i) = v; }
+  void removeOperand(size_t i);
 
   Value* addResult(Type type, std::string name = {});
+  // Removes result i (which must be unused); later results are renumbered.
+  void removeResult(size_t i);
   const std::vector<std::unique_ptr<Value>>& results() const { return results_; }
   Value* result(size_t i = 0) const { return results_.at(i).get(); }
   size_t numResults() const { return results_.size(); }

@@ -28,6 +28,34 @@ bool removeDeadOps(Block& block, std::unordered_map<const Value*, int>& uses) {
   return changed;
 }
 
+// Drops the loop-carried values of `for` loops that nothing reads: the loop's
+// result is unused and the body argument feeds at most its own yield (a value
+// the pipeliner carried for a use that layout assignment later recomputed in
+// place). The ops computing the yielded value then die with it.
+bool removeDeadCarriedValues(Block& block, std::unordered_map<const Value*, int>& uses) {
+  bool changed = false;
+  for (const auto& op : block.operations()) {
+    for (const auto& region : op->regions()) changed |= removeDeadCarriedValues(*region, uses);
+    if (op->opcode() != Opcode::For) continue;
+    Block& body = *op->region(0);
+    Operation* yield = body.back();
+    if (!yield || yield->opcode() != Opcode::Yield) continue;
+    for (size_t i = op->numResults(); i-- > 0;) {
+      Value* argument = body.argument(i + 1);
+      const int selfUses = yield->operand(i) == argument ? 1 : 0;
+      if (uses[op->result(i)] > 0 || uses[argument] > selfUses) continue;
+      --uses[yield->operand(i)];
+      --uses[op->operand(3 + i)];
+      yield->removeOperand(i);
+      body.removeArgument(i + 1);
+      op->removeOperand(3 + i);
+      op->removeResult(i);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 // Key identifying what an op computes: opcode, operands, attributes, result types.
 std::string cseKey(const Operation& op) {
   std::string key = op.name();
@@ -71,7 +99,8 @@ Status eliminateDeadCode(Kernel& kernel, const PassOptions&) {
   // Uses are recounted each round: removing a loop drops the uses inside it.
   for (bool changed = true; changed;) {
     auto uses = countUses(kernel);
-    changed = removeDeadOps(kernel.body(), uses);
+    changed = removeDeadCarriedValues(kernel.body(), uses);
+    changed |= removeDeadOps(kernel.body(), uses);
   }
   return Status::ok();
 }
