@@ -59,6 +59,6 @@ std::string llvmVersion();
 // previous attnjit compiled differently. 2: cp.async for pipelined tiles. 3: slot
 // reads next to their uses, swizzled offsets as register ^ phase + immediate,
 // 32-bit shared-memory pointers, the backend at its default level.
-inline constexpr int kCodegenRevision = 3;
+inline constexpr int kCodegenRevision = 4;
 
 }  // namespace attnjit::codegen

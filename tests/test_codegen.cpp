@@ -122,7 +122,8 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
       const int chunksPerThread = 2 * (128 * tile * 2 / 16) / 128;
       CHECK(countOf(compiled.ptx, "cp.async.cg.shared.global") == 2 * chunksPerThread);
       CHECK(countOf(compiled.ptx, "cp.async.commit_group") == 4);  // K and V, prologue and loop
-      CHECK(countOf(compiled.ptx, "cp.async.wait_group") >= 2);    // before each read of K and V
+      // One wait before the reads of K and V (RedundantSync drops V's repeat).
+      CHECK(countOf(compiled.ptx, "cp.async.wait_group") == 1);
       CHECK(countOf(compiled.ptx, "cp.async.wait_all") == 1);      // the loop's exit
       // Two slots each of K and V come before the scratch area.
       CHECK(compiled.sharedMemoryBytes >= 2 * 2 * 128 * tile * 2);
@@ -222,6 +223,77 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers; slot reads 
   CHECK(last(unsunkPtx, trans) < first(unsunkPtx, "ex2.approx"));
   CHECK(between(unsunkPtx, "mma.sync") == 0);
   CHECK(first(unsunkPtx, trans) > first(unsunkPtx, "cp.async.wait_group"));
+}
+
+namespace {
+
+// The PTX of the KV loop: from the label that a backward branch targets to that
+// branch, for the loop containing the mma instructions.
+std::string kvLoopPtx(const std::string& ptx) {
+  const std::regex label(R"((\$L__BB\d+_\d+):)");
+  for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), label); it != std::sregex_iterator(); ++it) {
+    const size_t start = static_cast<size_t>(it->position());
+    const size_t branch = ptx.find("bra \t" + (*it)[1].str() + ";", start);
+    const size_t branchUni = ptx.find("bra.uni \t" + (*it)[1].str() + ";", start);
+    const size_t end = std::min(branch, branchUni);
+    if (end == std::string::npos) continue;
+    std::string body = ptx.substr(start, end - start);
+    if (body.find("mma.sync") != std::string::npos) return body;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") {
+  compiler::UnifiedAttentionConfig decode;
+  decode.tileSize = 64;
+  compiler::UnifiedAttentionConfig prefill;
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  prefill.tileSize = 64;
+  for (const auto& config : {decode, prefill}) {
+    INFO(config.kernelName());
+    auto kernel = compiler::buildUnifiedAttention(config);
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    // Prefill's threads each need 4 of a tile's 64 block numbers for the K and V
+    // copies: loaded in that layout, never converted through shared memory.
+    // Decode's need 8: one load, converted for K and for V (two barriers each).
+    const bool prefillTiling = config.numWarps == 8;
+    const bool convertsBlockNumbers =
+        std::regex_search(compiled->tirOptimized, std::regex(R"(convert_layout [^\n]*: tile<\d+xi32)"));
+    CHECK(convertsBlockNumbers == !prefillTiling);
+    const std::string loop = kvLoopPtx(compiled->ptx);
+    REQUIRE_FALSE(loop.empty());
+    // One wait for this tile's K and V copies, then one barrier that publishes
+    // them and also protects the slots the next copies overwrite.
+    CHECK(countOf(loop, "cp.async.wait_group") == 1);
+    CHECK(countOf(loop, "cp.async.commit_group") == 2);
+    CHECK(loop.find("bar.sync") > loop.find("cp.async.wait_group"));
+    CHECK(loop.find("bar.sync") < loop.find("cp.async.cg.shared.global"));
+    CHECK(loop.find("bar.sync") < loop.find("ldmatrix"));
+    // Prefill's warps own whole rows: that is the only barrier. Decode's warps
+    // split the keys, so its row maxima and sums and P cross warps through
+    // shared memory (two barriers each), and so do its block numbers.
+    const int barriers = countOf(loop, "bar.sync");
+    CHECK(barriers == (prefillTiling ? 1 : 1 + 3 * 2 + 2 * 2));
+
+    // With the pass off (kernel attribute remove_redundant_sync = 0) the lowering's
+    // own barriers stay: one after each slot's wait and one before the copies.
+    auto unprunedKernel = compiler::buildUnifiedAttention(config);
+    REQUIRE(unprunedKernel.isOk());
+    (*unprunedKernel)->attrs().set("remove_redundant_sync", int64_t{0});
+    auto unpruned = compiler::compileKernel(**unprunedKernel, options);
+    INFO((unpruned.isOk() ? std::string() : unpruned.diagnostic().str()));
+    REQUIRE(unpruned.isOk());
+    const std::string unprunedLoop = kvLoopPtx(unpruned->ptx);
+    CHECK(countOf(unprunedLoop, "bar.sync") == barriers + 2);
+    CHECK(countOf(unprunedLoop, "cp.async.wait_group") == 2);
+  }
 }
 
 TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {

@@ -9,6 +9,7 @@
 #include "codegen/Codegen.h"
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/LoweringContext.h"
 #include "ir/Numeric.h"
@@ -350,6 +351,8 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
   // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
   if (ctx.async && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);
+  // After sinking, which moves reads out from between barriers: see RedundantSync.cpp.
+  if (!attributeIsOff(kernel, "remove_redundant_sync")) removeRedundantSync(*ctx.function);
   if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);
   auto t2 = Clock::now();
   result.optimizeMs = ms(t1, t2);
