@@ -54,8 +54,8 @@ struct UnifiedAttentionConfig {
   bool asyncCopy = true;
   // The reads of those shared tiles move next to the mma that uses them
   // (codegen/lower/SinkSlotReads.cpp); false keeps them where the layout
-  // conversion is (kernel attribute sink_slot_reads = 0): for the configurations
-  // where the H200 measured that faster (PagedAttentionOp.cpp).
+  // conversion is (kernel attribute sink_slot_reads = 0), for comparison: the op
+  // API keeps the default (docs/architecture.md, "Slot reads next to their uses").
   bool sinkSlotReads = true;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by

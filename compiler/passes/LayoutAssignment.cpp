@@ -12,8 +12,10 @@
 //    elementwise ops on those, and any integer, mask or pointer arithmetic — are
 //    not converted between layouts: they are recomputed in every layout a
 //    consumer needs (cloned next to the original), which costs a few integer ops
-//    instead of a trip through shared memory; only their computed leaves (a
-//    loaded row of block numbers, say) are converted.
+//    instead of a trip through shared memory; only their computed leaves are
+//    converted. A row loaded through such pointers (a tile's block numbers) is
+//    loaded again in the consumer's layout when each thread needs few of its
+//    elements, and converted otherwise (worthReloading).
 // 4. Where a computed value's layout differs from what its consumer needs, a
 //    convert_layout is inserted right after the value's definition.
 #include <map>
