@@ -217,7 +217,8 @@ def main():
         def run_attnjit():
             attnjit.ops.paged_attention(q_packed, inputs["kv_cache"], out, inputs["block_tables"],
                                         inputs["seq_lens"], inputs["cu_seqlens_q"], max_query_len=case.query,
-                                        scale=scale, causal=True)
+                                        scale=scale, causal=True, max_seq_len=case.context + case.query,
+                                        min_seq_len=case.context + case.query)
 
         start = time.perf_counter()
         run_attnjit()

@@ -188,6 +188,7 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->valueHeadSize = c.value_head_size;
   p->checkBounds = c.check_bounds != 0;
   p->numBlocks = c.num_blocks;
+  p->minSeqLen = c.min_seq_len;
   return ATTNJIT_OK;
 }
 

@@ -19,6 +19,16 @@ ir::Expected<std::string> deviceTarget(int ordinal) {
                                 ") has no attnjit target; supported:" + known};
 }
 
+SharedMemoryLimits deviceZeroSharedMemoryLimits() {
+  static const SharedMemoryLimits limits = [] {
+    auto info = runtime::deviceInfo(0);
+    if (!info) return SharedMemoryLimits{};
+    return SharedMemoryLimits{info->maxSharedMemoryPerMultiprocessor, info->reservedSharedMemoryPerBlock,
+                              info->maxSharedMemoryPerBlockOptin};
+  }();
+  return limits;
+}
+
 int deviceZeroSmCount() {
   static const int count = [] {
     auto info = runtime::deviceInfo(0);

@@ -4,6 +4,7 @@
 // must not see that).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ir/Diagnostics.h"
@@ -18,5 +19,14 @@ ir::Expected<std::string> deviceTarget(int ordinal);
 // Device 0's SM count, queried once per process (what the ops fill when they
 // split work); 0 without a driver or GPU.
 int deviceZeroSmCount();
+
+// Device 0's shared memory per SM, the driver's reservation per block and the
+// most one block may opt in to, queried once per process; zeros without a GPU.
+struct SharedMemoryLimits {
+  int64_t perMultiprocessor = 0;
+  int64_t reservedPerBlock = 0;
+  int64_t maxPerBlock = 0;
+};
+SharedMemoryLimits deviceZeroSharedMemoryLimits();
 
 }  // namespace attnjit::compiler

@@ -128,6 +128,25 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
 
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) { return splitPlanFor(p, baseVariant(p)); }
 
+int pagedAttentionCtasPerSm(const PagedAttentionParams& p) {
+  if (p.minSeqLen <= 0 || p.maxSeqLen <= 0 || int64_t{p.minSeqLen} * 10 < int64_t{p.maxSeqLen} * 9) return 0;
+  const UnifiedAttentionConfig config = selectPagedAttentionVariant(p);
+  if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
+  return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
+}
+
+int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
+                                int64_t reservedPerBlock, int64_t maxPerBlock) {
+  if (ctasPerSm <= 0 || perMultiprocessor <= 0) return kernelBytes;
+  // One byte more than (ctasPerSm + 1) CTAs could share, in 128-byte units.
+  const int64_t tooManyBelow = perMultiprocessor / (ctasPerSm + 1) - reservedPerBlock + 1;
+  const int64_t bytes = std::max(kernelBytes, ceilDiv(tooManyBelow, 128) * 128);
+  if (bytes > maxPerBlock || (bytes + reservedPerBlock) * ctasPerSm > perMultiprocessor) return kernelBytes;
+  return bytes;
+}
+
 uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen) {
   if (maxNumTokens <= 0 || numQueryHeads <= 0 || headSize <= 0 || maxSeqLen <= 0) return 0;
   const int64_t segments = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
@@ -163,6 +182,10 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
   if (p.maxSeqLen < 0 || (p.maxSeqLen > 0 && p.maxSeqLen < p.maxQueryLen))
     return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) +
                          ") must be 0 (unknown) or at least max_query_len (" + std::to_string(p.maxQueryLen) + ")");
+  if (p.minSeqLen < 0 || (p.minSeqLen > 0 && (p.maxSeqLen == 0 || p.minSeqLen > p.maxSeqLen)))
+    return argumentError("min_seq_len (" + std::to_string(p.minSeqLen) +
+                         ") must be 0 (unknown) or at most max_seq_len (" + std::to_string(p.maxSeqLen) +
+                         "), which must then be given");
   if (config.checkBounds && p.numBlocks < 1)
     return argumentError("num_blocks (" + std::to_string(p.numBlocks) +
                          ") must be the KV cache's block count (at least 1) when bounds checking is on "
@@ -336,6 +359,11 @@ Status pagedAttention(const PagedAttentionParams& p) {
                  static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)};
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
+  if (const int ctasPerSm = pagedAttentionCtasPerSm(p); ctasPerSm > 0) {
+    const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
+    launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytesForCtasPerSm(
+        ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
+  }
   launch.stream = p.stream;
   // Both stages; stage 1 is the checked kernel in checked mode.
   auto launchStages = [&](uint64_t record) -> Status {

@@ -70,6 +70,7 @@ struct PagedAttentionParams {
   int64_t numTokens = 0;   // total query tokens (cu_seqlens_q[num_seqs])
   int maxQueryLen = 0;     // longest query of the batch (picks the tiling)
   int maxSeqLen = 0;       // longest seq_len (context + query) of the batch; 0 = unknown (no split-KV)
+  int minSeqLen = 0;       // shortest seq_len of the batch; 0 = unknown (see pagedAttentionCtasPerSm)
   int numSms = 0;          // SMs to fill when splitting; 0 = device 0's (queried once)
   float scale = 0;         // softmax scale, usually 1/sqrt(D)
   // ---- device pointers (16-byte aligned) ----
@@ -116,6 +117,24 @@ struct SplitKvPlan {
   int numSegments = 1;
   int segmentTiles = 0;
 };
+// CTAs of a 2D decode launch an SM may hold (0: as many as fit). A batch whose
+// sequences all have about the same length (minSeqLen >= 90% of maxSeqLen) and
+// that brings more than two CTAs per SM runs at most two per SM; the launch
+// asks for enough dynamic shared memory that a third does not fit. Measured on
+// the H200 (64-key tiles, 160 registers: three fit; docs/perf-log.md, session
+// 7): B=64 ctx 4096 0.298 → 0.260 ms, B=128 ctx 2048 0.274 → 0.270, B=32 ctx
+// 4096 0.139 → 0.136; with lengths uniform in 1..8192 it costs 10% (0.340 →
+// 0.376: the third CTA takes over from sequences that finish early), so an
+// unknown minSeqLen leaves the launch alone.
+inline constexpr int kUniformDecodeCtasPerSm = 2;
+int pagedAttentionCtasPerSm(const PagedAttentionParams& params);
+// Dynamic shared memory for a kernel that needs kernelBytes so that at most
+// ctasPerSm of its CTAs fit in perMultiprocessor bytes (each also costs
+// reservedPerBlock); kernelBytes when that is already so, or when the cap
+// would need more than maxPerBlock or would not leave room for ctasPerSm.
+int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
+                                int64_t reservedPerBlock, int64_t maxPerBlock);
+
 inline constexpr int kSplitKvMinSegmentKeys = 512;
 inline constexpr int kSplitKvMaxSegments = 64;
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);

@@ -239,6 +239,10 @@ Expected<DeviceInfo> deviceInfo(int ordinal) {
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
        &info.maxSharedMemoryPerBlockOptin},
       {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE", &info.l2CacheBytes},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+       &info.maxSharedMemoryPerMultiprocessor},
+      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, "RESERVED_SHARED_MEMORY_PER_BLOCK",
+       &info.reservedSharedMemoryPerBlock},
   };
   for (const Query& query : queries) {
     auto value = readAttribute(api, device, query.attribute, query.name);

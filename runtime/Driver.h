@@ -68,6 +68,9 @@ struct DeviceInfo {
   // Shared memory a block gets without opting in (48 KiB) and the most it may opt in to.
   int maxSharedMemoryPerBlock = 0;
   int maxSharedMemoryPerBlockOptin = 0;
+  // Shared memory of one SM, and what the driver reserves of it per block.
+  int maxSharedMemoryPerMultiprocessor = 0;
+  int reservedSharedMemoryPerBlock = 0;
   int l2CacheBytes = 0;
 
   // 90 for compute capability 9.0 (the "sm_90" number).

@@ -208,6 +208,41 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(!ops::selectPagedAttentionVariant(p).asyncCopy);
 }
 
+TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM", "[op]") {
+  auto p = validParams();
+  p.numSeqs = 64;
+  p.numTokens = 64;
+  p.maxQueryLen = 1;
+  p.numSms = 132;
+  p.maxSeqLen = 4096;
+  CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // minSeqLen unknown
+  p.minSeqLen = 4096;
+  CHECK(ops::pagedAttentionCtasPerSm(p) == 2);  // (64 + 64 / 4) x 8 = 640 CTAs over 132 SMs
+  p.minSeqLen = 3687;                           // within 90% of the longest
+  CHECK(ops::pagedAttentionCtasPerSm(p) == 2);
+  p.minSeqLen = 3686;
+  CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // mixed lengths keep every CTA that fits
+  p.minSeqLen = 4096;
+  p.numSms = 320;
+  CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // at most two per SM anyway
+  p.numSms = 132;
+  p.numTokens = 64 * 40;
+  p.maxQueryLen = 40;
+  CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // prefill tiling
+  p.minSeqLen = 5000;
+  CHECK(validationMessage(p) == "paged attention: min_seq_len (5000) must be 0 (unknown) or at most max_seq_len (4096), which must then be given");
+  p.minSeqLen = -1;
+  CHECK(validationMessage(p).find("min_seq_len (-1)") != std::string::npos);
+  // H200: 228 KiB per SM, 1 KiB reserved per block, 227 KiB per block. 68 KiB
+  // (three fit) becomes 76928 bytes: 3 x (76928 + 1024) > 233472 >= 2 x that.
+  CHECK(ops::sharedBytesForCtasPerSm(69632, 2, 233472, 1024, 232448) == 76928);
+  CHECK(3 * (76928 + 1024) > 233472);
+  CHECK(ops::sharedBytesForCtasPerSm(98304, 2, 233472, 1024, 232448) == 98304);  // already two at most
+  CHECK(ops::sharedBytesForCtasPerSm(69632, 0, 233472, 1024, 232448) == 69632);  // no cap
+  CHECK(ops::sharedBytesForCtasPerSm(69632, 2, 0, 0, 0) == 69632);               // no GPU information
+  CHECK(ops::sharedBytesForCtasPerSm(1024, 1, 233472, 1024, 100000) == 1024);    // would exceed the block limit
+}
+
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {
   if (!tests::gpuPresent()) return;
   // The caller owns the context, as an engine (or PyTorch) would: the op launches
@@ -220,6 +255,7 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     compiler::KvCacheFormat format = compiler::KvCacheFormat::Auto;
     bool sinksAndLse = false;
     bool withWorkspace = false;  // split-KV where the plan says so
+    bool lengthsHint = false;    // minSeqLen given: a uniform batch runs at two CTAs per SM
   } cases[] = {
       {ScalarKind::BF16, true, {1, 1, 1, 1, 1}, {300, 17, 1000, 0, 64}},      // decode: tile 64
       {ScalarKind::F16, false, {1, 40, 3, 77}, {50, 0, 130, 9}},              // prefill-like: 128 rows
@@ -229,6 +265,9 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       {ScalarKind::F16, true, {1, 1, 2}, {3000, 900, 4000}, compiler::KvCacheFormat::Int8PerTokenHead, true, true},
       {ScalarKind::BF16, true, {1, 3, 1}, {2500, 60, 7}, compiler::KvCacheFormat::Fp8E4M3, true, false},
       {ScalarKind::BF16, true, {1, 1}, {3333, 99}, compiler::KvCacheFormat::Int4PerTokenHead, false, true},
+      // 96 equal decodes (768 CTAs): launched with the shared memory that caps them at two per SM.
+      {ScalarKind::BF16, true, std::vector<int>(96, 1), std::vector<int>(96, 700), compiler::KvCacheFormat::Auto,
+       false, false, true},
   };
   for (const auto& c : cases) {
     compiler::UnifiedAttentionConfig config;
@@ -289,6 +328,11 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     p.kvCacheFormat = c.format;
     p.maxSeqLen = 0;
     for (size_t i = 0; i < c.queryLens.size(); ++i) p.maxSeqLen = std::max(p.maxSeqLen, c.queryLens[i] + c.contextLens[i]);
+    if (c.lengthsHint) {
+      p.minSeqLen = p.maxSeqLen;
+      for (size_t i = 0; i < c.queryLens.size(); ++i) p.minSeqLen = std::min(p.minSeqLen, c.queryLens[i] + c.contextLens[i]);
+      CHECK(ops::pagedAttentionCtasPerSm(p) == ops::kUniformDecodeCtasPerSm);  // 768 CTAs > 2 per SM of any GPU here
+    }
     if (compiler::isPerTensorFp8(c.format)) {
       p.kScale = device[bufferIndex("k_scale")].address();
       p.vScale = device[bufferIndex("v_scale")].address();

@@ -226,6 +226,10 @@ typedef struct attnjit_paged_attention_params {
    * ATTNJIT_CHECK_BOUNDS=1). Synchronizes the stream: not for CUDA graphs. */
   int check_bounds;
   int num_blocks; /* blocks of the KV cache; required by check_bounds */
+  /* shortest seq_len of the batch, or 0 (unknown): with max_seq_len it marks
+   * batches of nearly equal lengths, which decode launches run at two CTAs
+   * per SM (faster there, slower with mixed lengths) */
+  int min_seq_len;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

@@ -108,6 +108,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("value_head_size", _i32),
         ("check_bounds", _i32),
         ("num_blocks", _i32),
+        ("min_seq_len", _i32),
     ]
 
 

@@ -208,7 +208,7 @@ def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_forma
 def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
-                    batch_invariant=False, check_bounds=False, stream=None, runtime=None):
+                    batch_invariant=False, check_bounds=False, stream=None, runtime=None, min_seq_len=0):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -229,7 +229,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     check_bounds runs the bounds-checked kernel (block-table entries against
     kv_cache.shape[0], and the batch's lengths): a violation raises instead of
     reading out of bounds; it synchronizes the stream (debugging, not for CUDA
-    graphs)."""
+    graphs). min_seq_len (with max_seq_len; 0: unknown) marks batches of nearly
+    equal lengths, which decode launches run at two CTAs per SM."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
@@ -281,6 +282,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         num_tokens=num_tokens,
         max_query_len=int(max_query_len),
         max_seq_len=int(max_seq_len),
+        min_seq_len=int(min_seq_len),
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
         out=out.data_ptr(),
         q=q.data_ptr(),

@@ -87,14 +87,16 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-3:]],
-                         ["value_head_size", "check_bounds", "num_blocks"])
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-4:]],
+                         ["value_head_size", "check_bounds", "num_blocks", "min_seq_len"])
         self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-3:]],
                          ["value_head_size", "check_bounds", "num_blocks"])
         # check_bounds is read: the op then needs num_blocks.
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"paged attention: num_blocks \(0\) must be"):
             attnjit.ops.paged_attention_raw(validate_only=True, check_bounds=True, **PAGED_FIELDS)
         attnjit.ops.paged_attention_raw(validate_only=True, check_bounds=True, num_blocks=40, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"min_seq_len \(5\) must be 0 \(unknown\)"):
+            attnjit.ops.paged_attention_raw(validate_only=True, min_seq_len=5, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"value_head_size \(600\)"):
             attnjit.ops.paged_attention_raw(validate_only=True, value_head_size=600, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_blocks \(0\) must be"):
