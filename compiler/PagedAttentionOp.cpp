@@ -128,14 +128,20 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
 
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) { return splitPlanFor(p, baseVariant(p)); }
 
-int pagedAttentionCtasPerSm(const PagedAttentionParams& p) {
+namespace {
+
+// pagedAttentionCtasPerSm for the variant `config` the call runs.
+int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.minSeqLen <= 0 || p.maxSeqLen <= 0 || int64_t{p.minSeqLen} * 10 < int64_t{p.maxSeqLen} * 9) return 0;
-  const UnifiedAttentionConfig config = selectPagedAttentionVariant(p);
   if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
   return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
 }
+
+}  // namespace
+
+int pagedAttentionCtasPerSm(const PagedAttentionParams& p) { return ctasPerSmFor(p, selectPagedAttentionVariant(p)); }
 
 int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
                                 int64_t reservedPerBlock, int64_t maxPerBlock) {
@@ -359,7 +365,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
                  static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)};
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
-  if (const int ctasPerSm = pagedAttentionCtasPerSm(p); ctasPerSm > 0) {
+  if (const int ctasPerSm = ctasPerSmFor(p, config); ctasPerSm > 0) {
     const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
     launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytesForCtasPerSm(
         ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
