@@ -254,20 +254,15 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
   prefill.tileSize = 64;
   for (const auto& config : {decode, prefill}) {
     INFO(config.kernelName());
-    auto kernel = compiler::buildUnifiedAttention(config);
-    REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = compiler::compileKernel(**kernel, options);
-    REQUIRE(compiled.isOk());
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
     // Prefill's threads each need 4 of a tile's 64 block numbers for the K and V
     // copies: loaded in that layout, never converted through shared memory.
     // Decode's need 8: one load, converted for K and for V (two barriers each).
     const bool prefillTiling = config.numWarps == 8;
     const bool convertsBlockNumbers =
-        std::regex_search(compiled->tirOptimized, std::regex(R"(convert_layout [^\n]*: tile<\d+xi32)"));
+        std::regex_search(compiled.tirOptimized, std::regex(R"(convert_layout [^\n]*: tile<\d+xi32)"));
     CHECK(convertsBlockNumbers == !prefillTiling);
-    const std::string loop = kvLoopPtx(compiled->ptx);
+    const std::string loop = kvLoopPtx(compiled.ptx);
     REQUIRE_FALSE(loop.empty());
     // One wait for this tile's K and V copies, then one barrier that publishes
     // them and also protects the slots the next copies overwrite.
@@ -287,6 +282,8 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
     auto unprunedKernel = compiler::buildUnifiedAttention(config);
     REQUIRE(unprunedKernel.isOk());
     (*unprunedKernel)->attrs().set("remove_redundant_sync", int64_t{0});
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
     auto unpruned = compiler::compileKernel(**unprunedKernel, options);
     INFO((unpruned.isOk() ? std::string() : unpruned.diagnostic().str()));
     REQUIRE(unpruned.isOk());
