@@ -457,6 +457,28 @@ TEST_CASE("a broadcast row converts as a row, never as the broadcast tile", "[co
   }
 }
 
+TEST_CASE("mma operands are packed once per dot and ldmatrix words pass straight in", "[codegen]") {
+  // Each mma.sync takes six 32-bit operand registers. The A fragments of P·V feed
+  // every n-tile and an ldmatrix result already is such a register: lowered
+  // without repeats, the kernels build fewer <2 x bf16> pairs than they issue mma
+  // (before: six per mma, 408 pairs for 32 mma in decode), so the LLVM pipeline
+  // has that much less to clean up.
+  compiler::UnifiedAttentionConfig decode;
+  decode.tileSize = 64;
+  compiler::UnifiedAttentionConfig prefill;
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  for (const auto& config : {decode, prefill}) {
+    INFO(config.kernelName());
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    const int mmas = countOf(compiled.llvmIr, "call { float, float, float, float } @llvm.nvvm.mma.m16n8k16");
+    const int pairs = countOf(compiled.llvmIr, "insertelement <2 x bfloat> poison");
+    CHECK(mmas >= 32);
+    CHECK(pairs < mmas);
+    CHECK(countOf(compiled.ptx, "mma.sync.aligned.m16n8k16") == mmas);
+  }
+}
+
 TEST_CASE("the fast LLVM pipeline keeps the PTX's tensor-core and memory instructions", "[codegen][ptxas]") {
   // LlvmPipeline::Fast trades O3's generality for compile time; what the kernels
   // are built around must come out the same: every mma, ldmatrix and cp.async,
@@ -486,7 +508,7 @@ TEST_CASE("the fast LLVM pipeline keeps the PTX's tensor-core and memory instruc
     compiler::CompiledKernel o3 = compileWith(codegen::LlvmPipeline::O3);
     compiler::CompiledKernel fast = compileWith(codegen::LlvmPipeline::Fast);
     CHECK(fast.llvmIrOptimized != o3.llvmIrOptimized);  // another pipeline did run
-    CHECK(fast.llvmIrOptimized.size() < fast.llvmIr.size() / 2);  // and it simplified
+    CHECK(fast.llvmIrOptimized.size() < fast.llvmIr.size() * 3 / 4);  // and it simplified
     for (const char* needle : {"mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
                                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global",
                                "st.shared.v4.b32", "ld.shared.v4.b32", "st.global.v4", "bar.sync"}) {

@@ -5,6 +5,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <map>
+#include <utility>
 
 #include "codegen/lower/LoweringContext.h"
 
@@ -44,11 +45,34 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
     return v.regs[it->second];
   };
   auto* halfPair = llvm::FixedVectorType::get(isBf16 ? b.getBFloatTy() : b.getHalfTy(), 2);
+  // Each fragment register is packed once per dot, not once per mma that reads
+  // it (P's fragments feed all 16 n-tiles of P·V), and a pair that is already
+  // one register (the two halves of an ldmatrix result) is passed as it is. The
+  // optimized IR is the same either way (EarlyCSE and InstCombine did this);
+  // emitting less of it spares the LLVM pipeline a third of prefill's input.
+  std::map<std::pair<llvm::Value*, llvm::Value*>, llvm::Value*> packed;
+  auto asOperand = [&](llvm::Value* pair) -> llvm::Value* {
+    if (!isBf16) return pair;
+    if (auto* cast = llvm::dyn_cast<llvm::BitCastInst>(pair); cast && cast->getSrcTy()->isIntegerTy(32))
+      return cast->getOperand(0);
+    return b.CreateBitCast(pair, b.getInt32Ty());
+  };
   auto pack = [&](llvm::Value* lo, llvm::Value* hi) -> llvm::Value* {
+    llvm::Value*& slot = packed[{lo, hi}];
+    if (slot) return slot;
+    auto* first = llvm::dyn_cast<llvm::ExtractElementInst>(lo);
+    auto* second = llvm::dyn_cast<llvm::ExtractElementInst>(hi);
+    if (first && second && first->getVectorOperand() == second->getVectorOperand() &&
+        first->getVectorOperand()->getType() == halfPair) {
+      auto* firstIndex = llvm::dyn_cast<llvm::ConstantInt>(first->getIndexOperand());
+      auto* secondIndex = llvm::dyn_cast<llvm::ConstantInt>(second->getIndexOperand());
+      if (firstIndex && secondIndex && firstIndex->isZero() && secondIndex->isOne())
+        return slot = asOperand(first->getVectorOperand());
+    }
     llvm::Value* v = llvm::PoisonValue::get(halfPair);
     v = b.CreateInsertElement(v, lo, uint64_t{0});
     v = b.CreateInsertElement(v, hi, uint64_t{1});
-    return isBf16 ? b.CreateBitCast(v, b.getInt32Ty()) : v;
+    return slot = asOperand(v);
   };
   auto id = isBf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
   llvm::Function* mmaFn = llvm::Intrinsic::getOrInsertDeclaration(&ctx.module, id);
