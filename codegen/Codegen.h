@@ -58,7 +58,9 @@ std::string llvmVersion();
 // tile IR changes, so JIT cache keys (compiler/Jit.cpp) never match entries a
 // previous attnjit compiled differently. 2: cp.async for pipelined tiles. 3: slot
 // reads next to their uses, swizzled offsets as register ^ phase + immediate,
-// 32-bit shared-memory pointers, the backend at its default level.
-inline constexpr int kCodegenRevision = 4;
+// 32-bit shared-memory pointers, the backend at its default level. 4: repeated
+// barriers and waits removed. 5: float-to-integer casts through cvt.rzi (PTX
+// saturates and maps NaN to 0 itself).
+inline constexpr int kCodegenRevision = 5;
 
 }  // namespace attnjit::codegen

@@ -256,7 +256,19 @@ llvm::Value* castElement(LoweringContext& ctx, const Operation& op, llvm::Value*
   if (fromF && !toF) {
     if (to == ScalarKind::I1) return b.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
     llvm::Value* wide = isHalfLike(from) ? b.CreateFPExt(v, b.getFloatTy()) : v;
-    return b.CreateIntrinsic(toTy, llvm::Intrinsic::fptosi_sat, {wide}, {}, "");
+    if (!wide->getType()->isFloatTy()) return b.CreateIntrinsic(toTy, llvm::Intrinsic::fptosi_sat, {wide}, {}, "");
+    // PTX's cvt.rzi.s32.f32 / .s64.f32 already truncate, saturate and turn NaN
+    // into 0, the cast's semantics; llvm.fptosi.sat would add two clamps and a
+    // NaN select per element around it. Narrower integers clamp the i32 result.
+    if (to == ScalarKind::I64) return b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_f2ll_rz, {wide});
+    llvm::Value* word = b.CreateIntrinsic(b.getInt32Ty(), llvm::Intrinsic::nvvm_f2i_rz, {wide});
+    const unsigned bits = toTy->getIntegerBitWidth();
+    if (bits >= 32) return word;
+    word = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, word,
+                                   b.getInt32(static_cast<uint32_t>(llvm::APInt::getSignedMinValue(bits).getSExtValue())));
+    word = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, word,
+                                   b.getInt32(static_cast<uint32_t>(llvm::APInt::getSignedMaxValue(bits).getSExtValue())));
+    return b.CreateTrunc(word, toTy);
   }
   if (to == ScalarKind::I1) return b.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
   if (from == ScalarKind::I1) return b.CreateZExt(v, toTy);
