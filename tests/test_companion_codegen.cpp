@@ -7,11 +7,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <unistd.h>
 
 #include "tests/test_tools.h"
 #include "compiler/CompileDriver.h"
 #include "compiler/KernelFamily.h"
+#include "compiler/kernels/CacheWrite.h"
 #include "compiler/Spec.h"
 #include "tests/test_paths.h"
 
@@ -48,7 +50,56 @@ std::string ptxFor(const compiler::Variant& variant, const std::string& arch) {
   return compiled->ptx;
 }
 
+int countOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
+
+TEST_CASE("cache writes store rows in the layout they were loaded in", "[codegen][cache_write][layouts]") {
+  // The rows are loaded 16 bytes per thread (8 bf16); quantized to bytes they
+  // are 8 bytes per thread. A per-tensor fp8 row (8-byte aligned) or a
+  // per-token-head row (4-byte aligned) cannot be stored in wider vectors than
+  // that, so no [H, D] tile goes through shared memory: only the per-token-head
+  // scale rows change layout (to their 4-byte stores).
+  std::regex tileConversion(R"(convert_layout [^\n]*: tile<\d+x\d+x)");
+  for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Int8PerTokenHead,
+                      compiler::KvCacheFormat::Fp8PerTokenHead}) {
+    compiler::CacheWriteConfig config;
+    config.dtype = ir::ScalarKind::BF16;
+    config.cacheFormat = format;
+    config.numKvHeads = 8;
+    config.headSize = 128;
+    INFO(config.kernelName());
+    auto kernel = compiler::buildCacheWrite(config);
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = compiler::compileKernel(**kernel, options);
+    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+    REQUIRE(compiled.isOk());
+    INFO(compiled->tirOptimized);
+    CHECK_FALSE(std::regex_search(compiled->tirOptimized, tileConversion));
+    const bool perTokenHead = format != compiler::KvCacheFormat::Fp8E4M3;
+    // Two barriers per conversion: one scale row each for keys and values.
+    CHECK(countOf(compiled->ptx, "bar.sync") == (perTokenHead ? 4 : 0));
+    // Both sources are loaded before the first store (a value load after the
+    // keys' stores would wait for their whole conversion).
+    const size_t valueLoad = compiled->tirOptimized.find("%v_rows = load");
+    const size_t firstStore = compiled->tirOptimized.find("store ");
+    REQUIRE(valueLoad != std::string::npos);
+    REQUIRE(firstStore != std::string::npos);
+    CHECK(valueLoad < firstStore);
+    if (format == compiler::KvCacheFormat::Int8PerTokenHead) {
+      // The float-to-integer casts are cvt.rzi, which saturates and maps NaN to
+      // 0 itself: no compare-and-select around them.
+      CHECK(countOf(compiled->ptx, "cvt.rzi.s32.f32") >= 16);
+      CHECK(countOf(compiled->ptx, "setp.nan") == 0);
+    }
+  }
+}
 
 TEST_CASE("companion kernels use 16-byte vector accesses for 16-bit rows", "[codegen][merge][cache_write]") {
   for (const auto& variant : shippedCompanionVariants()) {

@@ -122,8 +122,13 @@ class CacheWriteBuilder {
 
     Value* kRowBase = b_.add(b_.splat(slotBase, {H}), b_.mul(head64_, b_.splat(kvStrideHead_, {H})), "k_row_base");
     Value* vRowBase = b_.add(kRowBase, b_.splat(kvStrideKv_, {H}), "v_row_base");
-    writeRows(key_, keyStrideToken_, keyStrideHead_, token64, kRowBase, kScale_, keyRows, "k");
-    writeRows(value_, valueStrideToken_, valueStrideHead_, token64, vRowBase, vScale_, valueRows, "v");
+    // Both sources are loaded before either is converted: the stores of the keys
+    // may alias the values as far as the GPU knows, so a value load after them
+    // would wait for the keys' whole conversion.
+    const LoadedRows keys = loadRows(key_, keyStrideToken_, keyStrideHead_, token64, keyRows, "k");
+    const LoadedRows values = loadRows(value_, valueStrideToken_, valueStrideHead_, token64, valueRows, "v");
+    writeRows(keys, kRowBase, kScale_, keyRows, "k");
+    writeRows(values, vRowBase, vScale_, valueRows, "v");
     b_.endIf();
   }
 
@@ -159,20 +164,63 @@ class CacheWriteBuilder {
     Value* mask;      // [H, D_PADDED]: valid head and column
   };
 
-  // Loads token t's rows of one source (keys or values), converts them and stores
-  // them at rowBase (one cache offset per head).
-  void writeRows(Value* source, Value* strideToken, Value* strideHead, Value* token64, Value* rowBase,
-                 Value* scalePointer, const RowShape& rows, const std::string& name) {
+  // Token t's rows of one source as loaded: [H, D_PADDED] (x), or for int4 its
+  // even and odd columns as two [H, D_PADDED / 2] tiles in f32, with the byte
+  // offsets of the column pairs ([D_PADDED / 2], i64) and their [H, D_PADDED / 2] mask.
+  struct LoadedRows {
+    Value* x = nullptr;
+    Value* even = nullptr;
+    Value* odd = nullptr;
+    Value* pairOffsets = nullptr;
+    Value* pairMask = nullptr;
+  };
+
+  LoadedRows loadRows(Value* source, Value* strideToken, Value* strideHead, Value* token64, const RowShape& rows,
+                      const std::string& name) {
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
+    const ScalarKind dt = config_.dtype;
+    Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
+    if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) return loadInt4Rows(source, sourceRow, rows, name);
+    Value* sourceOffset = b_.add(asColumn(sourceRow, D), asRow(rows.offsD64, H));
+    return {b_.load(b_.addPtr(b_.splat(source, {H, D}), sourceOffset), rows.mask,
+                    b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(dt))), name + "_rows")};
+  }
+
+  // int4 loads the even and odd elements of each row as two [H, D/2] tiles.
+  LoadedRows loadInt4Rows(Value* source, Value* sourceRow, const RowShape& rows, const std::string& name) {
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
+    const ScalarKind dt = config_.dtype, I32 = ScalarKind::I32;
+    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
+    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
+                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
+    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
+    Value* pair64 = b_.cast(offsPair, ScalarKind::I64);
+    auto loadHalf = [&](int parity) {
+      Value* column = b_.add(b_.mul(pair64, b_.constInt(2, pair64->type())), b_.constInt(parity, pair64->type()));
+      Value* x = b_.load(b_.addPtr(b_.splat(source, {H, half}), b_.add(asColumn(sourceRow, half), asRow(column, H))),
+                         mask, b_.constFloat(0.0, Type::tile({H, half}, Type::scalar(dt))),
+                         name + (parity ? "_odd" : "_even"));
+      return dt == ScalarKind::F32 ? x : b_.cast(x, ScalarKind::F32);
+    };
+    LoadedRows loaded;
+    loaded.even = loadHalf(0);
+    loaded.odd = loadHalf(1);
+    loaded.pairOffsets = pair64;
+    loaded.pairMask = mask;
+    return loaded;
+  }
+
+  // Converts one source's loaded rows and stores them at rowBase (one cache
+  // offset per head).
+  void writeRows(const LoadedRows& loaded, Value* rowBase, Value* scalePointer, const RowShape& rows,
+                 const std::string& name) {
     if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) {
-      writeInt4Rows(source, strideToken, strideHead, token64, rowBase, rows, name);
+      writeInt4Rows(loaded, rowBase, rows, name);
       return;
     }
     const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
     const ScalarKind dt = config_.dtype, F32 = ScalarKind::F32, cacheKind = config_.cacheElement();
-    Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
-    Value* sourceOffset = b_.add(asColumn(sourceRow, D), asRow(rows.offsD64, H));
-    Value* x = b_.load(b_.addPtr(b_.splat(source, {H, D}), sourceOffset), rows.mask,
-                       b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(dt))), name + "_rows");
+    Value* x = loaded.x;
     Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, D}), b_.add(asColumn(rowBase, D), asRow(rows.offsD64, H)),
                                  name + "_cache_ptrs");
     Value* xF32 = dt == F32 ? x : b_.cast(x, F32, name + "_f32");
@@ -208,28 +256,14 @@ class CacheWriteBuilder {
     }
   }
 
-  // int4 per token-head: the even and odd elements of each row are loaded as two
-  // [H, D/2] tiles, quantized with the row's scale max|x| / 7, and packed pairwise
-  // into bytes (element 2i in the low nibble of byte i, 2i + 1 in the high one).
-  void writeInt4Rows(Value* source, Value* strideToken, Value* strideHead, Value* token64, Value* rowBase,
-                     const RowShape& rows, const std::string& name) {
-    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
-    const ScalarKind dt = config_.dtype, F32 = ScalarKind::F32, I32 = ScalarKind::I32;
-    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
-    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
-                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
-    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
-    Value* pair64 = b_.cast(offsPair, ScalarKind::I64);
-    Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
-    auto loadHalf = [&](int parity) {
-      Value* column = b_.add(b_.mul(pair64, b_.constInt(2, pair64->type())), b_.constInt(parity, pair64->type()));
-      Value* x = b_.load(b_.addPtr(b_.splat(source, {H, half}), b_.add(asColumn(sourceRow, half), asRow(column, H))),
-                         mask, b_.constFloat(0.0, Type::tile({H, half}, Type::scalar(dt))),
-                         name + (parity ? "_odd" : "_even"));
-      return dt == F32 ? x : b_.cast(x, F32);
-    };
-    Value* even = loadHalf(0);
-    Value* odd = loadHalf(1);
+  // int4 per token-head: the even and odd elements of each row (loadInt4Rows)
+  // are quantized with the row's scale max|x| / 7 and packed pairwise into bytes
+  // (element 2i in the low nibble of byte i, 2i + 1 in the high one).
+  void writeInt4Rows(const LoadedRows& loaded, Value* rowBase, const RowShape& rows, const std::string& name) {
+    const int64_t H = head_->type().shape()[0], half = loaded.even->type().shape()[1];
+    const ScalarKind F32 = ScalarKind::F32, I32 = ScalarKind::I32;
+    Value* even = loaded.even;
+    Value* odd = loaded.odd;
     const Type rowF32 = Type::tile({H}, Type::scalar(F32));
     Value* amax = b_.max(b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, even), 1),
                          b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, odd), 1), name + "_amax");
@@ -243,9 +277,9 @@ class CacheWriteBuilder {
     Value* low = b_.andOp(quantize(even, "_even"), b_.constInt(0xF, pairI32), name + "_low_nibble");
     Value* high = b_.binary(Opcode::Shl, quantize(odd, "_odd"), b_.constInt(4, pairI32), name + "_high_nibble");
     Value* packed = b_.cast(b_.binary(Opcode::Or, low, high), ScalarKind::I8, name + "_packed");
-    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}), b_.add(asColumn(rowBase, half), asRow(pair64, H)),
-                                 name + "_cache_ptrs");
-    b_.store(cachePtrs, packed, mask);
+    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}),
+                                 b_.add(asColumn(rowBase, half), asRow(loaded.pairOffsets, H)), name + "_cache_ptrs");
+    b_.store(cachePtrs, packed, loaded.pairMask);
     storeScaleBytes(scale, rowBase, rows.headSize, name);
   }
 

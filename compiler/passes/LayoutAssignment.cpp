@@ -1,7 +1,9 @@
 // Layout assignment: decides how every tile value is distributed over threads.
 //
 // 1. Anchors decide: loads and stores take a coalesced #blocked layout (16-byte
-//    vectors along the contiguous last dimension); dot results take #mma (tensor
+//    vectors along the contiguous last dimension; a store keeps its value's
+//    blocked layout when that already allows vectors as wide as the pointers'
+//    alignment does, see storeLayout); dot results take #mma (tensor
 //    cores, f16/bf16 operands on sm_80+) or #blocked (FMA path), their operands
 //    #dot_op of that parent; reductions give #slice of their operand's layout.
 // 2. Every other computed value follows its operands (elementwise ops take the
@@ -18,6 +20,7 @@
 //    elements, and converted otherwise (worthReloading).
 // 4. Where a computed value's layout differs from what its consumer needs, a
 //    convert_layout is inserted right after the value's definition.
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -223,6 +226,29 @@ class LayoutAssigner {
     return coalescedLayout(t.shape(), storageBytes(t.scalarKind()), options_.numWarps, dim, f.contiguity[static_cast<size_t>(dim)]);
   }
 
+  // The layout a store takes: its value's own when that already gives each
+  // thread runs, along the pointers' contiguous dimension, of whole vectors as
+  // wide as the pointers allow; else the coalesced access layout. A
+  // per-token-head cache row is only 4-byte aligned: the 16 bytes per thread of
+  // the access layout buy no wider store, only a conversion through shared
+  // memory (two barriers) from the 8 bytes per thread the row was loaded with.
+  LayoutRef storeLayout(const Operation& store) {
+    const Value* pointers = store.operand(0);
+    LayoutRef access = accessLayout(pointers);
+    const Value* value = store.operand(1);
+    if (cheap_.count(value)) return access;
+    LayoutRef own = decided(value);
+    if (!own || own->kind != LayoutKind::Blocked) return access;
+    const int64_t dim = access->order[0];
+    if (own->order[0] != dim) return access;
+    const AxisFacts& f = axis_.facts(pointers);
+    const size_t d = static_cast<size_t>(dim);
+    const int64_t bytes = storageBytes(pointers->type().scalarKind());
+    const int64_t widest = std::max<int64_t>(
+        1, std::min<int64_t>({16 / bytes, f.contiguity[d], f.divisibility[d] / bytes, access->sizePerThread[d]}));
+    return own->sizePerThread[d] % widest == 0 ? own : access;
+  }
+
   LayoutRef defaultLayout(const Type& t) const {
     return coalescedLayout(t.shape(), storageBytes(t.scalarKind()), options_.numWarps);
   }
@@ -377,7 +403,7 @@ class LayoutAssigner {
       if (op->opcode() == Opcode::Store && op->operand(0)->type().isTile()) {
         // Decided before any operand is rewritten (the rewritten pointers are new
         // values the axis analysis has not seen).
-        LayoutRef access = accessLayout(op->operand(0));
+        LayoutRef access = storeLayout(*op);
         for (size_t i = 0; i < op->numOperands(); ++i) require(*op, i, access);
         continue;
       }
