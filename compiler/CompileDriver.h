@@ -13,6 +13,8 @@
 
 namespace attnjit::compiler {
 
+struct CompiledKernel;
+
 struct CompileOptions {
   std::string target = "sm_90a";
   int driverMaxPtx = 0;  // the CUDA driver's PTX ISA limit (0: unknown, no clamp)
@@ -34,6 +36,12 @@ struct CompileOptions {
   // kernel before the passes, <kernel>.ptx the generated PTX (empty: the
   // ATTNJIT_OVERRIDE_DIR environment variable).
   std::string overrideDir;
+  // The kernel has been through the pass pipeline already, in this compile's
+  // earlier stop at "tir-opt" (the JIT's cache key): codegen starts from the
+  // kernel as it is and the result takes these stages' text and timings. Not
+  // for a kernel an override .tir replaced (that stop compiled the override,
+  // not the kernel).
+  const CompiledKernel* passesDone = nullptr;
 };
 
 struct CompiledKernel {

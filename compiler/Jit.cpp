@@ -1,5 +1,6 @@
 #include "compiler/Jit.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -58,11 +59,22 @@ ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptio
   }
   auto lookupStart = std::chrono::steady_clock::now();
   auto loaded = cache.getOrCompile(key, [&]() -> ir::Expected<runtime::CompiledKernel> {
-    auto fresh = build();
-    if (!fresh) return fresh.status();
     CompileOptions toPtx = options;
     toPtx.keepLlvmIr = false;  // the cache keeps the PTX only (a dump folder still gets the IR)
-    auto compiled = compileKernel(**fresh, toPtx);
+    // Codegen continues from the kernel the key was made of, passes done; only a
+    // kernel an override .tir replaced is built and compiled again from the start.
+    const bool tirOverridden = std::find(afterPasses->overridden.begin(), afterPasses->overridden.end(), "tir") !=
+                               afterPasses->overridden.end();
+    ir::Kernel* work = kernel->get();
+    ir::Expected<std::unique_ptr<ir::Kernel>> rebuilt = std::unique_ptr<ir::Kernel>();
+    if (tirOverridden) {
+      rebuilt = build();
+      if (!rebuilt) return rebuilt.status();
+      work = rebuilt->get();
+    } else {
+      toPtx.passesDone = &*afterPasses;
+    }
+    auto compiled = compileKernel(*work, toPtx);
     if (!compiled) return compiled.status();
     out.compiledNow = true;
     runtime::CompiledKernel result;

@@ -403,6 +403,40 @@ TEST_CASE("the dump folder receives every stage; the override folder replaces st
   fs::remove_all(root);
 }
 
+TEST_CASE("a compile resumed after its passes gives the PTX of a compile from the start", "[codegen]") {
+  // The JIT stops at tir-opt to form its cache key, then on a miss continues
+  // from that kernel instead of building it and running the passes again.
+  compiler::UnifiedAttentionConfig config;
+  config.tileSize = 64;
+  compiler::CompiledKernel whole = compileAttention(config, "sm_90a");
+
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions passesOnly;
+  passesOnly.target = "sm_90a";
+  passesOnly.stopAfter = "tir-opt";
+  auto afterPasses = compiler::compileKernel(**kernel, passesOnly);
+  REQUIRE(afterPasses.isOk());
+  compiler::CompileOptions resumed;
+  resumed.target = "sm_90a";
+  resumed.passesDone = &*afterPasses;
+  auto finished = compiler::compileKernel(**kernel, resumed);
+  INFO((finished.isOk() ? std::string() : finished.diagnostic().str()));
+  REQUIRE(finished.isOk());
+  CHECK(finished->ptx == whole.ptx);
+  CHECK(finished->tir == whole.tir);
+  CHECK(finished->tirOptimized == whole.tirOptimized);
+  CHECK(finished->passTimings.size() == whole.passTimings.size());
+
+  // Passes that ran on an override .tir ran on another kernel: resuming is refused.
+  compiler::CompiledKernel fromOverride = *afterPasses;
+  fromOverride.overridden.push_back("tir");
+  resumed.passesDone = &fromOverride;
+  auto refused = compiler::compileKernel(**kernel, resumed);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().str().find("override") != std::string::npos);
+}
+
 TEST_CASE("the kernel-cache key covers IR after passes, target, PTX version and versions", "[codegen]") {
   auto keyFor = [](const compiler::UnifiedAttentionConfig& config, const std::string& target) {
     auto kernel = compiler::buildUnifiedAttention(config);
