@@ -60,13 +60,15 @@ int countOf(const std::string& text, const std::string& what) {
 
 TEST_CASE("cache writes store rows in the layout they were loaded in", "[codegen][cache_write][layouts]") {
   // The rows are loaded 16 bytes per thread (8 bf16); quantized to bytes they
-  // are 8 bytes per thread. A per-tensor fp8 row (8-byte aligned) or a
+  // are 8 bytes per thread (int4: 4). A per-tensor fp8 row (8-byte aligned) or a
   // per-token-head row (4-byte aligned) cannot be stored in wider vectors than
   // that, so no [H, D] tile goes through shared memory: only the per-token-head
-  // scale rows change layout (to their 4-byte stores).
+  // scale rows change layout (to their 4-byte stores). int4 splits its rows
+  // into [H, D/2, 2] pairs by a reshape that keeps each element in its register
+  // and sums each pair's nibbles inside the thread.
   std::regex tileConversion(R"(convert_layout [^\n]*: tile<\d+x\d+x)");
   for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Int8PerTokenHead,
-                      compiler::KvCacheFormat::Fp8PerTokenHead}) {
+                      compiler::KvCacheFormat::Fp8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead}) {
     compiler::CacheWriteConfig config;
     config.dtype = ir::ScalarKind::BF16;
     config.cacheFormat = format;
@@ -92,6 +94,11 @@ TEST_CASE("cache writes store rows in the layout they were loaded in", "[codegen
     REQUIRE(valueLoad != std::string::npos);
     REQUIRE(firstStore != std::string::npos);
     CHECK(valueLoad < firstStore);
+    // Each row is read in 16-byte vectors (int4 once read its even and odd
+    // columns one element at a time).
+    CHECK(countOf(compiled->ptx, "ld.global.v4.b32") == 2);
+    if (format == compiler::KvCacheFormat::Int4PerTokenHead)
+      CHECK(compiled->tirOptimized.find("reshape") != std::string::npos);
     if (format == compiler::KvCacheFormat::Int8PerTokenHead) {
       // The float-to-integer casts are cvt.rzi, which saturates and maps NaN to
       // 0 itself: no compare-and-select around them.

@@ -149,9 +149,46 @@ void lowerTranspose(LoweringContext& ctx, const Operation& op) {
   ctx.set(op.result(), Lowered{pick(regs, map), to});
 }
 
+namespace {
+
+// `l`'s bases as coordinates of `shape` (same element count): row-major
+// flattening maps each power-of-two coordinate onto its own bit field, so a
+// basis flattens and unflattens exactly and XORs stay XORs.
+LinearLayout reshapedBases(const LinearLayout& l, const std::vector<int64_t>& shape) {
+  auto rename = [&](const Coord& c) {
+    int64_t flat = 0;
+    for (int d = 0; d < l.rank(); ++d) flat = flat * l.shape[static_cast<size_t>(d)] + c[static_cast<size_t>(d)];
+    Coord out{0, 0, 0};
+    for (size_t d = shape.size(); d-- > 0;) {
+      out[d] = flat % shape[d];
+      flat /= shape[d];
+    }
+    return out;
+  };
+  LinearLayout r;
+  r.shape = shape;
+  for (const Coord& c : l.reg) r.reg.push_back(rename(c));
+  for (const Coord& c : l.lane) r.lane.push_back(rename(c));
+  for (const Coord& c : l.warp) r.warp.push_back(rename(c));
+  return r;
+}
+
+}  // namespace
+
 void lowerReshape(LoweringContext& ctx, const Operation& op) {
   const Lowered& in = ctx.get(op.operand(0));
   LinearLayout to = ctx.linearLayout(op.result()->type(), op);
+  // Where each thread already holds the result's elements (a split of the
+  // contiguous dimension within its registers: layout assignment's
+  // splitContiguousDim), the registers are only renumbered.
+  const LinearLayout renamed = reshapedBases(*in.layout, to.shape);
+  if (renamed.sameThreadMapping(to)) {
+    std::vector<int64_t> map = to.registerSourceMap(renamed, {});
+    if (!map.empty()) {
+      ctx.set(op.result(), Lowered{pick(in.regs, map), to});
+      return;
+    }
+  }
   llvm::Type* elem = ctx.elementType(op.operand(0)->type().elementType());
   ctx.set(op.result(), Lowered{convertThroughShared(ctx, in.regs, *in.layout, to, elem), to});
 }

@@ -164,15 +164,9 @@ class CacheWriteBuilder {
     Value* mask;      // [H, D_PADDED]: valid head and column
   };
 
-  // Token t's rows of one source as loaded: [H, D_PADDED] (x), or for int4 its
-  // even and odd columns as two [H, D_PADDED / 2] tiles in f32, with the byte
-  // offsets of the column pairs ([D_PADDED / 2], i64) and their [H, D_PADDED / 2] mask.
+  // Token t's rows of one source as loaded: [H, D_PADDED] in the source dtype.
   struct LoadedRows {
     Value* x = nullptr;
-    Value* even = nullptr;
-    Value* odd = nullptr;
-    Value* pairOffsets = nullptr;
-    Value* pairMask = nullptr;
   };
 
   LoadedRows loadRows(Value* source, Value* strideToken, Value* strideHead, Value* token64, const RowShape& rows,
@@ -180,34 +174,9 @@ class CacheWriteBuilder {
     const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
     const ScalarKind dt = config_.dtype;
     Value* sourceRow = b_.add(b_.splat(b_.mul(token64, strideToken), {H}), b_.mul(head64_, b_.splat(strideHead, {H})));
-    if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) return loadInt4Rows(source, sourceRow, rows, name);
     Value* sourceOffset = b_.add(asColumn(sourceRow, D), asRow(rows.offsD64, H));
     return {b_.load(b_.addPtr(b_.splat(source, {H, D}), sourceOffset), rows.mask,
                     b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(dt))), name + "_rows")};
-  }
-
-  // int4 loads the even and odd elements of each row as two [H, D/2] tiles.
-  LoadedRows loadInt4Rows(Value* source, Value* sourceRow, const RowShape& rows, const std::string& name) {
-    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
-    const ScalarKind dt = config_.dtype, I32 = ScalarKind::I32;
-    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
-    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
-                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
-    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
-    Value* pair64 = b_.cast(offsPair, ScalarKind::I64);
-    auto loadHalf = [&](int parity) {
-      Value* column = b_.add(b_.mul(pair64, b_.constInt(2, pair64->type())), b_.constInt(parity, pair64->type()));
-      Value* x = b_.load(b_.addPtr(b_.splat(source, {H, half}), b_.add(asColumn(sourceRow, half), asRow(column, H))),
-                         mask, b_.constFloat(0.0, Type::tile({H, half}, Type::scalar(dt))),
-                         name + (parity ? "_odd" : "_even"));
-      return dt == ScalarKind::F32 ? x : b_.cast(x, ScalarKind::F32);
-    };
-    LoadedRows loaded;
-    loaded.even = loadHalf(0);
-    loaded.odd = loadHalf(1);
-    loaded.pairOffsets = pair64;
-    loaded.pairMask = mask;
-    return loaded;
   }
 
   // Converts one source's loaded rows and stores them at rowBase (one cache
@@ -256,30 +225,35 @@ class CacheWriteBuilder {
     }
   }
 
-  // int4 per token-head: the even and odd elements of each row (loadInt4Rows)
-  // are quantized with the row's scale max|x| / 7 and packed pairwise into bytes
-  // (element 2i in the low nibble of byte i, 2i + 1 in the high one).
+  // int4 per token-head: each row is quantized with its scale max|x| / 7 and
+  // packed pairwise into bytes (element 2i in the low nibble of byte i, 2i + 1
+  // in the high one). The [H, D] row tile, loaded in 16-byte vectors, is split
+  // into [H, D/2, 2] pairs (a reshape that keeps every element in its register)
+  // and each pair's nibbles are summed along the last axis, inside the thread.
   void writeInt4Rows(const LoadedRows& loaded, Value* rowBase, const RowShape& rows, const std::string& name) {
-    const int64_t H = head_->type().shape()[0], half = loaded.even->type().shape()[1];
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
     const ScalarKind F32 = ScalarKind::F32, I32 = ScalarKind::I32;
-    Value* even = loaded.even;
-    Value* odd = loaded.odd;
+    Value* x = config_.dtype == F32 ? loaded.x : b_.cast(loaded.x, F32, name + "_f32");
     const Type rowF32 = Type::tile({H}, Type::scalar(F32));
-    Value* amax = b_.max(b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, even), 1),
-                         b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, odd), 1), name + "_amax");
+    Value* amax = b_.reduce(Opcode::ReduceMax, b_.unary(Opcode::Abs, x), 1, name + "_amax");
     Value* rawScale = b_.div(amax, b_.constFloat(config_.quantMax(), rowF32), name + "_raw_scale");
     Value* scale = b_.max(rawScale, b_.constFloat(kMinScale, rowF32), name + "_row_scale");
-    auto quantize = [&](Value* x, const std::string& part) {
-      Value* q = roundHalfAwayToInt8(b_.div(x, asColumn(scale, half)), name + part);
-      return b_.cast(q, I32);
-    };
-    const Type pairI32 = Type::tile({H, half}, Type::scalar(I32));
-    Value* low = b_.andOp(quantize(even, "_even"), b_.constInt(0xF, pairI32), name + "_low_nibble");
-    Value* high = b_.binary(Opcode::Shl, quantize(odd, "_odd"), b_.constInt(4, pairI32), name + "_high_nibble");
-    Value* packed = b_.cast(b_.binary(Opcode::Or, low, high), ScalarKind::I8, name + "_packed");
-    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}),
-                                 b_.add(asColumn(rowBase, half), asRow(loaded.pairOffsets, H)), name + "_cache_ptrs");
-    b_.store(cachePtrs, packed, loaded.pairMask);
+    Value* q = b_.cast(roundHalfAwayToInt8(b_.div(x, asColumn(scale, D)), name), I32, name + "_q");
+    Value* nibbles = b_.andOp(q, b_.constInt(0xF, Type::tile({H, D}, Type::scalar(I32))), name + "_nibbles");
+    Value* pairs = b_.reshape(nibbles, {H, half, 2}, name + "_pairs");
+    const Type pairI32 = Type::tile({2}, Type::scalar(I32));
+    Value* shift = b_.mul(b_.arange(0, 2), b_.constInt(4, pairI32));
+    Value* shift3 = b_.broadcast(b_.expandDims(b_.expandDims(shift, 0), 0), {H, half, 2});
+    Value* packed = b_.cast(b_.reduce(Opcode::ReduceSum, b_.binary(Opcode::Shl, pairs, shift3), 2),
+                            ScalarKind::I8, name + "_packed");
+    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
+    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
+                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
+    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
+    Value* pair64 = b_.cast(offsPair, ScalarKind::I64);
+    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}), b_.add(asColumn(rowBase, half), asRow(pair64, H)),
+                                 name + "_cache_ptrs");
+    b_.store(cachePtrs, packed, mask);
     storeScaleBytes(scale, rowBase, rows.headSize, name);
   }
 

@@ -120,6 +120,50 @@ LayoutRef permuteBlocked(const LayoutRef& in, const std::vector<int64_t>& perm) 
   return blocked(spt, tpw, wpc, order);
 }
 
+// The layout of reshape(in) from `from` to `to` when the reshape splits the
+// operand's contiguous last dimension into [extent / k, k] with k dividing the
+// elements each thread holds along it: every element stays in its thread and
+// register (codegen then moves no data). nullptr for any other reshape.
+LayoutRef splitContiguousDim(const LayoutRef& in, const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (!in || in->kind != LayoutKind::Blocked || from.empty() || to.size() != from.size() + 1) return nullptr;
+  const size_t last = from.size() - 1;
+  if (in->order.empty() || in->order[0] != static_cast<int64_t>(last)) return nullptr;
+  for (size_t i = 0; i < last; ++i)
+    if (from[i] != to[i]) return nullptr;
+  const int64_t k = to[last + 1];
+  if (k < 1 || to[last] * k != from[last] || in->sizePerThread[last] % k != 0) return nullptr;
+  std::vector<int64_t> spt = in->sizePerThread, tpw = in->threadsPerWarp, wpc = in->warpsPerCta;
+  spt[last] /= k;
+  spt.push_back(k);
+  tpw.push_back(1);
+  wpc.push_back(1);
+  std::vector<int64_t> order{static_cast<int64_t>(last + 1)};
+  order.insert(order.end(), in->order.begin(), in->order.end());
+  return blocked(spt, tpw, wpc, order);
+}
+
+// The blocked layout `l` amounts to: itself, or a slice of a blocked parent
+// along a dimension neither its lanes nor its warps spread (the result of a
+// reduction inside each thread's registers). nullptr otherwise.
+LayoutRef asBlocked(const LayoutRef& l) {
+  if (!l) return nullptr;
+  if (l->kind == LayoutKind::Blocked) return l;
+  if (l->kind != LayoutKind::Slice || !l->parent || l->parent->kind != LayoutKind::Blocked) return nullptr;
+  const Layout& p = *l->parent;
+  const size_t sliced = static_cast<size_t>(l->dim);
+  if (sliced >= p.sizePerThread.size() || p.threadsPerWarp[sliced] != 1 || p.warpsPerCta[sliced] != 1) return nullptr;
+  std::vector<int64_t> spt, tpw, wpc, order;
+  for (size_t d = 0; d < p.sizePerThread.size(); ++d) {
+    if (d == sliced) continue;
+    spt.push_back(p.sizePerThread[d]);
+    tpw.push_back(p.threadsPerWarp[d]);
+    wpc.push_back(p.warpsPerCta[d]);
+  }
+  for (int64_t d : p.order)
+    if (d != l->dim) order.push_back(d > l->dim ? d - 1 : d);
+  return blocked(spt, tpw, wpc, order);
+}
+
 std::vector<int64_t> inversePermutation(const std::vector<int64_t>& perm) {
   std::vector<int64_t> inv(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
@@ -175,6 +219,12 @@ class LayoutAssigner {
         cheap_.insert(op->result());
         continue;
       }
+      // What is computed from loaded data is data, through any op (a reshape of
+      // quantized values into pairs included).
+      bool fromLoadedData = false;
+      for (Value* v : op->operands())
+        if (loadedData_.count(v)) fromLoadedData = true;
+      if (fromLoadedData) loadedData_.insert(op->result());
       bool candidate = code == Opcode::Constant || code == Opcode::Arange || code == Opcode::Splat ||
                        code == Opcode::Broadcast || code == Opcode::ExpandDims || isElementwise(code);
       if (!candidate) continue;
@@ -186,10 +236,6 @@ class LayoutAssigner {
       // conversion happens once, on the unpacked 16-bit operand (ldmatrix),
       // instead of on raw bytes read back one by one.
       const Type& t = op->result()->type();
-      bool fromLoadedData = false;
-      for (Value* v : op->operands())
-        if (loadedData_.count(v)) fromLoadedData = true;
-      if (fromLoadedData) loadedData_.insert(op->result());
       bool addressMath = (t.hasPointerElements() || isInteger(t.scalarKind())) && !fromLoadedData;
       bool allCheap = true;
       for (Value* v : op->operands())
@@ -226,27 +272,29 @@ class LayoutAssigner {
     return coalescedLayout(t.shape(), storageBytes(t.scalarKind()), options_.numWarps, dim, f.contiguity[static_cast<size_t>(dim)]);
   }
 
-  // The layout a store takes: its value's own when that already gives each
-  // thread runs, along the pointers' contiguous dimension, of whole vectors as
-  // wide as the pointers allow; else the coalesced access layout. A
-  // per-token-head cache row is only 4-byte aligned: the 16 bytes per thread of
-  // the access layout buy no wider store, only a conversion through shared
-  // memory (two barriers) from the 8 bytes per thread the row was loaded with.
+  // The layout a store takes: its value's own (blocked, or a slice that amounts
+  // to one) when that already gives each thread runs, along the pointers'
+  // contiguous dimension, of whole vectors as wide as the pointers allow; else
+  // the coalesced access layout. A per-token-head cache row is only 4-byte
+  // aligned: the 16 bytes per thread of the access layout buy no wider store,
+  // only a conversion through shared memory (two barriers) from the 8 bytes per
+  // thread the row was loaded with.
   LayoutRef storeLayout(const Operation& store) {
     const Value* pointers = store.operand(0);
     LayoutRef access = accessLayout(pointers);
     const Value* value = store.operand(1);
     if (cheap_.count(value)) return access;
     LayoutRef own = decided(value);
-    if (!own || own->kind != LayoutKind::Blocked) return access;
+    LayoutRef ownBlocked = asBlocked(own);
+    if (!ownBlocked) return access;
     const int64_t dim = access->order[0];
-    if (own->order[0] != dim) return access;
+    if (ownBlocked->order[0] != dim) return access;
     const AxisFacts& f = axis_.facts(pointers);
     const size_t d = static_cast<size_t>(dim);
     const int64_t bytes = storageBytes(pointers->type().scalarKind());
     const int64_t widest = std::max<int64_t>(
         1, std::min<int64_t>({16 / bytes, f.contiguity[d], f.divisibility[d] / bytes, access->sizePerThread[d]}));
-    return own->sizePerThread[d] % widest == 0 ? own : access;
+    return ownBlocked->sizePerThread[d] % widest == 0 ? own : access;
   }
 
   LayoutRef defaultLayout(const Type& t) const {
@@ -315,6 +363,10 @@ class LayoutAssigner {
       }
       case Opcode::ConvertLayout:
         return t.layout() ? t.layout() : defaultLayout(t);
+      case Opcode::Reshape:
+        if (LayoutRef split = splitContiguousDim(infer(op.operand(0)), op.operand(0)->type().shape(), t.shape()))
+          return split;
+        return nullptr;
       case Opcode::For: {
         return infer(op.region(0)->argument(index + 1));
       }
