@@ -60,7 +60,8 @@ std::string llvmVersion();
 // reads next to their uses, swizzled offsets as register ^ phase + immediate,
 // 32-bit shared-memory pointers, the backend at its default level. 4: repeated
 // barriers and waits removed. 5: float-to-integer casts through cvt.rzi (PTX
-// saturates and maps NaN to 0 itself).
-inline constexpr int kCodegenRevision = 5;
+// saturates and maps NaN to 0 itself). 6: reshapes that keep every element in
+// its thread renumber registers instead of going through shared memory.
+inline constexpr int kCodegenRevision = 6;
 
 }  // namespace attnjit::codegen
