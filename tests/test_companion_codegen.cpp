@@ -39,15 +39,20 @@ bool needsHardwareFp8(const compiler::Variant& variant) {
          format == compiler::KvCacheFormat::Fp8PerTokenHead;
 }
 
+// `kernel` compiled to PTX for `arch`, every stage kept.
+compiler::CompiledKernel compiledFor(ir::Kernel& kernel, const std::string& arch) {
+  compiler::CompileOptions options;
+  options.target = arch;
+  auto compiled = compiler::compileKernel(kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return std::move(*compiled);
+}
+
 std::string ptxFor(const compiler::Variant& variant, const std::string& arch) {
   auto kernel = compiler::buildVariantKernel(variant);
   REQUIRE(kernel.isOk());
-  compiler::CompileOptions options;
-  options.target = arch;
-  auto compiled = compiler::compileKernel(**kernel, options);
-  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-  REQUIRE(compiled.isOk());
-  return compiled->ptx;
+  return compiledFor(**kernel, arch).ptx;
 }
 
 int countOf(const std::string& text, const std::string& what) {
@@ -77,33 +82,29 @@ TEST_CASE("cache writes store rows in the layout they were loaded in", "[codegen
     INFO(config.kernelName());
     auto kernel = compiler::buildCacheWrite(config);
     REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = compiler::compileKernel(**kernel, options);
-    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-    REQUIRE(compiled.isOk());
-    INFO(compiled->tirOptimized);
-    CHECK_FALSE(std::regex_search(compiled->tirOptimized, tileConversion));
+    const compiler::CompiledKernel compiled = compiledFor(**kernel, "sm_90a");
+    INFO(compiled.tirOptimized);
+    CHECK_FALSE(std::regex_search(compiled.tirOptimized, tileConversion));
     const bool perTokenHead = format != compiler::KvCacheFormat::Fp8E4M3;
     // Two barriers per conversion: one scale row each for keys and values.
-    CHECK(countOf(compiled->ptx, "bar.sync") == (perTokenHead ? 4 : 0));
+    CHECK(countOf(compiled.ptx, "bar.sync") == (perTokenHead ? 4 : 0));
     // Both sources are loaded before the first store (a value load after the
     // keys' stores would wait for their whole conversion).
-    const size_t valueLoad = compiled->tirOptimized.find("%v_rows = load");
-    const size_t firstStore = compiled->tirOptimized.find("store ");
+    const size_t valueLoad = compiled.tirOptimized.find("%v_rows = load");
+    const size_t firstStore = compiled.tirOptimized.find("store ");
     REQUIRE(valueLoad != std::string::npos);
     REQUIRE(firstStore != std::string::npos);
     CHECK(valueLoad < firstStore);
     // Each row is read in 16-byte vectors (int4 once read its even and odd
     // columns one element at a time).
-    CHECK(countOf(compiled->ptx, "ld.global.v4.b32") == 2);
+    CHECK(countOf(compiled.ptx, "ld.global.v4.b32") == 2);
     if (format == compiler::KvCacheFormat::Int4PerTokenHead)
-      CHECK(compiled->tirOptimized.find("reshape") != std::string::npos);
+      CHECK(compiled.tirOptimized.find("reshape") != std::string::npos);
     if (format == compiler::KvCacheFormat::Int8PerTokenHead) {
       // The float-to-integer casts are cvt.rzi, which saturates and maps NaN to
       // 0 itself: no compare-and-select around them.
-      CHECK(countOf(compiled->ptx, "cvt.rzi.s32.f32") >= 16);
-      CHECK(countOf(compiled->ptx, "setp.nan") == 0);
+      CHECK(countOf(compiled.ptx, "cvt.rzi.s32.f32") >= 16);
+      CHECK(countOf(compiled.ptx, "setp.nan") == 0);
     }
   }
 }
