@@ -61,7 +61,8 @@ std::string llvmVersion();
 // 32-bit shared-memory pointers, the backend at its default level. 4: repeated
 // barriers and waits removed. 5: float-to-integer casts through cvt.rzi (PTX
 // saturates and maps NaN to 0 itself). 6: reshapes that keep every element in
-// its thread renumber registers instead of going through shared memory.
-inline constexpr int kCodegenRevision = 6;
+// its thread renumber registers instead of going through shared memory. 7: fp8
+// and int8 casts to f16/bf16 convert two registers at a time.
+inline constexpr int kCodegenRevision = 7;
 
 }  // namespace attnjit::codegen

@@ -45,7 +45,7 @@ ir::Expected<std::string> localTarget() {
 
 ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape,
                                                   const GpuRunOptions& options) {
-  auto target = localTarget();
+  auto target = options.target.empty() ? localTarget() : ir::Expected<std::string>(options.target);
   if (!target) return target.status();
   auto problem = UnifiedAttentionProblem::create(config, shape);
   if (!problem) return problem.status();

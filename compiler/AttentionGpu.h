@@ -13,6 +13,10 @@ namespace attnjit::compiler {
 struct GpuRunOptions {
   int warmupIterations = 3;
   int timedIterations = 0;  // 0: correctness only
+  // The PTX target to compile for; empty: the device's (localTarget). An older
+  // target's PTX is JIT-compiled by the driver for the device, so a newer GPU
+  // runs the code generated for, e.g., sm_80 (paths taken only there).
+  std::string target;
 };
 
 struct GpuRunResult {

@@ -218,9 +218,10 @@ TEST_CASE("spec: kv_cache_dtype, output_lse and split_kv fields", "[spec][quant]
 // ---- The same on the GPU. ----
 
 namespace {
-AttentionRunResult checkOnGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape) {
-  INFO(config.kernelName() << " on " << shape.str());
-  auto result = attnjit::compiler::runUnifiedAttentionGpu(config, shape, attnjit::compiler::GpuRunOptions{});
+AttentionRunResult checkOnGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape,
+                              const attnjit::compiler::GpuRunOptions& options = {}) {
+  INFO(config.kernelName() << " on " << shape.str() << (options.target.empty() ? "" : " for " + options.target));
+  auto result = attnjit::compiler::runUnifiedAttentionGpu(config, shape, options);
   INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
   CHECK(result->check.passed);
@@ -247,6 +248,16 @@ TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") 
         c.slidingWindow = 100;
         checkOnGpu(c, shape);
       }
+  // fp8 caches compiled for sm_80, which has no fp8 cvt (the packed bit decode of
+  // ElementwiseLowering's castFp8Pair), run through the driver's PTX JIT.
+  attnjit::compiler::GpuRunOptions sm80;
+  sm80.target = "sm_80";
+  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2, KvCacheFormat::Fp8PerTokenHead})
+    for (ScalarKind dtype : {ScalarKind::BF16, ScalarKind::F16}) {
+      UnifiedAttentionConfig c = smallConfig(dtype, format);
+      c.headSize = 128;
+      checkOnGpu(c, shape, sm80);
+    }
   for (int segmentTiles : {1, 3, 16}) {
     AttentionShape split = shape;
     split.segmentTiles = segmentTiles;

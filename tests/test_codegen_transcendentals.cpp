@@ -1,9 +1,13 @@
-// Every transcendental op compiles to PTX for every target (NVPTX has no libcall
-// for llvm.log2: the lowering must choose an instruction itself), in f32 and in
-// the 16-bit types, and ptxas accepts the result.
+// Elementwise lowering checked on the PTX. Every transcendental op compiles to
+// PTX for every target (NVPTX has no libcall for llvm.log2: the lowering must
+// choose an instruction itself), in f32 and in the 16-bit types, and ptxas
+// accepts the result. Casts from fp8 and int8 to the 16-bit floats convert two
+// registers per instruction.
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/CompileDriver.h"
 #include "ir/Parser.h"
@@ -27,7 +31,74 @@ std::string unaryKernel(const std::string& op, const std::string& type) {
          "}\n";
 }
 
+// A 16x64 tile loaded in 16-byte vectors (one warp: 32 elements per thread), cast, stored.
+std::string castKernel(const std::string& from, const std::string& to) {
+  return "kernel @cast_" + from + "_" + to + "(%x: ptr<global, " + from + "> {align = 16}, %out: ptr<global, " + to +
+         "> {align = 16}) attributes {num_warps = 1} {\n"
+         "  %rows_idx = arange {start = 0, end = 16} : tile<16xi32>\n"
+         "  %cols_idx = arange {start = 0, end = 64} : tile<64xi32>\n"
+         "  %rows_col = expand_dims %rows_idx {axis = 1} : tile<16x1xi32>\n"
+         "  %rows = broadcast %rows_col : tile<16x64xi32>\n"
+         "  %cols_row = expand_dims %cols_idx {axis = 0} : tile<1x64xi32>\n"
+         "  %cols = broadcast %cols_row : tile<16x64xi32>\n"
+         "  %c64 = constant {value = 64} : tile<16x64xi32>\n"
+         "  %row_offs = mul %rows, %c64 : tile<16x64xi32>\n"
+         "  %offs = add %row_offs, %cols : tile<16x64xi32>\n"
+         "  %x_t = splat %x : tile<16x64xptr<global, " + from + ">>\n"
+         "  %x_ptrs = addptr %x_t, %offs : tile<16x64xptr<global, " + from + ">>\n"
+         "  %v = load %x_ptrs : tile<16x64x" + from + ">\n"
+         "  %r = cast %v : tile<16x64x" + to + ">\n"
+         "  %o_t = splat %out : tile<16x64xptr<global, " + to + ">>\n"
+         "  %o_ptrs = addptr %o_t, %offs : tile<16x64xptr<global, " + to + ">>\n"
+         "  store %o_ptrs, %r\n"
+         "  return\n"
+         "}\n";
+}
+
+size_t countOf(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
 }  // namespace
+
+TEST_CASE("fp8 and int8 casts to f16 and bf16 convert two registers per instruction", "[codegen][quant]") {
+  // 32 elements per thread: 16 pairs, each one conversion instruction (plus, for
+  // bf16 from fp8 or int8, one packing cvt), never a per-element cvt.
+  const struct {
+    const char *from, *to, *target;
+    std::vector<std::pair<const char*, size_t>> counts;
+  } cases[] = {
+      {"f8e4m3", "bf16", "sm_90a", {{"cvt.rn.f16x2.e4m3x2", 16}, {"cvt.rn.bf16x2.f32", 16}}},
+      {"f8e5m2", "bf16", "sm_90a", {{"cvt.rn.f16x2.e5m2x2", 16}, {"cvt.rn.bf16x2.f32", 16}}},
+      {"f8e4m3", "f16", "sm_90a", {{"cvt.rn.f16x2.e4m3x2", 16}, {"cvt.f32.f16", 0}}},
+      {"f8e5m2", "f16", "sm_89", {{"cvt.rn.f16x2.e5m2x2", 16}}},
+      // Before sm_89: one prmt per pair, the fields moved, one exact packed multiply.
+      {"f8e4m3", "bf16", "sm_80", {{"prmt.b32", 16}, {"fma.rn.bf16x2", 16}, {"e4m3x2", 0}}},
+      {"f8e5m2", "bf16", "sm_86", {{"prmt.b32", 16}, {"fma.rn.bf16x2", 16}}},
+      {"f8e4m3", "f16", "sm_80", {{"prmt.b32", 16}, {"mul.f16x2", 16}}},
+      {"f8e5m2", "f16", "sm_80", {{"prmt.b32", 16}, {"mul.f16x2", 0}}},  // e5m2 is f16's top byte
+      // int8: f16 in one packed subtraction, bf16 through two f32 and one cvt.
+      {"i8", "f16", "sm_90a", {{"prmt.b32", 16}, {"add.f16x2", 16}, {"cvt.rn.f32.s32", 0}}},
+      {"i8", "bf16", "sm_80", {{"add.f32", 32}, {"cvt.rn.bf16x2.f32", 16}, {"cvt.rn.f32.s32", 0}}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.from << " -> " << c.to << " for " << c.target);
+    auto module = ir::parseModule(castKernel(c.from, c.to), "cast.tir");
+    if (!module) FAIL(module.diagnostic().str());
+    compiler::CompileOptions options;
+    options.target = c.target;
+    auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
+    if (!compiled) FAIL(compiled.diagnostic().str());
+    for (const auto& [instruction, expected] : c.counts) {
+      INFO(instruction);
+      CHECK(countOf(compiled->ptx, instruction) == expected);
+    }
+    CHECK(countOf(compiled->ptx, "cvt.u16.u32") == 0);      // no byte extracted on its own
+    CHECK(countOf(compiled->ptx, "cvt.rn.bf16.f32") == 0);  // no bf16 rounded on its own
+  }
+}
 
 TEST_CASE("transcendentals lower to PTX instructions on every target", "[codegen]") {
   const struct {

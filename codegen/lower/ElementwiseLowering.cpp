@@ -3,6 +3,9 @@
 // rounds back, as ir/Ops.def specifies.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <cmath>
+#include <utility>
+
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/LoweringContext.h"
 
@@ -275,9 +278,138 @@ llvm::Value* castElement(LoweringContext& ctx, const Operation& op, llvm::Value*
   return b.CreateSExtOrTrunc(v, toTy);
 }
 
+namespace {
+
+// The 32-bit word that holds the bytes of registers `lo` and `hi` side by side,
+// and the position of `lo`'s byte in it (`hi`'s is the next). Registers taken
+// from one loaded vector read the vector reinterpreted as words, with no byte
+// extraction; others are assembled at positions 0 and 1.
+std::pair<llvm::Value*, unsigned> bytePairWord(llvm::IRBuilder<>& b, llvm::Value* lo, llvm::Value* hi) {
+  auto* first = llvm::dyn_cast<llvm::ExtractElementInst>(lo);
+  auto* second = llvm::dyn_cast<llvm::ExtractElementInst>(hi);
+  if (first && second && first->getVectorOperand() == second->getVectorOperand()) {
+    auto* vectorTy = llvm::cast<llvm::FixedVectorType>(first->getVectorOperandType());
+    auto* firstIndex = llvm::dyn_cast<llvm::ConstantInt>(first->getIndexOperand());
+    auto* secondIndex = llvm::dyn_cast<llvm::ConstantInt>(second->getIndexOperand());
+    const unsigned n = vectorTy->getNumElements();
+    if (firstIndex && secondIndex && vectorTy->getElementType()->isIntegerTy(8) && n % 4 == 0) {
+      const uint64_t i = firstIndex->getZExtValue();
+      if (i % 2 == 0 && secondIndex->getZExtValue() == i + 1) {
+        llvm::Value* words = b.CreateBitCast(first->getVectorOperand(), llvm::FixedVectorType::get(b.getInt32Ty(), n / 4));
+        return {b.CreateExtractElement(words, i / 4), static_cast<unsigned>(i % 4)};
+      }
+    }
+  }
+  return {b.CreateOr(b.CreateZExt(lo, b.getInt32Ty()), b.CreateShl(b.CreateZExt(hi, b.getInt32Ty()), 8)), 0u};
+}
+
+// PTX prmt: result byte i is byte selector[i] of (b:a), 0-3 from `a`, 4-7 from `b`.
+llvm::Value* permuteBytes(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* bWord, const unsigned (&selector)[4]) {
+  const uint32_t code = selector[0] | selector[1] << 4 | selector[2] << 8 | selector[3] << 12;
+  return b.CreateIntrinsic(b.getInt32Ty(), llvm::Intrinsic::nvvm_prmt, {a, bWord, b.getInt32(code)});
+}
+
+// fp8 → f16/bf16 for registers 2i and 2i+1 together: the two bytes form one
+// 16-bit word and the result is one packed register, which mma operands and
+// vector stores take as it is. Per element this is 2-3 instructions instead of
+// 5-8 (a decode kernel converts every cache byte it reads, and the per-element
+// form made fp8 decode issue-bound).
+//   sm_89+: cvt.rn.f16x2.e4m3x2/e5m2x2; bf16 goes on through f32 (two exact
+//           cvt.f32.f16, one cvt.rn.bf16x2.f32): NaN and inf survive.
+//   older:  one prmt puts each byte in the high byte of its 16-bit lane; the
+//           fp8 fields move into the 16-bit type's (the sign stays the top bit,
+//           the magnitude shifts right until the mantissa tops the 16-bit one),
+//           which reads as the value times 2^-k; one exact packed multiply by
+//           2^k restores it. e4m3's NaN pattern decodes as ±480, as in castElement.
+std::pair<llvm::Value*, llvm::Value*> castFp8Pair(LoweringContext& ctx, llvm::Value* lo, llvm::Value* hi,
+                                                  ScalarKind from, ScalarKind to) {
+  llvm::IRBuilder<>& b = ctx.b;
+  const bool e5m2 = from == ScalarKind::F8E5M2;
+  llvm::Type* halfTy = to == ScalarKind::F16 ? b.getHalfTy() : b.getBFloatTy();
+  auto* pairTy = llvm::FixedVectorType::get(halfTy, 2);
+  auto [word, position] = bytePairWord(b, lo, hi);
+  llvm::Value* pair = nullptr;
+  if (ctx.target.hasFp8Convert) {
+    llvm::Value* bytes = b.CreateTrunc(position == 0 ? word : b.CreateLShr(word, 8 * position), b.getInt16Ty());
+    auto id = e5m2 ? llvm::Intrinsic::nvvm_e5m2x2_to_f16x2_rn : llvm::Intrinsic::nvvm_e4m3x2_to_f16x2_rn;
+    pair = b.CreateIntrinsic(llvm::FixedVectorType::get(b.getHalfTy(), 2), id, {bytes});
+    if (to == ScalarKind::BF16)
+      pair = b.CreateFPTrunc(b.CreateFPExt(pair, llvm::FixedVectorType::get(b.getFloatTy(), 2)), pairTy);
+  } else {
+    // Lanes [0, lo] and [0, hi]: selector 4 reads the zero word's byte 0.
+    llvm::Value* y = permuteBytes(b, word, b.getInt32(0), {4, position, 4, position + 1});
+    int shift = 0, scaleExponent = 0;
+    if (to == ScalarKind::F16) {
+      shift = e5m2 ? 0 : 1;
+      scaleExponent = e5m2 ? 0 : 8;
+    } else {
+      shift = e5m2 ? 3 : 4;
+      scaleExponent = e5m2 ? 112 : 120;
+    }
+    llvm::Value* bits = y;
+    if (shift > 0) {
+      const uint32_t magnitudeMask = (0x7F00u >> shift) * 0x10001u;
+      bits = b.CreateOr(b.CreateAnd(y, b.getInt32(0x80008000u)),
+                        b.CreateAnd(b.CreateLShr(y, static_cast<uint64_t>(shift)), b.getInt32(magnitudeMask)));
+    }
+    pair = b.CreateBitCast(bits, pairTy);
+    if (scaleExponent > 0)
+      pair = b.CreateFMul(pair, llvm::ConstantFP::get(pairTy, std::ldexp(1.0, scaleExponent)));
+  }
+  return {b.CreateExtractElement(pair, uint64_t{0}), b.CreateExtractElement(pair, uint64_t{1})};
+}
+
+// int8 → f16/bf16 for registers 2i and 2i+1 together, through the magic-number
+// trick (exact for every int8 value, any target): the byte with its top bit
+// flipped is x + 128 in [0, 255]; placed in the mantissa of 1024 (f16) or 2^23
+// (f32), one subtraction of 1024 + 128 (2^23 + 128) leaves x. f16 does both
+// lanes in one packed word (prmt, xor, sub.f16x2); bf16 goes through two f32
+// (prmt, xor, sub each) and one cvt.rn.bf16x2.f32. The per-element path (byte
+// extraction, sign extension, cvt.rn.f32.s32, a cvt per element) took about
+// twice the instructions.
+std::pair<llvm::Value*, llvm::Value*> castInt8Pair(LoweringContext& ctx, llvm::Value* lo, llvm::Value* hi,
+                                                   ScalarKind to) {
+  llvm::IRBuilder<>& b = ctx.b;
+  auto [word, position] = bytePairWord(b, lo, hi);
+  llvm::Value* pair = nullptr;
+  if (to == ScalarKind::F16) {
+    auto* pairTy = llvm::FixedVectorType::get(b.getHalfTy(), 2);
+    llvm::Value* lanes = permuteBytes(b, word, b.getInt32(0), {position, 4, position + 1, 4});
+    // 0x6400 is 1024.0 in f16; its bits are clear in the byte, so xor sets them too.
+    llvm::Value* biased = b.CreateBitCast(b.CreateXor(lanes, b.getInt32(0x64806480u)), pairTy);
+    pair = b.CreateFSub(biased, llvm::ConstantFP::get(pairTy, 1024.0 + 128.0));
+  } else {
+    auto asFloat = [&](unsigned byte) {
+      llvm::Value* lane = permuteBytes(b, word, b.getInt32(0), {byte, 4, 4, 4});
+      llvm::Value* bits = b.CreateXor(lane, b.getInt32(0x4B000080u));
+      return b.CreateFSub(b.CreateBitCast(bits, b.getFloatTy()), llvm::ConstantFP::get(b.getFloatTy(), 8388608.0 + 128.0));
+    };
+    auto* floatPair = llvm::FixedVectorType::get(b.getFloatTy(), 2);
+    llvm::Value* wide = b.CreateInsertElement(llvm::PoisonValue::get(floatPair), asFloat(position), uint64_t{0});
+    wide = b.CreateInsertElement(wide, asFloat(position + 1), uint64_t{1});
+    pair = b.CreateFPTrunc(wide, llvm::FixedVectorType::get(b.getBFloatTy(), 2));
+  }
+  return {b.CreateExtractElement(pair, uint64_t{0}), b.CreateExtractElement(pair, uint64_t{1})};
+}
+
+}  // namespace
+
 void lowerCast(LoweringContext& ctx, const Operation& op) {
   ScalarKind from = op.operand(0)->type().scalarKind();
   ScalarKind to = op.result()->type().scalarKind();
+  const Lowered& in = ctx.get(op.operand(0));
+  const bool packedFp8 = isFp8(from) && isHalfLike(to), packedInt8 = from == ScalarKind::I8 && isHalfLike(to);
+  if ((packedFp8 || packedInt8) && op.result()->type().isTile() && in.regs.size() % 2 == 0) {
+    Lowered out{{}, ctx.linearLayout(op.result()->type(), op)};
+    for (size_t r = 0; r < in.regs.size(); r += 2) {
+      auto [lo, hi] = packedFp8 ? castFp8Pair(ctx, in.regs[r], in.regs[r + 1], from, to)
+                                : castInt8Pair(ctx, in.regs[r], in.regs[r + 1], to);
+      out.regs.push_back(lo);
+      out.regs.push_back(hi);
+    }
+    ctx.set(op.result(), std::move(out));
+    return;
+  }
   mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) { return castElement(ctx, op, a[0], from, to); });
 }
 

@@ -133,19 +133,11 @@ class AttentionBuilder {
   std::vector<QkPiece> qkPieces() const;
   // A loaded cache tile (pointer element type) → one tile per group in the data
   // type. Quantized values convert exactly (int8, int4 and fp8 are all exact in
-  // f16, bf16 and f32); scales are applied to the scores and to P.
+  // f16, bf16 and f32); scales are applied to the scores and to P. fp8 and int8
+  // are plain casts, which codegen converts two registers at a time
+  // (ElementwiseLowering's castFp8Pair / castInt8Pair).
   std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name);
-  // fp8 → f16/bf16 without a cvt: the byte's fields moved into the 16-bit
-  // type's fields give its value times 2^-fp8ExponentShift() exactly (f16: e5m2
-  // is f16's top byte; e4m3 lands 8 exponent steps low; bf16: 112 and 120). The
-  // kernel compensates with exact powers of two: Q and P are pre-scaled by
-  // 2^operandShift() (kept small enough that Q and P stay in range) and the
-  // scores and the output by 2^(fp8ExponentShift - operandShift).
-  bool fp8BitDecode() const;
-  int fp8ExponentShift() const;
-  int operandShift() const;
-  Value* fp8BitsAsDtype(Value* raw, const std::string& name);
-  // int8 / int4 → dtype through f32's 2^23 magic: the biased value OR'ed into
+  // int4 nibbles → dtype through f32's 2^23 magic: the biased value OR'ed into
   // 2^23's mantissa, minus (2^23 + bias): exact, one add and one cvt.
   Value* smallIntAsDtype(Value* unsignedBiased, int bias, const std::string& name);
   // The inline f32 scale of each key's row (per-token-head formats): four byte
@@ -376,48 +368,6 @@ Value* AttentionBuilder::zeroTile(std::vector<int64_t> shape, ScalarKind kind, s
   return ir::isFloat(kind) ? b_.constFloat(0.0, type, std::move(name)) : b_.constInt(0, type, std::move(name));
 }
 
-bool AttentionBuilder::fp8BitDecode() const {
-  const KvCacheFormat f = config_.kvCacheFormat;
-  return config_.dtype != ScalarKind::F32 &&
-         (f == KvCacheFormat::Fp8E4M3 || f == KvCacheFormat::Fp8E5M2 || f == KvCacheFormat::Fp8PerTokenHead);
-}
-
-int AttentionBuilder::fp8ExponentShift() const {
-  if (!fp8BitDecode()) return 0;
-  const bool e5m2 = config_.kvCacheFormat == KvCacheFormat::Fp8E5M2;
-  if (config_.dtype == ScalarKind::F16) return e5m2 ? 0 : 8;
-  return e5m2 ? 112 : 120;  // bf16: f32's exponent bias 127 against 15 and 7
-}
-
-// f16 operands stay below 65504: at most 2^8 (P <= 1, and Q is left alone); bf16
-// has f32's range, so Q and P take 2^64 and the f32 sums stay far from underflow.
-int AttentionBuilder::operandShift() const {
-  if (!fp8BitDecode()) return 0;
-  return config_.dtype == ScalarKind::F16 ? 0 : 64;
-}
-
-Value* AttentionBuilder::fp8BitsAsDtype(Value* raw, const std::string& name) {
-  const Type shape = raw->type();
-  const Type i16Tile = shape.withScalarKind(ScalarKind::I16);
-  // The bytes (per-tensor caches hold fp8-typed values: reinterpret, not convert).
-  Value* bytes = ir::isFloat(shape.scalarKind()) ? b_.bitcast(raw, ScalarKind::I8, name + "_bytes") : raw;
-  // Sign-extended, the fp8 sign lands in bit 15, where both 16-bit types keep it.
-  Value* wide = b_.cast(bytes, ScalarKind::I16, name + "_i16");
-  Value* bits = nullptr;
-  const bool e5m2 = config_.kvCacheFormat == KvCacheFormat::Fp8E5M2;
-  if (e5m2 && config_.dtype == ScalarKind::F16) {
-    bits = b_.binary(Opcode::Shl, wide, b_.constInt(8, i16Tile), name + "_bits");
-  } else {
-    // Magnitude bits into the exponent and mantissa fields: e4m3 3 mantissa bits
-    // (f16 has 10: shift 7; bf16 7: shift 4), e5m2 2 (bf16: shift 5).
-    const int shift = config_.dtype == ScalarKind::F16 ? 7 : e5m2 ? 5 : 4;
-    Value* magnitude = b_.andOp(wide, b_.constInt(0x7F, i16Tile));
-    Value* sign = b_.andOp(wide, b_.constInt(-32768, i16Tile), name + "_sign");
-    bits = b_.binary(Opcode::Or, b_.binary(Opcode::Shl, magnitude, b_.constInt(shift, i16Tile)), sign, name + "_bits");
-  }
-  return b_.bitcast(bits, config_.dtype, name + "_values");
-}
-
 Value* AttentionBuilder::smallIntAsDtype(Value* unsignedBiased, int bias, const std::string& name) {
   const Type i32Tile = unsignedBiased->type();
   Value* bits = b_.binary(Opcode::Or, unsignedBiased, b_.constInt(0x4B000000, i32Tile), name + "_magic_bits");
@@ -428,7 +378,6 @@ Value* AttentionBuilder::smallIntAsDtype(Value* unsignedBiased, int bias, const 
 
 std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::string& name) {
   const ScalarKind dt = config_.dtype;
-  if (fp8BitDecode()) return {fp8BitsAsDtype(raw, name)};
   const Type i32Tile = raw->type().withScalarKind(ScalarKind::I32);
   switch (config_.kvCacheFormat) {
     case KvCacheFormat::Auto:
@@ -438,12 +387,8 @@ std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::s
       return {b_.cast(raw, dt, name + "_values")};
     case KvCacheFormat::Fp8PerTokenHead:
       return {b_.cast(b_.bitcast(raw, ScalarKind::F8E4M3, name + "_fp8"), dt, name + "_values")};
-    case KvCacheFormat::Int8PerTokenHead: {
-      // x + 128 in [0, 255]: the byte with its top bit flipped.
-      Value* biased = b_.binary(Opcode::Xor, b_.andOp(b_.cast(raw, ScalarKind::I32), b_.constInt(0xFF, i32Tile)),
-                               b_.constInt(0x80, i32Tile), name + "_biased");
-      return {smallIntAsDtype(biased, 128, name)};
-    }
+    case KvCacheFormat::Int8PerTokenHead:
+      return {b_.cast(raw, dt, name + "_values")};
     case KvCacheFormat::Int4PerTokenHead: {
       // Each nibble n (two's complement) plus 8 is n ^ 8 in [0, 15].
       Value* bytes = b_.andOp(b_.cast(raw, ScalarKind::I32), b_.constInt(0xFF, i32Tile), name + "_bytes");
@@ -559,11 +504,6 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     Value* qOffset = b_.add(asColumn(qRowOffset, W), asRow(pieceColumns[i], M), "q_offset" + suffix);
     Value* qTile = b_.load(b_.addPtr(splatTo(q_, {M, W}), qOffset, "q_ptrs" + suffix), asColumn(rowMask, W),
                            zeroTile({M, W}, dt), "q_tile" + suffix);
-    if (operandShift() > 0)
-      qTile = b_.cast(b_.mul(b_.cast(qTile, ScalarKind::F32),
-                             b_.constFloat(std::ldexp(1.0, operandShift()), Type::tile({M, W}, f32())),
-                             "q_prescaled" + suffix),
-                      dt, "q_operand" + suffix);
     qTiles.push_back(qTile);
   }
   for (int g = 0; g < G && pieces.empty(); ++g) {
@@ -571,11 +511,6 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(groupColumns[g], M), "q_offset" + suffix);
     Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs" + suffix);
     Value* qTile = b_.load(qPtrs, qMask, zeroTile({M, D}, dt), "q_tile" + suffix);
-    if (operandShift() > 0)  // exact: a power of two, and |q|·2^64 stays inside bf16's range
-      qTile = b_.cast(b_.mul(b_.cast(qTile, ScalarKind::F32), b_.constFloat(std::ldexp(1.0, operandShift()),
-                                                                              Type::tile({M, D}, f32())),
-                             "q_prescaled"),
-                      dt, "q_operand" + suffix);
     qTiles.push_back(qTile);
   }
 
@@ -672,13 +607,6 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   Value* scoreScale = scale_;
   if (kScale_) scoreScale = b_.mul(scale_, b_.load(kScale_, nullptr, nullptr, "k_scale_value"), "qk_scale_fp8");
   Value* vScaleValue = vScale_ ? b_.load(vScale_, nullptr, nullptr, "v_scale_value") : nullptr;
-  // The fp8 bit decode's compensation (see fp8BitsAsDtype): Q·K' = (q·k)·2^(c - a).
-  const int compensation = fp8ExponentShift() - operandShift();
-  if (compensation != 0) {
-    scoreScale = b_.mul(scoreScale, b_.f32(std::ldexp(1.0, compensation)), "qk_scale_decoded");
-    Value* outputFactor = b_.f32(std::ldexp(1.0, compensation));
-    vScaleValue = vScaleValue ? b_.mul(vScaleValue, outputFactor, "v_scale_decoded") : outputFactor;
-  }
   if (config_.softcap > 0) {
     qkScaleTile = splatTo(b_.div(scoreScale, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
     capOutputScaleTile = splatTo(b_.f32(config_.softcap * log2e), {M, N}, "softcap_output_scale");
@@ -812,9 +740,6 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
   // scaled instead (the denominator keeps the unscaled P).
   Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
-  if (operandShift() > 0)
-    pForValues = b_.mul(pForValues, b_.constFloat(std::ldexp(1.0, operandShift()), Type::tile({M, N}, f32())),
-                        "p_prescaled");
   Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
