@@ -83,12 +83,11 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   // prefill 8 x 2048 causal 2.10 ms with 128 rows / 8 warps vs 4.21 ms with
   // vLLM's 16 rows. DiffKV 192/128 decode: 0.388 ms with 64-token tiles, 0.413
   // ms with 32 (16 bytes of spills at 64 cost less than the halved tile).
-  // Quantized caches copy their raw tiles by cp.async too, so wider tiles stop
-  // spilling (B=64 ctx 4096, D=128): per-tensor fp8 128-key tiles 0.285 ms, 64
-  // 0.327, 32 0.383 (250 registers, no spills at 128); int8 / fp8 per-token-head
-  // (4-byte copies: rows of D + 4 bytes) 64-key tiles 0.478 / 0.477 ms, 32 0.631 /
-  // 0.606. int4 per-token-head is the exception: its half-size tiles gain more
-  // from staying in registers (64-key tiles 0.401 ms, with cp.async 0.429).
+  // Quantized caches copy their raw tiles by cp.async too and convert two
+  // registers per instruction (2026-11-30, session 9), so 128-key tiles win for
+  // every format (B=64 ctx 4096, D=128): per-tensor fp8 0.237 ms against 0.304 at
+  // 64; per-token-head int8 0.408 / fp8 0.393 / int4 0.336 ms against 0.454 /
+  // 0.433 at 64 and int4's 0.397 with 64-key tiles in registers.
   const bool halfPrecision = p.dtype != ir::ScalarKind::F32;
   const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
   if (prefillLike(p, config)) {
@@ -96,11 +95,8 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     config.numWarps = 8;
   } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
-  } else if (halfPrecision && isPerTensorFp8(p.kvCacheFormat)) {
+  } else if (halfPrecision) {
     config.tileSize = widestHead <= 128 ? 128 : 64;
-  } else if (halfPrecision && widestHead <= 128) {
-    config.tileSize = 64;
-    config.asyncCopy = p.kvCacheFormat != KvCacheFormat::Int4PerTokenHead;
   }
   return config;
 }

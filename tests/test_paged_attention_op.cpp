@@ -118,7 +118,7 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.kvStrideBlock = 2 * p.kvStrideKv;
   CHECK(validationMessage(p) == "ok");
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
-        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_t64");  // cp.async: no spills at 64
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_t128");  // cp.async: no spills at 64
   p = validParams();
   p.lse = 0x80000;
   p.lseStrideHead = 3;
@@ -196,16 +196,16 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.maxQueryLen = 1;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);  // f32 runs on FMAs; its tile stays vLLM's
   // Quantized caches: raw tiles go by cp.async, so wide tiles pay (measured,
-  // compiler/PagedAttentionOp.cpp); int4 per-token-head keeps its tiles in registers.
+  // compiler/PagedAttentionOp.cpp), for every format up to head size 128.
   p.dtype = ScalarKind::BF16;
-  p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
-  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 128);
-  p.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Int8PerTokenHead,
+                      compiler::KvCacheFormat::Fp8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead}) {
+    p.kvCacheFormat = format;
+    CHECK(ops::selectPagedAttentionVariant(p).tileSize == 128);
+    CHECK(ops::selectPagedAttentionVariant(p).asyncCopy);
+  }
+  p.headSize = 256;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
-  CHECK(ops::selectPagedAttentionVariant(p).asyncCopy);
-  p.kvCacheFormat = compiler::KvCacheFormat::Int4PerTokenHead;
-  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
-  CHECK(!ops::selectPagedAttentionVariant(p).asyncCopy);
 }
 
 TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM", "[op]") {
