@@ -62,7 +62,8 @@ std::string llvmVersion();
 // barriers and waits removed. 5: float-to-integer casts through cvt.rzi (PTX
 // saturates and maps NaN to 0 itself). 6: reshapes that keep every element in
 // its thread renumber registers instead of going through shared memory. 7: fp8
-// and int8 casts to f16/bf16 convert two registers at a time.
-inline constexpr int kCodegenRevision = 7;
+// and int8 casts to f16/bf16 convert two registers at a time. 8: loads whose
+// pointers are provably equal are issued once; constexprs are axis constants.
+inline constexpr int kCodegenRevision = 8;
 
 }  // namespace attnjit::codegen

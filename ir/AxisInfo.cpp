@@ -19,12 +19,20 @@ bool isIntegerConstant(const Operation& op, int64_t& value) {
   return true;
 }
 
-// The constant a value is (a splat of), if it is one.
-bool constantValue(const Value* v, int64_t& value) {
+// The constant a value is (a splat of), if it is one: a constant, or a
+// constexpr whose integer value the kernel binds (BLOCK_SIZE, TILE_SIZE, ...).
+bool constantValue(const Kernel& kernel, const Value* v, int64_t& value) {
   const Operation* def = v->definingOp();
   if (!def) return false;
   if (isIntegerConstant(*def, value)) return true;
-  if (def->opcode() == Opcode::Splat || def->opcode() == Opcode::Broadcast) return constantValue(def->operand(0), value);
+  if (def->opcode() == Opcode::Constexpr) {
+    const Constexpr* ce = kernel.findConstexpr(def->attrs().getString("name"));
+    if (!ce || !std::holds_alternative<int64_t>(ce->value)) return false;
+    value = std::get<int64_t>(ce->value);
+    return true;
+  }
+  if (def->opcode() == Opcode::Splat || def->opcode() == Opcode::Broadcast)
+    return constantValue(kernel, def->operand(0), value);
   return false;
 }
 
@@ -158,14 +166,14 @@ void AxisInfo::analyzeOp(const Operation& op) {
       for (size_t d = 0; d < r; ++d) {
         const AxisFacts &a = in(0), &b = in(1);
         int64_t one = 0;
-        if (constantValue(op.operand(1), one) && one == 1) out.contiguity[d] = a.contiguity[d];
-        else if (constantValue(op.operand(0), one) && one == 1) out.contiguity[d] = b.contiguity[d];
+        if (constantValue(kernel_, op.operand(1), one) && one == 1) out.contiguity[d] = a.contiguity[d];
+        else if (constantValue(kernel_, op.operand(0), one) && one == 1) out.contiguity[d] = b.contiguity[d];
         out.divisibility[d] = std::min(a.divisibility[d] * b.divisibility[d], kMaxDivisibility);
         out.constancy[d] = gcd(a.constancy[d], b.constancy[d]);
       }
       break;
     case Opcode::Div:
-      if (!isInteger(t.scalarKind()) || !constantValue(op.operand(1), c) || c <= 0 || (c & (c - 1))) break;
+      if (!isInteger(t.scalarKind()) || !constantValue(kernel_, op.operand(1), c) || c <= 0 || (c & (c - 1))) break;
       for (size_t d = 0; d < r; ++d) {
         const AxisFacts& a = in(0);
         // A run of c consecutive values starting at a multiple of c divides to one value.
@@ -175,7 +183,7 @@ void AxisInfo::analyzeOp(const Operation& op) {
       }
       break;
     case Opcode::Rem:
-      if (!isInteger(t.scalarKind()) || !constantValue(op.operand(1), c) || c <= 0 || (c & (c - 1))) break;
+      if (!isInteger(t.scalarKind()) || !constantValue(kernel_, op.operand(1), c) || c <= 0 || (c & (c - 1))) break;
       for (size_t d = 0; d < r; ++d) {
         const AxisFacts& a = in(0);
         out.contiguity[d] = gcd(a.contiguity[d], c);
@@ -222,6 +230,32 @@ void AxisInfo::analyzeOp(const Operation& op) {
   }
   facts_[op.result()] = std::move(out);
   for (size_t i = 1; i < op.numResults(); ++i) facts_[op.result(i)] = unknown(op.result(i)->type());
+}
+
+uint64_t equalValueRegisterBits(const LinearLayout& layout, const std::vector<const AxisFacts*>& facts) {
+  uint64_t bits = 0;
+  for (int d = 0; d < layout.rank(); ++d) {
+    // The largest power of two that every tile's constancy along d is a multiple of.
+    int64_t chunk = AxisInfo::kMaxDivisibility;
+    for (const AxisFacts* f : facts) chunk = std::min(chunk, AxisInfo::powerOfTwoDivisor(f->constancy[static_cast<size_t>(d)]));
+    if (chunk <= 1) continue;
+    int64_t inside = 0;  // the largest offset along d the bases below a chunk can add
+    auto add = [&](const Coord& c) {
+      if (c[static_cast<size_t>(d)] % chunk != 0) inside += c[static_cast<size_t>(d)];
+    };
+    for (const Coord& c : layout.reg) add(c);
+    for (const Coord& c : layout.lane) add(c);
+    for (const Coord& c : layout.warp) add(c);
+    if (inside >= chunk) continue;
+    for (size_t i = 0; i < layout.reg.size(); ++i) {
+      const Coord& c = layout.reg[i];
+      bool onlyAlongD = true;
+      for (int o = 0; o < layout.rank(); ++o)
+        if (o != d && c[static_cast<size_t>(o)] != 0) onlyAlongD = false;
+      if (onlyAlongD && c[static_cast<size_t>(d)] % chunk != 0) bits |= uint64_t{1} << i;
+    }
+  }
+  return bits;
 }
 
 }  // namespace attnjit::ir

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/IR.h"
+#include "ir/LinearLayout.h"
 
 namespace attnjit::ir {
 
@@ -39,5 +40,15 @@ class AxisInfo {
   std::unordered_map<const Value*, AxisFacts> facts_;
   const Kernel& kernel_;
 };
+
+// The register-index bits of `layout` that never change the value of any tile
+// whose facts are given (a load's pointers, mask and fallback): register r holds
+// the same value as register r & ~bits. Along a dimension of constancy c (aligned
+// chunks of c equal values), a register basis that is not a multiple of c stays
+// inside its chunk when every basis that is not (registers, lanes, warps) adds
+// up to less than c. A load reads each such group once: a row of block numbers
+// (16 keys to a block) where a thread holds keys t, t + 8, ... is one load per
+// pair of keys. 0 when nothing repeats.
+uint64_t equalValueRegisterBits(const LinearLayout& layout, const std::vector<const AxisFacts*>& facts);
 
 }  // namespace attnjit::ir

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "ir/AxisInfo.h"
 #include "ir/LinearLayout.h"
 
 using namespace attnjit::ir;
@@ -126,4 +127,26 @@ TEST_CASE("invalid layouts are reported, not crashed on", "[layout]") {
   shared->kind = LayoutKind::Shared;
   CHECK_FALSE(toLinearLayout(*shared, {16, 16}, 4).isOk());
   CHECK_FALSE(toLinearLayout(*mma(2, 2), {16, 16, 2}, 4).isOk());
+}
+
+TEST_CASE("registers whose values a tile's constancy proves equal", "[layout][axis]") {
+  // A 64-key row where each thread holds keys t, t + 8, t + 16, t + 32 (t in 0..7:
+  // lane bit 4 and the two warp bits), as decode's K and V copies need it.
+  LinearLayout row;
+  row.shape = {64};
+  row.reg = {{8, 0, 0}, {16, 0, 0}, {32, 0, 0}};
+  row.lane = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {1, 0, 0}};
+  row.warp = {{2, 0, 0}, {4, 0, 0}};
+  auto facts = [](int64_t constancy) { return AxisFacts{{1}, {1}, {constancy}}; };
+  const AxisFacts one = facts(1), eight = facts(8), sixteen = facts(16), thirtyTwo = facts(32), all = facts(64);
+  CHECK(equalValueRegisterBits(row, {&one}) == 0);
+  CHECK(equalValueRegisterBits(row, {&eight}) == 0);        // t + 8 starts the next chunk of 8
+  CHECK(equalValueRegisterBits(row, {&sixteen}) == 0b001);  // t and t + 8 share a block of 16
+  CHECK(equalValueRegisterBits(row, {&thirtyTwo}) == 0b011);
+  CHECK(equalValueRegisterBits(row, {&all}) == 0b111);
+  CHECK(equalValueRegisterBits(row, {&sixteen, &eight}) == 0);  // every tile must repeat
+  // Threads spread over a chunk: a register step inside it can cross into the next.
+  LinearLayout spread = row;
+  spread.warp = {{2, 0, 0}, {12, 0, 0}};
+  CHECK(equalValueRegisterBits(spread, {&sixteen}) == 0);
 }

@@ -144,6 +144,21 @@ void lowerLoad(LoweringContext& ctx, const Operation& op) {
   int bytes = storageBytes(k);
   llvm::Type* memType = ctx.memoryType(k);
   int vec = vectorWidth(ctx, op, ptr, bytes, maskValue, otherValue);
+  // Registers whose pointers are provably equal share one load
+  // (equalValueRegisterBits): a row of block numbers, 16 keys to a block, where
+  // each thread holds keys t, t + 8, ..., takes half the loads. The shared load
+  // runs where any of the group's masks is set; each register then takes the
+  // loaded value where its own mask is set and its fallback elsewhere.
+  uint64_t repeatedBits = 0;
+  if (vec == 1 && ptr.isTile()) repeatedBits = equalValueRegisterBits(*ptr.layout, {&ctx.axis->facts(op.operand(0))});
+  std::vector<llvm::Value*> groupMasks;
+  if (repeatedBits != 0 && mask) {
+    groupMasks.assign(mask->regs.size(), nullptr);
+    for (size_t r = 0; r < mask->regs.size(); ++r) {
+      const size_t leader = r & ~static_cast<size_t>(repeatedBits);
+      groupMasks[leader] = groupMasks[leader] ? b.CreateOr(groupMasks[leader], mask->regs[r]) : mask->regs[r];
+    }
+  }
   Words w = wordsFor(b, vec * bytes, true);
   std::string text = "@$" + std::to_string(w.count + 1) + " ld." + spaceName(ptrType) + "." + w.ptxType + " " +
                      operandList(0, w.count) + ", [$" + std::to_string(w.count) + "];";
@@ -151,6 +166,7 @@ void lowerLoad(LoweringContext& ctx, const Operation& op) {
   out.layout = ptr.layout;
   out.regs.resize(ptr.regs.size());
   for (size_t r = 0; r < ptr.regs.size(); r += static_cast<size_t>(vec)) {
+    if ((r & static_cast<size_t>(repeatedBits)) != 0) continue;  // read by its group's leader
     std::vector<llvm::Value*> elems;
     if (!mask) {
       if (vec == 1) {
@@ -168,11 +184,23 @@ void lowerLoad(LoweringContext& ctx, const Operation& op) {
       std::vector<llvm::Value*> fallbackWords = pack(ctx, fallback, memType, w);
       InlinePtx asmLoad(b, text);
       for (int i = 0; i < w.count; ++i) asmLoad.output(w.constraint, w.type);
-      asmLoad.input("l", ptr.regs[r]).input("b", mask->regs[r]);
+      asmLoad.input("l", ptr.regs[r]).input("b", groupMasks.empty() ? mask->regs[r] : groupMasks[r]);
       for (int i = 0; i < w.count; ++i) asmLoad.input(std::to_string(i), fallbackWords[static_cast<size_t>(i)]);
       elems = unpack(ctx, asmLoad.emitAll(), memType, vec, w);
     }
     for (int i = 0; i < vec; ++i) out.regs[r + static_cast<size_t>(i)] = fromMemory(ctx, elems[static_cast<size_t>(i)], k);
+  }
+  if (repeatedBits != 0) {
+    // Leaders first (above), then every register of a group from its leader's load.
+    std::vector<llvm::Value*> loaded = out.regs;
+    for (size_t r = 0; r < out.regs.size(); ++r) {
+      llvm::Value* value = loaded[r & ~static_cast<size_t>(repeatedBits)];
+      if (mask) {
+        llvm::Value* fallback = other ? other->regs[r] : llvm::Constant::getNullValue(value->getType());
+        value = b.CreateSelect(mask->regs[r], value, fallback);
+      }
+      out.regs[r] = value;
+    }
   }
   ctx.set(op.result(), std::move(out));
 }

@@ -21,6 +21,7 @@
 // 4. Where a computed value's layout differs from what its consumer needs, a
 //    convert_layout is inserted right after the value's definition.
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -510,16 +511,23 @@ class LayoutAssigner {
   }
 
   // Whether a reloadable row is loaded again in `layout` rather than converted
-  // to it: when each thread reads at most kMaxReloadedElementsPerThread of its
-  // elements. Measured on the H200 (2026-11-30, block numbers of the K and V
-  // copies): 2 per thread (prefill, 32-key tiles over 8 warps) 5% faster than
-  // converting, 4 (64-key tiles) 1% faster; 8 (decode, 64-key tiles over 4
-  // warps) 1-3% slower, 16 (128-key tiles) 5% slower: the loads grow with the
-  // elements per thread, the conversion's two barriers do not.
-  static constexpr int64_t kMaxReloadedElementsPerThread = 4;
+  // to it: when each thread issues at most kMaxReloadsPerThread loads for it
+  // (registers whose pointers are provably equal share one load, see
+  // equalValueRegisterBits). Measured on the H200 (2026-11-30, block numbers of
+  // the K and V copies, one load per element then): 2 per thread (prefill,
+  // 32-key tiles over 8 warps) 5% faster than converting, 4 (64-key tiles) 1%
+  // faster; 8 (decode, 64-key tiles over 4 warps) 1-3% slower, 16 (128-key
+  // tiles) 5% slower: the loads grow with the elements per thread, the
+  // conversion's two barriers do not. Counting shared loads, decode's 64-key
+  // tiles (8 keys per thread, pairs in one block: 4 loads) reload too, 0.3042 ->
+  // 0.2994 ms at B=64 ctx 4096 (session 9); 128-key tiles (8 loads) convert.
+  static constexpr int64_t kMaxReloadsPerThread = 4;
   bool worthReloading(const Value* row, const LayoutRef& layout) const {
     auto linear = toLinearLayout(*layout, row->type().shape(), options_.numWarps);
-    return linear.isOk() && linear->numRegisters() <= kMaxReloadedElementsPerThread;
+    if (!linear.isOk()) return false;
+    const AxisFacts& pointers = axis_.facts(row->definingOp()->operand(0));
+    const int64_t loads = linear->numRegisters() >> std::popcount(equalValueRegisterBits(*linear, {&pointers}));
+    return loads <= kMaxReloadsPerThread;
   }
 
   // A reloadable row that some consumer converts instead: the original load, in
