@@ -25,14 +25,11 @@
 // sequence with no key leaves M = -inf, L = 1 and acc = 0: output 0, LSE -inf
 // (vLLM's convention for an empty row, and weight 0 as a split partial).
 //
-// fp8_e4m3 latents are decoded in registers exactly to the dtype by moving the
-// byte's fields into the 16-bit type's (the unified kernel's decode): the result
-// is the value times 2^-c (c = 8 for f16, 120 for bf16). Q and P are pre-scaled by
-// 2^a (a = 0 for f16, 64 for bf16: exact powers of two, in range), and the scores
-// and output take 2^(c - a) together with kv_scale.
+// fp8_e4m3 latents are cast to the dtype in registers (exact: every e4m3 value is
+// an f16 and a bf16; codegen converts two registers per instruction); the scores
+// and the output take kv_scale.
 #include "compiler/kernels/MlaDecode.h"
 
-#include <cmath>
 #include <limits>
 #include <numbers>
 #include <vector>
@@ -78,13 +75,8 @@ class MlaDecodeBuilder {
   }
 
   bool fp8() const { return config_.kvCacheFormat == KvCacheFormat::Fp8E4M3; }
-  // The fp8 decode's exponent offset c and the operands' pre-scale a (file comment).
-  int fp8ExponentShift() const { return !fp8() ? 0 : config_.dtype == ScalarKind::F16 ? 8 : 120; }
-  int operandShift() const { return fp8() && config_.dtype == ScalarKind::BF16 ? 64 : 0; }
-  // e4m3 bytes → dtype values times 2^-c: sign to bit 15 (sign extension), the
-  // seven magnitude bits shifted into the exponent and mantissa fields.
+  // e4m3 latents → dtype values (the raw tile itself for bf16/f16 caches).
   Value* decodeLatent(Value* raw, const std::string& name);
-  Value* prescaled(Value* operand, const std::string& name);
   // [rows, cols] of q or the cache: base + rowOffset[r] + columnStart + c.
   Value* loadRows(Value* base, Value* rowOffset, int64_t columnStart, int64_t cols, Value* rowMask, ScalarKind kind,
                   const std::string& name);
@@ -146,21 +138,7 @@ void MlaDecodeBuilder::declareParameters(ir::Kernel& kernel) {
 
 Value* MlaDecodeBuilder::decodeLatent(Value* raw, const std::string& name) {
   if (!fp8()) return raw;
-  const Type i16Tile = raw->type().withScalarKind(ScalarKind::I16);
-  Value* wide = b_.cast(b_.bitcast(raw, ScalarKind::I8, name + "_bytes"), ScalarKind::I16, name + "_i16");
-  const int mantissaShift = config_.dtype == ScalarKind::F16 ? 7 : 4;  // 3 mantissa bits into 10 or 7
-  Value* magnitude = b_.binary(Opcode::Shl, b_.andOp(wide, b_.constInt(0x7F, i16Tile)),
-                               b_.constInt(mantissaShift, i16Tile), name + "_magnitude");
-  Value* sign = b_.andOp(wide, b_.constInt(-32768, i16Tile), name + "_sign");
-  return b_.bitcast(b_.binary(Opcode::Or, magnitude, sign, name + "_bits"), config_.dtype, name + "_values");
-}
-
-Value* MlaDecodeBuilder::prescaled(Value* operand, const std::string& name) {
-  if (operandShift() == 0) return operand;
-  const Type tileF32 = operand->type().withScalarKind(ScalarKind::F32);
-  Value* wide = operand->type().scalarKind() == ScalarKind::F32 ? operand : b_.cast(operand, ScalarKind::F32);
-  return b_.cast(b_.mul(wide, b_.constFloat(std::ldexp(1.0, operandShift()), tileF32), name + "_prescaled"),
-                 config_.dtype, name + "_operand");
+  return b_.cast(raw, config_.dtype, name + "_values");
 }
 
 Value* MlaDecodeBuilder::loadRows(Value* base, Value* rowOffset, int64_t columnStart, int64_t cols, Value* rowMask,
@@ -209,15 +187,14 @@ void MlaDecodeBuilder::build() {
     tileEnd = b_.min(tileEnd, b_.add(segmentFirst, segmentTiles_), "segment_tile_end");
   }
 
-  // Scores in log2 units: S = (q·k)·scale·log2(e) (and the fp8 scale and decode
-  // compensation); the output takes the fp8 factor once at the end.
+  // Scores in log2 units: S = (q·k)·scale·log2(e) (and the fp8 scale); the output
+  // takes the fp8 scale once at the end.
   Value* scoreScale = b_.mul(scale_, b_.f32(std::numbers::log2e), "qk_scale");
   Value* outputFactor = nullptr;
   if (fp8()) {
-    const double compensation = std::ldexp(1.0, fp8ExponentShift() - operandShift());
     Value* kvScale = b_.load(kvScale_, nullptr, nullptr, "kv_scale_value");
-    scoreScale = b_.mul(scoreScale, b_.mul(kvScale, b_.f32(compensation)), "qk_scale_fp8");
-    outputFactor = b_.mul(kvScale, b_.f32(compensation), "output_factor");
+    scoreScale = b_.mul(scoreScale, kvScale, "qk_scale_fp8");
+    outputFactor = kvScale;
   }
   Value* qkScaleTile = splat(scoreScale, {BH, N}, "qk_scale_tile");
   Value* negInfTile = b_.constFloat(negInf, Type::tile({BH, N}, f32()), "neg_inf");
@@ -265,11 +242,11 @@ void MlaDecodeBuilder::build() {
   Value* qk = zeroScores;
   for (int64_t c = 0; c < numChunks; ++c) {
     const std::string suffix = std::to_string(c);
-    Value* qChunk = prescaled(loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix), "q_nope" + suffix);
+    Value* qChunk = loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix);
     qk = b_.dot(qChunk, b_.transpose(latent[static_cast<size_t>(c)], {1, 0}, "kv_c_t" + suffix), qk, false,
                 "qk_nope" + suffix);
   }
-  Value* qPe = prescaled(loadRows(q_, qRow, L, R, nullptr, dt, "q_pe"), "q_pe");
+  Value* qPe = loadRows(q_, qRow, L, R, nullptr, dt, "q_pe");
   qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, false, "qk");
   Value* scores = b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
   Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
@@ -279,7 +256,7 @@ void MlaDecodeBuilder::build() {
   Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
   Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
   Value* lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
-  Value* pOperand = operandShift() > 0 ? prescaled(p, "p") : b_.cast(p, dt, "p_operand");
+  Value* pOperand = b_.cast(p, dt, "p_operand");
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
   for (int64_t c = 0; c < numChunks; ++c) {
