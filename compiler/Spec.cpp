@@ -305,6 +305,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"num_stages", false, positive("num_stages", &UnifiedAttentionConfig::numStages)},
       {"async_copy", false, flag("async_copy", &UnifiedAttentionConfig::asyncCopy)},
       {"sink_slot_reads", false, flag("sink_slot_reads", &UnifiedAttentionConfig::sinkSlotReads)},
+      {"defer_row_sum", false, flag("defer_row_sum", &UnifiedAttentionConfig::deferRowSum)},
       {"sliding_window", false, slidingWindow},
       {"softcap", false, softcap},
       {"alibi", false, flag("alibi", &UnifiedAttentionConfig::alibi)},
@@ -804,6 +805,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
          " num_stages=" + std::to_string(config.numStages) + (config.asyncCopy ? "" : " async_copy=false") +
          (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
+         (config.deferRowSum ? "" : " defer_row_sum=false") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
          (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "") +

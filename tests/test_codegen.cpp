@@ -274,10 +274,16 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
     CHECK(loop.find("bar.sync") < loop.find("cp.async.cg.shared.global"));
     CHECK(loop.find("bar.sync") < loop.find("ldmatrix"));
     // Prefill's warps own whole rows: that is the only barrier. Decode's warps
-    // split the keys, so its row maxima and sums and P cross warps through
-    // shared memory (two barriers each).
+    // split the keys, so its row maxima and P cross warps through shared memory
+    // (two barriers each); its row sums are kept per column and reduced after
+    // the loop.
     const int barriers = countOf(loop, "bar.sync");
-    CHECK(barriers == (prefillTiling ? 1 : 1 + 3 * 2));
+    CHECK(barriers == (prefillTiling ? 1 : 1 + 2 * 2));
+    if (!prefillTiling) {  // defer_row_sum: false sums each tile's rows across the warps
+      compiler::UnifiedAttentionConfig perTile = config;
+      perTile.deferRowSum = false;
+      CHECK(countOf(kvLoopPtx(compileAttention(perTile, "sm_90a").ptx), "bar.sync") == 1 + 3 * 2);
+    }
 
     // With the pass off (kernel attribute remove_redundant_sync = 0) the lowering's
     // own barriers stay: one after each slot's wait and one before the copies.

@@ -243,6 +243,29 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
   CHECK(ops::sharedBytesForCtasPerSm(1024, 1, 233472, 1024, 100000) == 1024);    // would exceed the block limit
 }
 
+TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA per SM does not matter", "[op]") {
+  auto p = validParams();
+  p.numSeqs = 64;
+  p.numTokens = 64;
+  p.maxQueryLen = 1;
+  p.numSms = 132;
+  p.maxSeqLen = 8192;
+  p.minSeqLen = 8192;
+  CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // equal lengths: two CTAs per SM anyway
+  p.minSeqLen = 1;
+  const auto mixed = ops::selectPagedAttentionVariant(p);
+  CHECK_FALSE(mixed.deferRowSum);  // 640 CTAs of uneven work: the third CTA per SM balances it
+  CHECK(mixed.kernelName().find("_rowsum") != std::string::npos);
+  p.numSeqs = p.numTokens = 8;
+  CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // fewer CTAs than two per SM
+  p.numSeqs = p.numTokens = 64;
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // 128-key fp8 tiles run two per SM anyway
+  p.kvCacheFormat = compiler::KvCacheFormat::Auto;
+  p.numSms = 0;
+  CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // no GPU information: the default
+}
+
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {
   if (!tests::gpuPresent()) return;
   // The caller owns the context, as an engine (or PyTorch) would: the op launches

@@ -94,13 +94,15 @@ TEST_CASE("pipelining moves the KV loop's tile loads one iteration ahead", "[pip
     // The loop loads K, V and the block-table row, the row once in each layout
     // its users (K's and V's addresses) need: once per iteration either way.
     CHECK(counts.loadsInLoop == 4);
+    // 16 rows over 4 warps: the warps split the keys, so the row sum is carried
+    // per column (l_partial) and reduced after the loop.
     if (stages == 1) {
-      CHECK(counts.iterArgs == 3);  // m, l, acc
+      CHECK(counts.iterArgs == 4);  // m, l, acc, l_partial
       CHECK(counts.loadsBeforeLoop == 1);  // the query tile
     } else {
-      // m, l, acc + K and V of the current tile; its block-table row is not
-      // carried (only the next tile's addresses read it), so cleanup drops it.
-      CHECK(counts.iterArgs == 5);
+      // m, l, acc, l_partial + K and V of the current tile; its block-table row
+      // is not carried (only the next tile's addresses read it), so cleanup drops it.
+      CHECK(counts.iterArgs == 6);
       CHECK(counts.loadsBeforeLoop == 5);  // the query tile + tile 0's four loads
     }
   }

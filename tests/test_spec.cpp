@@ -281,6 +281,15 @@ TEST_CASE("spec: parameters format back in spec spelling", "[spec]") {
   CHECK(attnjit::compiler::formatSpecParams(config) ==
         "dtype=f16 num_query_heads=12 num_kv_heads=3 head_size=96 block_size=32 causal=false tile_size=64 num_warps=8 "
         "block_m=64 num_stages=1");
+  config.deferRowSum = false;
+  CHECK(attnjit::compiler::formatSpecParams(config).find(" num_stages=1 defer_row_sum=false") != std::string::npos);
+  CHECK(config.kernelName().ends_with("_rowsum"));
+  auto spec = loadSpecText(kBaseSpec + "  defer_row_sum: [true, false]\n", "rowsum.yaml");
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->variants.size() == 2);
+  CHECK(spec->variants[0].attention.deferRowSum);
+  CHECK_FALSE(spec->variants[1].attention.deferRowSum);
+  CHECK(spec->variants[1].name == spec->variants[0].name + "_rowsum");
 }
 
 TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[spec][reduce_segments]") {

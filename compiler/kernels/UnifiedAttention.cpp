@@ -653,6 +653,17 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     loopInits.push_back(accInit);
     loopNames.push_back(G == 1 ? "acc" : "acc" + std::to_string(g));
   }
+  // Fewer than 16 rows per warp (decode: one m16 tile) puts the warps side by
+  // side along the keys (tensor cores' #mma warps, LayoutAssignment), so a
+  // tile's row sum crosses warps through shared memory, two barriers per tile.
+  // Such programs keep the sum per column instead: each thread adds its P
+  // elements to a running partial rescaled like acc, reduced once after the
+  // loop (l itself then carries only the initial 1, rescaled).
+  const bool deferRowSum = config_.deferRowSum && dt != ScalarKind::F32 && M / 16 < config_.numWarps;
+  if (deferRowSum) {
+    loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, f32()), "l_partial_init"));
+    loopNames.push_back("l_partial");
+  }
   auto loop = b_.beginFor(tileStart, tileEnd, oneI32_, loopInits, "tile_idx", loopNames);
   Value* mOld = loop.iterArgs[0];
   Value* lOld = loop.iterArgs[1];
@@ -733,9 +744,15 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // -inf - 0 = -inf (weight 0) instead of -inf - (-inf) = NaN.
   Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
   Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
-  Value* lTile = b_.reduce(Opcode::ReduceSum, p, 1, "l_tile");
   Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
-  Value* lNew = b_.add(b_.mul(lOld, alpha), lTile, "l_new");
+  Value* lNew = nullptr;
+  Value* lPartialNew = nullptr;
+  if (deferRowSum) {
+    lNew = b_.mul(lOld, alpha, "l_new");
+    lPartialNew = b_.add(b_.mul(loop.iterArgs[static_cast<size_t>(2 + G)], asColumn(alpha, N)), p, "l_partial_new");
+  } else {
+    lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
+  }
   // P·V runs in the data type (tensor-core operands); f32 keeps P in f32. With
   // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
   // scaled instead (the denominator keeps the unscaled P).
@@ -749,9 +766,15 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, /*tf32=*/false, "acc_new" + suffix));
     finalNames.push_back("acc_final" + suffix);
   }
+  if (deferRowSum) {
+    yields.push_back(lPartialNew);
+    finalNames.push_back("l_partial_final");
+  }
   std::vector<Value*> results = b_.endFor(yields, finalNames);
   Value* mFinal = results[0];
-  Value* lFinal = results[1];
+  Value* lFinal = deferRowSum ? b_.add(results[1], b_.reduce(Opcode::ReduceSum, results[static_cast<size_t>(2 + G)], 1),
+                                       "l_final_sum")
+                              : results[1];
 
   if (config_.splitKv) {
     // ---- Split-KV: this segment's unnormalized output, its maximum and sum. ----
@@ -858,6 +881,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
   if (!asyncCopy) name += "_noasync";
   if (!sinkSlotReads) name += "_nosink";
+  if (!deferRowSum) name += "_rowsum";
   return name;
 }
 

@@ -57,6 +57,13 @@ struct UnifiedAttentionConfig {
   // conversion is (kernel attribute sink_slot_reads = 0), for comparison: the op
   // API keeps the default (docs/architecture.md, "Slot reads next to their uses").
   bool sinkSlotReads = true;
+  // Where the warps split a tile's keys (fewer than 16 rows per warp: decode),
+  // keep the softmax row sum per column through the loop and reduce it once
+  // after it, instead of across warps every tile (two barriers). It costs ~11
+  // registers: decode with 64-key tiles goes from three CTAs per SM to two,
+  // which uniform batches gain from and mixed-length ones lose by, so the op
+  // API turns it off where it keeps three (docs/architecture.md).
+  bool deferRowSum = true;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,
