@@ -47,6 +47,17 @@ ops::PagedAttentionParams validParams() {
   return p;
 }
 
+// Decode of 64 sequences with up to maxSeqLen keys on a 132-SM GPU (the H200).
+ops::PagedAttentionParams fullDecodeBatch(int maxSeqLen) {
+  ops::PagedAttentionParams p = validParams();
+  p.numSeqs = 64;
+  p.numTokens = 64;
+  p.maxQueryLen = 1;
+  p.numSms = 132;
+  p.maxSeqLen = maxSeqLen;
+  return p;
+}
+
 std::string validationMessage(const ops::PagedAttentionParams& p) {
   Status s = ops::validatePagedAttention(p);
   return s ? std::string("ok") : s.diagnostic().message;
@@ -209,12 +220,7 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
 }
 
 TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM", "[op]") {
-  auto p = validParams();
-  p.numSeqs = 64;
-  p.numTokens = 64;
-  p.maxQueryLen = 1;
-  p.numSms = 132;
-  p.maxSeqLen = 4096;
+  auto p = fullDecodeBatch(4096);
   CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // minSeqLen unknown
   p.minSeqLen = 4096;
   CHECK(ops::pagedAttentionCtasPerSm(p) == 2);  // (64 + 64 / 4) x 8 = 640 CTAs over 132 SMs
@@ -244,12 +250,7 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
 }
 
 TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA per SM does not matter", "[op]") {
-  auto p = validParams();
-  p.numSeqs = 64;
-  p.numTokens = 64;
-  p.maxQueryLen = 1;
-  p.numSms = 132;
-  p.maxSeqLen = 8192;
+  auto p = fullDecodeBatch(8192);
   p.minSeqLen = 8192;
   CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // equal lengths: two CTAs per SM anyway
   p.minSeqLen = 1;
