@@ -30,7 +30,11 @@ run "decode B=64 ctx 4096, vLLM's tiling" specs/bench.yaml \
 run "decode B=64 ctx 4096, split-KV 1024-key segments" bench/decode_split.yaml "${decode[@]}" --shape segment_tiles=16
 mixed=(--shape query_lens=1x64 --shape check_stride=5
   --shape context_lens=1951,5234,1681,3658,6891,8042,7226,3931,41,1322,1814,4706,1606,7367,188,8032,5148,3444,6508,4120,5696,5843,6166,1250,5577,1469,4786,4712,7494,2308,5062,405,6043,5956,7554,6917,1485,6533,8166,1907,6970,8045,6523,4237,6880,7851,415,3678,2113,800,1680,7035,7701,2333,7898,3750,1999,7484,7690,4112,6587,5040,7846,6585)
-run "decode B=64 ctx uniform 1..8192, 2D" bench/decode.yaml "${mixed[@]}"
+# The op API sums each tile's rows across warps for such uneven full batches
+# (defer_row_sum: false keeps three CTAs per SM); the default kernel for comparison.
+run "decode B=64 ctx uniform 1..8192, 2D (op API: per-tile row sum)" bench/defer_row_sum.yaml \
+  --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum "${mixed[@]}"
+run "decode B=64 ctx uniform 1..8192, 2D, per-column row sum" bench/decode.yaml "${mixed[@]}"
 run "decode B=64 ctx uniform 1..8192, split-KV" bench/decode_split.yaml "${mixed[@]}" --shape segment_tiles=32
 run "decode B=8 ctx 32768, 2D" bench/decode.yaml --shape query_lens=1x8 --shape context_lens=32767x8
 run "decode B=8 ctx 32768, split into 5" bench/decode_split.yaml --shape query_lens=1x8 \
@@ -47,8 +51,8 @@ run "DiffKV 192/128 decode B=64 ctx 4096" bench/diffkv.yaml "${decode[@]}"
 run "DiffKV 192/128 prefill causal 8x2048" bench/diffkv_prefill.yaml "${prefill[@]}"
 # Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
 tokens=(--shape query_lens=16384 --shape context_lens=0)
-run "merge_attn_states T=16384 32 heads D=128" specs/merge_attn_states.yaml \
-  --variant=merge_attn_states_bf16_h32_d128_lse "${tokens[@]}"
+run "merge_attn_states T=16384 32 heads D=128 (op API: 2 warps)" bench/merge_attn_states.yaml \
+  --variant=merge_attn_states_bf16_h32_d128_lse_w2 "${tokens[@]}"
 run "reshape_and_cache T=16384 8 heads D=128" specs/reshape_and_cache.yaml \
   --variant=reshape_and_cache_bf16_kv8_d128_bs16 "${tokens[@]}"
 
