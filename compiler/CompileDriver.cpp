@@ -1,6 +1,5 @@
 #include "compiler/CompileDriver.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -81,8 +80,7 @@ ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOpti
   std::unique_ptr<ir::Module> replacement;
   ir::Kernel* work = &kernel;
   if (options.passesDone) {
-    if (std::find(options.passesDone->overridden.begin(), options.passesDone->overridden.end(), "tir") !=
-        options.passesDone->overridden.end())
+    if (options.passesDone->wasOverridden("tir"))
       return ir::Diagnostic{{}, "internal: '" + kernel.name() + "' resumed after passes that ran on an override"};
   } else if (auto text = readOverride(overrideDir, kernel.name() + ".tir")) {
     std::string path = (std::filesystem::path(overrideDir) / (kernel.name() + ".tir")).string();

@@ -2,6 +2,7 @@
 // for inspection (--emit, ATTNJIT_DUMP_DIR) and timed.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,10 @@ struct CompiledKernel {
   std::vector<PassTiming> passTimings;
   // Stages taken from the override folder ("tir", "ptx"), for logs and cache keys.
   std::vector<std::string> overridden;
+  // Whether the override folder replaced `stage` ("tir", "ptx", ...).
+  bool wasOverridden(const std::string& stage) const {
+    return std::find(overridden.begin(), overridden.end(), stage) != overridden.end();
+  }
   double passesMs = 0, lowerMs = 0, llvmOptimizeMs = 0, ptxEmitMs = 0;
 };
 

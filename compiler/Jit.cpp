@@ -1,6 +1,5 @@
 #include "compiler/Jit.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -63,8 +62,7 @@ ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptio
     toPtx.keepLlvmIr = false;  // the cache keeps the PTX only (a dump folder still gets the IR)
     // Codegen continues from the kernel the key was made of, passes done; only a
     // kernel an override .tir replaced is built and compiled again from the start.
-    const bool tirOverridden = std::find(afterPasses->overridden.begin(), afterPasses->overridden.end(), "tir") !=
-                               afterPasses->overridden.end();
+    const bool tirOverridden = afterPasses->wasOverridden("tir");
     ir::Kernel* work = kernel->get();
     ir::Expected<std::unique_ptr<ir::Kernel>> rebuilt = std::unique_ptr<ir::Kernel>();
     if (tirOverridden) {

@@ -183,7 +183,7 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   job.compiled.tir.clear();
   job.cacheKey = jitCacheKey(job.compiled, options);
   // As compiler/Jit.cpp: hand-edited PTX is not visible in the IR, so it joins the key.
-  if (std::find(job.compiled.overridden.begin(), job.compiled.overridden.end(), "ptx") != job.compiled.overridden.end()) {
+  if (job.compiled.wasOverridden("ptx")) {
     job.cacheKey += "\noverride ptx\n" + job.compiled.ptx;
   }
   if (ptxas.empty()) return;
