@@ -74,6 +74,18 @@ compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentionConfig
   return std::move(*compiled);
 }
 
+// The op API's decode tiling (16 rows, 64-key tiles) and its prefill tiling
+// (128 rows over 8 warps) with `prefillTileSize`-key tiles.
+std::vector<compiler::UnifiedAttentionConfig> decodeAndPrefill(int prefillTileSize) {
+  compiler::UnifiedAttentionConfig decode;
+  decode.tileSize = 64;
+  compiler::UnifiedAttentionConfig prefill;
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  prefill.tileSize = prefillTileSize;
+  return {decode, prefill};
+}
+
 }  // namespace
 
 TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds", "[codegen]") {
@@ -246,13 +258,7 @@ std::string kvLoopPtx(const std::string& ptx) {
 }  // namespace
 
 TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") {
-  compiler::UnifiedAttentionConfig decode;
-  decode.tileSize = 64;
-  compiler::UnifiedAttentionConfig prefill;
-  prefill.blockMRows = 128;
-  prefill.numWarps = 8;
-  prefill.tileSize = 64;
-  for (const auto& config : {decode, prefill}) {
+  for (const auto& config : decodeAndPrefill(64)) {
     INFO(config.kernelName());
     const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
     // The K and V copies need a tile's block numbers in their layouts: loaded in
@@ -505,12 +511,7 @@ TEST_CASE("mma operands are packed once per dot and ldmatrix words pass straight
   // without repeats, the kernels build fewer <2 x bf16> pairs than they issue mma
   // (before: six per mma, 408 pairs for 32 mma in decode), so the LLVM pipeline
   // has that much less to clean up.
-  compiler::UnifiedAttentionConfig decode;
-  decode.tileSize = 64;
-  compiler::UnifiedAttentionConfig prefill;
-  prefill.blockMRows = 128;
-  prefill.numWarps = 8;
-  for (const auto& config : {decode, prefill}) {
+  for (const auto& config : decodeAndPrefill(compiler::UnifiedAttentionConfig{}.tileSize)) {
     INFO(config.kernelName());
     const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
     const int mmas = countOf(compiled.llvmIr, "call { float, float, float, float } @llvm.nvvm.mma.m16n8k16");
