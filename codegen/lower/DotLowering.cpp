@@ -77,14 +77,21 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   auto id = isBf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
   llvm::Function* mmaFn = llvm::Intrinsic::getOrInsertDeclaration(&ctx.module, id);
   Lowered out = acc;
-  for (int64_t mi = 0; mi < mTiles; ++mi) {
-    int64_t row = mi * 16 * wm;
+  // k outermost, m innermost: each B fragment (a K or V tile read from shared
+  // memory) feeds the warp's m-tiles back to back and is then dead, and the A
+  // fragments held at a time are one k-step's. With m outermost, a warp of two
+  // m-tiles kept every B fragment of the dot live until its second m-tile (64
+  // registers for 32 keys × 128 dims). Each accumulator's mma chain is also
+  // interleaved with mTiles · nTiles independent mma instead of running back
+  // to back.
+  for (int64_t kj = 0; kj < kTiles; ++kj) {
+    int64_t kk = kj * 16;
     for (int64_t ni = 0; ni < nTiles; ++ni) {
       int64_t col = ni * 8 * wn;
-      size_t c[4] = {cIndex.at({row, col, 0}), cIndex.at({row, col + 1, 0}), cIndex.at({row + 8, col, 0}),
-                     cIndex.at({row + 8, col + 1, 0})};
-      for (int64_t kj = 0; kj < kTiles; ++kj) {
-        int64_t kk = kj * 16;
+      for (int64_t mi = 0; mi < mTiles; ++mi) {
+        int64_t row = mi * 16 * wm;
+        size_t c[4] = {cIndex.at({row, col, 0}), cIndex.at({row, col + 1, 0}), cIndex.at({row + 8, col, 0}),
+                       cIndex.at({row + 8, col + 1, 0})};
         llvm::Value* args[10];
         args[0] = pack(reg(aIndex, a, row, kk), reg(aIndex, a, row, kk + 1));
         args[1] = pack(reg(aIndex, a, row + 8, kk), reg(aIndex, a, row + 8, kk + 1));
