@@ -3,6 +3,7 @@
 // renumber registers; data crosses threads only through shared memory
 // (convertThroughShared), when the thread mappings differ.
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/SharedOperands.h"
 
 namespace attnjit::codegen {
 
@@ -194,6 +195,7 @@ void lowerReshape(LoweringContext& ctx, const Operation& op) {
 }
 
 void lowerConvertLayout(LoweringContext& ctx, const Operation& op) {
+  if (lowerSharedOperandConvert(ctx, op)) return;
   const Lowered& in = ctx.get(op.operand(0));
   LinearLayout to = ctx.linearLayout(op.result()->type(), op);
   if (in.isAsync()) {

@@ -10,6 +10,7 @@
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/RedundantSync.h"
+#include "codegen/lower/SharedOperands.h"
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/LoweringContext.h"
 #include "ir/Numeric.h"
@@ -126,6 +127,7 @@ void LoweringContext::barrier() {
 void lowerBlock(LoweringContext& ctx, const Block& block) {
   for (const auto& op : block.operations()) {
     materializeAsyncTiles(ctx, *op);
+    SharedOperandReads sharedOperandReads(ctx, *op);
     switch (op->opcode()) {
 #define ATTNJIT_OP(Enum, spelling, Family) \
   case Opcode::Enum:                       \
@@ -331,9 +333,10 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   ctx.warpId = entryBuilder.CreateLShr(ctx.threadId, 5, "warp");
   ctx.b.SetInsertPoint(start);
   planAsyncCopies(ctx);
+  planSharedOperands(ctx);
   lowerBlock(ctx, kernel.body());
   if (!ctx.status) return ctx.status;
-  if (ctx.async && ctx.asyncBufferBytes + ctx.sharedBytes > options.target.maxSharedBytesPerBlock) {
+  if ((ctx.async || ctx.sharedOperands) && ctx.asyncBufferBytes + ctx.sharedBytes > options.target.maxSharedBytesPerBlock) {
     asyncOverflow = true;
     return CodegenResult{};
   }
@@ -350,7 +353,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
     if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
   // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
-  if (ctx.async && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);
+  if ((ctx.async || ctx.sharedOperands) && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);
   // After sinking, which moves reads out from between barriers: see RedundantSync.cpp.
   if (!attributeIsOff(kernel, "remove_redundant_sync")) removeRedundantSync(*ctx.function);
   if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);

@@ -30,11 +30,16 @@ struct Lowered {
   // shared-memory buffer `asyncBuffer`, regs holds one i32, the buffer slot.
   int asyncBuffer = -1;
   bool asyncTransposed = false;  // a 2D transpose of the tile in the slot
+  // A loop-invariant mma operand kept in shared memory (codegen/lower/SharedOperands.h):
+  // regs is empty, each use reads operand `sharedOperand` of the plan.
+  int sharedOperand = -1;
   bool isTile() const { return layout.has_value(); }
   bool isAsync() const { return asyncBuffer >= 0; }
+  bool isSharedOperand() const { return sharedOperand >= 0; }
 };
 
 struct AsyncCopyPlan;
+struct SharedOperandPlan;
 
 class LoweringContext {
  public:
@@ -54,13 +59,17 @@ class LoweringContext {
   llvm::Value* warpId = nullptr;
   // Contiguity / divisibility / constancy facts of the kernel's values.
   std::unique_ptr<ir::AxisInfo> axis;
-  // Bytes of dynamic shared memory the kernel needs: the cp.async buffers, then
-  // the scratch area (the max over all scratch uses).
+  // Bytes of dynamic shared memory the kernel needs: the cp.async buffers and the
+  // shared operands' buffers (asyncBufferBytes), then the scratch area (the max
+  // over all scratch uses).
   int64_t sharedBytes = 0;
   int64_t asyncBufferBytes = 0;
   bool allowAsyncCopy = true;  // false: every load takes the register path
   // Which loads become cp.async copies (planAsyncCopies); null where none do.
   std::unique_ptr<AsyncCopyPlan> async;
+  // Which conversions keep their operand in shared memory (planSharedOperands);
+  // null where none do. Their buffers follow the cp.async ones, inside asyncBufferBytes.
+  std::unique_ptr<SharedOperandPlan> sharedOperands;
 
   // The first unsupported construct met; lowering continues but the result is discarded.
   ir::Status status;

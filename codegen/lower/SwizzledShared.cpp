@@ -219,22 +219,11 @@ int64_t swizzleVectorWidth(const LinearLayout& layout, const SwizzledTile& tile)
   return vectorWidth(layout, tile.contigDim, tile.chunkElements);
 }
 
-std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringContext& ctx,
-                                                                     const std::vector<llvm::Value*>& regs,
-                                                                     const LinearLayout& from, const LinearLayout& to,
-                                                                     llvm::Type* elementType) {
-  if (elementType->isIntegerTy(1)) return std::nullopt;
-  const int64_t elemBytes = static_cast<int64_t>(ctx.module.getDataLayout().getTypeAllocSize(elementType));
-  const std::optional<SwizzledTile> planned = swizzledTileFor(from, to, elemBytes);
-  if (!planned) return std::nullopt;
-  const SwizzledTile& tile = *planned;
-  const int contigDim = tile.contigDim;
+void storeSwizzledTile(LoweringContext& ctx, const std::vector<llvm::Value*>& regs, const LinearLayout& from,
+                       const SwizzledTile& tile, llvm::Type* elementType, llvm::Value* base) {
   llvm::IRBuilder<>& b = ctx.b;
-  llvm::Value* base = ctx.sharedBase();
-
-  ctx.reserveShared(tile.bytes(from));
-  ctx.barrier();
-  const int64_t vec = vectorWidth(from, contigDim, tile.chunkElements);
+  const int64_t elemBytes = tile.elemBytes;
+  const int64_t vec = vectorWidth(from, tile.contigDim, tile.chunkElements);
   auto* vectorType = llvm::FixedVectorType::get(elementType, static_cast<unsigned>(vec));
   SwizzledOffsets offsets(ctx, from, tile);
   for (int64_t r = 0; r < from.numRegisters(); r += vec) {
@@ -247,6 +236,21 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
     for (int64_t i = 0; i < vec; ++i) v = b.CreateInsertElement(v, regs[static_cast<size_t>(r + i)], uint64_t(i));
     b.CreateAlignedStore(v, address, llvm::Align(vec * elemBytes));
   }
+}
+
+std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringContext& ctx,
+                                                                     const std::vector<llvm::Value*>& regs,
+                                                                     const LinearLayout& from, const LinearLayout& to,
+                                                                     llvm::Type* elementType) {
+  if (elementType->isIntegerTy(1)) return std::nullopt;
+  const int64_t elemBytes = static_cast<int64_t>(ctx.module.getDataLayout().getTypeAllocSize(elementType));
+  const std::optional<SwizzledTile> planned = swizzledTileFor(from, to, elemBytes);
+  if (!planned) return std::nullopt;
+  const SwizzledTile& tile = *planned;
+  llvm::Value* base = ctx.sharedBase();
+  ctx.reserveShared(tile.bytes(from));
+  ctx.barrier();
+  storeSwizzledTile(ctx, regs, from, tile, elementType, base);
   ctx.barrier();
   return readSwizzledTile(ctx, to, tile, elementType, base);
 }

@@ -83,6 +83,11 @@ std::optional<SwizzledTile> swizzledTileFor(const ir::LinearLayout& from, const 
 // (at most a chunk).
 int64_t swizzleVectorWidth(const ir::LinearLayout& layout, const SwizzledTile& tile);
 
+// Stores `regs` (layout `from`) into the tile at `base` (addrspace 3) with the
+// widest aligned vector stores. No barrier.
+void storeSwizzledTile(LoweringContext& ctx, const std::vector<llvm::Value*>& regs, const ir::LinearLayout& from,
+                       const SwizzledTile& tile, llvm::Type* elementType, llvm::Value* base);
+
 // The registers of layout `to` read from the tile at `base` (addrspace 3): ldmatrix
 // for 16-bit mma operand fragments, vector loads otherwise. No barrier.
 std::vector<llvm::Value*> readSwizzledTile(LoweringContext& ctx, const ir::LinearLayout& to, const SwizzledTile& tile,

@@ -1,0 +1,152 @@
+// Loop-invariant mma operands read from shared memory at every use.
+//
+// A dot operand defined before a loop (the Q tile of attention) is converted
+// into its operand layout once, and its fragments then stay in registers for
+// the whole loop: for 32 query rows per warp and head size 128 that is 64
+// registers per thread, next to 128 for the output accumulator and 64 for a
+// 64-key score tile. With kernel attribute shared_invariant_operands = 1 such a
+// conversion instead stores the tile into a shared-memory buffer of its own
+// (swizzled, as any conversion's tile) and leaves no registers; each dot that
+// reads it re-reads its fragments with ldmatrix right there, inside the loop.
+// The reads are tagged as slot reads, so sinkSlotReads moves each ldmatrix down
+// to the mma that uses it, as it does for the cp.async K/V tiles: the operand
+// then costs a few registers at a time, and the loop a few shared-memory reads
+// per mma (FlashAttention-2 reads Q from shared memory the same way).
+//
+// Which conversions qualify: into a DotOperand layout of 16-bit elements (so
+// that ldmatrix reads it), 2D, with a swizzled tile (swizzledTileFor), whose
+// every use is a dot nested in a loop inside the conversion's block. Nothing
+// writes the buffer after the conversion, so moving the reads within a block is
+// always safe.
+#include "codegen/lower/SharedOperands.h"
+
+#include <algorithm>
+
+#include "codegen/lower/SinkSlotReads.h"
+
+namespace attnjit::codegen {
+
+using namespace ir;
+
+namespace {
+
+void collectConvertUses(const Block& block, std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
+  for (const auto& op : block.operations()) {
+    for (const Value* operand : op->operands()) uses[operand].push_back(op.get());
+    for (const auto& region : op->regions()) collectConvertUses(*region, uses);
+  }
+}
+
+// Whether `use` lies in the body of a loop that is itself in `block` or below.
+bool inLoopBelow(const Operation& use, const Block& block) {
+  for (const Block* b = use.parentBlock(); b && b != &block;) {
+    const Operation* owner = b->parentOp();
+    if (!owner) return false;
+    if (owner->opcode() == Opcode::For) {
+      for (const Block* up = owner->parentBlock(); up; up = up->parentOp() ? up->parentOp()->parentBlock() : nullptr)
+        if (up == &block) return true;
+      return false;
+    }
+    b = owner->parentBlock();
+  }
+  return false;
+}
+
+std::optional<SharedOperand> planConvert(LoweringContext& ctx, const Operation& op,
+                                         const std::vector<const Operation*>& uses) {
+  const Type& to = op.result()->type();
+  if (!to.isTile() || to.rank() != 2 || !to.layout() || to.layout()->kind != LayoutKind::DotOperand) return std::nullopt;
+  if (storageBytes(to.scalarKind()) != 2 || to.hasPointerElements()) return std::nullopt;
+  if (!op.operand(0)->type().layout()) return std::nullopt;
+  if (uses.empty()) return std::nullopt;
+  for (const Operation* use : uses)
+    if (use->opcode() != Opcode::Dot || use->operand(2) == op.result() || !inLoopBelow(*use, *op.parentBlock()))
+      return std::nullopt;
+  LinearLayout from = ctx.linearLayout(op.operand(0)->type(), op);
+  LinearLayout operand = ctx.linearLayout(to, op);
+  std::optional<SwizzledTile> tile = swizzledTileFor(from, operand, 2);
+  if (!tile) return std::nullopt;
+  return SharedOperand{*tile, std::move(from), std::move(operand)};
+}
+
+void planBlock(LoweringContext& ctx, const Block& block,
+               const std::unordered_map<const Value*, std::vector<const Operation*>>& uses, SharedOperandPlan& plan) {
+  for (const auto& op : block.operations()) {
+    for (const auto& region : op->regions()) planBlock(ctx, *region, uses, plan);
+    if (op->opcode() != Opcode::ConvertLayout) continue;
+    auto found = uses.find(op->result());
+    if (found == uses.end()) continue;
+    std::optional<SharedOperand> operand = planConvert(ctx, *op, found->second);
+    if (!operand) continue;
+    operand->offset = ctx.asyncBufferBytes;
+    ctx.asyncBufferBytes += operand->tile.bytes(operand->from);
+    plan.converts[op.get()] = static_cast<int>(plan.operands.size());
+    plan.operands.push_back(std::move(*operand));
+  }
+}
+
+llvm::Value* bufferBase(LoweringContext& ctx, const SharedOperand& operand) {
+  return ctx.b.CreateConstInBoundsGEP1_64(ctx.b.getInt8Ty(), ctx.sharedStart(), static_cast<uint64_t>(operand.offset));
+}
+
+}  // namespace
+
+void planSharedOperands(LoweringContext& ctx) {
+  const AttrValue* flag = ctx.kernel.attrs().find("shared_invariant_operands");
+  if (!flag || !std::holds_alternative<int64_t>(*flag) || std::get<int64_t>(*flag) == 0) return;
+  if (!ctx.allowAsyncCopy || !ctx.target.hasMmaSync) return;
+  std::unordered_map<const Value*, std::vector<const Operation*>> uses;
+  collectConvertUses(ctx.kernel.body(), uses);
+  auto plan = std::make_unique<SharedOperandPlan>();
+  planBlock(ctx, ctx.kernel.body(), uses, *plan);
+  if (!plan->operands.empty()) ctx.sharedOperands = std::move(plan);
+}
+
+bool lowerSharedOperandConvert(LoweringContext& ctx, const Operation& op) {
+  if (!ctx.sharedOperands) return false;
+  auto found = ctx.sharedOperands->converts.find(&op);
+  if (found == ctx.sharedOperands->converts.end()) return false;
+  const SharedOperand& operand = ctx.sharedOperands->operands[static_cast<size_t>(found->second)];
+  const Lowered& in = ctx.get(op.operand(0));
+  ATTNJIT_CHECK(!in.isAsync() && *in.layout == operand.from, "codegen: shared operand source");
+  llvm::Type* elementType = ctx.elementType(op.operand(0)->type().elementType());
+  // A conversion inside an outer loop overwrites what the previous round's dots
+  // may still read in other warps.
+  ctx.barrier();
+  storeSwizzledTile(ctx, in.regs, operand.from, operand.tile, elementType, bufferBase(ctx, operand));
+  ctx.barrier();
+  Lowered out;
+  out.layout = operand.to;
+  out.sharedOperand = found->second;
+  ctx.set(op.result(), std::move(out));
+  return true;
+}
+
+SharedOperandReads::SharedOperandReads(LoweringContext& ctx, const Operation& op) : ctx_(ctx) {
+  if (!ctx.sharedOperands) return;
+  for (const Value* value : op.operands()) {
+    const Lowered& in = ctx.get(value);
+    if (!in.isSharedOperand()) continue;
+    if (std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == value; })) continue;
+    const SharedOperand& operand = ctx.sharedOperands->operands[static_cast<size_t>(in.sharedOperand)];
+    llvm::IRBuilder<>& b = ctx.b;
+    llvm::BasicBlock* block = b.GetInsertBlock();
+    const bool atEnd = b.GetInsertPoint() == block->end();
+    llvm::Instruction* before = block->empty() ? nullptr : &block->back();
+    std::vector<llvm::Value*> regs =
+        readSwizzledTile(ctx, operand.to, operand.tile, ctx.elementType(value->type().elementType()),
+                         bufferBase(ctx, operand));
+    // Tagged for sinkSlotReads, which moves each read next to its mma.
+    if (atEnd && b.GetInsertBlock() == block)
+      for (llvm::Instruction* inst = before ? before->getNextNode() : &block->front(); inst; inst = inst->getNextNode())
+        if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(*inst);
+    saved_.emplace_back(value, in);
+    ctx.set(value, Lowered{std::move(regs), operand.to});
+  }
+}
+
+SharedOperandReads::~SharedOperandReads() {
+  for (auto& [value, lowered] : saved_) ctx_.set(value, std::move(lowered));
+}
+
+}  // namespace attnjit::codegen
