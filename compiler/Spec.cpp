@@ -306,6 +306,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"async_copy", false, flag("async_copy", &UnifiedAttentionConfig::asyncCopy)},
       {"sink_slot_reads", false, flag("sink_slot_reads", &UnifiedAttentionConfig::sinkSlotReads)},
       {"defer_row_sum", false, flag("defer_row_sum", &UnifiedAttentionConfig::deferRowSum)},
+      {"q_in_shared", false, flag("q_in_shared", &UnifiedAttentionConfig::qInShared)},
       {"sliding_window", false, slidingWindow},
       {"softcap", false, softcap},
       {"alibi", false, flag("alibi", &UnifiedAttentionConfig::alibi)},
@@ -805,7 +806,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.blockMRows != 0 ? " block_m=" + std::to_string(config.blockMRows) : std::string()) +
          " num_stages=" + std::to_string(config.numStages) + (config.asyncCopy ? "" : " async_copy=false") +
          (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
-         (config.deferRowSum ? "" : " defer_row_sum=false") +
+         (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
          (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "") +

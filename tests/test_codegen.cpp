@@ -75,13 +75,14 @@ compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentionConfig
 }
 
 // The op API's decode tiling (16 rows, 64-key tiles) and its prefill tiling
-// (128 rows over 8 warps) with `prefillTileSize`-key tiles.
+// (128 rows over 4 warps, Q read from shared memory) with `prefillTileSize`-key tiles.
 std::vector<compiler::UnifiedAttentionConfig> decodeAndPrefill(int prefillTileSize) {
   compiler::UnifiedAttentionConfig decode;
   decode.tileSize = 64;
   compiler::UnifiedAttentionConfig prefill;
   prefill.blockMRows = 128;
-  prefill.numWarps = 8;
+  prefill.numWarps = 4;
+  prefill.qInShared = true;
   prefill.tileSize = prefillTileSize;
   return {decode, prefill};
 }
@@ -265,7 +266,7 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
     // those layouts, never converted through shared memory (two barriers each).
     // Prefill's threads each need 4 of the 64; decode's 8, keys t, t + 8, ...,
     // of which each pair lies in one 16-key block: 4 loads (equalValueRegisterBits).
-    const bool prefillTiling = config.numWarps == 8;
+    const bool prefillTiling = config.blockMRows == 128;
     const bool convertsBlockNumbers =
         std::regex_search(compiled.tirOptimized, std::regex(R"(convert_layout [^\n]*: tile<\d+xi32)"));
     CHECK_FALSE(convertsBlockNumbers);
@@ -304,6 +305,43 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
     const std::string unprunedLoop = kvLoopPtx(unpruned->ptx);
     CHECK(countOf(unprunedLoop, "bar.sync") == barriers + 2);
     CHECK(countOf(unprunedLoop, "cp.async.wait_group") == 2);
+  }
+}
+
+TEST_CASE("q_in_shared reads Q's fragments from shared memory in the KV loop, each B fragment feeds both m-tiles",
+          "[codegen][cp_async]") {
+  compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[1];  // 4 warps of 32 rows
+  REQUIRE(config.qInShared);
+  CHECK(config.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal_m128_qs");
+  compiler::UnifiedAttentionConfig inRegisters = config;
+  inRegisters.qInShared = false;
+  const compiler::CompiledKernel shared = compileAttention(config, "sm_90a");
+  const compiler::CompiledKernel registers = compileAttention(inRegisters, "sm_90a");
+  CHECK(shared.tirOptimized.find("shared_invariant_operands = 1") != std::string::npos);
+  // Q's buffer of its own: 128 rows × 128 dims of bf16.
+  CHECK(shared.sharedMemoryBytes == registers.sharedMemoryBytes + 128 * 128 * 2);
+  const std::string loop = kvLoopPtx(shared.ptx), registerLoop = kvLoopPtx(registers.ptx);
+  REQUIRE_FALSE(loop.empty());
+  REQUIRE_FALSE(registerLoop.empty());
+  // Each warp's 32 rows × 128 dims are 16 ldmatrix.x4 per iteration, on top of K's.
+  const std::string plain = "ldmatrix.sync.aligned.m8n8.x4.shared";
+  CHECK(countOf(loop, plain) == countOf(registerLoop, plain) + 16);
+  // The reads sit next to the mma that use them: the first mma of the
+  // iteration waits for one k-step's fragments (two Q reads, one of K), not for
+  // the whole tile.
+  const size_t firstMma = loop.find("mma.sync");
+  CHECK(countOf(loop.substr(0, firstMma), plain) <= 3);
+
+  // mma order: k outermost, m innermost, so consecutive mma of the two m-tiles
+  // take the same B registers (a K or V fragment read once, used twice, dead).
+  const std::regex mma(R"(mma\.sync[^{]*\{[^}]*\},\s*\{[^}]*\},\s*(\{[^}]*\}))");
+  std::vector<std::string> bOperands;
+  for (auto it = std::sregex_iterator(loop.begin(), loop.end(), mma); it != std::sregex_iterator(); ++it)
+    bOperands.push_back((*it)[1].str());
+  REQUIRE(bOperands.size() == 2 * (4 * 8 + 16 * 2));  // 2 m-tiles × (Q·Kᵀ: 4 n × 8 k; P·V: 16 n × 2 k)
+  for (size_t i = 0; i + 1 < bOperands.size(); i += 2) {
+    INFO("mma " << i);
+    CHECK(bOperands[i] == bOperands[i + 1]);
   }
 }
 

@@ -70,6 +70,35 @@ TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batche
         }
 }
 
+TEST_CASE("GPU prefill tilings: Q in shared memory, 4 warps of 32 rows and 8 of 16", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  // Fresh prefills, a chunked prefill after cached context and decode rows in
+  // one batch, none a multiple of the 32-token query blocks.
+  compiler::AttentionShape mixed;
+  mixed.queryLens = {150, 37, 1, 70};
+  mixed.contextLens = {0, 91, 300, 5};
+  mixed.seed = 23;
+  for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F16})
+    for (bool causal : {true, false})
+      for (int headSize : {64, 96, 128})
+        for (int warps : {4, 8}) {
+          compiler::UnifiedAttentionConfig c;
+          c.dtype = dtype;
+          c.causal = causal;
+          c.headSize = headSize;
+          c.blockMRows = 128;
+          c.numWarps = warps;
+          c.qInShared = true;
+          checkOnGpu(c, mixed);
+        }
+  compiler::UnifiedAttentionConfig wideTiles;  // 64-key tiles: two K reads per Q read
+  wideTiles.blockMRows = 128;
+  wideTiles.numWarps = 4;
+  wideTiles.qInShared = true;
+  wideTiles.tileSize = 64;
+  checkOnGpu(wideTiles, mixed);
+}
+
 TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {
   if (!tests::gpuPresent()) return;
   namespace fs = std::filesystem;

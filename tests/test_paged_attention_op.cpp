@@ -200,7 +200,13 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.maxQueryLen = 32;  // 32 tokens x 4 heads = 128 rows
   auto prefill = ops::selectPagedAttentionVariant(p);
   CHECK(prefill.blockM() == 128);
-  CHECK(prefill.numWarps == 8);
+  CHECK(prefill.numWarps == 4);  // FlashAttention-2's 32 rows per warp, Q read from shared memory
+  CHECK(prefill.qInShared);
+  p.headSize = 256;  // the accumulator of 32 rows would not fit in registers
+  auto widePrefill = ops::selectPagedAttentionVariant(p);
+  CHECK(widePrefill.numWarps == 8);
+  CHECK_FALSE(widePrefill.qInShared);
+  p.headSize = 128;
   p.maxQueryLen = 31;
   CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);
   p.dtype = ScalarKind::F32;

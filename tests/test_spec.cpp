@@ -290,6 +290,16 @@ TEST_CASE("spec: parameters format back in spec spelling", "[spec]") {
   CHECK(spec->variants[0].attention.deferRowSum);
   CHECK_FALSE(spec->variants[1].attention.deferRowSum);
   CHECK(spec->variants[1].name == spec->variants[0].name + "_rowsum");
+  config.qInShared = true;
+  CHECK(attnjit::compiler::formatSpecParams(config).find(" defer_row_sum=false q_in_shared=true") != std::string::npos);
+  CHECK(config.kernelName().ends_with("_rowsum_qs"));
+  auto shared = loadSpecText(kBaseSpec + "  q_in_shared: [false, true]\n", "q_in_shared.yaml");
+  REQUIRE(shared.isOk());
+  REQUIRE(shared->variants.size() == 2);
+  CHECK_FALSE(shared->variants[0].attention.qInShared);
+  CHECK(shared->variants[1].attention.qInShared);
+  CHECK(shared->variants[1].name == shared->variants[0].name + "_qs");
+  CHECK_FALSE(loadSpecText(kBaseSpec + "  q_in_shared: 2\n", "bad.yaml").isOk());
 }
 
 TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[spec][reduce_segments]") {

@@ -338,11 +338,18 @@ Value* AttentionBuilder::findSequence(Value* qBlockGlobalIdx) {
 }
 
 void AttentionBuilder::build() {
-  Value* qBlockGlobalIdx = b_.programId(0, "q_block_global_idx");
+  // With prefill tiles, the programs of a sequence's last query blocks see the
+  // most keys (causal): numbered from the end, they start first and the short
+  // ones fill the tail of the launch instead of the long ones (H200, 8 × 2048
+  // causal: 1.482 → 1.462 ms). A permutation of axis 0, so results are unchanged.
+  const bool longestFirst = c_.blockM >= 64;
+  Value* qBlockGlobalIdx = b_.programId(0, longestFirst ? "program_idx" : "q_block_global_idx");
   kvHeadIdx_ = b_.programId(1, "kv_head_idx");
   blockQ_ = b_.constexprValue("BLOCK_Q", ScalarKind::I32, "block_q");
   zeroI32_ = constI32(0, "zero");
   oneI32_ = constI32(1, "one");
+  if (longestFirst)
+    qBlockGlobalIdx = b_.sub(b_.sub(b_.numPrograms(0), oneI32_), qBlockGlobalIdx, "q_block_global_idx");
   queriesPerKv_ = b_.constexprValue("NUM_QUERIES_PER_KV", ScalarKind::I32, "queries_per_kv");
 
   Value* seqIdx = findSequence(qBlockGlobalIdx);
@@ -882,6 +889,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (!asyncCopy) name += "_noasync";
   if (!sinkSlotReads) name += "_nosink";
   if (!deferRowSum) name += "_rowsum";
+  if (qInShared) name += "_qs";
   return name;
 }
 
@@ -945,6 +953,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   kernel->attrs().set("num_stages", int64_t{config.numStages});
   if (!config.asyncCopy) kernel->attrs().set("async_copy", int64_t{0});
   if (!config.sinkSlotReads) kernel->attrs().set("sink_slot_reads", int64_t{0});
+  if (config.qInShared) kernel->attrs().set("shared_invariant_operands", int64_t{1});
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
   cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});

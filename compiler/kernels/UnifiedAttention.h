@@ -64,6 +64,12 @@ struct UnifiedAttentionConfig {
   // which uniform batches gain from and mixed-length ones lose by, so the op
   // API turns it off where it keeps three (docs/architecture.md).
   bool deferRowSum = true;
+  // Keep the Q tile in shared memory and read its mma fragments again for every
+  // KV tile (kernel attribute shared_invariant_operands, codegen/lower/
+  // SharedOperands.cpp) instead of holding them in registers through the loop:
+  // 64 registers per thread for 32 query rows per warp at head size 128, which
+  // is what FlashAttention-2's tiling (4 warps of 32 rows) needs to not spill.
+  bool qInShared = false;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,
