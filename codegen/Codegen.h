@@ -64,7 +64,8 @@ std::string llvmVersion();
 // its thread renumber registers instead of going through shared memory. 7: fp8
 // and int8 casts to f16/bf16 convert two registers at a time. 8: loads whose
 // pointers are provably equal are issued once; constexprs are axis constants.
-// 9: mma in k-outer, m-inner order; shared_invariant_operands.
-inline constexpr int kCodegenRevision = 9;
+// 9: mma in k-outer, m-inner order; shared_invariant_operands. 10: exp2 and exp
+// through ex2.approx.ftz.
+inline constexpr int kCodegenRevision = 10;
 
 }  // namespace attnjit::codegen

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "ir/InterpreterProgram.h"
 #include "ir/Numeric.h"
@@ -25,6 +26,14 @@ T maxPropagatingNaN(T a, T b) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
   if (a == b) return std::signbit(a) ? b : a;
   return a > b ? a : b;
+}
+
+// exp2 and exp in f32 arithmetic flush results below the smallest normal f32 to
+// +0, as the GPU's ex2.approx.ftz does (ir/Ops.def); f64 keeps them.
+template <typename T>
+T flushSubnormalF32(T r) {
+  if constexpr (std::is_same_v<T, float>) return std::fabs(r) < std::numeric_limits<float>::min() ? T{0} : r;
+  return r;
 }
 
 // Applies f elementwise in the arithmetic of `kind`: double for f64, float
@@ -214,13 +223,13 @@ Status interpretUnary(ProgramContext& ctx, const CompiledOp& op) {
       mapFloats(a, out, kind, [](auto x) { return std::fabs(x); });
       break;
     case Opcode::Exp2:
-      mapFloats(a, out, kind, [](auto x) { return std::exp2(x); });
+      mapFloats(a, out, kind, [](auto x) { return flushSubnormalF32(std::exp2(x)); });
       break;
     case Opcode::Log2:
       mapFloats(a, out, kind, [](auto x) { return std::log2(x); });
       break;
     case Opcode::Exp:
-      mapFloats(a, out, kind, [](auto x) { return std::exp(x); });
+      mapFloats(a, out, kind, [](auto x) { return flushSubnormalF32(std::exp(x)); });
       break;
     case Opcode::Log:
       mapFloats(a, out, kind, [](auto x) { return std::log(x); });

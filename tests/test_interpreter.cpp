@@ -310,6 +310,21 @@ TEST_CASE("unary ops match the std:: float functions", "[interp]") {
       ScalarKind::I32, ScalarKind::I32, 3, packInts<int32_t>({5, -9, std::numeric_limits<int32_t>::min()}),
       packInts<int32_t>({0, 0, 0}), [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Abs, x); }));
   CHECK(negated == std::vector<int32_t>{5, 9, std::numeric_limits<int32_t>::min()});
+  // exp2 and exp flush subnormal f32 results to +0, as ex2.approx.ftz does on the GPU.
+  const std::vector<double> deep = {-126.0, -126.5, -140.0, -87.0, -88.0};
+  const auto flushed = unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, 5, packFloats(deep, ScalarKind::F32),
+                                                   packFloats(deep, ScalarKind::F32),
+                                                   [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Exp2, x); }),
+                                    ScalarKind::F32);
+  CHECK(flushed[0] == std::numeric_limits<float>::min());  // 2^-126, the smallest normal
+  CHECK(flushed[1] == 0.0);
+  CHECK(flushed[2] == 0.0);
+  const auto flushedExp = unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, 5, packFloats(deep, ScalarKind::F32),
+                                                      packFloats(deep, ScalarKind::F32),
+                                                      [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Exp, x); }),
+                                       ScalarKind::F32);
+  CHECK(flushedExp[3] == ::expf(-87.0f));  // 1.6e-38: normal
+  CHECK(flushedExp[4] == 0.0);             // 6.0e-39: subnormal
 }
 
 TEST_CASE("comparisons are ordered and select picks per element", "[interp]") {

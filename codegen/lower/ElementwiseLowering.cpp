@@ -142,13 +142,17 @@ void lowerUnary(LoweringContext& ctx, const Operation& op) {
     switch (code) {
       case Opcode::Neg: r = b.CreateFNeg(x); break;
       case Opcode::Abs: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
-      case Opcode::Exp2: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); break;
+      // ex2.approx.ftz: one MUFU.EX2. Without .ftz (llvm.exp2), ptxas wraps each
+      // in a range test, two multiplies and a select to produce subnormal
+      // results: in the prefill loop that was a fifth of the non-mma instructions.
+      case Opcode::Exp2: r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_ex2_approx_ftz, {x}); break;
       // NVPTX has no lowering for llvm.log2 (LLVM aborts looking for a libcall):
       // lg2.approx.f32, like ex2.approx for exp2 (max error 2^-22 relative,
       // absolute near 1).
       case Opcode::Log2: r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_lg2_approx_f, {x}); break;
       case Opcode::Exp:
-        r = b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, b.CreateFMul(x, llvm::ConstantFP::get(fty, kLog2e)));
+        r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_ex2_approx_ftz,
+                              {b.CreateFMul(x, llvm::ConstantFP::get(fty, kLog2e))});
         break;
       case Opcode::Log:
         r = b.CreateFMul(b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_lg2_approx_f, {x}),
