@@ -198,6 +198,29 @@ TEST_CASE("unified attention features: all together, GQA, also after the passes"
   runAndCheck(c, featureBatch(8), /*afterPasses=*/true);
 }
 
+TEST_CASE("unified attention features: prefill tiles run unmasked tiles first, then masked ones",
+          "[attention][features]") {
+  // 64 rows (16 tokens x 4 heads) per program: the KV loop splits at the first
+  // row's own key (causal) or the sequence's last tile. Softcap, ALiBi and sinks
+  // apply in both loops; per-sequence causal flags choose the split per sequence.
+  AttentionShape batch;
+  batch.queryLens = {70, 1, 33, 17};
+  batch.contextLens = {0, 90, 41, 64};
+  batch.seed = 31;
+  for (bool causal : {true, false}) {
+    UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, causal);
+    c.blockMRows = 64;
+    c.qInShared = true;
+    runAndCheck(c, batch, /*afterPasses=*/true);
+    c.softcap = 20;
+    c.alibi = true;
+    c.sinks = true;
+    runAndCheck(c, batch);
+    c.perSequenceCausal = true;
+    runAndCheck(c, batch, /*afterPasses=*/true);
+  }
+}
+
 TEST_CASE("unified attention features: window sizes around tiles and contexts", "[attention][features]") {
   // 1: each query sees only its own key; 5 and 31: inside a tile; 32: exactly a tile;
   // 33: a tile and one; 1000: longer than every sequence (the same as no window).

@@ -345,6 +345,33 @@ TEST_CASE("q_in_shared reads Q's fragments from shared memory in the KV loop, ea
   }
 }
 
+TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that share their cp.async buffers",
+          "[codegen][cp_async]") {
+  for (bool causal : {true, false}) {
+    compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[1];
+    config.causal = causal;
+    INFO(config.kernelName());
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    // Two KV loops: tiles [start, unmasked_tile_end) without the score mask, then
+    // the rest with it. Only the second compares key positions with the rows' limits.
+    const std::string& tir = compiled.tirOptimized;
+    const size_t first = tir.find("= for %tile_idx = ");
+    const size_t second = tir.find("= for %tile_idx_1 = %unmasked_tile_end");
+    REQUIRE(first != std::string::npos);
+    REQUIRE(second != std::string::npos);
+    CHECK(tir.find("%unmasked_tile_end") < first);
+    CHECK(tir.find("key_visible") > second);
+    CHECK(countOf(tir, "%key_visible = cmp") == 1);
+    CHECK(countOf(compiled.ptx, "mma.sync") == 2 * 128);
+    // Q's buffer (128 × 128 bf16), one set of K/V slots (2 × (32 × 128 bf16) × 2)
+    // shared by both loops, then the scratch of the output conversion (128 × 128 bf16).
+    CHECK(compiled.sharedMemoryBytes == 32768 + 32768 + 32768);
+  }
+  // The split is for prefill tiles only; decode keeps one loop.
+  const compiler::CompiledKernel decode = compileAttention(decodeAndPrefill(32)[0], "sm_90a");
+  CHECK(decode.tirOptimized.find("unmasked_tile_end") == std::string::npos);
+}
+
 TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {
   compiler::MlaDecodeConfig config;  // 576/512, 16 heads per program, 16-key tiles
   auto kernel = compiler::buildMlaDecode(config);

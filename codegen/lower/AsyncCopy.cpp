@@ -165,9 +165,19 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   return buffer;
 }
 
+// Sibling ops of a block run one after the other, so the buffers planned for one
+// (its loop's, or those of loops nested in it) share the bytes of the others': a
+// kernel that splits its KV loop in two (unmasked tiles, then masked ones) needs
+// one loop's buffers, not two. The hand-over is safe because a loop's exit waits
+// for all its copies and the next loop's first copies come after a barrier
+// (lowerAsyncLoad), so no thread still reads the slots they overwrite.
 void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, AsyncCopyPlan& plan) {
+  const int64_t siblingsStart = ctx.asyncBufferBytes;
+  int64_t siblingsEnd = siblingsStart;
   for (const auto& op : block.operations()) {
+    ctx.asyncBufferBytes = siblingsStart;
     for (const auto& region : op->regions()) planBlock(ctx, *region, uses, plan);
+    siblingsEnd = std::max(siblingsEnd, ctx.asyncBufferBytes);
     if (op->opcode() != Opcode::For) continue;
     std::vector<AsyncBuffer> found;
     for (size_t i = 0; i + 3 < op->numOperands(); ++i)
@@ -190,7 +200,9 @@ void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, Async
       plan.loads[buffer.bodyLoad] = id;
       plan.buffers.push_back(std::move(buffer));
     }
+    siblingsEnd = std::max(siblingsEnd, ctx.asyncBufferBytes);
   }
+  ctx.asyncBufferBytes = siblingsEnd;
 }
 
 llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Value* slot) {

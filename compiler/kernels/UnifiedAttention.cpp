@@ -671,113 +671,140 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, f32()), "l_partial_init"));
     loopNames.push_back("l_partial");
   }
-  auto loop = b_.beginFor(tileStart, tileEnd, oneI32_, loopInits, "tile_idx", loopNames);
-  Value* mOld = loop.iterArgs[0];
-  Value* lOld = loop.iterArgs[1];
+  // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
+  // out the per-score mask (tiles whose every key each row of the program sees).
+  auto kvLoop = [&](Value* from, Value* to, const std::vector<Value*>& inits, bool masked) {
+    auto loop = b_.beginFor(from, to, oneI32_, inits, "tile_idx", loopNames);
+    Value* mOld = loop.iterArgs[0];
+    Value* lOld = loop.iterArgs[1];
 
-  Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "seq_offset");
-  Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}), "tile_mask");
-  if (firstAllowedKey)
-    tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(firstAllowedKey, {N})),
-                        "tile_mask_window");
-  Value* blockTableIdx =
-      b_.add(splatTo(blockTableRow, {N}), b_.cast(b_.div(seqOffset, blockSizeN), I64), "block_table_idx");
-  Value* physicalBlock32 =
-      b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, noBlock, "physical_block_i32");
-  // Checked: keys of a block outside the cache are masked (never loaded, never
-  // scored); checkBlockTableEntries recorded the entry.
-  Value* blockValid = nullptr;
-  if (config_.checkBounds) {
-    blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, noBlock),
-                          b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})), "block_valid");
-    physicalBlock32 = b_.select(blockValid, physicalBlock32, noBlock, "physical_block_checked");
-    tileMask = b_.andOp(tileMask, blockValid, "tile_mask_checked");
-  }
-  Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
-  Value* tokenInBlock = b_.cast(b_.rem(seqOffset, blockSizeN), I64, "token_in_block");
-  Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
-                             b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
+    Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "seq_offset");
+    Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}), "tile_mask");
+    if (firstAllowedKey)
+      tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(firstAllowedKey, {N})),
+                          "tile_mask_window");
+    Value* blockTableIdx =
+        b_.add(splatTo(blockTableRow, {N}), b_.cast(b_.div(seqOffset, blockSizeN), I64), "block_table_idx");
+    Value* physicalBlock32 =
+        b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, noBlock, "physical_block_i32");
+    // Checked: keys of a block outside the cache are masked (never loaded, never
+    // scored); checkBlockTableEntries recorded the entry.
+    Value* blockValid = nullptr;
+    if (config_.checkBounds) {
+      blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, noBlock),
+                            b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})), "block_valid");
+      physicalBlock32 = b_.select(blockValid, physicalBlock32, noBlock, "physical_block_checked");
+      tileMask = b_.andOp(tileMask, blockValid, "tile_mask_checked");
+    }
+    Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
+    Value* tokenInBlock = b_.cast(b_.rem(seqOffset, blockSizeN), I64, "token_in_block");
+    Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
+                               b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
 
-  // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
-  // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
-  Value* kTile = nullptr;
-  std::vector<Value*> kPieceTiles;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const std::string suffix = "_piece" + std::to_string(i);
-    const int64_t W = pieces[i].width;
-    Value* offset = b_.add(asColumn(pieceColumns[i], N), asRow(slotOffset, W), "k_offset" + suffix);
-    kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(kBase, {W, N}), offset), asRow(tileMask, W),
-                                  zeroKPieceTiles[i], "k_tile" + suffix));
-  }
-  if (pieces.empty()) {
-    Value* kOffset = b_.add(asColumn(offsD64, N), asRow(slotOffset, D), "k_offset");
-    Value* kMask = b_.andOp(dimMaskCol, asRow(tileMask, D), "k_mask");
-    kTile = b_.load(b_.addPtr(splatTo(kBase, {D, N}), kOffset), kMask, zeroKTile, "k_tile");
-  }
-  Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(offsDV64, N), "v_offset");
-  Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(dimMaskV, N), "v_mask");
-  Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, DV}), vOffset), vMask, zeroVTile, "v_tile");
-  std::vector<Value*> kGroups;
-  for (size_t i = 0; i < kPieceTiles.size(); ++i)
-    kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
-  if (kTile) kGroups = dequantizedGroups(kTile, "k");
-  const std::vector<Value*> vGroups = dequantizedGroups(vTile, "v");
-  Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
-  Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
+    // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
+    // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
+    Value* kTile = nullptr;
+    std::vector<Value*> kPieceTiles;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const std::string suffix = "_piece" + std::to_string(i);
+      const int64_t W = pieces[i].width;
+      Value* offset = b_.add(asColumn(pieceColumns[i], N), asRow(slotOffset, W), "k_offset" + suffix);
+      kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(kBase, {W, N}), offset), asRow(tileMask, W),
+                                    zeroKPieceTiles[i], "k_tile" + suffix));
+    }
+    if (pieces.empty()) {
+      Value* kOffset = b_.add(asColumn(offsD64, N), asRow(slotOffset, D), "k_offset");
+      Value* kMask = b_.andOp(dimMaskCol, asRow(tileMask, D), "k_mask");
+      kTile = b_.load(b_.addPtr(splatTo(kBase, {D, N}), kOffset), kMask, zeroKTile, "k_tile");
+    }
+    Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(offsDV64, N), "v_offset");
+    Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(dimMaskV, N), "v_mask");
+    Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, DV}), vOffset), vMask, zeroVTile, "v_tile");
+    std::vector<Value*> kGroups;
+    for (size_t i = 0; i < kPieceTiles.size(); ++i)
+      kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
+    if (kTile) kGroups = dequantizedGroups(kTile, "k");
+    const std::vector<Value*> vGroups = dequantizedGroups(vTile, "v");
+    Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
+    Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
 
-  // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
-  Value* qk = zeroScores;
-  const size_t qkOperands = qTiles.size();
-  for (size_t g = 0; g < qkOperands; ++g)
-    qk = b_.dot(qTiles[g], kGroups[g], qk, /*tf32=*/false, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
-  // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
-  if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
-  Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
-  if (capOutputScaleTile)
-    scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
-  Value* keyPos2d = asRow(seqOffset, M);
-  Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, keyLimit2d, "key_visible");
-  if (keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, keyFloor2d), "key_in_window");
-  if (blockValid) visible = b_.andOp(visible, asRow(blockValid, M), "key_in_cache");
-  Value* scoreMask = b_.andOp(rowMask2d, visible, "score_mask");
-  Value* scores = b_.select(scoreMask, scaledScores, negInfTile, "s");
-  if (alibiSlope2d) {
-    Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(contextLen, {N})), ScalarKind::F32, "alibi_distance");
-    scores = b_.add(scores, b_.mul(alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
-  }
+    // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
+    Value* qk = zeroScores;
+    const size_t qkOperands = qTiles.size();
+    for (size_t g = 0; g < qkOperands; ++g)
+      qk = b_.dot(qTiles[g], kGroups[g], qk, /*tf32=*/false, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
+    // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
+    if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
+    Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
+    if (capOutputScaleTile)
+      scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
+    Value* scores = scaledScores;
+    if (masked) {
+      Value* keyPos2d = asRow(seqOffset, M);
+      Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, keyLimit2d, "key_visible");
+      if (keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, keyFloor2d), "key_in_window");
+      if (blockValid) visible = b_.andOp(visible, asRow(blockValid, M), "key_in_cache");
+      Value* scoreMask = b_.andOp(rowMask2d, visible, "score_mask");
+      scores = b_.select(scoreMask, scaledScores, negInfTile, "s");
+    }
+    if (alibiSlope2d) {
+      Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(contextLen, {N})), ScalarKind::F32, "alibi_distance");
+      scores = b_.add(scores, b_.mul(alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
+    }
 
-  Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
-  // A row that has seen only masked keys keeps -inf; use 0 so exp2 below gets
-  // -inf - 0 = -inf (weight 0) instead of -inf - (-inf) = NaN.
-  Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
-  Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
-  Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
-  Value* lNew = nullptr;
-  Value* lPartialNew = nullptr;
-  if (deferRowSum) {
-    lNew = b_.mul(lOld, alpha, "l_new");
-    lPartialNew = b_.add(b_.mul(loop.iterArgs[static_cast<size_t>(2 + G)], asColumn(alpha, N)), p, "l_partial_new");
+    Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
+    // A row that has seen only masked keys keeps -inf; use 0 so exp2 below gets
+    // -inf - 0 = -inf (weight 0) instead of -inf - (-inf) = NaN.
+    Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
+    Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
+    Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
+    Value* lNew = nullptr;
+    Value* lPartialNew = nullptr;
+    if (deferRowSum) {
+      lNew = b_.mul(lOld, alpha, "l_new");
+      lPartialNew = b_.add(b_.mul(loop.iterArgs[static_cast<size_t>(2 + G)], asColumn(alpha, N)), p, "l_partial_new");
+    } else {
+      lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
+    }
+    // P·V runs in the data type (tensor-core operands); f32 keeps P in f32. With
+    // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
+    // scaled instead (the denominator keeps the unscaled P).
+    Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
+    Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
+    std::vector<Value*> yields = {mNew, lNew};
+    std::vector<std::string> finalNames = {"m_final", "l_final"};
+    for (int g = 0; g < G; ++g) {
+      const std::string suffix = G == 1 ? "" : std::to_string(g);
+      Value* accScaled = b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
+      yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, /*tf32=*/false, "acc_new" + suffix));
+      finalNames.push_back("acc_final" + suffix);
+    }
+    if (deferRowSum) {
+      yields.push_back(lPartialNew);
+      finalNames.push_back("l_partial_final");
+    }
+    return b_.endFor(yields, finalNames);
+  };
+  // Prefill tiles: the tiles before the first row's own key (causal), or before
+  // the sequence's last tile, hold only keys every row sees, so a first loop
+  // over them skips the mask (a compare and a select per score, and the select
+  // kept the scaling multiply from fusing into the exponent's subtraction); a
+  // second, masked loop takes the rest. Rows past the query length or the
+  // heads compute on zero Q there and are never stored.
+  const bool splitMaskedTiles = c_.blockM >= 64 && config_.slidingWindow == 0 && !config_.checkBounds &&
+                                !config_.splitKv;
+  std::vector<Value*> results;
+  if (splitMaskedTiles) {
+    Value* seenByAll = seqLen;
+    if (mayBeCausal) {
+      Value* firstRowLimit = b_.add(b_.add(contextLen, qBlockFirstPos), oneI32_, "first_row_key_limit");
+      seenByAll = seqCausal ? b_.select(seqCausal, firstRowLimit, seqLen, "keys_seen_by_all_flagged") : firstRowLimit;
+    }
+    Value* fullTiles = b_.min(b_.max(b_.div(seenByAll, tileSize), tileStart), tileEnd, "unmasked_tile_end");
+    results = kvLoop(fullTiles, tileEnd, kvLoop(tileStart, fullTiles, loopInits, false), true);
   } else {
-    lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
+    results = kvLoop(tileStart, tileEnd, loopInits, true);
   }
-  // P·V runs in the data type (tensor-core operands); f32 keeps P in f32. With
-  // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
-  // scaled instead (the denominator keeps the unscaled P).
-  Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
-  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
-  std::vector<Value*> yields = {mNew, lNew};
-  std::vector<std::string> finalNames = {"m_final", "l_final"};
-  for (int g = 0; g < G; ++g) {
-    const std::string suffix = G == 1 ? "" : std::to_string(g);
-    Value* accScaled = b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
-    yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, /*tf32=*/false, "acc_new" + suffix));
-    finalNames.push_back("acc_final" + suffix);
-  }
-  if (deferRowSum) {
-    yields.push_back(lPartialNew);
-    finalNames.push_back("l_partial_final");
-  }
-  std::vector<Value*> results = b_.endFor(yields, finalNames);
   Value* mFinal = results[0];
   Value* lFinal = deferRowSum ? b_.add(results[1], b_.reduce(Opcode::ReduceSum, results[static_cast<size_t>(2 + G)], 1),
                                        "l_final_sum")
