@@ -103,7 +103,7 @@ TEST_CASE("DiffKV: every head-size pair against the float64 reference", "[diffkv
   runAndCheck(diffkvConfig({96, 128}, ScalarKind::F16, false), mixedBatch(36), /*afterPasses=*/true);
 }
 
-TEST_CASE("DiffKV: window, softcap, sinks and ALiBi together; per-sequence causal; LSE", "[diffkv]") {
+TEST_CASE("DiffKV: window, softcap, sinks and ALiBi together, per-sequence causal, LSE", "[diffkv]") {
   for (bool causal : {true, false}) {
     UnifiedAttentionConfig c = diffkvConfig({192, 128}, ScalarKind::BF16, causal);
     c.slidingWindow = 37;

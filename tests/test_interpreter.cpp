@@ -172,7 +172,7 @@ TEST_CASE("vector add over a grid with a masked tail", "[interp]") {
   for (int i = 0; i < count; ++i) REQUIRE(out[i] == xs[i] + ys[i]);
 }
 
-TEST_CASE("f32 binary ops compute in float; min/max propagate NaN", "[interp]") {
+TEST_CASE("f32 binary ops compute in float, min/max propagate NaN", "[interp]") {
   const std::vector<double> a = f32Operands(1), b = f32Operands(2);
   const int64_t n = static_cast<int64_t>(a.size());
   struct Case {
@@ -239,7 +239,7 @@ TEST_CASE("bf16, f16 and fp8 arithmetic rounds the f32 result to the element kin
   }
 }
 
-TEST_CASE("integer binary ops wrap; division by zero gives 0; shifts saturate", "[interp]") {
+TEST_CASE("integer binary ops wrap, division by zero gives 0, shifts saturate", "[interp]") {
   const std::vector<int32_t> a = {5, -7, 100, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
                                   -1, 0, 123456789, -99, 1 << 30, 17, -17};
   const std::vector<int32_t> b = {3, 2, 0, -1, 1, 31, 32, -3, -1, 2, 40, 4};

@@ -260,7 +260,7 @@ TEST_CASE("disk cache: an unusable directory turns stores off with one warning",
   CHECK_FALSE(lookup.hit());
 }
 
-TEST_CASE("disk cache: a read-only directory turns stores off; loads still work", "[runtime]") {
+TEST_CASE("disk cache: a read-only directory turns stores off, loads still work", "[runtime]") {
   if (::geteuid() == 0) {
     // Root writes through permission bits; the unusable-directory cases that hold for root
     // are the tests around this one.
