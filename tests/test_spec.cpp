@@ -11,6 +11,7 @@
 using attnjit::compiler::loadSpecFile;
 using attnjit::compiler::loadSpecText;
 using attnjit::compiler::Spec;
+using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
 
 namespace {
@@ -284,22 +285,25 @@ TEST_CASE("spec: parameters format back in spec spelling", "[spec]") {
   config.deferRowSum = false;
   CHECK(attnjit::compiler::formatSpecParams(config).find(" num_stages=1 defer_row_sum=false") != std::string::npos);
   CHECK(config.kernelName().ends_with("_rowsum"));
-  auto spec = loadSpecText(kBaseSpec + "  defer_row_sum: [true, false]\n", "rowsum.yaml");
-  REQUIRE(spec.isOk());
-  REQUIRE(spec->variants.size() == 2);
-  CHECK(spec->variants[0].attention.deferRowSum);
-  CHECK_FALSE(spec->variants[1].attention.deferRowSum);
-  CHECK(spec->variants[1].name == spec->variants[0].name + "_rowsum");
   config.qInShared = true;
   CHECK(attnjit::compiler::formatSpecParams(config).find(" defer_row_sum=false q_in_shared=true") != std::string::npos);
   CHECK(config.kernelName().ends_with("_rowsum_qs"));
-  auto shared = loadSpecText(kBaseSpec + "  q_in_shared: [false, true]\n", "q_in_shared.yaml");
-  REQUIRE(shared.isOk());
-  REQUIRE(shared->variants.size() == 2);
-  CHECK_FALSE(shared->variants[0].attention.qInShared);
-  CHECK(shared->variants[1].attention.qInShared);
-  CHECK(shared->variants[1].name == shared->variants[0].name + "_qs");
-  CHECK_FALSE(loadSpecText(kBaseSpec + "  q_in_shared: 2\n", "bad.yaml").isOk());
+  // A boolean knob listed as [default, other] expands to two variants, the
+  // second named with the knob's suffix; anything but a boolean is refused.
+  auto twoVariants = [](const std::string& knob, bool UnifiedAttentionConfig::*member, const std::string& suffix) {
+    INFO(knob);
+    const bool byDefault = UnifiedAttentionConfig{}.*member;
+    auto spec = loadSpecText(kBaseSpec + "  " + knob + ": [" + (byDefault ? "true, false" : "false, true") + "]\n",
+                             knob + ".yaml");
+    REQUIRE(spec.isOk());
+    REQUIRE(spec->variants.size() == 2);
+    CHECK(spec->variants[0].attention.*member == byDefault);
+    CHECK(spec->variants[1].attention.*member != byDefault);
+    CHECK(spec->variants[1].name == spec->variants[0].name + suffix);
+    CHECK_FALSE(loadSpecText(kBaseSpec + "  " + knob + ": 2\n", "bad.yaml").isOk());
+  };
+  twoVariants("defer_row_sum", &UnifiedAttentionConfig::deferRowSum, "_rowsum");
+  twoVariants("q_in_shared", &UnifiedAttentionConfig::qInShared, "_qs");
 }
 
 TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[spec][reduce_segments]") {

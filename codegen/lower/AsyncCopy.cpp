@@ -51,14 +51,7 @@ using namespace ir;
 
 namespace {
 
-using Uses = std::unordered_map<const Value*, std::vector<const Operation*>>;
-
-void collectUses(const Block& block, Uses& uses) {
-  for (const auto& op : block.operations()) {
-    for (const Value* operand : op->operands()) uses[operand].push_back(op.get());
-    for (const auto& region : op->regions()) collectUses(*region, uses);
-  }
-}
+using Uses = UseMap;
 
 bool isZeroConstant(const Value* v) {
   const Operation* def = v ? v->definingOp() : nullptr;

@@ -124,6 +124,13 @@ void LoweringContext::barrier() {
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {i32(0)});
 }
 
+void collectUses(const Block& block, UseMap& uses) {
+  for (const auto& op : block.operations()) {
+    for (const Value* operand : op->operands()) uses[operand].push_back(op.get());
+    for (const auto& region : op->regions()) collectUses(*region, uses);
+  }
+}
+
 void lowerBlock(LoweringContext& ctx, const Block& block) {
   for (const auto& op : block.operations()) {
     materializeAsyncTiles(ctx, *op);

@@ -122,6 +122,16 @@ inline bool attributeIsOff(const ir::Kernel& kernel, const char* name) {
   const ir::AttrValue* value = kernel.attrs().find(name);
   return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) == 0;
 }
+// Whether the kernel sets attribute `name` to a nonzero integer: how a kernel
+// turns on a lowering choice that is off by default (shared_invariant_operands).
+inline bool attributeIsOn(const ir::Kernel& kernel, const char* name) {
+  const ir::AttrValue* value = kernel.attrs().find(name);
+  return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) != 0;
+}
+
+// The ops that use each value, in nested regions too (for the buffer plans).
+using UseMap = std::unordered_map<const ir::Value*, std::vector<const ir::Operation*>>;
+void collectUses(const ir::Block& block, UseMap& uses);
 
 // How many consecutive registers of a load or store with layout `layout` move as
 // one vector access (axis facts of the pointer, mask and fallback; at most 16 bytes).

@@ -30,13 +30,6 @@ using namespace ir;
 
 namespace {
 
-void collectConvertUses(const Block& block, std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
-  for (const auto& op : block.operations()) {
-    for (const Value* operand : op->operands()) uses[operand].push_back(op.get());
-    for (const auto& region : op->regions()) collectConvertUses(*region, uses);
-  }
-}
-
 // Whether `use` lies in the body of a loop that is itself in `block` or below.
 bool inLoopBelow(const Operation& use, const Block& block) {
   for (const Block* b = use.parentBlock(); b && b != &block;) {
@@ -69,8 +62,7 @@ std::optional<SharedOperand> planConvert(LoweringContext& ctx, const Operation& 
   return SharedOperand{*tile, std::move(from), std::move(operand)};
 }
 
-void planBlock(LoweringContext& ctx, const Block& block,
-               const std::unordered_map<const Value*, std::vector<const Operation*>>& uses, SharedOperandPlan& plan) {
+void planBlock(LoweringContext& ctx, const Block& block, const UseMap& uses, SharedOperandPlan& plan) {
   for (const auto& op : block.operations()) {
     for (const auto& region : op->regions()) planBlock(ctx, *region, uses, plan);
     if (op->opcode() != Opcode::ConvertLayout) continue;
@@ -92,11 +84,10 @@ llvm::Value* bufferBase(LoweringContext& ctx, const SharedOperand& operand) {
 }  // namespace
 
 void planSharedOperands(LoweringContext& ctx) {
-  const AttrValue* flag = ctx.kernel.attrs().find("shared_invariant_operands");
-  if (!flag || !std::holds_alternative<int64_t>(*flag) || std::get<int64_t>(*flag) == 0) return;
+  if (!attributeIsOn(ctx.kernel, "shared_invariant_operands")) return;
   if (!ctx.allowAsyncCopy || !ctx.target.hasMmaSync) return;
-  std::unordered_map<const Value*, std::vector<const Operation*>> uses;
-  collectConvertUses(ctx.kernel.body(), uses);
+  UseMap uses;
+  collectUses(ctx.kernel.body(), uses);
   auto plan = std::make_unique<SharedOperandPlan>();
   planBlock(ctx, ctx.kernel.body(), uses, *plan);
   if (!plan->operands.empty()) ctx.sharedOperands = std::move(plan);
