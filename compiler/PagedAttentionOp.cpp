@@ -95,9 +95,11 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // FlashAttention-2's tiling where it fits in registers: 4 warps of 32 rows,
     // Q re-read from shared memory each KV tile (H200, 8 × 2048 causal, 32/8
     // heads, D=128: 1.462 ms against 1.816 with 8 warps of 16 rows). Wider heads
-    // (the accumulator alone would take 256 registers at D=256) and f32 (no
-    // ldmatrix) keep 8 warps of 16 rows.
-    if (halfPrecision && widestHead <= 128) {
+    // (the accumulator alone would take 256 registers at D=256), f32 (no
+    // ldmatrix) and quantized caches keep 8 warps of 16 rows: converting K and V
+    // in registers next to a 32-row accumulator spills 236–1168 bytes (ptxas,
+    // sm_90a; none at 8 warps), and that tiling was not timed on the GPU.
+    if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
       config.numWarps = 4;
       config.qInShared = true;
     } else {

@@ -207,6 +207,12 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(widePrefill.numWarps == 8);
   CHECK_FALSE(widePrefill.qInShared);
   p.headSize = 128;
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;  // K/V converted in registers: 8 warps
+  auto quantizedPrefill = ops::selectPagedAttentionVariant(p);
+  CHECK(quantizedPrefill.blockM() == 128);
+  CHECK(quantizedPrefill.numWarps == 8);
+  CHECK_FALSE(quantizedPrefill.qInShared);
+  p.kvCacheFormat = compiler::KvCacheFormat::Auto;
   p.maxQueryLen = 31;
   CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);
   p.dtype = ScalarKind::F32;
