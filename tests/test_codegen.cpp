@@ -340,6 +340,18 @@ TEST_CASE("q_in_shared reads Q's fragments from shared memory in the KV loop, ea
   const size_t firstMma = loop.find("mma.sync");
   CHECK(countOf(loop.substr(0, firstMma), plain) <= 3);
 
+  // Where Q's buffer does not fit next to the cp.async slots and the scratch
+  // area (D=256: 64 KiB more), Q goes back to registers and K/V keep cp.async.
+  compiler::UnifiedAttentionConfig wide = config;
+  wide.headSize = 256;
+  wide.numWarps = 8;
+  wide.tileSize = 64;
+  compiler::UnifiedAttentionConfig wideInRegisters = wide;
+  wideInRegisters.qInShared = false;
+  const compiler::CompiledKernel wideShared = compileAttention(wide, "sm_90a");
+  CHECK(wideShared.sharedMemoryBytes == compileAttention(wideInRegisters, "sm_90a").sharedMemoryBytes);
+  CHECK(wideShared.ptx.find("cp.async.cg.shared.global") != std::string::npos);
+
   // mma order: k outermost, m innermost, so consecutive mma of the two m-tiles
   // take the same B registers (a K or V fragment read once, used twice, dead).
   const std::regex mma(R"(mma\.sync[^{]*\{[^}]*\},\s*\{[^}]*\},\s*(\{[^}]*\}))");

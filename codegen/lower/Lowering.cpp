@@ -298,7 +298,8 @@ namespace {
 // One compile; with cp.async buffers that, with the scratch area, would exceed the
 // target's shared memory, it stops after lowering and sets `asyncOverflow`.
 Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptions& options, bool allowAsyncCopy,
-                                        bool& asyncOverflow) {
+                                        bool allowSharedOperands, bool& asyncOverflow) {
+  asyncOverflow = false;
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -312,6 +313,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
 
   LoweringContext ctx(context, module, kernel, options.target);
   ctx.allowAsyncCopy = allowAsyncCopy;
+  ctx.allowSharedOperands = allowSharedOperands;
   ctx.axis = std::make_unique<AxisInfo>(kernel);
   std::vector<llvm::Type*> params;
   for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
@@ -378,10 +380,13 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
 
 Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
   bool asyncOverflow = false;
-  auto result = generatePtxOnce(kernel, options, true, asyncOverflow);
-  // The cp.async buffers (two slots per tile) did not fit next to the scratch area
-  // (e.g. 128-key fp8 tiles on the 99 KiB of sm_86/89/120): the register path.
-  if (asyncOverflow) result = generatePtxOnce(kernel, options, false, asyncOverflow);
+  auto result = generatePtxOnce(kernel, options, true, true, asyncOverflow);
+  // The buffers of their own (cp.async slots, two per tile, and loop-invariant
+  // operands) did not fit next to the scratch area: first the operands go back
+  // to registers (a D=256 Q tile is 64 KiB), then, e.g. for 128-key fp8 tiles on
+  // the 99 KiB of sm_86/89/120, the K/V tiles take the register path too.
+  if (asyncOverflow) result = generatePtxOnce(kernel, options, true, false, asyncOverflow);
+  if (asyncOverflow) result = generatePtxOnce(kernel, options, false, false, asyncOverflow);
   return result;
 }
 

@@ -65,6 +65,7 @@ class LoweringContext {
   int64_t sharedBytes = 0;
   int64_t asyncBufferBytes = 0;
   bool allowAsyncCopy = true;  // false: every load takes the register path
+  bool allowSharedOperands = true;  // false: loop-invariant operands stay in registers
   // Which loads become cp.async copies (planAsyncCopies); null where none do.
   std::unique_ptr<AsyncCopyPlan> async;
   // Which conversions keep their operand in shared memory (planSharedOperands);

@@ -85,7 +85,7 @@ llvm::Value* bufferBase(LoweringContext& ctx, const SharedOperand& operand) {
 
 void planSharedOperands(LoweringContext& ctx) {
   if (!attributeIsOn(ctx.kernel, "shared_invariant_operands")) return;
-  if (!ctx.allowAsyncCopy || !ctx.target.hasMmaSync) return;
+  if (!ctx.allowSharedOperands || !ctx.target.hasMmaSync) return;
   UseMap uses;
   collectUses(ctx.kernel.body(), uses);
   auto plan = std::make_unique<SharedOperandPlan>();
