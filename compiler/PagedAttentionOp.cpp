@@ -167,9 +167,14 @@ uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, i
   return segments < 2 ? 0 : workspaceFor(maxNumTokens, numQueryHeads, headSize, segments);
 }
 
-UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) {
+namespace {
+
+// The variant a call runs and its split plan, each derived once: what
+// selectPagedAttentionVariant reports is what pagedAttention launches.
+std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config = baseVariant(p);
-  config.splitKv = splitPlanFor(p, config).numSegments > 1;
+  const SplitKvPlan plan = splitPlanFor(p, config);
+  config.splitKv = plan.numSegments > 1;
   // The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
   // per SM (64-key tiles: 161 -> 172 registers). Batches of equal lengths run
   // at two anyway (ctasPerSmFor) and gain (B=64 ctx 4096: 0.300 -> 0.266 ms);
@@ -178,12 +183,16 @@ UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p
   // sum. Quantized caches already run at two (their tiles' shared memory).
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads} *
-                       std::max(1, splitPlanFor(p, config).numSegments);
+                       std::max(1, plan.numSegments);
   if (p.kvCacheFormat == KvCacheFormat::Auto && config.blockMRows == 0 && sms > 0 && ctas > 2 * int64_t{sms} &&
       ctasPerSmFor(p, config) == 0)
     config.deferRowSum = false;
-  return config;
+  return {config, plan};
 }
+
+}  // namespace
+
+UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) { return planCall(p).first; }
 
 namespace {
 
@@ -274,14 +283,6 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
                            " (size it with pagedAttentionWorkspaceBytes for the largest batch, or pass none)");
   }
   return Status::ok();
-}
-
-// The variant a call runs and its split plan, each derived once.
-std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionParams& p) {
-  UnifiedAttentionConfig config = baseVariant(p);
-  const SplitKvPlan plan = splitPlanFor(p, config);
-  config.splitKv = plan.numSegments > 1;
-  return {config, plan};
 }
 
 }  // namespace
