@@ -23,10 +23,10 @@ struct GpuRunResult {
   AttentionRunResult check;
   std::string target;          // e.g. sm_90a
   std::string cacheOrigin;     // "compiled", "disk" or "memory" (the kernel cache)
-  double compilePassesMs = 0;  // tile-IR passes (they make the cache key)
+  double compilePassesMs = 0;  // tile-IR passes (they make the cache key); 0 when an alias skipped them
   double compileLlvmMs = 0;    // lowering + O3 + PTX emission (0 on a cache hit)
   double compileCubinMs = 0;   // PTX → cubin through the driver, and module load
-  double warmDiskLoadMs = 0;   // a fresh cache finding the kernel on disk: passes + read + load
+  double warmDiskLoadMs = 0;   // a fresh cache finding the kernel on disk: build + alias + read + load
   int registers = 0, spillBytes = 0, sharedBytes = 0;
   // Timing (timedIterations > 0): median kernel time and what it means.
   double medianMs = 0;

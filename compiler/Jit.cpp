@@ -5,22 +5,29 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+
+#include <dlfcn.h>
+#include <sys/stat.h>
 
 #include "codegen/Codegen.h"
+#include "codegen/Target.h"
+#include "ir/Printer.h"
 
 namespace attnjit::compiler {
 
 namespace {
+
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
-}  // namespace
 
-std::string jitCacheKey(const CompiledKernel& k, const CompileOptions& options) {
+// The lines every key starts with: versions, target, PTX version, LLVM pipeline.
+std::string keyHeader(const std::string& target, int ptxVersion, const CompileOptions& options) {
   std::string key = "attnjit " ATTNJIT_VERSION_STRING "\n";
   key += "llvm " + codegen::llvmVersion() + "\n";
   key += "codegen revision " + std::to_string(codegen::kCodegenRevision) + "\n";
-  key += "target " + k.target + " ptx " + std::to_string(k.ptxVersion) + "\n";
+  key += "target " + target + " ptx " + std::to_string(ptxVersion) + "\n";
   // A bad ATTNJIT_LLVM_PIPELINE fails the compile itself (compileKernel), so a
   // key made with it never reaches the cache.
   auto pipeline = resolveLlvmPipeline(options);
@@ -30,34 +37,99 @@ std::string jitCacheKey(const CompiledKernel& k, const CompileOptions& options) 
     key += "llvm-o3 on\n";
   else
     key += "llvm-pipeline fast\n";
+  return key;
+}
+
+std::string overrideDirectory(const CompileOptions& options) {
+  if (!options.overrideDir.empty()) return options.overrideDir;
+  const char* env = std::getenv("ATTNJIT_OVERRIDE_DIR");
+  return env ? env : "";
+}
+
+}  // namespace
+
+const std::string& jitBuildIdentity() {
+  static const std::string identity = [] {
+    std::string path;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&jitBuildIdentity), &info) != 0 && info.dli_fname != nullptr)
+      path = info.dli_fname;
+    struct stat file {};
+    if (path.empty() || ::stat(path.c_str(), &file) != 0) {
+      path = "/proc/self/exe";
+      if (::stat(path.c_str(), &file) != 0) return std::string();
+    }
+    return "binary " + path + " bytes " + std::to_string(file.st_size) + " modified " +
+           std::to_string(file.st_mtim.tv_sec) + "." + std::to_string(file.st_mtim.tv_nsec) + " inode " +
+           std::to_string(file.st_ino);
+  }();
+  return identity;
+}
+
+std::string jitCacheKey(const CompiledKernel& k, const CompileOptions& options) {
+  std::string key = keyHeader(k.target, k.ptxVersion, options);
   for (const auto& stage : k.overridden) key += "override " + stage + "\n";
   key += k.tirOptimized;
   return key;
 }
 
+std::string jitAliasKey(const ir::Kernel& beforePasses, const CompileOptions& options) {
+  if (jitBuildIdentity().empty() || !overrideDirectory(options).empty()) return {};
+  auto target = codegen::lookupTarget(options.target);
+  if (!target) return {};
+  auto ptxVersion = codegen::choosePtxVersion(*target, options.driverMaxPtx);
+  if (!ptxVersion) return {};
+  return keyHeader(target->name, *ptxVersion, options) + jitBuildIdentity() + "\nbefore passes\n" +
+         ir::printKernel(beforePasses);
+}
+
 ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptions& options,
                                   runtime::KernelCache& cache) {
+  auto buildStart = std::chrono::steady_clock::now();
   auto kernel = build();
   if (!kernel) return kernel.status();
-  CompileOptions passesOnly = options;
-  passesOnly.stopAfter = "tir-opt";
-  auto start = std::chrono::steady_clock::now();
-  auto afterPasses = compileKernel(**kernel, passesOnly);
-  if (!afterPasses) return afterPasses.status();
   JitKernel out;
-  out.name = afterPasses->name;
+  out.buildMs = millisecondsSince(buildStart);
+  out.name = (*kernel)->name();
+  auto start = std::chrono::steady_clock::now();
+  const std::string aliasKey = jitAliasKey(**kernel, options);
+  std::optional<std::string> aliased = aliasKey.empty() ? std::nullopt : cache.resolveAlias(aliasKey);
+
+  // The passes and the full key; on the alias path only when the alias's kernel is gone.
+  std::optional<CompiledKernel> afterPasses;
+  std::string fullKey;
+  auto runPasses = [&]() -> ir::Status {
+    CompileOptions passesOnly = options;
+    passesOnly.stopAfter = "tir-opt";
+    auto passed = compileKernel(**kernel, passesOnly);
+    if (!passed) return passed.status();
+    afterPasses = std::move(*passed);
+    out.name = afterPasses->name;
+    fullKey = jitCacheKey(*afterPasses, options);
+    // A hand-edited PTX changes the bytes without changing the IR: it joins the key.
+    if (std::string overrideDir = overrideDirectory(options); !overrideDir.empty()) {
+      std::ifstream ptx(std::filesystem::path(overrideDir) / (out.name + ".ptx"), std::ios::binary);
+      if (ptx) fullKey += "\noverride ptx\n" + std::string(std::istreambuf_iterator<char>(ptx), {});
+    }
+    return ir::Status::ok();
+  };
+  if (aliased) {
+    out.passesSkipped = true;
+  } else if (ir::Status s = runPasses(); !s) {
+    return s;
+  }
   out.passesMs = millisecondsSince(start);
 
-  std::string key = jitCacheKey(*afterPasses, options);
-  // A hand-edited PTX changes the bytes without changing the IR: it joins the key.
-  const char* overrideEnv = std::getenv("ATTNJIT_OVERRIDE_DIR");
-  std::string overrideDir = !options.overrideDir.empty() ? options.overrideDir : (overrideEnv ? overrideEnv : "");
-  if (!overrideDir.empty()) {
-    std::ifstream ptx(std::filesystem::path(overrideDir) / (out.name + ".ptx"), std::ios::binary);
-    if (ptx) key += "\noverride ptx\n" + std::string(std::istreambuf_iterator<char>(ptx), {});
-  }
-  auto lookupStart = std::chrono::steady_clock::now();
-  auto loaded = cache.getOrCompile(key, [&]() -> ir::Expected<runtime::CompiledKernel> {
+  bool staleAlias = false;
+  auto compile = [&](const std::string& key) -> ir::Expected<runtime::CompiledKernel> {
+    if (!afterPasses) {
+      if (ir::Status s = runPasses(); !s) return s;
+      out.passesSkipped = false;
+      if (fullKey != key) {
+        staleAlias = true;
+        return ir::Diagnostic{{}, "the cache's alias for '" + out.name + "' names another kernel key"};
+      }
+    }
     CompileOptions toPtx = options;
     toPtx.keepLlvmIr = false;  // the cache keeps the PTX only (a dump folder still gets the IR)
     // Codegen continues from the kernel the key was made of, passes done; only a
@@ -83,8 +155,13 @@ ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptio
     result.metadata["target"] = compiled->target;
     out.compiled = std::move(*compiled);
     return result;
-  });
+  };
+  auto lookupStart = std::chrono::steady_clock::now();
+  const std::string& key = aliased ? *aliased : fullKey;
+  auto loaded = cache.getOrCompile(key, [&] { return compile(key); });
+  if (!loaded && staleAlias) loaded = cache.getOrCompile(fullKey, [&] { return compile(fullKey); });
   if (!loaded) return loaded.status();
+  if (!aliasKey.empty() && (!aliased || staleAlias)) cache.recordAlias(aliasKey, fullKey);
   out.lookupMs = millisecondsSince(lookupStart);
   out.loaded = *loaded;
   out.fromDisk = (*loaded)->origin == runtime::LoadedKernel::Origin::DiskCache;

@@ -42,7 +42,7 @@ ir::Expected<GpuRunResult> runMlaDecodeGpu(const MlaDecodeConfig& config, const 
     auto jit = jitKernel([&, i] { return (*problem)->buildKernel(launches[i]); }, compileOptions);
     if (!jit) return jit.status();
     if (i == 0) {
-      result.compilePassesMs = jit->passesMs;
+      result.compilePassesMs = jit->passesSkipped ? 0.0 : jit->passesMs;
       result.cacheOrigin = jit->compiledNow ? "compiled" : jit->fromDisk ? "disk" : "memory";
       if (jit->compiledNow) {
         result.compileLlvmMs = jit->compiled.lowerMs + jit->compiled.llvmOptimizeMs + jit->compiled.ptxEmitMs;

@@ -34,7 +34,7 @@ ir::Expected<GpuRunResult> runProblemGpu(const ProblemKernelBuilder& build, cons
   if (auto ptxIsa = runtime::driverMaxPtxIsa()) compileOptions.driverMaxPtx = ptxIsa->asNumber();
   auto jit = jitKernel(build, compileOptions);
   if (!jit) return jit.status();
-  result.compilePassesMs = jit->passesMs;
+  result.compilePassesMs = jit->passesSkipped ? 0.0 : jit->passesMs;
   result.cacheOrigin = jit->compiledNow ? "compiled" : jit->fromDisk ? "disk" : "memory";
   if (jit->compiledNow) {
     result.compileLlvmMs = jit->compiled.lowerMs + jit->compiled.llvmOptimizeMs + jit->compiled.ptxEmitMs;

@@ -61,12 +61,57 @@ void KernelCache::clearMemory() {
   std::lock_guard<std::mutex> lock(mutex_);
   // In-flight compiles keep running; their results are simply not remembered.
   kernels_.clear();
+  aliases_.clear();
 }
 
 std::string KernelCache::diskKey(const std::string& keyText) {
   std::string toolchain = loader_->toolchainIdentity();
   if (toolchain.empty()) return keyText;
   return keyText + "\ntoolchain " + toolchain + "\n";
+}
+
+namespace {
+// Alias entries live beside the kernels; this prefix keeps their disk keys apart from any
+// kernel key (the JIT's start with "attnjit <version>").
+std::string aliasDiskKey(const std::string& aliasText) { return "attnjit alias\n" + aliasText; }
+}  // namespace
+
+std::optional<std::string> KernelCache::resolveAlias(const std::string& aliasText) {
+  if (bypassLookups_) return std::nullopt;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = aliases_.find(aliasText);
+    if (it != aliases_.end()) {
+      ++stats_.aliasHits;
+      return it->second;
+    }
+  }
+  if (!disk_.enabled()) return std::nullopt;
+  DiskLookup lookup = disk_.load(aliasDiskKey(aliasText));
+  if (!lookup.hit()) {
+    if (lookup.missReason != "no entry") noteDiskMiss("alias: " + lookup.missReason);
+    return std::nullopt;
+  }
+  auto target = lookup.entry->metadata.find(kAliasOfKey);
+  if (target == lookup.entry->metadata.end() || target->second.empty()) {
+    noteDiskMiss("alias entry names no kernel key");
+    return std::nullopt;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.aliasHits;
+  aliases_[aliasText] = target->second;
+  return target->second;
+}
+
+void KernelCache::recordAlias(const std::string& aliasText, const std::string& keyText) {
+  if (bypassLookups_) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, inserted] = aliases_.try_emplace(aliasText, keyText);
+    if (!inserted && it->second == keyText) return;  // known, and so already on disk
+    it->second = keyText;
+  }
+  if (disk_.enabled()) disk_.store(aliasDiskKey(aliasText), CacheEntry{{}, {}, {{kAliasOfKey, keyText}}});
 }
 
 void KernelCache::noteDiskMiss(const std::string& reason) {

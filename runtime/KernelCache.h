@@ -8,6 +8,11 @@
 // On disk the key is the caller's key plus the loader's toolchain identity (for the driver:
 // its version), because the driver's PTX compiler produced the cubin: a driver update never
 // loads an entry the old driver wrote.
+// Aliases: a second, cheaper key that stands for a kernel key (the JIT's key of a kernel
+// before its tile-IR passes, so that a warm start skips them). resolveAlias looks in memory,
+// then on disk, where an alias is an entry without code whose metadata holds the kernel key
+// (same file format, checks and atomic writes as kernels). An alias only names a key: the
+// kernel itself is still found, checked and loaded through getOrCompile.
 // Concurrent requests for the same key in the same context compile once: the others wait for
 // that result (single flight). A failure is returned to every waiter and is not cached, so a
 // later request tries again. ATTNJIT_CACHE_DISABLE=1 skips every lookup (memory and disk):
@@ -84,6 +89,8 @@ class KernelCache {
  public:
   // Metadata key under which the disk entry records the kernel's entry name.
   static constexpr const char* kEntryNameKey = "attnjit.entry";
+  // Metadata key under which an alias entry records the kernel key it stands for.
+  static constexpr const char* kAliasOfKey = "attnjit.alias_of";
 
   struct Stats {
     std::uint64_t memoryHits = 0;  // includes requests that waited for an in-flight compile
@@ -92,6 +99,8 @@ class KernelCache {
     std::uint64_t compileFailures = 0;
     std::uint64_t diskMisses = 0;
     std::string lastDiskMissReason;
+    std::uint64_t aliasHits = 0;  // resolveAlias answers, from memory or disk
+
   };
 
   // `bypassLookups`: the ATTNJIT_CACHE_DISABLE behaviour (see above).
@@ -108,10 +117,19 @@ class KernelCache {
   Expected<std::shared_ptr<const LoadedKernel>> getOrCompile(const std::string& keyText,
                                                              const CompileFunction& compile);
 
+  // The kernel key `aliasText` stands for, when recordAlias stored one (in this cache's
+  // memory or on disk); nullopt otherwise, and always when lookups are bypassed. A damaged
+  // alias entry is removed and reads as none.
+  std::optional<std::string> resolveAlias(const std::string& aliasText);
+  // Remembers that `aliasText` stands for `keyText` (memory and disk). Call it only after
+  // getOrCompile(keyText) succeeded: the caller vouches that the alias determines the key.
+  void recordAlias(const std::string& aliasText, const std::string& keyText);
+
   // Receives one line per disk miss that has a reason worth logging (not "no entry").
   void setLogSink(std::function<void(const std::string&)> log);
   Stats stats() const;
-  // Forgets the loaded kernels (their modules unload once no caller holds them).
+  // Forgets the loaded kernels (their modules unload once no caller holds them) and the
+  // aliases held in memory.
   void clearMemory();
   const DiskCache& disk() const { return disk_; }
   // The key text the disk entry for `keyText` is stored under.
@@ -136,6 +154,7 @@ class KernelCache {
     std::uint64_t ticket = 0;
   };
   std::map<std::pair<ContextHandle, std::string>, Slot> kernels_;
+  std::map<std::string, std::string> aliases_;  // alias text → kernel key text
   std::uint64_t nextTicket_ = 0;
   Stats stats_;
   std::function<void(const std::string&)> log_;

@@ -127,6 +127,7 @@ TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu
   auto third = compiler::jitKernel(factory, options, another);
   REQUIRE(third.isOk());
   CHECK(third->fromDisk);
+  CHECK(third->passesSkipped);  // the alias recorded by the first call gave the key
   CHECK(third->sharedMemoryBytes == first->sharedMemoryBytes);
   WARN("JIT: cold " << first->passesMs + first->lookupMs << " ms, memory hit " << second->passesMs + second->lookupMs
                     << " ms, disk hit " << third->passesMs + third->lookupMs << " ms");

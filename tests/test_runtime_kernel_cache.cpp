@@ -20,6 +20,7 @@
 
 #include "codegen/Codegen.h"
 #include "compiler/Jit.h"
+#include "compiler/KernelFamily.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Sha256.h"
 #include "test_runtime_support.h"
@@ -590,6 +591,138 @@ TEST_CASE("kernel cache: the JIT key names the attnjit and LLVM versions", "[run
   CHECK(contains(key, "llvm " + attnjit::codegen::llvmVersion() + "\n"));
   CHECK(contains(key, "target sm_90 ptx 85\n"));
   CHECK(contains(key, "kernel @k() {}\n"));
+}
+
+namespace {
+
+// A small attention kernel for the JIT tests below (the fake loader "links" its PTX).
+attnjit::compiler::KernelFactory smallAttentionKernel() {
+  attnjit::compiler::UnifiedAttentionConfig config;
+  config.numQueryHeads = 4;
+  config.numKvHeads = 2;
+  config.headSize = 64;
+  return [config] { return attnjit::compiler::buildUnifiedAttention(config); };
+}
+
+}  // namespace
+
+TEST_CASE("kernel cache: a warm start finds the JIT kernel through its alias, without the passes", "[runtime]") {
+  using namespace attnjit::compiler;
+  REQUIRE_FALSE(jitBuildIdentity().empty());
+  Fixture f;
+  const KernelFactory factory = smallAttentionKernel();
+  const CompileOptions options;
+  auto first = f.makeCache();
+  auto cold = jitKernel(factory, options, *first);
+  INFO((cold.isOk() ? std::string() : cold.diagnostic().str()));
+  REQUIRE(cold.isOk());
+  CHECK(cold->compiledNow);
+  CHECK_FALSE(cold->passesSkipped);
+
+  // The same process: the alias and the kernel come from memory.
+  auto again = jitKernel(factory, options, *first);
+  REQUIRE(again.isOk());
+  CHECK(again->passesSkipped);
+  CHECK_FALSE(again->compiledNow);
+  CHECK(again->loaded == cold->loaded);
+
+  // A new process (a new cache on the same folder): alias and kernel from disk.
+  auto second = f.makeCache();
+  auto warm = jitKernel(factory, options, *second);
+  REQUIRE(warm.isOk());
+  CHECK(warm->passesSkipped);
+  CHECK(warm->fromDisk);
+  CHECK_FALSE(warm->compiledNow);
+  CHECK(warm->name == cold->name);
+  CHECK(warm->numThreads == cold->numThreads);
+  CHECK(warm->sharedMemoryBytes == cold->sharedMemoryBytes);
+  CHECK(second->stats().aliasHits == 1);
+  CHECK(second->stats().compiles == 0);
+
+  // The alias key holds the tile IR before the passes and the binary's identity;
+  // another target is another alias.
+  auto built = factory();
+  REQUIRE(built.isOk());
+  const std::string alias = jitAliasKey(**built, options);
+  CHECK(contains(alias, jitBuildIdentity()));
+  CHECK(contains(alias, "before passes\n"));
+  CHECK(contains(alias, "@" + cold->name + "("));
+  CHECK_FALSE(contains(alias, "layout"));  // the passes assign the layouts
+  CompileOptions sm80 = options;
+  sm80.target = "sm_80";
+  CHECK(jitAliasKey(**built, sm80) != alias);
+  CHECK_FALSE(second->resolveAlias(jitAliasKey(**built, sm80)).has_value());
+  // A hand-edited stage may replace any part: no alias then.
+  CompileOptions overridden = options;
+  overridden.overrideDir = f.temp.path().string();
+  CHECK(jitAliasKey(**built, overridden).empty());
+}
+
+TEST_CASE("kernel cache: a stale or damaged JIT alias falls back to the passes and is replaced", "[runtime]") {
+  using namespace attnjit::compiler;
+  Fixture f;
+  const KernelFactory factory = smallAttentionKernel();
+  const CompileOptions options;
+  auto built = factory();
+  REQUIRE(built.isOk());
+  const std::string alias = jitAliasKey(**built, options);
+  REQUIRE_FALSE(alias.empty());
+
+  SECTION("an alias naming a key the passes do not make") {
+    auto cache = f.makeCache();
+    cache->recordAlias(alias, "attnjit 0\nno such kernel\n");
+    auto jit = jitKernel(factory, options, *cache);
+    INFO((jit.isOk() ? std::string() : jit.diagnostic().str()));
+    REQUIRE(jit.isOk());
+    CHECK(jit->compiledNow);
+    CHECK_FALSE(jit->passesSkipped);
+    auto repaired = f.makeCache()->resolveAlias(alias);
+    REQUIRE(repaired.has_value());
+    CHECK(contains(*repaired, "kernel @" + jit->name));
+    auto warm = jitKernel(factory, options, *f.makeCache());
+    REQUIRE(warm.isOk());
+    CHECK(warm->passesSkipped);
+    CHECK(warm->fromDisk);
+  }
+
+  SECTION("an alias whose kernel entry is gone") {
+    auto cold = jitKernel(factory, options, *f.makeCache());
+    REQUIRE(cold.isOk());
+    auto key = f.makeCache()->resolveAlias(alias);
+    REQUIRE(key.has_value());
+    auto probe = f.makeCache();
+    REQUIRE(fs::remove(probe->disk().entryPath(probe->diskKey(*key))));
+    auto jit = jitKernel(factory, options, *f.makeCache());
+    REQUIRE(jit.isOk());
+    CHECK(jit->compiledNow);  // the alias held: passes only to compile, under the same key
+    CHECK(f.makeCache()->resolveAlias(alias) == key);
+  }
+
+  SECTION("a damaged alias entry") {
+    auto cold = jitKernel(factory, options, *f.makeCache());
+    REQUIRE(cold.isOk());
+    const fs::path aliasFile = f.makeCache()->disk().entryPath("attnjit alias\n" + alias);
+    REQUIRE(fs::exists(aliasFile));
+    fs::resize_file(aliasFile, fs::file_size(aliasFile) / 2);
+    auto cache = f.makeCache();
+    CHECK_FALSE(cache->resolveAlias(alias).has_value());
+    CHECK_FALSE(fs::exists(aliasFile));  // removed, never trusted
+    auto jit = jitKernel(factory, options, *cache);
+    REQUIRE(jit.isOk());
+    CHECK_FALSE(jit->passesSkipped);
+    CHECK(jit->fromDisk);  // the kernel itself was fine
+    CHECK(fs::exists(aliasFile));  // and the alias is written again
+  }
+
+  SECTION("lookups bypassed (ATTNJIT_CACHE_DISABLE)") {
+    auto cache = f.makeCache(/*bypass=*/true);
+    cache->recordAlias(alias, "attnjit 0\nno such kernel\n");
+    CHECK_FALSE(cache->resolveAlias(alias).has_value());
+    auto jit = jitKernel(factory, options, *cache);
+    REQUIRE(jit.isOk());
+    CHECK_FALSE(jit->passesSkipped);
+    CHECK(jit->compiledNow);
+  }
 }
 
 TEST_CASE("kernel cache: an unusable cache folder leaves launches working, in memory, with one warning",

@@ -89,7 +89,9 @@ Command benchCommand() {
       "Columns: median kernel time; GB/s of the unique bytes of q, K/V and o; TFLOP/s as\n"
       "4·D·Hq·(visible keys); copy% = GB/s over a device-to-device copy's; compile time split\n"
       "into tile-IR passes, LLVM lowering+O3+PTX, PTX→cubin+load (driver), and a warm start\n"
-      "from the disk kernel cache (ATTNJIT_CACHE_DIR) as a new process would see it.\n"
+      "from the disk kernel cache (ATTNJIT_CACHE_DIR) as a new process would see it (kernel\n"
+      "build, alias lookup instead of the passes, entry read, module load). Stages a cache hit\n"
+      "skipped print 0.\n"
       "Example (decode, B=64, ctx 4096):\n"
       "  attnjit bench specs/bench.yaml --shape query_lens=1x64 --shape context_lens=4095x64\n",
       {
