@@ -66,7 +66,11 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
         case Opcode::Add: r = b.CreateFAdd(x, y); break;
         case Opcode::Sub: r = b.CreateFSub(x, y); break;
         case Opcode::Mul: r = b.CreateFMul(x, y); break;
-        case Opcode::Div: r = b.CreateFDiv(x, y); break;
+        case Opcode::Div:
+          // f32: div.full.f32, 2 ulp (ir/Ops.def); f64 correctly rounded.
+          r = x->getType()->isFloatTy() ? b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_full, {x, y})
+                                        : b.CreateFDiv(x, y);
+          break;
         case Opcode::Rem: r = b.CreateFRem(x, y); break;
         case Opcode::Min: r = b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y); break;
         case Opcode::Max: r = b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, y); break;
