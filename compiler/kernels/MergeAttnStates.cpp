@@ -91,7 +91,7 @@ class MergeBuilder {
     Value* outSe = b_.add(pSe, sSe, "out_se");
     if (config_.outputLse) {
       // Both empty: -inf, vLLM's value (log(0) + 0).
-      Value* logSum = b_.select(bothEmpty, negInfRow, logOneToTwo(outSe), "log_out_se");
+      Value* logSum = b_.select(bothEmpty, negInfRow, b_.unary(Opcode::Log, outSe), "log_out_se");
       Value* outLse = b_.add(logSum, shift, "out_lse");
       b_.store(b_.addPtr(b_.splat(outLse_, {T}), lseIndex), outLse, tokenMask);
     }
@@ -121,21 +121,6 @@ class MergeBuilder {
   }
 
  private:
-  // log(x) for x in [1, 2] (out_se: one weight is exp(0) = 1, the other in [0, 1]),
-  // from log(x) = 2·atanh(z), z = (x - 1) / (x + 1) in [0, 1/3]: the odd series
-  // 2z·Σ z^2k / (2k + 1) to k = 8 is exact to (1/3)^18 / 19 < 1e-9, below f32's
-  // rounding. Used instead of the `log` op because codegen lowers that to
-  // llvm.log2.f32, which the NVPTX backend of LLVM 22 cannot select ("no libcall
-  // available for flog2"); this needs only f32 add, mul and div.
-  Value* logOneToTwo(Value* x) {
-    const Type type = x->type();
-    Value* one = b_.constFloat(1.0, type);
-    Value* z = b_.div(b_.sub(x, one), b_.add(x, one), "atanh_arg");
-    Value* zz = b_.mul(z, z);
-    Value* series = b_.constFloat(1.0 / 17, type);
-    for (int k = 7; k >= 0; --k) series = b_.add(b_.mul(series, zz), b_.constFloat(1.0 / (2 * k + 1), type));
-    return b_.mul(b_.mul(z, series), b_.constFloat(2.0, type), "log_of_sum");
-  }
   Value* asColumn(Value* vec, int64_t cols) { return broadcastAsColumn(b_, vec, cols); }
   Value* asRow(Value* vec, int64_t rows) { return broadcastAsRow(b_, vec, rows); }
 
