@@ -65,7 +65,7 @@ std::string llvmVersion();
 // and int8 casts to f16/bf16 convert two registers at a time. 8: loads whose
 // pointers are provably equal are issued once; constexprs are axis constants.
 // 9: mma in k-outer, m-inner order; shared_invariant_operands. 10: exp2 and exp
-// through ex2.approx.ftz. 11: f32 division through div.full.f32.
+// through ex2.approx.ftz. 11: div {approx = 1} through div.full.f32.
 inline constexpr int kCodegenRevision = 11;
 
 }  // namespace attnjit::codegen

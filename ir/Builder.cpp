@@ -111,6 +111,12 @@ Value* Builder::binary(Opcode op, Value* a, Value* b, std::string name) {
   return create(op, {a, b}, {a->type()}, {}, {std::move(name)})->result();
 }
 
+Value* Builder::divApprox(Value* a, Value* b, std::string name) {
+  Attributes attrs;
+  attrs.set("approx", int64_t{1});
+  return create(Opcode::Div, {a, b}, {a->type()}, std::move(attrs), {std::move(name)})->result();
+}
+
 Value* Builder::unary(Opcode op, Value* a, std::string name) {
   return create(op, {a}, {a->type()}, {}, {std::move(name)})->result();
 }

@@ -45,6 +45,8 @@ class Builder {
   Value* sub(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Sub, a, b, std::move(name)); }
   Value* mul(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Mul, a, b, std::move(name)); }
   Value* div(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Div, a, b, std::move(name)); }
+  // Float division to 2 ulp (div {approx = 1}: PTX div.full.f32, see ir/Ops.def).
+  Value* divApprox(Value* a, Value* b, std::string name = {});
   Value* rem(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Rem, a, b, std::move(name)); }
   Value* min(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Min, a, b, std::move(name)); }
   Value* max(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Max, a, b, std::move(name)); }

@@ -22,9 +22,19 @@ Status checkSameOperandTypes(const Operation& op, size_t first, size_t second) {
 Status verifyBinary(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 2));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
-  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  if (op.opcode() == Opcode::Div) {
+    ATTNJIT_VERIFY(checkKnownAttributes(op, {"approx"}));
+  } else {
+    ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  }
   ATTNJIT_VERIFY(checkSameOperandTypes(op, 0, 1));
   const Type& type = op.operand(0)->type();
+  if (op.attrs().has("approx")) {
+    int64_t approx = 0;
+    ATTNJIT_VERIFY(requireIntAttr(op, "approx", approx));
+    if (approx != 0 && approx != 1) return opError(op, "attribute 'approx' must be 0 or 1, got " + std::to_string(approx));
+    if (!type.isFloatLike()) return opError(op, "attribute 'approx' needs float operands, got " + type.str());
+  }
   if (type.hasPointerElements())
     return opError(op, "operands of type " + type.str() + " are pointers; pointer arithmetic is 'addptr'");
   if ((isBitwise(op.opcode()) || isShift(op.opcode())) && !type.isIntLike())

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -121,16 +122,16 @@ TEST_CASE("transcendentals lower to PTX instructions on every target", "[codegen
       }
 }
 
-TEST_CASE("float division is div.full.f32 (2 ulp, no slow path) and correctly rounded for f64", "[codegen]") {
-  auto divideKernel = [](const std::string& type) {
+TEST_CASE("float division is correctly rounded unless div {approx = 1} asks for div.full.f32", "[codegen]") {
+  auto divideKernel = [](const std::string& type, const std::string& attrs) {
     return "kernel @div_" + type + "(%x: ptr<global, " + type + ">, %out: ptr<global, " + type +
            ">) attributes {num_warps = 1} {\n"
            "  %offs = arange {start = 0, end = 32} : tile<32xi32>\n"
            "  %xp = splat %x : tile<32xptr<global, " + type + ">>\n"
            "  %xs = addptr %xp, %offs : tile<32xptr<global, " + type + ">>\n"
            "  %v = load %xs : tile<32x" + type + ">\n"
-           "  %one = constant {value = 1.5} : tile<32x" + type + ">\n"
-           "  %r = div %one, %v : tile<32x" + type + ">\n"
+           "  %one = constant {value = 3} : tile<32x" + type + ">\n"
+           "  %r = div %one, %v " + attrs + ": tile<32x" + type + ">\n"
            "  %op = splat %out : tile<32xptr<global, " + type + ">>\n"
            "  %os = addptr %op, %offs : tile<32xptr<global, " + type + ">>\n"
            "  store %os, %r\n"
@@ -138,19 +139,26 @@ TEST_CASE("float division is div.full.f32 (2 ulp, no slow path) and correctly ro
            "}\n";
   };
   for (const char* type : {"f32", "bf16", "f16", "f64"})
-    for (const char* target : {"sm_80", "sm_90a"}) {
-      INFO(type << " for " << target);
-      auto module = ir::parseModule(divideKernel(type), "div.tir");
-      if (!module) FAIL(module.diagnostic().str());
-      compiler::CompileOptions options;
-      options.target = target;
-      auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
-      if (!compiled) FAIL(compiled.diagnostic().str());
-      const bool f64 = std::string(type) == "f64";
-      // Every division of the thread's elements takes the one form.
-      CHECK((countOf(compiled->ptx, "div.full.f32") > 0) == !f64);
-      CHECK(countOf(compiled->ptx, "div.rn.f32") == 0);
-      CHECK(countOf(compiled->ptx, "rcp.rn.f32") == 0);
-      CHECK((countOf(compiled->ptx, "div.rn.f64") > 0) == f64);
-    }
+    for (const bool approx : {false, true})
+      for (const char* target : {"sm_80", "sm_90a"}) {
+        INFO(type << (approx ? " approx" : "") << " for " << target);
+        auto module = ir::parseModule(divideKernel(type, approx ? "{approx = 1} " : ""), "div.tir");
+        if (!module) FAIL(module.diagnostic().str());
+        compiler::CompileOptions options;
+        options.target = target;
+        auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
+        if (!compiled) FAIL(compiled.diagnostic().str());
+        const bool f64 = std::string(type) == "f64";
+        // Every division of the thread's elements takes the one form.
+        CHECK((countOf(compiled->ptx, "div.full.f32") > 0) == (approx && !f64));
+        CHECK((countOf(compiled->ptx, "div.rn.f32") > 0) == (!approx && !f64));
+        CHECK((countOf(compiled->ptx, "div.rn.f64") > 0) == f64);
+      }
+  // The attribute is for floats, and a flag.
+  for (const auto& [type, attrs, message] :
+       {std::tuple{"i32", "{approx = 1} ", "needs float operands"}, std::tuple{"f32", "{approx = 2} ", "must be 0 or 1"}}) {
+    auto module = ir::parseModule(divideKernel(type, attrs), "div.tir");
+    REQUIRE_FALSE(module.isOk());
+    CHECK_THAT(module.diagnostic().str(), Catch::Contains(message));
+  }
 }

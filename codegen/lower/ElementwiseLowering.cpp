@@ -58,6 +58,8 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
   if (isFloat(k)) {
     llvm::Type* ty = ctx.elementType(Type::scalar(k));
     bool widen = isHalfLike(k);
+    const ir::AttrValue* approxAttr = op.attrs().find("approx");
+    const bool approx = approxAttr && std::holds_alternative<int64_t>(*approxAttr) && std::get<int64_t>(*approxAttr) != 0;
     mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
       llvm::Value* x = widen ? toF32(ctx, a[0]) : a[0];
       llvm::Value* y = widen ? toF32(ctx, a[1]) : a[1];
@@ -67,9 +69,9 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
         case Opcode::Sub: r = b.CreateFSub(x, y); break;
         case Opcode::Mul: r = b.CreateFMul(x, y); break;
         case Opcode::Div:
-          // f32: div.full.f32, 2 ulp (ir/Ops.def); f64 correctly rounded.
-          r = x->getType()->isFloatTy() ? b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_full, {x, y})
-                                        : b.CreateFDiv(x, y);
+          // {approx = 1} on f32: div.full.f32, 2 ulp (ir/Ops.def); else correctly rounded.
+          r = approx && x->getType()->isFloatTy() ? b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_full, {x, y})
+                                                  : b.CreateFDiv(x, y);
           break;
         case Opcode::Rem: r = b.CreateFRem(x, y); break;
         case Opcode::Min: r = b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y); break;

@@ -95,8 +95,11 @@ class MergeBuilder {
       Value* outLse = b_.add(logSum, shift, "out_lse");
       b_.store(b_.addPtr(b_.splat(outLse_, {T}), lseIndex), outLse, tokenMask);
     }
-    Value* pScale = b_.div(pSe, outSe, "p_scale");
-    Value* sScale = b_.div(sSe, outSe, "s_scale");
+    // Weights to 2 ulp (a bf16/f16 output rounds far coarser): without the correctly
+    // rounded division's called slow path, ptxas issues the row loads early
+    // (H200, T=16384, 32 x 128 bf16: 0.1289 -> 0.1205 ms with the log below).
+    Value* pScale = b_.divApprox(pSe, outSe, "p_scale");
+    Value* sScale = b_.divApprox(sSe, outSe, "s_scale");
 
     // ---- The [BLOCK_TOKENS, D] rows. ----
     Value* head64 = b_.cast(head, I64);
