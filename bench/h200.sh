@@ -51,8 +51,8 @@ run "DiffKV 192/128 decode B=64 ctx 4096" bench/diffkv.yaml "${decode[@]}"
 run "DiffKV 192/128 prefill causal 8x2048" bench/diffkv_prefill.yaml "${prefill[@]}"
 # Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
 tokens=(--shape query_lens=16384 --shape context_lens=0)
-run "merge_attn_states T=16384 32 heads D=128 (op API: 2 warps)" bench/merge_attn_states.yaml \
-  --variant=merge_attn_states_bf16_h32_d128_lse_w2 "${tokens[@]}"
+run "merge_attn_states T=16384 32 heads D=128 (op API: 4 warps)" bench/merge_attn_states.yaml \
+  --variant=merge_attn_states_bf16_h32_d128_lse "${tokens[@]}"
 run "reshape_and_cache T=16384 8 heads D=128" specs/reshape_and_cache.yaml \
   --variant=reshape_and_cache_bf16_kv8_d128_bs16 "${tokens[@]}"
 

@@ -266,14 +266,16 @@ TEST_CASE("merge arguments are validated without a GPU", "[embed]") {
   p.outputStrideToken = p.prefixStrideToken = p.suffixStrideToken = 32 * 128;
   p.outputStrideHead = p.prefixStrideHead = p.suffixStrideHead = 128;
   CHECK(attnjit::ops::validateMergeAttnStates(p));  // no LSE output
-  // 16 tokens of 256-byte rows: 2 warps give each thread 64 bytes of each input.
-  CHECK(attnjit::ops::selectMergeAttnStatesVariant(p).kernelName() == "merge_attn_states_f16_h32_d128_nolse_w2");
+  // 16 tokens of 256-byte rows: 4 warps give each thread 32 bytes of each input.
+  CHECK(attnjit::ops::selectMergeAttnStatesVariant(p).kernelName() == "merge_attn_states_f16_h32_d128_nolse");
   attnjit::MergeAttnStatesParams wide = p;
   wide.dtype = attnjit::ir::ScalarKind::F32;
   wide.headSize = 256;
   CHECK(attnjit::ops::selectMergeAttnStatesVariant(wide).numWarps == 4);
   wide.headSize = 64;
   wide.dtype = attnjit::ir::ScalarKind::BF16;
+  CHECK(attnjit::ops::selectMergeAttnStatesVariant(wide).numWarps == 2);
+  wide.headSize = 16;
   CHECK(attnjit::ops::selectMergeAttnStatesVariant(wide).numWarps == 1);
 
   attnjit::MergeAttnStatesParams q = p;
