@@ -159,7 +159,16 @@ ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptio
   auto lookupStart = std::chrono::steady_clock::now();
   const std::string& key = aliased ? *aliased : fullKey;
   auto loaded = cache.getOrCompile(key, [&] { return compile(key); });
-  if (!loaded && staleAlias) loaded = cache.getOrCompile(fullKey, [&] { return compile(fullKey); });
+  if (!loaded && aliased) {
+    // A stale alias, or a failure this request only waited for (another request
+    // holding the same alias met the stale key): the passes and the full key decide.
+    if (!afterPasses) {
+      if (ir::Status s = runPasses(); !s) return s;
+      out.passesSkipped = false;
+    }
+    staleAlias = true;
+    loaded = cache.getOrCompile(fullKey, [&] { return compile(fullKey); });
+  }
   if (!loaded) return loaded.status();
   if (!aliasKey.empty() && (!aliased || staleAlias)) cache.recordAlias(aliasKey, fullKey);
   out.lookupMs = millisecondsSince(lookupStart);
