@@ -98,7 +98,10 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // (the accumulator alone would take 256 registers at D=256), f32 (no
     // ldmatrix) and quantized caches keep 8 warps of 16 rows: converting K and V
     // in registers next to a 32-row accumulator spills 236–1168 bytes (ptxas,
-    // sm_90a; none at 8 warps), and that tiling was not timed on the GPU.
+    // sm_90a; none at 8 warps), and that tiling was not timed on the GPU. DiffKV
+    // 192/128 keeps 8 warps of 16 rows too (H200, 8 × 2048 causal, session 11):
+    // 1.699 ms against 1.955 with 4 warps and Q in shared memory (84 bytes of
+    // spills), 1.850 with 8 warps and Q in shared memory, 1.761 with 4 warps.
     if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
       config.numWarps = 4;
       config.qInShared = true;

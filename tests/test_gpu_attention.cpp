@@ -91,6 +91,16 @@ TEST_CASE("GPU prefill tilings: Q in shared memory, 4 warps of 32 rows and 8 of 
           c.qInShared = true;
           checkOnGpu(c, mixed);
         }
+  // DiffKV 192/128 (QK wider than the accumulator's V): both tilings with Q in shared memory.
+  for (int warps : {4, 8}) {
+    compiler::UnifiedAttentionConfig c;
+    c.headSize = 192;
+    c.valueHeadSize = 128;
+    c.blockMRows = 128;
+    c.numWarps = warps;
+    c.qInShared = true;
+    checkOnGpu(c, mixed);
+  }
   compiler::UnifiedAttentionConfig wideTiles;  // 64-key tiles: two K reads per Q read
   wideTiles.blockMRows = 128;
   wideTiles.numWarps = 4;
