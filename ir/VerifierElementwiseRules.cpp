@@ -32,7 +32,8 @@ Status verifyBinary(const Operation& op, const Kernel&) {
   if (op.attrs().has("approx")) {
     int64_t approx = 0;
     ATTNJIT_VERIFY(requireIntAttr(op, "approx", approx));
-    if (approx != 0 && approx != 1) return opError(op, "attribute 'approx' must be 0 or 1, got " + std::to_string(approx));
+    if (approx != 0 && approx != 1)
+      return opError(op, "attribute 'approx' must be 0 or 1, got " + std::to_string(approx));
     if (!type.isFloatLike()) return opError(op, "attribute 'approx' needs float operands, got " + type.str());
   }
   if (type.hasPointerElements())

@@ -156,7 +156,8 @@ TEST_CASE("float division is correctly rounded unless div {approx = 1} asks for 
       }
   // The attribute is for floats, and a flag.
   for (const auto& [type, attrs, message] :
-       {std::tuple{"i32", "{approx = 1} ", "needs float operands"}, std::tuple{"f32", "{approx = 2} ", "must be 0 or 1"}}) {
+       {std::tuple{"i32", "{approx = 1} ", "needs float operands"},
+        std::tuple{"f32", "{approx = 2} ", "must be 0 or 1"}}) {
     auto module = ir::parseModule(divideKernel(type, attrs), "div.tir");
     REQUIRE_FALSE(module.isOk());
     CHECK_THAT(module.diagnostic().str(), Catch::Contains(message));
