@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define ATTNJIT_SHA256_X86 1
+#endif
+
 namespace attnjit::runtime {
 namespace {
 
@@ -20,13 +26,8 @@ constexpr std::uint32_t kRoundConstants[64] = {
 
 constexpr std::uint32_t rotateRight(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-}  // namespace
 
-// First 32 bits of the fractional parts of the square roots of the first 8 primes.
-Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::compressBlock(const std::uint8_t* block) {
+void compressPortable(Sha256::State& state, const std::uint8_t* block) {
   std::uint32_t w[64];
   for (int i = 0; i < 16; ++i) {
     w[i] = std::uint32_t(block[4 * i]) << 24 | std::uint32_t(block[4 * i + 1]) << 16 |
@@ -37,8 +38,8 @@ void Sha256::compressBlock(const std::uint8_t* block) {
     std::uint32_t s1 = rotateRight(w[i - 2], 17) ^ rotateRight(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+  std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     std::uint32_t sum1 = rotateRight(e, 6) ^ rotateRight(e, 11) ^ rotateRight(e, 25);
     std::uint32_t choice = (e & f) ^ (~e & g);
@@ -55,14 +56,93 @@ void Sha256::compressBlock(const std::uint8_t* block) {
     b = a;
     a = t1 + t2;
   }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+#ifdef ATTNJIT_SHA256_X86
+bool cpuHasShaExtensions() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const bool ssse3 = (ecx >> 9) & 1, sse41 = (ecx >> 19) & 1;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool sha = (ebx >> 29) & 1;
+  return ssse3 && sse41 && sha;
+}
+
+// Two rounds per sha256rnds2, which keeps the state as (A, B, E, F) and (C, D, G, H)
+// with A and C in the highest lane; after two rounds the old (A, B, E, F) is the new
+// (C, D, G, H), so the two registers swap roles from one call to the next.
+__attribute__((target("sha,sse4.1,ssse3"))) void compressShaExtensions(Sha256::State& state,
+                                                                       const std::uint8_t* blocks,
+                                                                       std::size_t count) {
+  const __m128i byteSwap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  // (A, B, C, D), (E, F, G, H) → (A, B, E, F), (C, D, G, H).
+  __m128i low = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0])), 0xB1);
+  __m128i high = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4])), 0x1B);
+  __m128i abef = _mm_alignr_epi8(low, high, 8);
+  __m128i cdgh = _mm_blend_epi16(high, low, 0xF0);
+  for (; count > 0; --count, blocks += 64) {
+    const __m128i abefBefore = abef, cdghBefore = cdgh;
+    __m128i w[4];  // w[g % 4]: message words 4g .. 4g + 3
+    for (int i = 0; i < 4; ++i)
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + 16 * i)), byteSwap);
+    for (int group = 0; group < 16; ++group) {
+      __m128i& words = w[group % 4];
+      if (group >= 4) {
+        // W[i..i+3] from W[i-16..i-13] (words), W[i-12..i-9], W[i-7..i-4] and W[i-4..i-1].
+        const __m128i& previous = w[(group + 3) % 4];
+        __m128i sum = _mm_sha256msg1_epu32(words, w[(group + 1) % 4]);
+        sum = _mm_add_epi32(sum, _mm_alignr_epi8(previous, w[(group + 2) % 4], 4));
+        words = _mm_sha256msg2_epu32(sum, previous);
+      }
+      const __m128i constants = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kRoundConstants[4 * group]));
+      const __m128i wk = _mm_add_epi32(words, constants);
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abefBefore);
+    cdgh = _mm_add_epi32(cdgh, cdghBefore);
+  }
+  // Back to (A, B, C, D), (E, F, G, H).
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), _mm_alignr_epi8(dchg, feba, 8));
+}
+#endif
+
+}  // namespace
+
+// First 32 bits of the fractional parts of the square roots of the first 8 primes.
+Sha256::Sha256()
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+bool Sha256::hardwareAccelerated() {
+#ifdef ATTNJIT_SHA256_X86
+  static const bool has = cpuHasShaExtensions();
+  return has;
+#else
+  return false;
+#endif
+}
+
+void Sha256::compressBlocks(State& state, const std::uint8_t* blocks, std::size_t count, bool allowHardware) {
+#ifdef ATTNJIT_SHA256_X86
+  if (allowHardware && hardwareAccelerated()) {
+    compressShaExtensions(state, blocks, count);
+    return;
+  }
+#else
+  (void)allowHardware;
+#endif
+  for (; count > 0; --count, blocks += 64) compressPortable(state, blocks);
 }
 
 void Sha256::update(const void* data, std::size_t size) {
@@ -75,10 +155,13 @@ void Sha256::update(const void* data, std::size_t size) {
     bytes += take;
     size -= take;
     if (bufferedBytes_ < buffer_.size()) return;
-    compressBlock(buffer_.data());
+    compressBlocks(state_, buffer_.data(), 1, true);
     bufferedBytes_ = 0;
   }
-  for (; size >= 64; bytes += 64, size -= 64) compressBlock(bytes);
+  const std::size_t wholeBlocks = size / 64;
+  compressBlocks(state_, bytes, wholeBlocks, true);
+  bytes += 64 * wholeBlocks;
+  size -= 64 * wholeBlocks;
   if (size > 0) {
     std::memcpy(buffer_.data(), bytes, size);
     bufferedBytes_ = size;
