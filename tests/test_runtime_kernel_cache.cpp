@@ -714,6 +714,28 @@ TEST_CASE("kernel cache: a stale or damaged JIT alias falls back to the passes a
     CHECK(fs::exists(aliasFile));  // and the alias is written again
   }
 
+  SECTION("threads that share a stale alias all get the kernel") {
+    // One request meets the stale key; the others only wait on it (single flight)
+    // and must not return its error.
+    auto cache = f.makeCache();
+    cache->recordAlias(alias, "attnjit 0\nno such kernel\n");
+    StartingGate gate;
+    std::vector<std::thread> threads;
+    std::vector<int> ok(8, 0);
+    for (int t = 0; t < 8; ++t)
+      threads.emplace_back([&, t] {
+        gate.wait();
+        ok[t] = jitKernel(factory, options, *cache).isOk() ? 1 : 0;
+      });
+    gate.open();
+    for (auto& thread : threads) thread.join();
+    CHECK(std::count(ok.begin(), ok.end(), 1) == 8);
+    auto repaired = cache->resolveAlias(alias);
+    REQUIRE(repaired.has_value());
+    CHECK(*repaired != "attnjit 0\nno such kernel\n");
+    CHECK(contains(*repaired, "codegen revision "));  // a key the passes made
+  }
+
   SECTION("lookups bypassed (ATTNJIT_CACHE_DISABLE)") {
     auto cache = f.makeCache(/*bypass=*/true);
     cache->recordAlias(alias, "attnjit 0\nno such kernel\n");
