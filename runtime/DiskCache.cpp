@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -127,11 +130,54 @@ fs::path defaultCacheDirectory() {
   return {};
 }
 
+std::optional<std::uint64_t> cacheSizeLimitFromEnvironment(std::string& problem) {
+  problem.clear();
+  const char* value = std::getenv("ATTNJIT_CACHE_MAX_BYTES");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  std::string text(value);
+  std::uint64_t scale = 1;
+  if (!text.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(text.back()))) {
+      case 'K': scale = std::uint64_t(1) << 10; break;
+      case 'M': scale = std::uint64_t(1) << 20; break;
+      case 'G': scale = std::uint64_t(1) << 30; break;
+      default: break;
+    }
+    if (scale != 1) text.pop_back();
+  }
+  std::uint64_t number = 0;
+  bool digits = !text.empty() && text.size() <= 15;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) digits = false;
+    if (digits) number = number * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (!digits || number > std::numeric_limits<std::uint64_t>::max() / scale) {
+    problem = std::string("ATTNJIT_CACHE_MAX_BYTES='") + value +
+              "' is not a byte count (digits, optionally followed by K, M or G)";
+    return std::nullopt;
+  }
+  return number * scale;
+}
+
 DiskCache DiskCache::fromEnvironment(WarningSink warn) {
   if (cacheDisabledByEnvironment()) return disabled();
   fs::path directory = defaultCacheDirectory();
   if (directory.empty()) return disabled();
-  return DiskCache(std::move(directory), std::move(warn));
+  std::string problem;
+  std::optional<std::uint64_t> limit = cacheSizeLimitFromEnvironment(problem);
+  if (!problem.empty()) {
+    // Once per process, like the other cache warning: a bad limit keeps the default.
+    static std::atomic<bool> warned{false};
+    const std::string message = "attnjit: warning: " + problem + "; the kernel disk cache keeps its default limit";
+    if (warn) {
+      warn(message);
+    } else if (!warned.exchange(true)) {
+      std::fprintf(stderr, "%s\n", message.c_str());
+    }
+  }
+  DiskCache cache(std::move(directory), std::move(warn));
+  if (limit) cache.setSizeLimit(*limit);
+  return cache;
 }
 
 DiskCache DiskCache::disabled() { return DiskCache(); }
@@ -223,6 +269,8 @@ DiskLookup DiskCache::load(std::string_view keyText) const {
   std::string problem;
   lookup.entry = decodeEntry(keyText, bytes, problem);
   if (!lookup.entry) return corrupt(problem);
+  // Mark the entry used for the size limit's least-recently-used order (best effort).
+  ::futimens(file.fd, nullptr);
   return lookup;
 }
 
@@ -343,7 +391,52 @@ bool DiskCache::store(std::string_view keyText, const CacheEntry& entry) const {
   // Persist the rename itself; best effort (some filesystems refuse fsync on directories).
   FileDescriptor directory(::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (directory.fd >= 0) ::fsync(directory.fd);
+  trimToSizeLimit(finalPath);
   return true;
+}
+
+int DiskCache::trimToSizeLimit(const fs::path& keep) const {
+  if (!enabled_) return 0;
+  struct Candidate {
+    fs::path path;
+    std::uint64_t bytes;
+    struct timespec used;
+  };
+  std::vector<Candidate> entries;
+  std::uint64_t total = 0;
+  const std::string suffix = kEntrySuffix;
+  const auto now = std::chrono::system_clock::now();
+  std::error_code error;
+  for (fs::directory_iterator it(directory_, error), end; !error && it != end; it.increment(error)) {
+    const fs::path& path = it->path();
+    const std::string name = path.filename().string();
+    const bool entry = name.size() > suffix.size() && name.ends_with(suffix);
+    const bool temp = name.starts_with(".tmp-");
+    if (!entry && !temp) continue;
+    struct stat info;
+    // lstat: links are never followed, nor removed; only the current user's regular files.
+    if (::lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_uid != ::geteuid()) continue;
+    if (temp) {
+      const auto modified = std::chrono::system_clock::from_time_t(info.st_mtim.tv_sec);
+      if (now - modified > std::chrono::hours(1)) ::unlink(path.c_str());
+      continue;
+    }
+    total += static_cast<std::uint64_t>(info.st_size);
+    if (path != keep) entries.push_back({path, static_cast<std::uint64_t>(info.st_size), info.st_mtim});
+  }
+  if (sizeLimit_ == 0 || total <= sizeLimit_) return 0;
+  std::sort(entries.begin(), entries.end(), [](const Candidate& a, const Candidate& b) {
+    return a.used.tv_sec != b.used.tv_sec ? a.used.tv_sec < b.used.tv_sec : a.used.tv_nsec < b.used.tv_nsec;
+  });
+  const std::uint64_t target = sizeLimit_ / 4 * 3;
+  int removed = 0;
+  for (const Candidate& candidate : entries) {
+    if (total <= target) break;
+    // Another process may have removed it first; either way it no longer counts.
+    if (::unlink(candidate.path.c_str()) == 0) ++removed;
+    total -= candidate.bytes;
+  }
+  return removed;
 }
 
 }  // namespace attnjit::runtime

@@ -16,8 +16,16 @@
 //    single warning (per cache to a WarningSink; at most once per process on stderr); kernels
 //    then live in memory only.
 //
+// Size: after each store, when the entries (kernels and aliases) exceed the size limit, the
+// least recently used ones are removed until they take at most 3/4 of it; a load marks its
+// entry used (mtime). Only regular files of the current user named like entries are removed,
+// never the entry just stored; temporary files older than an hour (a writer that died) go too.
+// Removal is per file and atomic, so a concurrent reader sees an entry or a miss.
+//
 // Environment: ATTNJIT_CACHE_DIR (default $XDG_CACHE_HOME/attnjit, else ~/.cache/attnjit;
-// created with mode 0700), ATTNJIT_CACHE_DISABLE=1 turns the cache off.
+// created with mode 0700), ATTNJIT_CACHE_DISABLE=1 turns the cache off,
+// ATTNJIT_CACHE_MAX_BYTES sets the size limit (bytes, or with a K, M or G suffix, binary;
+// 0: none; default 2G).
 #pragma once
 
 #include <atomic>
@@ -58,6 +66,10 @@ using WarningSink = std::function<void(const std::string&)>;
 // True when ATTNJIT_CACHE_DISABLE is set to anything but "", "0", "false", "no" or "off".
 bool cacheDisabledByEnvironment();
 
+// ATTNJIT_CACHE_MAX_BYTES parsed ("512M", "2G", "1000000", "0"); nullopt when unset or
+// empty, and when malformed or too large (`problem` then says why).
+std::optional<std::uint64_t> cacheSizeLimitFromEnvironment(std::string& problem);
+
 // ATTNJIT_CACHE_DIR, else $XDG_CACHE_HOME/attnjit (when absolute), else $HOME/.cache/attnjit,
 // else the password database's home directory; empty when none is known.
 std::filesystem::path defaultCacheDirectory();
@@ -69,6 +81,7 @@ class DiskCache {
   static constexpr std::uint32_t kFormatVersion = 1;
   static constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 4 * 8 + 32;
   static constexpr const char* kEntrySuffix = ".kernel";
+  static constexpr std::uint64_t kDefaultSizeLimit = std::uint64_t(2) << 30;
 
   // The cache the environment asks for (directory, or disabled).
   static DiskCache fromEnvironment(WarningSink warn = {});
@@ -83,6 +96,12 @@ class DiskCache {
   bool enabled() const { return enabled_; }
   bool storesEnabled() const { return enabled_ && health_->storesEnabled.load(); }
   const std::filesystem::path& directory() const { return directory_; }
+  // The size limit of the entries in bytes (0: none); see above.
+  std::uint64_t sizeLimit() const { return sizeLimit_; }
+  void setSizeLimit(std::uint64_t bytes) { sizeLimit_ = bytes; }
+  // Removes least recently used entries while they exceed the limit (stores call it; exposed
+  // for tests). `keep` names an entry file never removed. Returns the entries removed.
+  int trimToSizeLimit(const std::filesystem::path& keep = {}) const;
   std::filesystem::path entryPath(std::string_view keyText) const;
 
   DiskLookup load(std::string_view keyText) const;
@@ -108,6 +127,7 @@ class DiskCache {
 
   std::filesystem::path directory_;
   bool enabled_ = false;
+  std::uint64_t sizeLimit_ = kDefaultSizeLimit;
   WarningSink warn_;
   std::unique_ptr<Health> health_ = std::make_unique<Health>();
 };

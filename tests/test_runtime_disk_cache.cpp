@@ -407,3 +407,113 @@ TEST_CASE("disk cache: the environment picks the directory or disables the cache
     CHECK_FALSE(cacheDisabledByEnvironment());
   }
 }
+
+namespace {
+
+// Sets an entry file's last-use time (mtime) to `secondsAgo` before now.
+void setLastUse(const fs::path& path, int secondsAgo) {
+  struct timespec times[2];
+  ::clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= secondsAgo;
+  times[1] = times[0];
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+CacheEntry entryOfBytes(std::size_t cubinBytes, const std::string& tag) {
+  CacheEntry entry = sampleEntry(tag);
+  entry.cubin.assign(cubinBytes, static_cast<std::uint8_t>(tag.size()));
+  return entry;
+}
+
+}  // namespace
+
+TEST_CASE("disk cache: over its size limit the least recently used entries go", "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  const std::uint64_t entryBytes = DiskCache::encodeEntry("key a", entryOfBytes(10000, "a")).size();
+  cache.setSizeLimit(4 * entryBytes + entryBytes / 2);  // room for four entries
+  for (const char* key : {"key a", "key b", "key c", "key d"}) REQUIRE(cache.store(key, entryOfBytes(10000, key)));
+  // Last use: a long ago, then b, c, d; loading a makes it the most recent.
+  setLastUse(cache.entryPath("key a"), 400);
+  setLastUse(cache.entryPath("key b"), 300);
+  setLastUse(cache.entryPath("key c"), 200);
+  setLastUse(cache.entryPath("key d"), 100);
+  REQUIRE(cache.load("key a").hit());
+  // The fifth entry crosses the limit: the least recently used go until three quarters
+  // of it remain (three entries), never the one just stored.
+  REQUIRE(cache.store("key e", entryOfBytes(10000, "key e")));
+  CHECK(cache.load("key a").hit());
+  CHECK_FALSE(fs::exists(cache.entryPath("key b")));
+  CHECK_FALSE(fs::exists(cache.entryPath("key c")));
+  CHECK(cache.load("key d").hit());
+  CHECK(cache.load("key e").hit());
+
+  SECTION("no limit keeps everything") {
+    cache.setSizeLimit(0);
+    for (const char* key : {"key f", "key g", "key h"}) REQUIRE(cache.store(key, entryOfBytes(10000, key)));
+    CHECK(cache.trimToSizeLimit() == 0);
+    for (const char* key : {"key a", "key d", "key e", "key f", "key g", "key h"}) CHECK(cache.load(key).hit());
+  }
+  SECTION("an entry larger than the limit is stored, and goes with the next store") {
+    cache.setSizeLimit(entryBytes / 2);
+    REQUIRE(cache.store("big", entryOfBytes(10000, "big")));
+    CHECK(cache.load("big").hit());
+    REQUIRE(cache.store("next", entryOfBytes(10000, "next")));
+    CHECK_FALSE(fs::exists(cache.entryPath("big")));
+    CHECK(cache.load("next").hit());
+  }
+}
+
+TEST_CASE("disk cache: trimming leaves other files, links and old writers' temp files alone or cleans them",
+          "[runtime]") {
+  TempDirectory temp;
+  DiskCache cache(temp.path());
+  REQUIRE(cache.store("key", entryOfBytes(5000, "key")));
+  const fs::path notes = temp.path() / "notes.txt";
+  attnjit::runtime::testing::writeFileBytes(notes, std::vector<std::uint8_t>(50000, 1));
+  const fs::path target = temp.path() / "elsewhere.bin";
+  attnjit::runtime::testing::writeFileBytes(target, std::vector<std::uint8_t>(50000, 2));
+  const fs::path link = temp.path() / (std::string(64, 'f') + DiskCache::kEntrySuffix);
+  fs::create_symlink(target, link);
+  const fs::path oldTemp = temp.path() / ".tmp-0123456789abcdef-1-2-3";
+  const fs::path freshTemp = temp.path() / ".tmp-fedcba9876543210-4-5-6";
+  attnjit::runtime::testing::writeFileBytes(oldTemp, {1, 2, 3});
+  attnjit::runtime::testing::writeFileBytes(freshTemp, {4, 5, 6});
+  setLastUse(oldTemp, 2 * 3600);
+  cache.setSizeLimit(1);  // everything over the limit
+  CHECK(cache.trimToSizeLimit() == 1);  // the one entry
+  CHECK_FALSE(fs::exists(cache.entryPath("key")));
+  CHECK(fs::exists(notes));
+  CHECK(fs::is_symlink(link));
+  CHECK(fs::exists(target));
+  CHECK_FALSE(fs::exists(oldTemp));
+  CHECK(fs::exists(freshTemp));  // a writer may still be busy with it
+}
+
+TEST_CASE("disk cache: ATTNJIT_CACHE_MAX_BYTES sets the size limit", "[runtime]") {
+  ScopedEnvironment dir("ATTNJIT_CACHE_DIR", "/tmp/attnjit-limit-test");
+  ScopedEnvironment enable("ATTNJIT_CACHE_DISABLE", nullptr);
+  for (const char* unset : {static_cast<const char*>(nullptr), ""}) {
+    ScopedEnvironment limit("ATTNJIT_CACHE_MAX_BYTES", unset);
+    std::vector<std::string> warnings;
+    CHECK(DiskCache::fromEnvironment([&](const std::string& w) { warnings.push_back(w); }).sizeLimit() ==
+          DiskCache::kDefaultSizeLimit);
+    CHECK(warnings.empty());
+  }
+  const std::pair<const char*, std::uint64_t> good[] = {
+      {"0", 0}, {"123456", 123456}, {"64K", 64u << 10}, {"512m", 512u << 20}, {"3G", std::uint64_t(3) << 30}};
+  for (const auto& [text, bytes] : good) {
+    ScopedEnvironment limit("ATTNJIT_CACHE_MAX_BYTES", text);
+    INFO(text);
+    CHECK(DiskCache::fromEnvironment().sizeLimit() == bytes);
+  }
+  for (const char* bad : {"G", "12X", "-5", "1.5G", "99999999999999999999", "999999999999999G"}) {
+    ScopedEnvironment limit("ATTNJIT_CACHE_MAX_BYTES", bad);
+    INFO(bad);
+    std::vector<std::string> warnings;
+    DiskCache cache = DiskCache::fromEnvironment([&](const std::string& w) { warnings.push_back(w); });
+    CHECK(cache.sizeLimit() == DiskCache::kDefaultSizeLimit);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("ATTNJIT_CACHE_MAX_BYTES") != std::string::npos);
+  }
+}
