@@ -146,6 +146,9 @@ void Sha256::compressBlocks(State& state, const std::uint8_t* blocks, std::size_
 }
 
 void Sha256::update(const void* data, std::size_t size) {
+  // Empty input may come as a null pointer (an empty vector's data()), which memcpy must
+  // never see, even for zero bytes.
+  if (size == 0) return;
   const auto* bytes = static_cast<const std::uint8_t*>(data);
   totalBytes_ += size;
   if (bufferedBytes_ > 0) {

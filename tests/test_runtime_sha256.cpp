@@ -66,3 +66,12 @@ TEST_CASE("sha256: the SHA-extension and portable compressions agree", "[runtime
     for (int j = 0; j < 4; ++j) digest[4 * i + j] = static_cast<std::uint8_t>(state[i] >> (24 - 8 * j));
   CHECK(Sha256::toHex(digest) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
+
+TEST_CASE("sha256: empty updates, null pointers included, change nothing", "[runtime]") {
+  Sha256 hash;
+  hash.update("ab");
+  hash.update(nullptr, 0);  // what an empty std::vector's data() may be
+  hash.update(std::string_view());
+  hash.update("c");
+  CHECK(Sha256::toHex(hash.finish()) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
