@@ -23,16 +23,6 @@ std::string settingOrEnvironment(const std::string& setting, const char* variabl
   return value ? value : "";
 }
 
-// Reads `dir/file` when it exists; nullopt otherwise.
-std::optional<std::string> readOverride(const std::string& dir, const std::string& file) {
-  if (dir.empty()) return std::nullopt;
-  std::ifstream in(std::filesystem::path(dir) / file, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Writes every stage of a compile to the dump folder. A folder that cannot be
 // written costs a warning, never the compile.
 void dumpStages(const std::string& dir, const CompiledKernel& k) {
@@ -73,9 +63,22 @@ ir::Expected<codegen::LlvmPipeline> resolveLlvmPipeline(const CompileOptions& op
                         "unknown LLVM pipeline '" + requested + "': expected fast (the default) or o3"};
 }
 
+std::string overrideDirectory(const CompileOptions& options) {
+  return settingOrEnvironment(options.overrideDir, "ATTNJIT_OVERRIDE_DIR");
+}
+
+std::optional<std::string> readOverride(const std::string& dir, const std::string& file) {
+  if (dir.empty()) return std::nullopt;
+  std::ifstream in(std::filesystem::path(dir) / file, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOptions& options) {
   const std::string dumpDir = settingOrEnvironment(options.dumpDir, "ATTNJIT_DUMP_DIR");
-  const std::string overrideDir = settingOrEnvironment(options.overrideDir, "ATTNJIT_OVERRIDE_DIR");
+  const std::string overrideDir = overrideDirectory(options);
   // A hand-edited tile IR replaces the built kernel (it must define the same name).
   std::unique_ptr<ir::Module> replacement;
   ir::Kernel* work = &kernel;

@@ -71,4 +71,10 @@ ir::Expected<codegen::LlvmPipeline> resolveLlvmPipeline(const CompileOptions& op
 
 ir::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const CompileOptions& options);
 
+// The override folder `options` ask for: CompileOptions::overrideDir, else
+// ATTNJIT_OVERRIDE_DIR; empty when neither is set.
+std::string overrideDirectory(const CompileOptions& options);
+// The text of `dir/file` when that file exists (a hand-edited stage); nullopt otherwise.
+std::optional<std::string> readOverride(const std::string& dir, const std::string& file);
+
 }  // namespace attnjit::compiler

@@ -1,10 +1,6 @@
 #include "compiler/Jit.h"
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 
 #include <dlfcn.h>
@@ -38,12 +34,6 @@ std::string keyHeader(const std::string& target, int ptxVersion, const CompileOp
   else
     key += "llvm-pipeline fast\n";
   return key;
-}
-
-std::string overrideDirectory(const CompileOptions& options) {
-  if (!options.overrideDir.empty()) return options.overrideDir;
-  const char* env = std::getenv("ATTNJIT_OVERRIDE_DIR");
-  return env ? env : "";
 }
 
 }  // namespace
@@ -107,10 +97,8 @@ ir::Expected<JitKernel> jitKernel(const KernelFactory& build, const CompileOptio
     out.name = afterPasses->name;
     fullKey = jitCacheKey(*afterPasses, options);
     // A hand-edited PTX changes the bytes without changing the IR: it joins the key.
-    if (std::string overrideDir = overrideDirectory(options); !overrideDir.empty()) {
-      std::ifstream ptx(std::filesystem::path(overrideDir) / (out.name + ".ptx"), std::ios::binary);
-      if (ptx) fullKey += "\noverride ptx\n" + std::string(std::istreambuf_iterator<char>(ptx), {});
-    }
+    if (auto ptx = readOverride(overrideDirectory(options), out.name + ".ptx"))
+      fullKey += "\noverride ptx\n" + *ptx;
     return ir::Status::ok();
   };
   if (aliased) {
