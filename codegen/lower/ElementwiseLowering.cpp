@@ -58,9 +58,7 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
   if (isFloat(k)) {
     llvm::Type* ty = ctx.elementType(Type::scalar(k));
     bool widen = isHalfLike(k);
-    const ir::AttrValue* approxAttr = op.attrs().find("approx");
-    const bool approx =
-        approxAttr && std::holds_alternative<int64_t>(*approxAttr) && std::get<int64_t>(*approxAttr) != 0;
+    const bool approx = attributeIsOn(op.attrs(), "approx");
     mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
       llvm::Value* x = widen ? toF32(ctx, a[0]) : a[0];
       llvm::Value* y = widen ? toF32(ctx, a[1]) : a[1];

@@ -123,12 +123,14 @@ inline bool attributeIsOff(const ir::Kernel& kernel, const char* name) {
   const ir::AttrValue* value = kernel.attrs().find(name);
   return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) == 0;
 }
-// Whether the kernel sets attribute `name` to a nonzero integer: how a kernel
-// turns on a lowering choice that is off by default (shared_invariant_operands).
-inline bool attributeIsOn(const ir::Kernel& kernel, const char* name) {
-  const ir::AttrValue* value = kernel.attrs().find(name);
+// Whether `attrs` set `name` to a nonzero integer: how a kernel turns on a
+// lowering choice that is off by default (shared_invariant_operands), or an op a
+// form of its own (div's approx).
+inline bool attributeIsOn(const ir::Attributes& attrs, const char* name) {
+  const ir::AttrValue* value = attrs.find(name);
   return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) != 0;
 }
+inline bool attributeIsOn(const ir::Kernel& kernel, const char* name) { return attributeIsOn(kernel.attrs(), name); }
 
 // The ops that use each value, in nested regions too (for the buffer plans).
 using UseMap = std::unordered_map<const ir::Value*, std::vector<const ir::Operation*>>;
