@@ -92,6 +92,16 @@ std::string removeCorruptEntry(const fs::path& path, const struct stat& readFile
   return reason + " (entry removed)";
 }
 
+// A warning goes to the cache's sink when it has one, else to stderr at most once per
+// process for each kind (`stderrOnce`): stderr is shared by every cache of the process.
+void emitWarning(const WarningSink& sink, std::atomic<bool>& stderrOnce, const std::string& message) {
+  if (sink) {
+    sink(message);
+  } else if (!stderrOnce.exchange(true)) {
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
 std::string uniqueTempName(std::string_view digest) {
   static std::atomic<std::uint64_t> counter{0};
   thread_local std::mt19937_64 random{std::random_device{}() ^
@@ -166,14 +176,10 @@ DiskCache DiskCache::fromEnvironment(WarningSink warn) {
   std::string problem;
   std::optional<std::uint64_t> limit = cacheSizeLimitFromEnvironment(problem);
   if (!problem.empty()) {
-    // Once per process, like the other cache warning: a bad limit keeps the default.
-    static std::atomic<bool> warned{false};
-    const std::string message = "attnjit: warning: " + problem + "; the kernel disk cache keeps its default limit";
-    if (warn) {
-      warn(message);
-    } else if (!warned.exchange(true)) {
-      std::fprintf(stderr, "%s\n", message.c_str());
-    }
+    // A bad limit keeps the default.
+    static std::atomic<bool> warnedOnStderr{false};
+    emitWarning(warn, warnedOnStderr,
+                "attnjit: warning: " + problem + "; the kernel disk cache keeps its default limit");
   }
   DiskCache cache(std::move(directory), std::move(warn));
   if (limit) cache.setSizeLimit(*limit);
@@ -346,15 +352,10 @@ void DiskCache::turnOffStores(const std::string& reason) const {
   // stderr is shared by the whole process: every cache that falls back says so only once in
   // total (a server that builds caches per model must not repeat the warning).
   static std::atomic<bool> warnedOnStderr{false};
-  if (!warn_ && warnedOnStderr.exchange(true)) return;
-  std::string message = "attnjit: warning: kernel disk cache turned off: " + reason +
-                        "; kernels will be compiled again in every process (set ATTNJIT_CACHE_DIR to a "
-                        "writable directory, or ATTNJIT_CACHE_DISABLE=1 to silence this)";
-  if (warn_) {
-    warn_(message);
-  } else {
-    std::fprintf(stderr, "%s\n", message.c_str());
-  }
+  emitWarning(warn_, warnedOnStderr,
+              "attnjit: warning: kernel disk cache turned off: " + reason +
+                  "; kernels will be compiled again in every process (set ATTNJIT_CACHE_DIR to a "
+                  "writable directory, or ATTNJIT_CACHE_DISABLE=1 to silence this)");
 }
 
 bool DiskCache::store(std::string_view keyText, const CacheEntry& entry) const {
