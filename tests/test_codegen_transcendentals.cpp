@@ -82,7 +82,9 @@ TEST_CASE("fp8 and int8 casts to f16 and bf16 convert two registers per instruct
       {"f8e5m2", "f16", "sm_80", {{"prmt.b32", 16}, {"mul.f16x2", 0}}},  // e5m2 is f16's top byte
       // int8: f16 in one packed subtraction, bf16 through two f32 and one cvt.
       {"i8", "f16", "sm_90a", {{"prmt.b32", 16}, {"add.f16x2", 16}, {"cvt.rn.f32.s32", 0}}},
-      {"i8", "bf16", "sm_80", {{"add.f32", 32}, {"cvt.rn.bf16x2.f32", 16}, {"cvt.rn.f32.s32", 0}}},
+      // (bf16: one xor flips the sign bits of a word's four bytes, a prmt per byte.)
+      {"i8", "bf16", "sm_80",
+       {{"add.f32", 32}, {"cvt.rn.bf16x2.f32", 16}, {"prmt.b32", 32}, {"xor.b32", 8}, {"cvt.rn.f32.s32", 0}}},
   };
   for (const auto& c : cases) {
     INFO(c.from << " -> " << c.to << " for " << c.target);

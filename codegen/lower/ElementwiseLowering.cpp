@@ -373,9 +373,9 @@ std::pair<llvm::Value*, llvm::Value*> castFp8Pair(LoweringContext& ctx, llvm::Va
 // flipped is x + 128 in [0, 255]; placed in the mantissa of 1024 (f16) or 2^23
 // (f32), one subtraction of 1024 + 128 (2^23 + 128) leaves x. f16 does both
 // lanes in one packed word (prmt, xor, sub.f16x2); bf16 goes through two f32
-// (prmt, xor, sub each) and one cvt.rn.bf16x2.f32. The per-element path (byte
-// extraction, sign extension, cvt.rn.f32.s32, a cvt per element) took about
-// twice the instructions.
+// (prmt and sub each, one xor per four bytes) and one cvt.rn.bf16x2.f32. The
+// per-element path (byte extraction, sign extension, cvt.rn.f32.s32, a cvt per
+// element) took about twice the instructions.
 std::pair<llvm::Value*, llvm::Value*> castInt8Pair(LoweringContext& ctx, llvm::Value* lo, llvm::Value* hi,
                                                    ScalarKind to) {
   llvm::IRBuilder<>& b = ctx.b;
@@ -388,15 +388,17 @@ std::pair<llvm::Value*, llvm::Value*> castInt8Pair(LoweringContext& ctx, llvm::V
     llvm::Value* biased = b.CreateBitCast(b.CreateXor(lanes, b.getInt32(0x64806480u)), pairTy);
     pair = b.CreateFSub(biased, llvm::ConstantFP::get(pairTy, 1024.0 + 128.0));
   } else {
+    // One xor flips the sign bits of all four bytes (the two lanes of a word
+    // share it after CSE); each prmt then sets the byte under 0x4B000000, the
+    // bits of 2^23 + x + 128.
+    llvm::Value* flipped = b.CreateXor(word, b.getInt32(0x80808080u));
     auto asFloat = [&](unsigned byte) {
-      llvm::Value* lane = permuteBytes(b, word, b.getInt32(0), {byte, 4, 4, 4});
-      llvm::Value* bits = b.CreateXor(lane, b.getInt32(0x4B000080u));
+      llvm::Value* bits = permuteBytes(b, flipped, b.getInt32(0x4B000000), {byte, 4, 5, 7});
       return b.CreateFSub(b.CreateBitCast(bits, b.getFloatTy()), llvm::ConstantFP::get(b.getFloatTy(), 8388608.0 + 128.0));
     };
-    auto* floatPair = llvm::FixedVectorType::get(b.getFloatTy(), 2);
-    llvm::Value* wide = b.CreateInsertElement(llvm::PoisonValue::get(floatPair), asFloat(position), uint64_t{0});
-    wide = b.CreateInsertElement(wide, asFloat(position + 1), uint64_t{1});
-    pair = b.CreateFPTrunc(wide, llvm::FixedVectorType::get(b.getBFloatTy(), 2));
+    // cvt.rn.bf16x2.f32 d, a, b puts a in the upper lane: lane 1, then lane 0.
+    pair = b.CreateIntrinsic(llvm::FixedVectorType::get(b.getBFloatTy(), 2), llvm::Intrinsic::nvvm_ff2bf16x2_rn,
+                             {asFloat(position + 1), asFloat(position)});
   }
   return {b.CreateExtractElement(pair, uint64_t{0}), b.CreateExtractElement(pair, uint64_t{1})};
 }
