@@ -392,6 +392,31 @@ TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that s
   CHECK(decode.tirOptimized.find("unmasked_tile_end") == std::string::npos);
 }
 
+TEST_CASE("the score mask goes on Q·K before a scale known to be positive", "[codegen]") {
+  // The softmax scale alone: -inf·scale = -inf, and the multiply then fuses with
+  // exp2's subtraction.
+  for (const compiler::UnifiedAttentionConfig& config : decodeAndPrefill(32)) {
+    INFO(config.kernelName());
+    const std::string& tir = compileAttention(config, "sm_90a").tirOptimized;
+    // (Prefill's masked loop names its values with a suffix: %qk_masked_1.)
+    CHECK(countOf(tir, " = select %score_mask") == 1);
+    CHECK(countOf(tir, " = mul %qk_masked") == 1);
+    CHECK(tir.find("scaled_scores") == std::string::npos);
+  }
+  // A softcap (tanh of the scaled score) or a per-tensor k_scale (any sign as far
+  // as the kernel knows) masks the scaled scores instead.
+  compiler::UnifiedAttentionConfig capped = decodeAndPrefill(32)[0];
+  capped.softcap = 30.0;
+  compiler::UnifiedAttentionConfig fp8 = decodeAndPrefill(32)[0];
+  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  for (const compiler::UnifiedAttentionConfig& config : {capped, fp8}) {
+    INFO(config.kernelName());
+    const std::string& tir = compileAttention(config, "sm_90a").tirOptimized;
+    CHECK(tir.find("qk_masked") == std::string::npos);
+    CHECK(countOf(tir, "%s = select") == 1);
+  }
+}
+
 TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {
   compiler::MlaDecodeConfig config;  // 576/512, 16 heads per program, 16-key tiles
   auto kernel = compiler::buildMlaDecode(config);
