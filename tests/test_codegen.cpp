@@ -19,6 +19,7 @@
 #include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "ir/Parser.h"
 
 using namespace attnjit;
 
@@ -415,6 +416,80 @@ TEST_CASE("the score mask goes on Q·K before a scale known to be positive", "[c
     CHECK(tir.find("qk_masked") == std::string::npos);
     CHECK(countOf(tir, "%s = select") == 1);
   }
+}
+
+namespace {
+// A kernel of `loops` sequential loops, each Q·Kᵀ over 64 × 64 bf16 tiles of `b`
+// loaded with a mask (so the pipeliner prefetches them and cp.async copies them).
+std::string sequentialDotLoops(int loops) {
+  std::string text =
+      "kernel @sequential_loops(%a: ptr<global, bf16> {align = 16}, %b: ptr<global, bf16> {align = 16},\n"
+      "    %out: ptr<global, f32> {align = 16}, %n: i32) attributes {num_warps = 4, num_stages = 2} {\n"
+      "  %c0 = constant {value = 0} : i32\n"
+      "  %c1 = constant {value = 1} : i32\n"
+      "  %tile_elems = constant {value = 4096} : i32\n"
+      "  %rows = arange {start = 0, end = 64} : tile<64xi32>\n"
+      "  %row2 = expand_dims %rows {axis = 1} : tile<64x1xi32>\n"
+      "  %col2 = expand_dims %rows {axis = 0} : tile<1x64xi32>\n"
+      "  %c64 = constant {value = 64} : tile<64x1xi32>\n"
+      "  %rs = mul %row2, %c64 : tile<64x1xi32>\n"
+      "  %rsb = broadcast %rs : tile<64x64xi32>\n"
+      "  %cb = broadcast %col2 : tile<64x64xi32>\n"
+      "  %offs = add %rsb, %cb : tile<64x64xi32>\n"
+      "  %aptrs = splat %a : tile<64x64xptr<global, bf16>>\n"
+      "  %aat = addptr %aptrs, %offs : tile<64x64xptr<global, bf16>>\n"
+      "  %q = load %aat : tile<64x64xbf16>\n"
+      "  %bptrs = splat %b : tile<64x64xptr<global, bf16>>\n"
+      "  %zero_k = constant {value = 0.0} : tile<64x64xbf16>\n"
+      "  %limit = mul %n, %tile_elems : i32\n"
+      "  %limits = splat %limit : tile<64x64xi32>\n"
+      "  %acc0 = constant {value = 0.0} : tile<64x64xf32>\n";
+  for (int l = 0; l < loops; ++l) {
+    const std::string i = std::to_string(l);
+    const std::string in = l == 0 ? "%acc0" : "%r" + std::to_string(l - 1);
+    text += "  %r" + i + " = for %i" + i + " = %c0 to %n step %c1 iter_args(%acc" + i + "_in = " + in +
+            ") -> (tile<64x64xf32>) {\n"
+            "    %base" + i + " = mul %i" + i + ", %tile_elems : i32\n"
+            "    %bo" + i + " = splat %base" + i + " : tile<64x64xi32>\n"
+            "    %o" + i + " = add %offs, %bo" + i + " : tile<64x64xi32>\n"
+            "    %bat" + i + " = addptr %bptrs, %o" + i + " : tile<64x64xptr<global, bf16>>\n"
+            "    %km" + i + " = cmp %o" + i + ", %limits {pred = lt} : tile<64x64xi1>\n"
+            "    %k" + i + " = load %bat" + i + ", %km" + i + ", %zero_k : tile<64x64xbf16>\n"
+            "    %next" + i + " = dot %q, %k" + i + ", %acc" + i + "_in {acc = f32} : tile<64x64xf32>\n"
+            "    yield %next" + i + "\n"
+            "  }\n";
+  }
+  text += "  %optrs = splat %out : tile<64x64xptr<global, f32>>\n"
+          "  %oat = addptr %optrs, %offs : tile<64x64xptr<global, f32>>\n"
+          "  store %oat, %r" + std::to_string(loops - 1) + "\n"
+          "  return\n"
+          "}\n";
+  return text;
+}
+}  // namespace
+
+TEST_CASE("sequential loops share their cp.async buffers", "[codegen][cp_async]") {
+  auto compileLoops = [](int loops) {
+    auto module = ir::parseModule(sequentialDotLoops(loops), "sequential.tir");
+    INFO((module ? std::string() : module.diagnostic().str()));
+    REQUIRE(module.isOk());
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
+    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+    REQUIRE(compiled.isOk());
+    return std::move(*compiled);
+  };
+  const compiler::CompiledKernel one = compileLoops(1);
+  const compiler::CompiledKernel three = compileLoops(3);
+  // 64 × 64 bf16 over 128 threads in 16-byte chunks: 4 copies per thread per
+  // load, in each loop's prologue and body.
+  CHECK(countOf(one.ptx, "cp.async.cg.shared.global") == 2 * 4);
+  CHECK(countOf(three.ptx, "cp.async.cg.shared.global") == 3 * 2 * 4);
+  // A loop's exit waits for its copies, and the next loop's first copy comes
+  // after a barrier: the three loops use one loop's two 8 KiB slots.
+  CHECK(one.sharedMemoryBytes >= 2 * 8192);
+  CHECK(three.sharedMemoryBytes == one.sharedMemoryBytes);
 }
 
 TEST_CASE("MLA latent tiles are copied once and read twice from their cp.async slot", "[codegen][cp_async]") {
