@@ -164,6 +164,14 @@ Value* Builder::dot(Value* a, Value* b, Value* acc, bool tf32, std::string name)
   return create(Opcode::Dot, {a, b, acc}, {acc->type()}, std::move(at), {std::move(name)})->result();
 }
 
+Value* Builder::dot(Value* a, Value* b, Value* acc, DotExtents extents, std::string name) {
+  Attributes at;
+  at.set("acc", std::string("f32"));
+  if (extents.k > 0) at.set("k_extent", extents.k);
+  if (extents.n > 0) at.set("n_extent", extents.n);
+  return create(Opcode::Dot, {a, b, acc}, {acc->type()}, std::move(at), {std::move(name)})->result();
+}
+
 Value* Builder::reduce(Opcode op, Value* tile, int axis, std::string name) {
   std::vector<int64_t> shape = tile->type().shape();
   if (axis >= 0 && axis < static_cast<int>(shape.size())) shape.erase(shape.begin() + axis);

@@ -67,6 +67,14 @@ class Builder {
   // ---- tensor ops ----
   // acc + a·b with f32 accumulation. tf32: round f32 operands to tf32 (tensor cores).
   Value* dot(Value* a, Value* b, Value* acc, bool tf32 = false, std::string name = {});
+  // The same with the zeros the caller guarantees (dot's k_extent / n_extent;
+  // 0 = the whole dimension, no attribute): a[:, k] and b[k, :] are 0 for
+  // k >= kExtent, b[:, n] is 0 for n >= nExtent.
+  struct DotExtents {
+    int64_t k = 0;
+    int64_t n = 0;
+  };
+  Value* dot(Value* a, Value* b, Value* acc, DotExtents extents, std::string name = {});
   Value* reduce(Opcode op, Value* tile, int axis, std::string name = {});
 
   // ---- control flow ----

@@ -92,6 +92,28 @@ Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
     return Status::ok();
   }
 
+  // The extents' promises (products that code generation may skip are zero) are
+  // checked, so that a kernel builder's wrong claim fails its interpreter tests.
+  auto extentOf = [&](const char* name) -> int64_t {
+    const AttrValue* v = op.op->attrs().find(name);
+    const auto* extent = v ? std::get_if<int64_t>(v) : nullptr;
+    return extent ? *extent : -1;
+  };
+  const int64_t kExtent = extentOf("k_extent"), nExtent = extentOf("n_extent");
+  if (kExtent >= 0 || nExtent >= 0) {
+    const int64_t firstSkippedK = kExtent >= 0 ? kExtent : K, firstSkippedN = nExtent >= 0 ? nExtent : N;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        const double aValue = a.floats[m * K + k];
+        // Every n past k_extent, else only the columns past n_extent.
+        for (int64_t n = k >= firstSkippedK ? 0 : firstSkippedN; n < N; ++n)
+          if (aValue * b.floats[k * N + n] != 0)
+            return ctx.error(op, "k_extent / n_extent promise a zero product, but a[" + std::to_string(m) + ", " +
+                                     std::to_string(k) + "]·b[" + std::to_string(k) + ", " + std::to_string(n) +
+                                     "] is not 0");
+      }
+  }
+
   out.floats.assign(accIn.floats.begin(), accIn.floats.end());
   if (accKind == ScalarKind::F64) {
     for (int64_t m = 0; m < M; ++m)

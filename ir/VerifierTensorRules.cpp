@@ -1,4 +1,6 @@
 // Verifier rules of the tensor ops: dot and the reductions.
+#include <tuple>
+
 #include "ir/VerifierSupport.h"
 
 namespace attnjit::ir {
@@ -20,7 +22,7 @@ Status checkRank2Tile(const Operation& op, size_t index, const char* role) {
 Status verifyDot(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 3));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
-  ATTNJIT_VERIFY(checkKnownAttributes(op, {"acc", "input_precision"}));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {"acc", "input_precision", "k_extent", "n_extent"}));
   ATTNJIT_VERIFY(checkRank2Tile(op, 0, "operand a"));
   ATTNJIT_VERIFY(checkRank2Tile(op, 1, "operand b"));
   ATTNJIT_VERIFY(checkRank2Tile(op, 2, "the accumulator"));
@@ -55,6 +57,14 @@ Status verifyDot(const Operation& op, const Kernel&) {
     return opError(op, "attribute 'input_precision' must be ieee or tf32, got " + precision);
   if (op.attrs().has("input_precision") && input != ScalarKind::F32)
     return opError(op, "input_precision applies only to f32 operands, got " + a.elementType().str());
+  for (const auto& [name, limit, dim] : {std::tuple{"k_extent", k, "K"}, std::tuple{"n_extent", n, "N"}}) {
+    if (!op.attrs().has(name)) continue;
+    int64_t extent = 0;
+    ATTNJIT_VERIFY(requireIntAttr(op, name, extent));
+    if (extent < 1 || extent > limit)
+      return opError(op, std::string("attribute '") + name + "' must be in [1, " + dim + " = " + std::to_string(limit) +
+                             "], got " + std::to_string(extent));
+  }
 
   return checkResultType(op, acc, "the accumulator type");
 }

@@ -393,6 +393,39 @@ TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that s
   CHECK(decode.tirOptimized.find("unmasked_tile_end") == std::string::npos);
 }
 
+TEST_CASE("a head size below its power of two skips the zero mma steps and their ldmatrix", "[codegen]") {
+  // Prefill (128 rows over 4 warps of 32, 32-key tiles, two KV loops): per warp
+  // and loop, Q·Kᵀ is 2 m-tiles × 4 n-tiles × k-steps of 16 up to the head size,
+  // P·V 2 m-tiles × n-tiles of 8 up to the head size × 2 k-steps.
+  for (int headSize : {80, 96, 112, 128}) {
+    compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[1];
+    config.headSize = headSize;
+    INFO(config.kernelName());
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    const int kSteps = (headSize + 15) / 16, nTiles = headSize / 8;
+    CHECK(countOf(compiled.ptx, "mma.sync") == 2 * (2 * 4 * kSteps + 2 * nTiles * 2));
+    if (headSize < 128) {
+      CHECK(countOf(compiled.tirOptimized, "k_extent = " + std::to_string(headSize)) == 2);
+      CHECK(countOf(compiled.tirOptimized, "n_extent = " + std::to_string(headSize)) == 2);
+    }
+  }
+  // Decode: the ldmatrix whose registers no mma reads are gone too.
+  compiler::UnifiedAttentionConfig d128 = decodeAndPrefill(32)[0];
+  compiler::UnifiedAttentionConfig d80 = d128;
+  d80.headSize = 80;
+  const compiler::CompiledKernel full = compileAttention(d128, "sm_90a"), padded = compileAttention(d80, "sm_90a");
+  CHECK(countOf(padded.ptx, "mma.sync") < countOf(full.ptx, "mma.sync"));
+  CHECK(countOf(padded.ptx, "ldmatrix") < countOf(full.ptx, "ldmatrix"));
+  // f32 (FMAs): Q·Kᵀ stops at k = 80.
+  compiler::UnifiedAttentionConfig f32 = d80;
+  f32.dtype = ir::ScalarKind::F32;
+  compiler::UnifiedAttentionConfig f32Full = d128;
+  f32Full.dtype = ir::ScalarKind::F32;
+  const int fmaPadded = countOf(compileAttention(f32, "sm_90a").ptx, "fma.rn.f32");
+  const int fmaFull = countOf(compileAttention(f32Full, "sm_90a").ptx, "fma.rn.f32");
+  CHECK(fmaPadded < fmaFull);
+}
+
 TEST_CASE("the score mask goes on Q·K before a scale known to be positive", "[codegen]") {
   // The softmax scale alone: -inf·scale = -inf, and the multiply then fuses with
   // exp2's subtraction.

@@ -507,6 +507,51 @@ TEST_CASE("dot 16x32x8 matches a float64 reference", "[interp]") {
   }
 }
 
+TEST_CASE("dot's k_extent and n_extent promises are checked, and kept ones change nothing", "[interp]") {
+  // a[16, 16] · b[16, 8] with a's columns 12.. and b's rows 12.. zero, and b's
+  // columns 6.. zero: k_extent = 12 and n_extent = 6 hold.
+  constexpr int64_t M = 16, N = 8, K = 16;
+  std::vector<double> a = randomValues(M * K, -2, 2, 21), b = randomValues(K * N, -2, 2, 22);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 12; k < K; ++k) a[m * K + k] = 0;
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n)
+      if (k >= 12 || n >= 6) b[k * N + n] = 0;
+  auto run = [&](Builder::DotExtents extents, const std::vector<double>& bValues) -> Status {
+    Kernel kernel("dot_extents");
+    Value* pa = kernel.addParameter(ptrTo(ScalarKind::BF16), "a");
+    Value* pb = kernel.addParameter(ptrTo(ScalarKind::BF16), "b");
+    Value* pc = kernel.addParameter(ptrTo(ScalarKind::F32), "c");
+    Builder bl(kernel);
+    Value* va = bl.load(pointersAt(bl, pa, offsets2d(bl, M, K, K)));
+    Value* vb = bl.load(pointersAt(bl, pb, offsets2d(bl, K, N, N)));
+    Value* cPointers = pointersAt(bl, pc, offsets2d(bl, M, N, N));
+    bl.store(cPointers, bl.dot(va, vb, bl.load(cPointers), extents));
+    Status built = bl.finish();
+    if (!built) return built;
+    auto bytesA = packFloats(a, ScalarKind::BF16), bytesB = packFloats(bValues, ScalarKind::BF16);
+    std::vector<float> c(M * N, 0.5f);
+    InterpreterMemory memory;
+    const uint64_t addressA = memory.map(bytesA.data(), bytesA.size(), "a");
+    const uint64_t addressB = memory.map(bytesB.data(), bytesB.size(), "b");
+    const uint64_t addressC = memory.map(c.data(), c.size() * sizeof(float), "c");
+    return interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressC}}, memory);
+  };
+  CHECK(run({12, 6}, b).isOk());
+  CHECK(run({12, 0}, b).isOk());
+  // A nonzero product past either extent fails the run, naming the element.
+  std::vector<double> pastK = b, pastN = b;
+  pastK[13 * N + 2] = 1.0;  // a[:, 13] is zero: still a zero product
+  CHECK(run({12, 6}, pastK).isOk());
+  const Status wrongK = run({11, 6}, b);  // column 11 of a and row 11 of b are not zero
+  REQUIRE_FALSE(wrongK.isOk());
+  CHECK(wrongK.message().find("k_extent / n_extent promise a zero product") != std::string::npos);
+  pastN[3 * N + 7] = 1.0;
+  const Status wrongN = run({12, 6}, pastN);
+  REQUIRE_FALSE(wrongN.isOk());
+  CHECK(wrongN.message().find("b[3, 7]") != std::string::npos);
+}
+
 TEST_CASE("reductions along an axis", "[interp]") {
   constexpr int64_t R = 4, C = 8;
   std::vector<float> x(R * C);

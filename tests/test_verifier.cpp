@@ -518,6 +518,21 @@ TEST_CASE("verifier rejects ill-typed dot and reductions", "[verifier]") {
              attrs({{"acc", std::string("f32")}, {"input_precision", std::string("fast")}}));
     CHECK(f.error() == "'dot': attribute 'input_precision' must be ieee or tf32, got fast");
   }
+  SECTION("k_extent past K and n_extent below 1") {
+    b.dot(half({16, 32}), half({32, 8}), f.f32Tile({16, 8}), Builder::DotExtents{33, 0});
+    CHECK(f.error() == "'dot': attribute 'k_extent' must be in [1, K = 32], got 33");
+  }
+  SECTION("n_extent below 1") {
+    Value* h = half({16, 16});
+    b.create(Opcode::Dot, {h, h, acc}, {acc->type()}, attrs({{"acc", std::string("f32")}, {"n_extent", int64_t{0}}}));
+    CHECK(f.error() == "'dot': attribute 'n_extent' must be in [1, N = 16], got 0");
+  }
+  SECTION("k_extent that is not an integer") {
+    Value* h = half({16, 16});
+    b.create(Opcode::Dot, {h, h, acc}, {acc->type()},
+             attrs({{"acc", std::string("f32")}, {"k_extent", std::string("80")}}));
+    CHECK(f.error().find("'k_extent'") != std::string::npos);
+  }
   SECTION("f16 accumulation with bf16 operands") {
     Value* bf = b.constFloat(1.0, tile({16, 16}, kBF16));
     Value* acc16 = half({16, 16});

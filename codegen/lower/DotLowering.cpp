@@ -4,6 +4,7 @@
 // operand layouts' register order is free.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -14,6 +15,13 @@ namespace attnjit::codegen {
 using namespace ir;
 
 namespace {
+
+// dot's k_extent / n_extent: the operands are zero past them (a padded head
+// dimension), so the products there need not be computed. The whole extent
+// when the attribute is absent.
+int64_t extentOf(const Operation& op, const char* name, int64_t whole) {
+  return op.attrs().has(name) ? std::min(op.attrs().getInt(name), whole) : whole;
+}
 
 std::map<Coord, size_t> registerIndex(const LinearLayout& l) {
   std::map<Coord, size_t> index;
@@ -37,7 +45,9 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   int64_t m = shapeA[0], k = shapeA[1], n = bOp.layout->shape[1];
   int64_t wm = mma.warpsPerCta[0], wn = mma.warpsPerCta[1];
   int64_t mTiles = std::max<int64_t>(1, m / (16 * wm)), nTiles = std::max<int64_t>(1, n / (8 * wn));
-  int64_t kTiles = k / 16;
+  // k-steps of 16 up to k_extent (rounded up); n-tiles from n_extent on are
+  // skipped (for every warp: warp w's columns of n-tile ni start at col + 8w).
+  const int64_t kTiles = (extentOf(op, "k_extent", k) + 15) / 16, nExtent = extentOf(op, "n_extent", n);
   auto aIndex = registerIndex(*a.layout), bIndex = registerIndex(*bOp.layout), cIndex = registerIndex(*acc.layout);
   auto reg = [&](const std::map<Coord, size_t>& index, const Lowered& v, int64_t row, int64_t col) -> llvm::Value* {
     auto it = index.find(Coord{row, col, 0});
@@ -88,6 +98,7 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
     int64_t kk = kj * 16;
     for (int64_t ni = 0; ni < nTiles; ++ni) {
       int64_t col = ni * 8 * wn;
+      if (col >= nExtent) break;
       for (int64_t mi = 0; mi < mTiles; ++mi) {
         int64_t row = mi * 16 * wm;
         size_t c[4] = {cIndex.at({row, col, 0}), cIndex.at({row, col + 1, 0}), cIndex.at({row + 8, col, 0}),
@@ -112,7 +123,8 @@ void lowerFmaDot(LoweringContext& ctx, const Operation& op, const Lowered& a, co
   llvm::IRBuilder<>& b = ctx.b;
   bool tf32 = op.attrs().has("input_precision") && op.attrs().getString("input_precision") == "tf32";
   ScalarKind kind = op.operand(0)->type().scalarKind();
-  int64_t k = a.layout->shape[1];
+  const int64_t k = extentOf(op, "k_extent", a.layout->shape[1]);
+  const int64_t nExtent = extentOf(op, "n_extent", bOp.layout->shape[1]);
   auto aIndex = registerIndex(*a.layout), bIndex = registerIndex(*bOp.layout);
   auto toF32 = [&](llvm::Value* v) -> llvm::Value* {
     llvm::Value* f = v;
@@ -127,6 +139,9 @@ void lowerFmaDot(LoweringContext& ctx, const Operation& op, const Lowered& a, co
   Lowered out = acc;
   for (int64_t r = 0; r < acc.layout->numRegisters(); ++r) {
     Coord c = acc.layout->registerCoord(static_cast<uint64_t>(r));
+    // Lanes and warps only add to a register's coordinates (their bases are
+    // disjoint bits): past n_extent in every thread.
+    if (c[1] >= nExtent) continue;
     llvm::Value* sum = out.regs[static_cast<size_t>(r)];
     for (int64_t kk = 0; kk < k; ++kk) {
       auto ia = aIndex.find(Coord{c[0], kk, 0});

@@ -360,6 +360,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   result.lowerMs = ms(t0, t1);
   if (options.optimize)
     if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
+  eraseUnusedMatrixLoads(*ctx.function);
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
   // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
   if ((ctx.async || ctx.sharedOperands) && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);

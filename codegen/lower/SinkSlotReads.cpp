@@ -123,4 +123,25 @@ int sinkSlotReads(llvm::Function& function) {
   return moved;
 }
 
+int eraseUnusedMatrixLoads(llvm::Function& function) {
+  std::vector<llvm::CallInst*> dead;
+  for (llvm::BasicBlock& block : function)
+    for (llvm::Instruction& inst : block) {
+      auto* call = llvm::dyn_cast<llvm::CallInst>(&inst);
+      const llvm::Function* callee = call ? call->getCalledFunction() : nullptr;
+      if (!callee || !callee->getName().starts_with("llvm.nvvm.ldmatrix.")) continue;
+      bool unused = true;
+      for (const llvm::User* user : call->users())
+        unused = unused && llvm::isa<llvm::ExtractValueInst>(user) && user->use_empty();
+      if (unused) dead.push_back(call);
+    }
+  for (llvm::CallInst* call : dead) {
+    std::vector<llvm::Instruction*> parts;
+    for (llvm::User* user : call->users()) parts.push_back(llvm::cast<llvm::Instruction>(user));
+    for (llvm::Instruction* part : parts) part->eraseFromParent();
+    call->eraseFromParent();
+  }
+  return static_cast<int>(dead.size());
+}
+
 }  // namespace attnjit::codegen

@@ -15,4 +15,11 @@ void tagSlotRead(llvm::Instruction& read);
 // block. Returns how many reads moved.
 int sinkSlotReads(llvm::Function& function);
 
+// Erases every ldmatrix whose registers are all unused (a dot's k_extent or
+// n_extent skips the mma steps that would read them). LLVM keeps them: the
+// intrinsics are convergent and not marked willreturn, so never trivially dead,
+// though they only read shared memory, each the same in every thread of the warp.
+// Returns how many it erased.
+int eraseUnusedMatrixLoads(llvm::Function& function);
+
 }  // namespace attnjit::codegen

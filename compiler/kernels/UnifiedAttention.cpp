@@ -736,10 +736,16 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
 
     // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
+    // A head size below its power of two leaves Q's and K's columns past it zero
+    // (masked loads), and V's: the dots say so (k_extent, n_extent), and skip
+    // those mma steps (D=80: 5 of Q·Kᵀ's 8 k-steps, 10 of P·V's 16 n-tiles).
+    // DiffKV's pieces are exact widths.
+    const Builder::DotExtents qkExtents{pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
+    const Builder::DotExtents pvExtents{0, c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
     Value* qk = zeroScores;
     const size_t qkOperands = qTiles.size();
     for (size_t g = 0; g < qkOperands; ++g)
-      qk = b_.dot(qTiles[g], kGroups[g], qk, /*tf32=*/false, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
+      qk = b_.dot(qTiles[g], kGroups[g], qk, qkExtents, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
     // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
     if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
     auto maskScores = [&](Value* unmasked, const std::string& name) {
@@ -788,7 +794,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     for (int g = 0; g < G; ++g) {
       const std::string suffix = G == 1 ? "" : std::to_string(g);
       Value* accScaled = b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
-      yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, /*tf32=*/false, "acc_new" + suffix));
+      yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, pvExtents, "acc_new" + suffix));
       finalNames.push_back("acc_final" + suffix);
     }
     if (deferRowSum) {
