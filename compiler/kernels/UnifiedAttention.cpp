@@ -677,7 +677,10 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // and the scaling multiply then fuses with exp2's subtraction (a select
   // between them keeps them apart). H200, B=64 ctx 4096, 128-key tiles: int4
   // per-token-head decode 0.356 -> 0.331 ms; bf16, fp8 and int8 within 1-2%.
-  const bool maskBeforeScale = !capOutputScaleTile && !kScale_;
+  // Prefill tiles (blockM >= 64), whose masked loop runs a tile or two per
+  // program, keep the select after the scale: with it before, 8 x 2048 causal
+  // D=128 took 1.130 ms against 1.106 (ptxas' choices for the whole kernel).
+  const bool maskBeforeScale = !capOutputScaleTile && !kScale_ && c_.blockM < 64;
   // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
   // out the per-score mask (tiles whose every key each row of the program sees).
   auto kvLoop = [&](Value* from, Value* to, const std::vector<Value*>& inits, bool masked) {
@@ -739,9 +742,16 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     // A head size below its power of two leaves Q's and K's columns past it zero
     // (masked loads), and V's: the dots say so (k_extent, n_extent), and skip
     // those mma steps (D=80: 5 of Q·Kᵀ's 8 k-steps, 10 of P·V's 16 n-tiles).
-    // DiffKV's pieces are exact widths.
-    const Builder::DotExtents qkExtents{pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
-    const Builder::DotExtents pvExtents{0, c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
+    // DiffKV's pieces are exact widths. Where it pays, measured on the H200
+    // (session 12, bf16, 32/8 heads): prefill tiles (8 x 2048 causal, D=80 /
+    // 96 / 112: 1.22 / 1.19 / 1.18 -> 1.03 / 1.06 / 1.13 ms) and the f32 FMA
+    // path (the k loop shrinks; not timed). Half-precision decode, memory-bound,
+    // came out slower with them (B=64 ctx 4096: 0.222 / 0.235 / 0.258 -> 0.248 /
+    // 0.265 / 0.302 ms, the same copies and barriers in the PTX), so it keeps
+    // the padded steps.
+    const bool skipPadding = c_.blockM >= 64 || dt == ScalarKind::F32;
+    const Builder::DotExtents qkExtents{skipPadding && pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
+    const Builder::DotExtents pvExtents{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
     Value* qk = zeroScores;
     const size_t qkOperands = qTiles.size();
     for (size_t g = 0; g < qkOperands; ++g)
