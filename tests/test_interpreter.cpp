@@ -440,9 +440,11 @@ TEST_CASE("bitcast reinterprets the encodings", "[interp]") {
 
 namespace {
 
-// c[M,N] = c + a[M,K]·b[K,N] in one program; a, b of `kind`, c f32.
-std::vector<float> runDot(ScalarKind kind, bool tf32, const std::vector<double>& a, const std::vector<double>& b,
-                          std::vector<float> c, int64_t M, int64_t N, int64_t K) {
+// c[M,N] = c + a[M,K]·b[K,N] in one program; a, b of `kind`, c f32. `makeDot`
+// builds the dot from the loaded operands and accumulator.
+Status interpretDot(ScalarKind kind, const std::vector<double>& a, const std::vector<double>& b,
+                    std::vector<float>& c, int64_t M, int64_t N, int64_t K,
+                    const std::function<Value*(Builder&, Value*, Value*, Value*)>& makeDot) {
   Kernel kernel("dot");
   Value* pa = kernel.addParameter(ptrTo(kind), "a");
   Value* pb = kernel.addParameter(ptrTo(kind), "b");
@@ -451,16 +453,21 @@ std::vector<float> runDot(ScalarKind kind, bool tf32, const std::vector<double>&
   Value* va = bl.load(pointersAt(bl, pa, offsets2d(bl, M, K, K)));
   Value* vb = bl.load(pointersAt(bl, pb, offsets2d(bl, K, N, N)));
   Value* cPointers = pointersAt(bl, pc, offsets2d(bl, M, N, N));
-  bl.store(cPointers, bl.dot(va, vb, bl.load(cPointers), tf32));
-  Status built = bl.finish();
-  INFO(built.message());
-  REQUIRE(built.isOk());
+  bl.store(cPointers, makeDot(bl, va, vb, bl.load(cPointers)));
+  if (Status built = bl.finish(); !built) return built;
   auto bytesA = packFloats(a, kind), bytesB = packFloats(b, kind);
   InterpreterMemory memory;
   const uint64_t addressA = memory.map(bytesA.data(), bytesA.size(), "a");
   const uint64_t addressB = memory.map(bytesB.data(), bytesB.size(), "b");
   const uint64_t addressC = memory.map(c.data(), c.size() * sizeof(float), "c");
-  Status ran = interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressC}}, memory);
+  return interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressC}}, memory);
+}
+
+std::vector<float> runDot(ScalarKind kind, bool tf32, const std::vector<double>& a, const std::vector<double>& b,
+                          std::vector<float> c, int64_t M, int64_t N, int64_t K) {
+  Status ran = interpretDot(kind, a, b, c, M, N, K, [&](Builder& bl, Value* va, Value* vb, Value* acc) {
+    return bl.dot(va, vb, acc, tf32);
+  });
   INFO(ran.message());
   REQUIRE(ran.isOk());
   return c;
@@ -517,25 +524,11 @@ TEST_CASE("dot's k_extent and n_extent promises are checked, and kept ones chang
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n)
       if (k >= 12 || n >= 6) b[k * N + n] = 0;
-  auto run = [&](Builder::DotExtents extents, const std::vector<double>& bValues) -> Status {
-    Kernel kernel("dot_extents");
-    Value* pa = kernel.addParameter(ptrTo(ScalarKind::BF16), "a");
-    Value* pb = kernel.addParameter(ptrTo(ScalarKind::BF16), "b");
-    Value* pc = kernel.addParameter(ptrTo(ScalarKind::F32), "c");
-    Builder bl(kernel);
-    Value* va = bl.load(pointersAt(bl, pa, offsets2d(bl, M, K, K)));
-    Value* vb = bl.load(pointersAt(bl, pb, offsets2d(bl, K, N, N)));
-    Value* cPointers = pointersAt(bl, pc, offsets2d(bl, M, N, N));
-    bl.store(cPointers, bl.dot(va, vb, bl.load(cPointers), extents));
-    Status built = bl.finish();
-    if (!built) return built;
-    auto bytesA = packFloats(a, ScalarKind::BF16), bytesB = packFloats(bValues, ScalarKind::BF16);
+  auto run = [&](Builder::DotExtents extents, const std::vector<double>& bValues) {
     std::vector<float> c(M * N, 0.5f);
-    InterpreterMemory memory;
-    const uint64_t addressA = memory.map(bytesA.data(), bytesA.size(), "a");
-    const uint64_t addressB = memory.map(bytesB.data(), bytesB.size(), "b");
-    const uint64_t addressC = memory.map(c.data(), c.size() * sizeof(float), "c");
-    return interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressC}}, memory);
+    return interpretDot(ScalarKind::BF16, a, bValues, c, M, N, K, [&](Builder& bl, Value* va, Value* vb, Value* acc) {
+      return bl.dot(va, vb, acc, extents);
+    });
   };
   CHECK(run({12, 6}, b).isOk());
   CHECK(run({12, 0}, b).isOk());
