@@ -67,9 +67,9 @@ class Builder {
   // ---- tensor ops ----
   // acc + a·b with f32 accumulation. tf32: round f32 operands to tf32 (tensor cores).
   Value* dot(Value* a, Value* b, Value* acc, bool tf32 = false, std::string name = {});
-  // The same with the zeros the caller guarantees (dot's k_extent / n_extent;
-  // 0 = the whole dimension, no attribute): a[:, k] and b[k, :] are 0 for
-  // k >= kExtent, b[:, n] is 0 for n >= nExtent.
+  // The same with the zero products the caller guarantees (dot's k_extent /
+  // n_extent, ir/Ops.def; 0 = the whole dimension, no attribute): every
+  // a[m, k]·b[k, n] with k >= extents.k or n >= extents.n is 0.
   struct DotExtents {
     int64_t k = 0;
     int64_t n = 0;
