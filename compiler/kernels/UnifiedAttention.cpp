@@ -410,20 +410,24 @@ std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::s
 
 Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize,
                                        const std::string& name) {
+  // The f32 scale's four bytes as one [TILE, 4] tile (4-byte aligned: rows are
+  // D + 4 bytes and D is a multiple of 4), assembled little-endian by a sum of
+  // shifted bytes along the row: one tile to copy, and one to bring into the
+  // score layout, where four byte tiles took a copy group, a wait and a barrier
+  // each.
   const int64_t N = c_.tileSize;
-  const Type rowI32 = Type::tile({N}, i32());
+  const Type bytesI32 = Type::tile({N, 4}, i32());
   Value* scaleOffset = b_.add(slotOffset, b_.constInt(kvCacheScaleByteOffset(config_.kvCacheFormat, rowHeadSize),
                                                      slotOffset->type()), name + "_scale_offset");
-  Value* bits = nullptr;
-  for (int byte = 0; byte < 4; ++byte) {
-    Value* offset = byte == 0 ? scaleOffset : b_.add(scaleOffset, b_.constInt(byte, slotOffset->type()));
-    Value* loaded = b_.load(b_.addPtr(splatTo(rowBase, {N}), offset), tileMask, zeroTile({N}, ScalarKind::I8),
-                            name + "_scale_byte" + std::to_string(byte));
-    Value* unsignedByte = b_.andOp(b_.cast(loaded, ScalarKind::I32), b_.constInt(0xFF, rowI32));
-    Value* placed = byte == 0 ? unsignedByte : b_.binary(Opcode::Shl, unsignedByte, b_.constInt(8 * byte, rowI32));
-    bits = bits ? b_.binary(Opcode::Or, bits, placed) : placed;
-  }
-  return b_.bitcast(bits, ScalarKind::F32, name + "_scale");
+  Value* byteIndex = b_.arange(0, 4, name + "_scale_byte_index");
+  Value* offsets = b_.add(asColumn(scaleOffset, 4), asRow(b_.cast(byteIndex, slotOffset->type().scalarKind()), N),
+                          name + "_scale_byte_offsets");
+  Value* bytes = b_.load(b_.addPtr(splatTo(rowBase, {N, 4}), offsets), asColumn(tileMask, 4),
+                         zeroTile({N, 4}, ScalarKind::I8), name + "_scale_bytes");
+  Value* unsignedBytes = b_.andOp(b_.cast(bytes, ScalarKind::I32), b_.constInt(0xFF, bytesI32));
+  Value* shifts = asRow(b_.mul(byteIndex, b_.constInt(8, byteIndex->type())), N);
+  Value* placed = b_.binary(Opcode::Shl, unsignedBytes, shifts, name + "_scale_placed");
+  return b_.bitcast(b_.reduce(Opcode::ReduceSum, placed, 1, name + "_scale_bits"), ScalarKind::F32, name + "_scale");
 }
 
 std::vector<AttentionBuilder::QkPiece> AttentionBuilder::qkPieces() const {
