@@ -45,6 +45,10 @@ run "decode B=64 ctx 4096, quantized KV" bench/decode_quant.yaml "${decode[@]}"
 # Prefill causal and non-causal: 8 x 2048 tokens (vLLM 3.89 / 6.98 ms) with 128
 # query rows per program (the op API's choice for long queries).
 run "prefill 8x2048, BLOCK_M 128" bench/prefill.yaml "${prefill[@]}"
+# Head sizes below their power of two (80, 96, 112; 128 for reference): prefill
+# skips the padding's mma steps (dot k_extent / n_extent), decode keeps them.
+run "prefill 8x2048 causal, head sizes 80/96/112/128" bench/head_sizes_prefill.yaml "${prefill[@]}"
+run "decode B=64 ctx 4096, head sizes 80/96/112/128" bench/head_sizes_decode.yaml "${decode[@]}"
 # DiffKV, QK 192 / V 128 over the packed cache: decode B=64 32/8 ctx 4096 (vLLM
 # 0.384 ms 2D) and causal prefill 8 x 2048 (vLLM 5.42 ms).
 run "DiffKV 192/128 decode B=64 ctx 4096" bench/diffkv.yaml "${decode[@]}"
