@@ -86,6 +86,9 @@ std::string numberText(double value) {
 struct KernelConstants {
   int blockM, blockQ, tileSize, headSize, headSizePadded, blockSize, queriesPerKv, numQueryHeads;
   int valueHeadSize, valueHeadSizePadded;  // Dv (DiffKV), equal to the above otherwise
+  // Prefill tiles: 64 query rows or more per program (the op API's prefill
+  // tiling), which are compute-bound where decode programs are memory-bound.
+  bool prefillTiles() const { return blockM >= 64; }
 };
 
 // Emits the kernel into a Builder: parameters first, then the body. The helpers
@@ -342,7 +345,7 @@ void AttentionBuilder::build() {
   // most keys (causal): numbered from the end, they start first and the short
   // ones fill the tail of the launch instead of the long ones (H200, 8 × 2048
   // causal: 1.482 → 1.462 ms). A permutation of axis 0, so results are unchanged.
-  const bool longestFirst = c_.blockM >= 64;
+  const bool longestFirst = c_.prefillTiles();
   Value* qBlockGlobalIdx = b_.programId(0, longestFirst ? "program_idx" : "q_block_global_idx");
   kvHeadIdx_ = b_.programId(1, "kv_head_idx");
   blockQ_ = b_.constexprValue("BLOCK_Q", ScalarKind::I32, "block_q");
@@ -681,10 +684,23 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // and the scaling multiply then fuses with exp2's subtraction (a select
   // between them keeps them apart). H200, B=64 ctx 4096, 128-key tiles: int4
   // per-token-head decode 0.356 -> 0.331 ms; bf16, fp8 and int8 within 1-2%.
-  // Prefill tiles (blockM >= 64), whose masked loop runs a tile or two per
-  // program, keep the select after the scale: with it before, 8 x 2048 causal
-  // D=128 took 1.130 ms against 1.106 (ptxas' choices for the whole kernel).
-  const bool maskBeforeScale = !capOutputScaleTile && !kScale_ && c_.blockM < 64;
+  // Prefill tiles, whose masked loop runs a tile or two per program, keep the
+  // select after the scale: with it before, 8 x 2048 causal D=128 took 1.130 ms
+  // against 1.106 (ptxas' choices for the whole kernel).
+  const bool maskBeforeScale = !capOutputScaleTile && !kScale_ && !c_.prefillTiles();
+  // A head size below its power of two leaves Q's and K's columns past it zero
+  // (masked loads), and V's: the dots say so (k_extent, n_extent), and skip
+  // those mma steps (D=80: 5 of Q·Kᵀ's 8 k-steps, 10 of P·V's 16 n-tiles).
+  // DiffKV's pieces are exact widths. Where it pays, measured on the H200
+  // (session 12, bf16, 32/8 heads): prefill tiles (8 x 2048 causal, D=80 /
+  // 96 / 112: 1.22 / 1.19 / 1.18 -> 1.03 / 1.06 / 1.13 ms) and the f32 FMA
+  // path (the k loop shrinks; not timed). Half-precision decode, memory-bound,
+  // came out slower with them (B=64 ctx 4096: 0.222 / 0.235 / 0.258 -> 0.248 /
+  // 0.265 / 0.302 ms, the same copies and barriers in the PTX), so it keeps
+  // the padded steps.
+  const bool skipPadding = c_.prefillTiles() || dt == ScalarKind::F32;
+  const Builder::DotExtents qkExtents{skipPadding && pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
+  const Builder::DotExtents pvExtents{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
   // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
   // out the per-score mask (tiles whose every key each row of the program sees).
   auto kvLoop = [&](Value* from, Value* to, const std::vector<Value*>& inits, bool masked) {
@@ -743,19 +759,6 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
 
     // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
-    // A head size below its power of two leaves Q's and K's columns past it zero
-    // (masked loads), and V's: the dots say so (k_extent, n_extent), and skip
-    // those mma steps (D=80: 5 of Q·Kᵀ's 8 k-steps, 10 of P·V's 16 n-tiles).
-    // DiffKV's pieces are exact widths. Where it pays, measured on the H200
-    // (session 12, bf16, 32/8 heads): prefill tiles (8 x 2048 causal, D=80 /
-    // 96 / 112: 1.22 / 1.19 / 1.18 -> 1.03 / 1.06 / 1.13 ms) and the f32 FMA
-    // path (the k loop shrinks; not timed). Half-precision decode, memory-bound,
-    // came out slower with them (B=64 ctx 4096: 0.222 / 0.235 / 0.258 -> 0.248 /
-    // 0.265 / 0.302 ms, the same copies and barriers in the PTX), so it keeps
-    // the padded steps.
-    const bool skipPadding = c_.blockM >= 64 || dt == ScalarKind::F32;
-    const Builder::DotExtents qkExtents{skipPadding && pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
-    const Builder::DotExtents pvExtents{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
     Value* qk = zeroScores;
     const size_t qkOperands = qTiles.size();
     for (size_t g = 0; g < qkOperands; ++g)
@@ -827,7 +830,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // 2.26 non-causal against 1.10 / 2.07, masking under a branch uniform across
   // the program 1.35 / 2.42 (ptxas spills 4-8 times as much), DiffKV 192/128
   // 1.86 / 1.82 against 1.70.
-  const bool splitMaskedTiles = c_.blockM >= 64 && config_.slidingWindow == 0 && !config_.checkBounds &&
+  const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 && !config_.checkBounds &&
                                 !config_.splitKv;
   std::vector<Value*> results;
   if (splitMaskedTiles) {
