@@ -103,7 +103,10 @@ class MergePartialsBuilder {
     Value* acc = b_.add(sumLoop.iterArgs[1], b_.mul(asColumn(weight, D), partialF32), "acc_next");
     std::vector<Value*> sums = b_.endFor({weightSum, acc}, {"weight_sum_final", "acc_final"});
 
-    Value* merged = b_.div(sums[1], asColumn(sums[0], D), "merged_f32");
+    // One division per row, a multiply per element (a rounded division is a
+    // dozen SASS instructions).
+    Value* invWeightSum = b_.div(b_.constFloat(1.0, sums[0]->type()), sums[0], "inv_weight_sum");
+    Value* merged = b_.mul(sums[1], asColumn(invWeightSum, D), "merged_f32");
     Value* mergedDt = config_.dtype == F32 ? merged : b_.cast(merged, config_.dtype, "merged");
     // Every partial empty: partial 0's row (the load is masked off elsewhere).
     Value* firstRow = loadPartialRows(zero, b_.andOp(tokenMask_, allEmpty), "first_partial_out");

@@ -297,9 +297,12 @@ void MlaDecodeBuilder::build() {
   }
 
   Value* oRow = b_.add(splat(b_.mul(batch64, oStrideBatch_), {BH}), b_.mul(head64, splat(oStrideHead_, {BH})), "o_row");
+  // One division per row, a multiply per element (a rounded division is a
+  // dozen SASS instructions); the output factor joins the row's.
+  Value* rowNumerator = outputFactor ? splat(outputFactor, {BH}) : b_.constFloat(1.0, Type::tile({BH}, f32()));
+  Value* rowFactor = asColumn(b_.div(rowNumerator, lFinal, "out_row_factor"), C);
   for (int64_t c = 0; c < numChunks; ++c) {
-    Value* normalized = b_.div(results[static_cast<size_t>(2 + c)], asColumn(lFinal, C), "out_f32");
-    if (outputFactor) normalized = b_.mul(normalized, splat(outputFactor, {BH, C}), "out_scaled");
+    Value* normalized = b_.mul(results[static_cast<size_t>(2 + c)], rowFactor, "out_f32");
     Value* oOffset = b_.add(asColumn(oRow, C), asRow(columnsOf(c), BH), "o_offset");
     b_.store(b_.addPtr(splat(out_, {BH, C}), oOffset, "o_ptrs"), b_.cast(normalized, dt, "out_tile"), outMask);
   }
