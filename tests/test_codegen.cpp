@@ -414,6 +414,32 @@ TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that s
   CHECK(decode.tirOptimized.find("unmasked_tile_end") == std::string::npos);
 }
 
+TEST_CASE("the output store's masks are computed after the KV loops, not kept through them", "[codegen]") {
+  // The row mask guards the Q load before the loops and the output store after
+  // them; kept through the loops, its elements are predicates (16 per thread at
+  // 128 rows), which at prefill's 255 registers made ptxas spill inside the loops.
+  // Every predicate that guards a global store after the last mma must be set
+  // after it too.
+  for (const compiler::UnifiedAttentionConfig& config : decodeAndPrefill(32)) {
+    INFO(config.kernelName());
+    const std::string ptx = compileAttention(config, "sm_90a").ptx;
+    const size_t lastMma = ptx.rfind("mma.sync");
+    REQUIRE(lastMma != std::string::npos);
+    const std::string epilogue = ptx.substr(lastMma);
+    const std::regex guardedStore(R"(@(%p\d+) st\.global)");
+    int guarded = 0;
+    for (auto it = std::sregex_iterator(epilogue.begin(), epilogue.end(), guardedStore); it != std::sregex_iterator();
+         ++it) {
+      ++guarded;
+      const std::string predicate = (*it)[1].str();
+      INFO(predicate);
+      const std::regex definition("\\s(setp\\.\\S+|and\\.pred|or\\.pred|xor\\.pred|not\\.pred)\\s+" + predicate + "[,|]");
+      CHECK(std::regex_search(epilogue, definition));
+    }
+    CHECK(guarded > 0);
+  }
+}
+
 TEST_CASE("a head size below its power of two skips the zero mma steps and their ldmatrix", "[codegen]") {
   // Prefill (128 rows over 4 warps of 32, 32-key tiles, two KV loops): per warp
   // and loop, Q·Kᵀ is 2 m-tiles × 4 n-tiles × k-steps of 16 up to the head size,

@@ -11,6 +11,7 @@
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SharedOperands.h"
+#include "codegen/lower/LoopCrossingPredicates.h"
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/LoweringContext.h"
 #include "ir/Numeric.h"
@@ -361,6 +362,8 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   if (options.optimize)
     if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
   eraseUnusedMatrixLoads(*ctx.function);
+  // After LLVM's passes, whose CSE would merge the copies back.
+  rematerializeLoopCrossingPredicates(*ctx.function);
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
   // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
   if ((ctx.async || ctx.sharedOperands) && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);
