@@ -9,6 +9,7 @@
 #include <thread>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -275,6 +276,15 @@ void encodeCacheRow(KvCacheFormat format, ScalarKind dtype, float perTensorScale
 
 }  // namespace
 
+namespace {
+// The shortest decimal that reads back as `value` (0.5, 2, 1e-05).
+std::string shortestText(double value) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return ec == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+}  // namespace
+
 Status AttentionShape::set(const std::string& keyEqualsValue) {
   const size_t eq = keyEqualsValue.find('=');
   if (eq == std::string::npos)
@@ -312,15 +322,25 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
     seed = parsed;
     return Status::ok();
   }
+  if (key == "key_ramp") {
+    const std::string text(value);
+    char* end = nullptr;
+    const double parsed = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !(parsed >= 0) || parsed > 1e3)
+      return shapeError("key_ramp: '" + text + "' is not a number between 0 and 1000");
+    keyRamp = parsed;
+    return Status::ok();
+  }
   return shapeError("unknown shape key '" + key +
-                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles or num_partials)");
+                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials or key_ramp)");
 }
 
 std::string AttentionShape::str() const {
   return "query_lens=" + joinInts(queryLens) + " context_lens=" + joinInts(contextLens) +
          " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "") +
          (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "") +
-         (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "");
+         (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "") +
+         (keyRamp != 0 ? " key_ramp=" + shortestText(keyRamp) : "");
 }
 
 Status AttentionShape::validate() const {
@@ -411,6 +431,13 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     values.resize(kvRows * static_cast<size_t>(Dv));
     for (double& x : keys) x = sequenceRandom.next();
     for (double& x : values) x = sequenceRandom.next();
+    // Keys are [seq_len, Hkv, D]: key j's rows scaled by 1 + key_ramp·j, rounded
+    // to the data type so that the reference sees what the kernel reads.
+    if (shape.keyRamp != 0)
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const double position = static_cast<double>(i / static_cast<size_t>(Hkv * D));
+        keys[i] = ir::roundToFloatKind(keys[i] * (1 + shape.keyRamp * position), dtype);
+      }
   });
 
   // ---- Device layouts. ----

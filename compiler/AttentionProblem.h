@@ -29,9 +29,13 @@ struct AttentionShape {
   // merge_partials: the number of partial results merged per token (ranks of a
   // context-parallel group); the kernel takes it at run time.
   int numPartials = 2;
+  // Unified attention: key j of a sequence (0-based) is scaled by 1 + keyRamp·j,
+  // so scores grow along the keys and a row's running maximum keeps moving (the
+  // online softmax's rescaling under test). 0: plain random keys.
+  double keyRamp = 0;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
-  // check_stride=N, segment_tiles=N, num_partials=N); a list entry "VxN" repeats V N times (query_lens=1x64). The
-  // error names the key.
+  // check_stride=N, segment_tiles=N, num_partials=N, key_ramp=X); a list entry "VxN" repeats V N times
+  // (query_lens=1x64). The error names the key.
   ir::Status set(const std::string& keyEqualsValue);
   // "query_lens=1,17,40 context_lens=33,0,70 seed=1" (each part accepted by set();
   // check_stride only when it is not 1).

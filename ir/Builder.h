@@ -47,6 +47,8 @@ class Builder {
   Value* div(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Div, a, b, std::move(name)); }
   // Float division to 2 ulp (div {approx = 1}: PTX div.full.f32, see ir/Ops.def).
   Value* divApprox(Value* a, Value* b, std::string name = {});
+  // a·b where b is usually exactly 1.0 (mul {skip_ones = 1}, ir/Ops.def).
+  Value* mulSkipOnes(Value* a, Value* b, std::string name = {});
   Value* rem(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Rem, a, b, std::move(name)); }
   Value* min(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Min, a, b, std::move(name)); }
   Value* max(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Max, a, b, std::move(name)); }

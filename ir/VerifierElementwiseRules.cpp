@@ -24,17 +24,21 @@ Status verifyBinary(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   if (op.opcode() == Opcode::Div) {
     ATTNJIT_VERIFY(checkKnownAttributes(op, {"approx"}));
+  } else if (op.opcode() == Opcode::Mul) {
+    ATTNJIT_VERIFY(checkKnownAttributes(op, {"skip_ones"}));
   } else {
     ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
   }
   ATTNJIT_VERIFY(checkSameOperandTypes(op, 0, 1));
   const Type& type = op.operand(0)->type();
-  if (op.attrs().has("approx")) {
-    int64_t approx = 0;
-    ATTNJIT_VERIFY(requireIntAttr(op, "approx", approx));
-    if (approx != 0 && approx != 1)
-      return opError(op, "attribute 'approx' must be 0 or 1, got " + std::to_string(approx));
-    if (!type.isFloatLike()) return opError(op, "attribute 'approx' needs float operands, got " + type.str());
+  for (const char* flag : {"approx", "skip_ones"}) {
+    if (!op.attrs().has(flag)) continue;
+    int64_t value = 0;
+    ATTNJIT_VERIFY(requireIntAttr(op, flag, value));
+    if (value != 0 && value != 1)
+      return opError(op, std::string("attribute '") + flag + "' must be 0 or 1, got " + std::to_string(value));
+    if (!type.isFloatLike())
+      return opError(op, std::string("attribute '") + flag + "' needs float operands, got " + type.str());
   }
   if (type.hasPointerElements())
     return opError(op, "operands of type " + type.str() + " are pointers; pointer arithmetic is 'addptr'");

@@ -205,7 +205,16 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(message("query_lens=1,x") == "query_lens: 'x' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
   CHECK(message("context_lens=1,,2") == "context_lens: '' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
   CHECK(message("seed=-3") == "seed: '-3' is not a non-negative integer");
-  CHECK(message("batch=4") == "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles or num_partials)");
+  CHECK(message("batch=4") == "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials or key_ramp)");
+  CHECK(message("key_ramp=-1") == "key_ramp: '-1' is not a number between 0 and 1000");
+  CHECK(message("key_ramp=0.5x") == "key_ramp: '0.5x' is not a number between 0 and 1000");
+  CHECK(message("key_ramp=nan") == "key_ramp: 'nan' is not a number between 0 and 1000");
+  {
+    AttentionShape ramped;
+    REQUIRE(ramped.set("key_ramp=0.25").isOk());
+    CHECK(ramped.keyRamp == 0.25);
+    CHECK(ramped.str().find(" key_ramp=0.25") != std::string::npos);
+  }
   {
     AttentionShape repeated;
     REQUIRE(repeated.set("query_lens=1x3,5").isOk());
@@ -287,6 +296,29 @@ TEST_CASE("unified attention: query heads beyond BLOCK_M's natural fit", "[atten
   // 6 query heads per KV head: BLOCK_M = 16 holds BLOCK_Q = 2 tokens x 6 heads; rows 12..15
   // are the next block's first token (heads 0..3), computed and stored twice, as in vLLM.
   runAndCheck(makeConfig(ScalarKind::F16, 12, 2, 64, 16, false), mixedBatch(12));
+}
+
+TEST_CASE("unified attention: scores growing along the keys move the softmax reference many times",
+          "[attention]") {
+  // Keys scaled by 1 + 0.4·j: a row's maximum score (log2 units) passes its
+  // running reference by more than the lazy-rescale threshold again and again,
+  // so the accumulator is rescaled on some tiles and not on others. The op API's
+  // prefill tiling (lazy rescaling: 128 rows over 4 warps) and decode's (the
+  // running maximum), causal and not, with a context and without.
+  AttentionShape shape;
+  shape.queryLens = {150, 1, 37};
+  shape.contextLens = {0, 260, 90};
+  shape.keyRamp = 0.4;
+  for (bool causal : {true, false})
+    for (int blockMRows : {0, 128}) {
+      auto config = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, causal);
+      if (blockMRows) {
+        config.blockMRows = blockMRows;
+        config.numWarps = 4;
+        config.qInShared = true;
+      }
+      runAndCheck(config, shape);
+    }
 }
 
 TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's batch", "[attention][specs]") {

@@ -270,18 +270,34 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers, slot reads 
 
 namespace {
 
-// The PTX of the KV loop: from the label that a backward branch targets to that
-// branch, for the loop containing the mma instructions.
+// The PTX of the KV loop, the loop containing the mma instructions: from the
+// label that a backward branch targets to the last such branch, in execution
+// order. Where LLVM laid the loop out rotated (a block branched around inside
+// the body, such as the lazy rescale, can make the join block come first), the
+// text is rotated back to start at the block entered from before the loop.
 std::string kvLoopPtx(const std::string& ptx) {
   const std::regex label(R"((\$L__BB\d+_\d+):)");
+  auto lastBranchTo = [&](const std::string& name, size_t from) {
+    const size_t branch = ptx.rfind("bra \t" + name + ";");
+    const size_t branchUni = ptx.rfind("bra.uni \t" + name + ";");
+    size_t last = std::string::npos;
+    for (size_t at : {branch, branchUni})
+      if (at != std::string::npos && at > from && (last == std::string::npos || at > last)) last = at;
+    return last;
+  };
   for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), label); it != std::sregex_iterator(); ++it) {
     const size_t start = static_cast<size_t>(it->position());
-    const size_t branch = ptx.find("bra \t" + (*it)[1].str() + ";", start);
-    const size_t branchUni = ptx.find("bra.uni \t" + (*it)[1].str() + ";", start);
-    const size_t end = std::min(branch, branchUni);
+    const size_t end = lastBranchTo((*it)[1].str(), start);
     if (end == std::string::npos) continue;
     std::string body = ptx.substr(start, end - start);
-    if (body.find("mma.sync") != std::string::npos) return body;
+    if (body.find("mma.sync") == std::string::npos) continue;
+    // The loop's entry: a label inside it that a branch before the loop targets.
+    for (auto inner = std::sregex_iterator(body.begin(), body.end(), label); inner != std::sregex_iterator(); ++inner) {
+      const size_t at = static_cast<size_t>(inner->position());
+      const size_t entry = ptx.substr(0, start).find("\t" + (*inner)[1].str() + ";");
+      if (at > 0 && entry != std::string::npos) return body.substr(at) + body.substr(0, at);
+    }
+    return body;
   }
   return {};
 }
@@ -477,6 +493,30 @@ TEST_CASE("a head size below its power of two skips the zero mma steps and their
   const int fmaPadded = countOf(compileAttention(f32, "sm_90a").ptx, "fma.rn.f32");
   const int fmaFull = countOf(compileAttention(f32Full, "sm_90a").ptx, "fma.rn.f32");
   CHECK(fmaPadded < fmaFull);
+}
+
+TEST_CASE("prefill tiles of 32 rows per warp branch around the accumulator's rescale", "[codegen]") {
+  // Lazy rescaling: each thread compares its rows' factors with 1.0 and skips
+  // the 128 multiplies of its accumulator when all are; V's slot reads still sink
+  // past that branch to their mma. Decode's tiling multiplies without a branch.
+  const auto configs = decodeAndPrefill(32);
+  const std::string prefill = kvLoopPtx(compileAttention(configs[1], "sm_90a").ptx);
+  REQUIRE_FALSE(prefill.empty());
+  CHECK(countOf(prefill, "setp.eq.f32") == 4);  // rows g and g + 8 of two m16 tiles
+  CHECK(countOf(prefill, ", 0f3F800000;") == 4);
+  const std::string trans = "ldmatrix.sync.aligned.m8n8.x4.trans";
+  const size_t firstTrans = prefill.find(trans);
+  const size_t lastCompare = prefill.rfind("setp.eq.f32");
+  REQUIRE(firstTrans != std::string::npos);
+  // Per 16-key step of P·V, 16 n-tiles need 8 reads (x4 .trans); every read
+  // comes after the compare and among the P·V mma.
+  CHECK(countOf(prefill, trans) == 16);
+  CHECK(firstTrans > lastCompare);
+  CHECK(firstTrans > prefill.find("ex2.approx"));
+  CHECK(countOf(prefill.substr(firstTrans), "mma.sync") > 0);
+  CHECK(countOf(prefill, "mul.f32") >= 128);
+  const std::string decode = kvLoopPtx(compileAttention(configs[0], "sm_90a").ptx);
+  CHECK(countOf(decode, ", 0f3F800000;") == 0);
 }
 
 TEST_CASE("the score mask goes on Q·K before a scale known to be positive", "[codegen]") {

@@ -107,6 +107,20 @@ TEST_CASE("GPU prefill tilings: Q in shared memory, 4 warps of 32 rows and 8 of 
   wideTiles.qInShared = true;
   wideTiles.tileSize = 64;
   checkOnGpu(wideTiles, mixed);
+  // Scores growing along the keys: 4 warps of 32 rows rescale lazily, and their
+  // threads branch around the accumulator's rescale on some tiles but not on
+  // others (a thread whose rows' references moved multiplies, the rest skip).
+  compiler::AttentionShape growing = mixed;
+  growing.keyRamp = 0.4;
+  for (bool causal : {true, false})
+    for (int warps : {4, 8}) {
+      compiler::UnifiedAttentionConfig c;
+      c.causal = causal;
+      c.blockMRows = 128;
+      c.numWarps = warps;
+      c.qInShared = true;
+      checkOnGpu(c, growing);
+    }
 }
 
 TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {

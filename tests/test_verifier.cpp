@@ -182,6 +182,27 @@ TEST_CASE("verifier rejects bad attributes and operand counts", "[verifier]") {
     b.create(Opcode::Add, {one, one}, {i32}, attrs({{"fast", int64_t{1}}}));
     CHECK(f.error() == "'add': unknown attribute 'fast' (it takes none)");
   }
+  SECTION("mul's skip_ones is a 0/1 flag on floats") {
+    Value* x = b.f32(2.0);
+    Value* ok = b.mulSkipOnes(x, b.f32(1.0));
+    CHECK(ok->definingOp()->attrs().getInt("skip_ones") == 1);
+    CHECK(f.error() == "<ok>");
+  }
+  SECTION("skip_ones on integers") {
+    Value* one = b.i32(1);
+    b.mulSkipOnes(one, one);
+    CHECK(f.error() == "'mul': attribute 'skip_ones' needs float operands, got i32");
+  }
+  SECTION("skip_ones other than 0 or 1") {
+    Value* x = b.f32(2.0);
+    b.create(Opcode::Mul, {x, x}, {scalar(kF32)}, attrs({{"skip_ones", int64_t{2}}}));
+    CHECK(f.error() == "'mul': attribute 'skip_ones' must be 0 or 1, got 2");
+  }
+  SECTION("skip_ones on an op other than mul") {
+    Value* x = b.f32(2.0);
+    b.create(Opcode::Add, {x, x}, {scalar(kF32)}, attrs({{"skip_ones", int64_t{1}}}));
+    CHECK(f.error() == "'add': unknown attribute 'skip_ones' (it takes none)");
+  }
   SECTION("wrong operand count") {
     Value* one = b.i32(1);
     b.create(Opcode::Add, {one, one, one}, {i32});

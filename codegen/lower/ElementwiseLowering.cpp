@@ -3,6 +3,7 @@
 // rounds back, as ir/Ops.def specifies.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -44,6 +45,57 @@ void mapRegisters(LoweringContext& ctx, const Operation& op, F&& f) {
 
 llvm::Value* toF32(LoweringContext& ctx, llvm::Value* v) { return ctx.b.CreateFPExt(v, ctx.b.getFloatTy()); }
 
+// At most this many distinct factors per thread are compared with 1.0 for
+// mul {skip_ones}; a tile with more (not a broadcast row) is multiplied plainly.
+constexpr size_t kMaxSkipOnesFactors = 16;
+
+// mul {skip_ones = 1} (ir/Ops.def): where every factor this thread holds is
+// exactly 1.0 the products are the first operand itself, so a branch skips the
+// multiplies. The online softmax's rescale of its accumulator is such a product:
+// with a rarely moving reference maximum its factor is almost always 1, and the
+// 128 multiplies per thread and tile of a prefill accumulator are a fifth of the
+// loop's non-mma instructions. Returns false (nothing emitted) where it does not apply.
+bool lowerMulSkippingOnes(LoweringContext& ctx, const Operation& op, bool widen, llvm::Type* elementType) {
+  const Lowered& x = ctx.get(op.operand(0));
+  const Lowered& y = ctx.get(op.operand(1));
+  if (!op.result()->type().isTile() || x.regs.size() != y.regs.size()) return false;
+  std::vector<llvm::Value*> factors;
+  for (llvm::Value* factor : y.regs) {
+    if (std::find(factors.begin(), factors.end(), factor) != factors.end()) continue;
+    if (factors.size() == kMaxSkipOnesFactors) return false;
+    factors.push_back(factor);
+  }
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* allOnes = nullptr;
+  for (llvm::Value* factor : factors) {
+    llvm::Value* one = b.CreateFCmpOEQ(factor, llvm::ConstantFP::get(factor->getType(), 1.0));
+    allOnes = allOnes ? b.CreateAnd(allOnes, one) : one;
+  }
+  llvm::BasicBlock* from = b.GetInsertBlock();
+  llvm::BasicBlock* multiply = llvm::BasicBlock::Create(ctx.llvm, "rescale", ctx.function);
+  llvm::BasicBlock* merge = llvm::BasicBlock::Create(ctx.llvm, "rescale.end", ctx.function);
+  b.CreateCondBr(allOnes, merge, multiply);
+  b.SetInsertPoint(multiply);
+  std::vector<llvm::Value*> products;
+  for (size_t r = 0; r < x.regs.size(); ++r) {
+    llvm::Value* product = widen ? b.CreateFMul(toF32(ctx, x.regs[r]), toF32(ctx, y.regs[r]))
+                                 : b.CreateFMul(x.regs[r], y.regs[r]);
+    products.push_back(widen ? b.CreateFPTrunc(product, elementType) : product);
+  }
+  b.CreateBr(merge);
+  b.SetInsertPoint(merge);
+  Lowered out;
+  out.layout = ctx.linearLayout(op.result()->type(), op);
+  for (size_t r = 0; r < x.regs.size(); ++r) {
+    llvm::PHINode* phi = b.CreatePHI(x.regs[r]->getType(), 2);
+    phi->addIncoming(x.regs[r], from);
+    phi->addIncoming(products[r], multiply);
+    out.regs.push_back(phi);
+  }
+  ctx.set(op.result(), std::move(out));
+  return true;
+}
+
 }  // namespace
 
 void lowerBinary(LoweringContext& ctx, const Operation& op) {
@@ -55,6 +107,9 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
     return;
   }
   Opcode code = op.opcode();
+  if (isFloat(k) && code == Opcode::Mul && attributeIsOn(op.attrs(), "skip_ones") &&
+      lowerMulSkippingOnes(ctx, op, isHalfLike(k), ctx.elementType(Type::scalar(k))))
+    return;
   if (isFloat(k)) {
     llvm::Type* ty = ctx.elementType(Type::scalar(k));
     bool widen = isHalfLike(k);

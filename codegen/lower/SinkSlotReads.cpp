@@ -18,16 +18,21 @@
 // after the cp.async buffers). Anything else that may write memory (an unknown
 // call, inline PTX with side effects, a store through another address space, an
 // atomic) stops it there.
-// Reads never leave their block, so they stay inside the iteration and after the
-// wait and barrier that made the slot's bytes visible.
+// Reads leave their block only for the join of a side branch that every path
+// from it reaches without passing a loop header (the rescale a mul {skip_ones}
+// branches around), with nothing in the side blocks that they may not pass; so
+// they stay inside the iteration and after the wait and barrier that made the
+// slot's bytes visible.
 #include "codegen/lower/SinkSlotReads.h"
 
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/CFG.h>
 #include <llvm/IR/Metadata.h>
 
+#include <algorithm>
 #include <unordered_set>
 #include <vector>
 
@@ -77,17 +82,78 @@ bool stopsSlotRead(const llvm::Instruction& inst) {
   }
 }
 
+// Whether anything in [from, end of its block) stops a slot read.
+bool stopsBefore(const llvm::Instruction* from, bool readsSlot) {
+  for (; readsSlot && from; from = from->getNextNode())
+    if (stopsSlotRead(*from)) return true;
+  return false;
+}
+
+// The block where control surely continues after `block` within the same pass
+// through the code: its only successor if `block` is that block's only
+// predecessor, or the join of a side branch (a mul {skip_ones} lowers to one:
+// `block` branches to the join or to blocks that go only there). Null for
+// anything else (loops, joins with other predecessors), or where a side block
+// holds an instruction a slot read may not pass.
+llvm::BasicBlock* joinAfter(llvm::BasicBlock* block, bool readsSlot) {
+  const auto* branch = llvm::dyn_cast<llvm::BranchInst>(block->getTerminator());
+  if (!branch) return nullptr;
+  if (branch->isUnconditional()) {
+    llvm::BasicBlock* next = branch->getSuccessor(0);
+    return next->getSinglePredecessor() == block ? next : nullptr;
+  }
+  // A side block: reached only from `block`, it goes only to the join.
+  auto sideJoin = [&](llvm::BasicBlock* side) -> llvm::BasicBlock* {
+    if (side->getSinglePredecessor() != block || stopsBefore(&side->front(), readsSlot)) return nullptr;
+    const auto* out = llvm::dyn_cast<llvm::BranchInst>(side->getTerminator());
+    return out && out->isUnconditional() ? out->getSuccessor(0) : nullptr;
+  };
+  llvm::BasicBlock* a = branch->getSuccessor(0);
+  llvm::BasicBlock* c = branch->getSuccessor(1);
+  llvm::BasicBlock* join = nullptr;
+  std::vector<llvm::BasicBlock*> expected;
+  if (sideJoin(a) == c) {  // block -> a -> c, block -> c
+    join = c;
+    expected = {block, a};
+  } else if (sideJoin(c) == a) {
+    join = a;
+    expected = {block, c};
+  } else if (sideJoin(a) && sideJoin(a) == sideJoin(c)) {  // a diamond
+    join = sideJoin(a);
+    expected = {a, c};
+  }
+  if (!join) return nullptr;
+  std::vector<llvm::BasicBlock*> predecessors(llvm::pred_begin(join), llvm::pred_end(join));
+  std::sort(predecessors.begin(), predecessors.end());
+  std::sort(expected.begin(), expected.end());
+  return predecessors == expected ? join : nullptr;
+}
+
 // Moves `inst` down to just before its first user, or the first instruction it may
-// not pass. Users outside the block (or phis) keep it where it is.
+// not pass. Users all in one later block joined within the same pass (see
+// joinAfter) take it there; users in several blocks (or phis) keep it where it is.
 bool sinkToFirstUse(llvm::Instruction& inst, bool readsSlot) {
   std::unordered_set<const llvm::Instruction*> users;
+  const llvm::BasicBlock* userBlock = nullptr;
   for (const llvm::User* user : inst.users()) {
     const auto* userInst = llvm::dyn_cast<llvm::Instruction>(user);
-    if (!userInst || userInst->getParent() != inst.getParent() || llvm::isa<llvm::PHINode>(userInst)) return false;
+    if (!userInst || llvm::isa<llvm::PHINode>(userInst)) return false;
+    if (userBlock && userInst->getParent() != userBlock) return false;
+    userBlock = userInst->getParent();
     users.insert(userInst);
   }
   if (users.empty()) return false;
   llvm::Instruction* stop = inst.getNextNode();
+  if (userBlock != inst.getParent()) {
+    if (stopsBefore(stop, readsSlot)) return false;
+    llvm::BasicBlock* block = inst.getParent();
+    while (block != userBlock) {
+      block = joinAfter(block, readsSlot);
+      if (!block) return false;
+      if (block != userBlock && stopsBefore(&*block->getFirstInsertionPt(), readsSlot)) return false;
+    }
+    stop = &*block->getFirstInsertionPt();
+  }
   while (stop && !users.count(stop) && !stop->isTerminator() && !(readsSlot && stopsSlotRead(*stop)))
     stop = stop->getNextNode();
   if (!stop || stop == inst.getNextNode()) return false;

@@ -11,8 +11,8 @@ namespace attnjit::codegen {
 void tagSlotRead(llvm::Instruction& read);
 
 // Moves every tagged slot read, with the extracts and casts that only take its
-// parts apart, down to just before the first instruction that uses it in its
-// block. Returns how many reads moved.
+// parts apart, down to just before the first instruction that uses it: in its
+// block, or in the join of a side branch after it. Returns how many reads moved.
 int sinkSlotReads(llvm::Function& function);
 
 // Erases every ldmatrix whose registers are all unused (a dot's k_extent or
