@@ -5,7 +5,7 @@
 // each of its per-thread elements is a PTX predicate live through the loop: 16
 // for a 128-row prefill tile. The SM has 7 predicate registers; ptxas keeps the
 // rest in general registers, and at prefill's 255 registers that pressure spilled
-// inside both KV loops (SASS: 9 and 21 local loads and stores per iteration) once
+// inside both KV loops (SASS: 10 and 21 local loads and stores per iteration) once
 // the epilogue's divisions became multiplies, causal 8 x 2048 running 2% slower
 // on the H200. Computed again after the loop from the integers it compared
 // (which ptxas handles as ordinary registers), the kernel spills 52 bytes outside
