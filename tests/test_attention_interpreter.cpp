@@ -319,6 +319,18 @@ TEST_CASE("unified attention: scores growing along the keys move the softmax ref
       }
       runAndCheck(config, shape);
     }
+  // Split-KV segments report their reference as the segment maximum, with the
+  // LSE and a sink (segment 0's): the reduction weighs them as any maximum.
+  AttentionShape split = shape;
+  split.segmentTiles = 3;
+  auto config = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
+  config.blockMRows = 128;
+  config.numWarps = 4;
+  config.qInShared = true;
+  config.splitKv = true;
+  config.outputLse = true;
+  config.sinks = true;
+  runAndCheck(config, split);
 }
 
 TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's batch", "[attention][specs]") {
