@@ -16,6 +16,7 @@
 #include <sstream>
 #include <variant>
 
+#include "compiler/kernels/KernelSupport.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "ir/Interpreter.h"
 #include "ir/Numeric.h"
@@ -276,15 +277,6 @@ void encodeCacheRow(KvCacheFormat format, ScalarKind dtype, float perTensorScale
 
 }  // namespace
 
-namespace {
-// The shortest decimal that reads back as `value` (0.5, 2, 1e-05).
-std::string shortestText(double value) {
-  char text[64];
-  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
-  return ec == std::errc() ? std::string(text, end) : std::to_string(value);
-}
-}  // namespace
-
 Status AttentionShape::set(const std::string& keyEqualsValue) {
   const size_t eq = keyEqualsValue.find('=');
   if (eq == std::string::npos)
@@ -340,7 +332,7 @@ std::string AttentionShape::str() const {
          " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "") +
          (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "") +
          (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "") +
-         (keyRamp != 0 ? " key_ramp=" + shortestText(keyRamp) : "");
+         (keyRamp != 0 ? " key_ramp=" + numberText(keyRamp) : "");
 }
 
 Status AttentionShape::validate() const {

@@ -110,16 +110,18 @@ llvm::BasicBlock* joinAfter(llvm::BasicBlock* block, bool readsSlot) {
   };
   llvm::BasicBlock* a = branch->getSuccessor(0);
   llvm::BasicBlock* c = branch->getSuccessor(1);
+  llvm::BasicBlock* afterA = sideJoin(a);
+  llvm::BasicBlock* afterC = sideJoin(c);
   llvm::BasicBlock* join = nullptr;
   std::vector<llvm::BasicBlock*> expected;
-  if (sideJoin(a) == c) {  // block -> a -> c, block -> c
+  if (afterA == c) {  // block -> a -> c, block -> c
     join = c;
     expected = {block, a};
-  } else if (sideJoin(c) == a) {
+  } else if (afterC == a) {
     join = a;
     expected = {block, c};
-  } else if (sideJoin(a) && sideJoin(a) == sideJoin(c)) {  // a diamond
-    join = sideJoin(a);
+  } else if (afterA && afterA == afterC) {  // a diamond
+    join = afterA;
     expected = {a, c};
   }
   if (!join) return nullptr;

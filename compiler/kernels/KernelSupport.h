@@ -4,7 +4,9 @@
 #pragma once
 
 #include <bit>
+#include <charconv>
 #include <string>
+#include <system_error>
 
 #include "ir/Builder.h"
 #include "ir/Diagnostics.h"
@@ -15,6 +17,14 @@ namespace attnjit::compiler {
 inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
 inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 inline ir::Status configError(const std::string& message) { return ir::Status::error(ir::Location{}, message); }
+
+// A number in a message or a shape's text, as short as reads back exactly (30,
+// 2.5, 0.25, -1, nan).
+inline std::string numberText(double value) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return ec == std::errc() ? std::string(text, end) : std::to_string(value);
+}
 
 // A [n] vector as the columns of an [n, cols] tile (each row constant), or as
 // the rows of a [rows, n] tile: the IR keeps broadcasting explicit.

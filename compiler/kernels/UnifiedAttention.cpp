@@ -77,13 +77,6 @@ std::string softcapNameText(double softcap) {
   return result;
 }
 
-// A number in a message, as short as reads back exactly (30, 2.5, -1, nan).
-std::string numberText(double value) {
-  char text[64];
-  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
-  return ec == std::errc() ? std::string(text, end) : std::to_string(value);
-}
-
 // The kernel's compile-time constants, recorded in the IR (constexprs) and baked
 // into tile shapes.
 struct KernelConstants {
@@ -619,7 +612,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // Scores in log2 units: (q·k)·scale·log2(e); with a softcap c,
   // c·log2(e)·tanh((q·k)·(scale / c)), vLLM's c·tanh(s / c) times log2(e).
   Value* qkScaleTile = nullptr;
-  Value* qkScale = nullptr;  // the scalar of qkScaleTile without a softcap
+  Value* qkScaleRow = nullptr;  // the same scale per row, without a softcap
   Value* capOutputScaleTile = nullptr;
   // A per-tensor fp8 cache stands for x·k_scale: the scale joins the softmax scale.
   Value* scoreScale = scale_;
@@ -629,8 +622,9 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     qkScaleTile = splatTo(b_.div(scoreScale, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
     capOutputScaleTile = splatTo(b_.f32(config_.softcap * log2e), {M, N}, "softcap_output_scale");
   } else {
-    qkScale = b_.mul(scoreScale, b_.f32(log2e), "qk_scale");
+    Value* qkScale = b_.mul(scoreScale, b_.f32(log2e), "qk_scale");
     qkScaleTile = splatTo(qkScale, {M, N});
+    qkScaleRow = splatTo(qkScale, {M});
   }
   // ALiBi slope of each row's head, times log2(e); heads >= Hq get 0 (as vLLM).
   Value* alibiSlope2d = nullptr;
@@ -822,8 +816,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     // running maximum.
     Value* tileRowMax =
         unscaledForMax && !alibiSlope2d
-            ? b_.mul(b_.reduce(Opcode::ReduceMax, unscaledForMax, 1, "qk_row_max"), splatTo(qkScale, {M}),
-                     "tile_row_max")
+            ? b_.mul(b_.reduce(Opcode::ReduceMax, unscaledForMax, 1, "qk_row_max"), qkScaleRow, "tile_row_max")
             : b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max");
     Value* mCandidate = nullptr;
     if (lazyRescale) {
