@@ -1,5 +1,6 @@
 #include "ir/LinearLayout.h"
 
+#include <algorithm>
 #include <map>
 
 namespace attnjit::ir {
@@ -177,7 +178,104 @@ Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::vector<int
   return ll;
 }
 
+// ---- thread_major (ir/Types.h) ----
+
+// A coordinate value with its bits moved: bit i to bit perm[i].
+int64_t moveBits(int64_t value, const std::vector<int>& perm) {
+  int64_t out = 0;
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (value >> i & 1) out |= int64_t{1} << perm[i];
+  return out;
+}
+
+// The renumbering thread_major applies to coordinate `dim` of tiles whose mma
+// operand `owner` (the B operand's standard layout) holds that coordinate: bit i
+// moves to bit perm[i]; the bits owner's registers hold take the lowest places
+// (in their order of significance), then its lanes', then its warps'. For K of
+// m16n8k16 (registers hold k bits 0, 3, 4..., lanes bits 1-2) a thread then
+// holds 32 consecutive k of 128; for N of P·V's B operand with four warps along
+// N (lanes hold n bits 0-2, warps bits 3-4, registers 5-6), 4 consecutive n.
+std::vector<int> threadMajorBits(const LinearLayout& owner, int dim) {
+  const int bits = log2Exact(owner.shape[static_cast<size_t>(dim)]);
+  std::vector<int> perm(static_cast<size_t>(bits), -1);
+  int next = 0;
+  for (const std::vector<Coord>* bases : {&owner.reg, &owner.lane, &owner.warp}) {
+    std::vector<int> held;
+    for (const Coord& c : *bases)
+      if (isPowerOfTwo(c[dim])) held.push_back(log2Exact(c[dim]));
+    std::sort(held.begin(), held.end());
+    for (int bit : held)
+      if (bit < bits && perm[static_cast<size_t>(bit)] < 0) perm[static_cast<size_t>(bit)] = next++;
+  }
+  for (int& p : perm)
+    if (p < 0) p = next++;
+  return perm;
+}
+
+void renumber(LinearLayout& ll, int dim, const std::vector<int>& perm) {
+  for (std::vector<Coord>* bases : {&ll.reg, &ll.lane, &ll.warp})
+    for (Coord& c : *bases) c[dim] = moveBits(c[dim], perm);
+}
+
+struct Renumbering {
+  int dim;
+  std::vector<int> perm;
+};
+
+LayoutRef withoutThreadMajor(const Layout& encoding) {
+  auto copy = std::make_shared<Layout>(encoding);
+  copy->threadMajor = 0;
+  if (copy->parent && copy->parent->threadMajor) copy->parent = withoutThreadMajor(*copy->parent);
+  return copy;
+}
+
+// The renumberings thread_major asks of a layout of `encoding` and `shape`
+// (none for other layouts, or an error naming the layout).
+Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encoding, const std::vector<int64_t>& shape,
+                                                           int numWarps) {
+  std::vector<Renumbering> out;
+  const bool mma = encoding.kind == LayoutKind::Mma;
+  const bool operand = encoding.kind == LayoutKind::DotOperand;
+  const bool renumbersN = (mma && encoding.threadMajor) ||
+                          (operand && encoding.opIdx == 1 && encoding.parent && encoding.parent->threadMajor);
+  const bool renumbersK = operand && encoding.threadMajor;
+  if (!renumbersN && !renumbersK) return out;
+  const Layout& mmaEncoding = mma ? encoding : *encoding.parent;
+  if (mmaEncoding.kind != LayoutKind::Mma || mmaEncoding.version != 2 || shape.size() != 2)
+    return Diagnostic{{}, "layout " + encoding.str() + ": thread_major applies to mma version 2 layouts and their operands"};
+  Layout b;
+  b.kind = LayoutKind::DotOperand;
+  b.opIdx = 1;
+  b.kWidth = 2;
+  b.parent = withoutThreadMajor(mmaEncoding);
+  const int64_t wn = mmaEncoding.warpsPerCta.size() == 2 ? mmaEncoding.warpsPerCta[1] : 1;
+  if (renumbersN) {
+    auto owner = toLinearLayout(b, {16, shape[1]}, numWarps);
+    if (!owner) return owner.status();
+    out.push_back({1, threadMajorBits(*owner, 1)});
+  }
+  if (renumbersK) {
+    const int kDim = encoding.opIdx == 0 ? 1 : 0;
+    auto owner = toLinearLayout(b, {shape[static_cast<size_t>(kDim)], 8 * wn}, numWarps);
+    if (!owner) return owner.status();
+    out.push_back({kDim, threadMajorBits(*owner, 0)});
+  }
+  return out;
+}
+
 }  // namespace
+
+Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout) {
+  auto renumberings = threadMajorRenumberings(encoding, layout.shape, layout.numWarps());
+  if (!renumberings) return renumberings.status();
+  LinearLayout out = layout;
+  for (const Renumbering& r : *renumberings) {
+    std::vector<int> inverse(r.perm.size());
+    for (size_t i = 0; i < r.perm.size(); ++i) inverse[static_cast<size_t>(r.perm[i])] = static_cast<int>(i);
+    renumber(out, r.dim, inverse);
+  }
+  return out;
+}
 
 Coord LinearLayout::apply(uint64_t r, uint64_t l, uint64_t w) const {
   Coord c{0, 0, 0};
@@ -302,6 +400,25 @@ Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<
       return Diagnostic{{}, "codegen needs power-of-two tile extents; got " + std::to_string(s) +
                                 " (pad the tile and mask the extra elements)"};
   if (!isPowerOfTwo(numWarps) || numWarps > 32) return Diagnostic{{}, "num_warps must be a power of two up to 32"};
+  if (encoding.threadMajor || (encoding.parent && encoding.parent->threadMajor && encoding.kind == LayoutKind::DotOperand)) {
+    auto renumberings = threadMajorRenumberings(encoding, shape, numWarps);
+    if (!renumberings) return renumberings.status();
+    auto standard = toLinearLayout(*withoutThreadMajor(encoding), shape, numWarps);
+    if (!standard) return standard.status();
+    LinearLayout ll = *standard;
+    for (const Renumbering& r : *renumberings) {
+      renumber(ll, r.dim, r.perm);
+      // Registers along the renumbered coordinate first, by value: a thread's
+      // consecutive elements are then consecutive registers (vector accesses,
+      // and the pairs packed conversions and mma operands take).
+      std::stable_partition(ll.reg.begin(), ll.reg.end(), [&](const Coord& c) {
+        return c[r.dim] != 0 && c[1 - r.dim] == 0;
+      });
+      auto along = std::find_if(ll.reg.begin(), ll.reg.end(), [&](const Coord& c) { return c[r.dim] == 0 || c[1 - r.dim] != 0; });
+      std::sort(ll.reg.begin(), along, [&](const Coord& x, const Coord& y) { return x[r.dim] < y[r.dim]; });
+    }
+    return ll;
+  }
   switch (encoding.kind) {
     case LayoutKind::Blocked:
       return blockedLayout(encoding, shape, numWarps);

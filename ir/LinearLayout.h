@@ -74,6 +74,12 @@ class LinearLayout {
 // form such as #shared, an mma layout on a non-2D tile) name the layout.
 Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape, int numWarps);
 
+// `layout`, the linear form of `encoding`, with any thread_major renumbering
+// (ir/Types.h) undone and its registers in the same order: the coordinates the
+// mma instructions' fragments are defined in. Dot lowering gathers fragments by
+// them. `layout` itself for encodings without thread_major.
+Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout);
+
 bool isPowerOfTwo(int64_t x);
 int log2Exact(int64_t x);
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -262,12 +263,16 @@ class Parser {
       const char* name;
       LayoutKind kind;
       std::vector<std::pair<const char*, LayoutField::Kind>> fields;
+      const char* optional = nullptr;  // a field that may be left out (0 then)
     };
     using F = LayoutField::Kind;
     static const Spec kSpecs[] = {
         {"blocked", LayoutKind::Blocked, {{"spt", F::List}, {"tpw", F::List}, {"wpc", F::List}, {"order", F::List}}},
-        {"mma", LayoutKind::Mma, {{"version", F::Int}, {"wpc", F::List}, {"instr", F::List}}},
-        {"dot_op", LayoutKind::DotOperand, {{"idx", F::Int}, {"k_width", F::Int}, {"parent", F::Layout}}},
+        {"mma", LayoutKind::Mma, {{"version", F::Int}, {"wpc", F::List}, {"instr", F::List}, {"thread_major", F::Int}},
+         "thread_major"},
+        {"dot_op", LayoutKind::DotOperand,
+         {{"idx", F::Int}, {"k_width", F::Int}, {"thread_major", F::Int}, {"parent", F::Layout}},
+         "thread_major"},
         {"slice", LayoutKind::Slice, {{"dim", F::Int}, {"parent", F::Layout}}},
         {"shared", LayoutKind::Shared, {{"vec", F::Int}, {"per_phase", F::Int}, {"max_phase", F::Int}, {"order", F::List}}},
     };
@@ -315,7 +320,7 @@ class Parser {
       return fail(tok_, "expected ',' or '>' in layout, got " + describeToken(tok_));
     }
     for (const auto& f : spec->fields)
-      if (!fields.count(f.first))
+      if (!fields.count(f.first) && !(spec->optional && std::string_view(f.first) == spec->optional))
         return fail(tok_, "missing field '" + std::string(f.first) + "' in #" + nameTok.text + " layout");
     advance();  // '>'
 
@@ -323,6 +328,14 @@ class Parser {
     layout->kind = spec->kind;
     auto intOf = [&](const char* key) { return fields.at(key).intValue; };
     auto listOf = [&](const char* key) { return fields.at(key).list; };
+    auto optionalFlag = [&](const char* key, int64_t& flag) {
+      auto found = fields.find(key);
+      if (found == fields.end()) return true;
+      if (found->second.intValue != 0 && found->second.intValue != 1)
+        return fail(found->second.at, std::string("'") + key + "' must be 0 or 1");
+      flag = found->second.intValue;
+      return true;
+    };
     switch (spec->kind) {
       case LayoutKind::Blocked:
         layout->sizePerThread = listOf("spt");
@@ -334,10 +347,12 @@ class Parser {
         layout->version = intOf("version");
         layout->warpsPerCta = listOf("wpc");
         layout->instrShape = listOf("instr");
+        if (!optionalFlag("thread_major", layout->threadMajor)) return false;
         break;
       case LayoutKind::DotOperand:
         layout->opIdx = intOf("idx");
         layout->kWidth = intOf("k_width");
+        if (!optionalFlag("thread_major", layout->threadMajor)) return false;
         layout->parent = fields.at("parent").layout;
         break;
       case LayoutKind::Slice:

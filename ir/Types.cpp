@@ -50,7 +50,7 @@ bool Layout::operator==(const Layout& o) const {
   if (kind != o.kind || sizePerThread != o.sizePerThread || threadsPerWarp != o.threadsPerWarp ||
       warpsPerCta != o.warpsPerCta || order != o.order || instrShape != o.instrShape || version != o.version ||
       opIdx != o.opIdx || kWidth != o.kWidth || dim != o.dim || vec != o.vec || perPhase != o.perPhase ||
-      maxPhase != o.maxPhase)
+      maxPhase != o.maxPhase || threadMajor != o.threadMajor)
     return false;
   if (!parent || !o.parent) return parent == o.parent;
   return *parent == *o.parent;
@@ -63,10 +63,10 @@ std::string Layout::str() const {
              ", wpc=" + intList(warpsPerCta) + ", order=" + intList(order) + ">";
     case LayoutKind::Mma:
       return "#mma<version=" + std::to_string(version) + ", wpc=" + intList(warpsPerCta) +
-             ", instr=" + intList(instrShape) + ">";
+             ", instr=" + intList(instrShape) + (threadMajor ? ", thread_major=1" : "") + ">";
     case LayoutKind::DotOperand:
       return "#dot_op<idx=" + std::to_string(opIdx) + ", k_width=" + std::to_string(kWidth) +
-             ", parent=" + (parent ? parent->str() : "?") + ">";
+             (threadMajor ? ", thread_major=1" : "") + ", parent=" + (parent ? parent->str() : "?") + ">";
     case LayoutKind::Slice:
       return "#slice<dim=" + std::to_string(dim) + ", parent=" + (parent ? parent->str() : "?") + ">";
     case LayoutKind::Shared:

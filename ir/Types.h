@@ -70,6 +70,16 @@ struct Layout {
   LayoutKind kind = LayoutKind::Blocked;
   std::vector<int64_t> sizePerThread, threadsPerWarp, warpsPerCta, order, instrShape;
   int64_t version = 0, opIdx = 0, kWidth = 0, dim = 0, vec = 0, perPhase = 0, maxPhase = 0;
+  // #dot_op and #mma (version 2) only, printed `thread_major = 1`: the contraction
+  // coordinate of a dot operand (k), or the column coordinate of an accumulator
+  // and of its B operand (n), is renumbered so that the bits each thread holds
+  // in registers are the low ones: a thread's elements along it are contiguous,
+  // and a 1-byte operand is read from shared memory in 16- or 4-byte vectors
+  // instead of going through ldmatrix (ir/LinearLayout.cpp, threadMajor). The
+  // mma instructions see the usual fragments: both operands of a dot renumber k
+  // alike, and the accumulator and B renumber n alike, so the product is the
+  // same up to that renumbering of the tile's elements.
+  int64_t threadMajor = 0;
   std::shared_ptr<const Layout> parent;
 
   bool operator==(const Layout& other) const;

@@ -343,27 +343,46 @@ TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segme
   CHECK(assembled == static_cast<int>(configs.size() * 2));
 }
 
-TEST_CASE("quantized tiles reach the tensor cores through ldmatrix, unpacked before the layout conversion",
+TEST_CASE("quantized K and V tiles go from their cp.async slots straight into thread-major mma operands",
           "[codegen][quant]") {
-  // Layout assignment keeps integers computed from loaded 2D tiles (the unpacking)
-  // in the load's layout, so the conversion to the mma operand moves 16-bit values
-  // (ldmatrix) rather than raw bytes read back one at a time; also through the
-  // pipeliner's loop-carried tiles.
+  // The raw fp8 / int8 tiles are read from the slot in the operand layout (K:
+  // 16-byte vectors along the head dimension; V: 4-byte vectors, the output
+  // columns renumbered) and converted in registers: no 16-bit tile is stored
+  // and read back with ldmatrix, and no byte is read on its own. The kernel
+  // attribute thread_major_operands = 0 restores the conversion through shared
+  // memory (which needs the larger buffer).
   for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead}) {
     UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
     c.numQueryHeads = 32;
     c.numKvHeads = 8;
     c.headSize = 128;
+    c.tileSize = 128;
     INFO(c.kernelName());
-    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
-    REQUIRE(kernel.isOk());
     attnjit::compiler::CompileOptions options;
     options.target = "sm_90a";
-    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
-    REQUIRE(compiled.isOk());
-    CHECK(compiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos);  // V
-    CHECK(compiled->ptx.find("ld.shared.u8") == std::string::npos);
-    CHECK(compiled->ptx.find("ld.shared.b8") == std::string::npos);
+    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+    REQUIRE(kernel.isOk());
+    auto direct = attnjit::compiler::compileKernel(**kernel, options);
+    REQUIRE(direct.isOk());
+    CHECK(direct->tirOptimized.find("thread_major=1, parent=#mma") != std::string::npos);  // K and Q
+    CHECK(direct->tirOptimized.find("instr=[16,8], thread_major=1>") != std::string::npos);  // V and acc
+    CHECK(direct->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") == std::string::npos);
+    CHECK(direct->ptx.find("ld.shared.v4.b32") != std::string::npos);
+    CHECK(direct->ptx.find("ld.shared.u8") == std::string::npos);
+    CHECK(direct->ptx.find("ld.shared.b8") == std::string::npos);
+
+    auto viaShared = attnjit::compiler::buildUnifiedAttention(c);
+    REQUIRE(viaShared.isOk());
+    (*viaShared)->attrs().set("thread_major_operands", int64_t{0});
+    auto converted = attnjit::compiler::compileKernel(**viaShared, options);
+    REQUIRE(converted.isOk());
+    CHECK(converted->tirOptimized.find("thread_major=1") == std::string::npos);
+    CHECK(converted->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos);  // V
+    CHECK(converted->ptx.find("ld.shared.u8") == std::string::npos);
+    // Two slots each of K and V (16 KiB apiece) either way, then the scratch
+    // area: a few KiB, or the 32 KiB of a converted bf16 tile.
+    CHECK(direct->sharedMemoryBytes < 80 * 1024);
+    CHECK(converted->sharedMemoryBytes >= (64 + 32) * 1024);
   }
 }
 

@@ -1,6 +1,7 @@
 // Linear layouts: the register/lane/warp → coordinate maps every lowering relies on.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <memory>
 
 #include "ir/AxisInfo.h"
@@ -27,13 +28,36 @@ LayoutRef mma(int64_t wm, int64_t wn) {
   l->instrShape = {16, 8};
   return l;
 }
-LayoutRef dotOp(int64_t idx, LayoutRef parent) {
+LayoutRef dotOp(int64_t idx, LayoutRef parent, bool threadMajor = false) {
   auto l = std::make_shared<Layout>();
   l->kind = LayoutKind::DotOperand;
   l->opIdx = idx;
   l->kWidth = 2;
+  l->threadMajor = threadMajor;
   l->parent = parent;
   return l;
+}
+LayoutRef threadMajorMma(int64_t wm, int64_t wn) {
+  auto l = std::make_shared<Layout>(*mma(wm, wn));
+  l->threadMajor = 1;
+  return l;
+}
+
+// The renumbering of coordinate `dim` a thread-major layout applies, read off
+// the pairs (its coordinate, the mma's) of every element; fails the test if
+// one mma coordinate maps to two.
+std::map<int64_t, int64_t> renumbering(const Layout& encoding, const LinearLayout& layout, int dim) {
+  auto view = mmaNumbering(encoding, layout);
+  REQUIRE(view.isOk());
+  std::map<int64_t, int64_t> map;
+  for (uint64_t w = 0; w < uint64_t{1} << layout.warp.size(); ++w)
+    for (uint64_t l = 0; l < 32; ++l)
+      for (uint64_t r = 0; r < static_cast<uint64_t>(layout.numRegisters()); ++r) {
+        const int64_t mmaCoord = view->apply(r, l, w)[dim];
+        auto [it, inserted] = map.emplace(mmaCoord, layout.apply(r, l, w)[dim]);
+        REQUIRE(it->second == layout.apply(r, l, w)[dim]);
+      }
+  return map;
 }
 }  // namespace
 
@@ -149,4 +173,66 @@ TEST_CASE("registers whose values a tile's constancy proves equal", "[layout][ax
   LinearLayout spread = row;
   spread.warp = {{2, 0, 0}, {12, 0, 0}};
   CHECK(equalValueRegisterBits(spread, {&sixteen}) == 0);
+}
+
+TEST_CASE("thread-major operands: each thread's k (or n) run is contiguous, the mma sees its own fragments",
+          "[layout]") {
+  // K of Q·Kᵀ in decode: [128 head dims, 128 keys], four warps along the keys.
+  auto kEnc = dotOp(1, mma(1, 4), true);
+  auto k = toLinearLayout(*kEnc, {128, 128}, 4);
+  REQUIRE(k.isOk());
+  CHECK(k->coversShape());
+  // Lane t (of g = lane / 4) holds head dims [32t, 32t + 32) of key g: the
+  // first 32 registers run along them, one 16-byte vector per 16.
+  for (uint64_t lane = 0; lane < 32; ++lane)
+    for (uint64_t r = 0; r < 32; ++r)
+      CHECK(k->apply(r, lane, 0) == Coord{static_cast<int64_t>(32 * (lane % 4) + r), static_cast<int64_t>(lane / 4), 0});
+  // Undoing the renumbering gives the standard fragments (same elements per
+  // thread), and A (the query tile) renumbers its k exactly as B does.
+  auto standardB = toLinearLayout(*dotOp(1, mma(1, 4)), {128, 128}, 4);
+  auto kView = mmaNumbering(*kEnc, *k);
+  REQUIRE(kView.isOk());
+  CHECK_FALSE(kView->registerSourceMap(*standardB, {}).empty());
+  auto qEnc = dotOp(0, mma(1, 4), true);
+  auto q = toLinearLayout(*qEnc, {16, 128}, 4);
+  REQUIRE(q.isOk());
+  CHECK(q->coversShape());
+  CHECK(renumbering(*qEnc, *q, 1) == renumbering(*kEnc, *k, 0));
+  CHECK(renumbering(*kEnc, *k, 0).size() == 128);
+
+  // V of P·V: [128 keys, 128 head dims], the accumulator's columns renumbered:
+  // each thread holds 4 consecutive head dims of each of its keys.
+  auto vEnc = dotOp(1, threadMajorMma(1, 4));
+  auto v = toLinearLayout(*vEnc, {128, 128}, 4);
+  REQUIRE(v.isOk());
+  CHECK(v->coversShape());
+  for (uint64_t r = 0; r < 4; ++r) CHECK(v->apply(r, 0, 0) == Coord{0, static_cast<int64_t>(r), 0});
+  CHECK(v->apply(0, 4, 0) == Coord{0, 4, 0});   // lane group 1: the next 4 dims
+  CHECK(v->apply(0, 1, 0) == Coord{2, 0, 0});   // lane 1: keys 2, 3
+  CHECK(v->apply(0, 0, 1) == Coord{0, 32, 0});  // warp 1: dims 32..63
+  auto accEnc = threadMajorMma(1, 4);
+  auto acc = toLinearLayout(*accEnc, {16, 128}, 4);
+  REQUIRE(acc.isOk());
+  CHECK(acc->coversShape());
+  CHECK(renumbering(*accEnc, *acc, 1) == renumbering(*vEnc, *v, 1));
+  // Its row slice is the standard one (only columns are renumbered).
+  auto rowsMajor = acc->sliced(1);
+  auto standardAcc = toLinearLayout(*mma(1, 4), {16, 128}, 4);
+  REQUIRE(standardAcc.isOk());
+  CHECK(rowsMajor == standardAcc->sliced(1));
+  // P, the A operand of P·V, is not renumbered: its k are the score columns.
+  auto p = toLinearLayout(*dotOp(0, threadMajorMma(1, 4)), {16, 128}, 4);
+  auto standardP = toLinearLayout(*dotOp(0, mma(1, 4)), {16, 128}, 4);
+  REQUIRE(p.isOk());
+  REQUIRE(standardP.isOk());
+  CHECK(*p == *standardP);
+
+  // Prefill: warps along M, so a thread holds 16 consecutive head dims of V.
+  auto vPrefill = toLinearLayout(*dotOp(1, threadMajorMma(4, 1)), {64, 128}, 4);
+  REQUIRE(vPrefill.isOk());
+  for (uint64_t r = 0; r < 16; ++r) CHECK(vPrefill->apply(r, 0, 0) == Coord{0, static_cast<int64_t>(r), 0});
+
+  // thread_major only means something for mma.sync layouts.
+  auto blockedParent = dotOp(1, blocked({1, 8}, {2, 16}, {4, 1}, {1, 0}), true);
+  CHECK_FALSE(toLinearLayout(*blockedParent, {16, 128}, 4).isOk());
 }

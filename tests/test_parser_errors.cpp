@@ -209,6 +209,8 @@ TEST_CASE("parseType reports malformed types at the offending token", "[tir]") {
        "unknown field 'extra' in #blocked layout"},
       {"tile<4xf32, #shared<vec=8, per_phase=1, max_phase=[8], order=[0]>>", "1:51", "expected integer for 'max_phase'"},
       {"tile<4xf32, #blocked<spt=[1,], tpw=[32], wpc=[4], order=[0]>>", "1:29", "expected integer after ','"},
+      {"tile<16x8xf32, #mma<version=2, wpc=[1,1], instr=[16,8], thread_major=2>>", "1:70",
+       "'thread_major' must be 0 or 1"},
   };
   for (const Case& c : cases) {
     INFO("input: " << c.input);

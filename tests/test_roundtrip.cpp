@@ -305,6 +305,8 @@ TEST_CASE("parseType reads every type spelling Type::str prints", "[tir]") {
       "tile<16x128xf32, #blocked<spt=[1,8], tpw=[4,8], wpc=[4,1], order=[1,0]>>",
       "tile<64x64xf32, #mma<version=3, wpc=[4,1], instr=[16,64,16]>>",
       "tile<64x32xbf16, #dot_op<idx=0, k_width=8, parent=#mma<version=2, wpc=[4,1], instr=[16,8]>>>",
+      "tile<128x128xf8e4m3, #dot_op<idx=1, k_width=2, thread_major=1, parent=#mma<version=2, wpc=[1,4], instr=[16,8]>>>",
+      "tile<16x128xf32, #mma<version=2, wpc=[1,4], instr=[16,8], thread_major=1>>",
       "tile<64xf32, #slice<dim=1, parent=#mma<version=2, wpc=[4,1], instr=[16,8]>>>",
       "tile<64xf32, #slice<dim=0, parent=#slice<dim=1, parent=#blocked<spt=[1,1,4], tpw=[1,4,8], wpc=[4,1,1], "
       "order=[2,1,0]>>>>",

@@ -568,6 +568,39 @@ TEST_CASE("verifier rejects ill-typed dot and reductions", "[verifier]") {
     b.create(Opcode::Dot, {acc, acc, acc}, {acc->type()});
     CHECK(f.error() == "'dot': missing attribute 'acc'");
   }
+  SECTION("thread_major on one operand only, or on the accumulator alone") {
+    auto mma = std::make_shared<Layout>();
+    mma->kind = LayoutKind::Mma;
+    mma->version = 2;
+    mma->warpsPerCta = {1, 4};
+    mma->instrShape = {16, 8};
+    auto operand = [&](int64_t idx, LayoutRef parent, bool threadMajor) {
+      auto l = std::make_shared<Layout>();
+      l->kind = LayoutKind::DotOperand;
+      l->opIdx = idx;
+      l->kWidth = 2;
+      l->threadMajor = threadMajor;
+      l->parent = std::move(parent);
+      return l;
+    };
+    auto typed = [&](std::vector<int64_t> shape, ScalarKind k, LayoutRef l) {
+      return Type::tile(std::move(shape), Type::scalar(k), std::move(l));
+    };
+    Value* a = b.constFloat(1.0, typed({16, 32}, kF16, operand(0, mma, false)));
+    Value* bMajor = b.constFloat(1.0, typed({32, 32}, kF16, operand(1, mma, true)));
+    Value* acc32 = b.constFloat(0.0, typed({16, 32}, kF32, mma));
+    b.dot(a, bMajor, acc32);
+    CHECK(f.error() == "'dot': operands a and b must both be thread_major or neither (their k coordinates are "
+                       "renumbered alike)");
+    Fixture g;
+    auto mmaMajor = std::make_shared<Layout>(*mma);
+    mmaMajor->threadMajor = 1;
+    Value* a2 = g.b.constFloat(1.0, typed({16, 32}, kF16, operand(0, mma, false)));
+    Value* b2 = g.b.constFloat(1.0, typed({32, 32}, kF16, operand(1, mma, false)));
+    g.b.dot(a2, b2, g.b.constFloat(0.0, typed({16, 32}, kF32, mmaMajor)));
+    CHECK(g.error() == "'dot': a thread_major accumulator needs operand b of that layout's dot_op (their n "
+                       "coordinates are renumbered alike)");
+  }
   SECTION("dot result that is not the accumulator type") {
     Value* h = half({16, 16});
     b.create(Opcode::Dot, {h, h, acc}, {tile({16, 16}, kF16)}, attrs({{"acc", std::string("f32")}}));

@@ -29,6 +29,15 @@ std::map<Coord, size_t> registerIndex(const LinearLayout& l) {
   return index;
 }
 
+const Layout& layoutOf(const Operation& op, size_t operand) { return *op.operand(operand)->type().layout(); }
+
+// Operand `operand`'s registers in the mma's own numbering (ir::mmaNumbering).
+LinearLayout mmaView(const Operation& op, size_t operand, const LinearLayout& layout) {
+  auto view = mmaNumbering(layoutOf(op, operand), layout);
+  ATTNJIT_CHECK(view.isOk(), "codegen: mma operand layout");
+  return *view;
+}
+
 // PTX cvt.rna.tf32.f32 semantics: keep 10 mantissa bits, round half away from zero.
 llvm::Value* roundToTf32(llvm::IRBuilder<>& b, llvm::Value* f) {
   llvm::Value* bits = b.CreateBitCast(f, b.getInt32Ty());
@@ -47,8 +56,14 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   int64_t mTiles = std::max<int64_t>(1, m / (16 * wm)), nTiles = std::max<int64_t>(1, n / (8 * wn));
   // k-steps of 16 up to k_extent (rounded up); n-tiles from n_extent on are
   // skipped (for every warp: warp w's columns of n-tile ni start at col + 8w).
-  const int64_t kTiles = (extentOf(op, "k_extent", k) + 15) / 16, nExtent = extentOf(op, "n_extent", n);
-  auto aIndex = registerIndex(*a.layout), bIndex = registerIndex(*bOp.layout), cIndex = registerIndex(*acc.layout);
+  // Thread-major operands (ir/Types.h) are gathered in the mma's own numbering;
+  // their k (or n) coordinates are renumbered, so the zeros past an extent are
+  // no longer the last k-steps (n-tiles): all of them are computed.
+  const bool kRenumbered = layoutOf(op, 0).threadMajor, nRenumbered = layoutOf(op, 2).threadMajor;
+  const int64_t kTiles = ((kRenumbered ? k : extentOf(op, "k_extent", k)) + 15) / 16;
+  const int64_t nExtent = nRenumbered ? n : extentOf(op, "n_extent", n);
+  auto aIndex = registerIndex(mmaView(op, 0, *a.layout)), bIndex = registerIndex(mmaView(op, 1, *bOp.layout)),
+       cIndex = registerIndex(mmaView(op, 2, *acc.layout));
   auto reg = [&](const std::map<Coord, size_t>& index, const Lowered& v, int64_t row, int64_t col) -> llvm::Value* {
     auto it = index.find(Coord{row, col, 0});
     ATTNJIT_CHECK(it != index.end(), "codegen: mma fragment element not held by the thread");

@@ -22,6 +22,7 @@
 //    convert_layout is inserted right after the value's definition.
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -88,9 +89,10 @@ LayoutRef sliceOf(int64_t dim, LayoutRef parent) {
   return l;
 }
 
-LayoutRef mmaLayout(int64_t m, int numWarps) {
+LayoutRef mmaLayout(int64_t m, int numWarps, bool threadMajor = false) {
   auto l = std::make_shared<Layout>();
   l->kind = LayoutKind::Mma;
+  l->threadMajor = threadMajor ? 1 : 0;
   l->version = 2;
   int64_t wm = std::min<int64_t>(numWarps, std::max<int64_t>(1, m / 16));
   l->warpsPerCta = {wm, numWarps / wm};
@@ -98,9 +100,10 @@ LayoutRef mmaLayout(int64_t m, int numWarps) {
   return l;
 }
 
-LayoutRef dotOperand(int64_t idx, LayoutRef parent, int kWidth) {
+LayoutRef dotOperand(int64_t idx, LayoutRef parent, int kWidth, bool threadMajor = false) {
   auto l = std::make_shared<Layout>();
   l->kind = LayoutKind::DotOperand;
+  l->threadMajor = threadMajor ? 1 : 0;
   l->opIdx = idx;
   l->kWidth = kWidth;
   l->parent = std::move(parent);
@@ -197,6 +200,7 @@ class LayoutAssigner {
 
   Status run() {
     classifyCheap(kernel_.body());
+    if (!attributeOff("thread_major_operands")) findByteOperands(kernel_.body());
     apply(kernel_.body());
     return status_;
   }
@@ -247,6 +251,67 @@ class LayoutAssigner {
       bool broadcasting = code == Opcode::Broadcast || code == Opcode::ExpandDims;
       if (allCheap || addressMath || broadcasting) cheap_.insert(op->result());
     }
+  }
+
+  bool attributeOff(const char* name) const {
+    const AttrValue* value = kernel_.attrs().find(name);
+    return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) == 0;
+  }
+
+  // ---- B operands converted from 1-byte tiles (quantized K and V) ----
+  //
+  // A dot whose B operand is a cast of a loaded fp8 or int8 tile would convert
+  // the cast's 16-bit result into the operand layout through shared memory (a
+  // store, two barriers, ldmatrix): for a decode kernel that round trip, on top
+  // of reading the raw tile, kept the memory pipes busy while DRAM idled. When
+  // the raw tile's contiguous dimension is the dot's k (K in Q·Kᵀ) or n (V in
+  // P·V), the operands instead take thread_major layouts (ir/Types.h): each
+  // thread's elements along that dimension are contiguous, so the raw tile is
+  // read straight into the operand layout with vector loads (16 bytes along k,
+  // 4 along n with four warps), and the cast happens in registers after it.
+  // The kernel attribute thread_major_operands = 0 turns this off.
+  enum class ByteOperand { None, AlongK, AlongN };
+
+  void findByteOperands(const Block& block) {
+    std::unordered_map<const Value*, int> useCount;
+    std::function<void(const Block&)> count = [&](const Block& b) {
+      for (const auto& op : b.operations()) {
+        for (const Value* v : op->operands()) ++useCount[v];
+        for (const auto& region : op->regions()) count(*region);
+      }
+    };
+    count(block);
+    std::function<void(const Block&)> visit = [&](const Block& b) {
+      for (const auto& op : b.operations()) {
+        for (const auto& region : op->regions()) visit(*region);
+        if (op->opcode() != Opcode::Dot || !useMma(*op)) continue;
+        const Value* operand = op->operand(1);
+        const Operation* cast = operand->definingOp();
+        if (!cast || cast->opcode() != Opcode::Cast || useCount[operand] != 1) continue;
+        const Value* raw = cast->operand(0);
+        const ScalarKind kind = raw->type().scalarKind();
+        if (kind != ScalarKind::F8E4M3 && kind != ScalarKind::F8E5M2 && kind != ScalarKind::I8) continue;
+        if (!raw->type().isTile() || raw->type().rank() != 2 || !loadedData_.count(raw) || cheap_.count(raw)) continue;
+        LayoutRef rawLayout = infer(raw);
+        if (!rawLayout || rawLayout->kind != LayoutKind::Blocked || rawLayout->order.empty()) continue;
+        const ByteOperand along = rawLayout->order[0] == 0 ? ByteOperand::AlongK : ByteOperand::AlongN;
+        byteOperands_[op.get()] = along;
+        byteOperandCasts_[cast] = op.get();
+      }
+    };
+    visit(block);
+  }
+
+  ByteOperand byteOperandOf(const Operation& dot) const {
+    auto found = byteOperands_.find(&dot);
+    return found == byteOperands_.end() ? ByteOperand::None : found->second;
+  }
+
+  // The operand layout dot `dot` with result layout `result` needs at index i.
+  LayoutRef dotOperandLayout(const Operation& dot, size_t i, const LayoutRef& result) {
+    if (i == 2) return result;
+    int kWidth = result->kind == LayoutKind::Mma ? 2 : 1;
+    return dotOperand(static_cast<int64_t>(i), result, kWidth, byteOperandOf(dot) == ByteOperand::AlongK);
   }
 
   // A row (rank-1 tile) loaded through cheap pointers under a cheap mask, such
@@ -343,7 +408,14 @@ class LayoutAssigner {
       case Opcode::Load:
         return accessLayout(op.operand(0));
       case Opcode::Dot:
-        return useMma(op) ? mmaLayout(t.shape()[0], options_.numWarps) : defaultLayout(t);
+        return useMma(op) ? mmaLayout(t.shape()[0], options_.numWarps, byteOperandOf(op) == ByteOperand::AlongN)
+                          : defaultLayout(t);
+      case Opcode::Cast:
+        // The cast of a quantized B operand happens in the operand's layout.
+        if (auto found = byteOperandCasts_.find(&op); found != byteOperandCasts_.end())
+          return dotOperandLayout(*found->second, 1, decided(found->second->result()));
+        if (LayoutRef l = infer(op.operand(0))) return l;
+        return nullptr;
       case Opcode::ReduceMax:
       case Opcode::ReduceMin:
       case Opcode::ReduceSum: {
@@ -400,11 +472,8 @@ class LayoutAssigner {
     const Value* operand = op.operand(i);
     if (!operand->type().isTile()) return nullptr;
     switch (op.opcode()) {
-      case Opcode::Dot: {
-        if (i == 2) return result;
-        int kWidth = result->kind == LayoutKind::Mma ? 2 : 1;
-        return dotOperand(static_cast<int64_t>(i), result, kWidth);
-      }
+      case Opcode::Dot:
+        return dotOperandLayout(op, i, result);
       case Opcode::ReduceMax:
       case Opcode::ReduceMin:
       case Opcode::ReduceSum:
@@ -593,6 +662,8 @@ class LayoutAssigner {
   std::unordered_set<const Value*> cheap_;
   std::unordered_set<const Value*> keptLoads_;  // reloadable rows converted for some consumer
   std::unordered_set<const Value*> loadedData_;  // loaded 2D tiles and what is computed from them
+  std::unordered_map<const Operation*, ByteOperand> byteOperands_;      // dot → how its B operand is read
+  std::unordered_map<const Operation*, const Operation*> byteOperandCasts_;  // cast → the dot it feeds
   std::unordered_map<const Value*, LayoutRef> inferred_;
   std::unordered_set<const Value*> inProgress_;
   std::map<std::string, Value*> materialized_;
