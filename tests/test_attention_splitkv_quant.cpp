@@ -351,7 +351,14 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
   // and read back with ldmatrix, and no byte is read on its own. The kernel
   // attribute thread_major_operands = 0 restores the conversion through shared
   // memory (which needs the larger buffer).
-  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead}) {
+  // fp8 per-token-head rows are loaded as bytes and reinterpreted (bitcast)
+  // before the cast: the reinterpretation happens in the operand layout too.
+  auto lineOf = [](const std::string& text, const std::string& what) {
+    const size_t at = text.find(what);
+    if (at == std::string::npos) return std::string();
+    return text.substr(at, text.find('\n', at) - at);
+  };
+  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead}) {
     UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
     c.numQueryHeads = 32;
     c.numKvHeads = 8;
@@ -366,6 +373,8 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
     REQUIRE(direct.isOk());
     CHECK(direct->tirOptimized.find("thread_major=1, parent=#mma") != std::string::npos);  // K and Q
     CHECK(direct->tirOptimized.find("instr=[16,8], thread_major=1>") != std::string::npos);  // V and acc
+    for (const char* read : {"%k_fp8 = bitcast %k_tile", "%v_fp8 = bitcast %v_tile"})
+      if (format == KvCacheFormat::Fp8PerTokenHead) CHECK(lineOf(direct->tirOptimized, read).find("thread_major=1") != std::string::npos);
     CHECK(direct->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") == std::string::npos);
     CHECK(direct->ptx.find("ld.shared.v4.b32") != std::string::npos);
     CHECK(direct->ptx.find("ld.shared.u8") == std::string::npos);

@@ -288,15 +288,23 @@ class LayoutAssigner {
         const Value* operand = op->operand(1);
         const Operation* cast = operand->definingOp();
         if (!cast || cast->opcode() != Opcode::Cast || useCount[operand] != 1) continue;
-        const Value* raw = cast->operand(0);
-        const ScalarKind kind = raw->type().scalarKind();
+        const ScalarKind kind = cast->operand(0)->type().scalarKind();
         if (kind != ScalarKind::F8E4M3 && kind != ScalarKind::F8E5M2 && kind != ScalarKind::I8) continue;
-        if (!raw->type().isTile() || raw->type().rank() != 2 || !loadedData_.count(raw) || cheap_.count(raw)) continue;
+        // Through reinterpretations of the bytes (fp8 per-token-head caches are
+        // loaded as i8), which then happen in the operand layout too.
+        std::vector<const Operation*> chain = {cast};
+        const Value* raw = cast->operand(0);
+        while (raw->definingOp() && raw->definingOp()->opcode() == Opcode::Bitcast && useCount[raw] == 1) {
+          chain.push_back(raw->definingOp());
+          raw = raw->definingOp()->operand(0);
+        }
+        if (!raw->type().isTile() || raw->type().rank() != 2 || storageBytes(raw->type().scalarKind()) != 1) continue;
+        if (!loadedData_.count(raw) || cheap_.count(raw)) continue;
         LayoutRef rawLayout = infer(raw);
         if (!rawLayout || rawLayout->kind != LayoutKind::Blocked || rawLayout->order.empty()) continue;
         const ByteOperand along = rawLayout->order[0] == 0 ? ByteOperand::AlongK : ByteOperand::AlongN;
         byteOperands_[op.get()] = along;
-        byteOperandCasts_[cast] = op.get();
+        for (const Operation* link : chain) byteOperandCasts_[link] = op.get();
       }
     };
     visit(block);
@@ -411,6 +419,7 @@ class LayoutAssigner {
         return useMma(op) ? mmaLayout(t.shape()[0], options_.numWarps, byteOperandOf(op) == ByteOperand::AlongN)
                           : defaultLayout(t);
       case Opcode::Cast:
+      case Opcode::Bitcast:
         // The cast of a quantized B operand happens in the operand's layout.
         if (auto found = byteOperandCasts_.find(&op); found != byteOperandCasts_.end())
           return dotOperandLayout(*found->second, 1, decided(found->second->result()));
@@ -663,7 +672,7 @@ class LayoutAssigner {
   std::unordered_set<const Value*> keptLoads_;  // reloadable rows converted for some consumer
   std::unordered_set<const Value*> loadedData_;  // loaded 2D tiles and what is computed from them
   std::unordered_map<const Operation*, ByteOperand> byteOperands_;      // dot → how its B operand is read
-  std::unordered_map<const Operation*, const Operation*> byteOperandCasts_;  // cast → the dot it feeds
+  std::unordered_map<const Operation*, const Operation*> byteOperandCasts_;  // cast (bitcast) → the dot it feeds
   std::unordered_map<const Value*, LayoutRef> inferred_;
   std::unordered_set<const Value*> inProgress_;
   std::map<std::string, Value*> materialized_;
