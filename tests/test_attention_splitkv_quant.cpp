@@ -375,6 +375,14 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
     CHECK(direct->tirOptimized.find("instr=[16,8], thread_major=1>") != std::string::npos);  // V and acc
     for (const char* read : {"%k_fp8 = bitcast %k_tile", "%v_fp8 = bitcast %v_tile"})
       if (format == KvCacheFormat::Fp8PerTokenHead) CHECK(lineOf(direct->tirOptimized, read).find("thread_major=1") != std::string::npos);
+    // Rows copied in 16-byte vectors (per-tensor fp8) are read from the slot
+    // next to their dot: V after Q·Kᵀ, where the tile IR dequantizes it. The
+    // 4-byte-aligned per-token-head rows keep the read at the top of the body.
+    const size_t vRead = direct->tirOptimized.find("= convert_layout %v_tile");
+    const size_t qk = direct->tirOptimized.find("%qk = dot");
+    REQUIRE(vRead != std::string::npos);
+    REQUIRE(qk != std::string::npos);
+    CHECK((vRead > qk) == (format == KvCacheFormat::Fp8E4M3));
     CHECK(direct->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") == std::string::npos);
     CHECK(direct->ptx.find("ld.shared.v4.b32") != std::string::npos);
     CHECK(direct->ptx.find("ld.shared.u8") == std::string::npos);
