@@ -375,14 +375,19 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
     CHECK(direct->tirOptimized.find("instr=[16,8], thread_major=1>") != std::string::npos);  // V and acc
     for (const char* read : {"%k_fp8 = bitcast %k_tile", "%v_fp8 = bitcast %v_tile"})
       if (format == KvCacheFormat::Fp8PerTokenHead) CHECK(lineOf(direct->tirOptimized, read).find("thread_major=1") != std::string::npos);
-    // Rows copied in 16-byte vectors (per-tensor fp8) are read from the slot
-    // next to their dot: V after Q·Kᵀ, where the tile IR dequantizes it. The
-    // 4-byte-aligned per-token-head rows keep the read at the top of the body.
-    const size_t vRead = direct->tirOptimized.find("= convert_layout %v_tile");
-    const size_t qk = direct->tirOptimized.find("%qk = dot");
+    // The raw tiles are read from their slots next to their dots: V after
+    // Q·Kᵀ, where the tile IR dequantizes it, and K after the next tile's
+    // copies are issued, except in the 4-byte-aligned per-token-head rows,
+    // whose K is read at the top of the body, before those copies.
+    const std::string& tir = direct->tirOptimized;
+    const size_t kRead = tir.find("= convert_layout %k_tile"), vRead = tir.find("= convert_layout %v_tile");
+    const size_t nextCopies = tir.find("%k_tile_next = load"), qk = tir.find("%qk = dot");
+    REQUIRE(kRead != std::string::npos);
     REQUIRE(vRead != std::string::npos);
+    REQUIRE(nextCopies != std::string::npos);
     REQUIRE(qk != std::string::npos);
-    CHECK((vRead > qk) == (format == KvCacheFormat::Fp8E4M3));
+    CHECK(vRead > qk);
+    CHECK((kRead > nextCopies) == (format == KvCacheFormat::Fp8E4M3));
     CHECK(direct->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") == std::string::npos);
     CHECK(direct->ptx.find("ld.shared.v4.b32") != std::string::npos);
     CHECK(direct->ptx.find("ld.shared.u8") == std::string::npos);

@@ -305,7 +305,7 @@ class LayoutAssigner {
         const ByteOperand along = rawLayout->order[0] == 0 ? ByteOperand::AlongK : ByteOperand::AlongN;
         byteOperands_[op.get()] = along;
         for (const Operation* link : chain) byteOperandCasts_[link] = op.get();
-        if (readsSixteenBytes(raw, rawLayout)) lateReaders_.insert(chain.back());
+        if (along == ByteOperand::AlongN || readsSixteenBytes(raw, rawLayout)) lateReaders_.insert(chain.back());
       }
     };
     visit(block);
@@ -602,13 +602,14 @@ class LayoutAssigner {
       return;
     }
     if (sameLayout(v->type().layout(), layout)) return;
-    // A quantized tile read into its operand layout in 16-byte rows is read
-    // where it is converted (next to its dot), not at the top of the loop
-    // body: its registers then live only as long as the dot needs them (fp8
-    // decode, tile 128: 214 -> 165 registers, 0.186 -> 0.157 ms). Rows only 4
-    // bytes aligned (per-token-head: D + 4 bytes) ran slower that way
-    // (0.252 -> 0.272 ms at three CTAs per SM, 0.385 at two), so they keep
-    // the read at the top.
+    // A quantized tile read into its operand layout is read where it is
+    // converted (next to its dot), not at the top of the loop body: its
+    // registers then live only as long as the dot needs them (fp8 decode,
+    // tile 128: 214 -> 165 registers, 0.186 -> 0.157 ms). The exception is K
+    // (along k) in rows copied only 4 bytes at a time (per-token-head: D + 4
+    // bytes): read late, its wait comes after the next tile's 64 four-byte
+    // copies per thread, and int8 per-token-head decode ran 0.252 -> 0.272 ms
+    // (0.385 at two CTAs per SM); V read late alone gained 1-2.5%.
     const Operation* readBefore = lateReaders_.count(&op) ? &op : nullptr;
     op.setOperand(i, convert(v, layout, readBefore));
   }
@@ -707,7 +708,7 @@ class LayoutAssigner {
   std::unordered_set<const Value*> loadedData_;  // loaded 2D tiles and what is computed from them
   std::unordered_map<const Operation*, ByteOperand> byteOperands_;      // dot → how its B operand is read
   std::unordered_map<const Operation*, const Operation*> byteOperandCasts_;  // cast (bitcast) → the dot it feeds
-  std::unordered_set<const Operation*> lateReaders_;  // their ops reading the raw tile, read next to them
+  std::unordered_set<const Operation*> lateReaders_;  // ops reading a raw tile that is read next to them
   std::unordered_map<const Value*, LayoutRef> inferred_;
   std::unordered_set<const Value*> inProgress_;
   std::map<std::string, Value*> materialized_;
