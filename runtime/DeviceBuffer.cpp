@@ -1,5 +1,7 @@
 #include "runtime/DeviceBuffer.h"
 
+#include <string>
+
 #include "runtime/DriverInternal.h"
 
 namespace attnjit::runtime {
@@ -52,13 +54,30 @@ Status DeviceBuffer::checkRange(std::size_t offset, std::size_t bytes, const cha
   return Status::ok();
 }
 
+namespace {
+
+// The driver's "synchronous" memset and device-to-device copies, and host-to-
+// device copies from pageable memory, may return before the device finished
+// them; they run on the legacy default stream, which a kernel launched on a
+// non-blocking stream does not wait for. A [gpu] test launched on such a
+// stream right after fill() and read back the fill's bytes over its results
+// (once in four runs of the suite on the H200, 2026-11-30). Waiting for that stream makes
+// the calls complete before returning, as the header promises.
+Status finishLegacyStream(const DriverApi& api, const char* after) {
+  CUresult result = api.cuStreamSynchronize(nullptr);
+  if (result != CUDA_SUCCESS) return cudaCallError(api, result, std::string("cuStreamSynchronize after ") + after);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status DeviceBuffer::copyFromHost(const void* source, std::size_t bytes, std::size_t offset) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   if (Status s = checkRange(offset, bytes, "host-to-device copy"); !s) return s;
   CUresult result = (*apiOr)->cuMemcpyHtoD(address_ + offset, source, bytes);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyHtoD");
-  return Status::ok();
+  return finishLegacyStream(**apiOr, "cuMemcpyHtoD");
 }
 
 Status DeviceBuffer::copyToHost(void* destination, std::size_t bytes, std::size_t offset) const {
@@ -77,7 +96,7 @@ Status DeviceBuffer::copyFrom(const DeviceBuffer& source, std::size_t bytes) {
   if (Status s = source.checkRange(0, bytes, "device-to-device copy"); !s) return s;
   CUresult result = (*apiOr)->cuMemcpyDtoD(address_, source.address_, bytes);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyDtoD");
-  return Status::ok();
+  return finishLegacyStream(**apiOr, "cuMemcpyDtoD");
 }
 
 Status DeviceBuffer::fill(std::uint8_t value) {
@@ -86,7 +105,7 @@ Status DeviceBuffer::fill(std::uint8_t value) {
   if (address_ == 0) return Status::ok();
   CUresult result = (*apiOr)->cuMemsetD8(address_, value, size_);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemsetD8");
-  return Status::ok();
+  return finishLegacyStream(**apiOr, "cuMemsetD8");
 }
 
 }  // namespace attnjit::runtime

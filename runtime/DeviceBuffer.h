@@ -1,6 +1,8 @@
 // Device memory for tests, benchmarks and examples: one cuMemAlloc'd block, freed on
 // destruction. Engines embedding attnjit bring their own buffers and pass raw addresses.
-// Copies are synchronous (they complete before returning); all calls use the current context.
+// Copies and fills are synchronous: each waits for the device to finish it before
+// returning, so a kernel launched afterwards on any stream (non-blocking ones
+// included) sees the bytes. All calls use the current context.
 #pragma once
 
 #include <cstddef>
