@@ -764,6 +764,9 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     for (size_t i = 0; i < kPieceTiles.size(); ++i)
       kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
     if (kTile) kGroups = dequantizedGroups(kTile, "k");
+    const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
+    std::vector<Value*> vGroups;
+    if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
     Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
     Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
 
@@ -842,12 +845,15 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     // scaled instead (the denominator keeps the unscaled P).
     Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
     Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
-    // V is dequantized here, next to P·V: a quantized tile read straight into
+    // With one m-tile of rows (decode: the warps split every dot's columns) V
+    // is dequantized here, next to P·V: a quantized tile read straight into
     // registers in its operand layout (LayoutAssignment's thread-major byte
-    // operands) is converted where the tile IR converts it, and converted at
-    // the top of the body its 64 or more registers stayed live through Q·Kᵀ
-    // and the softmax.
-    const std::vector<Value*> vGroups = dequantizedGroups(vTile, "v");
+    // operands, which need that layout) is converted where the tile IR
+    // converts it, and converted at the top of the body its 64 or more
+    // registers stayed live through Q·Kᵀ and the softmax. Taller tiles keep
+    // it at the top (their V goes through shared memory, and read late there
+    // fp8 prefill took 179 -> 246 registers, not measured on the GPU).
+    if (!vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
     std::vector<Value*> yields = {mNew, lNew};
     std::vector<std::string> finalNames = {"m_final", "l_final"};
     for (int g = 0; g < G; ++g) {

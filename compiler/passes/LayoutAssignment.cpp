@@ -285,6 +285,12 @@ class LayoutAssigner {
       for (const auto& op : b.operations()) {
         for (const auto& region : op->regions()) visit(*region);
         if (op->opcode() != Opcode::Dot || !useMma(*op)) continue;
+        // Only where the warps split the dot's columns (decode tiles): with
+        // warps along M each one needs the whole B tile, and reading it into
+        // its own operand layout would convert every byte once per warp (8
+        // times for prefill's 8 warps of 16 rows), where the conversion
+        // through shared memory converts it once per CTA.
+        if (mmaLayout(op->result()->type().shape()[0], options_.numWarps)->warpsPerCta[0] != 1) continue;
         const Value* operand = op->operand(1);
         const Operation* cast = operand->definingOp();
         if (!cast || cast->opcode() != Opcode::Cast || useCount[operand] != 1) continue;
