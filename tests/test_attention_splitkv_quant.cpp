@@ -287,6 +287,36 @@ TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") 
   CHECK(leadingRows(a, 3, c.dtype) == leadingRows(b, 3, c.dtype));
 }
 
+TEST_CASE("GPU: thread-major quantized operands across head sizes, tiles and GQA ratios", "[gpu][quant]") {
+  if (!attnjit::tests::gpuPresent()) return;
+  // The decode tiles whose K and V are read straight into thread-major mma
+  // operands: head sizes padded (80, 96: k renumbered past the real head
+  // size) and wide (256: 64 head dims per thread), the op API's 128-key tiles,
+  // and GQA ratios from 1 to 16 (BLOCK_M 16 either way, the warps splitting the
+  // keys and the output columns).
+  AttentionShape shape;
+  shape.queryLens = {1, 1, 9, 1};
+  shape.contextLens = {1000, 129, 40, 3};
+  shape.seed = 21;
+  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead})
+    for (int headSize : {64, 80, 96, 256})
+      for (int tileSize : {64, 128}) {
+        UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+        c.headSize = headSize;
+        c.tileSize = tileSize;
+        checkOnGpu(c, shape);
+      }
+  for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{32, 2}})
+    for (KvCacheFormat format : {KvCacheFormat::Fp8E5M2, KvCacheFormat::Int8PerTokenHead}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::F16, format, /*causal=*/false);
+      c.numQueryHeads = hq;
+      c.numKvHeads = hkv;
+      c.headSize = 128;
+      c.tileSize = 128;
+      checkOnGpu(c, shape);
+    }
+}
+
 // ---- Codegen: every new variant assembles for sm_80 and sm_90a. ----
 
 #include "compiler/CompileDriver.h"
