@@ -1,6 +1,7 @@
 #include "ir/LinearLayout.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 namespace attnjit::ir {
@@ -400,9 +401,9 @@ Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<
       return Diagnostic{{}, "codegen needs power-of-two tile extents; got " + std::to_string(s) +
                                 " (pad the tile and mask the extra elements)"};
   if (!isPowerOfTwo(numWarps) || numWarps > 32) return Diagnostic{{}, "num_warps must be a power of two up to 32"};
-  if (encoding.threadMajor || (encoding.parent && encoding.parent->threadMajor && encoding.kind == LayoutKind::DotOperand)) {
-    auto renumberings = threadMajorRenumberings(encoding, shape, numWarps);
-    if (!renumberings) return renumberings.status();
+  auto renumberings = threadMajorRenumberings(encoding, shape, numWarps);
+  if (!renumberings) return renumberings.status();
+  if (!renumberings->empty()) {
     auto standard = toLinearLayout(*withoutThreadMajor(encoding), shape, numWarps);
     if (!standard) return standard.status();
     LinearLayout ll = *standard;
@@ -411,11 +412,10 @@ Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<
       // Registers along the renumbered coordinate first, by value: a thread's
       // consecutive elements are then consecutive registers (vector accesses,
       // and the pairs packed conversions and mma operands take).
-      std::stable_partition(ll.reg.begin(), ll.reg.end(), [&](const Coord& c) {
-        return c[r.dim] != 0 && c[1 - r.dim] == 0;
-      });
-      auto along = std::find_if(ll.reg.begin(), ll.reg.end(), [&](const Coord& c) { return c[r.dim] == 0 || c[1 - r.dim] != 0; });
-      std::sort(ll.reg.begin(), along, [&](const Coord& x, const Coord& y) { return x[r.dim] < y[r.dim]; });
+      auto rank = [&](const Coord& c) {
+        return c[r.dim] != 0 && c[1 - r.dim] == 0 ? c[r.dim] : std::numeric_limits<int64_t>::max();
+      };
+      std::stable_sort(ll.reg.begin(), ll.reg.end(), [&](const Coord& x, const Coord& y) { return rank(x) < rank(y); });
     }
     return ll;
   }

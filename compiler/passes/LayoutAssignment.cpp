@@ -180,6 +180,17 @@ bool sameLayout(const LayoutRef& a, const LayoutRef& b) {
 }
 
 
+// What the loop yields for `carried`, one of its body's iter_args; null for
+// any other value.
+const Value* yieldedFor(const Value* carried) {
+  if (carried->definingOp()) return nullptr;
+  const Operation* loop = carried->ownerBlock()->parentOp();
+  if (!loop || loop->opcode() != Opcode::For || carried->index() == 0) return nullptr;
+  const size_t iter = carried->index() - 1;
+  const Operation* yield = loop->region(0)->back();
+  return yield && yield->opcode() == Opcode::Yield && iter < yield->numOperands() ? yield->operand(iter) : nullptr;
+}
+
 bool isElementwise(Opcode op) {
   switch (op) {
     case Opcode::Add: case Opcode::Sub: case Opcode::Mul: case Opcode::Div: case Opcode::Rem:
@@ -273,14 +284,7 @@ class LayoutAssigner {
   enum class ByteOperand { None, AlongK, AlongN };
 
   void findByteOperands(const Block& block) {
-    std::unordered_map<const Value*, int> useCount;
-    std::function<void(const Block&)> count = [&](const Block& b) {
-      for (const auto& op : b.operations()) {
-        for (const Value* v : op->operands()) ++useCount[v];
-        for (const auto& region : op->regions()) count(*region);
-      }
-    };
-    count(block);
+    std::unordered_map<const Value*, int> useCount = countUses(kernel_);
     std::function<void(const Block&)> visit = [&](const Block& b) {
       for (const auto& op : b.operations()) {
         for (const auto& region : op->regions()) visit(*region);
@@ -320,16 +324,8 @@ class LayoutAssigner {
   // Whether the tile `raw` (a load, or a loop-carried tile a load yields) is
   // loaded in 16-byte vectors along `layout`'s contiguous dimension.
   bool readsSixteenBytes(const Value* raw, const LayoutRef& layout) const {
-    const Operation* load = raw->definingOp();
-    if (!load) {
-      const Operation* loop = raw->ownerBlock()->parentOp();
-      const Operation* yield = raw->ownerBlock()->back();
-      const size_t iter = raw->index() - 1;
-      if (!loop || loop->opcode() != Opcode::For || !yield || yield->opcode() != Opcode::Yield ||
-          iter >= yield->numOperands())
-        return false;
-      load = yield->operand(iter)->definingOp();
-    }
+    const Value* loaded = raw->definingOp() ? raw : yieldedFor(raw);
+    const Operation* load = loaded ? loaded->definingOp() : nullptr;
     if (!load || load->opcode() != Opcode::Load) return false;
     const AxisFacts& f = axis_.facts(load->operand(0));
     const size_t d = static_cast<size_t>(layout->order[0]);
@@ -422,9 +418,7 @@ class LayoutAssigner {
       if (inProgress_.count(v)) return nullptr;
       inProgress_.insert(v);
       size_t iter = v->index() - 1;
-      const Operation* yield = loop->region(0)->back();
-      const Value* yielded =
-          yield && yield->opcode() == Opcode::Yield && iter < yield->numOperands() ? yield->operand(iter) : nullptr;
+      const Value* yielded = yieldedFor(v);
       if (yielded) l = infer(yielded);
       if (!l) l = infer(loop->operand(3 + iter));
       // A reloadable row carried to the next iteration (a pipelined row of
