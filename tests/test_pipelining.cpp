@@ -120,6 +120,68 @@ TEST_CASE("pipelined attention matches the float64 reference on the interpreter"
   checkAfterPasses(smallTiles, batch(5));
 }
 
+TEST_CASE("prefetch_indices loads 128-key decode tiles' block numbers two tiles ahead", "[pipelining]") {
+  for (int tileSize : {64, 128}) {
+    UnifiedAttentionConfig c = config(ScalarKind::BF16, 8, 2, 64, true);
+    c.tileSize = tileSize;
+    auto kernel = buildUnifiedAttention(c);
+    REQUIRE(kernel.isOk());
+    // The builder asks for it only where layout assignment converts the block
+    // numbers anyway (128 keys: 8 per thread).
+    const bool asked = (*kernel)->attrs().find("prefetch_indices") != nullptr;
+    CHECK(asked == (tileSize == 128));
+    PipelineOptions options;
+    REQUIRE(runPipeline(**kernel, options, nullptr).isOk());
+    const std::string text = attnjit::ir::printKernel(**kernel);
+    INFO(text);
+    LoopCounts counts = countAroundKvLoop(**kernel);
+    if (tileSize == 64) {
+      CHECK(text.find("_ahead") == std::string::npos);
+      CHECK(counts.iterArgs == 6);
+      CHECK(counts.loadsBeforeLoop == 5);
+      continue;
+    }
+    // m, l, acc, l_partial, K, V and tile iv + 1's block numbers, loaded one
+    // iteration earlier. Before the loop: the query, tile 0's K, V and block
+    // numbers, and tile 1's block numbers under their own guard; in the loop,
+    // tile iv + 2's under iv + 2 < hi. Each row of block numbers is loaded once
+    // (8 per thread: layout assignment converts it into the copies' layouts).
+    CHECK(counts.iterArgs == 7);
+    CHECK(counts.loadsBeforeLoop == 5);
+    CHECK(text.find("%physical_block_i32_ahead = ") != std::string::npos);
+    CHECK(text.find("%pipeline_second_runs = cmp %pipeline_second_iv, %num_tiles {pred = lt}") != std::string::npos);
+    CHECK(text.find("%pipeline_after_next_runs = cmp %pipeline_after_next_iv, %num_tiles {pred = lt}") !=
+          std::string::npos);
+    CHECK(counts.loadsInLoop == 3);  // K, V, and tile iv + 2's block numbers
+  }
+}
+
+TEST_CASE("block numbers two tiles ahead keep attention exact on the interpreter", "[pipelining][attention]") {
+  // One, two and three or more 128-key tiles per sequence: the prologue's second
+  // index load and the loop's iv + 2 load each fully masked off somewhere.
+  AttentionShape shape;
+  shape.queryLens = {1, 1, 1, 1, 2, 1};
+  shape.contextLens = {37, 130, 255, 300, 401, 129};
+  shape.seed = 7;
+  for (auto format : {attnjit::compiler::KvCacheFormat::Auto, attnjit::compiler::KvCacheFormat::Fp8E4M3,
+                      attnjit::compiler::KvCacheFormat::Int8PerTokenHead}) {
+    UnifiedAttentionConfig c = config(ScalarKind::BF16, 8, 2, 64, true);
+    c.tileSize = 128;
+    c.kvCacheFormat = format;
+    checkAfterPasses(c, shape);
+  }
+}
+
+TEST_CASE("prefetch_indices other than 0 or 1 is a clear error", "[pipelining]") {
+  const char* text = "kernel @k(%p: ptr<global, f32>) attributes {num_stages = 2, prefetch_indices = 2} {\n  return\n}\n";
+  auto module = attnjit::ir::parseModule(text, "k.tir");
+  if (!module) FAIL(module.diagnostic().str());
+  PipelineOptions options;
+  auto status = runPipeline(*(*module)->kernels()[0], options, nullptr);
+  REQUIRE_FALSE(status.isOk());
+  CHECK(status.diagnostic().message == "kernel @k: prefetch_indices must be 0 or 1, got 2");
+}
+
 TEST_CASE("the pipeliner leaves loops that store and loads that depend on the loop state", "[pipelining]") {
   // The loop stores through %p and loads from it: loading the next element early
   // would read it before this iteration's store.

@@ -1073,6 +1073,17 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   if (!config.asyncCopy) kernel->attrs().set("async_copy", int64_t{0});
   if (!config.sinkSlotReads) kernel->attrs().set("sink_slot_reads", int64_t{0});
   if (config.qInShared) kernel->attrs().set("shared_invariant_operands", int64_t{1});
+  // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
+  // converts them into the copy layouts anyway: decode tiles of 128 keys (8
+  // block numbers per thread there). With 64 keys, and in int4 rows' narrower
+  // copy layouts, it loads them again in each layout (at most 4 per thread),
+  // which a carried value cannot do: there the carried row would cost 4 more
+  // barriers per tile. H200, B=64 ctx 4096: fp8 per-tensor 0.157 -> 0.152 ms,
+  // fp8 / int8 per-token-head 0.231 -> 0.226 / 0.251 -> 0.250 (docs/perf-log.md,
+  // session 15).
+  if (config.numStages >= 2 && constants.tileSize >= 128 && !constants.prefillTiles() &&
+      config.kvCacheFormat != KvCacheFormat::Int4PerTokenHead)
+    kernel->attrs().set("prefetch_indices", int64_t{1});
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
   cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});

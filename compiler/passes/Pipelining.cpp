@@ -15,6 +15,19 @@
 // `lo < hi` / `iv + s < hi` term keeps the clones from touching memory the
 // original loop would not have read. Requested per kernel with the attribute
 // num_stages (Triton's knob): 1 or absent leaves the kernel alone; 2 pipelines.
+//
+// With the attribute prefetch_indices = 1, the pipelined loads that other
+// pipelined loads' addresses or masks depend on (index loads: the block numbers
+// of a paged KV tile) run one more iteration ahead: iteration i loads the
+// indices of tile i + 2 (guarded by iv + 2s < hi) and carries them, and tile i +
+// 1's copies at the top of iteration i address through the carried indices
+// instead of waiting for a load issued just before them. The prologue loads
+// tile lo's indices and data and tile lo + s's indices (guarded by lo + s < hi).
+// The carried indices are a loop-carried value, so layout assignment converts
+// them into each layout the copies use rather than loading them again in that
+// layout (what it does for a few loads per thread: 64-key decode and prefill
+// tiles), hence off by default: the unified-attention builder asks for it where
+// the block numbers are converted anyway (128-key decode tiles).
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -34,7 +47,8 @@ bool isMaskedTileLoad(const Operation& op) {
 
 class LoopPipeliner {
  public:
-  explicit LoopPipeliner(Operation& loop) : loop_(loop), body_(*loop.region(0)) {}
+  LoopPipeliner(Operation& loop, bool prefetchIndices)
+      : loop_(loop), body_(*loop.region(0)), prefetchIndices_(prefetchIndices) {}
 
   // Rewrites the loop when it has loads to pipeline; false when it has none.
   bool run() {
@@ -57,23 +71,61 @@ class LoopPipeliner {
     Value* iv = body_.argument(0);
     Block& parent = *loop_.parentBlock();
 
-    // Prologue: iteration lo's loads, guarded by lo < hi.
+    // Index loads (a tile's block numbers) run one iteration further ahead.
+    std::vector<Operation*> indexLoads = prefetchIndices_ ? findIndexLoads(loads, slice) : std::vector<Operation*>{};
+    std::vector<Operation*> indexSlice;
+    if (!indexLoads.empty()) {
+      std::set<const Operation*> indexNeeded;
+      for (Operation* load : indexLoads) addSlice(*load, indexNeeded);
+      for (Operation* op : slice)
+        if (indexNeeded.count(op)) indexSlice.push_back(op);
+    }
+
+    // Prologue: iteration lo's loads, guarded by lo < hi; then iteration lo +
+    // step's index loads, guarded by lo + step < hi.
     size_t at = indexInBlock(loop_);
     Inserter prologue{parent, at};
     Value* runs = prologue.cmp(CmpPredicate::Lt, lo, hi, "pipeline_first_runs");
     std::unordered_map<const Value*, Value*> firstMap{{iv, lo}};
     std::vector<Value*> firstLoads = cloneSlice(slice, loads, firstMap, prologue, runs, "_first");
+    std::vector<Value*> secondIndices;
+    if (!indexLoads.empty()) {
+      Value* secondIv = prologue.binary(Opcode::Add, lo, step, "pipeline_second_iv");
+      Value* secondRuns = prologue.cmp(CmpPredicate::Lt, secondIv, hi, "pipeline_second_runs");
+      std::unordered_map<const Value*, Value*> secondMap{{iv, secondIv}};
+      secondIndices = cloneSlice(indexSlice, indexLoads, secondMap, prologue, secondRuns, "_second");
+    }
 
-    // Top of the body: iteration iv + step's loads, guarded by iv + step < hi.
+    // Index values for iteration iv + step, loaded one iteration earlier.
+    std::vector<Value*> aheadIndices;
+    for (Operation* load : indexLoads) {
+      Value* original = load->result();
+      loop_.addOperand(secondIndices[aheadIndices.size()]);
+      aheadIndices.push_back(body_.addArgument(original->type(), original->name() + "_ahead"));
+      loop_.addResult(original->type(), original->name() + "_ahead_last");
+    }
+
+    // Top of the body: iteration iv + step's loads, guarded by iv + step < hi,
+    // their index loads replaced by the carried values; then iteration iv + 2 ·
+    // step's index loads, guarded by iv + 2 · step < hi.
     Inserter top{body_, 0};
     Value* nextIv = top.binary(Opcode::Add, iv, step, "pipeline_next_iv");
     Value* nextRuns = top.cmp(CmpPredicate::Lt, nextIv, hi, "pipeline_next_runs");
     std::unordered_map<const Value*, Value*> nextMap{{iv, nextIv}};
+    for (size_t i = 0; i < indexLoads.size(); ++i) nextMap[indexLoads[i]->result()] = aheadIndices[i];
     std::vector<Value*> nextLoads = cloneSlice(slice, loads, nextMap, top, nextRuns, "_next");
+    std::vector<Value*> afterNextIndices;
+    if (!indexLoads.empty()) {
+      Value* afterNextIv = top.binary(Opcode::Add, nextIv, step, "pipeline_after_next_iv");
+      Value* afterNextRuns = top.cmp(CmpPredicate::Lt, afterNextIv, hi, "pipeline_after_next_runs");
+      std::unordered_map<const Value*, Value*> afterNextMap{{iv, afterNextIv}};
+      afterNextIndices = cloneSlice(indexSlice, indexLoads, afterNextMap, top, afterNextRuns, "_after_next");
+    }
 
     // Carry the loaded tiles: new iter args replace the loads' uses in the body;
     // the yield passes the next iteration's tiles.
     Operation* yield = body_.back();
+    for (Value* afterNext : afterNextIndices) yield->addOperand(afterNext);
     for (size_t i = 0; i < loads.size(); ++i) {
       Value* original = loads[i]->result();
       loop_.addOperand(firstLoads[i]);
@@ -152,6 +204,22 @@ class LoopPipeliner {
     }
   }
 
+  // The pipelined loads whose results the address or mask of another pipelined
+  // load depends on (through the slice): a paged KV tile's block numbers. Loaded
+  // for the next iteration at the top of the body, their latency would sit
+  // between the top and the next tile's copies, which need them at once; loaded
+  // two iterations ahead, they arrive while a whole tile is computed.
+  std::vector<Operation*> findIndexLoads(const std::vector<Operation*>& loads, const std::vector<Operation*>& slice) {
+    std::set<const Operation*> feedsLoads;
+    for (Operation* load : loads)
+      for (size_t i = 0; i < 2; ++i)
+        if (auto it = producer_.find(load->operand(i)); it != producer_.end()) addSlice(*it->second, feedsLoads);
+    std::vector<Operation*> index;
+    for (Operation* op : slice)
+      if (feedsLoads.count(op) && std::find(loads.begin(), loads.end(), op) != loads.end()) index.push_back(op);
+    return index;
+  }
+
   void addSlice(const Operation& op, std::set<const Operation*>& needed) {
     if (!needed.insert(&op).second) return;
     for (Value* v : op.operands())
@@ -170,6 +238,11 @@ class LoopPipeliner {
     };
     std::unordered_map<const Operation*, Value*> loadClones;
     for (Operation* op : slice) {
+      // Already given (an index load's carried value): nothing to clone.
+      if (op->numResults() == 1 && map.count(op->result())) {
+        loadClones[op] = map.at(op->result());
+        continue;
+      }
       std::vector<Type> types;
       for (const auto& r : op->results()) types.push_back(r->type());
       std::unique_ptr<Operation> clone = cloneWithoutRegions(*op, types);
@@ -193,6 +266,7 @@ class LoopPipeliner {
 
   Operation& loop_;
   Block& body_;
+  bool prefetchIndices_;
   std::set<const Operation*> movable_;
   std::unordered_map<const Value*, Operation*> producer_;
 };
@@ -221,9 +295,19 @@ Status pipelineLoads(Kernel& kernel, const PassOptions&) {
     return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
                                                 " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
                                                 "tile's loads in flight during this tile's compute)");
+  // prefetch_indices = 1 loads index tiles (block numbers) two iterations
+  // ahead; absent or 0, for the next iteration like the data they address.
+  bool prefetchIndices = false;
+  if (const AttrValue* value = kernel.attrs().find("prefetch_indices")) {
+    const auto* flag = std::get_if<int64_t>(value);
+    if (!flag || (*flag != 0 && *flag != 1))
+      return Status::error(kernel.location(), "kernel @" + kernel.name() +
+                                                  ": prefetch_indices must be 0 or 1, got " + attrValueStr(*value));
+    prefetchIndices = *flag == 1;
+  }
   std::vector<Operation*> loops;
   collectLoops(kernel.body(), loops);
-  for (Operation* loop : loops) LoopPipeliner(*loop).run();
+  for (Operation* loop : loops) LoopPipeliner(*loop, prefetchIndices).run();
   return Status::ok();
 }
 
