@@ -145,6 +145,14 @@ void AxisInfo::analyzeOp(const Operation& op) {
     case Opcode::ConvertLayout:
       out = in(0);
       break;
+    case Opcode::Bitcast:
+      // A pointer keeps its byte address (divisibility counts bytes); runs of
+      // consecutive elements survive only when the pointee keeps its size.
+      if (!t.hasPointerElements()) break;
+      out = in(0);
+      if (storageBits(t.scalarKind()) != storageBits(op.operand(0)->type().scalarKind()))
+        std::fill(out.contiguity.begin(), out.contiguity.end(), 1);
+      break;
     case Opcode::Cast:
       if (isInteger(t.scalarKind()) && isInteger(op.operand(0)->type().scalarKind()) &&
           valueBits(t.scalarKind()) >= valueBits(op.operand(0)->type().scalarKind()))

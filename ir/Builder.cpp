@@ -143,7 +143,11 @@ Value* Builder::cast(Value* v, ScalarKind to, std::string name) {
 }
 
 Value* Builder::bitcast(Value* v, ScalarKind to, std::string name) {
-  return create(Opcode::Bitcast, {v}, {v->type().withScalarKind(to)}, {}, {std::move(name)})->result();
+  // Pointers keep their address space and change their pointee.
+  const Type& type = v->type();
+  const Type result = type.hasPointerElements() ? type.withElement(Type::pointer(to, type.addressSpace()))
+                                                : type.withScalarKind(to);
+  return create(Opcode::Bitcast, {v}, {result}, {}, {std::move(name)})->result();
 }
 
 Value* Builder::addPtr(Value* ptr, Value* offset, std::string name) {

@@ -394,6 +394,12 @@ Status interpretBitcast(ProgramContext& ctx, const CompiledOp& op) {
   const ScalarKind to = toType.scalarKind();
   const ElementClass fromClass = elementClass(fromType);
   const ElementClass toClass = elementClass(toType);
+  if (fromClass == ElementClass::Pointer && toClass == ElementClass::Pointer &&
+      !addressesNibbles(from) && !addressesNibbles(to)) {
+    // Byte addresses either way (the verifier rejects i4 pointees).
+    ctx.result(op).addresses = ctx.operand(op, 0).addresses;
+    return Status::ok();
+  }
   if (fromClass == ElementClass::Pointer || toClass == ElementClass::Pointer)
     return ctx.error(op, "cannot reinterpret pointers (" + fromType.str() + " to " + toType.str() + ")");
   if (valueBits(from) != valueBits(to))

@@ -111,8 +111,19 @@ Status verifyBitcast(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
   const Type& in = op.operand(0)->type();
   const Type& out = op.result()->type();
-  if (in.hasPointerElements() || out.hasPointerElements())
-    return opError(op, "cannot bitcast pointers (" + in.str() + " to " + out.str() + ")");
+  if (in.hasPointerElements() || out.hasPointerElements()) {
+    // A pointer to another pointee at the same byte address (e.g. a 4-byte scale
+    // inside a row of bytes). i4 pointers address nibbles, so they have none.
+    if (!in.hasPointerElements() || !out.hasPointerElements())
+      return opError(op, "cannot bitcast between pointers and values (" + in.str() + " to " + out.str() + ")");
+    if (in.addressSpace() != out.addressSpace())
+      return opError(op, "cannot bitcast pointers to another address space (" + in.str() + " to " + out.str() + ")");
+    if (in.scalarKind() == ScalarKind::I4 || out.scalarKind() == ScalarKind::I4)
+      return opError(op, "i4 pointers address nibbles and cannot be reinterpreted (" + in.str() + " to " +
+                             out.str() + ")");
+    return checkResultType(op, in.withElement(Type::pointer(out.scalarKind(), in.addressSpace())),
+                           "the operand's shape and layout");
+  }
   if (in.scalarKind() == ScalarKind::I1 || out.scalarKind() == ScalarKind::I1)
     return opError(op, "i1 has no bit representation to reinterpret (" + in.str() + " to " + out.str() +
                            "); use cast");

@@ -69,6 +69,24 @@ std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, Scalar
 
 }  // namespace
 
+TEST_CASE("per-token-head scales read as f32 or assembled from bytes, as the rows' alignment allows", "[attention][quant]") {
+  // D = 52 (int4: 56): rows of 56 (32) bytes, the scale loaded as an f32
+  // through a reinterpreted byte pointer; D = 50 (int4: 58, 29 + 4 bytes): rows
+  // that are not 4-byte multiples, the scale's four bytes loaded and assembled.
+  // Both through the whole pass pipeline, where the scales are pipelined.
+  for (KvCacheFormat format : {KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
+                               KvCacheFormat::Int4PerTokenHead}) {
+    const bool int4 = format == KvCacheFormat::Int4PerTokenHead;
+    for (bool aligned : {true, false}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+      c.headSize = int4 ? (aligned ? 56 : 58) : (aligned ? 52 : 50);
+      INFO("head size " << c.headSize << ", scale loaded as " << (aligned ? "f32" : "bytes"));
+      CHECK((c.kvStrideDivisibility() >= 4) == aligned);
+      runAndCheck(c, mixedBatch(11), /*afterPasses=*/true);
+    }
+  }
+}
+
 TEST_CASE("quantized KV caches: every format, f32/f16/bf16, causal and not", "[attention][quant]") {
   for (KvCacheFormat format : kQuantizedFormats)
     for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16})

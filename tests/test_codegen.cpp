@@ -191,10 +191,12 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
 }
 
 TEST_CASE("per-token-head scales are read as one 4-byte row per key and change layout once", "[codegen][quant]") {
-  // Each key's f32 scale is one [TILE, 4] byte tile, assembled in the layout it
-  // was loaded in; only the f32 goes to the score layout. (Four byte tiles each
-  // changed layout on their own: 43 barriers in the 128-key decode kernel, 31
-  // now; H200 B=64 ctx 4096: int8 0.392 -> 0.352 ms, fp8 0.392 -> 0.339.)
+  // Each key's f32 scale is one 4-byte load through the row's byte pointer
+  // reinterpreted as an f32 pointer; only that f32 goes to the score layout.
+  // (Four byte tiles each changed layout on their own: 43 barriers in the
+  // 128-key decode kernel, 31 with one [TILE, 4] byte tile; its bytes were
+  // then pulled apart right after the prefetch's load, so each tile waited for
+  // it: session 15.)
   for (auto format : {compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead,
                       compiler::KvCacheFormat::Int4PerTokenHead}) {
     compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[0];
@@ -203,12 +205,21 @@ TEST_CASE("per-token-head scales are read as one 4-byte row per key and change l
     INFO(config.kernelName());
     const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
     const std::string& tir = compiled.tirOptimized;
-    CHECK(tir.find("scale_byte0") == std::string::npos);
-    CHECK(countOf(tir, "%k_scale_bytes") > 0);
+    CHECK(tir.find("scale_bytes") == std::string::npos);
+    CHECK(countOf(tir, "= bitcast %k_scale_byte_ptrs") > 0);
     CHECK(countOf(tir, "= convert_layout %k_scale :") == 1);
     CHECK(countOf(tir, "= convert_layout %v_scale :") == 1);
+    CHECK(countOf(compiled.ptx, "ld.global.u8") == 0);
     CHECK(countOf(compiled.ptx, "bar.sync") <= 31);
   }
+  // A head size whose rows are not 4-byte multiples leaves the scale unaligned:
+  // its bytes are loaded one by one and assembled.
+  compiler::UnifiedAttentionConfig unaligned = decodeAndPrefill(32)[0];
+  unaligned.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  unaligned.headSize = 50;
+  const compiler::CompiledKernel compiled = compileAttention(unaligned, "sm_90a");
+  CHECK(countOf(compiled.tirOptimized, "%k_scale_bytes") > 0);
+  CHECK(countOf(compiled.tirOptimized, "= bitcast %k_scale_byte_ptrs") == 0);
 }
 
 namespace {

@@ -437,6 +437,27 @@ TEST_CASE("verifier rejects ill-typed elementwise ops", "[verifier]") {
     b.bitcast(mask, kI8);
     CHECK(f.error() == "'bitcast': i1 has no bit representation to reinterpret (tile<16xi1> to tile<16xi8>); use cast");
   }
+  SECTION("bitcast of pointers to another pointee keeps their address space") {
+    Value* bytes = f.kernel.addParameter(ptr(kI8), "bytes");
+    Value* floats = b.bitcast(b.splat(bytes, {16}), kF32);
+    CHECK(b.status().isOk());
+    CHECK(floats->type() == Type::tile({16}, Type::pointer(kF32)));
+  }
+  SECTION("bitcast between a pointer and a value") {
+    b.create(Opcode::Bitcast, {f.x}, {scalar(ScalarKind::I64)});
+    CHECK(f.error() == "'bitcast': cannot bitcast between pointers and values (ptr<global, f32> to i64)");
+  }
+  SECTION("bitcast of a pointer into another address space") {
+    b.create(Opcode::Bitcast, {f.x}, {Type::pointer(kF32, AddressSpace::Shared)});
+    CHECK(f.error() ==
+          "'bitcast': cannot bitcast pointers to another address space (ptr<global, f32> to ptr<shared, f32>)");
+  }
+  SECTION("bitcast of an i4 pointer") {
+    Value* packed = f.kernel.addParameter(ptr(kI4), "packed");
+    b.bitcast(packed, kI8);
+    CHECK(f.error() ==
+          "'bitcast': i4 pointers address nibbles and cannot be reinterpreted (ptr<global, i4> to ptr<global, i8>)");
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -409,15 +409,26 @@ std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::s
 
 Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize,
                                        const std::string& name) {
-  // The f32 scale's four bytes as one [TILE, 4] tile (4-byte aligned: rows are
-  // D + 4 bytes and D is a multiple of 4), assembled little-endian by a sum of
-  // shifted bytes along the row: one tile to copy, and one to bring into the
-  // score layout, where four byte tiles took a copy group, a wait and a barrier
-  // each.
+  // The f32 scale after the row's values, loaded as an f32 through the row's byte
+  // pointer reinterpreted (4-byte aligned: rows are D + 4 bytes and D is a
+  // multiple of 4): one 4-byte load per key, carried by the pipeliner as one
+  // register per thread. Loaded as four bytes and summed into an f32, the bytes
+  // of the next tile were pulled apart right after their load, at the end of
+  // the iteration that issued it, so each tile waited for that load (H200 ncu,
+  // session 15: the most sampled stall of the per-token-head kernels).
   const int64_t N = c_.tileSize;
-  const Type bytesI32 = Type::tile({N, 4}, i32());
   Value* scaleOffset = b_.add(slotOffset, b_.constInt(kvCacheScaleByteOffset(config_.kvCacheFormat, rowHeadSize),
                                                      slotOffset->type()), name + "_scale_offset");
+  if (config_.kvStrideDivisibility() >= 4) {
+    Value* scaleBytePointers = b_.addPtr(splatTo(rowBase, {N}), scaleOffset, name + "_scale_byte_ptrs");
+    Value* scalePointers = b_.bitcast(scaleBytePointers, ScalarKind::F32, name + "_scale_ptrs");
+    return b_.load(scalePointers, tileMask, b_.constFloat(0.0, Type::tile({N}, f32())), name + "_scale");
+  }
+  // Rows that are not 4-byte multiples (D or D/2 not a multiple of 4) leave the
+  // scale unaligned: its four bytes as one [TILE, 4] tile, assembled
+  // little-endian by a sum of shifted bytes along the row, in the layout they
+  // were loaded in, so that only the f32 moves to the score layout.
+  const Type bytesI32 = Type::tile({N, 4}, i32());
   Value* byteIndex = b_.arange(0, 4, name + "_scale_byte_index");
   Value* offsets = b_.add(asColumn(scaleOffset, 4), asRow(b_.cast(byteIndex, slotOffset->type().scalarKind()), N),
                           name + "_scale_byte_offsets");
