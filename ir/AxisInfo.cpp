@@ -174,9 +174,16 @@ void AxisInfo::analyzeOp(const Operation& op) {
       for (size_t d = 0; d < r; ++d) {
         const AxisFacts &a = in(0), &b = in(1);
         int64_t one = 0;
-        if (constantValue(kernel_, op.operand(1), one) && one == 1) out.contiguity[d] = a.contiguity[d];
-        else if (constantValue(kernel_, op.operand(0), one) && one == 1) out.contiguity[d] = b.contiguity[d];
-        out.divisibility[d] = std::min(a.divisibility[d] * b.divisibility[d], kMaxDivisibility);
+        const bool timesOne = constantValue(kernel_, op.operand(1), one) && one == 1;
+        const bool oneTimes = constantValue(kernel_, op.operand(0), one) && one == 1;
+        if (timesOne) out.contiguity[d] = a.contiguity[d];
+        else if (oneTimes) out.contiguity[d] = b.contiguity[d];
+        // A run's divisibility holds for its first element only ([2^n, 2^n + 1,
+        // ...]); scaled, every element starts a run of its own, so such an
+        // operand contributes 1 unless the product keeps its runs.
+        const int64_t aDiv = a.contiguity[d] > 1 && !timesOne ? 1 : a.divisibility[d];
+        const int64_t bDiv = b.contiguity[d] > 1 && !oneTimes ? 1 : b.divisibility[d];
+        out.divisibility[d] = std::min(aDiv * bDiv, kMaxDivisibility);
         out.constancy[d] = gcd(a.constancy[d], b.constancy[d]);
       }
       break;
@@ -187,7 +194,9 @@ void AxisInfo::analyzeOp(const Operation& op) {
         // A run of c consecutive values starting at a multiple of c divides to one value.
         int64_t run = std::min({a.contiguity[d], a.divisibility[d], c});
         out.constancy[d] = std::max(a.constancy[d], run == c ? c : int64_t{1});
-        out.divisibility[d] = std::max<int64_t>(1, a.divisibility[d] / c);
+        // A run longer than c divides into several values (start / c, start / c
+        // + 1, ...): only the first keeps the start's divisibility.
+        out.divisibility[d] = a.contiguity[d] > c ? 1 : std::max<int64_t>(1, a.divisibility[d] / c);
       }
       break;
     case Opcode::Rem:

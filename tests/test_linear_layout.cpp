@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "ir/AxisInfo.h"
+#include "ir/Builder.h"
 #include "ir/LinearLayout.h"
 
 using namespace attnjit::ir;
@@ -173,6 +174,49 @@ TEST_CASE("registers whose values a tile's constancy proves equal", "[layout][ax
   LinearLayout spread = row;
   spread.warp = {{2, 0, 0}, {12, 0, 0}};
   CHECK(equalValueRegisterBits(spread, {&sixteen}) == 0);
+}
+
+TEST_CASE("a pointer bitcast keeps byte divisibility and drops runs when the pointee's size changes", "[axis]") {
+  // Rows of 132 bytes (a per-token-head cache row) and, 128 bytes in, the
+  // row's f32 scale: 4-byte aligned pointers, one per row.
+  Kernel kernel("scales");
+  Attributes aligned;
+  aligned.set("align", int64_t{16});
+  Value* base = kernel.addParameter(Type::pointer(ScalarKind::I8), "rows", aligned);
+  Builder b(kernel);
+  Value* rowStarts = b.mul(b.arange(0, 16), b.splat(b.i32(132), {16}));
+  Value* bytes = b.addPtr(b.splat(base, {16, 4}),
+                          b.add(b.broadcast(b.expandDims(rowStarts, 1), {16, 4}),
+                                b.broadcast(b.expandDims(b.arange(0, 4), 0), {16, 4})));
+  Value* asWords = b.bitcast(bytes, ScalarKind::I32);   // 4 consecutive bytes are not 4 consecutive words
+  Value* sameSize = b.bitcast(bytes, ScalarKind::F8E4M3);  // the same size keeps the runs
+  REQUIRE(b.finish().isOk());
+  const AxisInfo axis(kernel);
+  CHECK(axis.facts(bytes).contiguity == std::vector<int64_t>{1, 4});
+  CHECK(axis.facts(asWords).contiguity == std::vector<int64_t>{1, 1});
+  CHECK(axis.facts(asWords).divisibility == axis.facts(bytes).divisibility);
+  CHECK(axis.facts(asWords).divisibility[0] == 4);
+  CHECK(axis.facts(sameSize).contiguity == std::vector<int64_t>{1, 4});
+}
+
+TEST_CASE("a run's divisibility belongs to its first element: scaled or divided, the others lose it", "[axis]") {
+  Kernel kernel("runs");
+  Builder b(kernel);
+  Value* keys = b.arange(0, 128);                             // 0, 1, 2, ...: runs of 128 from 0
+  Value* strided = b.mul(keys, b.splat(b.i32(132), {128}));  // 0, 132, 264, ...: every value a multiple of 4
+  Value* kept = b.mul(keys, b.splat(b.i32(1), {128}));       // times one: the run stays
+  Value* blocks = b.div(keys, b.splat(b.i32(16), {128}));    // 0 (x16), 1 (x16), ...: 1 is odd
+  Value* firstBlock = b.div(b.arange(0, 16), b.splat(b.i32(16), {16}));  // one run of 16 -> one value, 0
+  REQUIRE(b.finish().isOk());
+  const AxisInfo axis(kernel);
+  CHECK(axis.facts(strided).divisibility[0] == 4);
+  CHECK(axis.facts(strided).contiguity[0] == 1);
+  CHECK(axis.facts(kept).contiguity[0] == 128);
+  CHECK(axis.facts(kept).divisibility[0] == axis.facts(keys).divisibility[0]);
+  CHECK(axis.facts(blocks).divisibility[0] == 1);
+  CHECK(axis.facts(blocks).constancy[0] == 16);
+  CHECK(axis.facts(firstBlock).divisibility[0] > 1);
+  CHECK(axis.facts(firstBlock).constancy[0] == 16);
 }
 
 TEST_CASE("thread-major operands: each thread's k (or n) run is contiguous, the mma sees its own fragments",
