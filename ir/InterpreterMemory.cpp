@@ -124,6 +124,20 @@ class ElementAccess {
   IntWrapper wrap_;
 };
 
+// The GPU requires every access to be aligned to its element's size, which
+// addptr keeps and a pointer bitcast to a wider pointee may not.
+bool misaligned(uint64_t address, ScalarKind kind) {
+  if (addressesNibbles(kind)) return false;
+  const uint64_t bytes = static_cast<uint64_t>(storageBits(kind) / 8);
+  return bytes > 1 && address % bytes != 0;
+}
+
+Status misalignedAccess(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
+  return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
+                           " is misaligned (the GPU needs " + std::to_string(storageBits(kind) / 8) +
+                           "-byte alignment): " + ctx.memory().describe(address));
+}
+
 Status outOfBounds(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
   const uint64_t byteAddress = addressesNibbles(kind) ? address >> 1 : address;
   return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
@@ -174,6 +188,7 @@ Status interpretLoad(ProgramContext& ctx, const CompiledOp& op) {
     }
     const uint8_t* bytes = access.locate(ctx.memory(), pointers[e]);
     if (!bytes) return outOfBounds(ctx, op, e, pointers[e], kind);
+    if (misaligned(pointers[e], kind)) return misalignedAccess(ctx, op, e, pointers[e], kind);
     if (isFloatLoad)
       out.floats[e] = access.readFloat(bytes);
     else
@@ -198,6 +213,7 @@ Status interpretStore(ProgramContext& ctx, const CompiledOp& op) {
     if (!laneActive(mask, e)) continue;
     uint8_t* bytes = access.locate(ctx.memory(), pointers[e]);
     if (!bytes) return outOfBounds(ctx, op, e, pointers[e], kind);
+    if (misaligned(pointers[e], kind)) return misalignedAccess(ctx, op, e, pointers[e], kind);
     if (isFloatStore)
       access.writeFloat(bytes, values.floats[e]);
     else

@@ -770,6 +770,42 @@ TEST_CASE("out-of-bounds accesses are errors naming the buffer, program and elem
   }
 }
 
+TEST_CASE("pointers reinterpreted to a wider pointee read at their byte address and must stay aligned", "[interp]") {
+  // f32 values at byte offset `start` of a byte buffer, read through the bytes'
+  // pointers bitcast to f32 pointers (how per-token-head scales are read).
+  Kernel kernel("reinterpret");
+  Value* bytes = kernel.addParameter(ptrTo(ScalarKind::I8), "bytes");
+  Value* pout = kernel.addParameter(ptrTo(ScalarKind::F32), "out");
+  Value* start = kernel.addParameter(kI32, "start");
+  Builder b(kernel);
+  b.setLocation({"reinterpret.tir", 4, 3});
+  Value* offsets = b.add(b.mul(b.arange(0, 4), b.splat(b.i32(8), {4})), b.splat(start, {4}));
+  Value* floats = b.bitcast(pointersAt(b, bytes, offsets), ScalarKind::F32);
+  b.store(pointersAt(b, pout, b.arange(0, 4)), b.load(floats));
+  REQUIRE(b.finish().isOk());
+  std::vector<uint8_t> row(32, 0);
+  const float values[4] = {1.5f, -2.0f, 0.25f, 3.0e-5f};
+  for (int i = 0; i < 4; ++i) std::memcpy(row.data() + 8 * i + 4, &values[i], 4);
+  std::vector<float> out(4, 0.0f);
+  InterpreterMemory memory;
+  const uint64_t rowAddress = memory.map(row.data(), row.size(), "rows");
+  const uint64_t outAddress = memory.map(out.data(), out.size() * 4, "out");
+  SECTION("aligned") {
+    Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{4}}, memory);
+    INFO(status.message());
+    REQUIRE(status.isOk());
+    CHECK(out == std::vector<float>{1.5f, -2.0f, 0.25f, 3.0e-5f});
+  }
+  SECTION("misaligned") {
+    Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{2}}, memory);
+    REQUIRE_FALSE(status.isOk());
+    CHECK_THAT(status.message(), Catch::StartsWith("reinterpret.tir:4:3: error: load"));
+    CHECK_THAT(status.message(),
+               Catch::Contains("element 0 of f32 is misaligned (the GPU needs 4-byte alignment): byte offset 2 of "
+                               "buffer 'rows' (32 bytes)"));
+  }
+}
+
 TEST_CASE("arguments must match the parameters", "[interp]") {
   Kernel kernel("typed");
   Value* px = kernel.addParameter(ptrTo(ScalarKind::F32), "x");
