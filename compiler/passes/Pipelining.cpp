@@ -81,20 +81,23 @@ class LoopPipeliner {
         if (indexNeeded.count(op)) indexSlice.push_back(op);
     }
 
-    // Prologue: iteration lo's loads, guarded by lo < hi; then iteration lo +
-    // step's index loads, guarded by lo + step < hi.
-    size_t at = indexInBlock(loop_);
-    Inserter prologue{parent, at};
-    Value* runs = prologue.cmp(CmpPredicate::Lt, lo, hi, "pipeline_first_runs");
-    std::unordered_map<const Value*, Value*> firstMap{{iv, lo}};
-    std::vector<Value*> firstLoads = cloneSlice(slice, loads, firstMap, prologue, runs, "_first");
+    // Clones `ops` for the iteration whose induction variable is `at`, at
+    // `where`, the clones of `opLoads` guarded by at < hi; `map` holds values
+    // already at hand (carried index rows).
+    auto cloneFor = [&](Inserter& where, Value* at, const std::string& stage, const std::vector<Operation*>& ops,
+                        const std::vector<Operation*>& opLoads, std::unordered_map<const Value*, Value*> map) {
+      Value* runs = where.cmp(CmpPredicate::Lt, at, hi, "pipeline_" + stage + "_runs");
+      map[iv] = at;
+      return cloneSlice(ops, opLoads, map, where, runs, "_" + stage);
+    };
+
+    // Prologue: iteration lo's loads; then iteration lo + step's index loads.
+    Inserter prologue{parent, indexInBlock(loop_)};
+    std::vector<Value*> firstLoads = cloneFor(prologue, lo, "first", slice, loads, {});
     std::vector<Value*> secondIndices;
-    if (!indexLoads.empty()) {
-      Value* secondIv = prologue.binary(Opcode::Add, lo, step, "pipeline_second_iv");
-      Value* secondRuns = prologue.cmp(CmpPredicate::Lt, secondIv, hi, "pipeline_second_runs");
-      std::unordered_map<const Value*, Value*> secondMap{{iv, secondIv}};
-      secondIndices = cloneSlice(indexSlice, indexLoads, secondMap, prologue, secondRuns, "_second");
-    }
+    if (!indexLoads.empty())
+      secondIndices = cloneFor(prologue, prologue.binary(Opcode::Add, lo, step, "pipeline_second_iv"), "second",
+                               indexSlice, indexLoads, {});
 
     // Index values for iteration iv + step, loaded one iteration earlier.
     std::vector<Value*> aheadIndices;
@@ -105,22 +108,17 @@ class LoopPipeliner {
       loop_.addResult(original->type(), original->name() + "_ahead_last");
     }
 
-    // Top of the body: iteration iv + step's loads, guarded by iv + step < hi,
-    // their index loads replaced by the carried values; then iteration iv + 2 ·
-    // step's index loads, guarded by iv + 2 · step < hi.
+    // Top of the body: iteration iv + step's loads, their index loads replaced
+    // by the carried values; then iteration iv + 2 · step's index loads.
     Inserter top{body_, 0};
     Value* nextIv = top.binary(Opcode::Add, iv, step, "pipeline_next_iv");
-    Value* nextRuns = top.cmp(CmpPredicate::Lt, nextIv, hi, "pipeline_next_runs");
-    std::unordered_map<const Value*, Value*> nextMap{{iv, nextIv}};
-    for (size_t i = 0; i < indexLoads.size(); ++i) nextMap[indexLoads[i]->result()] = aheadIndices[i];
-    std::vector<Value*> nextLoads = cloneSlice(slice, loads, nextMap, top, nextRuns, "_next");
+    std::unordered_map<const Value*, Value*> aheadFor;
+    for (size_t i = 0; i < indexLoads.size(); ++i) aheadFor[indexLoads[i]->result()] = aheadIndices[i];
+    std::vector<Value*> nextLoads = cloneFor(top, nextIv, "next", slice, loads, std::move(aheadFor));
     std::vector<Value*> afterNextIndices;
-    if (!indexLoads.empty()) {
-      Value* afterNextIv = top.binary(Opcode::Add, nextIv, step, "pipeline_after_next_iv");
-      Value* afterNextRuns = top.cmp(CmpPredicate::Lt, afterNextIv, hi, "pipeline_after_next_runs");
-      std::unordered_map<const Value*, Value*> afterNextMap{{iv, afterNextIv}};
-      afterNextIndices = cloneSlice(indexSlice, indexLoads, afterNextMap, top, afterNextRuns, "_after_next");
-    }
+    if (!indexLoads.empty())
+      afterNextIndices = cloneFor(top, top.binary(Opcode::Add, nextIv, step, "pipeline_after_next_iv"), "after_next",
+                                  indexSlice, indexLoads, {});
 
     // Carry the loaded tiles: new iter args replace the loads' uses in the body;
     // the yield passes the next iteration's tiles.
