@@ -173,13 +173,17 @@ TEST_CASE("block numbers two tiles ahead keep attention exact on the interpreter
 }
 
 TEST_CASE("prefetch_indices other than 0 or 1 is a clear error", "[pipelining]") {
-  const char* text = "kernel @k(%p: ptr<global, f32>) attributes {num_stages = 2, prefetch_indices = 2} {\n  return\n}\n";
-  auto module = attnjit::ir::parseModule(text, "k.tir");
-  if (!module) FAIL(module.diagnostic().str());
-  PipelineOptions options;
-  auto status = runPipeline(*(*module)->kernels()[0], options, nullptr);
-  REQUIRE_FALSE(status.isOk());
-  CHECK(status.diagnostic().message == "kernel @k: prefetch_indices must be 0 or 1, got 2");
+  // Checked whether or not the kernel pipelines.
+  for (int stages : {1, 2}) {
+    const std::string text = "kernel @k(%p: ptr<global, f32>) attributes {num_stages = " + std::to_string(stages) +
+                             ", prefetch_indices = 2} {\n  return\n}\n";
+    auto module = attnjit::ir::parseModule(text, "k.tir");
+    if (!module) FAIL(module.diagnostic().str());
+    PipelineOptions options;
+    auto status = runPipeline(*(*module)->kernels()[0], options, nullptr);
+    REQUIRE_FALSE(status.isOk());
+    CHECK(status.diagnostic().message == "kernel @k: prefetch_indices must be 0 or 1, got 2");
+  }
 }
 
 TEST_CASE("the pipeliner leaves loops that store and loads that depend on the loop state", "[pipelining]") {

@@ -288,11 +288,6 @@ Status pipelineLoads(Kernel& kernel, const PassOptions&) {
                                                   attrValueStr(*value));
     stages = *n;
   }
-  if (stages == 1) return Status::ok();
-  if (stages != 2)
-    return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
-                                                " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
-                                                "tile's loads in flight during this tile's compute)");
   // prefetch_indices = 1 loads index tiles (block numbers) two iterations
   // ahead; absent or 0, for the next iteration like the data they address.
   bool prefetchIndices = false;
@@ -303,6 +298,11 @@ Status pipelineLoads(Kernel& kernel, const PassOptions&) {
                                                   ": prefetch_indices must be 0 or 1, got " + attrValueStr(*value));
     prefetchIndices = *flag == 1;
   }
+  if (stages == 1) return Status::ok();
+  if (stages != 2)
+    return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
+                                                " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
+                                                "tile's loads in flight during this tile's compute)");
   std::vector<Operation*> loops;
   collectLoops(kernel.body(), loops);
   for (Operation* loop : loops) LoopPipeliner(*loop, prefetchIndices).run();
