@@ -145,14 +145,21 @@ void AxisInfo::analyzeOp(const Operation& op) {
     case Opcode::ConvertLayout:
       out = in(0);
       break;
-    case Opcode::Bitcast:
+    case Opcode::Bitcast: {
       // A pointer keeps its byte address (divisibility counts bytes); runs of
-      // consecutive elements survive only when the pointee keeps its size.
+      // consecutive elements survive only when the pointee keeps its size. A
+      // run that does not survive leaves each of its elements (start + k·size)
+      // only the old element size's divisibility.
       if (!t.hasPointerElements()) break;
       out = in(0);
-      if (storageBits(t.scalarKind()) != storageBits(op.operand(0)->type().scalarKind()))
-        std::fill(out.contiguity.begin(), out.contiguity.end(), 1);
+      const int64_t fromBytes = storageBits(op.operand(0)->type().scalarKind()) / 8;
+      if (storageBits(t.scalarKind()) == fromBytes * 8) break;
+      for (size_t d = 0; d < r; ++d) {
+        if (out.contiguity[d] > 1) out.divisibility[d] = std::min(out.divisibility[d], std::max<int64_t>(1, fromBytes));
+        out.contiguity[d] = 1;
+      }
       break;
+    }
     case Opcode::Cast:
       if (isInteger(t.scalarKind()) && isInteger(op.operand(0)->type().scalarKind()) &&
           valueBits(t.scalarKind()) >= valueBits(op.operand(0)->type().scalarKind()))
