@@ -346,14 +346,17 @@ TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segme
     return;
   }
   std::vector<UnifiedAttentionConfig> configs;
-  for (KvCacheFormat format : kQuantizedFormats) {
-    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
-    c.numQueryHeads = 32;
-    c.numKvHeads = 8;
-    c.headSize = 128;
-    c.tileSize = 64;
-    configs.push_back(c);
-  }
+  // 64- and 128-key tiles; the op API decodes quantized caches with 128, whose
+  // kernels load their block numbers two tiles ahead (prefetch_indices).
+  for (KvCacheFormat format : kQuantizedFormats)
+    for (int tileSize : {64, 128}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+      c.numQueryHeads = 32;
+      c.numKvHeads = 8;
+      c.headSize = 128;
+      c.tileSize = tileSize;
+      configs.push_back(c);
+    }
   UnifiedAttentionConfig split = smallConfig(ScalarKind::F16, KvCacheFormat::Int4PerTokenHead);
   split.splitKv = true;
   split.outputLse = true;
