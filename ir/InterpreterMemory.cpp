@@ -72,6 +72,12 @@ class ElementAccess {
     return region ? region->data + (byteAddress & kOffsetMask) : nullptr;
   }
 
+  // The GPU requires every access to be aligned to its element's size (a power
+  // of two), which addptr keeps and a pointer bitcast to a wider pointee may not.
+  bool misaligned(uint64_t address) const {
+    return kind_ != ScalarKind::I4 && (address & static_cast<uint64_t>(bytes_ - 1)) != 0;
+  }
+
   int64_t readInt(const uint8_t* bytes, uint64_t address) const {
     switch (kind_) {
       case ScalarKind::I1:
@@ -123,14 +129,6 @@ class ElementAccess {
   int bytes_;
   IntWrapper wrap_;
 };
-
-// The GPU requires every access to be aligned to its element's size, which
-// addptr keeps and a pointer bitcast to a wider pointee may not.
-bool misaligned(uint64_t address, ScalarKind kind) {
-  if (addressesNibbles(kind)) return false;
-  const uint64_t bytes = static_cast<uint64_t>(storageBits(kind) / 8);
-  return bytes > 1 && address % bytes != 0;
-}
 
 Status misalignedAccess(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
   return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
@@ -188,7 +186,7 @@ Status interpretLoad(ProgramContext& ctx, const CompiledOp& op) {
     }
     const uint8_t* bytes = access.locate(ctx.memory(), pointers[e]);
     if (!bytes) return outOfBounds(ctx, op, e, pointers[e], kind);
-    if (misaligned(pointers[e], kind)) return misalignedAccess(ctx, op, e, pointers[e], kind);
+    if (access.misaligned(pointers[e])) return misalignedAccess(ctx, op, e, pointers[e], kind);
     if (isFloatLoad)
       out.floats[e] = access.readFloat(bytes);
     else
@@ -213,7 +211,7 @@ Status interpretStore(ProgramContext& ctx, const CompiledOp& op) {
     if (!laneActive(mask, e)) continue;
     uint8_t* bytes = access.locate(ctx.memory(), pointers[e]);
     if (!bytes) return outOfBounds(ctx, op, e, pointers[e], kind);
-    if (misaligned(pointers[e], kind)) return misalignedAccess(ctx, op, e, pointers[e], kind);
+    if (access.misaligned(pointers[e])) return misalignedAccess(ctx, op, e, pointers[e], kind);
     if (isFloatStore)
       access.writeFloat(bytes, values.floats[e]);
     else
