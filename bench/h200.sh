@@ -30,22 +30,25 @@ run "decode B=64 ctx 4096, vLLM's tiling" specs/bench.yaml \
 run "decode B=64 ctx 4096, split-KV 1024-key segments" bench/decode_split.yaml "${decode[@]}" --shape segment_tiles=16
 mixed=(--shape query_lens=1x64 --shape check_stride=5
   --shape context_lens=1951,5234,1681,3658,6891,8042,7226,3931,41,1322,1814,4706,1606,7367,188,8032,5148,3444,6508,4120,5696,5843,6166,1250,5577,1469,4786,4712,7494,2308,5062,405,6043,5956,7554,6917,1485,6533,8166,1907,6970,8045,6523,4237,6880,7851,415,3678,2113,800,1680,7035,7701,2333,7898,3750,1999,7484,7690,4112,6587,5040,7846,6585)
-# The op API sums each tile's rows across warps for such uneven full batches
-# (defer_row_sum: false keeps three CTAs per SM); the default kernel for comparison.
-run "decode B=64 ctx uniform 1..8192, 2D (op API: per-tile row sum)" bench/defer_row_sum.yaml \
+# The op API splits such uneven full batches (minSeqLen hint below 90% of
+# maxSeqLen) into segments of 3/8 of the longest (48 tiles of 64 keys for
+# 8192), with the per-tile row sum (defer_row_sum: false keeps three CTAs per
+# SM); the 2D kernels for comparison.
+run "decode B=64 ctx uniform 1..8192, split-KV 3072-key segments (op API)" bench/decode_split_mixed.yaml \
+  "${mixed[@]}" --shape segment_tiles=48
+run "decode B=64 ctx uniform 1..8192, 2D, per-tile row sum" bench/defer_row_sum.yaml \
   --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum "${mixed[@]}"
 run "decode B=64 ctx uniform 1..8192, 2D, per-column row sum" bench/decode.yaml "${mixed[@]}"
-run "decode B=64 ctx uniform 1..8192, split-KV" bench/decode_split.yaml "${mixed[@]}" --shape segment_tiles=32
 # That draw is heavy: mean seq_len 4743, 2.2 standard errors above the
 # distribution's 4096, so its K/V (1.24 GB) take 0.305 ms even at copy speed.
 # The stratified batch below has the distribution's mean (seq_len (i + 0.5) ·
 # 128 for i = 0..63, shuffled with seed 15): 1.07 GB (docs/perf-log.md, session 15).
 stratified=(--shape query_lens=1x64 --shape check_stride=5
   --shape context_lens=6719,831,703,4415,7231,6847,6207,575,4671,4799,1087,5311,7103,7999,3519,3647,5439,1599,7743,7487,6463,3135,1471,3903,5951,7615,6335,4927,7871,4031,2367,4543,8127,4159,2495,5055,2623,5183,1727,1855,6975,2111,3263,2239,2879,5823,3775,2751,959,7359,3007,5695,1215,5567,6591,447,191,1983,1343,319,6079,4287,63,3391)
-run "decode B=64 ctx stratified 1..8192 (mean 4096), 2D (op API)" bench/defer_row_sum.yaml \
+run "decode B=64 ctx stratified 1..8192 (mean 4096), split-KV 3072-key segments (op API)" \
+  bench/decode_split_mixed.yaml "${stratified[@]}" --shape segment_tiles=48
+run "decode B=64 ctx stratified 1..8192 (mean 4096), 2D, per-tile row sum" bench/defer_row_sum.yaml \
   --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum "${stratified[@]}"
-run "decode B=64 ctx stratified 1..8192 (mean 4096), split-KV 3072-key segments" bench/decode_split.yaml \
-  "${stratified[@]}" --shape segment_tiles=48
 run "decode B=8 ctx 32768, 2D" bench/decode.yaml --shape query_lens=1x8 --shape context_lens=32767x8
 run "decode B=8 ctx 32768, split into 5" bench/decode_split.yaml --shape query_lens=1x8 \
   --shape context_lens=32767x8 --shape segment_tiles=103

@@ -118,21 +118,46 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The caller's hints say the lengths are about equal (the shortest is at least
+// 90% of the longest); false when either hint is missing.
+bool lengthsEven(const PagedAttentionParams& p) {
+  return p.minSeqLen > 0 && p.maxSeqLen > 0 && int64_t{p.minSeqLen} * 10 >= int64_t{p.maxSeqLen} * 9;
+}
+
+// The hints say the lengths are uneven enough for the uneven-length rule
+// (pagedAttentionSplitPlan); f16/bf16 queries, the tilings it was measured on.
+bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
+  return p.dtype != ir::ScalarKind::F32 && p.minSeqLen > 0 && !lengthsEven(p) &&
+         p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
+}
+
 // The split plan for `p` whose variant before splitting is `config` (baseVariant).
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
   if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
-  int64_t segments = ceilDiv(2 * int64_t{sms}, programs);
-  segments = std::min<int64_t>({segments, ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys), kSplitKvMaxSegments});
-  // No more than the workspace holds for this batch.
-  while (segments >= 2 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) > p.workspaceBytes)
-    --segments;
-  if (segments < 2) return {};
   const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
-  const int64_t segmentTiles = ceilDiv(tiles, segments);
-  return {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+  const auto fitsWorkspace = [&](int64_t segments) {
+    return workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
+  };
+  const auto planOf = [&](int64_t segmentTiles) {
+    return SplitKvPlan{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+  };
+  // Fill the GPU: about two CTAs per SM.
+  const int64_t fillSegments = std::min<int64_t>(
+      {ceilDiv(2 * int64_t{sms}, programs), ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys), kSplitKvMaxSegments});
+  if (unevenLengthRuleApplies(p)) {
+    // Uneven lengths: no segment longer than 3/8 of the longest sequence.
+    const int64_t segmentTiles =
+        std::min(ceilDiv(tiles, fillSegments), ceilDiv(tiles * kUnevenSplitSegmentEighths, 8));
+    if (fitsWorkspace(ceilDiv(tiles, segmentTiles))) return planOf(segmentTiles);
+  }
+  // No more than the workspace holds for this batch.
+  int64_t segments = fillSegments;
+  while (segments >= 2 && !fitsWorkspace(segments)) --segments;
+  if (segments < 2) return {};
+  return planOf(ceilDiv(tiles, segments));
 }
 
 }  // namespace
@@ -143,7 +168,7 @@ namespace {
 
 // pagedAttentionCtasPerSm for the variant `config` the call runs.
 int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
-  if (p.minSeqLen <= 0 || p.maxSeqLen <= 0 || int64_t{p.minSeqLen} * 10 < int64_t{p.maxSeqLen} * 9) return 0;
+  if (!lengthsEven(p)) return 0;
   if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};

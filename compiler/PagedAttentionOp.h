@@ -100,19 +100,34 @@ struct PagedAttentionParams {
 // with 64-token KV tiles when every query is short (decode, mixed decode +
 // short chunks), 128 query rows over 8 warps when some sequence brings at least
 // 128 / (Hq/Hkv) query tokens (prefill), where K/V tiles are shared by 32 tokens.
-// splitKv is set when the call will split (see pagedAttentionSegments).
+// splitKv is set when the call will split (see pagedAttentionSplitPlan).
 compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& params);
 
 // The split-KV plan of a call: num_segments segments of segment_tiles KV tiles
-// each (num_segments = 1: a 2D launch). A decode-like batch of S sequences has
-// S·Hkv programs in 2D; when that is less than two per SM, each sequence is cut
-// into ceil(2·SMs / (S·Hkv)) segments (so the grid fills the GPU), but never into
-// segments shorter than kSplitKvMinSegmentKeys keys, never more than
-// kSplitKvMaxSegments, and never more than the workspace holds for this batch.
-// Measured on the H200 (docs/perf-log.md): splitting a batch that already fills
-// the GPU costs 19% (B=64, ctx 4096: 0.351 vs 0.294 ms) and gains only 5% with
-// mixed lengths, so full batches stay 2D. (vLLM: 16 segments for every sequence,
-// when num_seqs <= 128 / Hkv.)
+// each (num_segments = 1: a 2D launch). Two rules, for decode-like batches:
+// - Fill the GPU. A batch of S sequences has S·Hkv programs in 2D; when that is
+//   less than two per SM, each sequence is cut into ceil(2·SMs / (S·Hkv))
+//   segments, but never into segments shorter than kSplitKvMinSegmentKeys keys,
+//   never more than kSplitKvMaxSegments, and never more than the workspace holds
+//   for this batch. A batch of equal lengths that already fills the GPU stays
+//   2D: splitting it costs 19% (H200, B=64 ctx 4096: 0.351 vs 0.294 ms).
+// - Uneven lengths. When the hints say the lengths differ (minSeqLen known and
+//   below 90% of maxSeqLen, maxSeqLen at least kUnevenSplitMinMaxSeqLen, f16 or
+//   bf16 queries), no segment is longer than 3/8 of the longest sequence
+//   (kUnevenSplitSegmentEighths, rounded up to whole tiles), full batch or not.
+//   Grid z is the segment, so the CTAs that start last are the long sequences'
+//   third segments, a quarter of their keys, instead of whole long sequences,
+//   and the GPU's tail is short. H200, lengths uniform in 1..8192 (3072-key
+//   segments at 64-key tiles, 24 tiles of 128 for quantized caches):
+//   B=64, eight draws: 5–11% faster than 2D, 93–97% of copy bandwidth;
+//   B=128: 5–6%; B=256: 3%; B=32: 10% faster than the fill rule's two
+//   segments; 63 sequences of 8192 keys and one of 1: 14%; fp8 per-tensor and
+//   int8 per-token-head caches (one mean-4096 batch): 19–22%. Thirds of the
+//   longest (43 tiles) gain about half as much as 3/8 and halves lose to 2D
+//   (docs/perf-log.md, session 16).
+// The workspace bounds both: a plan it cannot hold falls back to fewer
+// segments (the fill rule) or 2D. (vLLM: 16 segments for every sequence, when
+// num_seqs <= 128 / Hkv.)
 struct SplitKvPlan {
   int numSegments = 1;
   int segmentTiles = 0;
@@ -136,6 +151,8 @@ int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perM
                                 int64_t reservedPerBlock, int64_t maxPerBlock);
 
 inline constexpr int kSplitKvMinSegmentKeys = 512;
+inline constexpr int kUnevenSplitSegmentEighths = 3;
+inline constexpr int kUnevenSplitMinMaxSeqLen = 3 * 1024;
 inline constexpr int kSplitKvMaxSegments = 64;
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
 

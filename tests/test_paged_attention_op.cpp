@@ -261,6 +261,61 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
   CHECK(ops::sharedBytesForCtasPerSm(1024, 1, 233472, 1024, 100000) == 1024);    // would exceed the block limit
 }
 
+TEST_CASE("paged attention op: batches of uneven lengths split into segments of at most 3/8", "[op]") {
+  auto p = fullDecodeBatch(8192);
+  p.minSeqLen = 1;
+  p.workspace = 0xB0000;
+  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 8192);
+  auto plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 3);   // 128 tiles of 64 keys: 48 + 48 + 32
+  CHECK(plan.segmentTiles == 48);
+  const auto mixed = ops::selectPagedAttentionVariant(p);
+  CHECK(mixed.splitKv);
+  CHECK(mixed.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum");
+  CHECK(validationMessage(p) == "ok");
+  p.maxSeqLen = 5000;  // 79 tiles: 30 + 30 + 19
+  plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 3);
+  CHECK(plan.segmentTiles == 30);
+  p.maxSeqLen = 3071;  // too short to be worth three launches' worth of segments
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.maxSeqLen = 8192;
+  p.minSeqLen = 0;  // unknown: could be equal lengths, where splitting costs 19%
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.minSeqLen = 7373;  // within 90% of the longest: equal lengths
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.minSeqLen = 7372;
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 3);
+  p.workspaceBytes = 64ull * 32 * 2 * (128 + 2) * 4 + 64;  // room for two segments only
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 8192);
+  p.batchInvariant = true;
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.batchInvariant = false;
+  p.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;  // 128-key tiles: 24 + 24 + 16
+  plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 3);
+  CHECK(plan.segmentTiles == 24);
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_3d_t128");
+  p.kvCacheFormat = compiler::KvCacheFormat::Auto;
+  p.dtype = ScalarKind::F32;  // not measured: 2D
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.dtype = ScalarKind::BF16;
+  p.numSeqs = p.numTokens = 32;  // 256 programs: the fill rule's 2 segments of 64 tiles, cut to 3/8
+  plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 3);
+  CHECK(plan.segmentTiles == 48);
+  p.numSeqs = p.numTokens = 4;  // 32 programs: the fill rule's 9 segments are finer
+  plan = ops::pagedAttentionSplitPlan(p);
+  CHECK(plan.numSegments == 9);
+  CHECK(plan.segmentTiles == 15);
+  p.numSeqs = p.numTokens = 64;
+  p.numTokens = 64 * 40;  // prefill tiling: never split
+  p.maxQueryLen = 40;
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+}
+
 TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA per SM does not matter", "[op]") {
   auto p = fullDecodeBatch(8192);
   p.minSeqLen = 8192;
@@ -278,6 +333,18 @@ TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA 
   p.numSms = 0;
   CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // no GPU information: the default
 }
+
+namespace {
+
+// Context lengths 0..maxContext spread over n sequences in a scrambled order.
+std::vector<int> unevenLengths(int n, int maxContext) {
+  std::vector<int> lengths(n);
+  for (int i = 0; i < n; ++i) lengths[i] = static_cast<int>((int64_t{i} * 1543 + 211) % (maxContext + 1));
+  lengths[n / 2] = maxContext;
+  return lengths;
+}
+
+}  // namespace
 
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {
   if (!tests::gpuPresent()) return;
@@ -304,6 +371,10 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       // 96 equal decodes (768 CTAs): launched with the shared memory that caps them at two per SM.
       {ScalarKind::BF16, true, std::vector<int>(96, 1), std::vector<int>(96, 700), compiler::KvCacheFormat::Auto,
        false, false, true},
+      // 40 decodes of uneven lengths up to 4000 (320 programs fill 132 SMs): the
+      // mixed-length rule splits them into three segments of 24 tiles.
+      {ScalarKind::BF16, true, std::vector<int>(40, 1), unevenLengths(40, 4000), compiler::KvCacheFormat::Auto, false,
+       true, true},
   };
   for (const auto& c : cases) {
     compiler::UnifiedAttentionConfig config;
@@ -367,7 +438,9 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     if (c.lengthsHint) {
       p.minSeqLen = p.maxSeqLen;
       for (size_t i = 0; i < c.queryLens.size(); ++i) p.minSeqLen = std::min(p.minSeqLen, c.queryLens[i] + c.contextLens[i]);
-      CHECK(ops::pagedAttentionCtasPerSm(p) == ops::kUniformDecodeCtasPerSm);  // 768 CTAs > 2 per SM of any GPU here
+      const bool even = int64_t{p.minSeqLen} * 10 >= int64_t{p.maxSeqLen} * 9;
+      // 768 CTAs > 2 per SM of any GPU here; uneven lengths keep every CTA that fits.
+      CHECK(ops::pagedAttentionCtasPerSm(p) == (even ? ops::kUniformDecodeCtasPerSm : 0));
     }
     if (compiler::isPerTensorFp8(c.format)) {
       p.kScale = device[bufferIndex("k_scale")].address();

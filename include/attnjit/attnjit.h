@@ -228,7 +228,9 @@ typedef struct attnjit_paged_attention_params {
   int num_blocks; /* blocks of the KV cache; required by check_bounds */
   /* shortest seq_len of the batch, or 0 (unknown): with max_seq_len it marks
    * batches of nearly equal lengths, which decode launches run at two CTAs
-   * per SM (faster there, slower with mixed lengths) */
+   * per SM (faster there, slower with mixed lengths), and batches of uneven
+   * lengths, which a call with a workspace splits into segments of at most
+   * 3/8 of the longest sequence */
   int min_seq_len;
 } attnjit_paged_attention_params;
 

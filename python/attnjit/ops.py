@@ -230,7 +230,9 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     kv_cache.shape[0], and the batch's lengths): a violation raises instead of
     reading out of bounds; it synchronizes the stream (debugging, not for CUDA
     graphs). min_seq_len (with max_seq_len; 0: unknown) marks batches of nearly
-    equal lengths, which decode launches run at two CTAs per SM."""
+    equal lengths, which decode launches run at two CTAs per SM, and batches of
+    uneven lengths, which a call with a workspace splits into segments of at
+    most 3/8 of the longest sequence."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
