@@ -126,8 +126,10 @@ bool lengthsEven(const PagedAttentionParams& p) {
 
 // The hints say the lengths are uneven enough for the uneven-length rule
 // (pagedAttentionSplitPlan); f16/bf16 queries, the tilings it was measured on.
+// A sliding window caps each sequence's work at the window whatever its length,
+// so the lengths say nothing about the tail there: such calls keep the fill rule.
 bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
-  return p.dtype != ir::ScalarKind::F32 && p.minSeqLen > 0 && !lengthsEven(p) &&
+  return p.dtype != ir::ScalarKind::F32 && p.slidingWindow == 0 && p.minSeqLen > 0 && !lengthsEven(p) &&
          p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
 }
 

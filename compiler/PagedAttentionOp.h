@@ -113,8 +113,9 @@ compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentio
 //   2D: splitting it costs 19% (H200, B=64 ctx 4096: 0.351 vs 0.294 ms).
 // - Uneven lengths. When the hints say the lengths differ (minSeqLen known and
 //   below 90% of maxSeqLen, maxSeqLen at least kUnevenSplitMinMaxSeqLen, f16 or
-//   bf16 queries), no segment is longer than 3/8 of the longest sequence
-//   (kUnevenSplitSegmentEighths, rounded up to whole tiles), full batch or not.
+//   bf16 queries, no sliding window), no segment is longer than 3/8 of the
+//   longest sequence (kUnevenSplitSegmentEighths, rounded up to whole tiles),
+//   full batch or not.
 //   Grid z is the segment, so the CTAs that start last are the long sequences'
 //   third segments, a quarter of their keys, instead of whole long sequences,
 //   and the GPU's tail is short. H200, lengths uniform in 1..8192 (3072-key

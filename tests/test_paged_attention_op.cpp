@@ -302,6 +302,9 @@ TEST_CASE("paged attention op: batches of uneven lengths split into segments of 
   p.dtype = ScalarKind::F32;  // not measured: 2D
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
   p.dtype = ScalarKind::BF16;
+  p.slidingWindow = 1024;  // every sequence's work is at most the window: lengths do not matter
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.slidingWindow = 0;
   p.numSeqs = p.numTokens = 32;  // 256 programs: the fill rule's 2 segments of 64 tiles, cut to 3/8
   plan = ops::pagedAttentionSplitPlan(p);
   CHECK(plan.numSegments == 3);
