@@ -173,17 +173,8 @@ ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& 
     }
     result.gbPerSecond = (*problem)->minimumBytes() / (result.medianMs * 1e6);
     result.tflops = (*problem)->flops() / (result.medianMs * 1e9);
-    // The copy ceiling: as many bytes as the kernel must move, read once and written once.
-    size_t copyBytes = static_cast<size_t>((*problem)->minimumBytes() / 2) & ~size_t{255};
-    auto source = runtime::DeviceBuffer::allocate(copyBytes);
-    auto target2 = runtime::DeviceBuffer::allocate(copyBytes);
-    if (source && target2 && copyBytes > 0) {
-      double copyMs = 0;
-      if (Status s = timeMedian(std::max(5, options.timedIterations / 2),
-                                [&] { return target2->copyFrom(*source, copyBytes); }, &copyMs);
-          s && copyMs > 0)
-        result.copyGbPerSecond = 2.0 * static_cast<double>(copyBytes) / (copyMs * 1e6);
-    }
+    result.copyGbPerSecond =
+        copyCeilingGbPerSecond((*problem)->minimumBytes(), std::max(5, options.timedIterations / 2));
   }
   return result;
 }

@@ -44,4 +44,20 @@ ir::Expected<std::string> localTarget();
 ir::Expected<GpuRunResult> runUnifiedAttentionGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape,
                                                   const GpuRunOptions& options);
 
+// The same problem run through the op API (ops::pagedAttention), as an engine
+// calls it: the variant's static parameters (dtype, heads, head sizes, block
+// size, cache format, score modifiers) with the batch's minSeqLen and maxSeqLen
+// hints and a workspace from pagedAttentionWorkspaceBytes, so the op picks the
+// tiling and the split plan itself (the variant's tiling options are ignored).
+// Timed calls include the op's host work (validation, kernel lookup, launches).
+struct PagedAttentionOpRun {
+  GpuRunResult run;          // check, timing; compile fields stay 0 (the op compiles inside)
+  std::string kernelName;    // the attention kernel the op chose
+  int numSegments = 1;       // its split plan (1: a 2D launch)
+  int segmentTiles = 0;
+  double firstCallMs = 0;    // the first call, compile or disk-cache load included, to completion
+};
+ir::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const UnifiedAttentionConfig& config,
+                                                         const AttentionShape& shape, const GpuRunOptions& options);
+
 }  // namespace attnjit::compiler

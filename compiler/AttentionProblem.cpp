@@ -618,6 +618,23 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     problem->launches_ = {attention};
   }
   data.lseStrideHead = lseStrideHead;
+  problem->layout_ = {logical.scale,
+                      numSeqs,
+                      numBlocks,
+                      *std::max_element(shape.queryLens.begin(), shape.queryLens.end()),
+                      *std::min_element(logical.seqLens.begin(), logical.seqLens.end()),
+                      *std::max_element(logical.seqLens.begin(), logical.seqLens.end()),
+                      numTokens,
+                      qStrideToken,
+                      qStrideHead,
+                      oStrideToken,
+                      oStrideHead,
+                      blockTableStride,
+                      kvStrideBlock,
+                      kvStrideKv,
+                      kvStrideToken,
+                      kvStrideHead,
+                      lseStrideHead};
 
   const double elementBytes = ir::storageBits(dtype) / 8.0;
   // One K row and one V row per (key, KV head).
@@ -651,6 +668,12 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
 ir::Expected<std::unique_ptr<ir::Kernel>> UnifiedAttentionProblem::buildKernel(const Launch& launch) const {
   if (launch.reduceSegments) return buildReduceSegments(reduceSegmentsFor(data_->config));
   return buildUnifiedAttention(data_->config);
+}
+
+int UnifiedAttentionProblem::bufferIndex(const std::string& label) const {
+  for (size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].label == label) return static_cast<int>(i);
+  return -1;
 }
 
 void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, AttentionRunResult& result,

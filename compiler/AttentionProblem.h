@@ -99,6 +99,18 @@ class UnifiedAttentionProblem {
   int64_t gridY() const { return launches_[0].gridY; }
   // Index of the lse buffer (output_lse), or -1.
   int lseBuffer() const { return lseBuffer_; }
+  // How the buffers are laid out, for a caller that launches through the op API
+  // (strides in elements, the cache's in cache elements, as PagedAttentionParams).
+  struct DeviceLayout {
+    double scale = 0;  // softmax scale
+    int numSeqs = 0, numBlocks = 0, maxQueryLen = 0, minSeqLen = 0, maxSeqLen = 0;
+    int64_t numTokens = 0;
+    int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0, blockTableStride = 0;
+    int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0, lseStrideHead = 0;
+  };
+  const DeviceLayout& deviceLayout() const { return layout_; }
+  // The index of the buffer labelled `label`, or -1.
+  int bufferIndex(const std::string& label) const;
   // Unique bytes of q, the K/V rows attended to and o; FLOPs as 4·D·Hq·(visible
   // keys summed over query tokens) — the counts shared/REFERENCE.md uses.
   double minimumBytes() const { return minimumBytes_; }
@@ -116,6 +128,7 @@ class UnifiedAttentionProblem {
   std::shared_ptr<Data> data_;
   std::vector<Buffer> buffers_;
   std::vector<Launch> launches_;
+  DeviceLayout layout_;
   int lseBuffer_ = -1;
   double minimumBytes_ = 0, flops_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/DeviceBuffer.h"
 #include "runtime/Stream.h"
 
 namespace attnjit::compiler {
@@ -48,6 +49,19 @@ ir::Status timeMedian(int iterations, const std::function<ir::Status()>& launch,
   std::sort(times.begin(), times.end());
   *medianMs = times[times.size() / 2];
   return ir::Status::ok();
+}
+
+double copyCeilingGbPerSecond(double minimumBytes, int iterations) {
+  const size_t copyBytes = static_cast<size_t>(minimumBytes / 2) & ~size_t{255};
+  if (copyBytes == 0) return 0;
+  auto source = runtime::DeviceBuffer::allocate(copyBytes);
+  auto destination = runtime::DeviceBuffer::allocate(copyBytes);
+  if (!source || !destination) return 0;
+  double copyMs = 0;
+  if (ir::Status s = timeMedian(iterations, [&] { return destination->copyFrom(*source, copyBytes); }, &copyMs);
+      !s || copyMs <= 0)
+    return 0;
+  return 2.0 * static_cast<double>(copyBytes) / (copyMs * 1e6);
 }
 
 }  // namespace attnjit::compiler

@@ -126,16 +126,8 @@ ir::Expected<GpuRunResult> runMlaDecodeGpu(const MlaDecodeConfig& config, const 
     if (Status s = timeMedian(options.timedIterations, launchAll, &result.medianMs); !s) return s;
     result.gbPerSecond = (*problem)->minimumBytes() / (result.medianMs * 1e6);
     result.tflops = (*problem)->flops() / (result.medianMs * 1e9);
-    const size_t copyBytes = static_cast<size_t>((*problem)->minimumBytes() / 2) & ~size_t{255};
-    auto source = runtime::DeviceBuffer::allocate(copyBytes);
-    auto destination = runtime::DeviceBuffer::allocate(copyBytes);
-    if (source && destination && copyBytes > 0) {
-      double copyMs = 0;
-      if (Status s = timeMedian(std::max(5, options.timedIterations / 2),
-                                [&] { return destination->copyFrom(*source, copyBytes); }, &copyMs);
-          s && copyMs > 0)
-        result.copyGbPerSecond = 2.0 * static_cast<double>(copyBytes) / (copyMs * 1e6);
-    }
+    result.copyGbPerSecond =
+        copyCeilingGbPerSecond((*problem)->minimumBytes(), std::max(5, options.timedIterations / 2));
   }
   return result;
 }

@@ -226,6 +226,11 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
       {{"run", f32, "--interpret", "--shape", "batch=4"}, "attnjit run: error: ", "batch"},
       {{"list", kSourceDir + "/tests/data/bad/wrong_type.yaml"}, kSourceDir + "/tests/data/bad/wrong_type.yaml:6:14: error: ",
        "'head_size' must be an integer, got 'abc'"},
+      // Checked before the driver is needed, so with or without a GPU.
+      {{"bench", specPath("merge_attn_states.yaml"), "--op"}, specPath("merge_attn_states.yaml") + ":",
+       "bench --op: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'; --op runs "
+       "unified_attention through ops::pagedAttention"},
+      {{"bench", f32, "--op=yes"}, "attnjit bench: error: ", "option '--op' takes no value"},
   };
   for (const Case& c : cases) {
     std::string line;

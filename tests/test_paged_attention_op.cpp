@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tests/test_tools.h"
+#include "compiler/AttentionGpu.h"
 #include "compiler/AttentionProblem.h"
 #include "compiler/PagedAttentionOp.h"
 #include "runtime/DeviceBuffer.h"
@@ -483,4 +484,36 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
     CHECK(result.passed);
   }
+}
+
+TEST_CASE("paged attention op: bench's op runner launches what the op picks and checks it", "[gpu][op]") {
+  if (!tests::gpuPresent()) return;
+  compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D=128, block 16
+  config.tileSize = 32;                     // ignored: the op picks the tiling
+  compiler::GpuRunOptions options;
+  options.timedIterations = 3;
+  compiler::AttentionShape uneven;
+  uneven.queryLens = std::vector<int>(40, 1);
+  uneven.contextLens = unevenLengths(40, 4000);
+  uneven.checkStride = 3;
+  auto split = compiler::runPagedAttentionOpGpu(config, uneven, options);
+  REQUIRE(split.isOk());
+  INFO(split->kernelName << ": " << split->run.check.detail);
+  CHECK(split->run.check.passed);
+  CHECK(split->kernelName == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum");
+  CHECK(split->numSegments >= 3);  // the uneven-length rule (more where a larger GPU's fill rule asks)
+  CHECK(split->run.medianMs > 0);
+  CHECK(split->run.copyGbPerSecond > 0);
+  CHECK(split->firstCallMs > 0);
+
+  compiler::AttentionShape prefill;
+  prefill.queryLens = {100, 3};
+  prefill.contextLens = {0, 50};
+  config.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;  // k_scale / v_scale found by their labels
+  auto run = compiler::runPagedAttentionOpGpu(config, prefill, options);
+  REQUIRE(run.isOk());
+  INFO(run->kernelName << ": " << run->run.check.detail);
+  CHECK(run->run.check.passed);
+  CHECK(run->numSegments == 1);
+  CHECK(run->kernelName.find("_m128") != std::string::npos);
 }

@@ -14,14 +14,39 @@
 namespace attnjit::compiler::cli {
 namespace {
 
+// bench --op: each variant's static parameters through ops::pagedAttention, which
+// picks the kernel and the split plan for the batch.
+int benchThroughOp(const std::vector<const Variant*>& variants, const AttentionShape& shape,
+                   const GpuRunOptions& options) {
+  std::printf("%-52s %9s %9s %8s %7s %8s | %s\n", "variant (through the op API)", "median ms", "GB/s", "TFLOP/s",
+              "copy%", "copyGB/s", "the op's kernel, split plan, first call");
+  int failures = 0;
+  for (const Variant* variant : variants) {
+    auto r = runPagedAttentionOpGpu(variant->attention, shape, options);
+    if (!r) {
+      reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
+      return kExitUserError;
+    }
+    const GpuRunResult& run = r->run;
+    failures += run.check.passed ? 0 : 1;
+    char plan[64] = "2D";
+    if (r->numSegments > 1)
+      std::snprintf(plan, sizeof plan, "%d segments of %d tiles", r->numSegments, r->segmentTiles);
+    std::printf("%-52s %9.4f %9.1f %8.1f %6.1f%% %8.1f | %s, %s, %.1f ms; %s (err %.2e)\n", variant->name.c_str(),
+                run.medianMs, run.gbPerSecond, run.tflops,
+                run.copyGbPerSecond > 0 ? 100.0 * run.gbPerSecond / run.copyGbPerSecond : 0.0, run.copyGbPerSecond,
+                r->kernelName.c_str(), plan, r->firstCallMs, run.check.passed ? "PASS" : "FAIL",
+                run.check.maxAbsError);
+    if (!run.check.passed) std::printf("  %s\n", run.check.detail.c_str());
+    std::fflush(stdout);
+  }
+  return failures == 0 ? kExitSuccess : kExitCheckFailed;
+}
+
 int runBench(const ParsedArguments& args) {
   auto path = singleInput(args, "bench", "spec file");
   if (!path) {
     reportError(path.diagnostic());
-    return kExitUserError;
-  }
-  if (!runtime::driverAvailable()) {
-    reportUsageError("bench", runtime::driverStatus().diagnostic().message);
     return kExitUserError;
   }
   auto spec = loadSpecForCommand(*path, "bench");
@@ -32,6 +57,19 @@ int runBench(const ParsedArguments& args) {
   auto selected = selectVariants(*spec, args, "bench");
   if (!selected) {
     reportError(selected.diagnostic());
+    return kExitUserError;
+  }
+  const bool throughOp = args.has("--op");
+  if (throughOp)
+    for (const Variant* variant : *selected)
+      if (variant->family != "unified_attention") {
+        reportError(ir::Diagnostic{variant->location, "bench --op: variant '" + variant->name + "' is of family '" +
+                                                          variant->family +
+                                                          "'; --op runs unified_attention through ops::pagedAttention"});
+        return kExitUserError;
+      }
+  if (!runtime::driverAvailable()) {
+    reportUsageError("bench", runtime::driverStatus().diagnostic().message);
     return kExitUserError;
   }
   AttentionShape shape = spec->shape;
@@ -51,6 +89,7 @@ int runBench(const ParsedArguments& args) {
     options.timedIterations = n;
   }
   std::printf("batch: %s\n", shape.str().c_str());
+  if (throughOp) return benchThroughOp(*selected, shape, options);
   std::printf("%-52s %9s %9s %8s %7s %8s %7s | %7s %7s %7s %7s | %4s %6s %s\n", "variant", "median ms", "GB/s",
               "TFLOP/s", "copy%", "copyGB/s", "grid", "passes", "llvm", "cubin", "warm", "regs", "smem", "check");
   int failures = 0;
@@ -83,7 +122,7 @@ Command benchCommand() {
   return Command{
       "bench",
       "Time each variant of a spec on the GPU (median of CUDA-event timings) with GB/s, TFLOP/s and compile times.",
-      "attnjit bench <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--iterations=N]",
+      "attnjit bench <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--iterations=N] [--op]",
       "Checks each kernel once against the float64 reference (on a sample of tokens when the\n"
       "batch sets check_stride), then times N launches (default 50) after 3 warm-up launches.\n"
       "Columns: median kernel time; GB/s of the unique bytes of q, K/V and o; TFLOP/s as\n"
@@ -93,12 +132,17 @@ Command benchCommand() {
       "build, alias lookup instead of the passes, entry read, module load). Stages a cache hit\n"
       "skipped print 0.\n"
       "Example (decode, B=64, ctx 4096):\n"
-      "  attnjit bench specs/bench.yaml --shape query_lens=1x64 --shape context_lens=4095x64\n",
+      "  attnjit bench specs/bench.yaml --shape query_lens=1x64 --shape context_lens=4095x64\n"
+      "With --op, each unified_attention variant runs through the op API (ops::pagedAttention)\n"
+      "as an engine calls it: its static parameters, the batch's min/max seq_len hints and a\n"
+      "workspace, so the op picks the kernel and the split-KV plan, which are printed; the\n"
+      "variant's tiling options are ignored, and the time includes the op's host work.\n",
       {
           {"--variant", "NAME", false, "only this variant"},
           {"--shape", "KEY=VALUE", true,
            "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats), seed=N, check_stride=N"},
           {"--iterations", "N", false, "timed launches (default 50)"},
+          {"--op", "", false, "run through the op API (unified_attention): its kernel and split choice"},
           {"--help", "", false, "show this help"},
       },
       runBench,
