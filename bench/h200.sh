@@ -66,6 +66,20 @@ run "decode B=64 ctx 4096, head sizes 80/96/112/128" bench/head_sizes_decode.yam
 # 0.384 ms 2D) and causal prefill 8 x 2048 (vLLM 5.42 ms).
 run "DiffKV 192/128 decode B=64 ctx 4096" bench/diffkv.yaml "${decode[@]}"
 run "DiffKV 192/128 prefill causal 8x2048" bench/diffkv_prefill.yaml "${prefill[@]}"
+# The op API as an engine calls it (bench --op: the batch's min/max seq_len
+# hints and a workspace; the op picks the kernel and split plan, printed):
+# decode, the two mixed batches, fp8 per-tensor and per-token-head caches on
+# the stratified batch, B=8 ctx 32768, and causal prefill.
+run "op API: decode B=64 ctx 4096" bench/decode.yaml --op "${decode[@]}"
+run "op API: decode B=64 ctx uniform 1..8192 (fixed draw)" bench/decode.yaml --op "${mixed[@]}"
+run "op API: decode B=64 ctx stratified 1..8192" bench/decode.yaml --op "${stratified[@]}"
+run "op API: decode stratified, quantized KV (tile 128)" bench/decode_quant_async.yaml --op "${stratified[@]}" \
+  --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_fp8_e4m3_t128
+run "op API: decode stratified, int8 per-token-head KV" bench/decode_quant_async.yaml --op "${stratified[@]}" \
+  --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_t128
+run "op API: decode B=8 ctx 32768" bench/decode.yaml --op --shape query_lens=1x8 --shape context_lens=32767x8
+run "op API: prefill causal 8x2048" bench/prefill.yaml --op "${prefill[@]}" \
+  --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_m128_qs
 # Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
 tokens=(--shape query_lens=16384 --shape context_lens=0)
 run "merge_attn_states T=16384 32 heads D=128 (op API: 4 warps)" bench/merge_attn_states.yaml \
