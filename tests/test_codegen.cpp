@@ -222,6 +222,28 @@ TEST_CASE("per-token-head scales are read as one 4-byte row per key and change l
   CHECK(countOf(compiled.tirOptimized, "= bitcast %k_scale_byte_ptrs") == 0);
 }
 
+TEST_CASE("4-byte-aligned cache rows are copied in 4-byte runs, 8 lanes to a row", "[codegen][quant][layouts]") {
+  // A per-token-head row (D + 4 bytes) is 4-byte aligned: each thread's run is
+  // one 4-byte access, repeated along the row, with the lanes of 16-byte runs
+  // (8 per 128-byte row), so a warp's copy instruction covers 32 contiguous
+  // bytes of each of 4 rows instead of 4 bytes at a 16-byte stride (session
+  // 16). Aligned rows (a bf16 cache) keep their 16-byte runs.
+  compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[0];
+  config.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  config.tileSize = 128;
+  const compiler::CompiledKernel quantized = compileAttention(config, "sm_90a");
+  INFO(quantized.tirOptimized);
+  CHECK(quantized.tirOptimized.find("%k_tile_next = load") != std::string::npos);
+  CHECK(std::regex_search(quantized.tirOptimized,
+                          std::regex(R"(%k_tile_next = load [^\n]*#blocked<spt=\[4,1\], tpw=\[8,4\], wpc=\[1,4\])")));
+  CHECK(std::regex_search(quantized.tirOptimized,
+                          std::regex(R"(%v_tile_next = load [^\n]*#blocked<spt=\[1,4\], tpw=\[4,8\], wpc=\[4,1\])")));
+  config.kvCacheFormat = compiler::KvCacheFormat::Auto;
+  config.tileSize = 64;
+  const compiler::CompiledKernel bf16 = compileAttention(config, "sm_90a");
+  CHECK(std::regex_search(bf16.tirOptimized, std::regex(R"(%k_tile_next = load [^\n]*#blocked<spt=\[8,1\])")));
+}
+
 namespace {
 std::string kvLoopPtx(const std::string& ptx);
 }  // namespace
