@@ -224,24 +224,8 @@ ir::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const UnifiedAttentionC
   };
 
   const auto& layout = (*problem)->deviceLayout();
-  ops::PagedAttentionParams p;
-  p.dtype = config.dtype;
-  p.numQueryHeads = config.numQueryHeads;
-  p.numKvHeads = config.numKvHeads;
-  p.headSize = config.headSize;
-  p.valueHeadSize = config.valueHeadSize;
-  p.blockSize = config.blockSize;
-  p.causal = config.causal;
-  p.kvCacheFormat = config.kvCacheFormat;
-  p.slidingWindow = config.slidingWindow;
-  p.softcap = config.softcap;
-  p.checkBounds = config.checkBounds;
+  ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(config, shape);
   p.numBlocks = layout.numBlocks;
-  p.numSeqs = layout.numSeqs;
-  p.numTokens = layout.numTokens;
-  p.maxQueryLen = layout.maxQueryLen;
-  p.maxSeqLen = layout.maxSeqLen;
-  p.minSeqLen = layout.minSeqLen;
   p.scale = static_cast<float>(layout.scale);
   p.out = address("out");
   p.q = address("q");

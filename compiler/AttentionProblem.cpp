@@ -619,12 +619,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   }
   data.lseStrideHead = lseStrideHead;
   problem->layout_ = {logical.scale,
-                      numSeqs,
                       numBlocks,
-                      *std::max_element(shape.queryLens.begin(), shape.queryLens.end()),
-                      *std::min_element(logical.seqLens.begin(), logical.seqLens.end()),
-                      *std::max_element(logical.seqLens.begin(), logical.seqLens.end()),
-                      numTokens,
                       qStrideToken,
                       qStrideHead,
                       oStrideToken,

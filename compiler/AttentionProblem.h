@@ -103,8 +103,7 @@ class UnifiedAttentionProblem {
   // (strides in elements, the cache's in cache elements, as PagedAttentionParams).
   struct DeviceLayout {
     double scale = 0;  // softmax scale
-    int numSeqs = 0, numBlocks = 0, maxQueryLen = 0, minSeqLen = 0, maxSeqLen = 0;
-    int64_t numTokens = 0;
+    int numBlocks = 0;
     int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0, blockTableStride = 0;
     int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0, lseStrideHead = 0;
   };

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "compiler/AttentionProblem.h"
 #include "compiler/CheckedLaunch.h"
 #include "compiler/DeviceTarget.h"
 #include "compiler/ReadyKernels.h"
@@ -165,6 +166,37 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
 }  // namespace
 
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) { return splitPlanFor(p, baseVariant(p)); }
+
+PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& config,
+                                               const compiler::AttentionShape& shape) {
+  PagedAttentionParams p;
+  p.dtype = config.dtype;
+  p.numQueryHeads = config.numQueryHeads;
+  p.numKvHeads = config.numKvHeads;
+  p.headSize = config.headSize;
+  p.valueHeadSize = config.valueHeadSize;
+  p.blockSize = config.blockSize;
+  p.causal = config.causal;
+  p.kvCacheFormat = config.kvCacheFormat;
+  p.slidingWindow = config.slidingWindow;
+  p.softcap = config.softcap;
+  p.checkBounds = config.checkBounds;
+  p.numSeqs = static_cast<int>(std::min(shape.queryLens.size(), shape.contextLens.size()));
+  for (int s = 0; s < p.numSeqs; ++s) {
+    const int queryLen = shape.queryLens[static_cast<size_t>(s)];
+    const int seqLen = queryLen + shape.contextLens[static_cast<size_t>(s)];
+    p.numTokens += queryLen;
+    p.maxQueryLen = std::max(p.maxQueryLen, queryLen);
+    p.maxSeqLen = std::max(p.maxSeqLen, seqLen);
+    p.minSeqLen = s == 0 ? seqLen : std::min(p.minSeqLen, seqLen);
+  }
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.headSize)));
+  if (config.alibi) p.alibiSlopes = kFeaturePlaceholder;
+  if (config.sinks) p.sinks = kFeaturePlaceholder;
+  if (config.outputLse) p.lse = kFeaturePlaceholder;
+  if (config.perSequenceCausal) p.causalFlags = kFeaturePlaceholder;
+  return p;
+}
 
 namespace {
 

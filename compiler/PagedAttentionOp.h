@@ -34,6 +34,10 @@
 #include "ir/Diagnostics.h"
 #include "runtime/Driver.h"
 
+namespace attnjit::compiler {
+struct AttentionShape;
+}  // namespace attnjit::compiler
+
 namespace attnjit::ops {
 
 struct PagedAttentionParams {
@@ -164,6 +168,18 @@ SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
 // workspace/workspaceBytes to every call; a smaller workspace only limits how
 // finely a batch is split.
 uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen);
+
+// A call's parameters for a spec variant's static parameters (`config`: dtype,
+// heads, head sizes, block size, cache format, score modifiers) and a batch
+// (`shape`) with both seq_len hints, as an engine would pass them; no device
+// pointers or strides, except that the optional pointers whose presence
+// selects the kernel (ALiBi slopes, sinks, LSE, per-sequence causal flags)
+// hold kFeaturePlaceholder where `config` turns the feature on. What
+// selectPagedAttentionVariant and pagedAttentionSplitPlan read; `attnjit
+// plan` prints their answers, `attnjit bench --op` fills in the rest.
+inline constexpr uint64_t kFeaturePlaceholder = 0x100;
+PagedAttentionParams pagedAttentionBatchParams(const compiler::UnifiedAttentionConfig& config,
+                                               const compiler::AttentionShape& shape);
 
 // Checks the arguments without touching the GPU: the variant is supported, the
 // batch is consistent, no pointer is null or misaligned, strides are positive

@@ -228,9 +228,14 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
        "'head_size' must be an integer, got 'abc'"},
       // Checked before the driver is needed, so with or without a GPU.
       {{"bench", specPath("merge_attn_states.yaml"), "--op"}, specPath("merge_attn_states.yaml") + ":",
-       "bench --op: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'; --op runs "
-       "unified_attention through ops::pagedAttention"},
+       "bench --op: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'; bench --op "
+       "takes unified_attention (ops::pagedAttention)"},
       {{"bench", f32, "--op=yes"}, "attnjit bench: error: ", "option '--op' takes no value"},
+      {{"plan", specPath("merge_attn_states.yaml")}, specPath("merge_attn_states.yaml") + ":",
+       "plan: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'"},
+      {{"plan", f32, "--sms=0"}, "attnjit plan: error: ", "--sms must be 1..100000, got '0'"},
+      {{"plan", f32, "--sms=12x"}, "attnjit plan: error: ", "--sms must be 1..100000, got '12x'"},
+      {{"plan", f32, "--shape", "query_lens=1,2"}, "attnjit plan: error: ", "context_lens"},
   };
   for (const Case& c : cases) {
     std::string line;
@@ -242,6 +247,31 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
     CHECK(r.err.find(c.stderrPart) != std::string::npos);
     CHECK(r.out.empty());
   }
+}
+
+TEST_CASE("cli: plan prints the kernel and split-KV plan the op would launch, without a GPU", "[cli]") {
+  const std::string decode = kSourceDir + "/bench/decode.yaml";
+  const std::vector<std::string> uneven = {"plan", decode, "--shape", "query_lens=1x64", "--shape",
+                                           "context_lens=0,8191x63", "--sms=132"};
+  CliResult r = runCli(uneven);
+  INFO(r.out << r.err);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("SMs: 132 (--sms)") != std::string::npos);
+  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum: 3 segments of 48 tiles (3072 "
+                   "keys), grid 80x8x3\n") != std::string::npos);
+  std::vector<std::string> noWorkspace = uneven;
+  noWorkspace.push_back("--no-workspace");
+  r = runCli(noWorkspace);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum: 2D, grid 80x8x1\n") !=
+        std::string::npos);
+  r = runCli({"plan", decode, "--shape", "query_lens=1x64", "--shape", "context_lens=4095x64", "--sms=132"});
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64: 2D, grid 80x8x1, at most 2 CTAs per SM\n") !=
+        std::string::npos);
+  r = runCli({"plan", decode, "--shape", "query_lens=1x4", "--shape", "context_lens=4095x4", "--sms=132"});
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("_3d_t64_rowsum: 8 segments of 8 tiles (512 keys), grid 5x8x8\n") != std::string::npos);
 }
 
 TEST_CASE("cli: run without a CUDA driver points to --interpret", "[cli]") {

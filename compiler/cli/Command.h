@@ -35,6 +35,7 @@ Command runCommand();
 Command inspectCommand();
 Command benchCommand();
 Command aotCommand();
+Command planCommand();
 
 // Prints `d` to stderr as "file:line:col: error: message".
 void reportError(const ir::Diagnostic& d);
@@ -49,5 +50,11 @@ ir::Expected<Spec> loadSpecForCommand(const std::string& path, const std::string
 // The variants a command works on: all, or the one --variant names.
 ir::Expected<std::vector<const Variant*>> selectVariants(const Spec& spec, const ParsedArguments& args,
                                                          const std::string& command);
+// The spec's batch with the --shape assignments applied, validated.
+ir::Expected<AttentionShape> shapeFromArguments(const Spec& spec, const ParsedArguments& args,
+                                               const std::string& command);
+// An error at the first variant that is not of family unified_attention, for
+// `what` (e.g. "bench --op") that works through the paged-attention op.
+ir::Status requireUnifiedAttention(const std::vector<const Variant*>& variants, const std::string& what);
 
 }  // namespace attnjit::compiler::cli

@@ -61,23 +61,20 @@ int runBench(const ParsedArguments& args) {
   }
   const bool throughOp = args.has("--op");
   if (throughOp)
-    for (const Variant* variant : *selected)
-      if (variant->family != "unified_attention") {
-        reportError(ir::Diagnostic{variant->location, "bench --op: variant '" + variant->name + "' is of family '" +
-                                                          variant->family +
-                                                          "'; --op runs unified_attention through ops::pagedAttention"});
-        return kExitUserError;
-      }
+    if (ir::Status s = requireUnifiedAttention(*selected, "bench --op"); !s) {
+      reportError(s.diagnostic());
+      return kExitUserError;
+    }
   if (!runtime::driverAvailable()) {
     reportUsageError("bench", runtime::driverStatus().diagnostic().message);
     return kExitUserError;
   }
-  AttentionShape shape = spec->shape;
-  for (const std::string& assignment : args.values("--shape"))
-    if (ir::Status s = shape.set(assignment); !s) {
-      reportUsageError("bench", "--shape " + assignment + ": " + s.diagnostic().message);
-      return kExitUserError;
-    }
+  auto parsedShape = shapeFromArguments(*spec, args, "bench");
+  if (!parsedShape) {
+    reportError(parsedShape.diagnostic());
+    return kExitUserError;
+  }
+  const AttentionShape& shape = *parsedShape;
   GpuRunOptions options;
   options.timedIterations = 50;
   if (args.has("--iterations")) {

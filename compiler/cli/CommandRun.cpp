@@ -48,17 +48,12 @@ int runRun(const ParsedArguments& args) {
     reportError(selected.diagnostic());
     return kExitUserError;
   }
-  AttentionShape shape = spec->shape;
-  for (const std::string& assignment : args.values("--shape")) {
-    if (ir::Status s = shape.set(assignment); !s) {
-      reportUsageError("run", "--shape " + assignment + ": " + s.diagnostic().message);
-      return kExitUserError;
-    }
-  }
-  if (ir::Status s = shape.validate(); !s) {
-    reportUsageError("run", "the batch (" + shape.str() + "): " + s.diagnostic().message);
+  auto parsedShape = shapeFromArguments(*spec, args, "run");
+  if (!parsedShape) {
+    reportError(parsedShape.diagnostic());
     return kExitUserError;
   }
+  const AttentionShape& shape = *parsedShape;
 
   std::string executor = "CPU interpreter";
   if (!interpret) {

@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "compiler/AttentionProblem.h"
 #include "compiler/NameSuggestion.h"
 #include "compiler/cli/Command.h"
 
@@ -55,6 +56,27 @@ ir::Expected<std::vector<const Variant*>> selectVariants(const Spec& spec, const
   if (std::string s = closestName(wanted, names); !s.empty()) message += "; did you mean '" + s + "'?";
   return ir::Diagnostic{ir::Location{"attnjit " + command, 0, 0},
                         message + " (see 'attnjit list " + spec.path + "')"};
+}
+
+ir::Expected<AttentionShape> shapeFromArguments(const Spec& spec, const ParsedArguments& args,
+                                               const std::string& command) {
+  const ir::Location at{"attnjit " + command, 0, 0};
+  AttentionShape shape = spec.shape;
+  for (const std::string& assignment : args.values("--shape"))
+    if (ir::Status s = shape.set(assignment); !s)
+      return ir::Diagnostic{at, "--shape " + assignment + ": " + s.diagnostic().message};
+  if (ir::Status s = shape.validate(); !s)
+    return ir::Diagnostic{at, "the batch (" + shape.str() + "): " + s.diagnostic().message};
+  return shape;
+}
+
+ir::Status requireUnifiedAttention(const std::vector<const Variant*>& variants, const std::string& what) {
+  for (const Variant* variant : variants)
+    if (variant->family != "unified_attention")
+      return ir::Status::error(variant->location, what + ": variant '" + variant->name + "' is of family '" +
+                                                      variant->family + "'; " + what +
+                                                      " takes unified_attention (ops::pagedAttention)");
+  return ir::Status::ok();
 }
 
 }  // namespace attnjit::compiler::cli

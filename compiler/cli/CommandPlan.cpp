@@ -1,0 +1,115 @@
+// attnjit plan: what the paged-attention op would launch for a batch (kernel,
+// split-KV plan, occupancy cap, grid), decided on the host without a GPU.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "compiler/AttentionProblem.h"
+#include "compiler/DeviceTarget.h"
+#include "compiler/PagedAttentionOp.h"
+#include "compiler/cli/Command.h"
+#include "runtime/Driver.h"
+
+namespace attnjit::compiler::cli {
+namespace {
+
+constexpr int kDefaultSms = 132;  // the H200's
+
+int runPlan(const ParsedArguments& args) {
+  auto path = singleInput(args, "plan", "spec file");
+  if (!path) {
+    reportError(path.diagnostic());
+    return kExitUserError;
+  }
+  auto spec = loadSpecForCommand(*path, "plan");
+  if (!spec) {
+    reportError(spec.diagnostic());
+    return kExitUserError;
+  }
+  auto selected = selectVariants(*spec, args, "plan");
+  if (!selected) {
+    reportError(selected.diagnostic());
+    return kExitUserError;
+  }
+  if (ir::Status s = requireUnifiedAttention(*selected, "plan"); !s) {
+    reportError(s.diagnostic());
+    return kExitUserError;
+  }
+  auto shape = shapeFromArguments(*spec, args, "plan");
+  if (!shape) {
+    reportError(shape.diagnostic());
+    return kExitUserError;
+  }
+  int sms = kDefaultSms;
+  std::string smsOrigin = "the H200's; --sms to change";
+  if (args.has("--sms")) {
+    const std::string text = args.value("--sms");
+    char* end = nullptr;
+    const long n = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || n < 1 || n > 100000) {
+      reportUsageError("plan", "--sms must be 1..100000, got '" + text + "'");
+      return kExitUserError;
+    }
+    sms = static_cast<int>(n);
+    smsOrigin = "--sms";
+  } else if (runtime::driverAvailable() && deviceZeroSmCount() > 0) {
+    sms = deviceZeroSmCount();
+    smsOrigin = "device 0's";
+  }
+  const bool withWorkspace = !args.has("--no-workspace");
+  std::printf("batch: %s\n", shape->str().c_str());
+  std::printf("SMs: %d (%s); workspace: %s\n", sms, smsOrigin.c_str(),
+              withWorkspace ? "pagedAttentionWorkspaceBytes for this batch" : "none (2D launches only)");
+  for (const Variant* variant : *selected) {
+    ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(variant->attention, *shape);
+    p.numSms = sms;
+    if (withWorkspace) {
+      p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads,
+                                                           variant->attention.effectiveValueHeadSize(), p.maxSeqLen);
+      if (p.workspaceBytes > 0) p.workspace = ops::kFeaturePlaceholder;
+    }
+    const UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(p);
+    const ops::SplitKvPlan plan = ops::pagedAttentionSplitPlan(p);
+    const int ctasPerSm = ops::pagedAttentionCtasPerSm(p);
+    std::string planText = "2D";
+    if (plan.numSegments > 1)
+      planText = std::to_string(plan.numSegments) + " segments of " + std::to_string(plan.segmentTiles) +
+                 " tiles (" + std::to_string(int64_t{plan.segmentTiles} * chosen.tileSize) + " keys)";
+    std::string occupancy = ctasPerSm > 0 ? ", at most " + std::to_string(ctasPerSm) + " CTAs per SM" : "";
+    std::printf("%s\n  -> %s: %s, grid %lldx%dx%d%s\n", variant->name.c_str(), chosen.kernelName().c_str(),
+                planText.c_str(),
+                static_cast<long long>(unifiedAttentionGridX(chosen, p.numSeqs, p.numTokens)), p.numKvHeads,
+                plan.numSegments, occupancy.c_str());
+  }
+  return kExitSuccess;
+}
+
+}  // namespace
+
+Command planCommand() {
+  return Command{
+      "plan",
+      "Show what the paged-attention op would launch for a batch: kernel, split-KV plan, occupancy; no GPU needed.",
+      "attnjit plan <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--sms=N] [--no-workspace]",
+      "For each unified_attention variant, the call an engine would make for the batch (the\n"
+      "variant's static parameters; the batch's min and max seq_len as hints; a workspace from\n"
+      "pagedAttentionWorkspaceBytes unless --no-workspace) goes through the op's host-side\n"
+      "choices, which are printed: the kernel (selectPagedAttentionVariant), the split-KV plan\n"
+      "(pagedAttentionSplitPlan: 2D, or N segments of T KV tiles), the grid and the CTAs-per-SM\n"
+      "cap of equal-length batches. The variant's own tiling options are ignored, as the op\n"
+      "ignores them. SMs: --sms, else device 0's, else the H200's 132. `attnjit bench --op`\n"
+      "runs and times the same calls on the GPU.\n"
+      "Example (decode, B=64, lengths uneven):\n"
+      "  attnjit plan bench/decode.yaml --shape query_lens=1x64 --shape context_lens=0,8191x63\n",
+      {
+          {"--variant", "NAME", false, "only this variant"},
+          {"--shape", "KEY=VALUE", true, "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats)"},
+          {"--sms", "N", false, "SMs to plan for (default: device 0's, else 132)"},
+          {"--no-workspace", "", false, "no split-KV workspace: 2D launches only"},
+          {"--help", "", false, "show this help"},
+      },
+      runPlan,
+  };
+}
+
+}  // namespace attnjit::compiler::cli
