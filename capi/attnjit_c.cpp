@@ -189,6 +189,8 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->checkBounds = c.check_bounds != 0;
   p->numBlocks = c.num_blocks;
   p->minSeqLen = c.min_seq_len;
+  p->alibiSqrt = c.alibi_sqrt != 0;
+  p->outputScale = c.output_scale;
   return ATTNJIT_OK;
 }
 

@@ -239,6 +239,7 @@ ir::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const UnifiedAttentionC
   p.alibiSlopes = address("alibi_slopes");
   p.sinks = address("sinks");
   p.lse = address("lse");
+  p.outputScale = address("output_scale");
   if (p.lse) p.lseStrideHead = layout.lseStrideHead;
   p.qStrideToken = layout.qStrideToken;
   p.qStrideHead = layout.qStrideHead;

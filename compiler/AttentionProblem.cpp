@@ -106,6 +106,8 @@ uint32_t nanBits(ScalarKind dtype) {
       return 0x7E00;
     case ScalarKind::BF16:
       return 0x7FC0;
+    case ScalarKind::F8E4M3:
+      return 0x7F;
     default:
       return 0x7FC00000;
   }
@@ -201,6 +203,13 @@ constexpr int32_t kUnusedBlockEntry = std::numeric_limits<int32_t>::max();
 // Per-tensor fp8 scales: inputs in [-1, 1] become values up to 128 and 64, well
 // inside e4m3's and e5m2's range, and the two differ so a swap is caught.
 constexpr float kKeyScale = 1.0f / 128, kValueScale = 1.0f / 64;
+
+// Half of e4m3's spacing at magnitude x (e4m3fn: 3 mantissa bits, normal from
+// 2^-6, subnormal spacing 2^-9): the most its round to nearest moves a value.
+double halfE4m3Spacing(double x) {
+  const int exponent = std::max(-6, std::ilogb(std::max(x, std::ldexp(1.0, -6))));
+  return std::ldexp(1.0, exponent - 4);
+}
 
 // A cache of `elements` pointer elements where every byte is 0xFF unless it is an
 // auto-format cache (then the dtype's NaN): NaN in fp8 (both formats) and in an
@@ -323,8 +332,18 @@ Status AttentionShape::set(const std::string& keyEqualsValue) {
     keyRamp = parsed;
     return Status::ok();
   }
+  if (key == "output_scale") {
+    const std::string text(value);
+    char* end = nullptr;
+    const double parsed = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !(parsed > 0) || parsed > 1e6 || parsed < 1e-6)
+      return shapeError("output_scale: '" + text + "' is not a number between 1e-6 and 1e6");
+    outputScale = parsed;
+    return Status::ok();
+  }
   return shapeError("unknown shape key '" + key +
-                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials or key_ramp)");
+                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials, key_ramp "
+                    "or output_scale)");
 }
 
 std::string AttentionShape::str() const {
@@ -332,7 +351,8 @@ std::string AttentionShape::str() const {
          " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "") +
          (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "") +
          (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "") +
-         (keyRamp != 0 ? " key_ramp=" + numberText(keyRamp) : "");
+         (keyRamp != 0 ? " key_ramp=" + numberText(keyRamp) : "") +
+         (outputScale != kDefaultOutputScale ? " output_scale=" + numberText(outputScale) : "");
 }
 
 Status AttentionShape::validate() const {
@@ -369,6 +389,7 @@ struct UnifiedAttentionProblem::Data {
   int64_t numTokens = 0;
   int64_t oStrideToken = 0, oStrideHead = 0;
   int checkStride = 1;
+  int outputScaleBuffer = -1;  // output_fp8: the index of the output_scale buffer
 };
 
 ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::create(
@@ -397,6 +418,7 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   logical.scale = 1.0 / std::sqrt(static_cast<double>(D));
   logical.slidingWindow = config.slidingWindow;
   logical.softcap = config.softcap;
+  logical.alibiSqrt = config.alibiSqrt;
   logical.cuSeqlensQ.push_back(0);
   for (int s = 0; s < numSeqs; ++s) {
     logical.cuSeqlensQ.push_back(logical.cuSeqlensQ.back() + shape.queryLens[static_cast<size_t>(s)]);
@@ -523,7 +545,8 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   }
   std::vector<int32_t> seqLens(logical.seqLens.begin(), logical.seqLens.end());
   std::vector<int32_t> cuSeqlensQ(logical.cuSeqlensQ.begin(), logical.cuSeqlensQ.end());
-  TypedBuffer out(dtype, static_cast<size_t>(numTokens * oStrideToken));  // all NaN until written
+  const ScalarKind outKind = config.outputFp8 ? ScalarKind::F8E4M3 : dtype;
+  TypedBuffer out(outKind, static_cast<size_t>(numTokens * oStrideToken));  // all NaN until written
   // Per-sequence causal flags: alternating, starting causal, with one flag byte of
   // 2 (any nonzero value means causal).
   std::vector<int8_t> causalFlags;
@@ -568,6 +591,11 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
   };
   if (config.alibi) perHeadBuffer("alibi_slopes", 0.25, /*positive=*/true, logical.alibiSlopes);
   if (config.sinks) perHeadBuffer("sinks", 2.0, /*positive=*/false, logical.sinks);
+  if (config.outputFp8) {
+    data.outputScaleBuffer = static_cast<int>(buffers.size());
+    const float outputScale = static_cast<float>(shape.outputScale);
+    buffers.push_back({"output_scale", bytesOf(&outputScale, sizeof outputScale)});
+  }
   // LSE [Hq, num_tokens] with a padded head stride, poisoned.
   const int64_t lseStrideHead = numTokens + 5;
   if (config.outputLse) {
@@ -601,12 +629,15 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
     poisonedF32("segm_max", rows);
     poisonedF32("segm_expsum", rows);
     attention.pointers = {segmOutput, segmOutput + 1, segmOutput + 2};
+    // Stage 1 writes scratch only: the LSE and the fp8 output scale are stage 2's.
     for (size_t i = 1; i < attentionPointers; ++i)
-      if (static_cast<int>(i) != problem->lseBuffer_) attention.pointers.push_back(i);
+      if (static_cast<int>(i) != problem->lseBuffer_ && static_cast<int>(i) != data.outputScaleBuffer)
+        attention.pointers.push_back(i);
     Launch reduce;
     reduce.reduceSegments = true;
     reduce.pointers = {0, segmOutput, segmOutput + 1, segmOutput + 2};
     if (config.outputLse) reduce.pointers.push_back(static_cast<size_t>(problem->lseBuffer_));
+    if (config.outputFp8) reduce.pointers.push_back(static_cast<size_t>(data.outputScaleBuffer));
     reduce.scalars = {numSegments, oStrideToken, oStrideHead};
     if (config.outputLse) reduce.scalars.push_back(lseStrideHead);
     reduce.gridX = numTokens;
@@ -653,7 +684,9 @@ ir::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProblem::
                                         static_cast<double>(queryLen) * static_cast<double>(queryLen + 1) / 2
                                   : static_cast<double>(queryLen) * static_cast<double>(seqLen);
   }
-  problem->minimumBytes_ = elementBytes * static_cast<double>(numTokens * Hq * (D + Dv)) +
+  const double outElementBytes = ir::storageBits(outKind) / 8.0;
+  problem->minimumBytes_ = elementBytes * static_cast<double>(numTokens * Hq * D) +
+                           outElementBytes * static_cast<double>(numTokens * Hq * Dv) +
                            keys * static_cast<double>(Hkv) * cacheRowBytes;
   // 2·Dqk FLOPs per score and 2·Dv per P·V term: 4·D·Hq per visible pair when equal.
   problem->flops_ = 2.0 * static_cast<double>((D + Dv) * Hq) * visiblePairs;
@@ -675,12 +708,23 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
                                     const std::vector<uint8_t>* lse) const {
   const Data& data = *data_;
   const ScalarKind dtype = data.config.dtype;
+  const ScalarKind outKind = data.config.outputFp8 ? ScalarKind::F8E4M3 : dtype;
   const int64_t Hq = data.config.numQueryHeads, D = data.config.effectiveValueHeadSize();  // output rows are V-sized
   result.tolerance = attentionTolerance(dtype);
   result.outputStrideToken = data.oStrideToken;
   result.maxAbsError = 0;
   result.maxRelError = 0;
-  TypedBuffer out(dtype, output.size() / static_cast<size_t>(ir::storageBits(dtype) / 8));
+  // fp8 output holds e4m3(o / output_scale), saturated at ±448: it is compared
+  // in o's units, got·scale against the reference clamped to ±448·scale, and
+  // the error counts only beyond e4m3's own rounding of the value the kernel
+  // computed (within the data type's tolerance of the reference).
+  double outputScale = 1;
+  if (data.config.outputFp8) {
+    float stored = 0;
+    std::memcpy(&stored, buffers_[static_cast<size_t>(data.outputScaleBuffer)].bytes.data(), sizeof stored);
+    outputScale = stored;
+  }
+  TypedBuffer out(outKind, output.size() / static_cast<size_t>(ir::storageBits(outKind) / 8));
   std::memcpy(out.data(), output.data(), output.size());
   std::vector<double> expectedLse;
   const std::vector<double> expected = reference::referenceAttention(data.logical, data.checkStride, &expectedLse);
@@ -697,15 +741,23 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
   for (int64_t t = 0; t < data.numTokens; ++t)
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t d = 0; d < D; ++d) {
-        const double got = out.get(static_cast<size_t>(t * data.oStrideToken + h * data.oStrideHead + d));
-        const double want = expected[static_cast<size_t>((t * Hq + h) * D + d)];
+        double got = out.get(static_cast<size_t>(t * data.oStrideToken + h * data.oStrideHead + d));
+        double want = expected[static_cast<size_t>((t * Hq + h) * D + d)];
+        double roundingAllowance = 0;
+        if (data.config.outputFp8 && std::isfinite(got) && std::isfinite(want)) {
+          const double limit = 448 * outputScale;
+          want = std::clamp(want, -limit, limit);
+          roundingAllowance =
+              outputScale * halfE4m3Spacing((std::abs(want) + result.tolerance) / outputScale);
+          got *= outputScale;
+        }
         if (!std::isfinite(got)) {
           if (allFinite) result.detail = "non-finite output at " + describeElement(t, h, d, got, want);
           allFinite = false;
           continue;
         }
         if (!std::isfinite(want)) continue;  // a token outside the checked sample
-        const double err = std::abs(got - want);
+        const double err = std::max(0.0, std::abs(got - want) - roundingAllowance);
         result.maxRelError = std::max(result.maxRelError, err / (std::abs(want) + 1e-3 * maxAbsReference));
         if (err > result.maxAbsError || worst.empty()) {
           result.maxAbsError = err;
@@ -715,7 +767,7 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
   bool paddingIntact = true;
   for (int64_t t = 0; t < data.numTokens && paddingIntact; ++t)
     for (int64_t i = Hq * D; i < data.oStrideToken; ++i)
-      if (out.getBits(static_cast<size_t>(t * data.oStrideToken + i)) != nanBits(dtype)) {
+      if (out.getBits(static_cast<size_t>(t * data.oStrideToken + i)) != nanBits(outKind)) {
         paddingIntact = false;
         if (allFinite) result.detail = "the kernel wrote padding after token " + std::to_string(t) + "'s output row";
         break;

@@ -33,8 +33,13 @@ struct AttentionShape {
   // so scores grow along the keys and a row's running maximum keeps moving (the
   // online softmax's rescaling under test). 0: plain random keys.
   double keyRamp = 0;
+  // Unified attention with fp8 output: the output_scale passed (rounded to f32).
+  // The default turns outputs in (-1, 1) into e4m3 values in (-256, 256), the
+  // top of its range short of saturation (448); smaller scales saturate.
+  static constexpr double kDefaultOutputScale = 1.0 / 256;
+  double outputScale = kDefaultOutputScale;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
-  // check_stride=N, segment_tiles=N, num_partials=N, key_ramp=X); a list entry "VxN" repeats V N times
+  // check_stride=N, segment_tiles=N, num_partials=N, key_ramp=X, output_scale=X); a list entry "VxN" repeats V N times
   // (query_lens=1x64). The error names the key.
   ir::Status set(const std::string& keyEqualsValue);
   // "query_lens=1,17,40 context_lens=33,0,70 seed=1" (each part accepted by set();

@@ -75,6 +75,8 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.slidingWindow = p.slidingWindow;
   config.softcap = p.softcap;
   config.alibi = p.alibiSlopes != 0;
+  config.alibiSqrt = p.alibiSqrt;
+  config.outputFp8 = p.outputScale != 0;
   config.sinks = p.sinks != 0;
   config.perSequenceCausal = p.causalFlags != 0;
   config.outputLse = p.lse != 0;
@@ -192,8 +194,10 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
   }
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.headSize)));
   if (config.alibi) p.alibiSlopes = kFeaturePlaceholder;
+  p.alibiSqrt = config.alibiSqrt;
   if (config.sinks) p.sinks = kFeaturePlaceholder;
   if (config.outputLse) p.lse = kFeaturePlaceholder;
+  if (config.outputFp8) p.outputScale = kFeaturePlaceholder;
   if (config.perSequenceCausal) p.causalFlags = kFeaturePlaceholder;
   return p;
 }
@@ -268,6 +272,8 @@ Status checkPointer(const char* name, uint64_t pointer, uint64_t alignment, bool
 
 // The checks of validatePagedAttention for the variant already selected.
 Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, const SplitKvPlan& plan) {
+  // The op's own name for what the config calls `alibi`.
+  if (p.alibiSqrt && p.alibiSlopes == 0) return argumentError("alibi_sqrt needs alibi_slopes (its slopes)");
   if (Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
   if (p.numSeqs < 1) return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
   if (p.numTokens < p.numSeqs)
@@ -306,7 +312,7 @@ Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& 
     return argumentError(std::string("k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is ") +
                          compiler::kvCacheFormatName(p.kvCacheFormat));
   for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
-                                      std::pair{"lse", p.lse}})
+                                      std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale}})
     if (Status s = checkPointer(name, pointer, 4, false); !s) return s;
   if (p.lse != 0 && p.lseStrideHead < p.numTokens)
     return argumentError("lse_stride_head (" + std::to_string(p.lseStrideHead) + ") must be at least num_tokens (" +
@@ -357,11 +363,15 @@ Status launchReduce(const PagedAttentionParams& p, const UnifiedAttentionConfig&
   const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
   auto reducer = compiler::readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
   if (!reducer) return reducer.status();
-  uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
+  // In the kernel's order (compiler/kernels/ReduceSegments.h).
+  uint64_t reducePointers[6] = {p.out, segmOutput, segmMax, segmExpsum};
+  int numPointers = 4;
+  if (reduce.outputLse) reducePointers[numPointers++] = p.lse;
+  if (reduce.outputFp8) reducePointers[numPointers++] = p.outputScale;
   int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};
-  void* reduceParams[9];
+  void* reduceParams[10];
   int n = 0;
-  for (int i = 0; i < (reduce.outputLse ? 5 : 4); ++i) reduceParams[n++] = &reducePointers[i];
+  for (int i = 0; i < numPointers; ++i) reduceParams[n++] = &reducePointers[i];
   reduceParams[n++] = &numSegments;
   for (int i = 0; i < (reduce.outputLse ? 3 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
   runtime::LaunchConfig reduceLaunch;
@@ -393,7 +403,9 @@ Status pagedAttention(const PagedAttentionParams& p) {
   const uint64_t segmExpsum = segmMax + scratch.rowBytes;
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  uint64_t pointers[16];  // at most 15: 3 (split) + 5 + causal flags + 2 scales + ALiBi + sinks + LSE + record
+  // At most 14: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, ALiBi,
+  // sinks, output scale and LSE (2D), record.
+  uint64_t pointers[16];
   int numPointers = 0;
   if (config.splitKv) {
     pointers[numPointers++] = segmOutput;
@@ -410,6 +422,7 @@ Status pagedAttention(const PagedAttentionParams& p) {
   }
   if (config.alibi) pointers[numPointers++] = p.alibiSlopes;
   if (config.sinks) pointers[numPointers++] = p.sinks;
+  if (config.outputFp8 && !config.splitKv) pointers[numPointers++] = p.outputScale;
   if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
   const int recordPointer = numPointers;  // bounds_record (checked): filled in by runBoundsChecked
   if (config.checkBounds) pointers[numPointers++] = 0;

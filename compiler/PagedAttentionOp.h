@@ -87,6 +87,13 @@ struct PagedAttentionParams {
   uint64_t causalFlags = 0;
   // f32 [Hq] in device memory, or 0: ALiBi slopes; sink logits.
   uint64_t alibiSlopes = 0, sinks = 0;
+  // With alibiSlopes: vLLM's sqrt-ALiBi, s -= slope·sqrt(p - j) for keys at or
+  // before the query p (UnifiedAttentionConfig::alibiSqrt).
+  bool alibiSqrt = false;
+  // f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds fp8
+  // e4m3 (one byte per element; its strides still count elements), the output
+  // divided by *output_scale and saturated at ±448. Needs an sm_89+ GPU.
+  uint64_t outputScale = 0;
   // f32 natural-log LSE per (head, token) at lse[head · lse_stride_head + token], or 0.
   uint64_t lse = 0;
   int64_t lseStrideHead = 0;

@@ -310,6 +310,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
       {"sliding_window", false, slidingWindow},
       {"softcap", false, softcap},
       {"alibi", false, flag("alibi", &UnifiedAttentionConfig::alibi)},
+      {"alibi_sqrt", false, flag("alibi_sqrt", &UnifiedAttentionConfig::alibiSqrt)},
       {"sinks", false, flag("sinks", &UnifiedAttentionConfig::sinks)},
       {"kv_cache_dtype", false,
        [](const YAML::Node& node, UnifiedAttentionConfig& config) -> Status {
@@ -321,6 +322,7 @@ std::vector<SpecLoader::ParamField<UnifiedAttentionConfig>> SpecLoader::unifiedA
          return Status::ok();
        }},
       {"output_lse", false, flag("output_lse", &UnifiedAttentionConfig::outputLse)},
+      {"output_fp8", false, flag("output_fp8", &UnifiedAttentionConfig::outputFp8)},
       {"per_sequence_causal", false, flag("per_sequence_causal", &UnifiedAttentionConfig::perSequenceCausal)},
       {"split_kv", false, flag("split_kv", &UnifiedAttentionConfig::splitKv)},
   };
@@ -809,12 +811,14 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
-         (config.alibi ? " alibi=true" : "") + (config.sinks ? " sinks=true" : "") +
+         (config.alibi ? " alibi=true" : "") + (config.alibiSqrt ? " alibi_sqrt=true" : "") +
+         (config.sinks ? " sinks=true" : "") +
          (config.perSequenceCausal ? " per_sequence_causal=true" : "") +
          (config.kvCacheFormat != KvCacheFormat::Auto ? std::string(" kv_cache_dtype=") +
                                                             kvCacheFormatName(config.kvCacheFormat)
                                                       : std::string()) +
-         (config.outputLse ? " output_lse=true" : "") + (config.splitKv ? " split_kv=true" : "");
+         (config.outputLse ? " output_lse=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") +
+         (config.splitKv ? " split_kv=true" : "");
 }
 
 std::string formatSpecParams(const MergeAttnStatesConfig& config) {
@@ -848,7 +852,8 @@ std::string formatSpecParams(const ReduceSegmentsConfig& config) {
   return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_query_heads=" +
          std::to_string(config.numQueryHeads) + " head_size=" + std::to_string(config.headSize) +
          " output_lse=" + (config.outputLse ? "true" : "false") +
-         (config.lseTokenStride ? " lse_token_stride=true" : "") + " num_warps=" + std::to_string(config.numWarps);
+         (config.lseTokenStride ? " lse_token_stride=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") +
+         " num_warps=" + std::to_string(config.numWarps);
 }
 
 std::string formatSpecParams(const MlaDecodeConfig& config) {

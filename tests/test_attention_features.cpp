@@ -115,6 +115,34 @@ TEST_CASE("reference: ALiBi adds vLLM's slope·(j - context_len)", "[attention][
   CHECK(out[1] == Approx((3.0 + 2 * 5.0) / 4).epsilon(1e-14));  // keys 0, 1 (1, 2) and the sink (1)
 }
 
+TEST_CASE("reference: sqrt-ALiBi subtracts slope·sqrt(p - j) up to the query, nothing after it",
+          "[attention][features]") {
+  // q = 0: raw scores 0. The query at p = 2 (context 2) sees keys 0, 1, 2 at
+  // distances 2, 1, 0: with slope 1 their weights are e^-sqrt(2), e^-1, 1.
+  auto in = tinyProblem(0.0, {1.0, 1.0, 1.0}, {4.0, 2.0, 1.0});
+  in.alibiSlopes = {1.0};
+  in.alibiSqrt = true;
+  const double w0 = std::exp(-std::sqrt(2.0)), w1 = std::exp(-1.0);
+  CHECK(reference::referenceAttention(in)[0] == Approx((w0 * 4.0 + w1 * 2.0 + 1.0) / (w0 + w1 + 1.0)).epsilon(1e-14));
+
+  // Bidirectional: the first of two new queries (p = 0) also sees key 1, after
+  // it, with no bias; key 0 is at distance 0. Both weigh 1, as the sink (0) does.
+  in = tinyProblem(0.0, {1.0, 1.0}, {3.0, 5.0});
+  in.cuSeqlensQ = {0, 2};
+  in.q = {0.0, 0.0};
+  in.causal = false;
+  in.alibiSlopes = {std::log(2.0)};
+  in.alibiSqrt = true;
+  in.sinks = {0.0};
+  const std::vector<double> out = reference::referenceAttention(in);
+  CHECK(out[0] == Approx((3.0 + 5.0) / 3).epsilon(1e-14));
+  // The second (p = 1): key 0 at distance 1 weighs 2^-1, key 1 weighs 1.
+  CHECK(out[1] == Approx((0.5 * 3.0 + 5.0) / 2.5).epsilon(1e-14));
+
+  in.alibiSlopes.clear();
+  CHECK(reference::checkAttentionInputs(in) == "alibiSqrt needs alibiSlopes");
+}
+
 TEST_CASE("reference: decoder and encoder sliding windows", "[attention][features]") {
   // Four keys, queries at positions 2 and 3 (context 2); q = 0, so visible keys are
   // averaged uniformly.
@@ -167,6 +195,10 @@ TEST_CASE("unified attention features: each alone, f32 and bf16, causal and not"
       c = gqaConfig(dtype, causal);
       c.sinks = true;
       runAndCheck(c, featureBatch(4));
+      c = gqaConfig(dtype, causal);
+      c.alibi = true;
+      c.alibiSqrt = true;
+      runAndCheck(c, featureBatch(9));
     }
   }
 }
@@ -217,6 +249,8 @@ TEST_CASE("unified attention features: prefill tiles run unmasked tiles first, t
     c.sinks = true;
     runAndCheck(c, batch);
     c.perSequenceCausal = true;
+    runAndCheck(c, batch, /*afterPasses=*/true);
+    c.alibiSqrt = true;
     runAndCheck(c, batch, /*afterPasses=*/true);
   }
 }
@@ -275,6 +309,12 @@ TEST_CASE("unified attention features: kernel names and parameters", "[attention
   CHECK(c.kernelName() == base + "_sw4096_softcap2p5_alibi_sinks_t64");
   c.softcap = 50;
   CHECK(c.kernelName() == base + "_sw4096_softcap50_alibi_sinks_t64");
+  c.alibiSqrt = true;
+  CHECK(c.kernelName() == base + "_sw4096_softcap50_alibisqrt_sinks_t64");
+  c.alibi = false;
+  CHECK(c.validate().message().find("alibi_sqrt needs alibi: true") != std::string::npos);
+  c.alibi = true;
+  c.alibiSqrt = false;
 
   auto plain = buildUnifiedAttention(gqaConfig(ScalarKind::BF16, true));
   REQUIRE(plain.isOk());

@@ -147,6 +147,20 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.causalFlags = 0xC0000;
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
         "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_alibi_sinks_seqcausal_lse_t64");
+  p.alibiSqrt = true;
+  CHECK(validationMessage(p) == "ok");
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_alibisqrt_sinks_seqcausal_lse_t64");
+  p.alibiSlopes = 0;
+  CHECK(validationMessage(p) == "paged attention: alibi_sqrt needs alibi_slopes (its slopes)");
+  p.alibiSqrt = false;
+  p.outputScale = 0xD0001;
+  CHECK(validationMessage(p) ==
+        "paged attention: output_scale (0xd0001) is not 4-byte aligned, as the kernel is compiled to assume");
+  p.outputScale = 0xD0000;
+  CHECK(validationMessage(p) == "ok");
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_sinks_seqcausal_outfp8_lse_t64");
 
   // Split-KV: a decode batch too small to fill the GPU is split when a workspace is given.
   p = validParams();  // 4 sequences x 8 KV heads: 32 programs in 2D
@@ -510,6 +524,39 @@ TEST_CASE("paged attention op: bench's op runner launches what the op picks and 
   prefill.queryLens = {100, 3};
   prefill.contextLens = {0, 50};
   config.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;  // k_scale / v_scale found by their labels
+  auto run = compiler::runPagedAttentionOpGpu(config, prefill, options);
+  REQUIRE(run.isOk());
+  INFO(run->kernelName << ": " << run->run.check.detail);
+  CHECK(run->run.check.passed);
+  CHECK(run->numSegments == 1);
+  CHECK(run->kernelName.find("_m128") != std::string::npos);
+}
+
+TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through the op", "[gpu][op]") {
+  if (!tests::gpuPresent()) return;
+  compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D=128, block 16
+  config.outputFp8 = true;                  // output_scale found by its label
+  config.alibi = true;
+  config.alibiSqrt = true;
+  config.sinks = true;
+  config.outputLse = true;
+  compiler::GpuRunOptions options;
+  options.timedIterations = 3;
+  // Uneven decode lengths: the op splits them, and stage 2 writes the fp8 output.
+  compiler::AttentionShape uneven;
+  uneven.queryLens = std::vector<int>(40, 1);
+  uneven.contextLens = unevenLengths(40, 4000);
+  uneven.checkStride = 3;
+  auto split = compiler::runPagedAttentionOpGpu(config, uneven, options);
+  REQUIRE(split.isOk());
+  INFO(split->kernelName << ": " << split->run.check.detail);
+  CHECK(split->run.check.passed);
+  CHECK(split->numSegments >= 3);
+  CHECK(split->kernelName.find("_alibisqrt_sinks_outfp8_lse_3d") != std::string::npos);
+  // A prefill and a chunk in one launch: 2D with 128 query rows.
+  compiler::AttentionShape prefill;
+  prefill.queryLens = {100, 3};
+  prefill.contextLens = {0, 50};
   auto run = compiler::runPagedAttentionOpGpu(config, prefill, options);
   REQUIRE(run.isOk());
   INFO(run->kernelName << ": " << run->run.check.detail);

@@ -37,11 +37,12 @@ class ReduceSegmentsBuilder {
     ir::Attributes rowStride;
     if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
     const Type f32Pointer = Type::pointer(ScalarKind::F32);
-    out_ = kernel.addParameter(Type::pointer(config_.dtype), "out", aligned);
+    out_ = kernel.addParameter(Type::pointer(config_.outputFp8 ? ScalarKind::F8E4M3 : config_.dtype), "out", aligned);
     segmOutput_ = kernel.addParameter(f32Pointer, "segm_output", aligned);
     segmMax_ = kernel.addParameter(f32Pointer, "segm_max", aligned);
     segmExpsum_ = kernel.addParameter(f32Pointer, "segm_expsum", aligned);
     if (config_.outputLse) lse_ = kernel.addParameter(f32Pointer, "lse");
+    if (config_.outputFp8) outputScale_ = kernel.addParameter(f32Pointer, "output_scale");
     numSegments_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "num_segments");
     const Type i64 = Type::scalar(ScalarKind::I64);
     oStrideToken_ = kernel.addParameter(i64, "o_stride_token", rowStride);
@@ -107,9 +108,16 @@ class ReduceSegmentsBuilder {
                              b_.constFloat(1.0, rowF32), "l_safe");
     // One division per row, a multiply per element (a rounded division is a
     // dozen SASS instructions).
-    Value* invL = b_.div(b_.constFloat(1.0, rowF32), lSafe, "inv_l");
+    // fp8 output divides by output_scale: its reciprocal joins the row factor.
+    Value* rowNumerator = outputScale_ ? b_.splat(b_.div(b_.f32(1.0), b_.load(outputScale_, nullptr, nullptr,
+                                                                                  "output_scale_value"),
+                                                         "inv_output_scale"),
+                                                  {H})
+                                       : b_.constFloat(1.0, rowF32);
+    Value* invL = b_.div(rowNumerator, lSafe, outputScale_ ? "out_row_factor" : "inv_l");
     Value* normalized = b_.mul(sums[1], asColumn(invL, D), "out_f32");
-    Value* outTile = config_.dtype == F32 ? normalized : b_.cast(normalized, config_.dtype, "out_tile");
+    const ScalarKind outKind = config_.outputFp8 ? ScalarKind::F8E4M3 : config_.dtype;
+    Value* outTile = outKind == F32 ? normalized : b_.cast(normalized, outKind, "out_tile");
     Value* oRow = b_.add(b_.splat(b_.mul(token64, oStrideToken_), {H}), b_.mul(head64, b_.splat(oStrideHead_, {H})),
                          "o_row");
     b_.store(b_.addPtr(b_.splat(out_, {H, D}), b_.add(asColumn(oRow, D), asRow(offsD64, H)), "o_ptrs"), outTile, mask);
@@ -130,7 +138,7 @@ class ReduceSegmentsBuilder {
   const ReduceSegmentsConfig& config_;
   Value *out_ = nullptr, *segmOutput_ = nullptr, *segmMax_ = nullptr, *segmExpsum_ = nullptr, *lse_ = nullptr;
   Value *numSegments_ = nullptr, *oStrideToken_ = nullptr, *oStrideHead_ = nullptr, *lseStrideHead_ = nullptr;
-  Value* lseStrideToken_ = nullptr;
+  Value *lseStrideToken_ = nullptr, *outputScale_ = nullptr;
 };
 
 }  // namespace
@@ -143,6 +151,7 @@ std::string ReduceSegmentsConfig::kernelName() const {
   std::string name = std::string("reduce_segments_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
                      "_d" + std::to_string(headSize);
   if (outputLse) name += lseTokenStride ? "_lse_strided" : "_lse";
+  if (outputFp8) name += "_outfp8";
   if (numWarps != ReduceSegmentsConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
   return name;
 }
@@ -166,6 +175,7 @@ ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config) {
   reduce.numQueryHeads = config.numQueryHeads;
   reduce.headSize = config.effectiveValueHeadSize();  // the scratch and the output are V-sized
   reduce.outputLse = config.outputLse;
+  reduce.outputFp8 = config.outputFp8;
   return reduce;
 }
 

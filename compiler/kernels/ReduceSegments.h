@@ -34,6 +34,9 @@ struct ReduceSegmentsConfig {
   // lse_stride_head + token · lse_stride_token] (MLA's [B, H] layout is (1, H)).
   // Only meaningful with outputLse (validate() refuses it alone).
   bool lseTokenStride = false;
+  // out in fp8 e4m3 (vLLM's fp8 output): out = e4m3(o / output_scale),
+  // saturating, with output_scale an f32 in device memory (parameter output_scale).
+  bool outputFp8 = false;
   int numWarps = 4;
 
   int headSizePadded() const;
@@ -53,8 +56,8 @@ ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config);
 ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config);
 
 // Kernel parameters, in order:
-//   out ptr<dtype>, segm_output ptr<f32>, segm_max ptr<f32>, segm_expsum ptr<f32>,
-//   [lse ptr<f32>], num_segments i32, o_stride_token i64, o_stride_head i64,
+//   out ptr<dtype> (ptr<f8e4m3> with outputFp8), segm_output ptr<f32>, segm_max
+//   ptr<f32>, segm_expsum ptr<f32>, [lse ptr<f32>], [output_scale ptr<f32>], num_segments i32, o_stride_token i64, o_stride_head i64,
 //   [lse_stride_head i64], [lse_stride_token i64 (lseTokenStride)].
 ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config);
 

@@ -166,6 +166,7 @@ class AttentionBuilder {
   Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr,
         *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
   Value *alibiSlopes_ = nullptr, *sinks_ = nullptr;  // present only with their feature
+  Value* outputScale_ = nullptr;                      // 2D with output_fp8
   Value *kScale_ = nullptr, *vScale_ = nullptr;       // per-tensor fp8 caches
   Value* causalFlags_ = nullptr;                      // per-sequence causal flags
   Value *lse_ = nullptr, *lseStrideHead_ = nullptr;   // 2D with output_lse
@@ -191,7 +192,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
     segmMax_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_max", aligned);
     segmExpsum_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "segm_expsum", aligned);
   } else {
-    out_ = kernel.addParameter(Type::pointer(dt), "out", aligned);
+    out_ = kernel.addParameter(Type::pointer(config_.outputFp8 ? ScalarKind::F8E4M3 : dt), "out", aligned);
   }
   q_ = kernel.addParameter(Type::pointer(dt), "q", aligned);
   kvCache_ = kernel.addParameter(Type::pointer(kvCachePointerKind(config_.kvCacheFormat, dt)), "kv_cache", aligned);
@@ -205,6 +206,8 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   }
   if (config_.alibi) alibiSlopes_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "alibi_slopes");
   if (config_.sinks) sinks_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "sinks");
+  if (config_.outputFp8 && !config_.splitKv)
+    outputScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "output_scale");
   if (config_.outputLse && !config_.splitKv) lse_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "lse");
   if (config_.checkBounds) boundsRecord_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "bounds_record");
   scale_ = kernel.addParameter(f32(), "scale");
@@ -644,6 +647,10 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
                             b_.constFloat(0.0, Type::tile({M}, f32())), "alibi_slope");
     alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
   }
+  // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos.
+  Value* alibiQueryPos2d =
+      config_.alibiSqrt ? asColumn(b_.add(splatTo(contextLen, {M}), queryPos), N, "alibi_query_pos") : nullptr;
+  Value* zeroDistance2d = config_.alibiSqrt ? b_.constInt(0, Type::tile({M, N}, i32()), "alibi_zero_distance") : nullptr;
   Value* negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
   Value* zeroScores = b_.constFloat(0.0, Type::tile({M, N}, f32()), "zero_scores");
   Value* negInfRow = b_.constFloat(negInf, Type::tile({M}, f32()), "neg_inf_row");
@@ -814,7 +821,13 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
         scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
       scores = maskScores(scaledScores, "s");
     }
-    if (alibiSlope2d) {
+    if (alibiSlope2d && alibiQueryPos2d) {
+      // sqrt-ALiBi: s -= slope·sqrt(p - j) for keys at or before the query (a key
+      // after it, visible only without causality, gets no bias), as vLLM.
+      Value* distance = b_.max(b_.sub(alibiQueryPos2d, asRow(seqOffset, M)), zeroDistance2d, "alibi_distance");
+      Value* root = b_.unary(Opcode::Sqrt, b_.cast(distance, ScalarKind::F32), "alibi_sqrt_distance");
+      scores = b_.sub(scores, b_.mul(alibiSlope2d, root), "s_alibi");
+    } else if (alibiSlope2d) {
       Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(contextLen, {N})), ScalarKind::F32, "alibi_distance");
       scores = b_.add(scores, b_.mul(alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
     }
@@ -941,12 +954,21 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // is a dozen SASS instructions (a refined reciprocal, a range check, a called
   // slow path), and prefill's 128 per thread were a third of its code (5080 ->
   // 3376 SASS instructions). A per-tensor v_scale joins the row factor.
-  Value* rowNumerator = vScaleValue ? splatTo(vScaleValue, {M}) : b_.constFloat(1.0, Type::tile({M}, f32()));
-  Value* normalizer = asColumn(b_.div(rowNumerator, lFinal, vScaleValue ? "out_row_factor" : "inv_l"), DV);
+  // fp8 output divides by output_scale: its reciprocal joins the row factor too,
+  // and the cast saturates (vLLM clamps to ±448, then converts).
+  Value* outputFactor = vScaleValue;
+  if (outputScale_) {
+    Value* inverse = b_.div(b_.f32(1.0), b_.load(outputScale_, nullptr, nullptr, "output_scale_value"),
+                            "inv_output_scale");
+    outputFactor = vScaleValue ? b_.mul(vScaleValue, inverse, "v_scale_over_output_scale") : inverse;
+  }
+  Value* rowNumerator = outputFactor ? splatTo(outputFactor, {M}) : b_.constFloat(1.0, Type::tile({M}, f32()));
+  Value* normalizer = asColumn(b_.div(rowNumerator, lFinal, outputFactor ? "out_row_factor" : "inv_l"), DV);
+  const ScalarKind outKind = config_.outputFp8 ? ScalarKind::F8E4M3 : dt;
   for (int g = 0; g < G; ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
     Value* normalized = b_.mul(results[2 + g], normalizer, "out_f32" + suffix);
-    Value* outTile = dt == ScalarKind::F32 ? normalized : b_.cast(normalized, dt, "out_tile" + suffix);
+    Value* outTile = outKind == ScalarKind::F32 ? normalized : b_.cast(normalized, outKind, "out_tile" + suffix);
     Value* oOffset = b_.add(asColumn(oRowOffset, DV), asRow(valueGroupColumns[g], M), "o_offset" + suffix);
     b_.store(b_.addPtr(splatTo(out_, {M, DV}), oOffset, "o_ptrs" + suffix), outTile, oMask);
   }
@@ -1003,10 +1025,11 @@ std::string UnifiedAttentionConfig::kernelName() const {
   // Score modifiers change the kernel's meaning: each on one is part of the name.
   if (slidingWindow != 0) name += "_sw" + std::to_string(slidingWindow);
   if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
-  if (alibi) name += "_alibi";
+  if (alibi) name += alibiSqrt ? "_alibisqrt" : "_alibi";
   if (sinks) name += "_sinks";
   if (perSequenceCausal) name += "_seqcausal";
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
+  if (outputFp8) name += "_outfp8";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
   if (checkBounds) name += "_checked";
@@ -1050,6 +1073,7 @@ Status UnifiedAttentionConfig::validate() const {
                        ") must not be negative (0 turns the window off)");
   if (!std::isfinite(softcap) || softcap < 0)
     return configError("softcap (" + numberText(softcap) + ") must be a finite number >= 0 (0 turns it off)");
+  if (alibiSqrt && !alibi) return configError("alibi_sqrt needs alibi: true (it changes the ALiBi bias's form)");
   if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && headSize % 2 != 0)
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");

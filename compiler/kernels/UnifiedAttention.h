@@ -87,6 +87,10 @@ struct UnifiedAttentionConfig {
   // textbook slope·(j - p) by a constant per row, which cancels in the softmax
   // except against a sink: with sinks too, this (vLLM's) origin is the one served.
   bool alibi = false;
+  // sqrt-ALiBi (with alibi; vLLM's USE_ALIBI_SQRT): s -= slope[h]·sqrt(p - j) for
+  // keys j at or before the query's absolute position p = context_len + query_pos,
+  // no bias for keys after it (non-causal rows only).
+  bool alibiSqrt = false;
   // Attention sinks: one learned logit per query head (parameter sinks, f32 [Hq],
   // in the units of s) joins every row's softmax denominator without a value:
   // the online softmax starts from M = sink, L = 1 (as vLLM) instead of -inf.
@@ -106,6 +110,11 @@ struct UnifiedAttentionConfig {
   // to lse[head · lse_stride_head + token] (f32): what merge_attn_states and
   // context parallelism combine partial results by.
   bool outputLse = false;
+  // fp8 output (vLLM's USE_FP8 with out_scale): out is e4m3, the normalized row
+  // divided by the f32 in device memory at parameter output_scale and saturated
+  // to ±448 (e4m3fn's largest finite value). Split-KV's reduce kernel does it.
+  // Converting to fp8 needs sm_89 or newer.
+  bool outputFp8 = false;
   // 3D launch (split-KV), stage 1: grid z = num_segments (a launch parameter), and
   // program z walks only KV tiles [z, z + 1)·segment_tiles of its range. Instead of
   // out it writes f32 partials: segm_output [tokens, Hq, num_segments, D_PADDED]
@@ -157,7 +166,8 @@ struct UnifiedAttentionConfig {
 // cu_seqlens_q (before scale), present only with their feature: causal_flags
 // ptr<i8> [num_seqs] (per_sequence_causal), k_scale and
 // v_scale ptr<f32> (per-tensor fp8 caches, one f32 each), alibi_slopes ptr<f32>
-// [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), lse ptr<f32> (output_lse, 2D).
+// [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), output_scale ptr<f32> (output_fp8,
+// 2D; out is then ptr<f8e4m3>), lse ptr<f32> (output_lse, 2D).
 // Pointers thus stay ahead of scalars, the order the problem harnesses pass
 // arguments in. With output_lse (2D) lse_stride_head i64 follows the strides.
 // Split-KV (3D) replaces out by segm_output, segm_max, segm_expsum (f32), drops

@@ -185,7 +185,7 @@ attnjit_status attnjit_kernel_stats(const attnjit_kernel* kernel, attnjit_compil
 typedef struct attnjit_paged_attention_params {
   size_t struct_size;
   /* static: select the kernel */
-  attnjit_dtype dtype; /* q, out and the KV cache */
+  attnjit_dtype dtype; /* q, out (unless output_scale) and the KV cache */
   int num_query_heads, num_kv_heads, head_size, block_size;
   int causal; /* default 1 */
   attnjit_kv_cache_format kv_cache_format;
@@ -232,6 +232,13 @@ typedef struct attnjit_paged_attention_params {
    * lengths, which a call with a workspace splits into segments of at most
    * 3/8 of the longest sequence */
   int min_seq_len;
+  /* nonzero (with alibi_slopes): vLLM's sqrt-ALiBi, each score gets
+   * -slope * sqrt(p - j) for keys j at or before the query position p */
+  int alibi_sqrt;
+  /* f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds
+   * fp8 e4m3 (one byte per element, strides still in elements): the output
+   * divided by *output_scale, saturated at +-448. Needs an sm_89+ GPU. */
+  uint64_t output_scale;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

@@ -109,6 +109,8 @@ class PagedAttentionParams(ctypes.Structure):
         ("check_bounds", _i32),
         ("num_blocks", _i32),
         ("min_seq_len", _i32),
+        ("alibi_sqrt", _i32),
+        ("output_scale", _u64),
     ]
 
 

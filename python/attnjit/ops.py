@@ -208,7 +208,8 @@ def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_forma
 def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
-                    batch_invariant=False, check_bounds=False, stream=None, runtime=None, min_seq_len=0):
+                    batch_invariant=False, check_bounds=False, stream=None, runtime=None, min_seq_len=0,
+                    alibi_sqrt=False, output_scale=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -223,7 +224,10 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     [num_seqs + 1], int32. max_query_len is the longest query of the batch
     (given, to avoid a device synchronization); scale defaults to 1/sqrt(D).
     Optional: k_scale/v_scale (float32, one element: per-tensor fp8),
-    alibi_slopes and sinks (float32 [Hq]), lse (float32 [Hq, num_tokens]
+    alibi_slopes and sinks (float32 [Hq]; alibi_sqrt: vLLM's sqrt-ALiBi,
+    -slope * sqrt(p - j) for keys at or before the query), output_scale
+    (float32, one element: out is then torch.float8_e4m3fn, the output divided
+    by it and saturated, vLLM's fp8 output; sm_89+), lse (float32 [Hq, num_tokens]
     output), workspace (a byte tensor of at least
     paged_attention_workspace_bytes(..., Dv, ...), with max_seq_len: split-KV).
     check_bounds runs the bounds-checked kernel (block-table entries against
@@ -238,7 +242,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     dtype = _float_dtype(torch, "q", q)
     device = q.device
     num_tokens, num_query_heads, head_size = q.shape
-    _check_tensor(torch, "out", out, 3, q.dtype, device)
+    out_dtype = q.dtype if output_scale is None else torch.float8_e4m3fn
+    _check_tensor(torch, "out", out, 3, out_dtype, device)
     if tuple(out.shape[:2]) != (num_tokens, num_query_heads):
         raise ValueError("out has shape %s; expected (%d, %d, value_head_size)" % (
             tuple(out.shape), num_tokens, num_query_heads))
@@ -254,7 +259,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     optional = {}
     for name, tensor, shape in (("k_scale", k_scale, (1,)), ("v_scale", v_scale, (1,)),
                                 ("alibi_slopes", alibi_slopes, (num_query_heads,)),
-                                ("sinks", sinks, (num_query_heads,))):
+                                ("sinks", sinks, (num_query_heads,)), ("output_scale", output_scale, (1,))):
         if tensor is not None:
             _check_tensor(torch, name, tensor.reshape(-1), 1, torch.float32, device)
             _check_shape(name, tensor.reshape(-1), shape)
@@ -285,6 +290,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         max_query_len=int(max_query_len),
         max_seq_len=int(max_seq_len),
         min_seq_len=int(min_seq_len),
+        alibi_sqrt=int(bool(alibi_sqrt)),
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
         out=out.data_ptr(),
         q=q.data_ptr(),

@@ -87,8 +87,9 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-4:]],
-                         ["value_head_size", "check_bounds", "num_blocks", "min_seq_len"])
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-6:]],
+                         ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
+                          "output_scale"])
         self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-3:]],
                          ["value_head_size", "check_bounds", "num_blocks"])
         # check_bounds is read: the op then needs num_blocks.
@@ -97,6 +98,11 @@ class CpuTests(unittest.TestCase):
         attnjit.ops.paged_attention_raw(validate_only=True, check_bounds=True, num_blocks=40, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"min_seq_len \(5\) must be 0 \(unknown\)"):
             attnjit.ops.paged_attention_raw(validate_only=True, min_seq_len=5, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"alibi_sqrt needs alibi_slopes"):
+            attnjit.ops.paged_attention_raw(validate_only=True, alibi_sqrt=1, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"output_scale \(0x90002\) is not 4-byte aligned"):
+            attnjit.ops.paged_attention_raw(validate_only=True, output_scale=0x90002, **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, output_scale=0x90000, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"value_head_size \(600\)"):
             attnjit.ops.paged_attention_raw(validate_only=True, value_head_size=600, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_blocks \(0\) must be"):

@@ -47,6 +47,7 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
   if (!(in.softcap >= 0) || !std::isfinite(in.softcap)) return "softcap must be a finite number >= 0";
   if (!in.alibiSlopes.empty() && in.alibiSlopes.size() != static_cast<size_t>(in.numQueryHeads))
     return describeMismatch("alibiSlopes", in.alibiSlopes.size(), static_cast<size_t>(in.numQueryHeads));
+  if (in.alibiSqrt && in.alibiSlopes.empty()) return "alibiSqrt needs alibiSlopes";
   if (!in.sinks.empty() && in.sinks.size() != static_cast<size_t>(in.numQueryHeads))
     return describeMismatch("sinks", in.sinks.size(), static_cast<size_t>(in.numQueryHeads));
   const size_t qSize = static_cast<size_t>(in.cuSeqlensQ.back()) * static_cast<size_t>(in.numQueryHeads) * rowSize;
@@ -101,7 +102,9 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
           for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
           double score = dot * in.scale;
           if (in.softcap > 0) score = in.softcap * std::tanh(score / in.softcap);
-          if (!in.alibiSlopes.empty())
+          if (!in.alibiSlopes.empty() && in.alibiSqrt)
+            score -= j <= position ? in.alibiSlopes[h] * std::sqrt(static_cast<double>(position - j)) : 0.0;
+          else if (!in.alibiSlopes.empty())
             score += in.alibiSlopes[h] * (static_cast<double>(j) - static_cast<double>(contextLen));
           scores[j - firstKey] = score;
           maxScore = std::max(maxScore, score);

@@ -39,6 +39,9 @@ struct AttentionInputs {
   //   by slope·(p - c) per query, which cancels in the softmax except against a sink,
   //   so only with sinks does the choice matter; vLLM's is the one served.
   std::vector<double> alibiSlopes;
+  // - alibiSqrt (with alibiSlopes): the bias is -slope[h]·sqrt(p - j) for keys at
+  //   or before the query (j <= p) and 0 after it: vLLM's sqrt-ALiBi.
+  bool alibiSqrt = false;
   // - sinks (numQueryHeads entries, empty = off): a logit that joins the softmax's
   //   denominator as exp(sink[h]) but contributes no value.
   std::vector<double> sinks;
