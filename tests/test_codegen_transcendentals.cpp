@@ -108,7 +108,7 @@ TEST_CASE("transcendentals lower to PTX instructions on every target", "[codegen
     const char* op;
     const char* instruction;
   } cases[] = {{"exp2", "ex2.approx.ftz.f32"}, {"exp", "ex2.approx.ftz.f32"}, {"log2", "lg2.approx.f32"},
-               {"log", "lg2.approx.f32"}, {"sqrt", "sqrt"},   {"rsqrt", "rsqrt.approx"},
+               {"log", "lg2.approx.f32"}, {"sqrt", "sqrt.approx.f32"}, {"rsqrt", "rsqrt.approx"},
                {"tanh", "tanh.approx.f32"}};
   for (const auto& c : cases)
     for (const char* type : {"f32", "bf16", "f16"})

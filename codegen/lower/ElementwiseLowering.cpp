@@ -218,7 +218,14 @@ void lowerUnary(LoweringContext& ctx, const Operation& op) {
         r = b.CreateFMul(b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_lg2_approx_f, {x}),
                          llvm::ConstantFP::get(fty, kLn2));
         break;
-      case Opcode::Sqrt: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); break;
+      // sqrt.approx.f32 (one MUFU.SQRT, max error 2^-23 relative), as the other
+      // transcendentals and Triton's tl.sqrt: llvm.sqrt's sqrt.rn.f32 is a
+      // refined reciprocal root with a called slow path, which in sqrt-ALiBi's
+      // prefill loop (one per score) doubled ptxas' spills. f64 stays exact.
+      case Opcode::Sqrt:
+        r = fty->isFloatTy() ? b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_sqrt_approx_f, {x})
+                             : b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+        break;
       case Opcode::Rsqrt:
         r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_rsqrt_approx_f, {x});
         break;

@@ -647,9 +647,10 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
                             b_.constFloat(0.0, Type::tile({M}, f32())), "alibi_slope");
     alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
   }
-  // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos.
-  Value* alibiQueryPos2d =
-      config_.alibiSqrt ? asColumn(b_.add(splatTo(contextLen, {M}), queryPos), N, "alibi_query_pos") : nullptr;
+  // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos
+  // (broadcast along the keys inside the loop: a [M, N] tile carried through it
+  // would hold a register per score).
+  Value* alibiQueryPos = config_.alibiSqrt ? b_.add(splatTo(contextLen, {M}), queryPos, "alibi_query_pos") : nullptr;
   Value* zeroDistance2d = config_.alibiSqrt ? b_.constInt(0, Type::tile({M, N}, i32()), "alibi_zero_distance") : nullptr;
   Value* negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
   Value* zeroScores = b_.constFloat(0.0, Type::tile({M, N}, f32()), "zero_scores");
@@ -821,10 +822,11 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
         scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
       scores = maskScores(scaledScores, "s");
     }
-    if (alibiSlope2d && alibiQueryPos2d) {
+    if (alibiSlope2d && alibiQueryPos) {
       // sqrt-ALiBi: s -= slope·sqrt(p - j) for keys at or before the query (a key
       // after it, visible only without causality, gets no bias), as vLLM.
-      Value* distance = b_.max(b_.sub(alibiQueryPos2d, asRow(seqOffset, M)), zeroDistance2d, "alibi_distance");
+      Value* distance =
+          b_.max(b_.sub(asColumn(alibiQueryPos, N), asRow(seqOffset, M)), zeroDistance2d, "alibi_distance");
       Value* root = b_.unary(Opcode::Sqrt, b_.cast(distance, ScalarKind::F32), "alibi_sqrt_distance");
       scores = b_.sub(scores, b_.mul(alibiSlope2d, root), "s_alibi");
     } else if (alibiSlope2d) {

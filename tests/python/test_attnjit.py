@@ -437,6 +437,54 @@ class GpuTests(unittest.TestCase):
                     error = (out[cu_host[b] + i, h].double() - expected).abs().max().item()
                     self.assertLess(error, 2e-2, (b, i, h))
 
+    def test_fp8_output_and_sqrt_alibi_match_float64(self):
+        # vLLM's fp8 output (out = e4m3(o / output_scale), saturating) with
+        # sqrt-ALiBi slopes, over a plain bf16 cache [num_blocks, 2, block, Hkv, D].
+        torch.manual_seed(7)
+        heads, kv_heads, d, block = 8, 2, 64, 16
+        query_lens, seq_lens_host = [1, 6, 1], [37, 20, 70]
+        blocks_per_seq = [(n + block - 1) // block for n in seq_lens_host]
+        num_blocks = sum(blocks_per_seq)
+        tables_host = torch.zeros(len(seq_lens_host), max(blocks_per_seq), dtype=torch.int32)
+        order, start = torch.randperm(num_blocks).tolist(), 0
+        for b, count in enumerate(blocks_per_seq):
+            tables_host[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
+            start += count
+        cache = torch.randn(num_blocks, 2, block, kv_heads, d, device="cuda", dtype=torch.bfloat16)
+        num_tokens = sum(query_lens)
+        q = torch.randn(num_tokens, heads, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.full((num_tokens, heads, d), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+        slopes = torch.rand(heads, device="cuda") * 0.5
+        output_scale = torch.tensor([2.0 ** -7], device="cuda")
+        cu_host = [0]
+        for n in query_lens:
+            cu_host.append(cu_host[-1] + n)
+        scale = 1.0 / math.sqrt(d)
+        attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                    torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                    torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens),
+                                    scale=scale, alibi_slopes=slopes, alibi_sqrt=True, output_scale=output_scale)
+        torch.cuda.synchronize()
+        got = out.float().double() * output_scale.item()
+        for b, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens_host)):
+            positions = torch.arange(seq_len)
+            rows = tables_host[b, positions // block].long() * block + positions % block
+            k = cache[:, 0].reshape(-1, kv_heads, d)[rows.cuda()].double()
+            v = cache[:, 1].reshape(-1, kv_heads, d)[rows.cuda()].double()
+            for i in range(query_len):
+                position = seq_len - query_len + i
+                distance = (position - torch.arange(position + 1, device="cuda")).double()
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    scores = k[:position + 1, g] @ q[cu_host[b] + i, h].double() * scale
+                    scores -= slopes[h].double() * distance.sqrt()
+                    limit = 448 * output_scale.item()
+                    expected = (torch.softmax(scores, dim=0) @ v[:position + 1, g]).clamp(-limit, limit)
+                    # e4m3 keeps 3 mantissa bits: half a step is 2^-4 of the value; bf16 P·V adds ~1%.
+                    allowed = expected.abs() * (2.0 ** -4 + 1e-2) + 2e-2 * output_scale.item() * 64
+                    error = (got[cu_host[b] + i, h] - expected).abs()
+                    self.assertTrue((error <= allowed).all().item(), (b, i, h, error.max().item()))
+
     def test_diffkv_and_mla_cache_write_shapes_raise(self):
         q = torch.zeros(4, 8, 192, device="cuda", dtype=torch.bfloat16)
         out = torch.zeros(4, 8, 128, device="cuda", dtype=torch.bfloat16)
