@@ -1,6 +1,7 @@
 #include "compiler/AttentionProblem.h"
 
 #include "compiler/Pipeline.h"
+#include "compiler/ProblemData.h"
 
 #include <algorithm>
 #include <atomic>
@@ -203,13 +204,6 @@ constexpr int32_t kUnusedBlockEntry = std::numeric_limits<int32_t>::max();
 // Per-tensor fp8 scales: inputs in [-1, 1] become values up to 128 and 64, well
 // inside e4m3's and e5m2's range, and the two differ so a swap is caught.
 constexpr float kKeyScale = 1.0f / 128, kValueScale = 1.0f / 64;
-
-// Half of e4m3's spacing at magnitude x (e4m3fn: 3 mantissa bits, normal from
-// 2^-6, subnormal spacing 2^-9): the most its round to nearest moves a value.
-double halfE4m3Spacing(double x) {
-  const int exponent = std::max(-6, std::ilogb(std::max(x, std::ldexp(1.0, -6))));
-  return std::ldexp(1.0, exponent - 4);
-}
 
 // A cache of `elements` pointer elements where every byte is 0xFF unless it is an
 // auto-format cache (then the dtype's NaN): NaN in fp8 (both formats) and in an
@@ -748,7 +742,7 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
           const double limit = 448 * outputScale;
           want = std::clamp(want, -limit, limit);
           roundingAllowance =
-              outputScale * halfE4m3Spacing((std::abs(want) + result.tolerance) / outputScale);
+              outputScale * problem_data::halfE4m3Spacing((std::abs(want) + result.tolerance) / outputScale);
           got *= outputScale;
         }
         if (!std::isfinite(got)) {

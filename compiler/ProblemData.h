@@ -3,6 +3,7 @@
 // portable random stream.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,13 @@ inline double getFloat(const std::vector<uint8_t>& bytes, ir::ScalarKind kind, s
 }
 inline void setFloat(std::vector<uint8_t>& bytes, ir::ScalarKind kind, size_t index, double value) {
   setBits(bytes, kind, index, ir::encodeFloat(value, kind));
+}
+
+// Half of e4m3's spacing at magnitude x (e4m3fn: 3 mantissa bits, normal from
+// 2^-6, subnormal spacing 2^-9): the most its round to nearest moves a value.
+inline double halfE4m3Spacing(double x) {
+  const int exponent = std::max(-6, std::ilogb(std::max(x, std::ldexp(1.0, -6))));
+  return std::ldexp(1.0, exponent - 4);
 }
 
 // Deterministic uniform values from the engine's raw output (portable across

@@ -92,23 +92,31 @@ ir::Expected<std::unique_ptr<ReduceSegmentsProblem>> ReduceSegmentsProblem::crea
   }
 
   auto& buffers = problem->buffers_;
-  buffers.push_back({"out", poisonedBuffer(dt, static_cast<size_t>(T * problem->oStrideToken_)), true});
+  const ScalarKind outKind = config.outputFp8 ? ScalarKind::F8E4M3 : dt;
+  buffers.push_back({"out", poisonedBuffer(outKind, static_cast<size_t>(T * problem->oStrideToken_)), true});
   buffers.push_back({"segm_output", std::move(outputBytes), false});
   buffers.push_back({"segm_max", std::move(maxBytes), false});
   buffers.push_back({"segm_expsum", std::move(sumBytes), false});
   if (config.outputLse) buffers.push_back({"lse", poisonedBuffer(F32, static_cast<size_t>(problem->lseElements_)), true});
+  if (config.outputFp8) {  // the kernel's parameter after lse
+    problem->outputScale_ = static_cast<float>(shape.outputScale);
+    std::vector<uint8_t> scale(4);
+    setFloat(scale, F32, 0, problem->outputScale_);
+    buffers.push_back({"output_scale", std::move(scale), false});
+  }
   problem->scalars_ = {S, problem->oStrideToken_, problem->oStrideHead_};
   if (config.outputLse) problem->scalars_.push_back(problem->lseStrideHead_);
   if (config.outputLse && config.lseTokenStride) problem->scalars_.push_back(problem->lseStrideToken_);
   problem->grid_ = {T, reduceSegmentsGridY(config), 1};
   problem->minimumBytes_ = static_cast<double>(T * H * S) * static_cast<double>(D * 4 + 8) +
-                           static_cast<double>(T * H * D) * static_cast<double>(elementBytes(dt)) +
+                           static_cast<double>(T * H * D) * static_cast<double>(elementBytes(outKind)) +
                            (config.outputLse ? static_cast<double>(T * H) * 4.0 : 0.0);
   return problem;
 }
 
 void ReduceSegmentsProblem::check(const std::vector<Buffer>& after, AttentionRunResult& result) const {
   const ScalarKind dt = config_.dtype;
+  const ScalarKind outKind = config_.outputFp8 ? ScalarKind::F8E4M3 : dt;
   const int64_t T = inputs_.numTokens, H = inputs_.numHeads, D = inputs_.headSize;
   const reference::ReduceSegmentsOutputs expected = reference::referenceReduceSegments(inputs_);
   const std::vector<uint8_t>& out = after[0].bytes;
@@ -120,9 +128,19 @@ void ReduceSegmentsProblem::check(const std::vector<Buffer>& after, AttentionRun
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < D; ++d) {
-        const double got = getFloat(out, dt, static_cast<size_t>(t * oStrideToken_ + h * oStrideHead_ + d));
-        const double want = expected.output[static_cast<size_t>((t * H + h) * D + d)];
-        const double err = std::isfinite(got) ? std::abs(got - want) : std::numeric_limits<double>::infinity();
+        double got = getFloat(out, outKind, static_cast<size_t>(t * oStrideToken_ + h * oStrideHead_ + d));
+        double want = expected.output[static_cast<size_t>((t * H + h) * D + d)];
+        // fp8 output: e4m3(o / output_scale) saturated at ±448, compared in o's
+        // units beyond e4m3's own rounding (as UnifiedAttentionProblem::check).
+        double allowance = 0;
+        if (config_.outputFp8) {
+          const double limit = 448 * outputScale_;
+          want = std::clamp(want, -limit, limit);
+          allowance = outputScale_ * halfE4m3Spacing((std::abs(want) + result.tolerance) / outputScale_);
+          got *= outputScale_;
+        }
+        const double err =
+            std::isfinite(got) ? std::max(0.0, std::abs(got - want) - allowance) : std::numeric_limits<double>::infinity();
         if (err > result.maxAbsError || worst.empty()) {
           std::ostringstream text;
           text << "token " << t << ", head " << h << ", dim " << d << ": got " << got << ", expected " << want;
@@ -135,7 +153,7 @@ void ReduceSegmentsProblem::check(const std::vector<Buffer>& after, AttentionRun
   for (int64_t i = 0; i < T * oStrideToken_ && failure.empty(); ++i) {
     const int64_t t = i / oStrideToken_, inToken = i % oStrideToken_;
     const bool inRow = inToken < H * oStrideHead_ && inToken % oStrideHead_ < D;
-    if (!inRow && getBits(out, dt, static_cast<size_t>(i)) != poisonBits(dt))
+    if (!inRow && getBits(out, outKind, static_cast<size_t>(i)) != poisonBits(outKind))
       failure = "the kernel wrote the gap at element " + std::to_string(inToken) + " of token " + std::to_string(t) +
                 "'s output rows";
   }

@@ -42,6 +42,7 @@ class ReduceSegmentsProblem : public KernelProblem {
   reference::ReduceSegmentsInputs inputs_;
   int64_t oStrideToken_ = 0, oStrideHead_ = 0;
   int64_t lseStrideToken_ = 0, lseStrideHead_ = 0, lseElements_ = 0;
+  double outputScale_ = 1;  // output_fp8: the scale passed (an f32)
 };
 
 ir::Expected<AttentionRunResult> runReduceSegmentsInterpreted(const ReduceSegmentsConfig& config,

@@ -491,6 +491,7 @@ std::vector<SpecLoader::ParamField<ReduceSegmentsConfig>> SpecLoader::reduceSegm
       {"head_size", true, positiveField("head_size", &C::headSize)},
       {"output_lse", false, boolField("output_lse", &C::outputLse)},
       {"lse_token_stride", false, boolField("lse_token_stride", &C::lseTokenStride)},
+      {"output_fp8", false, boolField("output_fp8", &C::outputFp8)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
   };
 }

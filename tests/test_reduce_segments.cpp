@@ -137,6 +137,34 @@ TEST_CASE("reduce_segments matches the reference in every dtype with empty segme
     }
 }
 
+TEST_CASE("reduce_segments: fp8 output, within e4m3's rounding and saturated at ±448", "[reduce_segments][fp8out]") {
+  for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16})
+    for (double outputScale : {1.0 / 256, 1.0 / 1024}) {  // the second saturates the larger outputs
+      ReduceSegmentsConfig config;
+      config.dtype = dtype;
+      config.numQueryHeads = 6;
+      config.headSize = 80;
+      config.outputLse = true;
+      config.outputFp8 = true;
+      AttentionShape shape = batch(4, 21);
+      shape.outputScale = outputScale;
+      checkResult(compiler::runReduceSegmentsInterpreted(config, shape),
+                  config.kernelName() + " with output_scale " + std::to_string(outputScale));
+    }
+  // The spec field, and the kernel's parameters: output_scale after lse.
+  auto spec = compiler::loadSpecText(
+      "family: reduce_segments\nparams:\n  dtype: bf16\n  num_query_heads: 8\n  head_size: 64\n"
+      "  output_lse: true\n  output_fp8: true\n",
+      "fp8.yaml");
+  if (!spec) FAIL(spec.diagnostic().str());
+  REQUIRE(spec->variants.size() == 1);
+  CHECK(spec->variants[0].name == "reduce_segments_bf16_h8_d64_lse_outfp8");
+  CHECK(compiler::formatVariantParams(spec->variants[0]).find(" output_fp8=true") != std::string::npos);
+  auto kernel = compiler::buildVariantKernel(spec->variants[0]);
+  REQUIRE(kernel.isOk());
+  CHECK((*kernel)->parameter(5)->name() == "output_scale");
+}
+
 TEST_CASE("reduce_segments: head counts beyond one program and odd head sizes", "[reduce_segments]") {
   // 20 heads: two programs per token, the second with 12 masked heads.
   ReduceSegmentsConfig config;
