@@ -12,6 +12,7 @@
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Printer.h"
 #include "tests/reference/AttentionReference.h"
+#include "tests/test_batches.h"
 
 using attnjit::compiler::AttentionShape;
 using attnjit::compiler::buildUnifiedAttention;
@@ -19,6 +20,7 @@ using attnjit::compiler::runUnifiedAttentionInterpreted;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
 namespace reference = attnjit::reference;
+using attnjit::tests::mixedAttentionBatch;
 
 namespace {
 
@@ -31,16 +33,6 @@ UnifiedAttentionConfig gqaConfig(ScalarKind dtype, bool causal) {
   c.blockSize = 16;
   c.causal = causal;
   return c;
-}
-
-// Decode rows far past a tile, a chunked prefill, a short context and a fresh
-// prefill; no length is a multiple of the tile (32) or block (16) size.
-AttentionShape featureBatch(uint64_t seed) {
-  AttentionShape s;
-  s.queryLens = {1, 13, 1, 45};
-  s.contextLens = {101, 37, 5, 0};
-  s.seed = seed;
-  return s;
 }
 
 void runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape, bool afterPasses = false) {
@@ -185,20 +177,20 @@ TEST_CASE("unified attention features: each alone, f32 and bf16, causal and not"
     for (bool causal : {true, false}) {
       UnifiedAttentionConfig c = gqaConfig(dtype, causal);
       c.slidingWindow = 20;  // smaller than a tile
-      runAndCheck(c, featureBatch(1));
+      runAndCheck(c, mixedAttentionBatch(1));
       c = gqaConfig(dtype, causal);
       c.softcap = 0.5;  // small enough to bend the scores (|s| reaches ~1)
-      runAndCheck(c, featureBatch(2));
+      runAndCheck(c, mixedAttentionBatch(2));
       c = gqaConfig(dtype, causal);
       c.alibi = true;
-      runAndCheck(c, featureBatch(3));
+      runAndCheck(c, mixedAttentionBatch(3));
       c = gqaConfig(dtype, causal);
       c.sinks = true;
-      runAndCheck(c, featureBatch(4));
+      runAndCheck(c, mixedAttentionBatch(4));
       c = gqaConfig(dtype, causal);
       c.alibi = true;
       c.alibiSqrt = true;
-      runAndCheck(c, featureBatch(9));
+      runAndCheck(c, mixedAttentionBatch(9));
     }
   }
 }
@@ -211,8 +203,8 @@ TEST_CASE("unified attention features: all together, GQA, also after the passes"
       c.softcap = 1.5;
       c.alibi = true;
       c.sinks = true;
-      runAndCheck(c, featureBatch(5));
-      runAndCheck(c, featureBatch(6), /*afterPasses=*/true);
+      runAndCheck(c, mixedAttentionBatch(5));
+      runAndCheck(c, mixedAttentionBatch(6), /*afterPasses=*/true);
     }
   }
   // GQA + window + softcap + sinks without ALiBi, f16, 4 query heads per KV head
@@ -226,8 +218,8 @@ TEST_CASE("unified attention features: all together, GQA, also after the passes"
   c.slidingWindow = 24;
   c.softcap = 30;
   c.sinks = true;
-  runAndCheck(c, featureBatch(7));
-  runAndCheck(c, featureBatch(8), /*afterPasses=*/true);
+  runAndCheck(c, mixedAttentionBatch(7));
+  runAndCheck(c, mixedAttentionBatch(8), /*afterPasses=*/true);
 }
 
 TEST_CASE("unified attention features: prefill tiles run unmasked tiles first, then masked ones",
@@ -262,14 +254,14 @@ TEST_CASE("unified attention features: window sizes around tiles and contexts", 
     for (bool causal : {true, false}) {
       UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, causal);
       c.slidingWindow = window;
-      runAndCheck(c, featureBatch(10 + static_cast<uint64_t>(window)), /*afterPasses=*/window == 5);
+      runAndCheck(c, mixedAttentionBatch(10 + static_cast<uint64_t>(window)), /*afterPasses=*/window == 5);
     }
   }
   // A window longer than the context agrees with the unwindowed kernel's output.
   UnifiedAttentionConfig windowed = gqaConfig(ScalarKind::F32, true);
   windowed.slidingWindow = 1000;
-  auto withWindow = runUnifiedAttentionInterpreted(windowed, featureBatch(9));
-  auto without = runUnifiedAttentionInterpreted(gqaConfig(ScalarKind::F32, true), featureBatch(9));
+  auto withWindow = runUnifiedAttentionInterpreted(windowed, mixedAttentionBatch(9));
+  auto without = runUnifiedAttentionInterpreted(gqaConfig(ScalarKind::F32, true), mixedAttentionBatch(9));
   REQUIRE(withWindow.isOk());
   REQUIRE(without.isOk());
   CHECK(withWindow->passed);

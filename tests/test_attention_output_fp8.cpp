@@ -13,6 +13,7 @@
 #include "compiler/CompileDriver.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "tests/test_batches.h"
 #include "tests/test_tools.h"
 
 using attnjit::compiler::AttentionShape;
@@ -34,12 +35,9 @@ UnifiedAttentionConfig fp8OutputConfig(ScalarKind dtype, bool causal) {
   return c;
 }
 
-// A decode step, a chunk with context, a short decode and a fresh prefill.
+// The shared mixed batch, split into segments of two tiles where a variant splits.
 AttentionShape mixedBatch(uint64_t seed) {
-  AttentionShape s;
-  s.queryLens = {1, 13, 1, 45};
-  s.contextLens = {101, 37, 5, 0};
-  s.seed = seed;
+  AttentionShape s = attnjit::tests::mixedAttentionBatch(seed);
   s.segmentTiles = 2;
   return s;
 }

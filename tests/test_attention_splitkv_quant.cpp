@@ -12,6 +12,7 @@
 #include "compiler/Spec.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "tests/test_batches.h"
 #include "tests/test_tools.h"
 
 using attnjit::compiler::AttentionRunResult;
@@ -20,6 +21,7 @@ using attnjit::compiler::KvCacheFormat;
 using attnjit::compiler::runUnifiedAttentionInterpreted;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
+using attnjit::tests::mixedAttentionBatch;
 
 namespace {
 
@@ -33,16 +35,6 @@ UnifiedAttentionConfig smallConfig(ScalarKind dtype, KvCacheFormat format, bool 
   c.causal = causal;
   c.kvCacheFormat = format;
   return c;
-}
-
-// A decode far past a tile, a chunked prefill, a short context and a fresh prefill;
-// no length is a multiple of the tile (32) or block (16) size.
-AttentionShape mixedBatch(uint64_t seed) {
-  AttentionShape s;
-  s.queryLens = {1, 13, 1, 45};
-  s.contextLens = {101, 37, 5, 0};
-  s.seed = seed;
-  return s;
 }
 
 AttentionRunResult runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape,
@@ -82,7 +74,7 @@ TEST_CASE("per-token-head scales read as f32 or assembled from bytes, as the row
       c.headSize = int4 ? (aligned ? 56 : 58) : (aligned ? 52 : 50);
       INFO("head size " << c.headSize << ", scale loaded as " << (aligned ? "f32" : "bytes"));
       CHECK((c.kvStrideDivisibility() >= 4) == aligned);
-      runAndCheck(c, mixedBatch(11), /*afterPasses=*/true);
+      runAndCheck(c, mixedAttentionBatch(11), /*afterPasses=*/true);
     }
   }
 }
@@ -90,7 +82,7 @@ TEST_CASE("per-token-head scales read as f32 or assembled from bytes, as the row
 TEST_CASE("quantized KV caches: every format, f32/f16/bf16, causal and not", "[attention][quant]") {
   for (KvCacheFormat format : kQuantizedFormats)
     for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16})
-      for (bool causal : {true, false}) runAndCheck(smallConfig(dtype, format, causal), mixedBatch(3));
+      for (bool causal : {true, false}) runAndCheck(smallConfig(dtype, format, causal), mixedAttentionBatch(3));
 }
 
 TEST_CASE("quantized KV caches: with GQA, sliding window, softcap and sinks, after the passes", "[attention][quant]") {
@@ -102,8 +94,8 @@ TEST_CASE("quantized KV caches: with GQA, sliding window, softcap and sinks, aft
     c.slidingWindow = 37;
     c.softcap = 1.5;
     c.sinks = true;
-    runAndCheck(c, mixedBatch(5));
-    runAndCheck(c, mixedBatch(6), /*afterPasses=*/true);
+    runAndCheck(c, mixedAttentionBatch(5));
+    runAndCheck(c, mixedAttentionBatch(6), /*afterPasses=*/true);
   }
 }
 
@@ -134,16 +126,16 @@ TEST_CASE("LSE output: 2D, with sinks and a window, GQA", "[attention][lse]") {
   for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16}) {
     UnifiedAttentionConfig c = smallConfig(dtype, KvCacheFormat::Auto);
     c.outputLse = true;
-    runAndCheck(c, mixedBatch(7));
+    runAndCheck(c, mixedAttentionBatch(7));
     c.sinks = true;
     c.slidingWindow = 20;
-    runAndCheck(c, mixedBatch(8), /*afterPasses=*/true);
+    runAndCheck(c, mixedAttentionBatch(8), /*afterPasses=*/true);
   }
 }
 
 TEST_CASE("split-KV: segments of 1, 2 and 8 tiles agree with the reference", "[attention][splitkv]") {
   for (int segmentTiles : {1, 2, 8}) {
-    AttentionShape shape = mixedBatch(9);
+    AttentionShape shape = mixedAttentionBatch(9);
     shape.segmentTiles = segmentTiles;
     UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
     c.splitKv = true;
@@ -155,7 +147,7 @@ TEST_CASE("split-KV: segments of 1, 2 and 8 tiles agree with the reference", "[a
 }
 
 TEST_CASE("split-KV: with every feature and quantized caches", "[attention][splitkv]") {
-  AttentionShape shape = mixedBatch(10);
+  AttentionShape shape = mixedAttentionBatch(10);
   shape.segmentTiles = 2;
   for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead,
                                KvCacheFormat::Int4PerTokenHead}) {
@@ -483,13 +475,13 @@ TEST_CASE("per-sequence causal flags: a batch mixing causal and bidirectional se
     UnifiedAttentionConfig c = smallConfig(dtype, KvCacheFormat::Auto);
     c.perSequenceCausal = true;
     CHECK(c.kernelName().find("_seqcausal") != std::string::npos);
-    runAndCheck(c, mixedBatch(15));
-    runAndCheck(c, mixedBatch(16), /*afterPasses=*/true);
+    runAndCheck(c, mixedAttentionBatch(15));
+    runAndCheck(c, mixedAttentionBatch(16), /*afterPasses=*/true);
     c.slidingWindow = 30;  // decoder windows for the causal ones, encoder windows for the others
     c.sinks = true;
-    runAndCheck(c, mixedBatch(17));
+    runAndCheck(c, mixedAttentionBatch(17));
     c.splitKv = true;
-    AttentionShape split = mixedBatch(18);
+    AttentionShape split = mixedAttentionBatch(18);
     split.segmentTiles = 2;
     runAndCheck(c, split);
   }

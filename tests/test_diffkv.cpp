@@ -25,6 +25,7 @@
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 #include "tests/test_paths.h"
+#include "tests/test_batches.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
@@ -33,6 +34,7 @@ using compiler::AttentionShape;
 using compiler::KvCacheFormat;
 using compiler::UnifiedAttentionConfig;
 using ir::ScalarKind;
+using attnjit::tests::mixedAttentionBatch;
 
 namespace {
 
@@ -52,16 +54,6 @@ UnifiedAttentionConfig diffkvConfig(HeadSizes sizes, ScalarKind dtype = ScalarKi
   c.blockSize = 16;
   c.causal = causal;
   return c;
-}
-
-// A decode far past a tile, a chunked prefill, a short context and a fresh prefill;
-// no length is a multiple of the tile (32) or block (16) size.
-AttentionShape mixedBatch(uint64_t seed) {
-  AttentionShape s;
-  s.queryLens = {1, 13, 1, 45};
-  s.contextLens = {101, 37, 5, 0};
-  s.seed = seed;
-  return s;
 }
 
 AttentionRunResult runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape,
@@ -85,22 +77,22 @@ std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, Scalar
 
 TEST_CASE("DiffKV: every head-size pair against the float64 reference", "[diffkv]") {
   for (const HeadSizes pair : kPairs)
-    for (bool causal : {true, false}) runAndCheck(diffkvConfig(pair, ScalarKind::BF16, causal), mixedBatch(31));
+    for (bool causal : {true, false}) runAndCheck(diffkvConfig(pair, ScalarKind::BF16, causal), mixedAttentionBatch(31));
   // Other data types, and the pipelined, layout-assigned kernel.
-  runAndCheck(diffkvConfig({192, 128}, ScalarKind::F16), mixedBatch(32), /*afterPasses=*/true);
-  runAndCheck(diffkvConfig({128, 64}, ScalarKind::F32, false), mixedBatch(33));
+  runAndCheck(diffkvConfig({192, 128}, ScalarKind::F16), mixedAttentionBatch(32), /*afterPasses=*/true);
+  runAndCheck(diffkvConfig({128, 64}, ScalarKind::F32, false), mixedAttentionBatch(33));
   // MHA and a large GQA ratio (one token's 16 heads fill the query tile).
   UnifiedAttentionConfig mha = diffkvConfig({192, 128});
   mha.numQueryHeads = mha.numKvHeads = 3;
-  runAndCheck(mha, mixedBatch(34));
+  runAndCheck(mha, mixedAttentionBatch(34));
   UnifiedAttentionConfig wide = diffkvConfig({128, 64});
   wide.numQueryHeads = 16;
   wide.numKvHeads = 1;
-  runAndCheck(wide, mixedBatch(35), /*afterPasses=*/true);
+  runAndCheck(wide, mixedAttentionBatch(35), /*afterPasses=*/true);
   // Non-power-of-two value head size (padded and masked separately from Dqk), and
   // Dv > Dqk with Dqk = 64 + 32 in two exact Q·Kᵀ pieces.
-  runAndCheck(diffkvConfig({128, 80}), mixedBatch(36));
-  runAndCheck(diffkvConfig({96, 128}, ScalarKind::F16, false), mixedBatch(36), /*afterPasses=*/true);
+  runAndCheck(diffkvConfig({128, 80}), mixedAttentionBatch(36));
+  runAndCheck(diffkvConfig({96, 128}, ScalarKind::F16, false), mixedAttentionBatch(36), /*afterPasses=*/true);
 }
 
 TEST_CASE("DiffKV: window, softcap, sinks and ALiBi together, per-sequence causal, LSE", "[diffkv]") {
@@ -111,13 +103,13 @@ TEST_CASE("DiffKV: window, softcap, sinks and ALiBi together, per-sequence causa
     c.sinks = true;
     c.alibi = true;
     c.outputLse = true;
-    runAndCheck(c, mixedBatch(37));
-    runAndCheck(c, mixedBatch(38), /*afterPasses=*/true);
+    runAndCheck(c, mixedAttentionBatch(37));
+    runAndCheck(c, mixedAttentionBatch(38), /*afterPasses=*/true);
   }
   UnifiedAttentionConfig perSequence = diffkvConfig({256, 128});
   perSequence.perSequenceCausal = true;
   perSequence.outputLse = true;
-  runAndCheck(perSequence, mixedBatch(39));
+  runAndCheck(perSequence, mixedAttentionBatch(39));
 }
 
 TEST_CASE("DiffKV: quantized caches in the packed layout", "[diffkv][quant]") {
@@ -126,12 +118,12 @@ TEST_CASE("DiffKV: quantized caches in the packed layout", "[diffkv][quant]") {
     for (const HeadSizes pair : {HeadSizes{192, 128}, HeadSizes{128, 64}}) {
       UnifiedAttentionConfig c = diffkvConfig(pair, ScalarKind::BF16);
       c.kvCacheFormat = format;
-      runAndCheck(c, mixedBatch(40));
+      runAndCheck(c, mixedAttentionBatch(40));
     }
   UnifiedAttentionConfig f16 = diffkvConfig({256, 128}, ScalarKind::F16, /*causal=*/false);
   f16.kvCacheFormat = KvCacheFormat::Fp8PerTokenHead;
   f16.sinks = true;
-  runAndCheck(f16, mixedBatch(41), /*afterPasses=*/true);
+  runAndCheck(f16, mixedAttentionBatch(41), /*afterPasses=*/true);
 }
 
 TEST_CASE("DiffKV: split-KV with 1, 2, 8 and 16 segments, LSE checked", "[diffkv][splitkv]") {
