@@ -362,6 +362,35 @@ std::vector<int> unevenLengths(int n, int maxContext) {
   return lengths;
 }
 
+// 40 decodes of uneven lengths up to 4000 keys (the op splits them), every
+// third token checked; and a prefill beside a chunk with context (the op's
+// 128-row tiling, 2D).
+compiler::AttentionShape unevenDecodes() {
+  compiler::AttentionShape shape;
+  shape.queryLens = std::vector<int>(40, 1);
+  shape.contextLens = unevenLengths(40, 4000);
+  shape.checkStride = 3;
+  return shape;
+}
+compiler::AttentionShape prefillAndChunk() {
+  compiler::AttentionShape shape;
+  shape.queryLens = {100, 3};
+  shape.contextLens = {0, 50};
+  return shape;
+}
+
+// bench's op runner on `shape` (three timed calls), its float64 check passed.
+compiler::PagedAttentionOpRun runOpChecked(const compiler::UnifiedAttentionConfig& config,
+                                           const compiler::AttentionShape& shape) {
+  compiler::GpuRunOptions options;
+  options.timedIterations = 3;
+  auto run = compiler::runPagedAttentionOpGpu(config, shape, options);
+  if (!run) FAIL(run.diagnostic().str());
+  INFO(run->kernelName << ": " << run->run.check.detail);
+  CHECK(run->run.check.passed);
+  return *run;
+}
+
 }  // namespace
 
 TEST_CASE("paged attention op: launches on device buffers match the reference", "[gpu][op]") {
@@ -504,32 +533,17 @@ TEST_CASE("paged attention op: bench's op runner launches what the op picks and 
   if (!tests::gpuPresent()) return;
   compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D=128, block 16
   config.tileSize = 32;                     // ignored: the op picks the tiling
-  compiler::GpuRunOptions options;
-  options.timedIterations = 3;
-  compiler::AttentionShape uneven;
-  uneven.queryLens = std::vector<int>(40, 1);
-  uneven.contextLens = unevenLengths(40, 4000);
-  uneven.checkStride = 3;
-  auto split = compiler::runPagedAttentionOpGpu(config, uneven, options);
-  REQUIRE(split.isOk());
-  INFO(split->kernelName << ": " << split->run.check.detail);
-  CHECK(split->run.check.passed);
-  CHECK(split->kernelName == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum");
-  CHECK(split->numSegments >= 3);  // the uneven-length rule (more where a larger GPU's fill rule asks)
-  CHECK(split->run.medianMs > 0);
-  CHECK(split->run.copyGbPerSecond > 0);
-  CHECK(split->firstCallMs > 0);
+  const compiler::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
+  CHECK(split.kernelName == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum");
+  CHECK(split.numSegments >= 3);  // the uneven-length rule (more where a larger GPU's fill rule asks)
+  CHECK(split.run.medianMs > 0);
+  CHECK(split.run.copyGbPerSecond > 0);
+  CHECK(split.firstCallMs > 0);
 
-  compiler::AttentionShape prefill;
-  prefill.queryLens = {100, 3};
-  prefill.contextLens = {0, 50};
   config.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;  // k_scale / v_scale found by their labels
-  auto run = compiler::runPagedAttentionOpGpu(config, prefill, options);
-  REQUIRE(run.isOk());
-  INFO(run->kernelName << ": " << run->run.check.detail);
-  CHECK(run->run.check.passed);
-  CHECK(run->numSegments == 1);
-  CHECK(run->kernelName.find("_m128") != std::string::npos);
+  const compiler::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
+  CHECK(run.numSegments == 1);
+  CHECK(run.kernelName.find("_m128") != std::string::npos);
 }
 
 TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through the op", "[gpu][op]") {
@@ -540,27 +554,11 @@ TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through 
   config.alibiSqrt = true;
   config.sinks = true;
   config.outputLse = true;
-  compiler::GpuRunOptions options;
-  options.timedIterations = 3;
   // Uneven decode lengths: the op splits them, and stage 2 writes the fp8 output.
-  compiler::AttentionShape uneven;
-  uneven.queryLens = std::vector<int>(40, 1);
-  uneven.contextLens = unevenLengths(40, 4000);
-  uneven.checkStride = 3;
-  auto split = compiler::runPagedAttentionOpGpu(config, uneven, options);
-  REQUIRE(split.isOk());
-  INFO(split->kernelName << ": " << split->run.check.detail);
-  CHECK(split->run.check.passed);
-  CHECK(split->numSegments >= 3);
-  CHECK(split->kernelName.find("_alibisqrt_sinks_outfp8_lse_3d") != std::string::npos);
-  // A prefill and a chunk in one launch: 2D with 128 query rows.
-  compiler::AttentionShape prefill;
-  prefill.queryLens = {100, 3};
-  prefill.contextLens = {0, 50};
-  auto run = compiler::runPagedAttentionOpGpu(config, prefill, options);
-  REQUIRE(run.isOk());
-  INFO(run->kernelName << ": " << run->run.check.detail);
-  CHECK(run->run.check.passed);
-  CHECK(run->numSegments == 1);
-  CHECK(run->kernelName.find("_m128") != std::string::npos);
+  const compiler::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
+  CHECK(split.numSegments >= 3);
+  CHECK(split.kernelName.find("_alibisqrt_sinks_outfp8_lse_3d") != std::string::npos);
+  const compiler::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
+  CHECK(run.numSegments == 1);
+  CHECK(run.kernelName.find("_m128") != std::string::npos);
 }

@@ -65,6 +65,27 @@ MERGE_PARTIALS_FIELDS = dict(dtype="f16", num_heads=8, head_size=128, num_partia
                              partial_stride_head=128, lse_stride_partial=40)
 
 
+def random_block_tables(torch, seq_lens, block, spare_blocks=0):
+    """Block tables [num_seqs, max blocks] (int32, host) over a random permutation
+    of the cache's blocks, and the cache's block count."""
+    blocks_per_seq = [(n + block - 1) // block for n in seq_lens]
+    num_blocks = sum(blocks_per_seq) + spare_blocks
+    order, start = torch.randperm(num_blocks).tolist(), 0
+    tables = torch.zeros(len(seq_lens), max(blocks_per_seq), dtype=torch.int32)
+    for b, count in enumerate(blocks_per_seq):
+        tables[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
+        start += count
+    return tables, num_blocks
+
+
+def cumulative(lengths):
+    """cu_seqlens: [0, l0, l0 + l1, ...]."""
+    sums = [0]
+    for n in lengths:
+        sums.append(sums[-1] + n)
+    return sums
+
+
 def merge_arguments(base=0x7F0000000000, tokens=37):
     return [base + 4096 * i for i in range(6)] + [tokens] + [4 * 64, 64] * 3
 
@@ -325,16 +346,9 @@ class GpuTests(unittest.TestCase):
         torch.manual_seed(2)
         seqs, heads, rank, rope, block = 3, 16, 512, 64, 64
         seq_lens_host = [1, 300, 1100]
-        blocks_per_seq = [(n + block - 1) // block for n in seq_lens_host]
-        num_blocks = sum(blocks_per_seq) + 2
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=2)  # scattered
         cache = torch.randn(num_blocks, block, rank + rope, device="cuda", dtype=torch.bfloat16)
         q = torch.randn(seqs, heads, rank + rope, device="cuda", dtype=torch.bfloat16)
-        order = torch.randperm(num_blocks).tolist()  # scattered blocks
-        tables_host = torch.zeros(seqs, max(blocks_per_seq), dtype=torch.int32)
-        start = 0
-        for b, count in enumerate(blocks_per_seq):
-            tables_host[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
-            start += count
         tables = tables_host.cuda()
         seq_lens = torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda")
         scale = 1.0 / math.sqrt(rank + rope)
@@ -390,14 +404,7 @@ class GpuTests(unittest.TestCase):
         torch.manual_seed(4)
         heads, kv_heads, dqk, dv, block = 4, 2, 192, 128, 16
         query_lens, seq_lens_host = [1, 1, 4], [5, 40, 23]
-        blocks_per_seq = [(n + block - 1) // block for n in seq_lens_host]
-        num_blocks = sum(blocks_per_seq) + 1
-        order = torch.randperm(num_blocks).tolist()
-        tables_host = torch.zeros(len(seq_lens_host), max(blocks_per_seq), dtype=torch.int32)
-        start = 0
-        for b, count in enumerate(blocks_per_seq):
-            tables_host[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
-            start += count
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
         # Every key of every sequence through the DiffKV cache write, into vLLM's packed cache.
         slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
                            for b, n in enumerate(seq_lens_host)])
@@ -414,9 +421,7 @@ class GpuTests(unittest.TestCase):
         num_tokens = sum(query_lens)
         q = torch.randn(num_tokens, heads, dqk, device="cuda", dtype=torch.bfloat16)
         out = torch.full((num_tokens, heads, dv), float("nan"), device="cuda", dtype=torch.bfloat16)
-        cu_host = [0]
-        for n in query_lens:
-            cu_host.append(cu_host[-1] + n)
+        cu_host = cumulative(query_lens)
         scale = 1.0 / math.sqrt(dqk)
         attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
                                     torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
@@ -443,22 +448,14 @@ class GpuTests(unittest.TestCase):
         torch.manual_seed(7)
         heads, kv_heads, d, block = 8, 2, 64, 16
         query_lens, seq_lens_host = [1, 6, 1], [37, 20, 70]
-        blocks_per_seq = [(n + block - 1) // block for n in seq_lens_host]
-        num_blocks = sum(blocks_per_seq)
-        tables_host = torch.zeros(len(seq_lens_host), max(blocks_per_seq), dtype=torch.int32)
-        order, start = torch.randperm(num_blocks).tolist(), 0
-        for b, count in enumerate(blocks_per_seq):
-            tables_host[b, :count] = torch.tensor(order[start:start + count], dtype=torch.int32)
-            start += count
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block)
         cache = torch.randn(num_blocks, 2, block, kv_heads, d, device="cuda", dtype=torch.bfloat16)
         num_tokens = sum(query_lens)
         q = torch.randn(num_tokens, heads, d, device="cuda", dtype=torch.bfloat16)
         out = torch.full((num_tokens, heads, d), float("nan"), device="cuda").to(torch.float8_e4m3fn)
         slopes = torch.rand(heads, device="cuda") * 0.5
         output_scale = torch.tensor([2.0 ** -7], device="cuda")
-        cu_host = [0]
-        for n in query_lens:
-            cu_host.append(cu_host[-1] + n)
+        cu_host = cumulative(query_lens)
         scale = 1.0 / math.sqrt(d)
         attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
                                     torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
