@@ -73,6 +73,18 @@ TEST_CASE("fp8 output: 2D and split-KV match the reference, also after the passe
   c.kvCacheFormat = KvCacheFormat::Fp8E4M3;
   c.sinks = true;
   runAndCheck(c, mixedBatch(13), /*afterPasses=*/true);
+  // DiffKV 192/128 over an int4 per-token-head cache (two value groups) with
+  // sqrt-ALiBi, 2D and split.
+  for (bool split : {false, true}) {
+    c = fp8OutputConfig(ScalarKind::BF16, false);
+    c.headSize = 192;
+    c.valueHeadSize = 128;
+    c.kvCacheFormat = KvCacheFormat::Int4PerTokenHead;
+    c.alibi = true;
+    c.alibiSqrt = true;
+    c.splitKv = split;
+    runAndCheck(c, mixedBatch(16));
+  }
   c = fp8OutputConfig(ScalarKind::BF16, true);
   c.blockMRows = 128;
   c.qInShared = true;
