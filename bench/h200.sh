@@ -80,6 +80,12 @@ run "op API: decode stratified, int8 per-token-head KV" bench/decode_quant_async
 run "op API: decode B=8 ctx 32768" bench/decode.yaml --op --shape query_lens=1x8 --shape context_lens=32767x8
 run "op API: prefill causal 8x2048" bench/prefill.yaml --op "${prefill[@]}" \
   --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_m128_qs
+# vLLM's ALiBi, sqrt-ALiBi and fp8 output through the op API (their cost on
+# causal prefill and decode; docs/perf-log.md, session 17).
+run "op API: ALiBi / sqrt-ALiBi, bf16 / fp8 output, prefill causal 8x2048" bench/alibi_fp8_output.yaml --op \
+  "${prefill[@]}"
+run "op API: ALiBi / sqrt-ALiBi, bf16 / fp8 output, decode B=64 ctx 4096" bench/alibi_fp8_output.yaml --op \
+  "${decode[@]}"
 # Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
 tokens=(--shape query_lens=16384 --shape context_lens=0)
 run "merge_attn_states T=16384 32 heads D=128 (op API: 4 warps)" bench/merge_attn_states.yaml \
