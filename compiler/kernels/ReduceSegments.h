@@ -56,9 +56,10 @@ ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config);
 ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config);
 
 // Kernel parameters, in order:
-//   out ptr<dtype> (ptr<f8e4m3> with outputFp8), segm_output ptr<f32>, segm_max
-//   ptr<f32>, segm_expsum ptr<f32>, [lse ptr<f32>], [output_scale ptr<f32>], num_segments i32, o_stride_token i64, o_stride_head i64,
-//   [lse_stride_head i64], [lse_stride_token i64 (lseTokenStride)].
+//   out ptr<dtype> (ptr<f8e4m3> with outputFp8), segm_output ptr<f32>,
+//   segm_max ptr<f32>, segm_expsum ptr<f32>, [lse ptr<f32>], [output_scale
+//   ptr<f32> (outputFp8)], num_segments i32, o_stride_token i64, o_stride_head
+//   i64, [lse_stride_head i64], [lse_stride_token i64 (lseTokenStride)].
 ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config);
 
 // Grid y: ceil(Hq / headsPerProgram()).

@@ -648,8 +648,7 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
   }
   // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos
-  // (broadcast along the keys inside the loop: a [M, N] tile carried through it
-  // would hold a register per score).
+  // (a row vector, broadcast along the keys where the loop uses it).
   Value* alibiQueryPos = config_.alibiSqrt ? b_.add(splatTo(contextLen, {M}), queryPos, "alibi_query_pos") : nullptr;
   Value* zeroDistance2d = config_.alibiSqrt ? b_.constInt(0, Type::tile({M, N}, i32()), "alibi_zero_distance") : nullptr;
   Value* negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
