@@ -13,9 +13,12 @@
 #include <set>
 #include <string>
 
+#include "tests/test_paths.h"
 #include "tests/test_tools.h"
 #include "compiler/CompileDriver.h"
 #include "compiler/Jit.h"
+#include "compiler/Spec.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
@@ -698,6 +701,66 @@ TEST_CASE("ptxas assembles every attention variant for sm_80 and sm_90a", "[code
     }
   WARN("ptxas assembled " << assembled << " kernels");
   CHECK(assembled == static_cast<int>(attentionConfigs().size() * 2));
+}
+
+TEST_CASE("ptxas assembles every shipped unified attention spec for sm_80 and sm_90a", "[codegen][ptxas][specs]") {
+  // Every variant of every unified_attention spec in specs/ (the other families'
+  // shipped specs have their own such tests), with the stage 2 of split-KV
+  // variants. fp8 output needs sm_89's conversion: sm_80 must refuse it by name.
+  if (!tests::havePtxas()) {
+    WARN("skipped: ptxas is not on the PATH; codegen is checked without assembling");
+    return;
+  }
+  int assembled = 0, refused = 0, kernels = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tests::sourceDir() + "/specs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    auto spec = compiler::loadSpecFile(entry.path().string());
+    INFO(entry.path().string());
+    REQUIRE(spec.isOk());
+    for (const auto& variant : spec->variants) {
+      if (variant.family != "unified_attention") continue;
+      const compiler::UnifiedAttentionConfig& config = variant.attention;
+      for (const char* arch : {"sm_80", "sm_90a"}) {
+        // compileKernel runs the passes on the kernel it is given: fresh ones per
+        // target. With fp8 output the kernel writing `out` converts to fp8: the
+        // attention kernel in 2D, stage 2 in split-KV (stage 1 writes f32).
+        std::vector<std::pair<std::unique_ptr<ir::Kernel>, bool>> built;
+        auto attention = compiler::buildUnifiedAttention(config);
+        REQUIRE(attention.isOk());
+        built.emplace_back(std::move(*attention), config.outputFp8 && !config.splitKv);
+        if (config.splitKv) {
+          auto reduce = compiler::buildReduceSegments(compiler::reduceSegmentsFor(config));
+          REQUIRE(reduce.isOk());
+          built.emplace_back(std::move(*reduce), config.outputFp8);
+        }
+        for (auto& [kernel, writesFp8] : built) {
+          INFO(kernel->name() << " for " << arch);
+          ++kernels;
+          compiler::CompileOptions options;
+          options.target = arch;
+          auto compiled = compiler::compileKernel(*kernel, options);
+          if (writesFp8 && std::string(arch) == "sm_80") {
+            REQUIRE_FALSE(compiled.isOk());
+            CHECK(compiled.diagnostic().message.find("conversion to fp8 (needs sm_89 or newer)") != std::string::npos);
+            ++refused;
+            continue;
+          }
+          INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+          REQUIRE(compiled.isOk());
+          std::string log;
+          const bool ok = tests::assemblesWithPtxas(compiled->ptx, arch, &log);
+          INFO(log);
+          CHECK(ok);
+          assembled += ok;
+        }
+      }
+    }
+  }
+  WARN("ptxas assembled " << assembled << " kernels of the shipped unified attention specs; sm_80 refused "
+                          << refused << " (fp8 output)");
+  CHECK(kernels >= 80);
+  CHECK(refused > 0);
+  CHECK(assembled + refused == kernels);
 }
 
 TEST_CASE("unknown targets and too-old drivers are clear errors", "[codegen]") {
