@@ -12,7 +12,7 @@
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Printer.h"
 #include "tests/reference/AttentionReference.h"
-#include "tests/test_batches.h"
+#include "tests/test_attention_support.h"
 
 using attnjit::compiler::AttentionShape;
 using attnjit::compiler::buildUnifiedAttention;
@@ -21,6 +21,7 @@ using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
 namespace reference = attnjit::reference;
 using attnjit::tests::mixedAttentionBatch;
+using attnjit::tests::runAndCheck;
 
 namespace {
 
@@ -33,15 +34,6 @@ UnifiedAttentionConfig gqaConfig(ScalarKind dtype, bool causal) {
   c.blockSize = 16;
   c.causal = causal;
   return c;
-}
-
-void runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape, bool afterPasses = false) {
-  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
-  auto result = runUnifiedAttentionInterpreted(config, shape, afterPasses);
-  if (!result) FAIL(result.diagnostic().str());
-  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
-  CHECK(result->passed);
-  CHECK(result->maxAbsError <= result->tolerance);
 }
 
 std::string validationError(const UnifiedAttentionConfig& c) {

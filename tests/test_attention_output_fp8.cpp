@@ -13,13 +13,14 @@
 #include "compiler/CompileDriver.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
-#include "tests/test_batches.h"
+#include "tests/test_attention_support.h"
 #include "tests/test_tools.h"
 
 using attnjit::compiler::AttentionShape;
 using attnjit::compiler::KvCacheFormat;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
+using attnjit::tests::runAndCheck;
 namespace compiler = attnjit::compiler;
 
 namespace {
@@ -40,16 +41,6 @@ AttentionShape mixedBatch(uint64_t seed) {
   AttentionShape s = attnjit::tests::mixedAttentionBatch(seed);
   s.segmentTiles = 2;
   return s;
-}
-
-compiler::AttentionRunResult runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape,
-                                         bool afterPasses = false) {
-  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
-  auto result = compiler::runUnifiedAttentionInterpreted(config, shape, afterPasses);
-  if (!result) FAIL(result.diagnostic().str());
-  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
-  CHECK(result->passed);
-  return *result;
 }
 
 // The e4m3 bytes of ±448, e4m3fn's largest finite magnitude.

@@ -12,16 +12,16 @@
 #include "compiler/Spec.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
-#include "tests/test_batches.h"
+#include "tests/test_attention_support.h"
 #include "tests/test_tools.h"
 
 using attnjit::compiler::AttentionRunResult;
 using attnjit::compiler::AttentionShape;
 using attnjit::compiler::KvCacheFormat;
-using attnjit::compiler::runUnifiedAttentionInterpreted;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
 using attnjit::tests::mixedAttentionBatch;
+using attnjit::tests::runAndCheck;
 
 namespace {
 
@@ -35,16 +35,6 @@ UnifiedAttentionConfig smallConfig(ScalarKind dtype, KvCacheFormat format, bool 
   c.causal = causal;
   c.kvCacheFormat = format;
   return c;
-}
-
-AttentionRunResult runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape,
-                               bool afterPasses = false) {
-  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
-  auto result = runUnifiedAttentionInterpreted(config, shape, afterPasses);
-  if (!result) FAIL(result.diagnostic().str());
-  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
-  CHECK(result->passed);
-  return *result;
 }
 
 const KvCacheFormat kQuantizedFormats[] = {KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2,

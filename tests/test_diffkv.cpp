@@ -25,7 +25,7 @@
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 #include "tests/test_paths.h"
-#include "tests/test_batches.h"
+#include "tests/test_attention_support.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
@@ -35,6 +35,7 @@ using compiler::KvCacheFormat;
 using compiler::UnifiedAttentionConfig;
 using ir::ScalarKind;
 using attnjit::tests::mixedAttentionBatch;
+using attnjit::tests::runAndCheck;
 
 namespace {
 
@@ -54,16 +55,6 @@ UnifiedAttentionConfig diffkvConfig(HeadSizes sizes, ScalarKind dtype = ScalarKi
   c.blockSize = 16;
   c.causal = causal;
   return c;
-}
-
-AttentionRunResult runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape,
-                               bool afterPasses = false) {
-  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
-  auto result = compiler::runUnifiedAttentionInterpreted(config, shape, afterPasses);
-  if (!result) FAIL(result.diagnostic().str());
-  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
-  CHECK(result->passed);
-  return *result;
 }
 
 std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, ScalarKind dtype) {
