@@ -708,10 +708,8 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
   result.outputStrideToken = data.oStrideToken;
   result.maxAbsError = 0;
   result.maxRelError = 0;
-  // fp8 output holds e4m3(o / output_scale), saturated at ±448: it is compared
-  // in o's units, got·scale against the reference clamped to ±448·scale, and
-  // the error counts only beyond e4m3's own rounding of the value the kernel
-  // computed (within the data type's tolerance of the reference).
+  // fp8 output is compared in o's units, the error counting only beyond e4m3's
+  // own rounding (problem_data::compareFp8Output).
   double outputScale = 1;
   if (data.config.outputFp8) {
     float stored = 0;
@@ -739,11 +737,10 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
         double want = expected[static_cast<size_t>((t * Hq + h) * D + d)];
         double roundingAllowance = 0;
         if (data.config.outputFp8 && std::isfinite(got) && std::isfinite(want)) {
-          const double limit = 448 * outputScale;
-          want = std::clamp(want, -limit, limit);
-          roundingAllowance =
-              outputScale * problem_data::halfE4m3Spacing((std::abs(want) + result.tolerance) / outputScale);
-          got *= outputScale;
+          const auto compared = problem_data::compareFp8Output(got, want, outputScale, result.tolerance);
+          got = compared.got;
+          want = compared.want;
+          roundingAllowance = compared.roundingAllowance;
         }
         if (!std::isfinite(got)) {
           if (allFinite) result.detail = "non-finite output at " + describeElement(t, h, d, got, want);

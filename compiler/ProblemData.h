@@ -56,6 +56,19 @@ inline double halfE4m3Spacing(double x) {
   return std::ldexp(1.0, exponent - 4);
 }
 
+// fp8 output holds e4m3(o / scale) saturated at ±448. Compared in o's units:
+// got·scale against the reference clamped to ±448·scale, with the part of the
+// difference e4m3's own rounding of a value within `tolerance` of the
+// reference may account for (to subtract from the error).
+struct Fp8OutputComparison {
+  double got, want, roundingAllowance;
+};
+inline Fp8OutputComparison compareFp8Output(double gotE4m3, double want, double scale, double tolerance) {
+  const double limit = 448 * scale;
+  const double clamped = std::clamp(want, -limit, limit);
+  return {gotE4m3 * scale, clamped, scale * halfE4m3Spacing((std::abs(clamped) + tolerance) / scale)};
+}
+
 // Deterministic uniform values from the engine's raw output (portable across
 // standard libraries, unlike std::uniform_real_distribution).
 class RandomStream {
