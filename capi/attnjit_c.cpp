@@ -1,5 +1,5 @@
 // The C API (include/attnjit/attnjit.h) over the C++ facade
-// (include/attnjit/runtime.hpp). Every entry point catches everything: no C++
+// (include/attnjit/jit.hpp). Every entry point catches everything: no C++
 // exception crosses into C. Errors go to a thread-local message.
 #include <cstdio>
 #include <cstring>
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "attnjit/attnjit.h"
-#include "attnjit/runtime.hpp"
+#include "attnjit/jit.hpp"
 
-struct attnjit_runtime {
-  attnjit::Runtime runtime;
+struct attnjit_jit {
+  attnjit::Jit jit;
 };
 
 struct attnjit_kernel {
@@ -22,6 +22,8 @@ struct attnjit_kernel {
   std::mutex ptxMutex;
   std::string ptx;  // kept for attnjit_kernel_ptx
 };
+
+namespace support = attnjit::support;
 
 namespace {
 
@@ -36,7 +38,7 @@ attnjit_status fail(attnjit_status code, std::string message) {
 
 // "file:line:col: error: message" where the error has a place (a spec line, the
 // driver), else the bare message: "<builder>" would mean nothing to a C caller.
-attnjit_status fail(attnjit_status code, const Status& status) {
+attnjit_status fail(attnjit_status code, const support::Status& status) {
   const attnjit::Diagnostic& d = status.diagnostic();
   return fail(code, d.loc.file.empty() ? d.message : d.str());
 }
@@ -47,7 +49,7 @@ attnjit_status succeed() {
 }
 
 // A step that needs the GPU failed: for want of a driver, or in the driver.
-attnjit_status gpuFailure(const Status& status) {
+attnjit_status gpuFailure(const support::Status& status) {
   return fail(attnjit::runtime::driverAvailable() ? ATTNJIT_ERROR_CUDA : ATTNJIT_ERROR_NO_DRIVER, status);
 }
 
@@ -334,17 +336,17 @@ attnjit_status toParams(const char* function, const attnjit_mla_decode_params& c
 // An op call: read the struct, convert, validate (ATTNJIT_ERROR_INVALID_ARGUMENT),
 // then run unless `validateOnly` (a failure there needs the GPU).
 template <typename CParams, typename Params>
-attnjit_status runOp(const char* function, attnjit_runtime* runtime, const CParams* cParams, CParams defaults,
-                     Status (attnjit::Runtime::*validate)(const Params&) const,
-                     Status (attnjit::Runtime::*run)(const Params&), bool validateOnly) {
+attnjit_status runOp(const char* function, attnjit_jit* jit, const CParams* cParams, CParams defaults,
+                     support::Status (attnjit::Jit::*validate)(const Params&) const,
+                     support::Status (attnjit::Jit::*run)(const Params&), bool validateOnly) {
   return guarded([&] {
-    if (runtime == nullptr) return nullArgument(function, "runtime");
+    if (jit == nullptr) return nullArgument(function, "jit");
     if (attnjit_status s = readVersioned(function, "params", cParams, &defaults); s != ATTNJIT_OK) return s;
     Params params;
     if (attnjit_status s = toParams(function, defaults, &params); s != ATTNJIT_OK) return s;
-    if (Status s = (runtime->runtime.*validate)(params); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
+    if (support::Status s = (jit->jit.*validate)(params); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
     if (validateOnly) return succeed();
-    if (Status s = (runtime->runtime.*run)(params); !s) return gpuFailure(s);
+    if (support::Status s = (jit->jit.*run)(params); !s) return gpuFailure(s);
     return succeed();
   });
 }
@@ -378,7 +380,7 @@ const char* attnjit_status_name(attnjit_status status) {
 
 attnjit_status attnjit_driver_status(void) {
   return guarded([] {
-    if (Status s = attnjit::runtime::driverStatus(); !s) return fail(ATTNJIT_ERROR_NO_DRIVER, s);
+    if (support::Status s = attnjit::runtime::driverStatus(); !s) return fail(ATTNJIT_ERROR_NO_DRIVER, s);
     auto count = attnjit::runtime::deviceCount();
     if (!count) return fail(ATTNJIT_ERROR_NO_DRIVER, count.status());
     if (*count == 0) return fail(ATTNJIT_ERROR_NO_DRIVER, "the CUDA driver reports no GPU");
@@ -386,60 +388,60 @@ attnjit_status attnjit_driver_status(void) {
   });
 }
 
-void attnjit_runtime_options_init(attnjit_runtime_options* options) {
+void attnjit_jit_options_init(attnjit_jit_options* options) {
   if (options == nullptr) return;
-  *options = attnjit_runtime_options{};
+  *options = attnjit_jit_options{};
   options->struct_size = sizeof *options;
 }
 
-attnjit_status attnjit_runtime_create(const attnjit_runtime_options* options, attnjit_runtime** runtime) {
+attnjit_status attnjit_jit_create(const attnjit_jit_options* options, attnjit_jit** jit) {
   return guarded([&] {
-    if (runtime == nullptr) return nullArgument("attnjit_runtime_create", "runtime");
-    *runtime = nullptr;
-    attnjit_runtime_options c;
-    attnjit_runtime_options_init(&c);
+    if (jit == nullptr) return nullArgument("attnjit_jit_create", "jit");
+    *jit = nullptr;
+    attnjit_jit_options c;
+    attnjit_jit_options_init(&c);
     if (options != nullptr)
-      if (attnjit_status s = readVersioned("attnjit_runtime_create", "options", options, &c); s != ATTNJIT_OK)
+      if (attnjit_status s = readVersioned("attnjit_jit_create", "options", options, &c); s != ATTNJIT_OK)
         return s;
-    attnjit::RuntimeOptions cpp;
+    attnjit::JitOptions cpp;
     cpp.device = c.device;
     cpp.cacheDirectory = c.cache_dir != nullptr ? c.cache_dir : "";
     cpp.bypassCache = c.bypass_cache != 0;
     cpp.target = c.target != nullptr ? c.target : "";
-    auto created = attnjit::Runtime::create(cpp);
+    auto created = attnjit::Jit::create(cpp);
     if (!created) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, created.status());
-    *runtime = new attnjit_runtime{std::move(*created)};
+    *jit = new attnjit_jit{std::move(*created)};
     return succeed();
   });
 }
 
-void attnjit_runtime_destroy(attnjit_runtime* runtime) { delete runtime; }
+void attnjit_jit_destroy(attnjit_jit* jit) { delete jit; }
 
-const char* attnjit_runtime_target(const attnjit_runtime* runtime) {
-  return runtime != nullptr ? runtime->runtime.target().c_str() : "";
+const char* attnjit_jit_target(const attnjit_jit* jit) {
+  return jit != nullptr ? jit->jit.target().c_str() : "";
 }
 
-attnjit_status attnjit_kernel_from_spec_text(attnjit_runtime* runtime, const char* yaml, const char* variant,
+attnjit_status attnjit_kernel_from_spec_text(attnjit_jit* jit, const char* yaml, const char* variant,
                                              attnjit_kernel** kernel) {
   return guarded([&] {
     const char* function = "attnjit_kernel_from_spec_text";
-    if (runtime == nullptr) return nullArgument(function, "runtime");
+    if (jit == nullptr) return nullArgument(function, "jit");
     if (yaml == nullptr) return nullArgument(function, "yaml");
     if (kernel == nullptr) return nullArgument(function, "kernel");
     *kernel = nullptr;
-    return makeKernel(runtime->runtime.kernelFromSpecText(yaml, variant != nullptr ? variant : ""), kernel);
+    return makeKernel(jit->jit.kernelFromSpecText(yaml, variant != nullptr ? variant : ""), kernel);
   });
 }
 
-attnjit_status attnjit_kernel_from_spec_file(attnjit_runtime* runtime, const char* path, const char* variant,
+attnjit_status attnjit_kernel_from_spec_file(attnjit_jit* jit, const char* path, const char* variant,
                                              attnjit_kernel** kernel) {
   return guarded([&] {
     const char* function = "attnjit_kernel_from_spec_file";
-    if (runtime == nullptr) return nullArgument(function, "runtime");
+    if (jit == nullptr) return nullArgument(function, "jit");
     if (path == nullptr) return nullArgument(function, "path");
     if (kernel == nullptr) return nullArgument(function, "kernel");
     *kernel = nullptr;
-    return makeKernel(runtime->runtime.kernelFromSpecFile(path, variant != nullptr ? variant : ""), kernel);
+    return makeKernel(jit->jit.kernelFromSpecFile(path, variant != nullptr ? variant : ""), kernel);
   });
 }
 
@@ -482,7 +484,7 @@ attnjit_status attnjit_kernel_param(const attnjit_kernel* kernel, size_t index, 
 attnjit_status attnjit_kernel_compile(attnjit_kernel* kernel) {
   return guarded([&] {
     if (kernel == nullptr) return nullArgument("attnjit_kernel_compile", "kernel");
-    if (Status s = kernel->kernel.compile(); !s) return fail(ATTNJIT_ERROR_COMPILE, s);
+    if (support::Status s = kernel->kernel.compile(); !s) return fail(ATTNJIT_ERROR_COMPILE, s);
     return succeed();
   });
 }
@@ -505,7 +507,7 @@ attnjit_status attnjit_kernel_ptx(attnjit_kernel* kernel, const char** ptx) {
 attnjit_status attnjit_kernel_load(attnjit_kernel* kernel) {
   return guarded([&] {
     if (kernel == nullptr) return nullArgument("attnjit_kernel_load", "kernel");
-    if (Status s = kernel->kernel.load(); !s) return gpuFailure(s);
+    if (support::Status s = kernel->kernel.load(); !s) return gpuFailure(s);
     return succeed();
   });
 }
@@ -530,8 +532,8 @@ attnjit_status attnjit_kernel_launch(attnjit_kernel* kernel, attnjit_dim3 grid, 
       }
     }
     const attnjit::GridDim dims{grid.x, grid.y, grid.z};
-    if (Status s = kernel->kernel.checkLaunch(dims, arguments); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
-    if (Status s = kernel->kernel.launch(dims, arguments, stream); !s) return gpuFailure(s);
+    if (support::Status s = kernel->kernel.checkLaunch(dims, arguments); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
+    if (support::Status s = kernel->kernel.launch(dims, arguments, stream); !s) return gpuFailure(s);
     return succeed();
   });
 }
@@ -576,18 +578,18 @@ uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num
   }
 }
 
-attnjit_status attnjit_paged_attention_validate(attnjit_runtime* runtime, const attnjit_paged_attention_params* params) {
+attnjit_status attnjit_paged_attention_validate(attnjit_jit* jit, const attnjit_paged_attention_params* params) {
   attnjit_paged_attention_params defaults;
   attnjit_paged_attention_params_init(&defaults);
-  return runOp("attnjit_paged_attention_validate", runtime, params, defaults, &attnjit::Runtime::validatePagedAttention,
-               &attnjit::Runtime::pagedAttention, true);
+  return runOp("attnjit_paged_attention_validate", jit, params, defaults, &attnjit::Jit::validatePagedAttention,
+               &attnjit::Jit::pagedAttention, true);
 }
 
-attnjit_status attnjit_paged_attention(attnjit_runtime* runtime, const attnjit_paged_attention_params* params) {
+attnjit_status attnjit_paged_attention(attnjit_jit* jit, const attnjit_paged_attention_params* params) {
   attnjit_paged_attention_params defaults;
   attnjit_paged_attention_params_init(&defaults);
-  return runOp("attnjit_paged_attention", runtime, params, defaults, &attnjit::Runtime::validatePagedAttention,
-               &attnjit::Runtime::pagedAttention, false);
+  return runOp("attnjit_paged_attention", jit, params, defaults, &attnjit::Jit::validatePagedAttention,
+               &attnjit::Jit::pagedAttention, false);
 }
 
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params) {
@@ -598,18 +600,18 @@ void attnjit_cache_write_params_init(attnjit_cache_write_params* params) {
   params->cache_format = ATTNJIT_KV_CACHE_AUTO;
 }
 
-attnjit_status attnjit_cache_write_validate(attnjit_runtime* runtime, const attnjit_cache_write_params* params) {
+attnjit_status attnjit_cache_write_validate(attnjit_jit* jit, const attnjit_cache_write_params* params) {
   attnjit_cache_write_params defaults;
   attnjit_cache_write_params_init(&defaults);
-  return runOp("attnjit_cache_write_validate", runtime, params, defaults, &attnjit::Runtime::validateCacheWrite,
-               &attnjit::Runtime::cacheWrite, true);
+  return runOp("attnjit_cache_write_validate", jit, params, defaults, &attnjit::Jit::validateCacheWrite,
+               &attnjit::Jit::cacheWrite, true);
 }
 
-attnjit_status attnjit_cache_write(attnjit_runtime* runtime, const attnjit_cache_write_params* params) {
+attnjit_status attnjit_cache_write(attnjit_jit* jit, const attnjit_cache_write_params* params) {
   attnjit_cache_write_params defaults;
   attnjit_cache_write_params_init(&defaults);
-  return runOp("attnjit_cache_write", runtime, params, defaults, &attnjit::Runtime::validateCacheWrite,
-               &attnjit::Runtime::cacheWrite, false);
+  return runOp("attnjit_cache_write", jit, params, defaults, &attnjit::Jit::validateCacheWrite,
+               &attnjit::Jit::cacheWrite, false);
 }
 
 void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* params) {
@@ -619,19 +621,19 @@ void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* par
   params->dtype = ATTNJIT_DTYPE_BF16;
 }
 
-attnjit_status attnjit_merge_attn_states_validate(attnjit_runtime* runtime,
+attnjit_status attnjit_merge_attn_states_validate(attnjit_jit* jit,
                                                   const attnjit_merge_attn_states_params* params) {
   attnjit_merge_attn_states_params defaults;
   attnjit_merge_attn_states_params_init(&defaults);
-  return runOp("attnjit_merge_attn_states_validate", runtime, params, defaults,
-               &attnjit::Runtime::validateMergeAttnStates, &attnjit::Runtime::mergeAttnStates, true);
+  return runOp("attnjit_merge_attn_states_validate", jit, params, defaults,
+               &attnjit::Jit::validateMergeAttnStates, &attnjit::Jit::mergeAttnStates, true);
 }
 
-attnjit_status attnjit_merge_attn_states(attnjit_runtime* runtime, const attnjit_merge_attn_states_params* params) {
+attnjit_status attnjit_merge_attn_states(attnjit_jit* jit, const attnjit_merge_attn_states_params* params) {
   attnjit_merge_attn_states_params defaults;
   attnjit_merge_attn_states_params_init(&defaults);
-  return runOp("attnjit_merge_attn_states", runtime, params, defaults, &attnjit::Runtime::validateMergeAttnStates,
-               &attnjit::Runtime::mergeAttnStates, false);
+  return runOp("attnjit_merge_attn_states", jit, params, defaults, &attnjit::Jit::validateMergeAttnStates,
+               &attnjit::Jit::mergeAttnStates, false);
 }
 
 void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params) {
@@ -641,18 +643,18 @@ void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params) {
   params->dtype = ATTNJIT_DTYPE_BF16;
 }
 
-attnjit_status attnjit_merge_partials_validate(attnjit_runtime* runtime, const attnjit_merge_partials_params* params) {
+attnjit_status attnjit_merge_partials_validate(attnjit_jit* jit, const attnjit_merge_partials_params* params) {
   attnjit_merge_partials_params defaults;
   attnjit_merge_partials_params_init(&defaults);
-  return runOp("attnjit_merge_partials_validate", runtime, params, defaults, &attnjit::Runtime::validateMergePartials,
-               &attnjit::Runtime::mergePartials, true);
+  return runOp("attnjit_merge_partials_validate", jit, params, defaults, &attnjit::Jit::validateMergePartials,
+               &attnjit::Jit::mergePartials, true);
 }
 
-attnjit_status attnjit_merge_partials(attnjit_runtime* runtime, const attnjit_merge_partials_params* params) {
+attnjit_status attnjit_merge_partials(attnjit_jit* jit, const attnjit_merge_partials_params* params) {
   attnjit_merge_partials_params defaults;
   attnjit_merge_partials_params_init(&defaults);
-  return runOp("attnjit_merge_partials", runtime, params, defaults, &attnjit::Runtime::validateMergePartials,
-               &attnjit::Runtime::mergePartials, false);
+  return runOp("attnjit_merge_partials", jit, params, defaults, &attnjit::Jit::validateMergePartials,
+               &attnjit::Jit::mergePartials, false);
 }
 
 // The latent widths default to the kernel's (compiler/kernels/MlaCacheWrite.h):
@@ -668,22 +670,22 @@ void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params)
   params->rope_dim = kernel.ropeDim;
 }
 
-attnjit_status attnjit_mla_cache_write_validate(attnjit_runtime* runtime,
+attnjit_status attnjit_mla_cache_write_validate(attnjit_jit* jit,
                                                 const attnjit_mla_cache_write_params* params) {
   attnjit_mla_cache_write_params defaults;
   attnjit_mla_cache_write_params_init(&defaults);
-  return runOp("attnjit_mla_cache_write_validate", runtime, params, defaults,
-               &attnjit::Runtime::validateMlaCacheWrite, &attnjit::Runtime::mlaCacheWrite, true);
+  return runOp("attnjit_mla_cache_write_validate", jit, params, defaults,
+               &attnjit::Jit::validateMlaCacheWrite, &attnjit::Jit::mlaCacheWrite, true);
 }
 
-attnjit_status attnjit_mla_cache_write(attnjit_runtime* runtime, const attnjit_mla_cache_write_params* params) {
+attnjit_status attnjit_mla_cache_write(attnjit_jit* jit, const attnjit_mla_cache_write_params* params) {
   attnjit_mla_cache_write_params defaults;
   attnjit_mla_cache_write_params_init(&defaults);
-  return runOp("attnjit_mla_cache_write", runtime, params, defaults, &attnjit::Runtime::validateMlaCacheWrite,
-               &attnjit::Runtime::mlaCacheWrite, false);
+  return runOp("attnjit_mla_cache_write", jit, params, defaults, &attnjit::Jit::validateMlaCacheWrite,
+               &attnjit::Jit::mlaCacheWrite, false);
 }
 
-// The defaults are the C++ op's (compiler/MlaDecodeOp.h): DeepSeek's L = 512, R = 64.
+// The defaults are the C++ op's (compiler/ops/MlaDecodeOp.h): DeepSeek's L = 512, R = 64.
 void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params) {
   if (params == nullptr) return;
   const attnjit::MlaDecodeParams cpp;
@@ -704,18 +706,18 @@ uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int
   }
 }
 
-attnjit_status attnjit_mla_decode_validate(attnjit_runtime* runtime, const attnjit_mla_decode_params* params) {
+attnjit_status attnjit_mla_decode_validate(attnjit_jit* jit, const attnjit_mla_decode_params* params) {
   attnjit_mla_decode_params defaults;
   attnjit_mla_decode_params_init(&defaults);
-  return runOp("attnjit_mla_decode_validate", runtime, params, defaults, &attnjit::Runtime::validateMlaDecode,
-               &attnjit::Runtime::mlaDecode, true);
+  return runOp("attnjit_mla_decode_validate", jit, params, defaults, &attnjit::Jit::validateMlaDecode,
+               &attnjit::Jit::mlaDecode, true);
 }
 
-attnjit_status attnjit_mla_decode(attnjit_runtime* runtime, const attnjit_mla_decode_params* params) {
+attnjit_status attnjit_mla_decode(attnjit_jit* jit, const attnjit_mla_decode_params* params) {
   attnjit_mla_decode_params defaults;
   attnjit_mla_decode_params_init(&defaults);
-  return runOp("attnjit_mla_decode", runtime, params, defaults, &attnjit::Runtime::validateMlaDecode,
-               &attnjit::Runtime::mlaDecode, false);
+  return runOp("attnjit_mla_decode", jit, params, defaults, &attnjit::Jit::validateMlaDecode,
+               &attnjit::Jit::mlaDecode, false);
 }
 
 }  // extern "C"

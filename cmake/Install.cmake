@@ -10,7 +10,7 @@
 #   include/attnjit/internal/{ir,runtime,compiler}/...
 #                                             the repository headers the public
 #                                             ones include, at their repository
-#                                             paths (so "compiler/Spec.h" resolves)
+#                                             paths (so "compiler/spec/Spec.h" resolves)
 #   lib/libattnjit.so, lib/libattnjit_runtime.so
 #   lib/cmake/attnjit/attnjitConfig.cmake, attnjitConfigVersion.cmake
 #   bin/attnjit

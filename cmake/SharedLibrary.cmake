@@ -1,13 +1,14 @@
-# libattnjit.so: the IR, compiler, codegen, runtime and float64 reference static
-# libraries, whole, with LLVM 22, yaml-cpp, zlib and zstd linked statically
+# libattnjit.so: the support, IR, codegen, runtime and compiler static
+# libraries (no validation code), whole, with LLVM 22, yaml-cpp, zlib and zstd linked statically
 # inside. The static libraries stay the building blocks; the CLI and the tests
 # link against this one library, so LLVM is linked once and they stay small.
 #
 # Only attnjit symbols are exported (cmake/attnjit.map); --gc-sections then drops
 # every part of LLVM that no exported function reaches, and --as-needed drops
 # shared libraries that LLVM's CMake package names but nothing uses (libz3).
-set(ATTNJIT_COMPONENT_LIBRARIES attnjit_ir attnjit_compiler attnjit_codegen attnjit_runtime attnjit_reference)
-# The embedding API (capi/: include/attnjit/runtime.hpp and the C API attnjit.h).
+set(ATTNJIT_COMPONENT_LIBRARIES attnjit_support attnjit_ir attnjit_codegen attnjit_runtime attnjit_kernels attnjit_spec
+    attnjit_passes attnjit_driver attnjit_ops)
+# The embedding API (capi/: include/attnjit/jit.hpp and the C API attnjit.h).
 list(APPEND ATTNJIT_COMPONENT_LIBRARIES attnjit_capi)
 
 # A shared library needs at least one source of its own; this one answers which
@@ -41,14 +42,14 @@ target_link_options(attnjit_shared PRIVATE
   -Wl,--no-undefined)
 # The headers are those of the component libraries, all below the repository root.
 target_include_directories(attnjit_shared INTERFACE ${PROJECT_SOURCE_DIR})
-# The public headers' root (attnjit/runtime.hpp, attnjit/attnjit.h).
+# The public headers' root (attnjit/jit.hpp, attnjit/attnjit.h).
 target_include_directories(attnjit_shared INTERFACE ${PROJECT_SOURCE_DIR}/include)
 
-# libattnjit_runtime.so: the runtime and the IR it reports diagnostics with, no
-# LLVM and no compiler, for processes that launch ahead-of-time bundles only
+# libattnjit_runtime.so: the runtime and the support library, no IR, no LLVM and
+# no compiler, for processes that launch ahead-of-time bundles only
 # (find_package(attnjit): attnjit::runtime). Same export rules as libattnjit.so.
 find_package(Threads REQUIRED)
-add_library(attnjit_runtime_shared SHARED $<TARGET_OBJECTS:attnjit_runtime> $<TARGET_OBJECTS:attnjit_ir>)
+add_library(attnjit_runtime_shared SHARED $<TARGET_OBJECTS:attnjit_runtime> $<TARGET_OBJECTS:attnjit_support>)
 set_target_properties(attnjit_runtime_shared PROPERTIES
   OUTPUT_NAME attnjit_runtime
   LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/attnjit.map)

@@ -49,13 +49,13 @@ struct CodegenResult {
 // Every tile value must carry a layout (compiler::assignLayouts). Unsupported
 // combinations (an op/type pair the backend cannot lower yet, e.g. fp8 on sm_80)
 // return a diagnostic naming the op, its types and the target.
-ir::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const CodegenOptions& options);
+support::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const CodegenOptions& options);
 
 // The version of the LLVM linked in ("22.1.8"): part of every cache key.
 std::string llvmVersion();
 
 // The revision of the lowering: bumped whenever the PTX generated for the same
-// tile IR changes, so JIT cache keys (compiler/Jit.cpp) never match entries a
+// tile IR changes, so JIT cache keys (compiler/driver/Jit.cpp) never match entries a
 // previous attnjit compiled differently. 2: cp.async for pipelined tiles. 3: slot
 // reads next to their uses, swizzled offsets as register ^ phase + immediate,
 // 32-bit shared-memory pointers, the backend at its default level. 4: repeated

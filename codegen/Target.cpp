@@ -26,22 +26,22 @@ constexpr int kLlvmMaxPtx = 90;
 
 const std::vector<TargetInfo>& allTargets() { return kTargets; }
 
-ir::Expected<TargetInfo> lookupTarget(std::string_view name) {
+support::Expected<TargetInfo> lookupTarget(std::string_view name) {
   for (const auto& t : kTargets)
     if (t.name == name) return t;
   std::string known;
   for (const auto& t : kTargets) known += (known.empty() ? "" : ", ") + t.name;
-  return ir::Diagnostic{{}, "unknown target '" + std::string(name) + "' (known: " + known + ")"};
+  return support::Diagnostic{{}, "unknown target '" + std::string(name) + "' (known: " + known + ")"};
 }
 
 int llvmMaxPtxVersion() { return kLlvmMaxPtx; }
 
-ir::Expected<int> choosePtxVersion(const TargetInfo& target, int driverMaxPtx) {
+support::Expected<int> choosePtxVersion(const TargetInfo& target, int driverMaxPtx) {
   int version = kLlvmMaxPtx;
   if (driverMaxPtx > 0) version = std::min(version, driverMaxPtx);
   if (version < target.minPtxVersion) {
     auto fmt = [](int v) { return std::to_string(v / 10) + "." + std::to_string(v % 10); };
-    return ir::Diagnostic{{}, "target " + target.name + " needs PTX ISA " + fmt(target.minPtxVersion) +
+    return support::Diagnostic{{}, "target " + target.name + " needs PTX ISA " + fmt(target.minPtxVersion) +
                                   " but the CUDA driver accepts at most PTX " + fmt(version) +
                                   "; update the driver or choose an older target"};
   }

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::codegen {
 
@@ -27,7 +27,7 @@ struct TargetInfo {
 // All targets, in ascending order.
 const std::vector<TargetInfo>& allTargets();
 // The entry for a name like "sm_90a"; an error listing the known names otherwise.
-ir::Expected<TargetInfo> lookupTarget(std::string_view name);
+support::Expected<TargetInfo> lookupTarget(std::string_view name);
 
 // The largest PTX ISA version LLVM's NVPTX backend can emit (major*10+minor).
 int llvmMaxPtxVersion();
@@ -35,7 +35,7 @@ int llvmMaxPtxVersion();
 // The PTX version to emit for `target`: the highest that LLVM supports, clamped to
 // `driverMaxPtx` when known (> 0; the driver cannot JIT newer PTX), and at least
 // the target's minimum. An error when the driver is too old for the target.
-ir::Expected<int> choosePtxVersion(const TargetInfo& target, int driverMaxPtx);
+support::Expected<int> choosePtxVersion(const TargetInfo& target, int driverMaxPtx);
 
 // "+ptx86": the LLVM feature string for a PTX version.
 std::string ptxFeature(int ptxVersion);

@@ -15,14 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/Spec.h"
-#include "compiler/kernels/CacheWrite.h"
-#include "compiler/kernels/MergeAttnStates.h"
-#include "compiler/kernels/MergePartials.h"
-#include "compiler/kernels/MlaCacheWrite.h"
-#include "compiler/kernels/MlaDecode.h"
-#include "compiler/kernels/ReduceSegments.h"
-#include "compiler/kernels/UnifiedAttention.h"
+#include "compiler/spec/Spec.h"
+#include "compiler/spec/VariantKernel.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
@@ -50,7 +44,7 @@ inline FuzzOutcome fuzzTirText(std::string_view text) {
     outcome.violation = "printed module does not parse: " + reparsed.diagnostic().str() + "\n" + printed;
     return outcome;
   }
-  if (ir::Status verified = ir::verifyModule(**reparsed); !verified.isOk()) {
+  if (support::Status verified = ir::verifyModule(**reparsed); !verified.isOk()) {
     outcome.violation = "printed module does not verify: " + verified.message() + "\n" + printed;
     return outcome;
   }
@@ -71,21 +65,12 @@ inline FuzzOutcome fuzzSpecText(std::string_view text) {
   outcome.accepted = true;
   for (std::size_t i = 0; i < spec->variants.size() && i < kVariantsBuilt; ++i) {
     const compiler::Variant& variant = spec->variants[i];
-    ir::Expected<std::unique_ptr<ir::Kernel>> kernel =
-        variant.family == "unified_attention"   ? compiler::buildUnifiedAttention(variant.attention)
-        : variant.family == "merge_attn_states" ? compiler::buildMergeAttnStates(variant.merge)
-        : variant.family == "reshape_and_cache" ? compiler::buildCacheWrite(variant.cacheWrite)
-        : variant.family == "mla_decode"        ? compiler::buildMlaDecode(variant.mla)
-        : variant.family == "merge_partials"    ? compiler::buildMergePartials(variant.mergePartials)
-        : variant.family == "mla_cache_write"   ? compiler::buildMlaCacheWrite(variant.mlaCacheWrite)
-        : variant.family == "reduce_segments"   ? compiler::buildReduceSegments(variant.reduceSegments)
-                                                : ir::Expected<std::unique_ptr<ir::Kernel>>(
-                                                      ir::Diagnostic{{}, "unknown family " + variant.family});
+    support::Expected<std::unique_ptr<ir::Kernel>> kernel = compiler::buildVariantKernel(variant);
     if (!kernel) {
       outcome.violation = "accepted variant " + variant.name + " does not build: " + kernel.diagnostic().str();
       return outcome;
     }
-    if (ir::Status verified = ir::verifyKernel(**kernel); !verified.isOk()) {
+    if (support::Status verified = ir::verifyKernel(**kernel); !verified.isOk()) {
       outcome.violation = "kernel of variant " + variant.name + " does not verify: " + verified.message();
       return outcome;
     }

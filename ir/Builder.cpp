@@ -10,7 +10,7 @@ Type i32Type() { return Type::scalar(ScalarKind::I32); }
 
 Builder::Builder(Kernel& kernel) : kernel_(kernel) { insertion_.push_back(&kernel.body()); }
 
-void Builder::record(Status s) {
+void Builder::record(support::Status s) {
   if (status_.isOk() && !s.isOk()) status_ = std::move(s);
 }
 
@@ -256,7 +256,7 @@ std::vector<Value*> Builder::endIf(const std::vector<Value*>& elseValues, const 
   return results;
 }
 
-Status Builder::finish() {
+support::Status Builder::finish() {
   ATTNJIT_CHECK(openOps_.empty(), "Builder::finish with an open for/if");
   create(Opcode::Return, {}, {}, {});
   record(verifyKernel(kernel_));

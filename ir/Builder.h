@@ -18,9 +18,9 @@ class Builder {
 
   Kernel& kernel() { return kernel_; }
   // The first verification failure, or ok.
-  const Status& status() const { return status_; }
+  const support::Status& status() const { return status_; }
   // Location given to the ops created from now on.
-  void setLocation(Location loc) { loc_ = std::move(loc); }
+  void setLocation(support::Location loc) { loc_ = std::move(loc); }
 
   // ---- scalars and tile creation ----
   Value* programId(int axis, std::string name = {});
@@ -96,7 +96,7 @@ class Builder {
   void beginElse(const std::vector<Value*>& thenValues = {});
   std::vector<Value*> endIf(const std::vector<Value*>& elseValues = {}, const std::vector<std::string>& resultNames = {});
   // Ends the kernel body with `return` and verifies the whole kernel.
-  Status finish();
+  support::Status finish();
 
   // Generic creation used by the helpers above (and by passes): creates the op
   // with the given operands, result types and attributes at the insertion point
@@ -105,14 +105,14 @@ class Builder {
                     Attributes attrs = {}, const std::vector<std::string>& resultNames = {});
 
  private:
-  void record(Status s);
+  void record(support::Status s);
   Block& current() { return *insertion_.back(); }
 
   Kernel& kernel_;
   std::vector<Block*> insertion_;
   std::vector<Operation*> openOps_;
-  Location loc_;
-  Status status_;
+  support::Location loc_;
+  support::Status status_;
 };
 
 }  // namespace attnjit::ir

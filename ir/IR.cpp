@@ -177,7 +177,7 @@ Block* Operation::addRegion() {
 
 // ---- Kernels and modules ----
 
-Kernel::Kernel(std::string name, Location loc)
+Kernel::Kernel(std::string name, support::Location loc)
     : name_(std::move(name)), loc_(std::move(loc)), body_(std::make_unique<Block>()) {}
 
 Value* Kernel::addParameter(Type type, std::string name, Attributes attrs) {
@@ -189,12 +189,6 @@ const Constexpr* Kernel::findConstexpr(std::string_view name) const {
   for (const auto& c : constexprs_)
     if (c.name == name) return &c;
   return nullptr;
-}
-
-int Kernel::numWarps() const {
-  const AttrValue* v = attrs_.find("num_warps");
-  if (v && std::holds_alternative<int64_t>(*v)) return static_cast<int>(std::get<int64_t>(*v));
-  return 4;
 }
 
 Kernel* Module::addKernel(std::unique_ptr<Kernel> k) {

@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Types.h"
 
 namespace attnjit::ir {
@@ -129,14 +129,14 @@ class Block {
 
 class Operation {
  public:
-  Operation(Opcode opcode, Location loc) : opcode_(opcode), loc_(std::move(loc)) {}
+  Operation(Opcode opcode, support::Location loc) : opcode_(opcode), loc_(std::move(loc)) {}
   Operation(const Operation&) = delete;
   Operation& operator=(const Operation&) = delete;
 
   Opcode opcode() const { return opcode_; }
   const char* name() const { return opcodeName(opcode_); }
-  const Location& location() const { return loc_; }
-  void setLocation(Location l) { loc_ = std::move(l); }
+  const support::Location& location() const { return loc_; }
+  void setLocation(support::Location l) { loc_ = std::move(l); }
 
   const std::vector<Value*>& operands() const { return operands_; }
   Value* operand(size_t i) const { return operands_.at(i); }
@@ -166,7 +166,7 @@ class Operation {
  private:
   friend class Block;
   Opcode opcode_;
-  Location loc_;
+  support::Location loc_;
   std::vector<Value*> operands_;
   std::vector<std::unique_ptr<Value>> results_;
   Attributes attrs_;
@@ -183,13 +183,13 @@ struct Constexpr {
 
 // A kernel: parameters are the body block's arguments (pointers, integers,
 // floats), each with optional attributes (e.g. {align = 16}); kernel attributes
-// carry launch facts such as num_warps.
+// carry launch facts and switches such as num_warps (ir/KernelAttributes.def).
 class Kernel {
  public:
-  explicit Kernel(std::string name, Location loc = {});
+  explicit Kernel(std::string name, support::Location loc = {});
 
   const std::string& name() const { return name_; }
-  const Location& location() const { return loc_; }
+  const support::Location& location() const { return loc_; }
   Block& body() { return *body_; }
   const Block& body() const { return *body_; }
 
@@ -208,12 +208,10 @@ class Kernel {
   // text form, without the "// " prefix); printed back, so they round-trip.
   std::vector<std::string>& docLines() { return docLines_; }
   const std::vector<std::string>& docLines() const { return docLines_; }
-  // num_warps attribute, 4 when absent.
-  int numWarps() const;
 
  private:
   std::string name_;
-  Location loc_;
+  support::Location loc_;
   std::unique_ptr<Block> body_;
   std::vector<Attributes> paramAttrs_;
   std::vector<Constexpr> constexprs_;

@@ -58,11 +58,11 @@ const char* argumentKindName(const KernelArgument& arg) {
 }
 
 // Stores the argument into the parameter's slot, converted to its type.
-Status bindArgument(const Kernel& kernel, size_t index, const KernelArgument& arg, RuntimeValue& slot) {
+support::Status bindArgument(const Kernel& kernel, size_t index, const KernelArgument& arg, RuntimeValue& slot) {
   const Value* param = kernel.parameter(index);
   const Type& type = param->type();
   auto mismatch = [&](const char* expected) {
-    return Status::error(kernel.location(), "argument " + std::to_string(index) + " ('" + param->name() +
+    return support::Status::error(kernel.location(), "argument " + std::to_string(index) + " ('" + param->name() +
                                                 "') of kernel '" + kernel.name() + "' expects " + expected + " (" +
                                                 type.str() + "), got " + argumentKindName(arg));
   };
@@ -73,41 +73,41 @@ Status bindArgument(const Kernel& kernel, size_t index, const KernelArgument& ar
       if (!pointer) return mismatch("a pointer");
       const uint64_t address = pointer->address;
       slot.addresses.assign(1, addressesNibbles(type.scalarKind()) ? address * 2 : address);
-      return Status::ok();
+      return support::Status::ok();
     }
     case ElementClass::Int: {
       const auto* integer = std::get_if<int64_t>(&arg);
       if (!integer) return mismatch("an integer");
       slot.ints.assign(1, wrapInt(*integer, type.scalarKind()));
-      return Status::ok();
+      return support::Status::ok();
     }
     case ElementClass::Float: {
       const auto* real = std::get_if<double>(&arg);
       if (!real) return mismatch("a float");
       slot.floats.assign(1, roundToFloatKind(*real, type.scalarKind()));
-      return Status::ok();
+      return support::Status::ok();
     }
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status checkGrid(const Kernel& kernel, LaunchGrid grid) {
+support::Status checkGrid(const Kernel& kernel, LaunchGrid grid) {
   const int64_t extents[] = {grid.x, grid.y, grid.z};
   for (int axis = 0; axis < 3; ++axis) {
     // program_id is an i32, so every extent must fit one.
     if (extents[axis] < 0 || extents[axis] > std::numeric_limits<int32_t>::max())
-      return Status::error(kernel.location(), "grid extent " + std::to_string(extents[axis]) + " along axis " +
+      return support::Status::error(kernel.location(), "grid extent " + std::to_string(extents[axis]) + " along axis " +
                                                   std::to_string(axis) + " of kernel '" + kernel.name() +
                                                   "' is out of range [0, 2^31)");
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace
 
-Status ProgramContext::runBlock(int blockIndex) {
+support::Status ProgramContext::runBlock(int blockIndex) {
   for (const CompiledOp& op : plan_.blocks[blockIndex].ops) {
-    Status status;
+    support::Status status;
     switch (op.op->opcode()) {
 #define ATTNJIT_OP(Enum, spelling, Family) \
   case Opcode::Enum:                       \
@@ -117,11 +117,11 @@ Status ProgramContext::runBlock(int blockIndex) {
     }
     if (!status.isOk()) return status;
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status ProgramContext::error(const CompiledOp& op, const std::string& message) const {
-  return Status::error(op.op->location(), std::string(op.op->name()) + ": " + message + " (program (" +
+support::Status ProgramContext::error(const CompiledOp& op, const std::string& message) const {
+  return support::Status::error(op.op->location(), std::string(op.op->name()) + ": " + message + " (program (" +
                                               std::to_string(programId_[0]) + ", " + std::to_string(programId_[1]) +
                                               ", " + std::to_string(programId_[2]) + "))");
 }
@@ -140,7 +140,7 @@ void copyElements(const RuntimeValue& from, RuntimeValue& to, ElementClass cls) 
   }
 }
 
-Status interpretFor(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretFor(ProgramContext& ctx, const CompiledOp& op) {
   const ScalarKind ivKind = op.op->operand(0)->type().scalarKind();
   const int64_t lo = signedValue(ctx.operand(op, 0).ints.at(0), ivKind);
   const int64_t hi = signedValue(ctx.operand(op, 1).ints.at(0), ivKind);
@@ -168,7 +168,7 @@ Status interpretFor(ProgramContext& ctx, const CompiledOp& op) {
   for (uint64_t trip = 0; trip < tripCount; ++trip) {
     // Below hi, so it fits the induction variable's type.
     inductionVar.ints.assign(1, wrapInt(lo + static_cast<int64_t>(trip) * step, ivKind));
-    Status status = ctx.runBlock(op.regions[0]);
+    support::Status status = ctx.runBlock(op.regions[0]);
     if (!status.isOk()) return status;
     // Yielded values may be the iter args themselves (in any order), so they go
     // through the result slots before becoming the next iteration's iter args.
@@ -177,32 +177,32 @@ Status interpretFor(ProgramContext& ctx, const CompiledOp& op) {
   }
   for (size_t i = 0; i < numIterArgs; ++i)
     copyElements(ctx.slot(body.arguments[1 + i]), ctx.result(op, i), classes[i]);
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretIf(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretIf(ProgramContext& ctx, const CompiledOp& op) {
   const bool condition = ctx.operand(op, 0).ints.at(0) != 0;
   const int region = op.regions.at(condition ? 0 : 1);
-  Status status = ctx.runBlock(region);
+  support::Status status = ctx.runBlock(region);
   if (!status.isOk()) return status;
   const CompiledOp& yield = ctx.block(region).ops.back();
   for (size_t i = 0; i < op.results.size(); ++i)
     copyElements(ctx.operand(yield, i), ctx.result(op, i), elementClass(op.op->result(i)->type()));
-  return Status::ok();
+  return support::Status::ok();
 }
 
 // The parent op (for, if) reads the yielded values once its region has run.
-Status interpretYield(ProgramContext&, const CompiledOp&) { return Status::ok(); }
+support::Status interpretYield(ProgramContext&, const CompiledOp&) { return support::Status::ok(); }
 
 // `return` is the last op of the body, so reaching it ends the program.
-Status interpretReturn(ProgramContext&, const CompiledOp&) { return Status::ok(); }
+support::Status interpretReturn(ProgramContext&, const CompiledOp&) { return support::Status::ok(); }
 
-Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<KernelArgument>& args,
+support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<KernelArgument>& args,
                        InterpreterMemory& memory) {
-  if (Status verified = verifyKernel(kernel); !verified.isOk()) return verified;
-  if (Status gridOk = checkGrid(kernel, grid); !gridOk.isOk()) return gridOk;
+  if (support::Status verified = verifyKernel(kernel); !verified.isOk()) return verified;
+  if (support::Status gridOk = checkGrid(kernel, grid); !gridOk.isOk()) return gridOk;
   if (args.size() != kernel.numParameters())
-    return Status::error(kernel.location(), "kernel '" + kernel.name() + "' takes " +
+    return support::Status::error(kernel.location(), "kernel '" + kernel.name() + "' takes " +
                                                 std::to_string(kernel.numParameters()) + " arguments, got " +
                                                 std::to_string(args.size()));
 
@@ -210,17 +210,17 @@ Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<
   ProgramContext ctx(kernel, plan, grid, memory);
   const CompiledBlock& body = plan.blocks[0];
   for (size_t i = 0; i < args.size(); ++i) {
-    Status bound = bindArgument(kernel, i, args[i], ctx.slot(body.arguments[i]));
+    support::Status bound = bindArgument(kernel, i, args[i], ctx.slot(body.arguments[i]));
     if (!bound.isOk()) return bound;
   }
   for (int64_t z = 0; z < grid.z; ++z)
     for (int64_t y = 0; y < grid.y; ++y)
       for (int64_t x = 0; x < grid.x; ++x) {
         ctx.setProgramId(x, y, z);
-        Status status = ctx.runBlock(0);
+        support::Status status = ctx.runBlock(0);
         if (!status.isOk()) return status;
       }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

@@ -50,7 +50,7 @@ struct LaunchGrid {
 
 // Runs every program of the grid. Errors (argument mismatch, out-of-bounds access,
 // division of a pointer...) name the op's location and the program id.
-Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<KernelArgument>& args,
+support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<KernelArgument>& args,
                        InterpreterMemory& memory);
 
 }  // namespace attnjit::ir

@@ -62,7 +62,7 @@ void floatDot(const std::vector<float>& a, const std::vector<float>& b, int64_t 
 
 }  // namespace
 
-Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
   const Type& aType = op.op->operand(0)->type();
   const Type& bType = op.op->operand(1)->type();
   const Type& accType = op.op->operand(2)->type();
@@ -89,7 +89,7 @@ Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
           sum += static_cast<uint64_t>(a.ints[m * K + k]) * static_cast<uint64_t>(b.ints[k * N + n]);
         out.ints[m * N + n] = wrapInt(static_cast<int64_t>(sum), accKind);
       }
-    return Status::ok();
+    return support::Status::ok();
   }
 
   // The extents' promises (products that code generation may skip are zero) are
@@ -120,7 +120,7 @@ Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
       for (int64_t k = 0; k < K; ++k)
         for (int64_t n = 0; n < N; ++n)
           out.floats[m * N + n] = std::fma(a.floats[m * K + k], b.floats[k * N + n], out.floats[m * N + n]);
-    return Status::ok();
+    return support::Status::ok();
   }
   const AttrValue* precision = op.op->attrs().find("input_precision");
   const auto* precisionName = precision ? std::get_if<std::string>(precision) : nullptr;
@@ -131,7 +131,7 @@ Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
   toFloats(a.floats, tf32 && aType.scalarKind() == ScalarKind::F32, aFloats);
   toFloats(b.floats, tf32 && bType.scalarKind() == ScalarKind::F32, bFloats);
   floatDot(aFloats, bFloats, M, N, K, exactProducts, row, out.floats, accKind);
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

@@ -87,38 +87,38 @@ int64_t wrappingAdd(int64_t a, int64_t b) { return static_cast<int64_t>(static_c
 int64_t wrappingSub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
 int64_t wrappingMul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
 
-Status floatBinary(ProgramContext& ctx, const CompiledOp& op, ScalarKind kind) {
+support::Status floatBinary(ProgramContext& ctx, const CompiledOp& op, ScalarKind kind) {
   const auto& a = ctx.operand(op, 0).floats;
   const auto& b = ctx.operand(op, 1).floats;
   auto& out = ctx.result(op).floats;
   switch (op.op->opcode()) {
     case Opcode::Add:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return x + y; });
-      return Status::ok();
+      return support::Status::ok();
     case Opcode::Sub:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return x - y; });
-      return Status::ok();
+      return support::Status::ok();
     case Opcode::Mul:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return x * y; });
-      return Status::ok();
+      return support::Status::ok();
     case Opcode::Div:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return x / y; });
-      return Status::ok();
+      return support::Status::ok();
     case Opcode::Rem:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return std::fmod(x, y); });
-      return Status::ok();
+      return support::Status::ok();
     case Opcode::Min:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return minPropagatingNaN(x, y); });
-      return Status::ok();
+      return support::Status::ok();
     case Opcode::Max:
       mapFloats(a, b, out, kind, [](auto x, auto y) { return maxPropagatingNaN(x, y); });
-      return Status::ok();
+      return support::Status::ok();
     default:
       return ctx.error(op, std::string("is not defined on float operands (") + scalarName(kind) + ")");
   }
 }
 
-Status intBinary(ProgramContext& ctx, const CompiledOp& op, ScalarKind kind) {
+support::Status intBinary(ProgramContext& ctx, const CompiledOp& op, ScalarKind kind) {
   const auto& a = ctx.operand(op, 0).ints;
   const auto& b = ctx.operand(op, 1).ints;
   auto& out = ctx.result(op).ints;
@@ -178,12 +178,12 @@ Status intBinary(ProgramContext& ctx, const CompiledOp& op, ScalarKind kind) {
     default:
       return ctx.error(op, "is not a binary op");
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace
 
-Status interpretBinary(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretBinary(ProgramContext& ctx, const CompiledOp& op) {
   const Type& type = op.op->result(0)->type();
   switch (elementClass(type)) {
     case ElementClass::Float:
@@ -196,7 +196,7 @@ Status interpretBinary(ProgramContext& ctx, const CompiledOp& op) {
   return ctx.error(op, "is not defined on pointers (use addptr)");
 }
 
-Status interpretUnary(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretUnary(ProgramContext& ctx, const CompiledOp& op) {
   const Type& type = op.op->result(0)->type();
   const ScalarKind kind = type.scalarKind();
   const Opcode code = op.op->opcode();
@@ -209,7 +209,7 @@ Status interpretUnary(ProgramContext& ctx, const CompiledOp& op) {
       const int64_t x = signedValue(a[i], kind);
       out[i] = wrapInt(code == Opcode::Abs && x >= 0 ? x : wrappingSub(0, x), kind);
     }
-    return Status::ok();
+    return support::Status::ok();
   }
   if (elementClass(type) == ElementClass::Pointer) return ctx.error(op, "is not defined on pointers");
   const auto& a = ctx.operand(op, 0).floats;
@@ -246,7 +246,7 @@ Status interpretUnary(ProgramContext& ctx, const CompiledOp& op) {
     default:
       return ctx.error(op, "is not a unary op");
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 namespace {
@@ -272,7 +272,7 @@ bool compare(CmpPredicate pred, T a, T b) {
 
 }  // namespace
 
-Status interpretCompare(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretCompare(ProgramContext& ctx, const CompiledOp& op) {
   CmpPredicate pred{};
   if (!parseCmpPredicate(op.op->attrs().getString("pred"), pred))
     return ctx.error(op, "unknown predicate '" + op.op->attrs().getString("pred") + "'");
@@ -298,7 +298,7 @@ Status interpretCompare(ProgramContext& ctx, const CompiledOp& op) {
       for (size_t i = 0; i < out.size(); ++i) out[i] = compare(pred, a.addresses[i], b.addresses.at(i));
       break;
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 namespace {
@@ -315,7 +315,7 @@ void selectElements(const std::vector<int64_t>& cond, const std::vector<T>& a, c
 
 }  // namespace
 
-Status interpretSelect(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretSelect(ProgramContext& ctx, const CompiledOp& op) {
   const auto& cond = ctx.operand(op, 0).ints;
   const RuntimeValue& a = ctx.operand(op, 1);
   const RuntimeValue& b = ctx.operand(op, 2);
@@ -331,10 +331,10 @@ Status interpretSelect(ProgramContext& ctx, const CompiledOp& op) {
       selectElements(cond, a.addresses, b.addresses, out.addresses);
       break;
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretCast(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretCast(ProgramContext& ctx, const CompiledOp& op) {
   const Type& fromType = op.op->operand(0)->type();
   const Type& toType = op.op->result(0)->type();
   const ScalarKind to = toType.scalarKind();
@@ -363,7 +363,7 @@ Status interpretCast(ProgramContext& ctx, const CompiledOp& op) {
       out.ints[i] = to == ScalarKind::I1 ? (x != 0 ? 1 : 0) : wrap(x);
     }
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 namespace {
@@ -387,7 +387,7 @@ uint64_t intBits(int64_t x, ScalarKind kind) {
 
 // Reinterprets bits. NaN payloads are not kept: values are held as doubles, so a
 // NaN comes back as the kind's canonical NaN.
-Status interpretBitcast(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretBitcast(ProgramContext& ctx, const CompiledOp& op) {
   const Type& fromType = op.op->operand(0)->type();
   const Type& toType = op.op->result(0)->type();
   const ScalarKind from = fromType.scalarKind();
@@ -398,7 +398,7 @@ Status interpretBitcast(ProgramContext& ctx, const CompiledOp& op) {
       !addressesNibbles(from) && !addressesNibbles(to)) {
     // Byte addresses either way (the verifier rejects i4 pointees).
     ctx.result(op).addresses = ctx.operand(op, 0).addresses;
-    return Status::ok();
+    return support::Status::ok();
   }
   if (fromClass == ElementClass::Pointer || toClass == ElementClass::Pointer)
     return ctx.error(op, "cannot reinterpret pointers (" + fromType.str() + " to " + toType.str() + ")");
@@ -418,7 +418,7 @@ Status interpretBitcast(ProgramContext& ctx, const CompiledOp& op) {
     else
       out.ints[i] = wrapInt(static_cast<int64_t>(bits), to);
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

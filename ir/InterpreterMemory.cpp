@@ -130,13 +130,13 @@ class ElementAccess {
   IntWrapper wrap_;
 };
 
-Status misalignedAccess(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
+support::Status misalignedAccess(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
   return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
                            " is misaligned (the GPU needs " + std::to_string(storageBits(kind) / 8) +
                            "-byte alignment): " + ctx.memory().describe(address));
 }
 
-Status outOfBounds(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
+support::Status outOfBounds(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
   const uint64_t byteAddress = addressesNibbles(kind) ? address >> 1 : address;
   return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
                            " is out of bounds: " + ctx.memory().describe(byteAddress));
@@ -148,7 +148,7 @@ bool laneActive(const std::vector<int64_t>* mask, size_t element) {
 
 }  // namespace
 
-Status interpretAddPtr(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretAddPtr(ProgramContext& ctx, const CompiledOp& op) {
   const ScalarKind pointee = op.op->result(0)->type().scalarKind();
   const uint64_t elementSize = addressesNibbles(pointee) ? 1 : static_cast<uint64_t>(storageBits(pointee) / 8);
   const auto& pointers = ctx.operand(op, 0).addresses;
@@ -157,10 +157,10 @@ Status interpretAddPtr(ProgramContext& ctx, const CompiledOp& op) {
   auto& out = ctx.result(op).addresses;
   out.resize(pointers.size());
   for (size_t i = 0; i < pointers.size(); ++i) out[i] = pointers[i] + static_cast<uint64_t>(offsets[i]) * elementSize;
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretLoad(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretLoad(ProgramContext& ctx, const CompiledOp& op) {
   const Type& type = op.op->result(0)->type();
   const ScalarKind kind = type.scalarKind();
   const bool isFloatLoad = elementClass(type) == ElementClass::Float;
@@ -192,10 +192,10 @@ Status interpretLoad(ProgramContext& ctx, const CompiledOp& op) {
     else
       out.ints[e] = access.readInt(bytes, pointers[e]);
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretStore(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretStore(ProgramContext& ctx, const CompiledOp& op) {
   const Type& type = op.op->operand(1)->type();
   const ScalarKind kind = type.scalarKind();
   const bool isFloatStore = elementClass(type) == ElementClass::Float;
@@ -217,7 +217,7 @@ Status interpretStore(ProgramContext& ctx, const CompiledOp& op) {
     else
       access.writeInt(bytes, pointers[e], values.ints[e]);
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

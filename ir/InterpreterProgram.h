@@ -52,11 +52,11 @@ class ProgramContext {
   RuntimeValue& result(const CompiledOp& op, size_t i = 0) { return slots_[op.results[i]]; }
 
   // Runs the ops of a compiled block in order (its terminator included).
-  Status runBlock(int blockIndex);
+  support::Status runBlock(int blockIndex);
   const CompiledBlock& block(int blockIndex) const { return plan_.blocks[blockIndex]; }
 
   // An error at the op's location, naming the op and this program.
-  Status error(const CompiledOp& op, const std::string& message) const;
+  support::Status error(const CompiledOp& op, const std::string& message) const;
 
  private:
   const Kernel& kernel_;
@@ -67,7 +67,7 @@ class ProgramContext {
   std::vector<RuntimeValue> slots_;
 };
 
-#define ATTNJIT_OP(Enum, spelling, Family) Status interpret##Family(ProgramContext& ctx, const CompiledOp& op);
+#define ATTNJIT_OP(Enum, spelling, Family) support::Status interpret##Family(ProgramContext& ctx, const CompiledOp& op);
 #include "ir/Ops.def"
 
 // Copies the elements of `from` into `to` (both of the given element class),

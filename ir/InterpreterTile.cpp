@@ -15,7 +15,7 @@ namespace {
 
 // Fills `out` with `count` copies of a number given as an attribute or a
 // constexpr, converted to the element type.
-Status fillConstant(ProgramContext& ctx, const CompiledOp& op, const std::variant<int64_t, double>& number,
+support::Status fillConstant(ProgramContext& ctx, const CompiledOp& op, const std::variant<int64_t, double>& number,
                     RuntimeValue& out) {
   const Type& type = op.op->result(0)->type();
   const ScalarKind kind = type.scalarKind();
@@ -24,10 +24,10 @@ Status fillConstant(ProgramContext& ctx, const CompiledOp& op, const std::varian
   switch (elementClass(type)) {
     case ElementClass::Float:
       out.floats.assign(count, integer ? intToFloatKind(*integer, kind) : roundToFloatKind(std::get<double>(number), kind));
-      return Status::ok();
+      return support::Status::ok();
     case ElementClass::Int:
       out.ints.assign(count, integer ? wrapInt(*integer, kind) : floatToInt(std::get<double>(number), kind));
-      return Status::ok();
+      return support::Status::ok();
     case ElementClass::Pointer:
       break;
   }
@@ -36,17 +36,17 @@ Status fillConstant(ProgramContext& ctx, const CompiledOp& op, const std::varian
 
 }  // namespace
 
-Status interpretGridQuery(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretGridQuery(ProgramContext& ctx, const CompiledOp& op) {
   const int64_t axis = op.op->attrs().getInt("axis");
   if (axis < 0 || axis > 2) return ctx.error(op, "axis " + std::to_string(axis) + " is not 0, 1 or 2");
   const LaunchGrid grid = ctx.grid();
   const int64_t extents[] = {grid.x, grid.y, grid.z};
   const int64_t value = op.op->opcode() == Opcode::ProgramId ? ctx.programId(static_cast<int>(axis)) : extents[axis];
   ctx.result(op).ints.assign(1, value);
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretConstant(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretConstant(ProgramContext& ctx, const CompiledOp& op) {
   const AttrValue* value = op.op->attrs().find("value");
   if (const auto* integer = value ? std::get_if<int64_t>(value) : nullptr)
     return fillConstant(ctx, op, *integer, ctx.result(op));
@@ -55,24 +55,24 @@ Status interpretConstant(ProgramContext& ctx, const CompiledOp& op) {
   return ctx.error(op, "needs a numeric 'value' attribute");
 }
 
-Status interpretConstexpr(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretConstexpr(ProgramContext& ctx, const CompiledOp& op) {
   const std::string& name = op.op->attrs().getString("name");
   const Constexpr* constant = ctx.kernel().findConstexpr(name);
   if (!constant) return ctx.error(op, "kernel '" + ctx.kernel().name() + "' has no constexpr '" + name + "'");
   return fillConstant(ctx, op, constant->value, ctx.result(op));
 }
 
-Status interpretArange(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretArange(ProgramContext& ctx, const CompiledOp& op) {
   const int64_t start = op.op->attrs().getInt("start");
   const int64_t end = op.op->attrs().getInt("end");
   const IntWrapper wrap(op.op->result(0)->type().scalarKind());
   auto& out = ctx.result(op).ints;
   out.clear();
   for (int64_t v = start; v < end; ++v) out.push_back(wrap(v));
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretSplat(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretSplat(ProgramContext& ctx, const CompiledOp& op) {
   const Type& type = op.op->result(0)->type();
   const auto count = static_cast<size_t>(type.numElements());
   const RuntimeValue& in = ctx.operand(op, 0);
@@ -88,7 +88,7 @@ Status interpretSplat(ProgramContext& ctx, const CompiledOp& op) {
       out.addresses.assign(count, in.addresses.at(0));
       break;
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 namespace {
@@ -136,7 +136,7 @@ void gatherValue(const RuntimeValue& in, const StridedView& view, RuntimeValue& 
 
 }  // namespace
 
-Status interpretBroadcast(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretBroadcast(ProgramContext& ctx, const CompiledOp& op) {
   const Type& inType = op.op->operand(0)->type();
   const Type& outType = op.op->result(0)->type();
   const auto& inShape = inType.shape();
@@ -151,10 +151,10 @@ Status interpretBroadcast(ProgramContext& ctx, const CompiledOp& op) {
     view.inputStrides[pad + d] = inShape[d] == 1 ? 0 : strides[d];
   }
   gatherValue(ctx.operand(op, 0), view, ctx.result(op), elementClass(outType));
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretTranspose(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretTranspose(ProgramContext& ctx, const CompiledOp& op) {
   const Type& inType = op.op->operand(0)->type();
   const auto& perm = op.op->attrs().getInts("perm");
   const auto& outShape = op.op->result(0)->type().shape();
@@ -169,23 +169,23 @@ Status interpretTranspose(ProgramContext& ctx, const CompiledOp& op) {
     view.inputStrides[pad + d] = strides[perm[d]];
   }
   gatherValue(ctx.operand(op, 0), view, ctx.result(op), elementClass(inType));
-  return Status::ok();
+  return support::Status::ok();
 }
 
 // expand_dims, reshape and convert_layout keep the row-major element sequence.
-Status interpretExpandDims(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretExpandDims(ProgramContext& ctx, const CompiledOp& op) {
   copyElements(ctx.operand(op, 0), ctx.result(op), elementClass(op.op->result(0)->type()));
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretReshape(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretReshape(ProgramContext& ctx, const CompiledOp& op) {
   copyElements(ctx.operand(op, 0), ctx.result(op), elementClass(op.op->result(0)->type()));
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status interpretConvertLayout(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretConvertLayout(ProgramContext& ctx, const CompiledOp& op) {
   copyElements(ctx.operand(op, 0), ctx.result(op), elementClass(op.op->result(0)->type()));
-  return Status::ok();
+  return support::Status::ok();
 }
 
 namespace {
@@ -223,7 +223,7 @@ T nanMin(T a, T b) {
 
 // Sums run sequentially along the axis, in float for f32/f16/bf16/fp8 (rounded to
 // the element kind at the end) and in double for f64; integers wrap.
-Status interpretReduce(ProgramContext& ctx, const CompiledOp& op) {
+support::Status interpretReduce(ProgramContext& ctx, const CompiledOp& op) {
   const Type& inType = op.op->operand(0)->type();
   const ScalarKind kind = inType.scalarKind();
   const int64_t axis = op.op->attrs().getInt("axis");
@@ -251,7 +251,7 @@ Status interpretReduce(ProgramContext& ctx, const CompiledOp& op) {
         if (code == Opcode::ReduceMax) reduceAlong<float>(in.floats, s, out.floats, nanMax<float>, round);
         if (code == Opcode::ReduceMin) reduceAlong<float>(in.floats, s, out.floats, nanMin<float>, round);
       }
-      return Status::ok();
+      return support::Status::ok();
     }
     case ElementClass::Int: {
       const IntWrapper wrap(kind);
@@ -263,7 +263,7 @@ Status interpretReduce(ProgramContext& ctx, const CompiledOp& op) {
       if (code == Opcode::ReduceSum) reduceAlong<int64_t>(in.ints, s, out.ints, sum, wrap);
       if (code == Opcode::ReduceMax) reduceAlong<int64_t>(in.ints, s, out.ints, max, wrap);
       if (code == Opcode::ReduceMin) reduceAlong<int64_t>(in.ints, s, out.ints, min, wrap);
-      return Status::ok();
+      return support::Status::ok();
     }
     case ElementClass::Pointer:
       break;

@@ -59,14 +59,14 @@ void addRepetitions(LinearLayout& ll, const std::vector<int64_t>& tile, const st
     for (int64_t step = tile[d]; step < ll.shape[d]; step *= 2) ll.reg.push_back(unit(static_cast<int>(d), step));
 }
 
-Status checkPow2List(const std::vector<int64_t>& v, size_t rank, const char* what, const Layout& enc) {
+support::Status checkPow2List(const std::vector<int64_t>& v, size_t rank, const char* what, const Layout& enc) {
   if (v.size() != rank)
-    return Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' has " + std::to_string(v.size()) +
+    return support::Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' has " + std::to_string(v.size()) +
                                  " entries for a rank-" + std::to_string(rank) + " tile");
   for (int64_t x : v)
     if (!isPowerOfTwo(x))
-      return Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' entries must be powers of two");
-  return Status::ok();
+      return support::Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' entries must be powers of two");
+  return support::Status::ok();
 }
 
 int64_t product(const std::vector<int64_t>& v) {
@@ -75,22 +75,22 @@ int64_t product(const std::vector<int64_t>& v) {
   return p;
 }
 
-Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
+support::Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
   size_t rank = shape.size();
   for (auto [list, name] : {std::pair{&enc.sizePerThread, "spt"}, std::pair{&enc.threadsPerWarp, "tpw"},
                             std::pair{&enc.warpsPerCta, "wpc"}})
-    if (Status s = checkPow2List(*list, rank, name, enc); !s) return s;
-  if (enc.order.size() != rank) return Diagnostic{{}, "layout " + enc.str() + ": 'order' must list every dimension"};
+    if (support::Status s = checkPow2List(*list, rank, name, enc); !s) return s;
+  if (enc.order.size() != rank) return support::Diagnostic{{}, "layout " + enc.str() + ": 'order' must list every dimension"};
   std::vector<bool> seen(rank, false);
   for (int64_t d : enc.order) {
     if (d < 0 || d >= static_cast<int64_t>(rank) || seen[d])
-      return Diagnostic{{}, "layout " + enc.str() + ": 'order' must be a permutation of the dimensions"};
+      return support::Diagnostic{{}, "layout " + enc.str() + ": 'order' must be a permutation of the dimensions"};
     seen[d] = true;
   }
   if (product(enc.threadsPerWarp) != 32)
-    return Diagnostic{{}, "layout " + enc.str() + ": 'tpw' must multiply to 32 lanes"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": 'tpw' must multiply to 32 lanes"};
   if (product(enc.warpsPerCta) != numWarps)
-    return Diagnostic{{}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
 
   LinearLayout ll;
   ll.shape = shape;
@@ -114,13 +114,13 @@ Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vector<int64_
 //   accumulator c0..c3: row g (+8 for c2, c3), column 2t + (0|1)
 //   operand A a0..a7:   row g (+8 for a2,a3,a6,a7), column 2t + (0|1) (+8 for a4..a7)
 //   operand B b0..b3:   row (k) 2t + (0|1) (+8 for b2, b3), column (n) g
-Expected<LinearLayout> mmaLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
-  if (shape.size() != 2) return Diagnostic{{}, "layout " + enc.str() + " needs a rank-2 tile"};
+support::Expected<LinearLayout> mmaLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
+  if (shape.size() != 2) return support::Diagnostic{{}, "layout " + enc.str() + " needs a rank-2 tile"};
   if (enc.version != 2)
-    return Diagnostic{{}, "layout " + enc.str() + ": only mma version 2 (mma.sync) has a distributed form so far"};
-  if (Status s = checkPow2List(enc.warpsPerCta, 2, "wpc", enc); !s) return s;
+    return support::Diagnostic{{}, "layout " + enc.str() + ": only mma version 2 (mma.sync) has a distributed form so far"};
+  if (support::Status s = checkPow2List(enc.warpsPerCta, 2, "wpc", enc); !s) return s;
   if (product(enc.warpsPerCta) != numWarps)
-    return Diagnostic{{}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
   int64_t wm = enc.warpsPerCta[0], wn = enc.warpsPerCta[1];
   LinearLayout ll;
   ll.shape = shape;
@@ -133,12 +133,12 @@ Expected<LinearLayout> mmaLayout(const Layout& enc, const std::vector<int64_t>& 
   return ll;
 }
 
-Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
-  if (shape.size() != 2) return Diagnostic{{}, "layout " + enc.str() + " needs a rank-2 tile"};
+support::Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
+  if (shape.size() != 2) return support::Diagnostic{{}, "layout " + enc.str() + " needs a rank-2 tile"};
   if (enc.parent && enc.parent->kind == LayoutKind::Blocked) {
     // FMA path: each thread holds the whole K extent of the rows (A) or columns
     // (B) of the result elements it computes.
-    if (enc.opIdx != 0 && enc.opIdx != 1) return Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 or 1"};
+    if (enc.opIdx != 0 && enc.opIdx != 1) return support::Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 or 1"};
     int keep = enc.opIdx == 0 ? 0 : 1;  // the result dimension this operand shares
     std::vector<int64_t> parentShape = {1, 1};
     parentShape[keep] = shape[keep];
@@ -151,12 +151,12 @@ Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::vector<int
     return ll;
   }
   if (!enc.parent || enc.parent->kind != LayoutKind::Mma)
-    return Diagnostic{{}, "layout " + enc.str() + ": the parent of a dot operand must be #mma or #blocked"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": the parent of a dot operand must be #mma or #blocked"};
   const Layout& mma = *enc.parent;
   if (mma.version != 2 || mma.warpsPerCta.size() != 2)
-    return Diagnostic{{}, "layout " + enc.str() + ": only mma version 2 operands are supported"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": only mma version 2 operands are supported"};
   if (product(mma.warpsPerCta) != numWarps)
-    return Diagnostic{{}, "layout " + enc.str() + ": parent 'wpc' must multiply to num_warps"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": parent 'wpc' must multiply to num_warps"};
   int64_t wm = mma.warpsPerCta[0], wn = mma.warpsPerCta[1];
   LinearLayout ll;
   ll.shape = shape;
@@ -173,7 +173,7 @@ Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::vector<int
     for (int64_t s = 1; s < wn; s *= 2) ll.warp.push_back({0, 8 * s, 0});
     addRepetitions(ll, {16, 8 * wn}, {0, 1});
   } else {
-    return Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 (A) or 1 (B)"};
+    return support::Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 (A) or 1 (B)"};
   }
   fitToShape(ll);
   return ll;
@@ -232,7 +232,7 @@ LayoutRef withoutThreadMajor(const Layout& encoding) {
 
 // The renumberings thread_major asks of a layout of `encoding` and `shape`
 // (none for other layouts, or an error naming the layout).
-Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encoding, const std::vector<int64_t>& shape,
+support::Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encoding, const std::vector<int64_t>& shape,
                                                            int numWarps) {
   std::vector<Renumbering> out;
   const bool mma = encoding.kind == LayoutKind::Mma;
@@ -243,7 +243,7 @@ Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encodin
   if (!renumbersN && !renumbersK) return out;
   const Layout& mmaEncoding = mma ? encoding : *encoding.parent;
   if (mmaEncoding.kind != LayoutKind::Mma || mmaEncoding.version != 2 || shape.size() != 2)
-    return Diagnostic{{}, "layout " + encoding.str() + ": thread_major applies to mma version 2 layouts and their operands"};
+    return support::Diagnostic{{}, "layout " + encoding.str() + ": thread_major applies to mma version 2 layouts and their operands"};
   Layout b;
   b.kind = LayoutKind::DotOperand;
   b.opIdx = 1;
@@ -266,7 +266,7 @@ Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encodin
 
 }  // namespace
 
-Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout) {
+support::Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout) {
   auto renumberings = threadMajorRenumberings(encoding, layout.shape, layout.numWarps());
   if (!renumberings) return renumberings.status();
   LinearLayout out = layout;
@@ -394,13 +394,13 @@ std::vector<int64_t> LinearLayout::registerSourceMap(const LinearLayout& source,
   return map;
 }
 
-Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape, int numWarps) {
-  if (shape.empty() || shape.size() > 3) return Diagnostic{{}, "a distributed layout needs a tile of rank 1..3"};
+support::Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape, int numWarps) {
+  if (shape.empty() || shape.size() > 3) return support::Diagnostic{{}, "a distributed layout needs a tile of rank 1..3"};
   for (int64_t s : shape)
     if (!isPowerOfTwo(s))
-      return Diagnostic{{}, "codegen needs power-of-two tile extents; got " + std::to_string(s) +
+      return support::Diagnostic{{}, "codegen needs power-of-two tile extents; got " + std::to_string(s) +
                                 " (pad the tile and mask the extra elements)"};
-  if (!isPowerOfTwo(numWarps) || numWarps > 32) return Diagnostic{{}, "num_warps must be a power of two up to 32"};
+  if (!isPowerOfTwo(numWarps) || numWarps > 32) return support::Diagnostic{{}, "num_warps must be a power of two up to 32"};
   auto renumberings = threadMajorRenumberings(encoding, shape, numWarps);
   if (!renumberings) return renumberings.status();
   if (!renumberings->empty()) {
@@ -427,9 +427,9 @@ Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<
     case LayoutKind::DotOperand:
       return dotOperandLayout(encoding, shape, numWarps);
     case LayoutKind::Slice: {
-      if (!encoding.parent) return Diagnostic{{}, "layout " + encoding.str() + " has no parent"};
+      if (!encoding.parent) return support::Diagnostic{{}, "layout " + encoding.str() + " has no parent"};
       if (encoding.dim < 0 || encoding.dim > static_cast<int64_t>(shape.size()))
-        return Diagnostic{{}, "layout " + encoding.str() + ": dim out of range"};
+        return support::Diagnostic{{}, "layout " + encoding.str() + ": dim out of range"};
       std::vector<int64_t> parentShape = shape;
       parentShape.insert(parentShape.begin() + encoding.dim, 1);
       auto parent = toLinearLayout(*encoding.parent, parentShape, numWarps);
@@ -437,9 +437,9 @@ Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<
       return parent->sliced(static_cast<int>(encoding.dim));
     }
     case LayoutKind::Shared:
-      return Diagnostic{{}, "layout " + encoding.str() + " describes shared memory, not registers"};
+      return support::Diagnostic{{}, "layout " + encoding.str() + " describes shared memory, not registers"};
   }
-  return Diagnostic{{}, "unknown layout kind"};
+  return support::Diagnostic{{}, "unknown layout kind"};
 }
 
 }  // namespace attnjit::ir

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Types.h"
 
 namespace attnjit::ir {
@@ -72,13 +72,13 @@ class LinearLayout {
 // Builds the linear layout of `encoding` for a tile of `shape` with `numWarps`
 // warps. Errors (non-power-of-two extents, a layout kind without a distributed
 // form such as #shared, an mma layout on a non-2D tile) name the layout.
-Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape, int numWarps);
+support::Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape, int numWarps);
 
 // `layout`, the linear form of `encoding`, with any thread_major renumbering
 // (ir/Types.h) undone and its registers in the same order: the coordinates the
 // mma instructions' fragments are defined in. Dot lowering gathers fragments by
 // them. `layout` itself for encodings without thread_major.
-Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout);
+support::Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout);
 
 bool isPowerOfTwo(int64_t x);
 int log2Exact(int64_t x);

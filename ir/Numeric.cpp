@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::ir {
 

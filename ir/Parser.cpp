@@ -53,17 +53,17 @@ class Parser {
  public:
   Parser(std::string_view text, std::string fileName) : lexer_(text), file_(std::move(fileName)) { advance(); }
 
-  Expected<std::unique_ptr<Module>> module() {
+  support::Expected<std::unique_ptr<Module>> module() {
     auto result = std::make_unique<Module>();
     do {
       if (!parseKernel(*result)) return *error_;
     } while (tok_.kind != TokenKind::Eof);
-    Status verified = verifyModule(*result);
+    support::Status verified = verifyModule(*result);
     if (!verified) return verified;
     return result;
   }
 
-  Expected<Type> standaloneType() {
+  support::Expected<Type> standaloneType() {
     Type t;
     if (!parseType(t)) return *error_;
     if (tok_.kind != TokenKind::Eof) {
@@ -77,10 +77,10 @@ class Parser {
   // ---- tokens and errors ----
 
   void advance() { tok_ = lexer_.next(); }
-  Location loc(const Token& t) const { return Location{file_, t.line, t.col}; }
+  support::Location loc(const Token& t) const { return support::Location{file_, t.line, t.col}; }
 
   bool fail(const Token& at, std::string message) {
-    if (!error_) error_ = Diagnostic{loc(at), at.kind == TokenKind::Error ? at.text : std::move(message)};
+    if (!error_) error_ = support::Diagnostic{loc(at), at.kind == TokenKind::Error ? at.text : std::move(message)};
     return false;
   }
   bool is(TokenKind kind) const { return tok_.kind == kind; }
@@ -747,19 +747,19 @@ class Parser {
   Lexer lexer_;
   std::string file_;
   Token tok_;
-  std::optional<Diagnostic> error_;
+  std::optional<support::Diagnostic> error_;
   int regionDepth_ = 0;
-  std::unordered_map<std::string, Location> defined_;
+  std::unordered_map<std::string, support::Location> defined_;
   std::unordered_map<std::string, Value*> visible_;
   std::vector<std::vector<std::string>> scopes_;
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Module>> parseModule(std::string_view text, const std::string& fileName) {
+support::Expected<std::unique_ptr<Module>> parseModule(std::string_view text, const std::string& fileName) {
   return Parser(text, fileName).module();
 }
 
-Expected<Type> parseType(std::string_view text) { return Parser(text, "<type>").standaloneType(); }
+support::Expected<Type> parseType(std::string_view text) { return Parser(text, "<type>").standaloneType(); }
 
 }  // namespace attnjit::ir

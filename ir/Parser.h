@@ -11,7 +11,7 @@
 
 namespace attnjit::ir {
 
-Expected<std::unique_ptr<Module>> parseModule(std::string_view text, const std::string& fileName);
-Expected<Type> parseType(std::string_view text);
+support::Expected<std::unique_ptr<Module>> parseModule(std::string_view text, const std::string& fileName);
+support::Expected<Type> parseType(std::string_view text);
 
 }  // namespace attnjit::ir

@@ -1,6 +1,6 @@
 #include "ir/Types.h"
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::ir {
 

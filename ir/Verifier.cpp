@@ -7,13 +7,14 @@
 #include <string>
 #include <unordered_set>
 
-#include "ir/VerifierSupport.h"
+#include "ir/KernelAttributes.h"
+#include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
 
 namespace {
 
-Status dispatchFamilyRule(const Operation& op, const Kernel& kernel) {
+support::Status dispatchFamilyRule(const Operation& op, const Kernel& kernel) {
   switch (op.opcode()) {
 #define ATTNJIT_OP(Enum, spelling, Family) \
   case Opcode::Enum:                       \
@@ -21,13 +22,13 @@ Status dispatchFamilyRule(const Operation& op, const Kernel& kernel) {
 #include "ir/Ops.def"
   }
   ATTNJIT_CHECK(false, "opcode outside the op table");
-  return Status::ok();
+  return support::Status::ok();
 }
 
 bool isTerminator(const Operation& op) { return op.opcode() == Opcode::Yield || op.opcode() == Opcode::Return; }
 
-Status kernelError(const Kernel& kernel, const std::string& message) {
-  return Status::error(kernel.location(), "kernel '" + kernel.name() + "': " + message);
+support::Status kernelError(const Kernel& kernel, const std::string& message) {
+  return support::Status::error(kernel.location(), "kernel '" + kernel.name() + "': " + message);
 }
 
 std::string parameterStr(const Kernel& kernel, size_t index) {
@@ -47,8 +48,8 @@ bool isParameterType(const Type& t) {
   return k == ScalarKind::I32 || k == ScalarKind::I64 || k == ScalarKind::F32 || k == ScalarKind::F64;
 }
 
-Status verifySignature(const Kernel& kernel) {
-  if (kernel.name().empty()) return Status::error(kernel.location(), "kernel without a name");
+support::Status verifySignature(const Kernel& kernel) {
+  if (kernel.name().empty()) return support::Status::error(kernel.location(), "kernel without a name");
   for (size_t i = 0; i < kernel.numParameters(); ++i) {
     const Type& t = kernel.parameter(i)->type();
     if (!isParameterType(t))
@@ -67,12 +68,7 @@ Status verifySignature(const Kernel& kernel) {
     if (!constexprNames.insert(c.name).second)
       return kernelError(kernel, "constexpr '" + c.name + "' is declared more than once");
   }
-  if (const AttrValue* numWarps = kernel.attrs().find("num_warps")) {
-    const auto* value = std::get_if<int64_t>(numWarps);
-    if (!value || !isPowerOfTwo(*value) || *value > 32)
-      return kernelError(kernel, "num_warps must be a power of two in 1..32, got " + attrValueStr(*numWarps));
-  }
-  return Status::ok();
+  return verifyKernelAttributes(kernel);
 }
 
 // Walks the kernel in program order, keeping the set of values visible at each
@@ -83,7 +79,7 @@ class StructureChecker {
  public:
   explicit StructureChecker(const Kernel& kernel) : kernel_(kernel) {}
 
-  Status checkBlock(const Block& block) {
+  support::Status checkBlock(const Block& block) {
     for (const auto& arg : block.arguments()) visible_.insert(arg.get());
     const auto& ops = block.operations();
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -100,12 +96,12 @@ class StructureChecker {
     for (const auto& arg : block.arguments()) visible_.erase(arg.get());
     for (const auto& op : ops)
       for (const auto& result : op->results()) visible_.erase(result.get());
-    return Status::ok();
+    return support::Status::ok();
   }
 
  private:
   // Explains why operand `index` of op (in `useBlock`) is not visible there.
-  Status notVisibleError(const Operation& op, size_t index, const Block& useBlock) const {
+  support::Status notVisibleError(const Operation& op, size_t index, const Block& useBlock) const {
     const Value& value = *op.operand(index);
     const std::string what = operandStr(op, index) + " of type " + value.type().str();
     const Block* defBlock = value.definingOp() ? value.definingOp()->parentBlock() : value.ownerBlock();
@@ -139,7 +135,7 @@ class StructureChecker {
 
 }  // namespace
 
-Status verifyOperation(const Operation& op, const Kernel& kernel) {
+support::Status verifyOperation(const Operation& op, const Kernel& kernel) {
   ATTNJIT_VERIFY(checkOperandsPresent(op));
   for (size_t i = 0; i < op.numOperands(); ++i)
     if (std::string defect = typeDefect(op.operand(i)->type()); !defect.empty())
@@ -153,24 +149,24 @@ Status verifyOperation(const Operation& op, const Kernel& kernel) {
   return dispatchFamilyRule(op, kernel);
 }
 
-Status verifyKernel(const Kernel& kernel) {
+support::Status verifyKernel(const Kernel& kernel) {
   ATTNJIT_VERIFY(verifySignature(kernel));
   ATTNJIT_VERIFY(StructureChecker(kernel).checkBlock(kernel.body()));
   const Operation* last = kernel.body().back();
   if (!last || last->opcode() != Opcode::Return)
     return kernelError(kernel, std::string("body must end with 'return'") +
                                    (last ? std::string(", but ends with '") + last->name() + "'" : std::string()));
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyModule(const Module& module) {
+support::Status verifyModule(const Module& module) {
   std::set<std::string> names;
   for (const auto& kernel : module.kernels()) {
     if (!names.insert(kernel->name()).second)
-      return Status::error(kernel->location(), "kernel '" + kernel->name() + "' is defined more than once");
+      return support::Status::error(kernel->location(), "kernel '" + kernel->name() + "' is defined more than once");
     ATTNJIT_VERIFY(verifyKernel(*kernel));
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

@@ -10,8 +10,8 @@
 
 namespace attnjit::ir {
 
-Status verifyOperation(const Operation& op, const Kernel& kernel);
-Status verifyKernel(const Kernel& kernel);
-Status verifyModule(const Module& module);
+support::Status verifyOperation(const Operation& op, const Kernel& kernel);
+support::Status verifyKernel(const Kernel& kernel);
+support::Status verifyModule(const Module& module);
 
 }  // namespace attnjit::ir

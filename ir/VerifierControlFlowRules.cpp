@@ -1,11 +1,11 @@
 // Verifier rules of the structured control flow: for, if and the terminators.
 // Placement that needs the whole kernel (nothing after a terminator, the body
 // ending in return) is checked by verifyKernel.
-#include "ir/VerifierSupport.h"
+#include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
 
-Status verifyFor(const Operation& op, const Kernel&) {
+support::Status verifyFor(const Operation& op, const Kernel&) {
   if (op.numOperands() < 3)
     return opError(op, "expected lo, hi, step and the initial values (at least 3 operands), got " +
                            std::to_string(op.numOperands()));
@@ -48,7 +48,7 @@ Status verifyFor(const Operation& op, const Kernel&) {
   return checkRegionEndsWithYield(op, 0, "body");
 }
 
-Status verifyIf(const Operation& op, const Kernel&) {
+support::Status verifyIf(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkRegionCount(op, 2));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -61,10 +61,10 @@ Status verifyIf(const Operation& op, const Kernel&) {
                              std::to_string(op.region(r)->numArguments()));
     ATTNJIT_VERIFY(checkRegionEndsWithYield(op, r, kRegionNames[r]));
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyYield(const Operation& op, const Kernel&) {
+support::Status verifyYield(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkResultCount(op, 0));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
   const Block* block = op.parentBlock();
@@ -74,13 +74,13 @@ Status verifyYield(const Operation& op, const Kernel&) {
   return checkYieldMatchesParent(op, *parent);
 }
 
-Status verifyReturn(const Operation& op, const Kernel& kernel) {
+support::Status verifyReturn(const Operation& op, const Kernel& kernel) {
   ATTNJIT_VERIFY(checkOperandCount(op, 0));
   ATTNJIT_VERIFY(checkResultCount(op, 0));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
   if (op.parentBlock() != &kernel.body())
     return opError(op, "allowed only at the end of the kernel body (a region ends with 'yield')");
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

@@ -1,7 +1,7 @@
 // Verifier rules of the elementwise ops: binary, unary, cmp, select, cast,
 // bitcast. Elementwise operands have identical types, layout included:
 // broadcasting and layout changes are explicit ops.
-#include "ir/VerifierSupport.h"
+#include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
 
@@ -10,16 +10,16 @@ bool isBitwise(Opcode op) { return op == Opcode::And || op == Opcode::Or || op =
 bool isShift(Opcode op) { return op == Opcode::Shl || op == Opcode::Shr; }
 bool isFloatOnly(Opcode op) { return op != Opcode::Neg && op != Opcode::Abs; }
 
-Status checkSameOperandTypes(const Operation& op, size_t first, size_t second) {
+support::Status checkSameOperandTypes(const Operation& op, size_t first, size_t second) {
   const Type& a = op.operand(first)->type();
   const Type& b = op.operand(second)->type();
-  if (a == b) return Status::ok();
+  if (a == b) return support::Status::ok();
   return opError(op, "operand types differ: " + a.str() + " vs " + b.str() +
                          " (elementwise operands have one type; use splat, broadcast, cast or convert_layout)");
 }
 }  // namespace
 
-Status verifyBinary(const Operation& op, const Kernel&) {
+support::Status verifyBinary(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 2));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   if (op.opcode() == Opcode::Div) {
@@ -49,7 +49,7 @@ Status verifyBinary(const Operation& op, const Kernel&) {
   return checkResultType(op, type, "the operand type");
 }
 
-Status verifyUnary(const Operation& op, const Kernel&) {
+support::Status verifyUnary(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -60,7 +60,7 @@ Status verifyUnary(const Operation& op, const Kernel&) {
   return checkResultType(op, type, "the operand type");
 }
 
-Status verifyCompare(const Operation& op, const Kernel&) {
+support::Status verifyCompare(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 2));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"pred"}));
@@ -75,7 +75,7 @@ Status verifyCompare(const Operation& op, const Kernel&) {
   return checkResultType(op, type.withScalarKind(ScalarKind::I1), "i1 of the operands' shape");
 }
 
-Status verifySelect(const Operation& op, const Kernel&) {
+support::Status verifySelect(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 3));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -94,7 +94,7 @@ Status verifySelect(const Operation& op, const Kernel&) {
   return checkResultType(op, type, "the operand type");
 }
 
-Status verifyCast(const Operation& op, const Kernel&) {
+support::Status verifyCast(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -105,7 +105,7 @@ Status verifyCast(const Operation& op, const Kernel&) {
   return checkResultType(op, in.withScalarKind(out.scalarKind()), "the operand's shape and layout");
 }
 
-Status verifyBitcast(const Operation& op, const Kernel&) {
+support::Status verifyBitcast(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));

@@ -1,26 +1,26 @@
 // Verifier rules of the memory ops: addptr, load, store. A pointer operand is a
 // pointer or a tile of pointers; offsets, masks and values are elementwise
 // companions of it (its shape and layout).
-#include "ir/VerifierSupport.h"
+#include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
 
 namespace {
-Status checkPointerOperand(const Operation& op) {
+support::Status checkPointerOperand(const Operation& op) {
   const Type& ptr = op.operand(0)->type();
-  if (ptr.hasPointerElements()) return Status::ok();
+  if (ptr.hasPointerElements()) return support::Status::ok();
   return opError(op, operandStr(op, 0) + " must be a pointer or a tile of pointers, got " + ptr.str());
 }
 
-Status checkMask(const Operation& op, size_t index) {
+support::Status checkMask(const Operation& op, size_t index) {
   const Type& mask = op.operand(index)->type();
   const Type expected = op.operand(0)->type().withScalarKind(ScalarKind::I1);
-  if (mask == expected) return Status::ok();
+  if (mask == expected) return support::Status::ok();
   return opError(op, "mask type " + mask.str() + " should be " + expected.str() + " (i1 of the pointer's shape)");
 }
 }  // namespace
 
-Status verifyAddPtr(const Operation& op, const Kernel&) {
+support::Status verifyAddPtr(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 2));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -36,7 +36,7 @@ Status verifyAddPtr(const Operation& op, const Kernel&) {
   return checkResultType(op, ptr, "the pointer operand's type");
 }
 
-Status verifyLoad(const Operation& op, const Kernel&) {
+support::Status verifyLoad(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1, 3));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -47,10 +47,10 @@ Status verifyLoad(const Operation& op, const Kernel&) {
   if (op.numOperands() == 3 && op.operand(2)->type() != value)
     return opError(op, "'other' (the value of masked-off elements) has type " + op.operand(2)->type().str() +
                            " but the loaded value is " + value.str());
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyStore(const Operation& op, const Kernel&) {
+support::Status verifyStore(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 2, 3));
   ATTNJIT_VERIFY(checkResultCount(op, 0));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -64,7 +64,7 @@ Status verifyStore(const Operation& op, const Kernel&) {
     return opError(op, "value type " + op.operand(1)->type().str() + " should be " + value.str() +
                            " (the pointee type of " + ptr.str() + ")");
   if (op.numOperands() == 3) ATTNJIT_VERIFY(checkMask(op, 2));
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::ir

@@ -1,7 +1,7 @@
 // Verifier rules of the tensor ops: dot and the reductions.
 #include <tuple>
 
-#include "ir/VerifierSupport.h"
+#include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
 
@@ -12,14 +12,14 @@ bool isDotInputKind(ScalarKind k) {
          k == ScalarKind::F8E5M2;
 }
 
-Status checkRank2Tile(const Operation& op, size_t index, const char* role) {
+support::Status checkRank2Tile(const Operation& op, size_t index, const char* role) {
   const Type& t = op.operand(index)->type();
-  if (t.isTile() && t.rank() == 2 && !t.hasPointerElements()) return Status::ok();
+  if (t.isTile() && t.rank() == 2 && !t.hasPointerElements()) return support::Status::ok();
   return opError(op, std::string(role) + " must be a rank-2 tile of numbers, got " + t.str());
 }
 }  // namespace
 
-Status verifyDot(const Operation& op, const Kernel&) {
+support::Status verifyDot(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 3));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"acc", "input_precision", "k_extent", "n_extent"}));
@@ -83,7 +83,7 @@ Status verifyDot(const Operation& op, const Kernel&) {
   return checkResultType(op, acc, "the accumulator type");
 }
 
-Status verifyReduce(const Operation& op, const Kernel&) {
+support::Status verifyReduce(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"axis"}));

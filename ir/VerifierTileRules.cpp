@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <variant>
 
-#include "ir/VerifierSupport.h"
+#include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
 
@@ -20,7 +20,7 @@ bool fitsInteger(int64_t v, ScalarKind k) {
 }
 }  // namespace
 
-Status verifyGridQuery(const Operation& op, const Kernel&) {
+support::Status verifyGridQuery(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 0));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"axis"}));
@@ -30,7 +30,7 @@ Status verifyGridQuery(const Operation& op, const Kernel&) {
   return checkResultType(op, kI32, "grid indices are i32");
 }
 
-Status verifyConstant(const Operation& op, const Kernel&) {
+support::Status verifyConstant(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 0));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"value"}));
@@ -42,17 +42,17 @@ Status verifyConstant(const Operation& op, const Kernel&) {
   if (const auto* i = std::get_if<int64_t>(value)) {
     if (type.isIntLike() && !fitsInteger(*i, type.scalarKind()))
       return opError(op, "value " + std::to_string(*i) + " does not fit in " + type.elementType().str());
-    return Status::ok();
+    return support::Status::ok();
   }
   if (std::holds_alternative<double>(*value)) {
     if (type.isIntLike())
       return opError(op, "float value " + attrValueStr(*value) + " for integer type " + type.str());
-    return Status::ok();
+    return support::Status::ok();
   }
   return opError(op, "attribute 'value' must be an integer or a float, got " + attrValueStr(*value));
 }
 
-Status verifyConstexpr(const Operation& op, const Kernel& kernel) {
+support::Status verifyConstexpr(const Operation& op, const Kernel& kernel) {
   ATTNJIT_VERIFY(checkOperandCount(op, 0));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"name"}));
@@ -66,10 +66,10 @@ Status verifyConstexpr(const Operation& op, const Kernel& kernel) {
   if (const auto* f = std::get_if<double>(&declared->value); f && type.isIntLike())
     return opError(op, "'" + name + "' is a float (" + attrValueStr(*f) + ") and cannot produce integer type " +
                            type.str());
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyArange(const Operation& op, const Kernel&) {
+support::Status verifyArange(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 0));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"start", "end"}));
@@ -84,7 +84,7 @@ Status verifyArange(const Operation& op, const Kernel&) {
                                     "[" + std::to_string(start) + ", " + std::to_string(end) + ") as i32");
 }
 
-Status verifySplat(const Operation& op, const Kernel&) {
+support::Status verifySplat(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -95,10 +95,10 @@ Status verifySplat(const Operation& op, const Kernel&) {
   if (out.elementType() != in)
     return opError(op, "result element type " + out.elementType().str() + " differs from the operand type " +
                            in.str());
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyBroadcast(const Operation& op, const Kernel&) {
+support::Status verifyBroadcast(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -113,10 +113,10 @@ Status verifyBroadcast(const Operation& op, const Kernel&) {
       return opError(op, "cannot broadcast " + in.str() + " to " + out.str() + ": dimension " + std::to_string(d) +
                              " has extent " + std::to_string(in.shape()[d]) + ", not 1 or " +
                              std::to_string(out.shape()[d]));
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyExpandDims(const Operation& op, const Kernel&) {
+support::Status verifyExpandDims(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"axis"}));
@@ -132,7 +132,7 @@ Status verifyExpandDims(const Operation& op, const Kernel&) {
   return checkResultShapeAndElement(op, in.withShape(shape), "extent 1 inserted at axis " + std::to_string(axis));
 }
 
-Status verifyReshape(const Operation& op, const Kernel&) {
+support::Status verifyReshape(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
@@ -144,10 +144,10 @@ Status verifyReshape(const Operation& op, const Kernel&) {
   if (out.numElements() != in.numElements())
     return opError(op, "cannot reshape " + in.str() + " (" + std::to_string(in.numElements()) + " elements) to " +
                            out.str() + " (" + std::to_string(out.numElements()) + " elements)");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status verifyTranspose(const Operation& op, const Kernel&) {
+support::Status verifyTranspose(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"perm"}));
@@ -167,7 +167,7 @@ Status verifyTranspose(const Operation& op, const Kernel&) {
   return checkResultShapeAndElement(op, in.withShape(shape), "dimension i is operand dimension perm[i]");
 }
 
-Status verifyConvertLayout(const Operation& op, const Kernel&) {
+support::Status verifyConvertLayout(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   ATTNJIT_VERIFY(checkKnownAttributes(op, {}));

@@ -3,13 +3,13 @@
 #include <cstring>
 #include <string>
 
-#include "compiler/CompanionOps.h"
+#include "compiler/ops/CompanionOps.h"
 #include "parallel/NcclLibrary.h"
 
 namespace attnjit::parallel {
 
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 
 namespace {
 
@@ -26,15 +26,15 @@ PartialBytes partialBytes(ScalarKind dtype, int64_t tokens, int numHeads, int he
   return {rows * static_cast<uint64_t>(headSize) * (ir::storageBits(dtype) / 8), rows * sizeof(float)};
 }
 
-Status argumentError(const std::string& message) { return Status::error({}, "mergeAcrossRanks: " + message); }
+support::Status argumentError(const std::string& message) { return support::Status::error({}, "mergeAcrossRanks: " + message); }
 
 }  // namespace
 
-ir::Expected<GroupId> createGroupId() {
+support::Expected<GroupId> createGroupId() {
   auto nccl = nccl::api();
   if (!nccl) return nccl.status();
   nccl::UniqueId id;
-  if (Status s = nccl::check((*nccl)->getUniqueId(&id), "ncclGetUniqueId"); !s) return s;
+  if (support::Status s = nccl::check((*nccl)->getUniqueId(&id), "ncclGetUniqueId"); !s) return s;
   GroupId group;
   static_assert(sizeof(group.bytes) == sizeof(id.internal));
   std::memcpy(group.bytes.data(), id.internal, sizeof(id.internal));
@@ -48,10 +48,10 @@ uint64_t mergeAcrossRanksWorkspaceBytes(ScalarKind dtype, int64_t maxTokens, int
   return alignUp(one.output * static_cast<uint64_t>(numRanks)) + alignUp(one.lse * static_cast<uint64_t>(numRanks));
 }
 
-ir::Expected<std::unique_ptr<ContextParallelGroup>> ContextParallelGroup::join(const GroupId& id, int rank,
+support::Expected<std::unique_ptr<ContextParallelGroup>> ContextParallelGroup::join(const GroupId& id, int rank,
                                                                                 int numRanks) {
   if (numRanks < 1 || rank < 0 || rank >= numRanks)
-    return Status::error({}, "context parallel: rank " + std::to_string(rank) + " is not in [0, " +
+    return support::Status::error({}, "context parallel: rank " + std::to_string(rank) + " is not in [0, " +
                                  std::to_string(numRanks) + ")");
   auto nccl = nccl::api();
   if (!nccl) return nccl.status();
@@ -61,7 +61,7 @@ ir::Expected<std::unique_ptr<ContextParallelGroup>> ContextParallelGroup::join(c
   nccl::UniqueId ncclId;
   std::memcpy(ncclId.internal, id.bytes.data(), sizeof(ncclId.internal));
   nccl::Comm comm = nullptr;
-  if (Status s = nccl::check((*nccl)->commInitRank(&comm, numRanks, ncclId, rank), "ncclCommInitRank"); !s) return s;
+  if (support::Status s = nccl::check((*nccl)->commInitRank(&comm, numRanks, ncclId, rank), "ncclCommInitRank"); !s) return s;
   return std::unique_ptr<ContextParallelGroup>(new ContextParallelGroup(comm, rank, numRanks));
 }
 
@@ -70,12 +70,12 @@ ContextParallelGroup::~ContextParallelGroup() {
   if (auto nccl = nccl::api()) (void)(*nccl)->commDestroy(static_cast<nccl::Comm>(comm_));
 }
 
-Status ContextParallelGroup::mergeAcrossRanks(const RankMergeParams& p) {
+support::Status ContextParallelGroup::mergeAcrossRanks(const RankMergeParams& p) {
   if (p.numTokens < 0) return argumentError("num_tokens (" + std::to_string(p.numTokens) + ") is negative");
   if (p.numHeads <= 0 || p.headSize <= 0)
     return argumentError("num_heads (" + std::to_string(p.numHeads) + ") and head_size (" +
                          std::to_string(p.headSize) + ") must be positive");
-  if (p.numTokens == 0) return Status::ok();
+  if (p.numTokens == 0) return support::Status::ok();
   for (auto [pointer, name] : {std::pair{p.localOutput, "local_output"}, std::pair{p.localLse, "local_lse"},
                                std::pair{p.output, "output"}, std::pair{p.workspace, "workspace"}}) {
     if (pointer == 0) return argumentError(std::string(name) + " is null");
@@ -109,7 +109,7 @@ Status ContextParallelGroup::mergeAcrossRanks(const RankMergeParams& p) {
   merge.partialLses = gatheredLse;
   merge.lseStridePartial = p.numTokens * p.numHeads;
   merge.stream = p.stream;
-  if (Status s = ops::validateMergePartials(merge); !s) return argumentError(s.diagnostic().message);
+  if (support::Status s = ops::validateMergePartials(merge); !s) return argumentError(s.diagnostic().message);
 
   auto nccl = nccl::api();
   if (!nccl) return nccl.status();
@@ -117,8 +117,8 @@ Status ContextParallelGroup::mergeAcrossRanks(const RankMergeParams& p) {
   auto comm = static_cast<nccl::Comm>(comm_);
   // Both gathers in one group: NCCL runs them as one operation. Rank r's bytes
   // land at offset r·count, which is the [N, ...] layout the merge reads.
-  if (Status s = nccl::check(api.groupStart(), "ncclGroupStart"); !s) return s;
-  Status gathered = nccl::check(api.allGather(reinterpret_cast<const void*>(p.localOutput),
+  if (support::Status s = nccl::check(api.groupStart(), "ncclGroupStart"); !s) return s;
+  support::Status gathered = nccl::check(api.allGather(reinterpret_cast<const void*>(p.localOutput),
                                               reinterpret_cast<void*>(gatheredOutput), one.output, nccl::kUint8, comm,
                                               p.stream),
                                 "ncclAllGather (outputs)", comm);
@@ -126,7 +126,7 @@ Status ContextParallelGroup::mergeAcrossRanks(const RankMergeParams& p) {
     gathered = nccl::check(api.allGather(reinterpret_cast<const void*>(p.localLse), reinterpret_cast<void*>(gatheredLse),
                                          one.lse, nccl::kUint8, comm, p.stream),
                            "ncclAllGather (LSEs)", comm);
-  Status ended = nccl::check(api.groupEnd(), "ncclGroupEnd", comm);
+  support::Status ended = nccl::check(api.groupEnd(), "ncclGroupEnd", comm);
   if (!gathered) return gathered;
   if (!ended) return ended;
   return ops::mergePartials(merge);

@@ -1,5 +1,5 @@
 // Decode context parallelism over NCCL: N ranks (one process per GPU) each run
-// attention over their shard of the KV cache (compiler/ContextParallelShards.h)
+// attention over their shard of the KV cache (compiler/ops/ContextParallelShards.h)
 // with the LSE output; mergeAcrossRanks all-gathers the N partial outputs and
 // LSEs and merges them by LSE (ops::mergePartials) into the result one GPU
 // would give for the whole context, on every rank.
@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Types.h"
 #include "runtime/Driver.h"
 
@@ -33,7 +33,7 @@ namespace attnjit::parallel {
 struct GroupId {
   std::array<char, 128> bytes{};
 };
-ir::Expected<GroupId> createGroupId();
+support::Expected<GroupId> createGroupId();
 
 struct RankMergeParams {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // the outputs: f32, f16 or bf16
@@ -63,7 +63,7 @@ class ContextParallelGroup {
  public:
   // Joins the group as `rank` of `numRanks` on the device of the calling
   // thread's current CUDA context (collective: returns once every rank joined).
-  static ir::Expected<std::unique_ptr<ContextParallelGroup>> join(const GroupId& id, int rank, int numRanks);
+  static support::Expected<std::unique_ptr<ContextParallelGroup>> join(const GroupId& id, int rank, int numRanks);
   ~ContextParallelGroup();
   ContextParallelGroup(const ContextParallelGroup&) = delete;
   ContextParallelGroup& operator=(const ContextParallelGroup&) = delete;
@@ -73,7 +73,7 @@ class ContextParallelGroup {
 
   // Collective: every rank calls it with the same shape. Validates the
   // arguments (errors name them) before enqueuing anything.
-  ir::Status mergeAcrossRanks(const RankMergeParams& params);
+  support::Status mergeAcrossRanks(const RankMergeParams& params);
 
  private:
   ContextParallelGroup(void* comm, int rank, int numRanks) : comm_(comm), rank_(rank), numRanks_(numRanks) {}

@@ -8,7 +8,7 @@
 
 namespace attnjit::parallel::nccl {
 
-using ir::Status;
+using support::Status;
 
 namespace {
 
@@ -68,21 +68,21 @@ const Loaded& loadedOnce() {
 
 }  // namespace
 
-ir::Expected<const Api*> api() {
+support::Expected<const Api*> api() {
   const Loaded& loaded = loadedOnce();
-  if (!loaded.error.empty()) return Status::error({}, loaded.error);
+  if (!loaded.error.empty()) return support::Status::error({}, loaded.error);
   return &loaded.api;
 }
 
-Status check(Result result, const char* call, Comm comm) {
-  if (result == 0) return Status::ok();
+support::Status check(Result result, const char* call, Comm comm) {
+  if (result == 0) return support::Status::ok();
   const Loaded& loaded = loadedOnce();
   std::string message = std::string(call) + " failed: ";
   const char* text = loaded.api.getErrorString ? loaded.api.getErrorString(result) : nullptr;
   message += text ? text : ("NCCL error " + std::to_string(result));
   const char* last = comm && loaded.api.getLastError ? loaded.api.getLastError(comm) : nullptr;
   if (last != nullptr && *last != '\0') message += std::string(" (") + last + ")";
-  return Status::error({}, message);
+  return support::Status::error({}, message);
 }
 
 }  // namespace attnjit::parallel::nccl

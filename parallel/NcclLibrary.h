@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::parallel::nccl {
 
@@ -32,9 +32,9 @@ struct Api {
 };
 
 // The process's NCCL, loaded once (thread-safe); the error says what is missing.
-ir::Expected<const Api*> api();
+support::Expected<const Api*> api();
 
 // "ncclAllGather: unhandled cuda error (last error: ...)" for a failed call.
-ir::Status check(Result result, const char* call, Comm comm = nullptr);
+support::Status check(Result result, const char* call, Comm comm = nullptr);
 
 }  // namespace attnjit::parallel::nccl

@@ -18,12 +18,12 @@ namespace fs = std::filesystem;
 constexpr std::uintmax_t kMaxManifestBytes = 64u << 20;
 constexpr std::uintmax_t kMaxImageBytes = 512u << 20;
 
-Status bundleError(const fs::path& file, std::string message) {
-  return Status::error(ir::Location{file.string(), 0, 0}, std::move(message));
+support::Status bundleError(const fs::path& file, std::string message) {
+  return support::Status::error(support::Location{file.string(), 0, 0}, std::move(message));
 }
 
 // The bytes of `path` (a regular file of at most `limit` bytes).
-Expected<std::vector<std::uint8_t>> readRegularFile(const fs::path& path, std::uintmax_t limit, const char* what) {
+support::Expected<std::vector<std::uint8_t>> readRegularFile(const fs::path& path, std::uintmax_t limit, const char* what) {
   std::error_code error;
   fs::file_status status = fs::status(path, error);
   if (error || !fs::exists(status)) return bundleError(path, std::string(what) + " does not exist");
@@ -102,7 +102,7 @@ std::pair<std::int64_t, std::int64_t> integerRange(const std::string& dtype) {
 }
 
 // A kernel parameter's bytes as cuLaunchKernel reads them: 8-byte pointers, i64 and f64;
-// f32 as a float; the narrower integers as a 32-bit value (as compiler/GpuLaunchSupport.h packs them).
+// f32 as a float; the narrower integers as a 32-bit value (as compiler/validation/GpuTiming.h packs them).
 struct PackedArgument {
   alignas(8) unsigned char bytes[8] = {};
 };
@@ -137,7 +137,7 @@ PackedArgument packArgument(const BundleParameter& parameter, const BundleArgume
 
 }  // namespace
 
-Expected<int> currentContextDeviceSm() {
+support::Expected<int> currentContextDeviceSm() {
   auto context = currentOrPrimaryContext();
   if (!context) return context.status();
   auto apiOr = driverApi();
@@ -154,7 +154,7 @@ Expected<int> currentContextDeviceSm() {
   return major * 10 + minor;
 }
 
-Expected<BundleImageChoice> chooseBundleImage(const BundleKernel& kernel, int deviceSm) {
+support::Expected<BundleImageChoice> chooseBundleImage(const BundleKernel& kernel, int deviceSm) {
   // Prefers the arch-specific variant at equal SM: it is what the JIT builds for the chip.
   auto better = [](const BundleImage* candidate, const BundleImage* best) {
     if (best == nullptr) return true;
@@ -175,7 +175,7 @@ Expected<BundleImageChoice> chooseBundleImage(const BundleKernel& kernel, int de
                       " (rebuild it with --arch including sm_" + std::to_string(deviceSm) + ")");
 }
 
-Status checkBundleArguments(const BundleKernel& kernel, std::span<const BundleArgument> arguments) {
+support::Status checkBundleArguments(const BundleKernel& kernel, std::span<const BundleArgument> arguments) {
   if (arguments.size() != kernel.parameters.size()) {
     return runtimeError("kernel '" + kernel.name + "' takes " + std::to_string(kernel.parameters.size()) +
                         " arguments, got " + std::to_string(arguments.size()));
@@ -216,10 +216,10 @@ Status checkBundleArguments(const BundleKernel& kernel, std::span<const BundleAr
       case BundleParameterKind::Float: break;
     }
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Expected<std::unique_ptr<Bundle>> Bundle::open(const fs::path& directory) {
+support::Expected<std::unique_ptr<Bundle>> Bundle::open(const fs::path& directory) {
   std::error_code error;
   if (!fs::is_directory(directory, error)) return bundleError(directory, "bundle directory does not exist");
   const fs::path root = fs::canonical(directory, error);
@@ -232,8 +232,8 @@ Expected<std::unique_ptr<Bundle>> Bundle::open(const fs::path& directory) {
   if (!manifest) return manifest.status();
 
   std::map<std::string, std::vector<std::uint8_t>> files;
-  auto load = [&](const BundleFile& file, const std::string& field) -> Status {
-    if (files.count(file.path) != 0) return Status::ok();
+  auto load = [&](const BundleFile& file, const std::string& field) -> support::Status {
+    if (files.count(file.path) != 0) return support::Status::ok();
     const fs::path path = directory / file.path;
     const fs::path resolved = fs::weakly_canonical(path, error);
     if (error || !staysInside(root, resolved)) {
@@ -249,23 +249,23 @@ Expected<std::unique_ptr<Bundle>> Bundle::open(const fs::path& directory) {
                                    actual + " (the bundle was modified or only partly copied)");
     }
     files.emplace(file.path, std::move(*bytes));
-    return Status::ok();
+    return support::Status::ok();
   };
   for (std::size_t k = 0; k < manifest->kernels.size(); ++k) {
     const BundleKernel& kernel = manifest->kernels[k];
     for (std::size_t i = 0; i < kernel.images.size(); ++i) {
       const BundleImage& image = kernel.images[i];
       const std::string field = "kernels[" + std::to_string(k) + "].images[" + std::to_string(i) + "]";
-      if (Status status = load(image.ptx, field + ".ptx"); !status) return status;
+      if (support::Status status = load(image.ptx, field + ".ptx"); !status) return status;
       if (image.cubin) {
-        if (Status status = load(*image.cubin, field + ".cubin"); !status) return status;
+        if (support::Status status = load(*image.cubin, field + ".cubin"); !status) return status;
       }
     }
   }
   return std::unique_ptr<Bundle>(new Bundle(directory, std::move(*manifest), std::move(files)));
 }
 
-Expected<Bundle::LoadedImage> Bundle::loadImage(const BundleKernel& kernel, int deviceSm) const {
+support::Expected<Bundle::LoadedImage> Bundle::loadImage(const BundleKernel& kernel, int deviceSm) const {
   auto choice = chooseBundleImage(kernel, deviceSm);
   if (!choice) return choice.status();
   const BundleImage& image = *choice->image;
@@ -296,7 +296,7 @@ Expected<Bundle::LoadedImage> Bundle::loadImage(const BundleKernel& kernel, int 
   return LoadedImage{*choice, std::move(owned), *function};
 }
 
-Expected<const Bundle::LoadedImage*> Bundle::loadedImage(const BundleKernel& kernel) {
+support::Expected<const Bundle::LoadedImage*> Bundle::loadedImage(const BundleKernel& kernel) {
   auto context = currentOrPrimaryContext();
   if (!context) return context.status();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -311,15 +311,15 @@ Expected<const Bundle::LoadedImage*> Bundle::loadedImage(const BundleKernel& ker
   return static_cast<const LoadedImage*>(inserted.first->second.get());
 }
 
-Expected<BundleImageChoice> Bundle::imageForCurrentContext(const BundleKernel& kernel) {
+support::Expected<BundleImageChoice> Bundle::imageForCurrentContext(const BundleKernel& kernel) {
   auto loaded = loadedImage(kernel);
   if (!loaded) return loaded.status();
   return (*loaded)->choice;
 }
 
-Status Bundle::launch(const BundleKernel& kernel, std::span<const BundleArgument> arguments, Dim3 grid,
+support::Status Bundle::launch(const BundleKernel& kernel, std::span<const BundleArgument> arguments, Dim3 grid,
                       StreamHandle stream) {
-  if (Status checked = checkBundleArguments(kernel, arguments); !checked) return checked;
+  if (support::Status checked = checkBundleArguments(kernel, arguments); !checked) return checked;
   auto loaded = loadedImage(kernel);
   if (!loaded) return loaded.status();
   const BundleImage& image = *(*loaded)->choice.image;
@@ -339,7 +339,7 @@ Status Bundle::launch(const BundleKernel& kernel, std::span<const BundleArgument
   return (*loaded)->function.launch(config, params.data());
 }
 
-Expected<int> Bundle::seedJitDiskCache(KernelCache& cache) const {
+support::Expected<int> Bundle::seedJitDiskCache(KernelCache& cache) const {
   const DiskCache& disk = cache.disk();
   if (!disk.enabled()) return runtimeError("cannot seed the JIT cache from " + directory_.string() + ": the disk cache is disabled");
   int stored = 0;
@@ -350,7 +350,7 @@ Expected<int> Bundle::seedJitDiskCache(KernelCache& cache) const {
       entry.cubin = fileBytes(*image.cubin);
       const std::vector<std::uint8_t>& ptx = fileBytes(image.ptx);
       entry.ptx.assign(reinterpret_cast<const char*>(ptx.data()), ptx.size());
-      // What compiler/Jit.cpp records with a kernel it compiled, and the cache adds.
+      // What compiler/driver/Jit.cpp records with a kernel it compiled, and the cache adds.
       entry.metadata["threads"] = std::to_string(image.threadsPerBlock);
       entry.metadata["shared_bytes"] = std::to_string(image.dynamicSharedBytes);
       entry.metadata["target"] = image.arch;

@@ -62,21 +62,21 @@ struct BundleImageChoice {
 
 // The image a device of SM `deviceSm` (90 for compute capability 9.0) runs, by the rules
 // above; an error naming the kernel, the device and the images otherwise.
-Expected<BundleImageChoice> chooseBundleImage(const BundleKernel& kernel, int deviceSm);
+support::Expected<BundleImageChoice> chooseBundleImage(const BundleKernel& kernel, int deviceSm);
 
 // The SM number (90 for compute capability 9.0) of the device of the calling thread's current
 // context (device 0's primary context made current when none is).
-Expected<int> currentContextDeviceSm();
+support::Expected<int> currentContextDeviceSm();
 
 // Checks `arguments` against `kernel`'s parameters (see above); the error names the kernel,
 // the parameter (by position and name) and the broken promise.
-Status checkBundleArguments(const BundleKernel& kernel, std::span<const BundleArgument> arguments);
+support::Status checkBundleArguments(const BundleKernel& kernel, std::span<const BundleArgument> arguments);
 
 class Bundle {
  public:
   // Opens the bundle in `directory`: manifest parsed, every image read and its checksum
   // checked. Errors name the manifest field or the image file.
-  static Expected<std::unique_ptr<Bundle>> open(const std::filesystem::path& directory);
+  static support::Expected<std::unique_ptr<Bundle>> open(const std::filesystem::path& directory);
 
   Bundle(const Bundle&) = delete;
   Bundle& operator=(const Bundle&) = delete;
@@ -91,11 +91,11 @@ class Bundle {
   // Checks the arguments, then launches `kernel` (one of this bundle's) on `stream` in the
   // calling thread's current context (device 0's primary context when none is current),
   // loading the best image first if this context has not used the kernel yet.
-  Status launch(const BundleKernel& kernel, std::span<const BundleArgument> arguments, Dim3 grid,
+  support::Status launch(const BundleKernel& kernel, std::span<const BundleArgument> arguments, Dim3 grid,
                 StreamHandle stream);
 
   // The image `launch` uses in the current context (loads it if needed), for reports.
-  Expected<BundleImageChoice> imageForCurrentContext(const BundleKernel& kernel);
+  support::Expected<BundleImageChoice> imageForCurrentContext(const BundleKernel& kernel);
 
   // Copies every image that has a cubin into `cache`'s disk cache under its JIT key (as
   // `cache` would file it: the key plus the cache's toolchain identity), so the JIT of
@@ -103,7 +103,7 @@ class Bundle {
   // Images without a cubin are skipped (the JIT disk cache holds cubins only). With the
   // driver's loader the toolchain identity is the driver version, so seed where the driver
   // that will run the JIT is loaded.
-  Expected<int> seedJitDiskCache(KernelCache& cache) const;
+  support::Expected<int> seedJitDiskCache(KernelCache& cache) const;
 
  private:
   struct LoadedImage {
@@ -116,8 +116,8 @@ class Bundle {
          std::map<std::string, std::vector<std::uint8_t>> files)
       : directory_(std::move(directory)), manifest_(std::move(manifest)), files_(std::move(files)) {}
 
-  Expected<const LoadedImage*> loadedImage(const BundleKernel& kernel);
-  Expected<LoadedImage> loadImage(const BundleKernel& kernel, int deviceSm) const;
+  support::Expected<const LoadedImage*> loadedImage(const BundleKernel& kernel);
+  support::Expected<LoadedImage> loadImage(const BundleKernel& kernel, int deviceSm) const;
 
   std::filesystem::path directory_;
   BundleManifest manifest_;

@@ -20,6 +20,8 @@ struct attnjit_bundle {
   std::vector<attnjit_bundle_kernel> kernels;
 };
 
+namespace support = attnjit::support;
+
 namespace {
 
 using attnjit::runtime::BundleArgument;
@@ -31,7 +33,7 @@ attnjit_bundle_status fail(attnjit_bundle_status status, std::string message) {
   return status;
 }
 
-attnjit_bundle_status fail(attnjit_bundle_status status, const attnjit::ir::Status& error) {
+attnjit_bundle_status fail(attnjit_bundle_status status, const support::Status& error) {
   return fail(status, error.diagnostic().str());
 }
 

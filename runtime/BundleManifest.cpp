@@ -16,13 +16,13 @@ class FieldReader {
  public:
   explicit FieldReader(std::string sourceName) : sourceName_(std::move(sourceName)) {}
 
-  ir::Status fail(const JsonValue& where, const std::string& path, const std::string& message) const {
-    ir::Location location = where.location;
+  support::Status fail(const JsonValue& where, const std::string& path, const std::string& message) const {
+    support::Location location = where.location;
     if (location.file.empty()) location.file = sourceName_;
-    return ir::Status::error(location, (path.empty() ? "manifest" : path) + ": " + message);
+    return support::Status::error(location, (path.empty() ? "manifest" : path) + ": " + message);
   }
 
-  ir::Expected<const JsonValue*> member(const JsonValue& object, const std::string& path, std::string_view key,
+  support::Expected<const JsonValue*> member(const JsonValue& object, const std::string& path, std::string_view key,
                                         Kind kind) const {
     const JsonValue* value = object.find(key);
     const std::string field = join(path, key);
@@ -35,27 +35,27 @@ class FieldReader {
   }
 
   // A member that may be null or absent (nullptr then).
-  ir::Expected<const JsonValue*> optionalMember(const JsonValue& object, const std::string& path, std::string_view key,
+  support::Expected<const JsonValue*> optionalMember(const JsonValue& object, const std::string& path, std::string_view key,
                                                 Kind kind) const {
     const JsonValue* value = object.find(key);
     if (value == nullptr || value->kind == Kind::Null) return static_cast<const JsonValue*>(nullptr);
     return member(object, path, key, kind);
   }
 
-  ir::Expected<std::string> string(const JsonValue& object, const std::string& path, std::string_view key) const {
+  support::Expected<std::string> string(const JsonValue& object, const std::string& path, std::string_view key) const {
     auto value = member(object, path, key, Kind::String);
     if (!value) return value.status();
     return (*value)->string;
   }
 
-  ir::Expected<std::int64_t> integer(const JsonValue& object, const std::string& path, std::string_view key,
+  support::Expected<std::int64_t> integer(const JsonValue& object, const std::string& path, std::string_view key,
                                      std::int64_t min, std::int64_t max) const {
     auto value = member(object, path, key, Kind::Number);
     if (!value) return value.status();
     return checkedInteger(**value, join(path, key), min, max);
   }
 
-  ir::Expected<std::int64_t> checkedInteger(const JsonValue& value, const std::string& field, std::int64_t min,
+  support::Expected<std::int64_t> checkedInteger(const JsonValue& value, const std::string& field, std::int64_t min,
                                             std::int64_t max) const {
     if (!value.isInteger) return fail(value, field, "expected an integer");
     if (value.integer < min || value.integer > max) {
@@ -100,7 +100,7 @@ bool isElementDtype(std::string_view dtype) {
   return elements.count(dtype) != 0;
 }
 
-ir::Expected<BundleFile> readFile(const FieldReader& reader, const JsonValue& object, const std::string& path) {
+support::Expected<BundleFile> readFile(const FieldReader& reader, const JsonValue& object, const std::string& path) {
   BundleFile file;
   auto name = reader.string(object, path, "file");
   if (!name) return name.status();
@@ -121,7 +121,7 @@ ir::Expected<BundleFile> readFile(const FieldReader& reader, const JsonValue& ob
   return file;
 }
 
-ir::Expected<BundleImage> readImage(const FieldReader& reader, const JsonValue& object, const std::string& path) {
+support::Expected<BundleImage> readImage(const FieldReader& reader, const JsonValue& object, const std::string& path) {
   BundleImage image;
   auto arch = reader.string(object, path, "arch");
   if (!arch) return arch.status();
@@ -181,7 +181,7 @@ ir::Expected<BundleImage> readImage(const FieldReader& reader, const JsonValue& 
   return image;
 }
 
-ir::Expected<BundleParameter> readParameter(const FieldReader& reader, const JsonValue& object,
+support::Expected<BundleParameter> readParameter(const FieldReader& reader, const JsonValue& object,
                                             const std::string& path) {
   BundleParameter parameter;
   auto name = reader.string(object, path, "name");
@@ -234,7 +234,7 @@ ir::Expected<BundleParameter> readParameter(const FieldReader& reader, const Jso
   return parameter;
 }
 
-ir::Expected<BundleKernel> readKernel(const FieldReader& reader, const JsonValue& object, const std::string& path) {
+support::Expected<BundleKernel> readKernel(const FieldReader& reader, const JsonValue& object, const std::string& path) {
   BundleKernel kernel;
   const std::pair<const char*, std::string*> texts[] = {{"name", &kernel.name},     {"family", &kernel.family},
                                                         {"spec", &kernel.spec},     {"params", &kernel.params},
@@ -374,7 +374,7 @@ const BundleKernel* BundleManifest::findKernel(std::string_view name) const {
   return nullptr;
 }
 
-ir::Expected<BundleManifest> parseBundleManifest(std::string_view text, const std::string& sourceName) {
+support::Expected<BundleManifest> parseBundleManifest(std::string_view text, const std::string& sourceName) {
   auto document = parseJson(text, sourceName);
   if (!document) return document.status();
   FieldReader reader(sourceName);

@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::runtime {
 
@@ -78,7 +78,7 @@ struct BundleImage {
   BundleFile ptx;
   std::optional<BundleFile> cubin;  // absent where ptxas was not available
   std::optional<BundlePtxasReport> ptxas;
-  // The key the JIT files this exact code under (compiler/Jit.h jitCacheKey).
+  // The key the JIT files this exact code under (compiler/driver/Jit.h jitCacheKey).
   std::string jitCacheKey;
 
   friend bool operator==(const BundleImage&, const BundleImage&) = default;
@@ -130,7 +130,7 @@ struct BundleManifest {
 
 // The manifest in `text`; errors are located at `sourceName`:line:col and name the field
 // ("kernels[2].images[0].cubin.sha256: expected a string, found a number").
-ir::Expected<BundleManifest> parseBundleManifest(std::string_view text, const std::string& sourceName);
+support::Expected<BundleManifest> parseBundleManifest(std::string_view text, const std::string& sourceName);
 
 // The JSON text of `manifest` (indented, fields in the order above). parseBundleManifest of
 // the result gives `manifest` back.

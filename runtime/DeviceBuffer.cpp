@@ -8,7 +8,7 @@ namespace attnjit::runtime {
 
 using namespace cuda;
 
-Expected<DeviceBuffer> DeviceBuffer::allocate(std::size_t bytes) {
+support::Expected<DeviceBuffer> DeviceBuffer::allocate(std::size_t bytes) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   if (bytes == 0) return runtimeError("cannot allocate a device buffer of 0 bytes");
@@ -45,13 +45,13 @@ void DeviceBuffer::release() {
   size_ = 0;
 }
 
-Status DeviceBuffer::checkRange(std::size_t offset, std::size_t bytes, const char* what) const {
+support::Status DeviceBuffer::checkRange(std::size_t offset, std::size_t bytes, const char* what) const {
   if (offset > size_ || bytes > size_ - offset) {
     return runtimeError(std::string(what) + " of " + std::to_string(bytes) + " bytes at offset " +
                         std::to_string(offset) + " is outside the " + std::to_string(size_) +
                         "-byte device buffer");
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
 namespace {
@@ -63,46 +63,46 @@ namespace {
 // stream right after fill() and read back the fill's bytes over its results
 // (once in four runs of the suite on the H200, 2026-11-30). Waiting for that stream makes
 // the calls complete before returning, as the header promises.
-Status finishLegacyStream(const DriverApi& api, const char* after) {
+support::Status finishLegacyStream(const DriverApi& api, const char* after) {
   CUresult result = api.cuStreamSynchronize(nullptr);
   if (result != CUDA_SUCCESS) return cudaCallError(api, result, std::string("cuStreamSynchronize after ") + after);
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace
 
-Status DeviceBuffer::copyFromHost(const void* source, std::size_t bytes, std::size_t offset) {
+support::Status DeviceBuffer::copyFromHost(const void* source, std::size_t bytes, std::size_t offset) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
-  if (Status s = checkRange(offset, bytes, "host-to-device copy"); !s) return s;
+  if (support::Status s = checkRange(offset, bytes, "host-to-device copy"); !s) return s;
   CUresult result = (*apiOr)->cuMemcpyHtoD(address_ + offset, source, bytes);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyHtoD");
   return finishLegacyStream(**apiOr, "cuMemcpyHtoD");
 }
 
-Status DeviceBuffer::copyToHost(void* destination, std::size_t bytes, std::size_t offset) const {
+support::Status DeviceBuffer::copyToHost(void* destination, std::size_t bytes, std::size_t offset) const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
-  if (Status s = checkRange(offset, bytes, "device-to-host copy"); !s) return s;
+  if (support::Status s = checkRange(offset, bytes, "device-to-host copy"); !s) return s;
   CUresult result = (*apiOr)->cuMemcpyDtoH(destination, address_ + offset, bytes);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyDtoH");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status DeviceBuffer::copyFrom(const DeviceBuffer& source, std::size_t bytes) {
+support::Status DeviceBuffer::copyFrom(const DeviceBuffer& source, std::size_t bytes) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
-  if (Status s = checkRange(0, bytes, "device-to-device copy"); !s) return s;
-  if (Status s = source.checkRange(0, bytes, "device-to-device copy"); !s) return s;
+  if (support::Status s = checkRange(0, bytes, "device-to-device copy"); !s) return s;
+  if (support::Status s = source.checkRange(0, bytes, "device-to-device copy"); !s) return s;
   CUresult result = (*apiOr)->cuMemcpyDtoD(address_, source.address_, bytes);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyDtoD");
   return finishLegacyStream(**apiOr, "cuMemcpyDtoD");
 }
 
-Status DeviceBuffer::fill(std::uint8_t value) {
+support::Status DeviceBuffer::fill(std::uint8_t value) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
-  if (address_ == 0) return Status::ok();
+  if (address_ == 0) return support::Status::ok();
   CUresult result = (*apiOr)->cuMemsetD8(address_, value, size_);
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemsetD8");
   return finishLegacyStream(**apiOr, "cuMemsetD8");

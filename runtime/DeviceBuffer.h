@@ -14,7 +14,7 @@ namespace attnjit::runtime {
 
 class DeviceBuffer {
  public:
-  static Expected<DeviceBuffer> allocate(std::size_t bytes);
+  static support::Expected<DeviceBuffer> allocate(std::size_t bytes);
 
   DeviceBuffer() = default;
   DeviceBuffer(DeviceBuffer&& other) noexcept;
@@ -30,14 +30,14 @@ class DeviceBuffer {
   std::size_t size() const { return size_; }
 
   // Each checks that [offset, offset + bytes) lies inside the buffer.
-  Status copyFromHost(const void* source, std::size_t bytes, std::size_t offset = 0);
-  Status copyToHost(void* destination, std::size_t bytes, std::size_t offset = 0) const;
-  Status copyFrom(const DeviceBuffer& source, std::size_t bytes);
-  Status fill(std::uint8_t value);
+  support::Status copyFromHost(const void* source, std::size_t bytes, std::size_t offset = 0);
+  support::Status copyToHost(void* destination, std::size_t bytes, std::size_t offset = 0) const;
+  support::Status copyFrom(const DeviceBuffer& source, std::size_t bytes);
+  support::Status fill(std::uint8_t value);
 
  private:
   DeviceBuffer(std::uint64_t address, std::size_t size) : address_(address), size_(size) {}
-  Status checkRange(std::size_t offset, std::size_t bytes, const char* what) const;
+  support::Status checkRange(std::size_t offset, std::size_t bytes, const char* what) const;
   void release();
 
   std::uint64_t address_ = 0;

@@ -14,7 +14,7 @@ namespace {
 using namespace cuda;
 
 struct LoadedDriver {
-  Status status;
+  support::Status status;
   DriverApi api{};
 };
 
@@ -22,7 +22,7 @@ const char* const kDisabledSuffix = "; GPU features are disabled";
 
 // Resolves one entry point with the ABI of kTargetCudaVersion.
 template <typename Fn>
-Status resolve(PfnGetProcAddress getProcAddress, const char* name, Fn& slot) {
+support::Status resolve(PfnGetProcAddress getProcAddress, const char* name, Fn& slot) {
   void* pointer = nullptr;
   CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   CUresult result = getProcAddress(name, &pointer, kTargetCudaVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found);
@@ -34,7 +34,7 @@ Status resolve(PfnGetProcAddress getProcAddress, const char* name, Fn& slot) {
                         ", CUresult " + std::to_string(result) + ")" + kDisabledSuffix);
   }
   slot = reinterpret_cast<Fn>(pointer);
-  return Status::ok();
+  return support::Status::ok();
 }
 
 LoadedDriver loadDriver(const char* libraryName) {
@@ -60,7 +60,7 @@ LoadedDriver loadDriver(const char* libraryName) {
   // The library stays loaded for the life of the process once any entry point is resolved:
   // function pointers into it may be held anywhere.
 #define ATTNJIT_RESOLVE(name)                                                        \
-  if (Status s = resolve(getProcAddress, #name, api.name); !s.isOk()) {              \
+  if (support::Status s = resolve(getProcAddress, #name, api.name); !s.isOk()) {              \
     loaded.status = s;                                                               \
     return loaded;                                                                   \
   }
@@ -128,7 +128,7 @@ constexpr std::array<std::pair<int, PtxIsaVersion>, 20> kPtxIsaByDriver = {{
 }};
 
 // Device attributes are fixed for the life of the process; reading them is a handful of calls.
-Expected<int> readAttribute(const DriverApi& api, CUdevice device, CUdevice_attribute attribute,
+support::Expected<int> readAttribute(const DriverApi& api, CUdevice device, CUdevice_attribute attribute,
                             const char* name) {
   int value = 0;
   CUresult result = api.cuDeviceGetAttribute(&value, attribute, device);
@@ -138,8 +138,8 @@ Expected<int> readAttribute(const DriverApi& api, CUdevice device, CUdevice_attr
 
 }  // namespace
 
-Status runtimeError(std::string message) {
-  return Status::error(ir::Location{"attnjit-runtime", 0, 0}, std::move(message));
+support::Status runtimeError(std::string message) {
+  return support::Status::error(support::Location{"attnjit-runtime", 0, 0}, std::move(message));
 }
 
 std::string describeCudaResult(const DriverApi& api, CUresult result) {
@@ -156,17 +156,17 @@ std::string describeCudaResult(const DriverApi& api, CUresult result) {
   return text;
 }
 
-Status cudaCallError(const DriverApi& api, CUresult result, std::string_view what) {
+support::Status cudaCallError(const DriverApi& api, CUresult result, std::string_view what) {
   return runtimeError(std::string(what) + " failed: " + describeCudaResult(api, result));
 }
 
-Expected<const DriverApi*> driverApi() {
+support::Expected<const DriverApi*> driverApi() {
   const LoadedDriver& driver = processDriver();
   if (!driver.status.isOk()) return driver.status;
   return &driver.api;
 }
 
-Status probeDriverLibrary(const char* libraryName) { return loadDriver(libraryName).status; }
+support::Status probeDriverLibrary(const char* libraryName) { return loadDriver(libraryName).status; }
 
 std::optional<PtxIsaVersion> maxPtxIsaForDriverVersion(int version) {
   for (const auto& [minimumDriver, ptx] : kPtxIsaByDriver) {
@@ -175,11 +175,11 @@ std::optional<PtxIsaVersion> maxPtxIsaForDriverVersion(int version) {
   return std::nullopt;
 }
 
-Status driverStatus() { return processDriver().status; }
+support::Status driverStatus() { return processDriver().status; }
 
 bool driverAvailable() { return processDriver().status.isOk(); }
 
-Expected<int> driverVersion() {
+support::Expected<int> driverVersion() {
   auto api = driverApi();
   if (!api) return api.status();
   int version = 0;
@@ -188,7 +188,7 @@ Expected<int> driverVersion() {
   return version;
 }
 
-Expected<PtxIsaVersion> driverMaxPtxIsa() {
+support::Expected<PtxIsaVersion> driverMaxPtxIsa() {
   auto version = driverVersion();
   if (!version) return version.status();
   auto ptx = maxPtxIsaForDriverVersion(*version);
@@ -200,7 +200,7 @@ Expected<PtxIsaVersion> driverMaxPtxIsa() {
   return *ptx;
 }
 
-Expected<int> deviceCount() {
+support::Expected<int> deviceCount() {
   auto api = driverApi();
   if (!api) return api.status();
   int count = 0;
@@ -209,7 +209,7 @@ Expected<int> deviceCount() {
   return count;
 }
 
-Expected<DeviceInfo> deviceInfo(int ordinal) {
+support::Expected<DeviceInfo> deviceInfo(int ordinal) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
@@ -252,7 +252,7 @@ Expected<DeviceInfo> deviceInfo(int ordinal) {
   return info;
 }
 
-Expected<ContextHandle> activatePrimaryContext(int ordinal) {
+support::Expected<ContextHandle> activatePrimaryContext(int ordinal) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
@@ -279,7 +279,7 @@ Expected<ContextHandle> activatePrimaryContext(int ordinal) {
   return static_cast<ContextHandle>(context);
 }
 
-Expected<ContextHandle> currentOrPrimaryContext() {
+support::Expected<ContextHandle> currentOrPrimaryContext() {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   CUcontext context = nullptr;
@@ -289,12 +289,12 @@ Expected<ContextHandle> currentOrPrimaryContext() {
   return activatePrimaryContext(0);
 }
 
-Status synchronizeContext() {
+support::Status synchronizeContext() {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   CUresult result = (*apiOr)->cuCtxSynchronize();
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuCtxSynchronize");
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::runtime

@@ -13,12 +13,12 @@
 #include <optional>
 #include <string>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::runtime {
 
-using ir::Expected;
-using ir::Status;
+using support::Expected;
+using support::Status;
 
 // The driver's CUcontext and CUstream, opaque outside runtime/. A null stream is the
 // default (legacy) stream.
@@ -47,15 +47,15 @@ std::optional<PtxIsaVersion> maxPtxIsaForDriverVersion(int driverVersion);
 
 // Ok when the driver loaded and initialized; otherwise the reason, e.g.
 // "CUDA driver not available: libcuda.so.1 could not be loaded (...); GPU features are disabled".
-Status driverStatus();
+support::Status driverStatus();
 bool driverAvailable();
 
 // cuDriverGetVersion: 1000 * major + 10 * minor.
-Expected<int> driverVersion();
+support::Expected<int> driverVersion();
 // maxPtxIsaForDriverVersion(driverVersion()).
-Expected<PtxIsaVersion> driverMaxPtxIsa();
+support::Expected<PtxIsaVersion> driverMaxPtxIsa();
 
-Expected<int> deviceCount();
+support::Expected<int> deviceCount();
 
 struct DeviceInfo {
   int ordinal = 0;
@@ -77,17 +77,17 @@ struct DeviceInfo {
   int smVersion() const { return computeCapabilityMajor * 10 + computeCapabilityMinor; }
 };
 
-Expected<DeviceInfo> deviceInfo(int ordinal);
+support::Expected<DeviceInfo> deviceInfo(int ordinal);
 
 // Retains the device's primary context (once per process; it is never released, like the
 // CUDA runtime does) and makes it current on the calling thread.
-Expected<ContextHandle> activatePrimaryContext(int ordinal);
+support::Expected<ContextHandle> activatePrimaryContext(int ordinal);
 
 // The calling thread's current context; if none is current, activates device 0's primary
 // context (what the CUDA runtime does on first use).
-Expected<ContextHandle> currentOrPrimaryContext();
+support::Expected<ContextHandle> currentOrPrimaryContext();
 
 // cuCtxSynchronize on the current context; reports asynchronous kernel faults.
-Status synchronizeContext();
+support::Status synchronizeContext();
 
 }  // namespace attnjit::runtime

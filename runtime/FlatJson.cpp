@@ -60,7 +60,7 @@ class Parser {
   // For documents (parseJson): errors located at sourceName:line:col instead of a byte offset.
   Parser(std::string_view text, std::string_view sourceName) : text_(text), sourceName_(sourceName), located_(true) {}
 
-  ir::Expected<StringMap> parseObject() {
+  support::Expected<StringMap> parseObject() {
     StringMap values;
     skipWhitespace();
     if (!consume('{')) return error("expected '{'");
@@ -87,18 +87,18 @@ class Parser {
   }
 
  private:
-  ir::Status error(const std::string& message) const {
+  support::Status error(const std::string& message) const {
     if (located_) {
       // A truncated document is the common case of an early end: say so.
-      return ir::Status::error(locationOf(position_),
+      return support::Status::error(locationOf(position_),
                                position_ >= text_.size() ? message + ", found the end of the text" : message);
     }
-    return ir::Status::error(ir::Location{"<metadata json>", 0, 0},
+    return support::Status::error(support::Location{"<metadata json>", 0, 0},
                              message + " at byte " + std::to_string(position_));
   }
   // Line and column (1-based, in bytes) of `offset`. Offsets are asked for in increasing
   // order while parsing, so the scan resumes where the last one stopped (linear overall).
-  ir::Location locationOf(std::size_t offset) const {
+  support::Location locationOf(std::size_t offset) const {
     if (offset < scannedOffset_) {
       scannedOffset_ = 0;
       scannedLine_ = 1;
@@ -112,7 +112,7 @@ class Parser {
         ++scannedCol_;
       }
     }
-    return ir::Location{std::string(sourceName_), scannedLine_, scannedCol_};
+    return support::Location{std::string(sourceName_), scannedLine_, scannedCol_};
   }
   bool consume(char c) {
     if (position_ < text_.size() && text_[position_] == c) {
@@ -139,7 +139,7 @@ class Parser {
     position_ += 4;
     return value;
   }
-  ir::Expected<std::string> parseString() {
+  support::Expected<std::string> parseString() {
     if (!consume('"')) return error("expected a string");
     std::string out;
     while (true) {
@@ -192,7 +192,7 @@ class Parser {
 
  public:
   // A whole document: one value and nothing after it but whitespace.
-  ir::Expected<JsonValue> parseDocument() {
+  support::Expected<JsonValue> parseDocument() {
     skipWhitespace();
     auto value = parseValue(0);
     if (!value) return value;
@@ -204,7 +204,7 @@ class Parser {
  private:
   static constexpr int kMaxDepth = 64;
 
-  ir::Expected<JsonValue> parseValue(int depth) {
+  support::Expected<JsonValue> parseValue(int depth) {
     if (depth > kMaxDepth) return error("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
     JsonValue value;
     value.location = locationOf(position_);
@@ -234,7 +234,7 @@ class Parser {
     return error("expected a value (object, array, string, number, true, false or null)");
   }
 
-  ir::Expected<JsonValue> parseObjectValue(JsonValue value, int depth) {
+  support::Expected<JsonValue> parseObjectValue(JsonValue value, int depth) {
     value.kind = JsonValue::Kind::Object;
     consume('{');
     skipWhitespace();
@@ -245,7 +245,7 @@ class Parser {
       auto key = parseString();
       if (!key) return key.status();
       if (value.find(*key) != nullptr) {
-        return ir::Status::error(locationOf(keyStart), "duplicate key \"" + *key + "\"");
+        return support::Status::error(locationOf(keyStart), "duplicate key \"" + *key + "\"");
       }
       skipWhitespace();
       if (!consume(':')) return error("expected ':' after a key");
@@ -259,7 +259,7 @@ class Parser {
     }
   }
 
-  ir::Expected<JsonValue> parseArrayValue(JsonValue value, int depth) {
+  support::Expected<JsonValue> parseArrayValue(JsonValue value, int depth) {
     value.kind = JsonValue::Kind::Array;
     consume('[');
     skipWhitespace();
@@ -276,7 +276,7 @@ class Parser {
   }
 
   // JSON's number grammar exactly: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-  ir::Expected<JsonValue> parseNumberValue(JsonValue value) {
+  support::Expected<JsonValue> parseNumberValue(JsonValue value) {
     const std::size_t start = position_;
     auto digits = [&] {
       std::size_t first = position_;
@@ -387,7 +387,7 @@ std::string writeFlatJson(const StringMap& values) {
   return out;
 }
 
-ir::Expected<StringMap> parseFlatJson(std::string_view text) { return Parser(text).parseObject(); }
+support::Expected<StringMap> parseFlatJson(std::string_view text) { return Parser(text).parseObject(); }
 
 }  // namespace attnjit::runtime
 
@@ -459,7 +459,7 @@ const char* JsonValue::kindName(Kind kind) {
   return "a value";
 }
 
-ir::Expected<JsonValue> parseJson(std::string_view text, std::string_view sourceName) {
+support::Expected<JsonValue> parseJson(std::string_view text, std::string_view sourceName) {
   return Parser(text, sourceName).parseDocument();
 }
 

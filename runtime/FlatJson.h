@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::runtime {
 
@@ -25,7 +25,7 @@ std::string writeFlatJson(const StringMap& values);
 // Accepts exactly what JSON allows for an object whose values are all strings (whitespace,
 // every escape including \uXXXX and surrogate pairs); anything else is an error naming the
 // byte offset. Duplicate keys are an error.
-ir::Expected<StringMap> parseFlatJson(std::string_view text);
+support::Expected<StringMap> parseFlatJson(std::string_view text);
 
 struct JsonMember;
 
@@ -43,7 +43,7 @@ struct JsonValue {
   std::string string;
   std::vector<JsonValue> array;
   std::vector<JsonMember> object;
-  ir::Location location;
+  support::Location location;
 
   static JsonValue makeString(std::string text);
   static JsonValue makeInteger(std::int64_t value);
@@ -68,7 +68,7 @@ struct JsonMember {
 // Strict RFC 8259 JSON: one value, optional surrounding whitespace, no trailing commas, no
 // comments; duplicate object keys and nesting deeper than 64 are errors. Errors are located
 // at `sourceName`:line:col.
-ir::Expected<JsonValue> parseJson(std::string_view text, std::string_view sourceName);
+support::Expected<JsonValue> parseJson(std::string_view text, std::string_view sourceName);
 
 // Indented by two spaces per level, members in their stored order, a final newline. Numbers
 // that are integers print without a fraction; others with 17 significant digits (exact).

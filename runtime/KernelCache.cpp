@@ -9,15 +9,15 @@ namespace {
 
 class DriverKernelLoader final : public KernelLoader {
  public:
-  Expected<ContextHandle> currentContext() override { return currentOrPrimaryContext(); }
+  support::Expected<ContextHandle> currentContext() override { return currentOrPrimaryContext(); }
 
-  Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) override {
+  support::Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) override {
     auto linked = runtime::linkPtx(ptx, LinkOptions{}, ptxName);
     if (!linked) return linked.status();
     return std::move(linked->cubin);
   }
 
-  Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) override {
+  support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) override {
     auto module = Module::load(cubin);
     if (!module) return module.status();
     auto owned = std::make_shared<Module>(std::move(*module));
@@ -165,12 +165,12 @@ KernelCache::Result KernelCache::build(const std::string& keyText, const Compile
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.compiles;
   }
-  auto failed = [&](Status status) {
+  auto failed = [&](support::Status status) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.compileFailures;
     return Result(std::move(status));
   };
-  Expected<CompiledKernel> compiled = compile();
+  support::Expected<CompiledKernel> compiled = compile();
   if (!compiled) return failed(compiled.status());
   CompiledKernel& kernel = *compiled;
   if (kernel.entryName.empty()) return failed(runtimeError("kernel compile for key '" + keyText + "' named no entry point"));

@@ -47,7 +47,7 @@ struct CompiledKernel {
   StringMap metadata;               // anything the launcher needs later (stored on disk)
 };
 
-using CompileFunction = std::function<Expected<CompiledKernel>()>;
+using CompileFunction = std::function<support::Expected<CompiledKernel>()>;
 
 // A kernel ready to launch. The module stays loaded while any copy of the owning
 // shared_ptr (the cache's or a caller's) exists.
@@ -71,11 +71,11 @@ class KernelLoader {
 
   virtual ~KernelLoader() = default;
   // The calling thread's context (kernels are cached per context).
-  virtual Expected<ContextHandle> currentContext() = 0;
+  virtual support::Expected<ContextHandle> currentContext() = 0;
   // PTX → cubin for the current context's device.
-  virtual Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) = 0;
+  virtual support::Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) = 0;
   // Loads `cubin` into the current context and finds the kernel `entryName`.
-  virtual Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) = 0;
+  virtual support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) = 0;
   // Names the version of whatever turns PTX into a cubin (e.g. "cuda-driver 12080"); it joins
   // the disk key so that a changed toolchain never loads an entry the old one wrote. Empty:
   // nothing to add.
@@ -114,7 +114,7 @@ class KernelCache {
   // `keyText` must identify everything the compiled code depends on (kernel, options,
   // target SM, compiler version): it is the whole cache key in memory; on disk the loader's
   // toolchain identity is appended (diskKey).
-  Expected<std::shared_ptr<const LoadedKernel>> getOrCompile(const std::string& keyText,
+  support::Expected<std::shared_ptr<const LoadedKernel>> getOrCompile(const std::string& keyText,
                                                              const CompileFunction& compile);
 
   // The kernel key `aliasText` stands for, when recordAlias stored one (in this cache's
@@ -136,7 +136,7 @@ class KernelCache {
   std::string diskKey(const std::string& keyText);
 
  private:
-  using Result = Expected<std::shared_ptr<const LoadedKernel>>;
+  using Result = support::Expected<std::shared_ptr<const LoadedKernel>>;
 
   Result build(const std::string& keyText, const CompileFunction& compile, bool useDisk);
   Result buildGuarded(const std::string& keyText, const CompileFunction& compile, bool useDisk);

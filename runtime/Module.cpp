@@ -38,7 +38,7 @@ class LinkState {
 
 }  // namespace
 
-Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options, std::string_view ptxName) {
+support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options, std::string_view ptxName) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
@@ -83,7 +83,7 @@ Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options, 
                           describeCudaResult(api, failure);
     std::string log = logText(errorLog);
     if (!log.empty()) message += "\nptxas log:\n" + log;
-    return Status::error(ir::Location{name, 0, 0}, message);
+    return support::Status::error(support::Location{name, 0, 0}, message);
   };
   // The driver reads PTX as a NUL-terminated string.
   std::string source(ptx);
@@ -104,7 +104,7 @@ Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options, 
   return linked;
 }
 
-Expected<FunctionAttributes> Function::attributes() const {
+support::Expected<FunctionAttributes> Function::attributes() const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
@@ -134,7 +134,7 @@ Expected<FunctionAttributes> Function::attributes() const {
   return attributes;
 }
 
-Status Function::launch(const LaunchConfig& config, void** params) const {
+support::Status Function::launch(const LaunchConfig& config, void** params) const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
@@ -161,10 +161,10 @@ Status Function::launch(const LaunchConfig& config, void** params) const {
                                        config.dynamicSharedBytes, static_cast<CUstream>(config.stream), params,
                                        nullptr);
   if (result != CUDA_SUCCESS) return cudaCallError(api, result, "cuLaunchKernel of kernel " + name_);
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Expected<Module> Module::load(std::span<const std::uint8_t> image) {
+support::Expected<Module> Module::load(std::span<const std::uint8_t> image) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
@@ -193,7 +193,7 @@ void Module::reset() {
   handle_ = nullptr;
 }
 
-Expected<Function> Module::function(const std::string& name) const {
+support::Expected<Function> Module::function(const std::string& name) const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;

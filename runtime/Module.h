@@ -35,7 +35,7 @@ struct LinkedCubin {
 
 // Compiles `ptx` to a cubin. A PTX error becomes a diagnostic located at `ptxName` that
 // quotes ptxas's error log.
-Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options = {},
+support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options = {},
                               std::string_view ptxName = "kernel.ptx");
 
 struct Dim3 {
@@ -72,13 +72,13 @@ class Function {
   const std::string& name() const { return name_; }
   bool valid() const { return handle_ != nullptr; }
 
-  Expected<FunctionAttributes> attributes() const;
+  support::Expected<FunctionAttributes> attributes() const;
 
   // Launches with `params` as the driver wants them: params[i] points at the value of the
   // kernel's i-th parameter. Requests above 48 KiB of dynamic shared memory raise the
   // kernel's MAX_DYNAMIC_SHARED_SIZE_BYTES first. Asynchronous: faults show up at the next
   // synchronization.
-  Status launch(const LaunchConfig& config, void** params) const;
+  support::Status launch(const LaunchConfig& config, void** params) const;
 
  private:
   void* handle_ = nullptr;
@@ -89,7 +89,7 @@ class Function {
 class Module {
  public:
   // `image` is a cubin (or NUL-terminated PTX, which the driver then compiles).
-  static Expected<Module> load(std::span<const std::uint8_t> image);
+  static support::Expected<Module> load(std::span<const std::uint8_t> image);
 
   Module() = default;
   Module(Module&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
@@ -98,7 +98,7 @@ class Module {
   Module& operator=(const Module&) = delete;
   ~Module();
 
-  Expected<Function> function(const std::string& name) const;
+  support::Expected<Function> function(const std::string& name) const;
   bool loaded() const { return handle_ != nullptr; }
 
  private:

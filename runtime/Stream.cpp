@@ -6,15 +6,15 @@ namespace attnjit::runtime {
 
 using namespace cuda;
 
-Status synchronizeStream(StreamHandle stream) {
+support::Status synchronizeStream(StreamHandle stream) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   CUresult result = (*apiOr)->cuStreamSynchronize(static_cast<CUstream>(stream));
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuStreamSynchronize");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Expected<Stream> Stream::create() {
+support::Expected<Stream> Stream::create() {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   CUstream stream = nullptr;
@@ -40,7 +40,7 @@ void Stream::release() {
   handle_ = nullptr;
 }
 
-Expected<Event> Event::create() {
+support::Expected<Event> Event::create() {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   CUevent event = nullptr;
@@ -66,29 +66,29 @@ void Event::release() {
   handle_ = nullptr;
 }
 
-Status Event::record(StreamHandle stream) const {
+support::Status Event::record(StreamHandle stream) const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   if (handle_ == nullptr) return runtimeError("recording an event that was not created");
   CUresult result = (*apiOr)->cuEventRecord(static_cast<CUevent>(handle_), static_cast<CUstream>(stream));
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuEventRecord");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status Event::synchronize() const {
+support::Status Event::synchronize() const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   if (handle_ == nullptr) return runtimeError("waiting on an event that was not created");
   CUresult result = (*apiOr)->cuEventSynchronize(static_cast<CUevent>(handle_));
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuEventSynchronize");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Expected<float> Event::elapsedMilliseconds(const Event& start, const Event& end) {
+support::Expected<float> Event::elapsedMilliseconds(const Event& start, const Event& end) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   if (start.handle_ == nullptr || end.handle_ == nullptr) return runtimeError("timing with an event that was not created");
-  if (Status s = end.synchronize(); !s) return s;
+  if (support::Status s = end.synchronize(); !s) return s;
   float milliseconds = 0;
   CUresult result = (*apiOr)->cuEventElapsedTime(&milliseconds, static_cast<CUevent>(start.handle_),
                                                  static_cast<CUevent>(end.handle_));

@@ -7,12 +7,12 @@
 namespace attnjit::runtime {
 
 // Waits for all work queued on `stream` (null = the default stream).
-Status synchronizeStream(StreamHandle stream);
+support::Status synchronizeStream(StreamHandle stream);
 
 // A non-blocking stream (does not synchronize with the default stream).
 class Stream {
  public:
-  static Expected<Stream> create();
+  static support::Expected<Stream> create();
 
   Stream() = default;
   Stream(Stream&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
@@ -22,7 +22,7 @@ class Stream {
   ~Stream();
 
   StreamHandle handle() const { return handle_; }
-  Status synchronize() const { return synchronizeStream(handle_); }
+  support::Status synchronize() const { return synchronizeStream(handle_); }
 
  private:
   explicit Stream(StreamHandle handle) : handle_(handle) {}
@@ -33,7 +33,7 @@ class Stream {
 // A timing event.
 class Event {
  public:
-  static Expected<Event> create();
+  static support::Expected<Event> create();
 
   Event() = default;
   Event(Event&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
@@ -42,11 +42,11 @@ class Event {
   Event& operator=(const Event&) = delete;
   ~Event();
 
-  Status record(StreamHandle stream) const;
-  Status synchronize() const;
+  support::Status record(StreamHandle stream) const;
+  support::Status synchronize() const;
 
   // Milliseconds between two recorded events; waits for `end` to complete.
-  static Expected<float> elapsedMilliseconds(const Event& start, const Event& end);
+  static support::Expected<float> elapsedMilliseconds(const Event& start, const Event& end);
 
  private:
   explicit Event(void* handle) : handle_(handle) {}

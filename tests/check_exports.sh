@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks what libattnjit.so shows the dynamic linker: it exports the attnjit API
 # and nothing else (cmake/attnjit.map) -- not the LLVM, zlib and zstd linked
-# inside it, nor yaml-cpp code instantiated from its headers -- and it loads no
-# shared LLVM, zlib or zstd library.
+# inside it, nor yaml-cpp code instantiated from its headers, nor validation
+# code -- and it loads no shared LLVM, zlib or zstd library.
 # Usage: check_exports.sh path/to/libattnjit.so
 set -euo pipefail
 
@@ -32,6 +32,14 @@ foreign="$(grep -vE '^(attnjit::|typeinfo for attnjit::|typeinfo name for attnji
 if [ -n "$foreign" ]; then
   fail "exports $(wc -l <<<"$foreign") symbols outside attnjit, e.g.:"
   awk 'NR <= 5' <<<"$foreign" >&2
+fi
+
+# The validation harness (compiler/validation: float64 references, problems,
+# runners) is linked by the CLI and the tests, never into the library.
+validation="$(grep -E '^([^(]* )?attnjit::validation::' <<<"$names" || true)"
+if [ -n "$validation" ]; then
+  fail "exports $(wc -l <<<"$validation") validation symbols, e.g.:"
+  awk 'NR <= 5' <<<"$validation" >&2
 fi
 
 grep -q '^attnjit::compiler::compileKernel(' <<<"$names" || fail "does not export attnjit::compiler::compileKernel"

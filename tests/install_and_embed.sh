@@ -25,17 +25,22 @@ fail() {
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install failed"; }
 
 for file in lib/libattnjit.so lib/libattnjit_runtime.so bin/attnjit include/attnjit/attnjit.h \
-  include/attnjit/runtime.hpp include/attnjit/internal/compiler/PagedAttentionOp.h \
+  include/attnjit/jit.hpp include/attnjit/internal/compiler/ops/PagedAttentionOp.h \
   include/attnjit/internal/runtime/Driver.h lib/cmake/attnjit/attnjitConfig.cmake \
   lib/cmake/attnjit/attnjitConfigVersion.cmake; do
   [ -f "$prefix/$file" ] || fail "the install lacks $file"
 done
 
-# The runtime library holds no LLVM (nor yaml-cpp, nor the compiler), in its
-# symbol table or its dependencies.
+# No validation code is installed: the float64 references and problem runners
+# are linked by the CLI and the tests only.
+validation_headers="$(find "$prefix/include" -path '*validation*' -print)"
+[ -z "$validation_headers" ] || fail "the install has validation headers: $validation_headers"
+
+# The runtime library holds no LLVM (nor yaml-cpp, the compiler or the IR), in
+# its symbol table or its dependencies.
 runtime_lib="$prefix/lib/libattnjit_runtime.so"
-llvm_symbols="$(nm -C "$runtime_lib" 2>/dev/null | grep -cE ' (llvm::|LLVM|YAML::|attnjit::codegen::|attnjit::compiler::)' || true)"
-[ "$llvm_symbols" -eq 0 ] || fail "libattnjit_runtime.so has $llvm_symbols LLVM, yaml-cpp or compiler symbols"
+llvm_symbols="$(nm -C "$runtime_lib" 2>/dev/null | grep -cE ' (llvm::|LLVM|YAML::|attnjit::codegen::|attnjit::compiler::|attnjit::ir::)' || true)"
+[ "$llvm_symbols" -eq 0 ] || fail "libattnjit_runtime.so has $llvm_symbols LLVM, yaml-cpp, compiler or IR symbols"
 # A stripped library has no symbol table: LLVM's fatal-error text gives it away too.
 llvm_text="$(strings "$runtime_lib" | grep -c 'LLVM ERROR' || true)"
 [ "$llvm_text" -eq 0 ] || fail "libattnjit_runtime.so contains LLVM's error strings"
@@ -45,7 +50,7 @@ dynamic="$(readelf -d "$runtime_lib")"
 ! grep -qiE 'NEEDED.*(llvm|yaml)' <<<"$dynamic" || fail "libattnjit_runtime.so needs LLVM or yaml-cpp"
 runtime_kib=$(($(stat -c %s "$runtime_lib") / 1024))
 exports="$(nm -D --defined-only "$prefix/lib/libattnjit.so")"
-grep -q ' attnjit_runtime_create$' <<<"$exports" || fail "libattnjit.so does not export attnjit_runtime_create"
+grep -q ' attnjit_jit_create$' <<<"$exports" || fail "libattnjit.so does not export attnjit_jit_create"
 
 cmake -S "$source_dir/examples/embed" -B "$work/build" -G "$generator" -DCMAKE_MAKE_PROGRAM="$make_program" \
   -DCMAKE_C_COMPILER="$c_compiler" -DCMAKE_CXX_COMPILER="$cxx_compiler" -DCMAKE_BUILD_TYPE=Release \

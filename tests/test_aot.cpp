@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "codegen/Target.h"
-#include "compiler/Jit.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/Spec.h"
+#include "compiler/driver/Jit.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Bundle.h"

@@ -7,19 +7,21 @@
 #include <string>
 #include <vector>
 
-#include "compiler/AttentionProblem.h"
-#include "compiler/Spec.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Printer.h"
-#include "tests/reference/AttentionReference.h"
-#include "tests/test_attention_support.h"
+#include "compiler/validation/reference/AttentionReference.h"
+#include "tests/test_attention_checks.h"
 
-using attnjit::compiler::AttentionShape;
+namespace validation = attnjit::validation;
+
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::buildUnifiedAttention;
-using attnjit::compiler::runUnifiedAttentionInterpreted;
+using attnjit::validation::runUnifiedAttentionInterpreted;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
-namespace reference = attnjit::reference;
+namespace reference = attnjit::validation::reference;
 using attnjit::tests::mixedAttentionBatch;
 using attnjit::tests::runAndCheck;
 
@@ -219,7 +221,7 @@ TEST_CASE("unified attention features: prefill tiles run unmasked tiles first, t
   // 64 rows (16 tokens x 4 heads) per program: the KV loop splits at the first
   // row's own key (causal) or the sequence's last tile. Softcap, ALiBi and sinks
   // apply in both loops; per-sequence causal flags choose the split per sequence.
-  AttentionShape batch;
+  BatchShape batch;
   batch.queryLens = {70, 1, 33, 17};
   batch.contextLens = {0, 90, 41, 64};
   batch.seed = 31;
@@ -266,7 +268,7 @@ TEST_CASE("unified attention features: a decode far past the window reads no key
   // query's window (an index far outside the cache: using one fails the
   // interpreter's bounds check) and fills the other hidden keys with NaN, so
   // passing proves the tile pruning and the load masks.
-  AttentionShape decode;
+  BatchShape decode;
   decode.queryLens = {1, 1, 3};
   decode.contextLens = {300, 77, 129};
   decode.seed = 21;

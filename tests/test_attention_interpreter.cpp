@@ -4,18 +4,22 @@
 #include <filesystem>
 #include <string>
 
-#include "compiler/AttentionProblem.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/Spec.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "ir/KernelAttributes.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "test_paths.h"
 
-using attnjit::compiler::AttentionShape;
+namespace validation = attnjit::validation;
+
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::buildUnifiedAttention;
-using attnjit::compiler::runUnifiedAttentionInterpreted;
+using attnjit::validation::runUnifiedAttentionInterpreted;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::compiler::unifiedAttentionGridX;
 using attnjit::ir::ScalarKind;
@@ -36,15 +40,15 @@ UnifiedAttentionConfig makeConfig(ScalarKind dtype, int hq, int hkv, int headSiz
 // A mixed batch: two decode rows (query_len 1), a prefill row without context, a
 // chunked-prefill row and a short multi-token row over a long context (5 KV tiles of
 // 32); no length is a multiple of a tile or block size.
-AttentionShape mixedBatch(uint64_t seed) {
-  AttentionShape s;
+BatchShape mixedBatch(uint64_t seed) {
+  BatchShape s;
   s.queryLens = {1, 11, 1, 6, 3};
   s.contextLens = {37, 0, 18, 45, 130};
   s.seed = seed;
   return s;
 }
 
-void runAndCheck(const UnifiedAttentionConfig& config, const AttentionShape& shape) {
+void runAndCheck(const UnifiedAttentionConfig& config, const BatchShape& shape) {
   INFO(config.kernelName() << " on " << shape.str());
   auto result = runUnifiedAttentionInterpreted(config, shape);
   if (!result) FAIL(result.diagnostic().str());
@@ -150,7 +154,7 @@ TEST_CASE("unified attention: the built kernel records its interface", "[attenti
   if (!built) FAIL(built.diagnostic().str());
   const attnjit::ir::Kernel& kernel = **built;
   CHECK(kernel.name() == c.kernelName());
-  CHECK(kernel.numWarps() == 8);
+  CHECK(attnjit::ir::kernelAttribute(kernel, attnjit::ir::KernelAttribute::NumWarps) == 8);
   REQUIRE(kernel.numParameters() == 18);
   CHECK(kernel.parameter(0)->name() == "out");
   CHECK(kernel.parameter(0)->type() == attnjit::ir::Type::pointer(ScalarKind::F16));
@@ -188,7 +192,7 @@ TEST_CASE("unified attention: the kernel prints and parses back", "[attention]")
 }
 
 TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
-  AttentionShape s;
+  BatchShape s;
   CHECK(s.set("query_lens=1,7").isOk());
   CHECK(s.set("context_lens=0,12").isOk());
   CHECK(s.set("seed=42").isOk());
@@ -210,13 +214,13 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(message("key_ramp=0.5x") == "key_ramp: '0.5x' is not a number between 0 and 1000");
   CHECK(message("key_ramp=nan") == "key_ramp: 'nan' is not a number between 0 and 1000");
   {
-    AttentionShape ramped;
+    BatchShape ramped;
     REQUIRE(ramped.set("key_ramp=0.25").isOk());
     CHECK(ramped.keyRamp == 0.25);
     CHECK(ramped.str().find(" key_ramp=0.25") != std::string::npos);
   }
   {
-    AttentionShape repeated;
+    BatchShape repeated;
     REQUIRE(repeated.set("query_lens=1x3,5").isOk());
     CHECK(repeated.queryLens == std::vector<int>{1, 1, 1, 5});
     REQUIRE(repeated.set("check_stride=7").isOk());
@@ -230,7 +234,7 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(s.queryLens == std::vector<int>{1, 7});
 
   auto invalid = [](std::vector<int> q, std::vector<int> c) {
-    AttentionShape shape;
+    BatchShape shape;
     shape.queryLens = std::move(q);
     shape.contextLens = std::move(c);
     auto st = shape.validate();
@@ -241,7 +245,7 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(invalid({1, 0}, {3, 3}) == "query_lens[1] (0) must be at least 1");
   CHECK(invalid({1}, {-1}) == "context_lens[0] (-1) must not be negative");
 
-  AttentionShape bad;
+  BatchShape bad;
   bad.queryLens = {0};
   bad.contextLens = {4};
   auto run = runUnifiedAttentionInterpreted(UnifiedAttentionConfig{}, bad);
@@ -264,7 +268,7 @@ TEST_CASE("unified attention matches the reference on a mixed batch", "[attentio
 }
 
 TEST_CASE("unified attention: prefill with an empty context", "[attention]") {
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {23};
   shape.contextLens = {0};
   for (bool causal : {true, false}) runAndCheck(makeConfig(ScalarKind::BF16, 8, 2, 96, 16, causal), shape);
@@ -273,7 +277,7 @@ TEST_CASE("unified attention: prefill with an empty context", "[attention]") {
 TEST_CASE("unified attention: decode-only batch across the binary-search boundary", "[attention]") {
   // 7 sequences need 3 search steps, 8 need 4: both exercise the last sequence.
   for (int numSeqs : {7, 8}) {
-    AttentionShape shape;
+    BatchShape shape;
     for (int i = 0; i < numSeqs; ++i) {
       shape.queryLens.push_back(1);
       shape.contextLens.push_back(5 + 9 * i);
@@ -305,7 +309,7 @@ TEST_CASE("unified attention: scores growing along the keys move the softmax ref
   // so the accumulator is rescaled on some tiles and not on others. The op API's
   // prefill tiling (lazy rescaling: 128 rows over 4 warps) and decode's (the
   // running maximum), causal and not, with a context and without.
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {150, 1, 37};
   shape.contextLens = {0, 260, 90};
   shape.keyRamp = 0.4;
@@ -321,7 +325,7 @@ TEST_CASE("unified attention: scores growing along the keys move the softmax ref
     }
   // Split-KV segments report their reference as the segment maximum, with the
   // LSE and a sink (segment 0's): the reduction weighs them as any maximum.
-  AttentionShape split = shape;
+  BatchShape split = shape;
   split.segmentTiles = 3;
   auto config = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
   config.blockMRows = 128;
@@ -342,7 +346,7 @@ TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's
     REQUIRE(spec.isOk());
     for (const auto& variant : spec->variants) {
       INFO(variant.name << " on " << spec->shape.str());
-      auto result = attnjit::compiler::runVariantInterpreted(variant, spec->shape);
+      auto result = validation::runVariantInterpreted(variant, spec->shape);
       REQUIRE(result.isOk());
       INFO(result->detail);
       CHECK(result->passed);

@@ -9,14 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "compiler/AttentionProblem.h"
-#include "compiler/CompileDriver.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/driver/CompileDriver.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
-#include "tests/test_attention_support.h"
+#include "tests/test_attention_checks.h"
 #include "tests/test_tools.h"
 
-using attnjit::compiler::AttentionShape;
+namespace validation = attnjit::validation;
+
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::KvCacheFormat;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
@@ -37,8 +39,8 @@ UnifiedAttentionConfig fp8OutputConfig(ScalarKind dtype, bool causal) {
 }
 
 // The shared mixed batch, split into segments of two tiles where a variant splits.
-AttentionShape mixedBatch(uint64_t seed) {
-  AttentionShape s = attnjit::tests::mixedAttentionBatch(seed);
+BatchShape mixedBatch(uint64_t seed) {
+  BatchShape s = attnjit::tests::mixedAttentionBatch(seed);
   s.segmentTiles = 2;
   return s;
 }
@@ -89,9 +91,9 @@ TEST_CASE("fp8 output saturates at ±448 instead of overflowing", "[attention][f
   for (bool split : {false, true}) {
     UnifiedAttentionConfig c = fp8OutputConfig(ScalarKind::BF16, true);
     c.splitKv = split;
-    AttentionShape shape = mixedBatch(15);
+    BatchShape shape = mixedBatch(15);
     shape.outputScale = 1.0 / 1024;
-    const compiler::AttentionRunResult result = runAndCheck(c, shape);
+    const validation::AttentionRunResult result = runAndCheck(c, shape);
     int saturatedBytes = 0, finiteBytes = 0;
     for (uint8_t byte : result.output) {
       saturatedBytes += saturated(byte);
@@ -102,7 +104,7 @@ TEST_CASE("fp8 output saturates at ±448 instead of overflowing", "[attention][f
     CHECK(saturatedBytes < finiteBytes);
   }
   // The default scale (2^-8) keeps every output of this batch below 448.
-  const compiler::AttentionRunResult plain = runAndCheck(fp8OutputConfig(ScalarKind::BF16, true), mixedBatch(15));
+  const validation::AttentionRunResult plain = runAndCheck(fp8OutputConfig(ScalarKind::BF16, true), mixedBatch(15));
   int saturatedPlain = 0;
   for (uint8_t byte : plain.output) saturatedPlain += saturated(byte);
   CHECK(saturatedPlain == 0);
@@ -131,11 +133,11 @@ TEST_CASE("fp8 output: kernel names, parameters and the shape key", "[attention]
   CHECK((*reducer)->parameter(4)->name() == "lse");
   CHECK((*reducer)->parameter(5)->name() == "output_scale");
 
-  AttentionShape shape;
+  BatchShape shape;
   REQUIRE(shape.set("output_scale=0.125"));
   CHECK(shape.outputScale == 0.125);
   CHECK(shape.str().find(" output_scale=0.125") != std::string::npos);
-  CHECK(AttentionShape().str().find("output_scale") == std::string::npos);
+  CHECK(BatchShape().str().find("output_scale") == std::string::npos);
   for (const char* bad : {"output_scale=0", "output_scale=-1", "output_scale=x", "output_scale=1e9"}) {
     INFO(bad);
     auto status = shape.set(bad);

@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "tests/reference/AttentionReference.h"
+#include "compiler/validation/reference/AttentionReference.h"
 
-using attnjit::reference::AttentionInputs;
-using attnjit::reference::checkAttentionInputs;
-using attnjit::reference::referenceAttention;
+namespace validation = attnjit::validation;
+
+using attnjit::validation::reference::AttentionInputs;
+using attnjit::validation::reference::checkAttentionInputs;
+using attnjit::validation::reference::referenceAttention;
 
 namespace {
 

@@ -7,16 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "compiler/AttentionGpu.h"
-#include "compiler/AttentionProblem.h"
-#include "compiler/Spec.h"
+#include "compiler/validation/AttentionGpu.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
-#include "tests/test_attention_support.h"
+#include "tests/test_attention_checks.h"
 #include "tests/test_tools.h"
 
-using attnjit::compiler::AttentionRunResult;
-using attnjit::compiler::AttentionShape;
+namespace validation = attnjit::validation;
+using attnjit::validation::AttentionRunResult;
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::KvCacheFormat;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
@@ -125,7 +126,7 @@ TEST_CASE("LSE output: 2D, with sinks and a window, GQA", "[attention][lse]") {
 
 TEST_CASE("split-KV: segments of 1, 2 and 8 tiles agree with the reference", "[attention][splitkv]") {
   for (int segmentTiles : {1, 2, 8}) {
-    AttentionShape shape = mixedAttentionBatch(9);
+    BatchShape shape = mixedAttentionBatch(9);
     shape.segmentTiles = segmentTiles;
     UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
     c.splitKv = true;
@@ -137,7 +138,7 @@ TEST_CASE("split-KV: segments of 1, 2 and 8 tiles agree with the reference", "[a
 }
 
 TEST_CASE("split-KV: with every feature and quantized caches", "[attention][splitkv]") {
-  AttentionShape shape = mixedAttentionBatch(10);
+  BatchShape shape = mixedAttentionBatch(10);
   shape.segmentTiles = 2;
   for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead,
                                KvCacheFormat::Int4PerTokenHead}) {
@@ -182,11 +183,11 @@ TEST_CASE("batch invariance: a sequence's output does not depend on the rest of 
   // and next to a long prefill: the 2D kernel's rows for it are bit for bit equal.
   UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
   c.outputLse = true;
-  AttentionShape alone;
+  BatchShape alone;
   alone.queryLens = {7};
   alone.contextLens = {90};
   alone.seed = 12;
-  AttentionShape withDecodes = alone, withPrefill = alone;
+  BatchShape withDecodes = alone, withPrefill = alone;
   withDecodes.queryLens = {7, 1, 1, 1};
   withDecodes.contextLens = {90, 300, 2, 64};
   withPrefill.queryLens = {7, 120};
@@ -218,10 +219,10 @@ TEST_CASE("spec: kv_cache_dtype, output_lse and split_kv fields", "[spec][quant]
 // ---- The same on the GPU. ----
 
 namespace {
-AttentionRunResult checkOnGpu(const UnifiedAttentionConfig& config, const AttentionShape& shape,
-                              const attnjit::compiler::GpuRunOptions& options = {}) {
+AttentionRunResult checkOnGpu(const UnifiedAttentionConfig& config, const BatchShape& shape,
+                              const validation::GpuRunOptions& options = {}) {
   INFO(config.kernelName() << " on " << shape.str() << (options.target.empty() ? "" : " for " + options.target));
-  auto result = attnjit::compiler::runUnifiedAttentionGpu(config, shape, options);
+  auto result = validation::runUnifiedAttentionGpu(config, shape, options);
   INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
   CHECK(result->check.passed);
@@ -231,7 +232,7 @@ AttentionRunResult checkOnGpu(const UnifiedAttentionConfig& config, const Attent
 
 TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") {
   if (!attnjit::tests::gpuPresent()) return;
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {1, 37, 1, 130, 5};
   shape.contextLens = {777, 0, 300, 61, 1};
   shape.seed = 13;
@@ -250,7 +251,7 @@ TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") 
       }
   // fp8 caches compiled for sm_80, which has no fp8 cvt (the packed bit decode of
   // ElementwiseLowering's castFp8Pair), run through the driver's PTX JIT.
-  attnjit::compiler::GpuRunOptions sm80;
+  validation::GpuRunOptions sm80;
   sm80.target = "sm_80";
   for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2, KvCacheFormat::Fp8PerTokenHead})
     for (ScalarKind dtype : {ScalarKind::BF16, ScalarKind::F16}) {
@@ -259,7 +260,7 @@ TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") 
       checkOnGpu(c, shape, sm80);
     }
   for (int segmentTiles : {1, 3, 16}) {
-    AttentionShape split = shape;
+    BatchShape split = shape;
     split.segmentTiles = segmentTiles;
     for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead}) {
       UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
@@ -276,11 +277,11 @@ TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") 
   // Batch invariance, bit for bit on the GPU.
   UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
   c.tileSize = 64;
-  AttentionShape alone;
+  BatchShape alone;
   alone.queryLens = {3};
   alone.contextLens = {2000};
   alone.seed = 14;
-  AttentionShape crowded = alone;
+  BatchShape crowded = alone;
   crowded.queryLens = {3, 1, 1, 500, 1};
   crowded.contextLens = {2000, 5, 4000, 0, 77};
   const auto a = checkOnGpu(c, alone), b = checkOnGpu(c, crowded);
@@ -294,7 +295,7 @@ TEST_CASE("GPU: thread-major quantized operands across head sizes, tiles and GQA
   // size) and wide (256: 64 head dims per thread), the op API's 128-key tiles,
   // and GQA ratios from 1 to 16 (BLOCK_M 16 either way, the warps splitting the
   // keys and the output columns).
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {1, 1, 9, 1};
   shape.contextLens = {1000, 129, 40, 3};
   shape.seed = 21;
@@ -319,7 +320,8 @@ TEST_CASE("GPU: thread-major quantized operands across head sizes, tiles and GQA
 
 // ---- Codegen: every new variant assembles for sm_80 and sm_90a. ----
 
-#include "compiler/CompileDriver.h"
+#include "compiler/driver/CompileDriver.h"
+
 
 TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segments for sm_80 and sm_90a",
           "[codegen][ptxas][quant]") {
@@ -471,7 +473,7 @@ TEST_CASE("per-sequence causal flags: a batch mixing causal and bidirectional se
     c.sinks = true;
     runAndCheck(c, mixedAttentionBatch(17));
     c.splitKv = true;
-    AttentionShape split = mixedAttentionBatch(18);
+    BatchShape split = mixedAttentionBatch(18);
     split.segmentTiles = 2;
     runAndCheck(c, split);
   }
@@ -484,7 +486,7 @@ TEST_CASE("per-sequence causal flags: a batch mixing causal and bidirectional se
 
 TEST_CASE("GPU: per-sequence causal flags", "[gpu][seqcausal]") {
   if (!attnjit::tests::gpuPresent()) return;
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {1, 37, 100, 130, 5};
   shape.contextLens = {777, 0, 30, 61, 1};
   shape.seed = 19;

@@ -17,23 +17,24 @@
 #include <string>
 #include <vector>
 
-#include "compiler/AttentionProblem.h"
-#include "compiler/CacheWriteProblem.h"
-#include "compiler/CompanionOps.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/PagedAttentionOp.h"
-#include "compiler/Pipeline.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/ops/CompanionOps.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/passes/Pipeline.h"
 #include "compiler/kernels/BoundsCheck.h"
 #include "compiler/kernels/CacheWrite.h"
 #include "compiler/kernels/KvCacheFormat.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "ir/KernelAttributes.h"
 #include "ir/Interpreter.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
-using compiler::AttentionShape;
+using compiler::BatchShape;
 using compiler::BoundsViolation;
 using compiler::kBoundsRecordInts;
 using ir::ScalarKind;
@@ -62,8 +63,8 @@ compiler::UnifiedAttentionConfig attentionConfig(bool checked, bool splitKv = fa
 
 // Decode rows, a prefill row and a chunked-prefill row; the last sequence spans
 // several blocks.
-AttentionShape attentionShape() {
-  AttentionShape s;
+BatchShape attentionShape() {
+  BatchShape s;
   s.queryLens = {1, 9, 1, 4};
   s.contextLens = {20, 0, 37, 50};
   s.seed = 7;
@@ -79,9 +80,9 @@ struct AttentionLayout {
 };
 
 using AttentionCorruption =
-    std::function<void(std::vector<compiler::UnifiedAttentionProblem::Buffer>&, const AttentionLayout&)>;
+    std::function<void(std::vector<validation::UnifiedAttentionProblem::Buffer>&, const AttentionLayout&)>;
 
-size_t bufferIndex(const std::vector<compiler::UnifiedAttentionProblem::Buffer>& buffers, const std::string& label) {
+size_t bufferIndex(const std::vector<validation::UnifiedAttentionProblem::Buffer>& buffers, const std::string& label) {
   for (size_t i = 0; i < buffers.size(); ++i)
     if (buffers[i].label == label) return i;
   FAIL("no buffer " << label);
@@ -89,17 +90,17 @@ size_t bufferIndex(const std::vector<compiler::UnifiedAttentionProblem::Buffer>&
 }
 
 struct AttentionOutcome {
-  ir::Status status = ir::Status::ok();  // of the interpreter run
+  support::Status status = support::Status::ok();  // of the interpreter run
   Record record = Record(kBoundsRecordInts, 0);
-  compiler::AttentionRunResult result;  // the reference comparison (valid input)
+  validation::AttentionRunResult result;  // the reference comparison (valid input)
 };
 
 // Runs the problem of `config` on `shape` in the interpreter after `corrupt` has
 // edited its buffers; a checked kernel gets a zeroed bounds_record and num_blocks,
 // num_tokens. With afterPasses the kernel runs as the pass pipeline leaves it.
-AttentionOutcome runAttention(const compiler::UnifiedAttentionConfig& config, const AttentionShape& shape,
+AttentionOutcome runAttention(const compiler::UnifiedAttentionConfig& config, const BatchShape& shape,
                               const AttentionCorruption& corrupt = {}, bool afterPasses = false) {
-  auto problem = compiler::UnifiedAttentionProblem::create(config, shape);
+  auto problem = validation::UnifiedAttentionProblem::create(config, shape);
   REQUIRE(problem.isOk());
   auto& buffers = (*problem)->buffers();
   const auto& attentionScalars = (*problem)->launches()[0].scalars;
@@ -126,7 +127,7 @@ AttentionOutcome runAttention(const compiler::UnifiedAttentionConfig& config, co
     REQUIRE(kernel.isOk());
     if (afterPasses) {
       compiler::PipelineOptions pipeline;
-      pipeline.pass.numWarps = (*kernel)->numWarps();
+      pipeline.pass.numWarps = static_cast<int>(attnjit::ir::kernelAttribute(**kernel, attnjit::ir::KernelAttribute::NumWarps));
       REQUIRE(compiler::runPipeline(**kernel, pipeline, nullptr).isOk());
     }
     const bool checkedLaunch = config.checkBounds && !launch.reduceSegments;
@@ -150,7 +151,7 @@ Record record(BoundsViolation code, int32_t sequence, int32_t index, int32_t val
   return {static_cast<int32_t>(code), sequence, index, value};
 }
 
-std::string statusText(const ir::Status& s) { return s ? std::string("ok") : s.diagnostic().str(); }
+std::string statusText(const support::Status& s) { return s ? std::string("ok") : s.diagnostic().str(); }
 
 }  // namespace
 
@@ -195,7 +196,7 @@ TEST_CASE("checked unified attention on valid input equals the unchecked kernel"
   for (bool splitKv : {false, true}) {
     for (bool afterPasses : {false, true}) {
       INFO("modifiers " << modified << ", split_kv " << splitKv << ", after passes " << afterPasses);
-      AttentionShape shape = attentionShape();
+      BatchShape shape = attentionShape();
       auto config = [&](bool checked) {
         return modified ? modifiedConfig(checked, splitKv) : attentionConfig(checked, splitKv);
       };
@@ -323,9 +324,9 @@ compiler::CacheWriteConfig cacheWriteConfig(bool checked, compiler::KvCacheForma
 }
 
 struct CacheWriteOutcome {
-  ir::Status status = ir::Status::ok();
+  support::Status status = support::Status::ok();
   Record record = Record(kBoundsRecordInts, 0);
-  compiler::AttentionRunResult result;
+  validation::AttentionRunResult result;
   std::vector<uint8_t> cache;  // kv_cache after the run
 };
 
@@ -333,9 +334,9 @@ struct CacheWriteOutcome {
 // `slot` first (when token >= 0).
 CacheWriteOutcome runCacheWrite(const compiler::CacheWriteConfig& config, int token = -1, int64_t slot = 0,
                                 int64_t* numSlots = nullptr) {
-  auto problem = compiler::CacheWriteProblem::create(config, attentionShape());
+  auto problem = validation::CacheWriteProblem::create(config, attentionShape());
   REQUIRE(problem.isOk());
-  std::vector<compiler::KernelProblem::Buffer> buffers = (*problem)->buffers();
+  std::vector<validation::KernelProblem::Buffer> buffers = (*problem)->buffers();
   const auto& scalars = (*problem)->scalarArguments();
   // Scalars: key strides (2), value strides (2), kv_stride_block, ...
   const int64_t kvStrideBlock = std::get<int64_t>(scalars[4]);
@@ -425,7 +426,7 @@ TEST_CASE("ptxas assembles the checked kernels", "[bounds][codegen]") {
     return;
   }
   // compileKernel runs the passes on the kernel it is given: a fresh one per target.
-  auto build = [](int which) -> ir::Expected<std::unique_ptr<ir::Kernel>> {
+  auto build = [](int which) -> support::Expected<std::unique_ptr<ir::Kernel>> {
     if (which == 2) return compiler::buildCacheWrite(cacheWriteConfig(true, compiler::KvCacheFormat::Int8PerTokenHead));
     auto config = attentionConfig(true, /*splitKv=*/which == 1);
     config.dtype = ScalarKind::BF16;
@@ -479,7 +480,7 @@ ops::PagedAttentionParams checkedParams() {
 
 TEST_CASE("checked op calls need the cache's block count", "[bounds][op]") {
   ops::PagedAttentionParams p = checkedParams();
-  const ir::Status missing = ops::validatePagedAttention(p);
+  const support::Status missing = ops::validatePagedAttention(p);
   REQUIRE_FALSE(missing.isOk());
   CHECK_THAT(missing.diagnostic().message, Catch::Contains("num_blocks (0) must be the KV cache's block count"));
   p.numBlocks = 64;
@@ -500,7 +501,7 @@ TEST_CASE("checked op calls need the cache's block count", "[bounds][op]") {
   w.kvStrideKv = 16 * 256;
   w.kvStrideBlock = 2 * w.kvStrideKv;
   w.checkBounds = true;
-  const ir::Status writeMissing = ops::validateCacheWrite(w);
+  const support::Status writeMissing = ops::validateCacheWrite(w);
   REQUIRE_FALSE(writeMissing.isOk());
   CHECK_THAT(writeMissing.diagnostic().message, Catch::Contains("num_blocks (0)"));
   w.numBlocks = 8;
@@ -511,7 +512,7 @@ TEST_CASE("checked op calls need the cache's block count", "[bounds][op]") {
 namespace {
 
 struct DeviceProblem {
-  std::unique_ptr<compiler::UnifiedAttentionProblem> problem;
+  std::unique_ptr<validation::UnifiedAttentionProblem> problem;
   std::vector<runtime::DeviceBuffer> device;
   std::optional<runtime::DeviceBuffer> workspace;
   ops::PagedAttentionParams params;
@@ -523,11 +524,11 @@ DeviceProblem deviceProblem(const std::vector<int>& queryLens, const std::vector
                             const AttentionCorruption& corrupt) {
   compiler::UnifiedAttentionConfig config;
   config.dtype = ScalarKind::BF16;
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = queryLens;
   shape.contextLens = contextLens;
   shape.seed = 5;
-  auto created = compiler::UnifiedAttentionProblem::create(config, shape);
+  auto created = validation::UnifiedAttentionProblem::create(config, shape);
   REQUIRE(created.isOk());
   DeviceProblem d;
   d.problem = std::move(*created);
@@ -600,12 +601,12 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
     // Valid input: the checked kernel's output matches the reference.
     {
       DeviceProblem d = deviceProblem(queryLens, contextLens, split, {});
-      const ir::Status status = ops::pagedAttention(d.params);
+      const support::Status status = ops::pagedAttention(d.params);
       INFO((status ? std::string() : status.diagnostic().str()));
       REQUIRE(status.isOk());
       std::vector<uint8_t> output(d.problem->buffers()[0].bytes.size());
       REQUIRE(d.device[0].copyToHost(output.data(), output.size()).isOk());
-      compiler::AttentionRunResult result;
+      validation::AttentionRunResult result;
       d.problem->check(output, result);
       INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
       CHECK(result.passed);
@@ -616,7 +617,7 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
       numBlocks = l.numBlocks;
       typed<int32_t>(buffers[3].bytes)[2 * l.blockTableStride + 100] = 99999;
     });
-    const ir::Status status = ops::pagedAttention(bad.params);
+    const support::Status status = ops::pagedAttention(bad.params);
     REQUIRE_FALSE(status.isOk());
     CHECK(status.diagnostic().message ==
           "paged attention: bounds check failed: block_tables[2][100] = 99999 is outside the cache's " +
@@ -627,7 +628,7 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
       stride = l.blockTableStride;
       typed<int32_t>(buffers[4].bytes)[1] = 50000;
     });
-    const ir::Status longStatus = ops::pagedAttention(longSeq.params);
+    const support::Status longStatus = ops::pagedAttention(longSeq.params);
     REQUIRE_FALSE(longStatus.isOk());
     CHECK(longStatus.diagnostic().message == "paged attention: bounds check failed: seq_lens[1] = 50000 exceeds "
                                              "block_table_stride " + std::to_string(stride) + " x block_size 16");
@@ -636,7 +637,7 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
   DeviceProblem decreasing = deviceProblem(queryLens, contextLens, false, [&](auto& buffers, const AttentionLayout&) {
     typed<int32_t>(buffers[5].bytes)[2] = 0;
   });
-  const ir::Status status = ops::pagedAttention(decreasing.params);
+  const support::Status status = ops::pagedAttention(decreasing.params);
   REQUIRE_FALSE(status.isOk());
   CHECK_THAT(status.diagnostic().message,
              Catch::StartsWith("paged attention: bounds check failed: cu_seqlens_q[2] = 0"));
@@ -650,7 +651,7 @@ TEST_CASE("GPU checked reshape_and_cache reports a slot outside the cache", "[gp
   if (!tests::gpuPresent()) return;
   REQUIRE(runtime::activatePrimaryContext(0).isOk());
   const auto config = cacheWriteConfig(true, compiler::KvCacheFormat::Auto);
-  auto problem = compiler::CacheWriteProblem::create(config, attentionShape());
+  auto problem = validation::CacheWriteProblem::create(config, attentionShape());
   REQUIRE(problem.isOk());
   auto buffers = (*problem)->buffers();
   const auto& s = (*problem)->scalarArguments();
@@ -689,13 +690,13 @@ TEST_CASE("GPU checked reshape_and_cache reports a slot outside the cache", "[gp
     p.kvStrideHead = integer(7);
     p.checkBounds = true;
     p.numBlocks = static_cast<int>(numBlocks);
-    const ir::Status status = ops::cacheWrite(p);
+    const support::Status status = ops::cacheWrite(p);
     if (!corrupt) {
       INFO((status ? std::string() : status.diagnostic().str()));
       REQUIRE(status.isOk());
       for (size_t i = 0; i < host.size(); ++i)
         REQUIRE(device[i].copyToHost(host[i].bytes.data(), host[i].bytes.size()).isOk());
-      compiler::AttentionRunResult result;
+      validation::AttentionRunResult result;
       (*problem)->check(host, result);
       INFO(result.detail);
       CHECK(result.passed);

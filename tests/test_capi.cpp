@@ -16,13 +16,15 @@
 #include <vector>
 
 #include "attnjit/attnjit.h"
-#include "compiler/MlaDecodeOp.h"
-#include "compiler/PagedAttentionOp.h"
+#include "compiler/ops/MlaDecodeOp.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/kernels/MlaCacheWrite.h"
 #include "runtime/DeviceBuffer.h"
 #include "test_paths.h"
 #include "test_tools.h"
-#include "tests/reference/CompanionReference.h"
+#include "compiler/validation/reference/CompanionReference.h"
+
+namespace validation = attnjit::validation;
 
 namespace {
 
@@ -183,8 +185,8 @@ TEST_CASE("a C99 program builds against attnjit.h and runs", "[capi]") {
 }
 
 TEST_CASE("the last error is per thread and cleared by a success", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   CHECK(attnjit_kernel_compile(nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(attnjit_last_error_message()) == "attnjit_kernel_compile: kernel is NULL");
   std::string otherThread = "unset";
@@ -193,16 +195,16 @@ TEST_CASE("the last error is per thread and cleared by a success", "[capi]") {
   CHECK(std::string(attnjit_last_error_message()) == "attnjit_kernel_compile: kernel is NULL");
   size_t count = 0;
   CHECK(attnjit_kernel_num_params(nullptr, &count) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  attnjit_runtime* second = nullptr;
-  CHECK(attnjit_runtime_create(nullptr, &second) == ATTNJIT_OK);
+  attnjit_jit* second = nullptr;
+  CHECK(attnjit_jit_create(nullptr, &second) == ATTNJIT_OK);
   CHECK(std::string(attnjit_last_error_message()).empty());
-  attnjit_runtime_destroy(second);
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(second);
+  attnjit_jit_destroy(runtime);
 }
 
 TEST_CASE("versioned structs: older callers get defaults, newer ones an error", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   attnjit_paged_attention_params params;
   attnjit_paged_attention_params_init(&params);
   CHECK(params.struct_size == sizeof params);
@@ -234,12 +236,12 @@ TEST_CASE("versioned structs: older callers get defaults, newer ones an error", 
   CHECK(stats.origin == ATTNJIT_ORIGIN_MEMORY);
   CHECK(std::string(stats.target).size() > 0);
   attnjit_kernel_destroy(kernel);
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }
 
 TEST_CASE("C op structs reach the op validators field by field", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   attnjit_cache_write_params write;
   attnjit_cache_write_params_init(&write);
   write.dtype = ATTNJIT_DTYPE_F16;
@@ -312,12 +314,12 @@ TEST_CASE("C op structs reach the op validators field by field", "[capi]") {
     CHECK(attnjit_paged_attention(runtime, &paged) == ATTNJIT_ERROR_NO_DRIVER);
     CHECK_THAT(attnjit_last_error_message(), Catch::Contains("CUDA driver not available"));
   }
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }
 
 TEST_CASE("appended paged attention and cache write fields: old struct sizes read defaults", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   const bool boundsFromEnvironment = std::getenv("ATTNJIT_CHECK_BOUNDS") != nullptr;
 
   attnjit_paged_attention_params paged = validPagedAttention();
@@ -367,12 +369,12 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   write.struct_size = sizeof(attnjit_cache_write_params) + 8;
   CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }
 
 TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   attnjit_mla_decode_params mla;
   attnjit_mla_decode_params_init(&mla);
   const attnjit::ops::MlaDecodeParams cppDefaults;
@@ -384,7 +386,7 @@ TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[
   CHECK(attnjit_mla_decode_validate(runtime, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(lastError() == "attnjit_mla_decode_validate: params is NULL");
   CHECK(attnjit_mla_decode_validate(nullptr, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK(lastError() == "attnjit_mla_decode_validate: runtime is NULL");
+  CHECK(lastError() == "attnjit_mla_decode_validate: jit is NULL");
 
   mla = validMlaDecode();
   CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
@@ -446,12 +448,12 @@ TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[
   mla.q = 0;  // argument errors come first, with or without a driver
   CHECK(attnjit_mla_decode(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(lastError() == "mla decode: q is a null pointer");
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }
 
 TEST_CASE("C merge partials: defaults and argument errors with the op's message", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   attnjit_merge_partials_params merge;
   attnjit_merge_partials_params_init(&merge);
   CHECK(merge.struct_size == sizeof merge);
@@ -491,12 +493,12 @@ TEST_CASE("C merge partials: defaults and argument errors with the op's message"
     CHECK(attnjit_merge_partials(runtime, &merge) == ATTNJIT_ERROR_NO_DRIVER);
     CHECK_THAT(lastError(), Catch::Contains("CUDA driver not available"));
   }
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }
 
 TEST_CASE("C MLA cache write: defaults and argument errors with the op's message", "[capi]") {
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
   attnjit_mla_cache_write_params write;
   attnjit_mla_cache_write_params_init(&write);
   const attnjit::compiler::MlaCacheWriteConfig kernelDefaults;
@@ -511,7 +513,7 @@ TEST_CASE("C MLA cache write: defaults and argument errors with the op's message
   CHECK(attnjit_mla_cache_write_validate(runtime, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(lastError() == "attnjit_mla_cache_write_validate: params is NULL");
   CHECK(attnjit_mla_cache_write(nullptr, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK(lastError() == "attnjit_mla_cache_write: runtime is NULL");
+  CHECK(lastError() == "attnjit_mla_cache_write: jit is NULL");
 
   write = validMlaCacheWrite();
   CHECK(attnjit_mla_cache_write_validate(runtime, &write) == ATTNJIT_OK);
@@ -604,7 +606,7 @@ TEST_CASE("C MLA cache write: defaults and argument errors with the op's message
   write.slot_mapping = 0;  // argument errors come first, with or without a driver
   CHECK(attnjit_mla_cache_write(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(lastError() == "mla cache write: parameter 'slot_mapping' (ptr<global, i64>) is a null pointer");
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }
 
 namespace {
@@ -621,7 +623,7 @@ attnjit::runtime::DeviceBuffer uploadBytes(const void* data, size_t bytes) {
 TEST_CASE("C MLA cache write on the GPU matches the float64 reference", "[capi][gpu]") {
   if (!attnjit::tests::gpuPresent()) return;
   REQUIRE(attnjit::runtime::activatePrimaryContext(0).isOk());  // for the test's own buffers
-  namespace reference = attnjit::reference;
+  namespace reference = attnjit::validation::reference;
   // 256 + 64 latent rows, block 16; kv_c and k_pe are slices of one f32
   // [tokens, 320 + 16] projection (token stride 336, k_pe 16-byte aligned).
   const int tokens = 29, rank = 256, rope = 64, blockSize = 16, numBlocks = 3, row = rank + rope;
@@ -646,8 +648,8 @@ TEST_CASE("C MLA cache write on the GPU matches the float64 reference", "[capi][
   in.slots = slots;
   auto dProjection = uploadBytes(projection.data(), projection.size() * 4);
   auto dSlots = uploadBytes(slots.data(), slots.size() * 8);
-  attnjit_runtime* runtime = nullptr;
-  REQUIRE(attnjit_runtime_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
 
   for (attnjit_kv_cache_format format : {ATTNJIT_KV_CACHE_AUTO, ATTNJIT_KV_CACHE_FP8_E4M3}) {
     const bool fp8 = format == ATTNJIT_KV_CACHE_FP8_E4M3;
@@ -709,5 +711,5 @@ TEST_CASE("C MLA cache write on the GPU matches the float64 reference", "[capi][
     CHECK(mismatches == 0);
     CHECK(untouched == 0);
   }
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
 }

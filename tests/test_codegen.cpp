@@ -15,9 +15,9 @@
 
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/Jit.h"
-#include "compiler/Spec.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/driver/Jit.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/MlaDecode.h"
@@ -718,7 +718,7 @@ TEST_CASE("ptxas assembles every shipped unified attention spec for sm_80 and sm
     INFO(entry.path().string());
     REQUIRE(spec.isOk());
     for (const auto& variant : spec->variants) {
-      if (variant.family != "unified_attention") continue;
+      if (variant.family != attnjit::compiler::Family::UnifiedAttention) continue;
       const compiler::UnifiedAttentionConfig& config = variant.attention;
       for (const char* arch : {"sm_80", "sm_90a"}) {
         // compileKernel runs the passes on the kernel it is given: fresh ones per
@@ -901,7 +901,7 @@ TEST_CASE("a broadcast row converts as a row, never as the broadcast tile", "[co
   merge.headSize = 128;
   compiler::UnifiedAttentionConfig fmaAttention;
   fmaAttention.dtype = ir::ScalarKind::F32;
-  std::vector<std::pair<std::string, ir::Expected<std::unique_ptr<ir::Kernel>>>> kernels;
+  std::vector<std::pair<std::string, support::Expected<std::unique_ptr<ir::Kernel>>>> kernels;
   kernels.emplace_back("merge", compiler::buildMergeAttnStates(merge));
   kernels.emplace_back("f32 attention", compiler::buildUnifiedAttention(fmaAttention));
   for (auto& [what, kernel] : kernels) {

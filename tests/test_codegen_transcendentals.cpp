@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/CompileDriver.h"
+#include "compiler/driver/CompileDriver.h"
 #include "ir/Parser.h"
 
 using namespace attnjit;

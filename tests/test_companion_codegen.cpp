@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "tests/test_tools.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/KernelFamily.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/spec/VariantKernel.h"
 #include "compiler/kernels/CacheWrite.h"
-#include "compiler/Spec.h"
+#include "compiler/spec/Spec.h"
 #include "tests/test_paths.h"
 
 using namespace attnjit;
@@ -33,7 +33,7 @@ std::vector<compiler::Variant> shippedCompanionVariants() {
 
 // The formats that convert to fp8 in the kernel.
 bool needsHardwareFp8(const compiler::Variant& variant) {
-  if (variant.family != "reshape_and_cache") return false;
+  if (variant.family != attnjit::compiler::Family::ReshapeAndCache) return false;
   const auto format = variant.cacheWrite.cacheFormat;
   return format == compiler::KvCacheFormat::Fp8E4M3 || format == compiler::KvCacheFormat::Fp8E5M2 ||
          format == compiler::KvCacheFormat::Fp8PerTokenHead;
@@ -111,9 +111,9 @@ TEST_CASE("cache writes store rows in the layout they were loaded in", "[codegen
 
 TEST_CASE("companion kernels use 16-byte vector accesses for 16-bit rows", "[codegen][merge][cache_write]") {
   for (const auto& variant : shippedCompanionVariants()) {
-    const bool vectorizable = (variant.family == "merge_attn_states" && variant.merge.dtype != ir::ScalarKind::F32 &&
+    const bool vectorizable = (variant.family == attnjit::compiler::Family::MergeAttnStates && variant.merge.dtype != ir::ScalarKind::F32 &&
                                variant.merge.headSize % 8 == 0) ||
-                              (variant.family == "reshape_and_cache" &&
+                              (variant.family == attnjit::compiler::Family::ReshapeAndCache &&
                                variant.cacheWrite.cacheFormat == compiler::KvCacheFormat::Auto &&
                                variant.cacheWrite.headSize % 8 == 0);
     if (!vectorizable) continue;

@@ -8,37 +8,39 @@
 #include <limits>
 #include <string>
 
-#include "compiler/CacheWriteProblem.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/MergeAttnStatesProblem.h"
-#include "compiler/Spec.h"
+#include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/MergeAttnStatesProblem.h"
+#include "compiler/spec/Spec.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/reference/CompanionReference.h"
+#include "compiler/validation/reference/CompanionReference.h"
 
-using attnjit::compiler::AttentionShape;
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::CacheWriteConfig;
 using attnjit::compiler::KvCacheFormat;
 using attnjit::compiler::MergeAttnStatesConfig;
 using attnjit::ir::ScalarKind;
 namespace compiler = attnjit::compiler;
-namespace reference = attnjit::reference;
+namespace support = attnjit::support;
+namespace validation = attnjit::validation;
+namespace reference = attnjit::validation::reference;
 
 namespace {
 
 // Ragged: 19 tokens (not a multiple of any BLOCK_TOKENS), in three sequences with
 // contexts that end mid-block.
-AttentionShape raggedBatch(uint64_t seed) {
-  AttentionShape s;
+BatchShape raggedBatch(uint64_t seed) {
+  BatchShape s;
   s.queryLens = {5, 1, 13};
   s.contextLens = {14, 40, 3};
   s.seed = seed;
   return s;
 }
 
-void checkResult(const attnjit::ir::Expected<compiler::AttentionRunResult>& result, const std::string& what) {
+void checkResult(const support::Expected<validation::AttentionRunResult>& result, const std::string& what) {
   INFO(what);
   if (!result) FAIL(result.diagnostic().str());
   INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
@@ -134,7 +136,7 @@ TEST_CASE("merge_attn_states matches the reference (dtypes, head sizes, LSE outp
   config.headSize = headSize;
   config.numHeads = 3;
   config.outputLse = outputLse;
-  checkResult(compiler::runMergeAttnStatesInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize))),
+  checkResult(validation::runMergeAttnStatesInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize))),
               config.kernelName());
 }
 
@@ -145,13 +147,13 @@ TEST_CASE("merge_attn_states: other token blocks and warps, odd head sizes", "[m
     config.numWarps = blockTokens == 64 ? 8 : 1;
     config.numHeads = 2;
     config.headSize = 96;
-    checkResult(compiler::runMergeAttnStatesInterpreted(config, raggedBatch(3)), config.kernelName());
+    checkResult(validation::runMergeAttnStatesInterpreted(config, raggedBatch(3)), config.kernelName());
   }
   MergeAttnStatesConfig odd;  // no 16-byte promise: head size 36 is not a multiple of 8
   odd.dtype = ScalarKind::F32;
   odd.headSize = 36;
   odd.numHeads = 5;
-  checkResult(compiler::runMergeAttnStatesInterpreted(odd, raggedBatch(4)), odd.kernelName());
+  checkResult(validation::runMergeAttnStatesInterpreted(odd, raggedBatch(4)), odd.kernelName());
 }
 
 // ---- reshape_and_cache ----------------------------------------------------------
@@ -241,7 +243,7 @@ TEST_CASE("reshape_and_cache matches the reference in every cache format", "[cac
   config.headSize = headSize;
   config.numKvHeads = headSize == 256 ? 6 : 3;  // 256: 4 heads per program, two programs along y
   config.blockSize = headSize == 80 ? 32 : 16;
-  checkResult(compiler::runCacheWriteInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize) + 1)),
+  checkResult(validation::runCacheWriteInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize) + 1)),
               config.kernelName());
 }
 
@@ -253,7 +255,7 @@ TEST_CASE("reshape_and_cache: odd block and head sizes", "[cache_write]") {
   config.numKvHeads = 1;
   for (auto format : {KvCacheFormat::Auto, KvCacheFormat::Int8PerTokenHead}) {
     config.cacheFormat = format;
-    checkResult(compiler::runCacheWriteInterpreted(config, raggedBatch(21)), config.kernelName());
+    checkResult(validation::runCacheWriteInterpreted(config, raggedBatch(21)), config.kernelName());
   }
 }
 

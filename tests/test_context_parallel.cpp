@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <numeric>
 
-#include "compiler/AttentionProblem.h"
-#include "compiler/CompanionOps.h"
-#include "compiler/ContextParallelShards.h"
-#include "compiler/PagedAttentionOp.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/ops/CompanionOps.h"
+#include "compiler/ops/ContextParallelShards.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "runtime/DeviceBuffer.h"
 #include "test_paths.h"
 #include "test_tools.h"
@@ -22,7 +22,7 @@
 #endif
 
 using namespace attnjit;
-using attnjit::ir::Status;
+using support::Status;
 
 namespace {
 
@@ -120,11 +120,11 @@ TEST_CASE("context parallel: shards on one GPU merged by LSE match the float64 r
   // Decode batch: one query per sequence after contexts of odd lengths, one
   // shorter than a block (empty shards on every other rank) and one of 0.
   compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D = 128, block 16, causal
-  compiler::AttentionShape shape;
+  compiler::BatchShape shape;
   shape.queryLens = {1, 1, 1, 1, 1, 1};
   shape.contextLens = {4098, 16, 999, 2599, 0, 529};
   shape.seed = 5;
-  auto problem = compiler::UnifiedAttentionProblem::create(config, shape);
+  auto problem = validation::UnifiedAttentionProblem::create(config, shape);
   REQUIRE(problem.isOk());
   auto& buffers = (*problem)->buffers();
   std::vector<runtime::DeviceBuffer> device;
@@ -205,7 +205,7 @@ TEST_CASE("context parallel: shards on one GPU merged by LSE match the float64 r
           p.workspaceBytes = bytes;
           workspace = std::move(*w);
         }
-        Status launched = ops::pagedAttention(p);
+        support::Status launched = ops::pagedAttention(p);
         INFO((launched ? std::string() : launched.diagnostic().str()));
         REQUIRE(launched.isOk());
         REQUIRE(runtime::synchronizeContext().isOk());
@@ -228,13 +228,13 @@ TEST_CASE("context parallel: shards on one GPU merged by LSE match the float64 r
       m.partialStrideToken = heads * headSize;
       m.partialStrideHead = headSize;
       m.lseStridePartial = tokens * heads;
-      Status merged = ops::mergePartials(m);
+      support::Status merged = ops::mergePartials(m);
       INFO((merged ? std::string() : merged.diagnostic().str()));
       REQUIRE(merged.isOk());
       REQUIRE(runtime::synchronizeContext().isOk());
       std::vector<uint8_t> output(buffers[0].bytes.size());
       REQUIRE(device[0].copyToHost(output.data(), output.size()).isOk());
-      compiler::AttentionRunResult result;
+      validation::AttentionRunResult result;
       (*problem)->check(output, result);
       INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
       CHECK(result.passed);

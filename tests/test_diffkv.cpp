@@ -12,25 +12,25 @@
 #include <string>
 #include <vector>
 
-#include "compiler/AttentionGpu.h"
-#include "compiler/AttentionProblem.h"
-#include "compiler/CacheWriteProblem.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/PagedAttentionOp.h"
-#include "compiler/Spec.h"
+#include "compiler/validation/AttentionGpu.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/CacheWrite.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Printer.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 #include "tests/test_paths.h"
-#include "tests/test_attention_support.h"
+#include "tests/test_attention_checks.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
-using compiler::AttentionRunResult;
-using compiler::AttentionShape;
+using attnjit::validation::AttentionRunResult;
+using compiler::BatchShape;
 using compiler::KvCacheFormat;
 using compiler::UnifiedAttentionConfig;
 using ir::ScalarKind;
@@ -120,7 +120,7 @@ TEST_CASE("DiffKV: quantized caches in the packed layout", "[diffkv][quant]") {
 TEST_CASE("DiffKV: split-KV with 1, 2, 8 and 16 segments, LSE checked", "[diffkv][splitkv]") {
   // The longest sequence has 500 keys: 16 tiles of 32, so segments of 16, 8, 2
   // and 1 tiles make 1, 2, 8 and 16 segments.
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {1, 3, 1, 19};
   shape.contextLens = {499, 200, 77, 0};
   shape.seed = 42;
@@ -130,7 +130,7 @@ TEST_CASE("DiffKV: split-KV with 1, 2, 8 and 16 segments, LSE checked", "[diffkv
     c.splitKv = true;
     c.outputLse = true;
     c.sinks = true;  // joins segment 0 only
-    auto problem = compiler::UnifiedAttentionProblem::create(c, shape);
+    auto problem = validation::UnifiedAttentionProblem::create(c, shape);
     REQUIRE(problem.isOk());
     CHECK((*problem)->launches()[0].gridZ == segments);
     runAndCheck(c, shape);
@@ -152,11 +152,11 @@ TEST_CASE("DiffKV: batch invariance, bit for bit", "[diffkv][invariance]") {
   // sequences: its output rows are identical.
   UnifiedAttentionConfig c = diffkvConfig({192, 128});
   c.outputLse = true;
-  AttentionShape alone;
+  BatchShape alone;
   alone.queryLens = {7};
   alone.contextLens = {90};
   alone.seed = 43;
-  AttentionShape withDecodes = alone, withPrefill = alone;
+  BatchShape withDecodes = alone, withPrefill = alone;
   withDecodes.queryLens = {7, 1, 1, 1};
   withDecodes.contextLens = {90, 300, 2, 64};
   withPrefill.queryLens = {7, 120};
@@ -231,7 +231,7 @@ TEST_CASE("DiffKV: equal head sizes leave the unified kernel unchanged", "[diffk
 }
 
 TEST_CASE("DiffKV cache write: the packed layout in every format", "[diffkv][cache_write]") {
-  AttentionShape batch;
+  BatchShape batch;
   batch.queryLens = {3, 17, 1, 40};
   batch.contextLens = {5, 0, 77, 31};
   batch.seed = 44;
@@ -246,7 +246,7 @@ TEST_CASE("DiffKV cache write: the packed layout in every format", "[diffkv][cac
       config.headSize = pair.qk;
       config.valueHeadSize = pair.v;
       INFO(config.kernelName());
-      auto result = compiler::runCacheWriteInterpreted(config, batch);
+      auto result = validation::runCacheWriteInterpreted(config, batch);
       if (!result) FAIL(result.diagnostic().str());
       INFO(result->detail);
       CHECK(result->passed);
@@ -365,7 +365,7 @@ TEST_CASE("DiffKV op API: value head size validated, workspace sized by Dv", "[d
   p.kvStrideBlock = 16 * 8 * 320;
   p.kvStrideKv = 192;
   auto message = [](const ops::PagedAttentionParams& params) {
-    ir::Status s = ops::validatePagedAttention(params);
+    support::Status s = ops::validatePagedAttention(params);
     return s ? std::string("ok") : s.diagnostic().message;
   };
   CHECK(message(p) == "ok");
@@ -414,16 +414,16 @@ TEST_CASE("GPU: the DiffKV spec's variants, split-KV and quantized caches", "[gp
   if (!tests::gpuPresent()) return;
   auto spec = compiler::loadSpecFile(tests::sourceDir() + "/specs/diffkv_attention.yaml");
   REQUIRE(spec.isOk());
-  auto check = [](const UnifiedAttentionConfig& config, const AttentionShape& shape) {
+  auto check = [](const UnifiedAttentionConfig& config, const BatchShape& shape) {
     INFO(config.kernelName() << " on " << shape.str());
-    auto result = compiler::runUnifiedAttentionGpu(config, shape, compiler::GpuRunOptions{});
+    auto result = validation::runUnifiedAttentionGpu(config, shape, validation::GpuRunOptions{});
     INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
     REQUIRE(result.isOk());
     CHECK(result->check.passed);
     return result->check;
   };
   for (const auto& variant : spec->variants) check(variant.attention, spec->shape);
-  AttentionShape shape;
+  BatchShape shape;
   shape.queryLens = {1, 37, 1, 130, 5};
   shape.contextLens = {777, 0, 300, 61, 1};
   shape.seed = 45;
@@ -459,11 +459,11 @@ TEST_CASE("GPU: the DiffKV spec's variants, split-KV and quantized caches", "[gp
   }
   // Batch invariance: segment-free 2D rows of sequence 0 equal alone and in a batch.
   UnifiedAttentionConfig c = diffkvConfig({192, 128});
-  AttentionShape alone;
+  BatchShape alone;
   alone.queryLens = {7};
   alone.contextLens = {900};
   alone.seed = 46;
-  AttentionShape batch = alone;
+  BatchShape batch = alone;
   batch.queryLens = {7, 1, 200};
   batch.contextLens = {900, 3000, 0};
   const auto a = check(c, alone), b = check(c, batch);
@@ -474,7 +474,7 @@ TEST_CASE("GPU: the DiffKV spec's variants, split-KV and quantized caches", "[gp
     write.cacheFormat = format;
     write.headSize = 192;
     write.valueHeadSize = 128;
-    auto result = compiler::runCacheWriteGpu(write, shape, compiler::GpuRunOptions{});
+    auto result = validation::runCacheWriteGpu(write, shape, validation::GpuRunOptions{});
     INFO(write.kernelName() << ": " << (result.isOk() ? result->check.detail : result.diagnostic().str()));
     REQUIRE(result.isOk());
     CHECK(result->check.passed);
@@ -489,12 +489,12 @@ TEST_CASE("GPU: the op API runs DiffKV over the packed cache, 2D and split", "[g
     config.numQueryHeads = 32;
     config.numKvHeads = 8;
     config.outputLse = true;
-    AttentionShape shape;
+    BatchShape shape;
     shape.queryLens = {1, 1, 1, 2};
     shape.contextLens = {5000, 17, 2100, 1024};
     shape.seed = 47;
     INFO(shape.str() << (split ? " split" : " 2D"));
-    auto problem = compiler::UnifiedAttentionProblem::create(config, shape);
+    auto problem = validation::UnifiedAttentionProblem::create(config, shape);
     REQUIRE(problem.isOk());
     std::vector<runtime::DeviceBuffer> device;
     for (auto& buffer : (*problem)->buffers()) {
@@ -548,7 +548,7 @@ TEST_CASE("GPU: the op API runs DiffKV over the packed cache, 2D and split", "[g
       p.workspaceBytes = bytes;
       CHECK(ops::selectPagedAttentionVariant(p).splitKv);
     }
-    ir::Status launched = ops::pagedAttention(p);
+    support::Status launched = ops::pagedAttention(p);
     INFO((launched ? std::string() : launched.diagnostic().str()));
     REQUIRE(launched.isOk());
     REQUIRE(runtime::synchronizeContext().isOk());

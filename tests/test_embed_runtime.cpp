@@ -1,5 +1,5 @@
-// The C++ embedding API (include/attnjit/runtime.hpp) and the companion ops
-// (compiler/CompanionOps.h): runtime options, kernels from spec text and files,
+// The C++ embedding API (include/attnjit/jit.hpp) and the companion ops
+// (compiler/ops/CompanionOps.h): runtime options, kernels from spec text and files,
 // PTX compiles and their statistics on the CPU; launch-argument checks; op
 // argument validation; and, on a GPU, launches checked against float64
 // references.
@@ -12,12 +12,14 @@
 #include <random>
 #include <vector>
 
-#include "attnjit/runtime.hpp"
+#include "attnjit/jit.hpp"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Stream.h"
 #include "test_paths.h"
 #include "test_tools.h"
-#include "tests/reference/CompanionReference.h"
+#include "compiler/validation/reference/CompanionReference.h"
+
+namespace validation = attnjit::validation;
 
 namespace {
 
@@ -32,29 +34,29 @@ params:
   output_lse: true
 )";
 
-attnjit::RuntimeOptions deviceOption(int device) {
-  attnjit::RuntimeOptions options;
+attnjit::JitOptions deviceOption(int device) {
+  attnjit::JitOptions options;
   options.device = device;
   return options;
 }
-attnjit::RuntimeOptions targetOption(const std::string& target) {
-  attnjit::RuntimeOptions options;
+attnjit::JitOptions targetOption(const std::string& target) {
+  attnjit::JitOptions options;
   options.target = target;
   return options;
 }
-attnjit::RuntimeOptions cacheOption(const std::string& folder) {
-  attnjit::RuntimeOptions options;
+attnjit::JitOptions cacheOption(const std::string& folder) {
+  attnjit::JitOptions options;
   options.cacheDirectory = folder;
   return options;
 }
-attnjit::RuntimeOptions bypassOption() {
-  attnjit::RuntimeOptions options;
+attnjit::JitOptions bypassOption() {
+  attnjit::JitOptions options;
   options.bypassCache = true;
   return options;
 }
 
-attnjit::Runtime cpuRuntime() {
-  auto runtime = attnjit::Runtime::create();
+attnjit::Jit cpuRuntime() {
+  auto runtime = attnjit::Jit::create();
   REQUIRE(runtime);
   return *runtime;
 }
@@ -71,30 +73,30 @@ std::vector<KernelArgument> mergeArguments(uint64_t base, int64_t numTokens) {
 }  // namespace
 
 TEST_CASE("runtime options are checked", "[embed]") {
-  auto negative = attnjit::Runtime::create(deviceOption(-1));
+  auto negative = attnjit::Jit::create(deviceOption(-1));
   REQUIRE_FALSE(negative);
   CHECK_THAT(negative.diagnostic().message, Catch::Contains("device -1 is not a device ordinal"));
 
-  auto unknownTarget = attnjit::Runtime::create(targetOption("sm_99"));
+  auto unknownTarget = attnjit::Jit::create(targetOption("sm_99"));
   REQUIRE_FALSE(unknownTarget);
   CHECK_THAT(unknownTarget.diagnostic().message, Catch::Contains("sm_99"));
   CHECK_THAT(unknownTarget.diagnostic().message, Catch::Contains("sm_90a"));
 
-  auto pinned = attnjit::Runtime::create(targetOption("sm_80"));
+  auto pinned = attnjit::Jit::create(targetOption("sm_80"));
   REQUIRE(pinned);
   CHECK(pinned->target() == "sm_80");
 
   const auto folder = std::filesystem::temp_directory_path() / "attnjit_embed_cache_option";
-  auto custom = attnjit::Runtime::create(cacheOption(folder.string()));
+  auto custom = attnjit::Jit::create(cacheOption(folder.string()));
   REQUIRE(custom);
   CHECK(custom->cacheDirectory() == folder.string());
-  auto bypass = attnjit::Runtime::create(bypassOption());
+  auto bypass = attnjit::Jit::create(bypassOption());
   REQUIRE(bypass);
   CHECK(bypass->cacheDirectory().empty());
 }
 
 TEST_CASE("a kernel from spec text compiles to PTX with statistics", "[embed]") {
-  auto runtime = attnjit::Runtime::create(targetOption("sm_80"));
+  auto runtime = attnjit::Jit::create(targetOption("sm_80"));
   REQUIRE(runtime);
   auto kernel = runtime->kernelFromSpecText(kMergeSpec);
   REQUIRE(kernel);
@@ -124,7 +126,7 @@ TEST_CASE("a kernel from spec text compiles to PTX with statistics", "[embed]") 
 }
 
 TEST_CASE("without a pinned target a kernel compiles for the device, else for its spec", "[embed]") {
-  attnjit::Runtime runtime = cpuRuntime();
+  attnjit::Jit runtime = cpuRuntime();
   auto kernel = runtime.kernelFromSpecText(std::string(kMergeSpec) + "target: sm_86\n");
   REQUIRE(kernel);
   REQUIRE(kernel->compile());
@@ -133,7 +135,7 @@ TEST_CASE("without a pinned target a kernel compiles for the device, else for it
 }
 
 TEST_CASE("kernels from spec files pick a variant by name", "[embed]") {
-  attnjit::Runtime runtime = cpuRuntime();
+  attnjit::Jit runtime = cpuRuntime();
   const std::string spec = attnjit::tests::sourceDir() + "/specs/merge_attn_states.yaml";
   auto kernel = runtime.kernelFromSpecFile(spec, "merge_attn_states_bf16_h32_d128_lse");
   REQUIRE(kernel);
@@ -153,7 +155,7 @@ TEST_CASE("kernels from spec files pick a variant by name", "[embed]") {
 }
 
 TEST_CASE("spec text errors are located", "[embed]") {
-  attnjit::Runtime runtime = cpuRuntime();
+  attnjit::Jit runtime = cpuRuntime();
   auto bad = runtime.kernelFromSpecText("family: merge_attn_states\nparams:\n  dtype: f32\n  num_hedas: 4\n");
   REQUIRE_FALSE(bad);
   CHECK_THAT(bad.diagnostic().str(), Catch::Contains("<spec text>:4:"));
@@ -161,7 +163,7 @@ TEST_CASE("spec text errors are located", "[embed]") {
 }
 
 TEST_CASE("launch arguments are checked against the kernel's promises", "[embed]") {
-  attnjit::Runtime runtime = cpuRuntime();
+  attnjit::Jit runtime = cpuRuntime();
   auto kernel = runtime.kernelFromSpecText(kMergeSpec);
   REQUIRE(kernel);
   const uint64_t base = 0x7f0000000000;
@@ -294,7 +296,7 @@ TEST_CASE("merge arguments are validated without a GPU", "[embed]") {
 }
 
 TEST_CASE("runtime ops validate before they need a GPU", "[embed]") {
-  attnjit::Runtime runtime = cpuRuntime();
+  attnjit::Jit runtime = cpuRuntime();
   attnjit::PagedAttentionParams p;
   p.numQueryHeads = 32;
   p.numKvHeads = 8;
@@ -305,7 +307,7 @@ TEST_CASE("runtime ops validate before they need a GPU", "[embed]") {
   REQUIRE_FALSE(s);
   CHECK_THAT(s.diagnostic().message, Catch::Contains("num_seqs (0) must be at least 1"));
 
-  auto other = attnjit::Runtime::create(deviceOption(1));
+  auto other = attnjit::Jit::create(deviceOption(1));
   if (other) {
     attnjit::Status wrongDevice = other->mergeAttnStates({});
     REQUIRE_FALSE(wrongDevice);
@@ -315,7 +317,7 @@ TEST_CASE("runtime ops validate before they need a GPU", "[embed]") {
 
 TEST_CASE("without a driver, loading and launching report it", "[embed]") {
   if (attnjit::runtime::driverAvailable()) return;
-  attnjit::Runtime runtime = cpuRuntime();
+  attnjit::Jit runtime = cpuRuntime();
   auto kernel = runtime.kernelFromSpecText(kMergeSpec);
   REQUIRE(kernel);
   attnjit::Status s = kernel->launch({1, 4, 1}, mergeArguments(0x7f0000000000, 37));
@@ -347,7 +349,7 @@ attnjit::runtime::DeviceBuffer upload(const void* data, size_t bytes) {
 TEST_CASE("a kernel from spec text launches through the facade and reports load statistics", "[embed][gpu]") {
   if (!attnjit::tests::gpuPresent()) return;
   const int tokens = 37, heads = 4, headSize = 64;
-  attnjit::reference::MergeInputs inputs{tokens, heads, headSize, {}, {}, {}, {}};
+  attnjit::validation::reference::MergeInputs inputs{tokens, heads, headSize, {}, {}, {}, {}};
   auto prefix = randomFloats(size_t(tokens) * heads * headSize, 1, -2, 2);
   auto suffix = randomFloats(prefix.size(), 2, -2, 2);
   auto prefixLse = randomFloats(size_t(heads) * tokens, 3, -4, 4);
@@ -356,9 +358,9 @@ TEST_CASE("a kernel from spec text launches through the facade and reports load 
   inputs.suffixOutput.assign(suffix.begin(), suffix.end());
   inputs.prefixLse.assign(prefixLse.begin(), prefixLse.end());
   inputs.suffixLse.assign(suffixLse.begin(), suffixLse.end());
-  const attnjit::reference::MergeOutputs expected = attnjit::reference::referenceMergeAttnStates(inputs);
+  const attnjit::validation::reference::MergeOutputs expected = attnjit::validation::reference::referenceMergeAttnStates(inputs);
 
-  auto runtime = attnjit::Runtime::create(bypassOption());
+  auto runtime = attnjit::Jit::create(bypassOption());
   REQUIRE(runtime);
   auto kernel = runtime->kernelFromSpecText(kMergeSpec);
   REQUIRE(kernel);
@@ -429,7 +431,7 @@ TEST_CASE("the cache write op scatters rows to their slots on the GPU", "[embed]
   p.kvStrideKv = blockSize * static_cast<int64_t>(rowElements);
   p.kvStrideToken = static_cast<int64_t>(rowElements);
   p.kvStrideHead = headSize;
-  auto runtime = attnjit::Runtime::create();
+  auto runtime = attnjit::Jit::create();
   REQUIRE(runtime);
   REQUIRE(runtime->cacheWrite(p));
   REQUIRE(attnjit::runtime::synchronizeContext());
@@ -454,12 +456,12 @@ TEST_CASE("the merge op matches the float64 reference on the GPU", "[embed][gpu]
   auto prefixLse = randomFloats(size_t(heads) * tokens, 23, -5, 5);
   auto suffixLse = randomFloats(prefixLse.size(), 24, -5, 5);
   prefixLse[7] = std::numeric_limits<float>::infinity();  // an empty prefix (FA2's +inf)
-  attnjit::reference::MergeInputs inputs{tokens, heads, headSize, {}, {}, {}, {}};
+  attnjit::validation::reference::MergeInputs inputs{tokens, heads, headSize, {}, {}, {}, {}};
   inputs.prefixOutput.assign(prefix.begin(), prefix.end());
   inputs.suffixOutput.assign(suffix.begin(), suffix.end());
   inputs.prefixLse.assign(prefixLse.begin(), prefixLse.end());
   inputs.suffixLse.assign(suffixLse.begin(), suffixLse.end());
-  const attnjit::reference::MergeOutputs expected = attnjit::reference::referenceMergeAttnStates(inputs);
+  const attnjit::validation::reference::MergeOutputs expected = attnjit::validation::reference::referenceMergeAttnStates(inputs);
 
   auto dPrefix = upload(prefix.data(), elements * 4), dSuffix = upload(suffix.data(), elements * 4);
   auto dPrefixLse = upload(prefixLse.data(), prefixLse.size() * 4);
@@ -484,7 +486,7 @@ TEST_CASE("the merge op matches the float64 reference on the GPU", "[embed][gpu]
   auto stream = attnjit::runtime::Stream::create();
   REQUIRE(stream);
   p.stream = stream->handle();
-  auto runtime = attnjit::Runtime::create();
+  auto runtime = attnjit::Jit::create();
   REQUIRE(runtime);
   REQUIRE(runtime->mergeAttnStates(p));
   REQUIRE(stream->synchronize());

@@ -7,21 +7,23 @@
 #include <unistd.h>
 
 #include "tests/test_tools.h"
-#include "compiler/AttentionGpu.h"
-#include "compiler/Jit.h"
-#include "compiler/KernelFamily.h"
+#include "compiler/driver/DeviceTarget.h"
+#include "compiler/validation/AttentionGpu.h"
+#include "compiler/driver/Jit.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
 #include "runtime/DiskCache.h"
 #include "runtime/KernelCache.h"
-#include "compiler/Spec.h"
+#include "compiler/spec/Spec.h"
 #include "runtime/Driver.h"
 #include "tests/test_paths.h"
 
 using namespace attnjit;
 
 namespace {
-void checkOnGpu(const compiler::UnifiedAttentionConfig& config, const compiler::AttentionShape& shape) {
+void checkOnGpu(const compiler::UnifiedAttentionConfig& config, const compiler::BatchShape& shape) {
   INFO(config.kernelName() << " on " << shape.str());
-  auto result = compiler::runUnifiedAttentionGpu(config, shape, compiler::GpuRunOptions{});
+  auto result = validation::runUnifiedAttentionGpu(config, shape, validation::GpuRunOptions{});
   INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
   CHECK(result->check.passed);
@@ -38,7 +40,7 @@ TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
     REQUIRE(spec.isOk());
     for (const auto& variant : spec->variants) {
       INFO(variant.name << " on " << spec->shape.str());
-      auto result = compiler::runVariantGpu(variant, spec->shape, compiler::GpuRunOptions{});
+      auto result = validation::runVariantGpu(variant, spec->shape, validation::GpuRunOptions{});
       INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
       REQUIRE(result.isOk());
       CHECK(result->check.passed);
@@ -51,7 +53,7 @@ TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
 
 TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batches", "[gpu]") {
   if (!tests::gpuPresent()) return;
-  compiler::AttentionShape mixed;
+  compiler::BatchShape mixed;
   mixed.queryLens = {1, 37, 1, 130, 5};
   mixed.contextLens = {77, 0, 300, 61, 1};
   mixed.seed = 11;
@@ -74,7 +76,7 @@ TEST_CASE("GPU prefill tilings: Q in shared memory, 4 warps of 32 rows and 8 of 
   if (!tests::gpuPresent()) return;
   // Fresh prefills, a chunked prefill after cached context and decode rows in
   // one batch, none a multiple of the 32-token query blocks.
-  compiler::AttentionShape mixed;
+  compiler::BatchShape mixed;
   mixed.queryLens = {150, 37, 1, 70};
   mixed.contextLens = {0, 91, 300, 5};
   mixed.seed = 23;
@@ -110,7 +112,7 @@ TEST_CASE("GPU prefill tilings: Q in shared memory, 4 warps of 32 rows and 8 of 
   // Scores growing along the keys: 4 warps of 32 rows rescale lazily, and their
   // threads branch around the accumulator's rescale on some tiles but not on
   // others (a thread whose rows' references moved multiplies, the rest skip).
-  compiler::AttentionShape growing = mixed;
+  compiler::BatchShape growing = mixed;
   growing.keyRamp = 0.4;
   for (bool causal : {true, false})
     for (int warps : {4, 8}) {

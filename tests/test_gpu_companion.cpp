@@ -5,22 +5,22 @@
 #include <catch2/catch.hpp>
 
 #include "tests/test_tools.h"
-#include "compiler/CacheWriteProblem.h"
-#include "compiler/MergeAttnStatesProblem.h"
+#include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/validation/MergeAttnStatesProblem.h"
 #include "runtime/Driver.h"
 
 using namespace attnjit;
 
 namespace {
-compiler::AttentionShape raggedBatch() {
-  compiler::AttentionShape s;
+compiler::BatchShape raggedBatch() {
+  compiler::BatchShape s;
   s.queryLens = {37, 1, 130, 5, 300};
   s.contextLens = {77, 300, 0, 61, 17};
   s.seed = 13;
   return s;
 }
 
-void expectPassed(const ir::Expected<compiler::GpuRunResult>& result, const std::string& name) {
+void expectPassed(const support::Expected<validation::GpuRunResult>& result, const std::string& name) {
   INFO(name);
   INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
@@ -38,7 +38,7 @@ TEST_CASE("GPU merge_attn_states across dtypes, head sizes and LSE output", "[gp
         c.headSize = headSize;
         c.numHeads = 6;
         c.outputLse = outputLse;
-        expectPassed(compiler::runMergeAttnStatesGpu(c, raggedBatch(), {}), c.kernelName());
+        expectPassed(validation::runMergeAttnStatesGpu(c, raggedBatch(), {}), c.kernelName());
       }
 }
 
@@ -55,6 +55,6 @@ TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
         c.headSize = headSize;
         c.numKvHeads = headSize == 256 ? 8 : 4;
         c.blockSize = headSize == 80 ? 32 : 16;
-        expectPassed(compiler::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
+        expectPassed(validation::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
       }
 }

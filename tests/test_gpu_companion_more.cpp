@@ -1,6 +1,6 @@
 // [gpu] merge_partials (N-way LSE merge) and mla_cache_write (concat_and_cache_mla)
 // JIT-compiled for the local GPU, through the harness and through the op API
-// (compiler/CompanionOps.h) on device buffers, and checked against the float64
+// (compiler/ops/CompanionOps.h) on device buffers, and checked against the float64
 // references on poisoned buffers. Skips with a visible message where no CUDA
 // driver or GPU is present.
 #include <catch2/catch.hpp>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/CompanionOps.h"
-#include "compiler/MergePartialsProblem.h"
-#include "compiler/MlaCacheWriteProblem.h"
+#include "compiler/ops/CompanionOps.h"
+#include "compiler/validation/MergePartialsProblem.h"
+#include "compiler/validation/MlaCacheWriteProblem.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 #include "tests/test_tools.h"
@@ -20,8 +20,8 @@ using namespace attnjit;
 
 namespace {
 
-compiler::AttentionShape raggedBatch(int numPartials) {
-  compiler::AttentionShape s;
+compiler::BatchShape raggedBatch(int numPartials) {
+  compiler::BatchShape s;
   s.queryLens = {37, 1, 130, 5, 300};
   s.contextLens = {77, 300, 0, 61, 17};
   s.seed = 17;
@@ -29,7 +29,7 @@ compiler::AttentionShape raggedBatch(int numPartials) {
   return s;
 }
 
-void expectPassed(const ir::Expected<compiler::GpuRunResult>& result, const std::string& name) {
+void expectPassed(const support::Expected<validation::GpuRunResult>& result, const std::string& name) {
   INFO(name);
   INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
@@ -40,7 +40,7 @@ void expectPassed(const ir::Expected<compiler::GpuRunResult>& result, const std:
 struct DeviceCopy {
   std::vector<runtime::DeviceBuffer> buffers;
 
-  explicit DeviceCopy(const compiler::KernelProblem& problem) {
+  explicit DeviceCopy(const validation::KernelProblem& problem) {
     for (const auto& buffer : problem.buffers()) {
       auto d = runtime::DeviceBuffer::allocate(std::max<size_t>(buffer.bytes.size(), 16));
       REQUIRE(d.isOk());
@@ -48,24 +48,24 @@ struct DeviceCopy {
       buffers.push_back(std::move(*d));
     }
   }
-  uint64_t address(const compiler::KernelProblem& problem, const std::string& label) const {
+  uint64_t address(const validation::KernelProblem& problem, const std::string& label) const {
     for (size_t i = 0; i < problem.buffers().size(); ++i)
       if (problem.buffers()[i].label == label) return buffers[i].address();
     FAIL("no buffer " << label);
     return 0;
   }
-  compiler::AttentionRunResult check(const compiler::KernelProblem& problem) const {
+  validation::AttentionRunResult check(const validation::KernelProblem& problem) const {
     REQUIRE(runtime::synchronizeContext().isOk());
-    std::vector<compiler::KernelProblem::Buffer> after = problem.buffers();
+    std::vector<validation::KernelProblem::Buffer> after = problem.buffers();
     for (size_t i = 0; i < after.size(); ++i)
       REQUIRE(buffers[i].copyToHost(after[i].bytes.data(), after[i].bytes.size()).isOk());
-    compiler::AttentionRunResult result;
+    validation::AttentionRunResult result;
     problem.check(after, result);
     return result;
   }
 };
 
-int64_t scalar(const compiler::KernelProblem& problem, size_t i) {
+int64_t scalar(const validation::KernelProblem& problem, size_t i) {
   return std::get<int64_t>(problem.scalarArguments()[i]);
 }
 
@@ -81,7 +81,7 @@ TEST_CASE("GPU merge_partials across dtypes head sizes and partial counts", "[gp
         c.headSize = headSize;
         c.numHeads = 6;
         c.outputLse = numPartials != 3;
-        expectPassed(compiler::runMergePartialsGpu(c, raggedBatch(numPartials), {}),
+        expectPassed(validation::runMergePartialsGpu(c, raggedBatch(numPartials), {}),
                      c.kernelName() + " with " + std::to_string(numPartials) + " partials");
       }
 }
@@ -98,7 +98,7 @@ TEST_CASE("GPU mla_cache_write in every format width and block size", "[gpu][mla
           c.cacheFormat = format;
           c.kvLoraRank = kvLoraRank;
           c.blockSize = blockSize;
-          expectPassed(compiler::runMlaCacheWriteGpu(c, raggedBatch(2), {}), c.kernelName());
+          expectPassed(validation::runMlaCacheWriteGpu(c, raggedBatch(2), {}), c.kernelName());
         }
 }
 
@@ -112,9 +112,9 @@ TEST_CASE("GPU merge_partials op on device buffers matches the reference", "[gpu
       config.numHeads = 8;
       config.headSize = 128;
       config.outputLse = outputLse;
-      auto problem = compiler::MergePartialsProblem::create(config, raggedBatch(numPartials));
+      auto problem = validation::MergePartialsProblem::create(config, raggedBatch(numPartials));
       REQUIRE(problem.isOk());
-      const compiler::KernelProblem& kp = **problem;
+      const validation::KernelProblem& kp = **problem;
       DeviceCopy device(kp);
       ops::MergePartialsParams p;
       p.dtype = config.dtype;
@@ -135,11 +135,11 @@ TEST_CASE("GPU merge_partials op on device buffers matches the reference", "[gpu
       INFO(ops::selectMergePartialsVariant(p).kernelName() << " with " << numPartials << " partials");
       // Twice: the second call finds the kernel loaded (and must give the same result).
       for (int call = 0; call < 2; ++call) {
-        ir::Status launched = ops::mergePartials(p);
+        support::Status launched = ops::mergePartials(p);
         INFO((launched ? std::string() : launched.diagnostic().str()));
         REQUIRE(launched.isOk());
       }
-      const compiler::AttentionRunResult result = device.check(kp);
+      const validation::AttentionRunResult result = device.check(kp);
       INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
       CHECK(result.passed);
     }
@@ -153,9 +153,9 @@ TEST_CASE("GPU mla_cache_write op on device buffers matches the reference", "[gp
     config.dtype = ir::ScalarKind::BF16;
     config.cacheFormat = format;
     config.blockSize = 64;
-    auto problem = compiler::MlaCacheWriteProblem::create(config, raggedBatch(2));
+    auto problem = validation::MlaCacheWriteProblem::create(config, raggedBatch(2));
     REQUIRE(problem.isOk());
-    const compiler::KernelProblem& kp = **problem;
+    const validation::KernelProblem& kp = **problem;
     DeviceCopy device(kp);
     ops::MlaCacheWriteParams p;
     p.dtype = config.dtype;
@@ -174,10 +174,10 @@ TEST_CASE("GPU mla_cache_write op on device buffers matches the reference", "[gp
     p.cacheStrideBlock = scalar(kp, 2);
     p.cacheStrideToken = scalar(kp, 3);
     INFO(ops::selectMlaCacheWriteVariant(p).kernelName());
-    ir::Status launched = ops::mlaCacheWrite(p);
+    support::Status launched = ops::mlaCacheWrite(p);
     INFO((launched ? std::string() : launched.diagnostic().str()));
     REQUIRE(launched.isOk());
-    const compiler::AttentionRunResult result = device.check(kp);
+    const validation::AttentionRunResult result = device.check(kp);
     INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
     CHECK(result.passed);
   }

@@ -5,9 +5,10 @@
 // a visible message where no CUDA driver or GPU is present.
 #include <catch2/catch.hpp>
 
-#include "compiler/KernelFamily.h"
-#include "compiler/MlaDecodeProblem.h"
-#include "compiler/Spec.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
+#include "compiler/validation/MlaDecodeProblem.h"
+#include "compiler/spec/Spec.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
 
@@ -15,7 +16,7 @@ using namespace attnjit;
 
 namespace {
 
-void expectPassed(const ir::Expected<compiler::GpuRunResult>& result, const std::string& name) {
+void expectPassed(const support::Expected<validation::GpuRunResult>& result, const std::string& name) {
   INFO(name);
   INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
@@ -30,17 +31,17 @@ TEST_CASE("GPU mla_decode: every variant of specs/mla_decode.yaml against the fl
   if (!tests::gpuPresent()) return;
   auto spec = compiler::loadSpecFile(tests::sourceDir() + "/specs/mla_decode.yaml");
   REQUIRE(spec.isOk());
-  compiler::AttentionShape shape;
+  compiler::BatchShape shape;
   shape.queryLens = {1, 1, 1, 1, 1, 1};
   shape.contextLens = {1999, 0, 517, 1024, 33, 1300};
   shape.seed = 21;
   shape.segmentTiles = 16;  // split variants: 256 keys (16-key tiles) per segment, 8 segments
-  for (const auto& variant : spec->variants) expectPassed(compiler::runVariantGpu(variant, shape, {}), variant.name);
+  for (const auto& variant : spec->variants) expectPassed(validation::runVariantGpu(variant, shape, {}), variant.name);
 }
 
 TEST_CASE("GPU mla_decode: tiling knobs, f16, empty sequences and split counts", "[gpu][mla]") {
   if (!tests::gpuPresent()) return;
-  compiler::MlaDecodeBatch batch;
+  validation::MlaDecodeBatch batch;
   batch.seqLens = {0, 1, 2000, 777, 64, 0, 1500, 129};
   batch.seed = 5;
   for (int blockH : {16, 32, 64})
@@ -54,7 +55,7 @@ TEST_CASE("GPU mla_decode: tiling knobs, f16, empty sequences and split counts",
         c.splitKv = split;
         c.outputLse = true;
         batch.segmentTiles = 512 / tileSize;
-        expectPassed(compiler::runMlaDecodeGpu(c, batch, {}), c.kernelName());
+        expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
       }
   for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3})
     for (int segmentTiles : {1, 3, 125}) {
@@ -66,6 +67,6 @@ TEST_CASE("GPU mla_decode: tiling knobs, f16, empty sequences and split counts",
       c.splitKv = true;
       c.outputLse = true;
       batch.segmentTiles = segmentTiles;
-      expectPassed(compiler::runMlaDecodeGpu(c, batch, {}), c.kernelName());
+      expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
     }
 }

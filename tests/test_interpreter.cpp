@@ -16,6 +16,8 @@
 #include "ir/Interpreter.h"
 #include "ir/Numeric.h"
 
+namespace support = attnjit::support;
+
 using namespace attnjit::ir;
 
 namespace {
@@ -87,7 +89,7 @@ std::vector<uint8_t> runElementwise(ScalarKind inKind, ScalarKind outKind, int64
   Value* va = builder.load(pointersAt(builder, pa, offsets));
   Value* vb = builder.load(pointersAt(builder, pb, offsets));
   builder.store(pointersAt(builder, po, offsets), body(builder, va, vb));
-  Status built = builder.finish();
+  support::Status built = builder.finish();
   INFO(built.message());
   REQUIRE(built.isOk());
 
@@ -96,7 +98,7 @@ std::vector<uint8_t> runElementwise(ScalarKind inKind, ScalarKind outKind, int64
   const uint64_t addressA = memory.map(a.data(), a.size(), "a");
   const uint64_t addressB = memory.map(b.data(), b.size(), "b");
   const uint64_t addressOut = memory.map(out.data(), out.size(), "out");
-  Status ran = interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressOut}}, memory);
+  support::Status ran = interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressOut}}, memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   return out;
@@ -166,7 +168,7 @@ TEST_CASE("vector add over a grid with a masked tail", "[interp]") {
   const uint64_t ay = memory.map(ys.data(), count * sizeof(float), "y");
   const uint64_t aout = memory.map(out.data(), count * sizeof(float), "out");
   const LaunchGrid grid{(count + kBlock - 1) / kBlock, 1, 1};
-  Status status = interpretKernel(kernel, grid, {PointerArg{ax}, PointerArg{ay}, PointerArg{aout}, int64_t{count}}, memory);
+  support::Status status = interpretKernel(kernel, grid, {PointerArg{ax}, PointerArg{ay}, PointerArg{aout}, int64_t{count}}, memory);
   INFO(status.message());
   REQUIRE(status.isOk());
   for (int i = 0; i < count; ++i) REQUIRE(out[i] == xs[i] + ys[i]);
@@ -442,7 +444,7 @@ namespace {
 
 // c[M,N] = c + a[M,K]·b[K,N] in one program; a, b of `kind`, c f32. `makeDot`
 // builds the dot from the loaded operands and accumulator.
-Status interpretDot(ScalarKind kind, const std::vector<double>& a, const std::vector<double>& b,
+support::Status interpretDot(ScalarKind kind, const std::vector<double>& a, const std::vector<double>& b,
                     std::vector<float>& c, int64_t M, int64_t N, int64_t K,
                     const std::function<Value*(Builder&, Value*, Value*, Value*)>& makeDot) {
   Kernel kernel("dot");
@@ -454,7 +456,7 @@ Status interpretDot(ScalarKind kind, const std::vector<double>& a, const std::ve
   Value* vb = bl.load(pointersAt(bl, pb, offsets2d(bl, K, N, N)));
   Value* cPointers = pointersAt(bl, pc, offsets2d(bl, M, N, N));
   bl.store(cPointers, makeDot(bl, va, vb, bl.load(cPointers)));
-  if (Status built = bl.finish(); !built) return built;
+  if (support::Status built = bl.finish(); !built) return built;
   auto bytesA = packFloats(a, kind), bytesB = packFloats(b, kind);
   InterpreterMemory memory;
   const uint64_t addressA = memory.map(bytesA.data(), bytesA.size(), "a");
@@ -465,7 +467,7 @@ Status interpretDot(ScalarKind kind, const std::vector<double>& a, const std::ve
 
 std::vector<float> runDot(ScalarKind kind, bool tf32, const std::vector<double>& a, const std::vector<double>& b,
                           std::vector<float> c, int64_t M, int64_t N, int64_t K) {
-  Status ran = interpretDot(kind, a, b, c, M, N, K, [&](Builder& bl, Value* va, Value* vb, Value* acc) {
+  support::Status ran = interpretDot(kind, a, b, c, M, N, K, [&](Builder& bl, Value* va, Value* vb, Value* acc) {
     return bl.dot(va, vb, acc, tf32);
   });
   INFO(ran.message());
@@ -536,11 +538,11 @@ TEST_CASE("dot's k_extent and n_extent promises are checked, and kept ones chang
   std::vector<double> pastK = b, pastN = b;
   pastK[13 * N + 2] = 1.0;  // a[:, 13] is zero: still a zero product
   CHECK(run({12, 6}, pastK).isOk());
-  const Status wrongK = run({11, 6}, b);  // column 11 of a and row 11 of b are not zero
+  const support::Status wrongK = run({11, 6}, b);  // column 11 of a and row 11 of b are not zero
   REQUIRE_FALSE(wrongK.isOk());
   CHECK(wrongK.message().find("k_extent / n_extent promise a zero product") != std::string::npos);
   pastN[3 * N + 7] = 1.0;
-  const Status wrongN = run({12, 6}, pastN);
+  const support::Status wrongN = run({12, 6}, pastN);
   REQUIRE_FALSE(wrongN.isOk());
   CHECK(wrongN.message().find("b[3, 7]") != std::string::npos);
 }
@@ -565,7 +567,7 @@ TEST_CASE("reductions along an axis", "[interp]") {
   b.store(pointersAt(b, pmax, b.arange(0, C)), b.reduce(Opcode::ReduceMax, tile, 0));
   b.store(pointersAt(b, pmin, b.arange(0, R)), b.reduce(Opcode::ReduceMin, tile, 1));
   b.store(ptotal, b.reduce(Opcode::ReduceSum, b.arange(0, 100), 0));  // rank 1 → scalar
-  Status built = b.finish();
+  support::Status built = b.finish();
   INFO(built.message());
   REQUIRE(built.isOk());
 
@@ -577,7 +579,7 @@ TEST_CASE("reductions along an axis", "[interp]") {
                                       PointerArg{memory.map(maxes.data(), C * 4, "col_maxes")},
                                       PointerArg{memory.map(mins.data(), R * 4, "row_mins")},
                                       PointerArg{memory.map(&total, 4, "index_total")}};
-  Status ran = interpretKernel(kernel, {}, args, memory);
+  support::Status ran = interpretKernel(kernel, {}, args, memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   for (int64_t r = 0; r < R; ++r) {
@@ -623,7 +625,7 @@ TEST_CASE("for loop with iter_args accumulates a running sum", "[interp]") {
   std::vector<Value*> untouched = b.endFor({b.add(emptyLoop.iterArgs[0], b.i32(1))});
   const std::vector<Value*> results = {swapped[0], swapped[1], swapped[2], untouched[0]};
   for (size_t i = 0; i < results.size(); ++i) b.store(b.addPtr(pints, b.i32(static_cast<int64_t>(i))), results[i]);
-  Status built = b.finish();
+  support::Status built = b.finish();
   INFO(built.message());
   REQUIRE(built.isOk());
 
@@ -635,7 +637,7 @@ TEST_CASE("for loop with iter_args accumulates a running sum", "[interp]") {
   std::vector<KernelArgument> args = {PointerArg{memory.map(x.data(), x.size() * 4, "x")},
                                       PointerArg{memory.map(out.data(), W * 4, "out")},
                                       PointerArg{memory.map(ints.data(), 16, "ints")}, int64_t{kRows}};
-  Status ran = interpretKernel(kernel, {}, args, memory);
+  support::Status ran = interpretKernel(kernel, {}, args, memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   for (int64_t w = 0; w < W; ++w) {
@@ -654,7 +656,7 @@ TEST_CASE("for loop with a non-positive step is an error", "[interp]") {
   b.endFor({});
   REQUIRE(b.finish().isOk());
   InterpreterMemory memory;
-  Status status = interpretKernel(kernel, {}, {int64_t{0}}, memory);
+  support::Status status = interpretKernel(kernel, {}, {int64_t{0}}, memory);
   REQUIRE_FALSE(status.isOk());
   CHECK_THAT(status.message(), Catch::Contains("for step must be positive"));
   CHECK(interpretKernel(kernel, {}, {int64_t{4}}, memory).isOk());
@@ -671,12 +673,12 @@ TEST_CASE("if/else yields the results of the region that ran", "[interp]") {
   Value* elseValue = b.mul(b.cast(pid, ScalarKind::F32), b.f32(-1.0));
   std::vector<Value*> result = b.endIf({elseValue});
   b.store(b.addPtr(pout, pid), result[0]);
-  Status built = b.finish();
+  support::Status built = b.finish();
   INFO(built.message());
   REQUIRE(built.isOk());
   std::vector<float> out(4, 0.0f);
   InterpreterMemory memory;
-  Status ran = interpretKernel(kernel, {4, 1, 1}, {PointerArg{memory.map(out.data(), 16, "out")}}, memory);
+  support::Status ran = interpretKernel(kernel, {4, 1, 1}, {PointerArg{memory.map(out.data(), 16, "out")}}, memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   CHECK(out == std::vector<float>{1.5f, 1.5f, -2.0f, -3.0f});
@@ -697,7 +699,7 @@ TEST_CASE("programs run x fastest, then y, then z", "[interp]") {
   int32_t counter = 0;
   std::vector<int32_t> log(12);
   InterpreterMemory memory;
-  Status ran = interpretKernel(kernel, {3, 2, 2},
+  support::Status ran = interpretKernel(kernel, {3, 2, 2},
                                {PointerArg{memory.map(&counter, 4, "counter")}, PointerArg{memory.map(log.data(), 48, "log")}},
                                memory);
   INFO(ran.message());
@@ -718,12 +720,12 @@ TEST_CASE("tile rearrangement keeps row-major order", "[interp]") {
   Value* tile = b.load(pointersAt(b, pin, offsets2d(b, 2, 3, 3)));
   b.store(pointersAt(b, ptransposed, offsets2d(b, 3, 2, 2)), b.transpose(tile, {1, 0}));
   b.store(pointersAt(b, preshaped, offsets2d(b, 3, 2, 2)), b.reshape(tile, {3, 2}));
-  Status built = b.finish();
+  support::Status built = b.finish();
   INFO(built.message());
   REQUIRE(built.isOk());
   std::vector<int32_t> in = {0, 1, 2, 3, 4, 5}, transposed(6), reshaped(6);
   InterpreterMemory memory;
-  Status ran = interpretKernel(kernel, {},
+  support::Status ran = interpretKernel(kernel, {},
                                {PointerArg{memory.map(in.data(), 24, "in")}, PointerArg{memory.map(transposed.data(), 24, "t")},
                                 PointerArg{memory.map(reshaped.data(), 24, "r")}},
                                memory);
@@ -749,7 +751,7 @@ TEST_CASE("out-of-bounds accesses are errors naming the buffer, program and elem
   const uint64_t ax = memory.map(xs.data(), xs.size() * 4, "keys");
   const uint64_t aout = memory.map(out.data(), out.size() * 4, "out");
   SECTION("past the end") {
-    Status status = interpretKernel(kernel, {2, 1, 1}, {PointerArg{ax}, PointerArg{aout}, int64_t{0}}, memory);
+    support::Status status = interpretKernel(kernel, {2, 1, 1}, {PointerArg{ax}, PointerArg{aout}, int64_t{0}}, memory);
     REQUIRE_FALSE(status.isOk());
     const std::string message = status.message();
     CHECK_THAT(message, Catch::StartsWith("overrun.tir:7:3: error: load"));
@@ -758,13 +760,13 @@ TEST_CASE("out-of-bounds accesses are errors naming the buffer, program and elem
     CHECK_THAT(message, Catch::Contains("byte offset 96 of buffer 'keys' (96 bytes), past its end"));
   }
   SECTION("before the start") {
-    Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{ax}, PointerArg{aout}, int64_t{-2}}, memory);
+    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{ax}, PointerArg{aout}, int64_t{-2}}, memory);
     REQUIRE_FALSE(status.isOk());
     CHECK_THAT(status.message(), Catch::Contains("element 0"));
     CHECK_THAT(status.message(), Catch::Contains("8 bytes before the start of buffer 'keys'"));
   }
   SECTION("unmapped") {
-    Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{uint64_t{12345}}, PointerArg{aout}, int64_t{0}}, memory);
+    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{uint64_t{12345}}, PointerArg{aout}, int64_t{0}}, memory);
     REQUIRE_FALSE(status.isOk());
     CHECK_THAT(status.message(), Catch::Contains("in no mapped buffer"));
   }
@@ -791,13 +793,13 @@ TEST_CASE("pointers reinterpreted to a wider pointee read at their byte address 
   const uint64_t rowAddress = memory.map(row.data(), row.size(), "rows");
   const uint64_t outAddress = memory.map(out.data(), out.size() * 4, "out");
   SECTION("aligned") {
-    Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{4}}, memory);
+    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{4}}, memory);
     INFO(status.message());
     REQUIRE(status.isOk());
     CHECK(out == std::vector<float>{1.5f, -2.0f, 0.25f, 3.0e-5f});
   }
   SECTION("misaligned") {
-    Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{2}}, memory);
+    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{2}}, memory);
     REQUIRE_FALSE(status.isOk());
     CHECK_THAT(status.message(), Catch::StartsWith("reinterpret.tir:4:3: error: load"));
     CHECK_THAT(status.message(),
@@ -818,19 +820,19 @@ TEST_CASE("arguments must match the parameters", "[interp]") {
   InterpreterMemory memory;
   const uint64_t ax = memory.map(&x, 4, "x");
 
-  Status wrongKind = interpretKernel(kernel, {}, {int64_t{3}, 2.0, int64_t{3}}, memory);
+  support::Status wrongKind = interpretKernel(kernel, {}, {int64_t{3}, 2.0, int64_t{3}}, memory);
   REQUIRE_FALSE(wrongKind.isOk());
   CHECK_THAT(wrongKind.message(), Catch::Contains("argument 0 ('x')"));
   CHECK_THAT(wrongKind.message(), Catch::Contains("expects a pointer"));
-  Status floatForInt = interpretKernel(kernel, {}, {PointerArg{ax}, 2.0, 3.0}, memory);
+  support::Status floatForInt = interpretKernel(kernel, {}, {PointerArg{ax}, 2.0, 3.0}, memory);
   REQUIRE_FALSE(floatForInt.isOk());
   CHECK_THAT(floatForInt.message(), Catch::Contains("argument 2 ('count')"));
-  Status tooFew = interpretKernel(kernel, {}, {PointerArg{ax}, 2.0}, memory);
+  support::Status tooFew = interpretKernel(kernel, {}, {PointerArg{ax}, 2.0}, memory);
   REQUIRE_FALSE(tooFew.isOk());
   CHECK_THAT(tooFew.message(), Catch::Contains("takes 3 arguments, got 2"));
 
   // Arguments are converted to the parameter types: f32 rounding, i32 wrapping.
-  Status ok = interpretKernel(kernel, {}, {PointerArg{ax}, 0.1, int64_t{(int64_t{1} << 32) + 3}}, memory);
+  support::Status ok = interpretKernel(kernel, {}, {PointerArg{ax}, 0.1, int64_t{(int64_t{1} << 32) + 3}}, memory);
   INFO(ok.message());
   REQUIRE(ok.isOk());
   CHECK(x == 0.1f * 3.0f);

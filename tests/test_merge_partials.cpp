@@ -11,35 +11,39 @@
 #include <limits>
 #include <string>
 
-#include "compiler/CompanionOps.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/MergePartialsProblem.h"
-#include "compiler/ProblemData.h"
-#include "compiler/Spec.h"
+#include "compiler/ops/CompanionOps.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
+#include "compiler/validation/MergePartialsProblem.h"
+#include "compiler/validation/ProblemData.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/MergeAttnStates.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/reference/CompanionReference.h"
+#include "compiler/validation/reference/CompanionReference.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
 
-using attnjit::compiler::AttentionShape;
+namespace support = attnjit::support;
+namespace validation = attnjit::validation;
+
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::MergePartialsConfig;
 using attnjit::ir::ScalarKind;
 namespace compiler = attnjit::compiler;
-namespace reference = attnjit::reference;
+namespace reference = attnjit::validation::reference;
 namespace ir = attnjit::ir;
 namespace ops = attnjit::ops;
-namespace pd = attnjit::compiler::problem_data;
+namespace pd = attnjit::validation::problem_data;
 
 namespace {
 
 // 19 tokens in three sequences: not a multiple of any BLOCK_TOKENS.
-AttentionShape raggedBatch(int numPartials, uint64_t seed) {
-  AttentionShape s;
+BatchShape raggedBatch(int numPartials, uint64_t seed) {
+  BatchShape s;
   s.queryLens = {5, 1, 13};
   s.contextLens = {0, 0, 0};
   s.seed = seed;
@@ -47,7 +51,7 @@ AttentionShape raggedBatch(int numPartials, uint64_t seed) {
   return s;
 }
 
-void checkResult(const ir::Expected<compiler::AttentionRunResult>& result, const std::string& what) {
+void checkResult(const support::Expected<validation::AttentionRunResult>& result, const std::string& what) {
   INFO(what);
   if (!result) FAIL(result.diagnostic().str());
   INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
@@ -171,7 +175,7 @@ TEST_CASE("merge_partials matches the reference for 1 2 3 and 8 partials", "[mer
     config.headSize = headSize;
     config.numHeads = 3;
     config.outputLse = numPartials != 3;
-    checkResult(compiler::runMergePartialsInterpreted(
+    checkResult(validation::runMergePartialsInterpreted(
                     config, raggedBatch(numPartials, static_cast<uint64_t>(headSize * 10 + numPartials))),
                 config.kernelName() + " with " + std::to_string(numPartials) + " partials");
   }
@@ -184,18 +188,18 @@ TEST_CASE("merge_partials: other token blocks and warps, odd head sizes", "[merg
     config.numWarps = blockTokens == 64 ? 8 : 1;
     config.numHeads = 2;
     config.headSize = 96;
-    checkResult(compiler::runMergePartialsInterpreted(config, raggedBatch(5, 3)), config.kernelName());
+    checkResult(validation::runMergePartialsInterpreted(config, raggedBatch(5, 3)), config.kernelName());
   }
   MergePartialsConfig odd;  // no 16-byte promise: head size 36 is not a multiple of 8
   odd.dtype = ScalarKind::F32;
   odd.headSize = 36;
   odd.numHeads = 5;
-  checkResult(compiler::runMergePartialsInterpreted(odd, raggedBatch(4, 4)), odd.kernelName());
+  checkResult(validation::runMergePartialsInterpreted(odd, raggedBatch(4, 4)), odd.kernelName());
   // A single token: it is the empty one (no NaN planted).
-  AttentionShape one = raggedBatch(3, 5);
+  BatchShape one = raggedBatch(3, 5);
   one.queryLens = {1};
   one.contextLens = {0};
-  checkResult(compiler::runMergePartialsInterpreted(odd, one), odd.kernelName() + " on one token");
+  checkResult(validation::runMergePartialsInterpreted(odd, one), odd.kernelName() + " on one token");
 }
 
 TEST_CASE("merge_partials with two partials equals merge_attn_states", "[merge_partials]") {
@@ -258,7 +262,7 @@ TEST_CASE("merge_partials with two partials equals merge_attn_states", "[merge_p
       compiler::mergeAttnStatesGridX(mergeConfig, T));
   // The two compute the same weights in a different order (one division per
   // weight vs one per output), so they agree to the dtype's rounding.
-  const double tolerance = compiler::MergePartialsProblem::tolerance(dtype, 2);
+  const double tolerance = validation::MergePartialsProblem::tolerance(dtype, 2);
   for (size_t i = 0; i < static_cast<size_t>(T * H * D); ++i) {
     const double a = pd::getFloat(out1, dtype, i), b = pd::getFloat(out2, dtype, i);
     INFO("element " << i << ": merge_partials " << a << ", merge_attn_states " << b);
@@ -290,14 +294,14 @@ TEST_CASE("spec family merge_partials and the run field num_partials", "[merge_p
   auto kernel = compiler::buildVariantKernel(spec->variants[1]);
   REQUIRE(kernel.isOk());
   CHECK((*kernel)->name() == spec->variants[1].name);
-  checkResult(compiler::runVariantInterpreted(spec->variants[1], spec->shape), spec->variants[1].name);
+  checkResult(validation::runVariantInterpreted(spec->variants[1], spec->shape), spec->variants[1].name);
 
   auto zero = compiler::loadSpecText(
       "family: merge_partials\nparams:\n  dtype: bf16\n  num_heads: 8\n  head_size: 64\nrun:\n  num_partials: 0\n",
       "bad.yaml");
   REQUIRE_FALSE(zero);
   CHECK(zero.diagnostic().str() == "bad.yaml:7:17: error: 'num_partials' must be between 1 and 1024, got 0");
-  AttentionShape shape;
+  BatchShape shape;
   CHECK(shape.set("num_partials=7").isOk());
   CHECK(shape.numPartials == 7);
   auto refused = shape.set("num_partials=0");

@@ -9,41 +9,45 @@
 #include <cstring>
 #include <string>
 
-#include "compiler/CompanionOps.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/MlaCacheWriteProblem.h"
-#include "compiler/ProblemData.h"
-#include "compiler/Spec.h"
+#include "compiler/ops/CompanionOps.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
+#include "compiler/validation/MlaCacheWriteProblem.h"
+#include "compiler/validation/ProblemData.h"
+#include "compiler/spec/Spec.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/reference/CompanionReference.h"
+#include "compiler/validation/reference/CompanionReference.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
 
-using attnjit::compiler::AttentionShape;
+namespace support = attnjit::support;
+namespace validation = attnjit::validation;
+
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::KvCacheFormat;
 using attnjit::compiler::MlaCacheWriteConfig;
 using attnjit::ir::ScalarKind;
 namespace compiler = attnjit::compiler;
-namespace reference = attnjit::reference;
+namespace reference = attnjit::validation::reference;
 namespace ir = attnjit::ir;
 namespace ops = attnjit::ops;
-namespace pd = attnjit::compiler::problem_data;
+namespace pd = attnjit::validation::problem_data;
 
 namespace {
 
-AttentionShape raggedBatch(uint64_t seed) {
-  AttentionShape s;
+BatchShape raggedBatch(uint64_t seed) {
+  BatchShape s;
   s.queryLens = {5, 1, 13, 20};
   s.contextLens = {14, 70, 3, 0};
   s.seed = seed;
   return s;
 }
 
-void checkResult(const ir::Expected<compiler::AttentionRunResult>& result, const std::string& what) {
+void checkResult(const support::Expected<validation::AttentionRunResult>& result, const std::string& what) {
   INFO(what);
   if (!result) FAIL(result.diagnostic().str());
   INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
@@ -184,8 +188,8 @@ TEST_CASE("mla_cache_write matches the reference (dtypes, formats, widths, block
       config.cacheFormat = format;
       config.kvLoraRank = kvLoraRank;
       config.blockSize = blockSize;
-      const AttentionShape shape = raggedBatch(static_cast<uint64_t>(kvLoraRank + blockSize));
-      checkResult(compiler::runMlaCacheWriteInterpreted(config, shape), config.kernelName());
+      const BatchShape shape = raggedBatch(static_cast<uint64_t>(kvLoraRank + blockSize));
+      checkResult(validation::runMlaCacheWriteInterpreted(config, shape), config.kernelName());
     }
 }
 
@@ -202,7 +206,7 @@ TEST_CASE("spec family mla_cache_write", "[mla_cache_write][specs]") {
   auto kernel = compiler::buildVariantKernel(spec->variants[3]);
   REQUIRE(kernel.isOk());
   CHECK((*kernel)->name() == spec->variants[3].name);
-  checkResult(compiler::runVariantInterpreted(spec->variants[0], spec->shape), spec->variants[0].name);
+  checkResult(validation::runVariantInterpreted(spec->variants[0], spec->shape), spec->variants[0].name);
 
   auto width = compiler::loadSpecText(
       "family: mla_cache_write\nparams:\n  dtype: bf16\n  kv_lora_rank: [512, 384]\n  rope_dim: 64\n"

@@ -1,5 +1,5 @@
 // MLA latent decode (compiler/kernels/MlaDecode.h) on the CPU interpreter against
-// the float64 reference (tests/reference/MlaReference.h): both latent widths, 16
+// the float64 reference (compiler/validation/reference/MlaReference.h): both latent widths, 16
 // and 128 heads, block sizes 16 and 64, fp8 latents, the tiling knobs, split-KV
 // into 1, 2, 8 and 16 segments with the LSE, empty and odd-length sequences; the
 // user errors; and ptxas on every variant of specs/mla_decode.yaml.
@@ -9,16 +9,17 @@
 #include <limits>
 #include <regex>
 
-#include "compiler/CompileDriver.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/MlaDecodeProblem.h"
-#include "compiler/Spec.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
+#include "compiler/validation/MlaDecodeProblem.h"
+#include "compiler/spec/Spec.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
 using compiler::KvCacheFormat;
-using compiler::MlaDecodeBatch;
+using attnjit::validation::MlaDecodeBatch;
 using compiler::MlaDecodeConfig;
 
 namespace {
@@ -40,7 +41,7 @@ MlaDecodeBatch batchOf(std::vector<int> seqLens, int segmentTiles = 1, uint64_t 
 
 void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bool afterPasses = false) {
   INFO(config.kernelName());
-  auto result = compiler::runMlaDecodeInterpreted(config, batch, afterPasses);
+  auto result = validation::runMlaDecodeInterpreted(config, batch, afterPasses);
   INFO((result.isOk() ? result->detail : result.diagnostic().str()));
   REQUIRE(result.isOk());
   INFO("max abs error " << result->maxAbsError << ", tolerance " << result->tolerance);
@@ -48,7 +49,7 @@ void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bo
 }
 
 std::string errorOf(const MlaDecodeConfig& config) {
-  const ir::Status s = config.validate();
+  const support::Status s = config.validate();
   return s ? std::string() : s.diagnostic().message;
 }
 
@@ -111,7 +112,7 @@ TEST_CASE("mla decode split-KV into 1 2 8 and 16 segments with the LSE", "[mla]"
     MlaDecodeConfig c = smallConfig();
     c.splitKv = true;
     const MlaDecodeBatch batch = batchOf({256, 7, 129, 40}, segmentTiles);
-    auto problem = compiler::MlaDecodeProblem::create(c, batch);
+    auto problem = validation::MlaDecodeProblem::create(c, batch);
     REQUIRE(problem.isOk());
     REQUIRE((*problem)->launches().size() == 2);
     CHECK((*problem)->launches()[0].gridZ == segments);
@@ -137,9 +138,9 @@ TEST_CASE("mla decode handles odd lengths across tile and block edges", "[mla]")
 }
 
 TEST_CASE("mla decode's check fails a run that left the output untouched", "[mla]") {
-  auto problem = compiler::MlaDecodeProblem::create(smallConfig(), batchOf({3, 9}));
+  auto problem = validation::MlaDecodeProblem::create(smallConfig(), batchOf({3, 9}));
   REQUIRE(problem.isOk());
-  compiler::AttentionRunResult result;
+  validation::AttentionRunResult result;
   (*problem)->check((*problem)->buffers(), result);  // outputs still poisoned (NaN)
   CHECK_FALSE(result.passed);
   CHECK(result.detail.find("non-finite output at sequence 0") != std::string::npos);
@@ -192,10 +193,10 @@ TEST_CASE("mla decode rejects unsupported widths and score modifiers by name", "
   CHECK(spec.diagnostic().message.find("600 is not supported") != std::string::npos);
 
   // Decode only: a batch with a longer query is refused.
-  compiler::AttentionShape prefill;
+  compiler::BatchShape prefill;
   prefill.queryLens = {1, 4};
   prefill.contextLens = {10, 10};
-  auto run = compiler::runMlaDecodeInterpreted(MlaDecodeConfig{}, prefill);
+  auto run = validation::runMlaDecodeInterpreted(MlaDecodeConfig{}, prefill);
   REQUIRE_FALSE(run.isOk());
   CHECK(run.diagnostic().message.find("query_lens[1] is 4, expected 1") != std::string::npos);
 }
@@ -204,13 +205,13 @@ TEST_CASE("specs/mla_decode.yaml loads and its first variants run on the interpr
   auto spec = compiler::loadSpecFile(tests::sourceDir() + "/specs/mla_decode.yaml");
   INFO((spec.isOk() ? std::string() : spec.diagnostic().str()));
   REQUIRE(spec.isOk());
-  CHECK(spec->family == "mla_decode");
+  CHECK(spec->family == compiler::Family::MlaDecode);
   REQUIRE(spec->variants.size() == 32);
   // The 2D and split-KV kernels of the default shape (576, 128 heads, bs16, bf16).
   for (size_t i = 0; i < 2; ++i) {
     const compiler::Variant& variant = spec->variants[i];
     INFO(variant.name);
-    auto result = compiler::runVariantInterpreted(variant, spec->shape);
+    auto result = validation::runVariantInterpreted(variant, spec->shape);
     INFO((result.isOk() ? result->detail : result.diagnostic().str()));
     REQUIRE(result.isOk());
     CHECK(result->passed);

@@ -1,4 +1,4 @@
-// The MLA decode op (compiler/MlaDecodeOp.h): split planning and validation on
+// The MLA decode op (compiler/ops/MlaDecodeOp.h): split planning and validation on
 // the CPU; [gpu] launches on the harness's poisoned buffers checked against the
 // float64 reference, unsplit and split, vLLM's [B, H] LSE layout and [H, B].
 #include <algorithm>
@@ -6,13 +6,13 @@
 #include <cstring>
 #include <optional>
 
-#include "compiler/MlaDecodeOp.h"
-#include "compiler/MlaDecodeProblem.h"
+#include "compiler/ops/MlaDecodeOp.h"
+#include "compiler/validation/MlaDecodeProblem.h"
 #include "runtime/DeviceBuffer.h"
 #include "test_tools.h"
 
 using namespace attnjit;
-using ir::Status;
+using support::Status;
 
 namespace {
 
@@ -67,7 +67,7 @@ TEST_CASE("mla op: validation names the argument", "[mla_op]") {
   ops::MlaDecodeParams p = decodeParams(4, 1000);
   REQUIRE(ops::validateMlaDecode(p).isOk());
   auto expectError = [](ops::MlaDecodeParams bad, const std::string& text) {
-    Status s = ops::validateMlaDecode(bad);
+    support::Status s = ops::validateMlaDecode(bad);
     REQUIRE_FALSE(s.isOk());
     INFO(s.diagnostic().message);
     CHECK(s.diagnostic().message.find(text) != std::string::npos);
@@ -118,10 +118,10 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
     config.kvLoraRank = c.kvLoraRank;
     config.numHeads = c.numHeads;
     config.outputLse = true;
-    compiler::MlaDecodeBatch batch;
+    validation::MlaDecodeBatch batch;
     batch.seqLens = c.seqLens;
     batch.seed = 3;
-    auto problem = compiler::MlaDecodeProblem::create(config, batch);
+    auto problem = validation::MlaDecodeProblem::create(config, batch);
     REQUIRE(problem.isOk());
     auto& buffers = (*problem)->buffers();
     auto index = [&](const std::string& label) {
@@ -195,11 +195,11 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
       CHECK(ops::selectMlaDecodeVariant(p).splitKv);
     }
     INFO(ops::selectMlaDecodeVariant(p).kernelName() << " segments " << ops::mlaDecodeSplitPlan(p).numSegments);
-    Status launched = ops::mlaDecode(p);
+    support::Status launched = ops::mlaDecode(p);
     INFO((launched ? std::string() : launched.diagnostic().str()));
     REQUIRE(launched.isOk());
     REQUIRE(runtime::synchronizeContext().isOk());
-    std::vector<compiler::MlaDecodeProblem::Buffer> after = buffers;
+    std::vector<validation::MlaDecodeProblem::Buffer> after = buffers;
     for (size_t i = 0; i < after.size(); ++i)
       if (after[i].written) REQUIRE(device[i].copyToHost(after[i].bytes.data(), after[i].bytes.size()).isOk());
     if (headMajor) {
@@ -211,7 +211,7 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
           std::memcpy(lse.data() + static_cast<size_t>(b * harnessLseStrideBatch + h * harnessLseStrideHead) * 4,
                       &transposed[static_cast<size_t>(h) * numSeqs + b], 4);
     }
-    compiler::AttentionRunResult result;
+    validation::AttentionRunResult result;
     (*problem)->check(after, result);
     INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
     CHECK(result.passed);

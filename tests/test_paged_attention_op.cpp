@@ -1,4 +1,4 @@
-// The op-level paged-attention API (compiler/PagedAttentionOp.h): argument
+// The op-level paged-attention API (compiler/ops/PagedAttentionOp.h): argument
 // validation and variant selection on the CPU; [gpu] launches on device buffers
 // checked against the float64 reference through the attention harness.
 #include <catch2/catch.hpp>
@@ -8,15 +8,15 @@
 #include <string>
 
 #include "tests/test_tools.h"
-#include "compiler/AttentionGpu.h"
-#include "compiler/AttentionProblem.h"
-#include "compiler/PagedAttentionOp.h"
+#include "compiler/validation/AttentionGpu.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 
 using namespace attnjit;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 
 namespace {
 
@@ -60,7 +60,7 @@ ops::PagedAttentionParams fullDecodeBatch(int maxSeqLen) {
 }
 
 std::string validationMessage(const ops::PagedAttentionParams& p) {
-  Status s = ops::validatePagedAttention(p);
+  support::Status s = ops::validatePagedAttention(p);
   return s ? std::string("ok") : s.diagnostic().message;
 }
 
@@ -102,7 +102,7 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
   CHECK(validationMessage(p).find("dtype (i8) is not supported") != std::string::npos);
   // Without a driver the call itself fails cleanly after validating.
   if (!runtime::driverAvailable()) {
-    Status s = ops::pagedAttention(validParams());
+    support::Status s = ops::pagedAttention(validParams());
     REQUIRE_FALSE(s.isOk());
     CHECK(s.diagnostic().message.find("CUDA driver not available") != std::string::npos);
   }
@@ -234,7 +234,7 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.maxQueryLen = 1;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);  // f32 runs on FMAs; its tile stays vLLM's
   // Quantized caches: raw tiles go by cp.async, so wide tiles pay (measured,
-  // compiler/PagedAttentionOp.cpp), for every format up to head size 128.
+  // compiler/ops/PagedAttentionOp.cpp), for every format up to head size 128.
   p.dtype = ScalarKind::BF16;
   for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Int8PerTokenHead,
                       compiler::KvCacheFormat::Fp8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead}) {
@@ -365,26 +365,26 @@ std::vector<int> unevenLengths(int n, int maxContext) {
 // 40 decodes of uneven lengths up to 4000 keys (the op splits them), every
 // third token checked; and a prefill beside a chunk with context (the op's
 // 128-row tiling, 2D).
-compiler::AttentionShape unevenDecodes() {
-  compiler::AttentionShape shape;
+compiler::BatchShape unevenDecodes() {
+  compiler::BatchShape shape;
   shape.queryLens = std::vector<int>(40, 1);
   shape.contextLens = unevenLengths(40, 4000);
   shape.checkStride = 3;
   return shape;
 }
-compiler::AttentionShape prefillAndChunk() {
-  compiler::AttentionShape shape;
+compiler::BatchShape prefillAndChunk() {
+  compiler::BatchShape shape;
   shape.queryLens = {100, 3};
   shape.contextLens = {0, 50};
   return shape;
 }
 
 // bench's op runner on `shape` (three timed calls), its float64 check passed.
-compiler::PagedAttentionOpRun runOpChecked(const compiler::UnifiedAttentionConfig& config,
-                                           const compiler::AttentionShape& shape) {
-  compiler::GpuRunOptions options;
+validation::PagedAttentionOpRun runOpChecked(const compiler::UnifiedAttentionConfig& config,
+                                           const compiler::BatchShape& shape) {
+  validation::GpuRunOptions options;
   options.timedIterations = 3;
-  auto run = compiler::runPagedAttentionOpGpu(config, shape, options);
+  auto run = validation::runPagedAttentionOpGpu(config, shape, options);
   if (!run) FAIL(run.diagnostic().str());
   INFO(run->kernelName << ": " << run->run.check.detail);
   CHECK(run->run.check.passed);
@@ -430,12 +430,12 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     config.kvCacheFormat = c.format;
     config.sinks = c.sinksAndLse;
     config.outputLse = c.sinksAndLse;
-    compiler::AttentionShape shape;
+    compiler::BatchShape shape;
     shape.queryLens = c.queryLens;
     shape.contextLens = c.contextLens;
     shape.seed = 11;
     INFO(shape.str());
-    auto problem = compiler::UnifiedAttentionProblem::create(config, shape);
+    auto problem = validation::UnifiedAttentionProblem::create(config, shape);
     REQUIRE(problem.isOk());
     std::vector<runtime::DeviceBuffer> device;
     for (auto& buffer : (*problem)->buffers()) {
@@ -511,7 +511,7 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       CHECK(ops::selectPagedAttentionVariant(p).splitKv);
     }
     INFO(ops::selectPagedAttentionVariant(p).kernelName());
-    Status launched = ops::pagedAttention(p);
+    support::Status launched = ops::pagedAttention(p);
     INFO((launched ? std::string() : launched.diagnostic().str()));
     REQUIRE(launched.isOk());
     REQUIRE(runtime::synchronizeContext().isOk());
@@ -522,7 +522,7 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       lse.resize((*problem)->buffers()[bufferIndex("lse")].bytes.size());
       REQUIRE(device[bufferIndex("lse")].copyToHost(lse.data(), lse.size()).isOk());
     }
-    compiler::AttentionRunResult result;
+    validation::AttentionRunResult result;
     (*problem)->check(output, result, c.sinksAndLse ? &lse : nullptr);
     INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
     CHECK(result.passed);
@@ -533,7 +533,7 @@ TEST_CASE("paged attention op: bench's op runner launches what the op picks and 
   if (!tests::gpuPresent()) return;
   compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D=128, block 16
   config.tileSize = 32;                     // ignored: the op picks the tiling
-  const compiler::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
+  const validation::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
   CHECK(split.kernelName == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum");
   CHECK(split.numSegments >= 3);  // the uneven-length rule (more where a larger GPU's fill rule asks)
   CHECK(split.run.medianMs > 0);
@@ -541,7 +541,7 @@ TEST_CASE("paged attention op: bench's op runner launches what the op picks and 
   CHECK(split.firstCallMs > 0);
 
   config.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;  // k_scale / v_scale found by their labels
-  const compiler::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
+  const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
   CHECK(run.numSegments == 1);
   CHECK(run.kernelName.find("_m128") != std::string::npos);
 }
@@ -555,10 +555,10 @@ TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through 
   config.sinks = true;
   config.outputLse = true;
   // Uneven decode lengths: the op splits them, and stage 2 writes the fp8 output.
-  const compiler::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
+  const validation::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
   CHECK(split.numSegments >= 3);
   CHECK(split.kernelName.find("_alibisqrt_sinks_outfp8_lse_3d") != std::string::npos);
-  const compiler::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
+  const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
   CHECK(run.numSegments == 1);
   CHECK(run.kernelName.find("_m128") != std::string::npos);
 }

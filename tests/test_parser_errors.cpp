@@ -16,6 +16,8 @@
 #include "ir/Printer.h"
 #include "test_paths.h"
 
+namespace support = attnjit::support;
+
 namespace fs = std::filesystem;
 using namespace attnjit::ir;
 
@@ -182,7 +184,7 @@ TEST_CASE("malformed .tir input gives a located, readable error", "[tir]") {
     INFO("input:\n" << c.input);
     auto parsed = parseModule(c.input, "bad.tir");
     REQUIRE_FALSE(parsed.isOk());
-    const Diagnostic& d = parsed.diagnostic();
+    const support::Diagnostic& d = parsed.diagnostic();
     INFO("error: " << d.str());
     CHECK(d.loc.file == "bad.tir");
     CHECK(std::to_string(d.loc.line) + ":" + std::to_string(d.loc.col) == c.position);

@@ -14,32 +14,36 @@
 #include <variant>
 #include <vector>
 
-#include "compiler/CompileDriver.h"
-#include "compiler/KernelFamily.h"
-#include "compiler/ProblemData.h"
-#include "compiler/ReduceSegmentsProblem.h"
-#include "compiler/Spec.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
+#include "compiler/validation/ProblemData.h"
+#include "compiler/validation/ReduceSegmentsProblem.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Interpreter.h"
-#include "tests/reference/ReduceSegmentsReference.h"
+#include "compiler/validation/reference/ReduceSegmentsReference.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
 
-using attnjit::compiler::AttentionShape;
+namespace support = attnjit::support;
+namespace validation = attnjit::validation;
+
+using attnjit::compiler::BatchShape;
 using attnjit::compiler::ReduceSegmentsConfig;
 using attnjit::ir::ScalarKind;
 namespace compiler = attnjit::compiler;
-namespace reference = attnjit::reference;
+namespace reference = attnjit::validation::reference;
 namespace ir = attnjit::ir;
-namespace pd = attnjit::compiler::problem_data;
+namespace pd = attnjit::validation::problem_data;
 
 namespace {
 
 // 8 tokens in three sequences (only their sum matters).
-AttentionShape batch(int numSegments, uint64_t seed) {
-  AttentionShape s;
+BatchShape batch(int numSegments, uint64_t seed) {
+  BatchShape s;
   s.queryLens = {3, 1, 4};
   s.contextLens = {0, 0, 0};
   s.seed = seed;
@@ -47,7 +51,7 @@ AttentionShape batch(int numSegments, uint64_t seed) {
   return s;
 }
 
-void checkResult(const ir::Expected<compiler::AttentionRunResult>& result, const std::string& what) {
+void checkResult(const support::Expected<validation::AttentionRunResult>& result, const std::string& what) {
   INFO(what);
   if (!result) FAIL(result.diagnostic().str());
   INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
@@ -131,7 +135,7 @@ TEST_CASE("reduce_segments matches the reference in every dtype with empty segme
       config.numQueryHeads = 6;
       config.outputLse = numSegments != 2;
       config.lseTokenStride = numSegments == 5;
-      checkResult(compiler::runReduceSegmentsInterpreted(
+      checkResult(validation::runReduceSegmentsInterpreted(
                       config, batch(numSegments, static_cast<uint64_t>(headSize * 10 + numSegments))),
                   config.kernelName() + " with " + std::to_string(numSegments) + " segments");
     }
@@ -146,9 +150,9 @@ TEST_CASE("reduce_segments: fp8 output, within e4m3's rounding and saturated at 
       config.headSize = 80;
       config.outputLse = true;
       config.outputFp8 = true;
-      AttentionShape shape = batch(4, 21);
+      BatchShape shape = batch(4, 21);
       shape.outputScale = outputScale;
-      checkResult(compiler::runReduceSegmentsInterpreted(config, shape),
+      checkResult(validation::runReduceSegmentsInterpreted(config, shape),
                   config.kernelName() + " with output_scale " + std::to_string(outputScale));
     }
   // The spec field, and the kernel's parameters: output_scale after lse.
@@ -174,20 +178,20 @@ TEST_CASE("reduce_segments: head counts beyond one program and odd head sizes", 
   config.outputLse = true;
   config.numWarps = 1;
   CHECK(compiler::reduceSegmentsGridY(config) == 2);
-  checkResult(compiler::runReduceSegmentsInterpreted(config, batch(4, 21)), config.kernelName());
+  checkResult(validation::runReduceSegmentsInterpreted(config, batch(4, 21)), config.kernelName());
   // One token: no row with every segment empty is planted (it would be the only token).
-  AttentionShape one = batch(3, 22);
+  BatchShape one = batch(3, 22);
   one.queryLens = {1};
   one.contextLens = {0};
   config.numQueryHeads = 3;
-  checkResult(compiler::runReduceSegmentsInterpreted(config, one), config.kernelName() + " on one token");
+  checkResult(validation::runReduceSegmentsInterpreted(config, one), config.kernelName() + " on one token");
 }
 
 TEST_CASE("reduce_segments: the problem plants empty segments and rows with no key", "[reduce_segments]") {
   ReduceSegmentsConfig config;
   config.numQueryHeads = 4;
   config.headSize = 64;
-  auto problem = compiler::ReduceSegmentsProblem::create(config, batch(5, 3));
+  auto problem = validation::ReduceSegmentsProblem::create(config, batch(5, 3));
   REQUIRE(problem.isOk());
   const reference::ReduceSegmentsInputs& in = (*problem)->inputs();
   const int64_t T = in.numTokens, H = in.numHeads, S = in.numSegments;
@@ -213,10 +217,10 @@ TEST_CASE("reduce_segments reads empty segments' rows and weighs them by exactly
   config.dtype = ScalarKind::F32;
   config.numQueryHeads = 2;
   config.headSize = 32;
-  auto problem = compiler::ReduceSegmentsProblem::create(config, batch(3, 5));
+  auto problem = validation::ReduceSegmentsProblem::create(config, batch(3, 5));
   REQUIRE(problem.isOk());
   auto build = [&] { return compiler::buildReduceSegments(config); };
-  checkResult(compiler::runProblemInterpreted(build, **problem), "finite garbage in empty segments");
+  checkResult(validation::runProblemInterpreted(build, **problem), "finite garbage in empty segments");
 
   const reference::ReduceSegmentsInputs& in = (*problem)->inputs();
   std::vector<uint8_t>& scratch = (*problem)->buffers()[1].bytes;
@@ -229,7 +233,7 @@ TEST_CASE("reduce_segments reads empty segments' rows and weighs them by exactly
     ++poisoned;
   }
   REQUIRE(poisoned > 0);
-  auto withNan = compiler::runProblemInterpreted(build, **problem);
+  auto withNan = validation::runProblemInterpreted(build, **problem);
   REQUIRE(withNan.isOk());
   CHECK_FALSE(withNan->passed);
   CHECK(std::isinf(withNan->maxAbsError));
@@ -241,15 +245,15 @@ TEST_CASE("reduce_segments: the check catches a wrong element and a written gap"
   config.numQueryHeads = 3;
   config.headSize = 64;
   config.outputLse = true;
-  auto problem = compiler::ReduceSegmentsProblem::create(config, batch(2, 9));
+  auto problem = validation::ReduceSegmentsProblem::create(config, batch(2, 9));
   REQUIRE(problem.isOk());
   auto kernel = compiler::buildReduceSegments(config);
   REQUIRE(kernel.isOk());
-  auto good = compiler::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
+  auto good = validation::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
   REQUIRE(good.isOk());
   CHECK(good->passed);
   // Rerun, keeping the buffers, then damage them.
-  std::vector<compiler::KernelProblem::Buffer> after = (*problem)->buffers();
+  std::vector<validation::KernelProblem::Buffer> after = (*problem)->buffers();
   {
     ir::InterpreterMemory memory;
     std::vector<ir::KernelArgument> args;
@@ -261,20 +265,20 @@ TEST_CASE("reduce_segments: the check catches a wrong element and a written gap"
     grid.y = (*problem)->grid().y;
     REQUIRE(ir::interpretKernel(**kernel, grid, args, memory).isOk());
   }
-  compiler::AttentionRunResult result;
+  validation::AttentionRunResult result;
   (*problem)->check(after, result);
   CHECK(result.passed);
-  std::vector<compiler::KernelProblem::Buffer> wrong = after;
+  std::vector<validation::KernelProblem::Buffer> wrong = after;
   pd::setFloat(wrong[0].bytes, ScalarKind::F16, 1, pd::getFloat(wrong[0].bytes, ScalarKind::F16, 1) + 0.25);
   (*problem)->check(wrong, result);
   CHECK_FALSE(result.passed);
   CHECK(result.detail.find("token 0, head 0, dim 1") != std::string::npos);
-  std::vector<compiler::KernelProblem::Buffer> gap = after;
+  std::vector<validation::KernelProblem::Buffer> gap = after;
   pd::setFloat(gap[0].bytes, ScalarKind::F16, 64, 0.0);  // right after head 0's row of token 0
   (*problem)->check(gap, result);
   CHECK_FALSE(result.passed);
   CHECK(result.detail == "the kernel wrote the gap at element 64 of token 0's output rows");
-  std::vector<compiler::KernelProblem::Buffer> lse = after;
+  std::vector<validation::KernelProblem::Buffer> lse = after;
   pd::setFloat(lse[4].bytes, ScalarKind::F32, 0, pd::getFloat(lse[4].bytes, ScalarKind::F32, 0) + 1e-3);
   (*problem)->check(lse, result);
   CHECK_FALSE(result.passed);
@@ -291,7 +295,7 @@ TEST_CASE("reduce_segments: the shipped specs pass on the interpreter and throug
       auto kernel = compiler::buildVariantKernel(variant);
       REQUIRE(kernel.isOk());
       CHECK((*kernel)->name() == variant.name);
-      checkResult(compiler::runVariantInterpreted(variant, spec->shape), variant.name + " on " + spec->shape.str());
+      checkResult(validation::runVariantInterpreted(variant, spec->shape), variant.name + " on " + spec->shape.str());
     }
   }
 }
@@ -330,7 +334,7 @@ TEST_CASE("reduce_segments: ptxas assembles the shipped specs for sm_80 and sm_9
 
 TEST_CASE("GPU reduce_segments across dtypes head sizes and segment counts", "[gpu][reduce_segments]") {
   if (!attnjit::tests::gpuPresent()) return;
-  AttentionShape large;
+  BatchShape large;
   large.queryLens = {37, 1, 130, 5, 300};
   large.contextLens = {0, 0, 0, 0, 0};
   large.seed = 17;
@@ -344,7 +348,7 @@ TEST_CASE("GPU reduce_segments across dtypes head sizes and segment counts", "[g
         config.outputLse = numSegments != 3;
         config.lseTokenStride = headSize == 512 && config.outputLse;
         large.numPartials = numSegments;
-        auto result = compiler::runReduceSegmentsGpu(config, large, {});
+        auto result = validation::runReduceSegmentsGpu(config, large, {});
         INFO(config.kernelName() << " with " << numSegments << " segments");
         INFO((result.isOk() ? result->check.detail : result.diagnostic().str()));
         REQUIRE(result.isOk());

@@ -342,8 +342,7 @@ TEST_CASE("parsing keeps locations, doc lines, attribute kinds and region struct
       "\n"
       "// first doc line\n"
       "//\n"
-      "kernel @k(%p: ptr<global, f32>, %n: i32) attributes {tag = \"two words\", kind = fast, perm = [1, 0], t = "
-      "tile<4xf32>, s = f32} {\n"
+      "kernel @k(%p: ptr<global, f32>, %n: i32) attributes {num_warps = 2} {\n"
       "  %c = cmp %n, %n {pred = eq} : i1\n"
       "  if %c {\n"
       "    %v = constant {value = 1.0} : f32  // trailing comments are dropped\n"
@@ -360,21 +359,39 @@ TEST_CASE("parsing keeps locations, doc lines, attribute kinds and region struct
   CHECK(k.location().line == 5);
   CHECK(k.location().col == 1);
   CHECK(k.location().file == "k.tir");
-  CHECK(k.attrs().getString("tag") == "two words");
-  CHECK(k.attrs().getString("kind") == "fast");
-  CHECK(k.attrs().getInts("perm") == std::vector<int64_t>{1, 0});
-  CHECK(k.attrs().getType("t") == Type::tile({4}, kF32));
-  CHECK(k.attrs().getString("s") == "f32");  // a bare scalar name is a string
+  CHECK(k.attrs().getInt("num_warps") == 2);
+  const Operation& cmpOp = *k.body().operations()[0];
+  CHECK(cmpOp.attrs().getString("pred") == "eq");  // an identifier value is a string
   const Operation& ifOp = *k.body().operations()[1];
   CHECK(ifOp.location().line == 7);
   CHECK(ifOp.location().col == 3);
   REQUIRE(ifOp.numRegions() == 2);
   CHECK(ifOp.region(0)->size() == 3);
+  CHECK(ifOp.region(0)->operations()[0]->attrs().getFloat("value") == 1.0);
   REQUIRE(ifOp.region(1)->size() == 1);  // the absent else yields nothing
   CHECK(ifOp.region(1)->back()->opcode() == Opcode::Yield);
   CHECK(ifOp.region(1)->back()->numOperands() == 0);
   CHECK(ifOp.region(0)->operations()[0]->location().line == 8);
   CHECK(ifOp.region(0)->operations()[0]->location().col == 10);
+}
+
+TEST_CASE("kernel attributes are the declared switches, with values in range", "[tir]") {
+  auto errorOf = [](const std::string& attributes) {
+    auto parsed = parseModule("kernel @k(%p: ptr<global, f32>) attributes {" + attributes + "} {\n  return\n}\n",
+                              "k.tir");
+    return parsed.isOk() ? std::string("accepted") : parsed.diagnostic().str();
+  };
+  // Every attribute value kind still parses; a kernel takes only the switches of
+  // ir/KernelAttributes.def, as integers.
+  CHECK(errorOf("tag = \"two words\", kind = fast, perm = [1, 0], t = tile<4xf32>, s = f32") ==
+        "k.tir:1:1: error: kernel 'k': unknown kernel attribute 'tag' (known: num_warps, num_stages, "
+        "prefetch_indices, async_copy, sink_slot_reads, shared_invariant_operands, thread_major_operands, "
+        "remove_redundant_sync)");
+  CHECK(errorOf("sink_slot_reads = 2") == "k.tir:1:1: error: kernel 'k': sink_slot_reads must be 0 or 1, got 2");
+  CHECK(errorOf("num_stages = 0") == "k.tir:1:1: error: kernel 'k': num_stages must be an integer in 1..8, got 0");
+  CHECK(errorOf("async_copy = fast") == "k.tir:1:1: error: kernel 'k': async_copy must be 0 or 1, got fast");
+  CHECK(errorOf("num_warps = 8, num_stages = 2, prefetch_indices = 1, async_copy = 0, sink_slot_reads = 0, "
+                "shared_invariant_operands = 1, thread_major_operands = 0, remove_redundant_sync = 0") == "accepted");
 }
 
 TEST_CASE("printOperation prints one op with its regions", "[tir]") {

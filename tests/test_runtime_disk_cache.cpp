@@ -17,7 +17,7 @@
 
 #include "runtime/DiskCache.h"
 #include "runtime/Sha256.h"
-#include "test_runtime_support.h"
+#include "test_runtime_fixtures.h"
 
 using namespace attnjit::runtime;
 using attnjit::runtime::testing::readFileBytes;

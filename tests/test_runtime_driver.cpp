@@ -11,6 +11,8 @@
 #include "runtime/DriverInternal.h"
 #include "runtime/Module.h"
 
+namespace support = attnjit::support;
+
 using namespace attnjit::runtime;
 
 namespace {
@@ -31,7 +33,7 @@ bool systemHasLibcuda() {
 }  // namespace
 
 TEST_CASE("a missing driver library is reported with the loader's reason", "[runtime]") {
-  Status status = probeDriverLibrary("libattnjit-no-such-driver.so.1");
+  support::Status status = probeDriverLibrary("libattnjit-no-such-driver.so.1");
   REQUIRE_FALSE(status.isOk());
   const std::string message = status.message();
   CHECK(startsWith(message,
@@ -41,7 +43,7 @@ TEST_CASE("a missing driver library is reported with the loader's reason", "[run
 }
 
 TEST_CASE("without libcuda every runtime entry point returns the driver status", "[runtime]") {
-  Status status = driverStatus();
+  support::Status status = driverStatus();
   if (systemHasLibcuda()) {
     // A GPU machine: the driver must load (a machine with the library but no device reports
     // that through cuInit, which is still a clear Status rather than a crash).

@@ -13,7 +13,9 @@
 #include "runtime/KernelCache.h"
 #include "runtime/Module.h"
 #include "runtime/Stream.h"
-#include "test_runtime_support.h"
+#include "test_runtime_fixtures.h"
+
+namespace support = attnjit::support;
 
 using namespace attnjit::runtime;
 using attnjit::runtime::testing::gpuAvailable;
@@ -130,7 +132,7 @@ void checkVectorAdd(const Function& function, unsigned n, StreamHandle stream) {
   config.block = {128, 1, 1};
   config.grid = {(n + 127) / 128, 1, 1};
   config.stream = stream;
-  Status launched = function.launch(config, params);
+  support::Status launched = function.launch(config, params);
   INFO(launched.message());
   REQUIRE(launched.isOk());
   REQUIRE(synchronizeStream(stream).isOk());
@@ -286,7 +288,7 @@ TEST_CASE("gpu: launches above 48 KiB of dynamic shared memory opt in first", "[
   LaunchConfig config;
   config.block = {threads, 1, 1};
   config.dynamicSharedBytes = dynamicBytes;
-  Status launched = function->launch(config, params);
+  support::Status launched = function->launch(config, params);
   INFO(launched.message());
   REQUIRE(launched.isOk());
   REQUIRE(synchronizeContext().isOk());
@@ -298,7 +300,7 @@ TEST_CASE("gpu: launches above 48 KiB of dynamic shared memory opt in first", "[
 
   // More than the device allows is an error from the driver, not a crash.
   config.dynamicSharedBytes = dynamicBytes + 1024;
-  Status tooMuch = function->launch(config, params);
+  support::Status tooMuch = function->launch(config, params);
   REQUIRE_FALSE(tooMuch.isOk());
   CHECK_THAT(tooMuch.message(), Catch::Contains("swap_neighbours_in_shared"));
   config.block = {0, 1, 1};
@@ -314,7 +316,7 @@ TEST_CASE("gpu: the kernel cache compiles once, then serves from memory and disk
     CompiledKernel kernel;
     kernel.entryName = "vector_add";
     kernel.ptx = kVectorAddPtx;
-    return Expected<CompiledKernel>(kernel);
+    return support::Expected<CompiledKernel>(kernel);
   };
   {
     KernelCache cache(makeDriverKernelLoader(), DiskCache(temp.path()), /*bypassLookups=*/false);

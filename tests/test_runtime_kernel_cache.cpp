@@ -19,17 +19,18 @@
 #include <vector>
 
 #include "codegen/Codegen.h"
-#include "compiler/Jit.h"
-#include "compiler/KernelFamily.h"
+#include "compiler/driver/Jit.h"
+#include "compiler/spec/VariantKernel.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Sha256.h"
-#include "test_runtime_support.h"
+#include "test_runtime_fixtures.h"
 
 // libattnjit.so's version (cmake/SharedLibrary.cmake).
 extern "C" const char* attnjit_version();
 
 using namespace attnjit::runtime;
-using attnjit::ir::Status;
+using attnjit::support::Status;
+namespace support = attnjit::support;
 using attnjit::runtime::testing::TempDirectory;
 namespace fs = std::filesystem;
 
@@ -37,7 +38,7 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-Status fakeError(const std::string& message) { return Status::error({"fake", 0, 0}, message); }
+support::Status fakeError(const std::string& message) { return support::Status::error({"fake", 0, 0}, message); }
 
 // Stands in for the driver: "links" PTX by prefixing it, "loads" any cubin that does not
 // start with "BAD", and counts everything.
@@ -53,18 +54,18 @@ class FakeLoader final : public KernelLoader {
 
   explicit FakeLoader(std::shared_ptr<Counters> counters) : counters_(std::move(counters)) {}
 
-  Expected<ContextHandle> currentContext() override {
+  support::Expected<ContextHandle> currentContext() override {
     return reinterpret_cast<ContextHandle>(counters_->context.load());
   }
 
-  Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) override {
+  support::Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) override {
     ++counters_->links;
     if (contains(ptx, "syntax error")) return fakeError(ptxName + ": ptxas: syntax error");
     std::string cubin = "CUBIN:" + ptx;
     return std::vector<std::uint8_t>(cubin.begin(), cubin.end());
   }
 
-  Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) override {
+  support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) override {
     ++counters_->loads;
     if (std::string(cubin.begin(), cubin.end()).rfind("BAD", 0) == 0) return fakeError("invalid image");
     auto counters = counters_;
@@ -133,7 +134,7 @@ TEST_CASE("kernel cache: 16 threads asking for one key compile it once", "[runti
   for (int i = 0; i < 16; ++i) {
     threads.emplace_back([&, i] {
       gate.wait();
-      auto kernel = cache->getOrCompile("same key", [&]() -> Expected<CompiledKernel> {
+      auto kernel = cache->getOrCompile("same key", [&]() -> support::Expected<CompiledKernel> {
         ++compiles;
         // Long enough for every other thread to arrive while this compile is in flight.
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -168,9 +169,9 @@ TEST_CASE("kernel cache: different keys compile independently and concurrently",
   std::mutex mutex;
   std::condition_variable changed;
   bool secondStarted = false;
-  Status firstWaitResult = Status::ok();
+  support::Status firstWaitResult = support::Status::ok();
   std::thread first([&] {
-    auto kernel = cache->getOrCompile("key A", [&]() -> Expected<CompiledKernel> {
+    auto kernel = cache->getOrCompile("key A", [&]() -> support::Expected<CompiledKernel> {
       std::unique_lock<std::mutex> lock(mutex);
       if (!changed.wait_for(lock, std::chrono::seconds(10), [&] { return secondStarted; })) {
         return fakeError("key B never started compiling");
@@ -180,7 +181,7 @@ TEST_CASE("kernel cache: different keys compile independently and concurrently",
     firstWaitResult = kernel.status();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  auto second = cache->getOrCompile("key B", [&]() -> Expected<CompiledKernel> {
+  auto second = cache->getOrCompile("key B", [&]() -> support::Expected<CompiledKernel> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       secondStarted = true;
@@ -199,7 +200,7 @@ TEST_CASE("kernel cache: different keys compile independently and concurrently",
   std::vector<std::string> names(8);
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
-      auto kernel = cache->getOrCompile("key " + std::to_string(i), [i] { return Expected<CompiledKernel>(ptxKernel("k" + std::to_string(i))); });
+      auto kernel = cache->getOrCompile("key " + std::to_string(i), [i] { return support::Expected<CompiledKernel>(ptxKernel("k" + std::to_string(i))); });
       if (kernel) names[i] = (*kernel)->function.name();
     });
   }
@@ -218,7 +219,7 @@ TEST_CASE("kernel cache: a failed compile reaches every waiter and is retried la
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
       gate.wait();
-      auto kernel = cache->getOrCompile("failing", [&]() -> Expected<CompiledKernel> {
+      auto kernel = cache->getOrCompile("failing", [&]() -> support::Expected<CompiledKernel> {
         ++compiles;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         return fakeError("unsupported head size 7");
@@ -234,7 +235,7 @@ TEST_CASE("kernel cache: a failed compile reaches every waiter and is retried la
 
   auto retried = cache->getOrCompile("failing", [&] {
     ++compiles;
-    return Expected<CompiledKernel>(ptxKernel("fixed"));
+    return support::Expected<CompiledKernel>(ptxKernel("fixed"));
   });
   REQUIRE(retried.isOk());
   CHECK(compiles == 2);
@@ -244,24 +245,24 @@ TEST_CASE("kernel cache: a failed compile reaches every waiter and is retried la
   auto badPtx = cache->getOrCompile("bad ptx", [] {
     CompiledKernel kernel = ptxKernel("broken");
     kernel.ptx = "syntax error";
-    return Expected<CompiledKernel>(kernel);
+    return support::Expected<CompiledKernel>(kernel);
   });
   REQUIRE_FALSE(badPtx.isOk());
   CHECK(badPtx.status().message() == "fake: error: broken.ptx: ptxas: syntax error");
-  auto throwing = cache->getOrCompile("throws", []() -> Expected<CompiledKernel> { throw std::runtime_error("bad alloc"); });
+  auto throwing = cache->getOrCompile("throws", []() -> support::Expected<CompiledKernel> { throw std::runtime_error("bad alloc"); });
   REQUIRE_FALSE(throwing.isOk());
   CHECK(contains(throwing.status().message(), "kernel compile for key 'throws' threw: bad alloc"));
-  auto unnamed = cache->getOrCompile("unnamed", [] { return Expected<CompiledKernel>(ptxKernel("")); });
+  auto unnamed = cache->getOrCompile("unnamed", [] { return support::Expected<CompiledKernel>(ptxKernel("")); });
   REQUIRE_FALSE(unnamed.isOk());
   CHECK(contains(unnamed.status().message(), "named no entry point"));
-  CHECK(cache->getOrCompile("throws", [] { return Expected<CompiledKernel>(ptxKernel("ok")); }).isOk());
+  CHECK(cache->getOrCompile("throws", [] { return support::Expected<CompiledKernel>(ptxKernel("ok")); }).isOk());
 }
 
 TEST_CASE("kernel cache: a second process finds the kernel on disk", "[runtime]") {
   Fixture fixture;
   {
     auto cache = fixture.makeCache();
-    auto kernel = cache->getOrCompile("persist", [] { return Expected<CompiledKernel>(ptxKernel("decode")); });
+    auto kernel = cache->getOrCompile("persist", [] { return support::Expected<CompiledKernel>(ptxKernel("decode")); });
     REQUIRE(kernel.isOk());
     CHECK(fixture.counters->links == 1);
   }
@@ -270,7 +271,7 @@ TEST_CASE("kernel cache: a second process finds the kernel on disk", "[runtime]"
   int compiles = 0;
   auto kernel = cache->getOrCompile("persist", [&] {
     ++compiles;
-    return Expected<CompiledKernel>(ptxKernel("decode"));
+    return support::Expected<CompiledKernel>(ptxKernel("decode"));
   });
   REQUIRE(kernel.isOk());
   CHECK(compiles == 0);
@@ -286,7 +287,7 @@ TEST_CASE("kernel cache: a second process finds the kernel on disk", "[runtime]"
   auto withCubin = cache->getOrCompile("prebuilt", [] {
     CompiledKernel prebuilt = ptxKernel("prebuilt");
     prebuilt.cubin = {'E', 'L', 'F'};
-    return Expected<CompiledKernel>(prebuilt);
+    return support::Expected<CompiledKernel>(prebuilt);
   });
   REQUIRE(withCubin.isOk());
   CHECK(fixture.counters->links == 1);
@@ -300,7 +301,7 @@ TEST_CASE("kernel cache: a damaged or unloadable disk entry is recompiled and re
   std::vector<std::string> logs;
   {
     auto cache = fixture.makeCache();
-    REQUIRE(cache->getOrCompile("damaged", [] { return Expected<CompiledKernel>(ptxKernel("k")); }).isOk());
+    REQUIRE(cache->getOrCompile("damaged", [] { return support::Expected<CompiledKernel>(ptxKernel("k")); }).isOk());
   }
   DiskCache disk(fixture.temp.path());
   const fs::path entry = disk.entryPath("damaged");
@@ -311,7 +312,7 @@ TEST_CASE("kernel cache: a damaged or unloadable disk entry is recompiled and re
   int compiles = 0;
   auto compile = [&] {
     ++compiles;
-    return Expected<CompiledKernel>(ptxKernel("k"));
+    return support::Expected<CompiledKernel>(ptxKernel("k"));
   };
   REQUIRE(cache->getOrCompile("damaged", compile).isOk());
   CHECK(compiles == 1);
@@ -334,9 +335,9 @@ TEST_CASE("kernel cache: a damaged or unloadable disk entry is recompiled and re
 TEST_CASE("kernel cache: kernels are cached per context", "[runtime]") {
   Fixture fixture;
   auto cache = fixture.makeCache();
-  auto first = cache->getOrCompile("ctx", [] { return Expected<CompiledKernel>(ptxKernel("k")); });
+  auto first = cache->getOrCompile("ctx", [] { return support::Expected<CompiledKernel>(ptxKernel("k")); });
   fixture.counters->context = 0x2000;
-  auto second = cache->getOrCompile("ctx", [] { return Expected<CompiledKernel>(ptxKernel("k")); });
+  auto second = cache->getOrCompile("ctx", [] { return support::Expected<CompiledKernel>(ptxKernel("k")); });
   REQUIRE(first.isOk());
   REQUIRE(second.isOk());
   // The second context loads its own module (from the disk entry the first one wrote).
@@ -344,7 +345,7 @@ TEST_CASE("kernel cache: kernels are cached per context", "[runtime]") {
   CHECK(fixture.counters->loads == 2);
   CHECK((*second)->origin == LoadedKernel::Origin::DiskCache);
   fixture.counters->context = 0x1000;
-  auto again = cache->getOrCompile("ctx", [] { return Expected<CompiledKernel>(ptxKernel("k")); });
+  auto again = cache->getOrCompile("ctx", [] { return support::Expected<CompiledKernel>(ptxKernel("k")); });
   REQUIRE(again.isOk());
   CHECK(again->get() == first->get());
 }
@@ -352,12 +353,12 @@ TEST_CASE("kernel cache: kernels are cached per context", "[runtime]") {
 TEST_CASE("kernel cache: modules unload when neither the cache nor a caller holds them", "[runtime]") {
   Fixture fixture;
   auto cache = fixture.makeCache();
-  auto kernel = cache->getOrCompile("lifetime", [] { return Expected<CompiledKernel>(ptxKernel("k")); });
+  auto kernel = cache->getOrCompile("lifetime", [] { return support::Expected<CompiledKernel>(ptxKernel("k")); });
   REQUIRE(kernel.isOk());
   CHECK(fixture.counters->liveModules == 1);
   cache->clearMemory();
   CHECK(fixture.counters->liveModules == 1);  // the caller still holds it
-  kernel = Expected<std::shared_ptr<const LoadedKernel>>(Status::error({}, "dropped"));
+  kernel = support::Expected<std::shared_ptr<const LoadedKernel>>(support::Status::error({}, "dropped"));
   CHECK(fixture.counters->liveModules == 0);
 }
 
@@ -367,7 +368,7 @@ TEST_CASE("kernel cache: bypass (ATTNJIT_CACHE_DISABLE) compiles every time and 
   int compiles = 0;
   auto compile = [&] {
     ++compiles;
-    return Expected<CompiledKernel>(ptxKernel("k"));
+    return support::Expected<CompiledKernel>(ptxKernel("k"));
   };
   REQUIRE(cache->getOrCompile("bypassed", compile).isOk());
   REQUIRE(cache->getOrCompile("bypassed", compile).isOk());
@@ -397,7 +398,7 @@ TEST_CASE("kernel cache: 32 threads asking for a mix of 50 kernels compile each 
       gate.wait();
       for (int key : order) {
         const std::string name = "kernel_" + std::to_string(key);
-        auto kernel = cache->getOrCompile("mix " + std::to_string(key), [&, key, name]() -> Expected<CompiledKernel> {
+        auto kernel = cache->getOrCompile("mix " + std::to_string(key), [&, key, name]() -> support::Expected<CompiledKernel> {
           ++compiles[key];
           // Compiles take a while, so requests for a key pile up behind its compile.
           std::this_thread::sleep_for(std::chrono::microseconds(500 + 97 * key));
@@ -473,7 +474,7 @@ int shareCacheFolder(const fs::path& folder, int process) {
         for (int key : order) {
           auto kernel = cache.getOrCompile(sharedKey(key), [&, key] {
             ++compiles[key];
-            return Expected<CompiledKernel>(sharedKernel(key));
+            return support::Expected<CompiledKernel>(sharedKernel(key));
           });
           if (!kernel) {
             report(1);
@@ -546,7 +547,7 @@ TEST_CASE("kernel cache: a driver update never loads an entry the old driver wro
   int compiles = 0;
   auto compile = [&] {
     ++compiles;
-    return Expected<CompiledKernel>(ptxKernel("k"));
+    return support::Expected<CompiledKernel>(ptxKernel("k"));
   };
   fixture.counters->toolchain = "cuda-driver 12080";
   REQUIRE(fixture.makeCache()->getOrCompile("versioned", compile).isOk());
@@ -762,7 +763,7 @@ TEST_CASE("kernel cache: an unusable cache folder leaves launches working, in me
     for (const char* key : {"first", "second"}) {
       auto kernel = cache.getOrCompile(key, [&] {
         ++compiles;
-        return Expected<CompiledKernel>(ptxKernel(key));
+        return support::Expected<CompiledKernel>(ptxKernel(key));
       });
       REQUIRE(kernel.isOk());
       CHECK((*kernel)->function.name() == key);

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/Spec.h"
+#include "compiler/spec/Spec.h"
 #include "test_paths.h"
 
 using attnjit::compiler::loadSpecFile;
@@ -49,13 +49,13 @@ Spec loadShipped(const std::string& name) {
 
 TEST_CASE("spec: the decode spec expands to bf16 and f16 GQA decode variants", "[spec]") {
   Spec spec = loadShipped("unified_attention_decode.yaml");
-  CHECK(spec.family == "unified_attention");
+  CHECK(spec.family == attnjit::compiler::Family::UnifiedAttention);
   CHECK(spec.target == "sm_90a");
   REQUIRE(spec.variants.size() == 2);
   CHECK(spec.variants[0].attention.dtype == ScalarKind::BF16);
   CHECK(spec.variants[1].attention.dtype == ScalarKind::F16);
   for (const auto& v : spec.variants) {
-    CHECK(v.family == "unified_attention");
+    CHECK(v.family == attnjit::compiler::Family::UnifiedAttention);
     CHECK(v.attention.numQueryHeads == 32);
     CHECK(v.attention.numKvHeads == 8);
     CHECK(v.attention.headSize == 128);
@@ -321,7 +321,7 @@ TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[s
   REQUIRE(spec.isOk());
   REQUIRE(spec->variants.size() == 8);
   const auto& first = spec->variants[0];
-  CHECK(first.family == "reduce_segments");
+  CHECK(first.family == attnjit::compiler::Family::ReduceSegments);
   CHECK(first.name == "reduce_segments_f32_h32_d96_lse_w8");
   CHECK(first.reduceSegments.numWarps == 8);
   CHECK(first.location.line == 2);
@@ -337,7 +337,7 @@ TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[s
 
   for (const char* file : {"reduce_segments.yaml", "reduce_segments_mla.yaml"}) {
     const Spec shipped = loadShipped(file);
-    CHECK(shipped.family == "reduce_segments");
+    CHECK(shipped.family == attnjit::compiler::Family::ReduceSegments);
     CHECK(shipped.variants.size() >= 2);
   }
   CHECK(loadShipped("reduce_segments.yaml").variants.size() == 6);

@@ -9,6 +9,8 @@
 #include "ir/Builder.h"
 #include "ir/Verifier.h"
 
+namespace support = attnjit::support;
+
 using namespace attnjit::ir;
 
 namespace {
@@ -28,7 +30,7 @@ constexpr ScalarKind kBF16 = ScalarKind::BF16;
 constexpr ScalarKind kF32 = ScalarKind::F32;
 
 // The message of a failed status without its location, or "<ok>".
-std::string errorOf(const Status& s) { return s.isOk() ? "<ok>" : s.diagnostic().message; }
+std::string errorOf(const support::Status& s) { return s.isOk() ? "<ok>" : s.diagnostic().message; }
 
 Attributes attrs(std::vector<std::pair<std::string, AttrValue>> entries) {
   Attributes a;
@@ -759,7 +761,7 @@ TEST_CASE("verifier checks terminator placement", "[verifier]") {
     REQUIRE(errorOf(b.finish()) == "<ok>");
     Operation* forOp = f.kernel.body().operations().at(2).get();
     REQUIRE(forOp->opcode() == Opcode::For);
-    auto stray = std::make_unique<Operation>(Opcode::Constant, Location{});
+    auto stray = std::make_unique<Operation>(Opcode::Constant, support::Location{});
     stray->addResult(scalar(kI32));
     stray->attrs().set("value", int64_t{1});
     forOp->region(0)->append(std::move(stray));
@@ -840,7 +842,7 @@ TEST_CASE("verifier checks dominance", "[verifier]") {
 // Kernels and modules
 
 TEST_CASE("verifier checks kernel signatures and attributes", "[verifier]") {
-  Kernel kernel("k", Location{"model.tir", 4, 1});
+  Kernel kernel("k", support::Location{"model.tir", 4, 1});
   Builder b(kernel);
 
   SECTION("tile parameter") {
@@ -882,7 +884,7 @@ TEST_CASE("verifier checks kernel signatures and attributes", "[verifier]") {
 TEST_CASE("verifier checks modules", "[verifier]") {
   Module module;
   auto addKernel = [&](const std::string& name, int line) {
-    Kernel* k = module.addKernel(std::make_unique<Kernel>(name, Location{"m.tir", line, 1}));
+    Kernel* k = module.addKernel(std::make_unique<Kernel>(name, support::Location{"m.tir", line, 1}));
     Builder b(*k);
     b.store(k->addParameter(ptr(kF32), "out"), b.f32(1.0));
     REQUIRE(errorOf(b.finish()) == "<ok>");
@@ -894,7 +896,7 @@ TEST_CASE("verifier checks modules", "[verifier]") {
 
   SECTION("duplicate kernel names") {
     addKernel("first", 9);
-    Status s = verifyModule(module);
+    support::Status s = verifyModule(module);
     CHECK(s.message() == "m.tir:9:1: error: kernel 'first' is defined more than once");
   }
   SECTION("an invalid kernel fails the module") {
@@ -910,9 +912,9 @@ TEST_CASE("verifier checks modules", "[verifier]") {
 TEST_CASE("builder keeps the first verifier error, located at its op", "[verifier]") {
   Fixture f;
   Builder& b = f.b;
-  b.setLocation(Location{"attn.tir", 7, 3});
+  b.setLocation(support::Location{"attn.tir", 7, 3});
   b.programId(5);
-  b.setLocation(Location{"attn.tir", 8, 3});
+  b.setLocation(support::Location{"attn.tir", 8, 3});
   b.add(f.x, f.x);  // a second, later error
   CHECK(b.status().message() == "attn.tir:7:3: error: 'program_id': grid axis must be 0, 1 or 2, got 5");
   // finish() reports the recorded error even though the kernel check itself would

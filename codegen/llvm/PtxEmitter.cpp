@@ -46,13 +46,13 @@ void initializeNvptxOnce() {
 }
 }  // namespace
 
-ir::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(const TargetInfo& target,
+support::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(const TargetInfo& target,
                                                                             int ptxVersion) {
   initializeNvptxOnce();
   llvm::Triple triple("nvptx64-nvidia-cuda");
   std::string error;
   const llvm::Target* llvmTarget = llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!llvmTarget) return ir::Diagnostic{{}, "LLVM has no NVPTX target: " + error};
+  if (!llvmTarget) return support::Diagnostic{{}, "LLVM has no NVPTX target: " + error};
   llvm::TargetOptions options;
   options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
   // The backend at its default level, not Aggressive. At Aggressive NVPTX's IR
@@ -65,7 +65,7 @@ ir::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(cons
   std::unique_ptr<llvm::TargetMachine> tm(llvmTarget->createTargetMachine(
       triple, target.name, ptxFeature(ptxVersion), options, llvm::Reloc::PIC_, std::nullopt,
       llvm::CodeGenOptLevel::Default));
-  if (!tm) return ir::Diagnostic{{}, "LLVM could not create a TargetMachine for " + target.name};
+  if (!tm) return support::Diagnostic{{}, "LLVM could not create a TargetMachine for " + target.name};
   return tm;
 }
 
@@ -145,7 +145,7 @@ class ScopedPassGate {
 
 }  // namespace
 
-ir::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
+support::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -160,14 +160,14 @@ ir::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPip
   if (pipeline == LlvmPipeline::O3) {
     mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
   } else if (llvm::Error error = pb.parsePassPipeline(mpm, kFastPipeline)) {
-    return ir::Status::error({}, "internal: LLVM rejects the fast pipeline '" + std::string(kFastPipeline) +
+    return support::Status::error({}, "internal: LLVM rejects the fast pipeline '" + std::string(kFastPipeline) +
                                      "': " + llvm::toString(std::move(error)));
   }
   mpm.run(module, mam);
-  return ir::Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
+support::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
   // "slsr": StraightLineStrengthReduce asks ScalarEvolution whether it may reuse
   // each candidate, which scans the rest of the block: quadratic in our blocks of
   // thousands of unrolled instructions (a quarter to 40% of emission on the
@@ -186,7 +186,7 @@ ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm,
   llvm::raw_svector_ostream stream(buffer);
   llvm::legacy::PassManager pm;
   if (tm.addPassesToEmitFile(pm, stream, nullptr, llvm::CodeGenFileType::AssemblyFile))
-    return ir::Diagnostic{{}, "the NVPTX backend cannot emit assembly for this module"};
+    return support::Diagnostic{{}, "the NVPTX backend cannot emit assembly for this module"};
   pm.run(module);
   return std::string(buffer.str());
 }
@@ -200,12 +200,12 @@ std::string printModule(const llvm::Module& module) {
   return text;
 }
 
-ir::Status verifyLlvmModule(const llvm::Module& module) {
+support::Status verifyLlvmModule(const llvm::Module& module) {
   std::string text;
   llvm::raw_string_ostream stream(text);
   if (llvm::verifyModule(module, &stream))
-    return ir::Status::error({}, "internal: generated LLVM IR is invalid: " + text);
-  return ir::Status::ok();
+    return support::Status::error({}, "internal: generated LLVM IR is invalid: " + text);
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::codegen

@@ -18,7 +18,7 @@ namespace attnjit::codegen {
 
 // A TargetMachine for nvptx64-nvidia-cuda, CPU = target.name, features = +ptxNN,
 // aggressive optimization, FMA contraction allowed (what CUDA does by default).
-ir::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(const TargetInfo& target,
+support::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine(const TargetInfo& target,
                                                                             int ptxVersion);
 
 // Sets the module's triple and data layout for `tm`.
@@ -28,15 +28,15 @@ void prepareModule(llvm::Module& module, llvm::TargetMachine& tm);
 // (NVVMReflect and NVVMIntrRange come from the TargetMachine's callbacks; they are
 // not added again). Fast: kFastPipeline in PtxEmitter.cpp. A failure is a compiler
 // bug report.
-ir::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline);
+support::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline);
 
 // Emits PTX (legacy pass manager: the MC layer still needs it). The module must
 // have been prepared for `tm`. Fast leaves out the backend's straight-line
 // strength reduction and n-ary reassociation (see LlvmPipeline).
-ir::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline);
+support::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline);
 
 // Textual LLVM IR, and a verifier run whose failure is a compiler bug report.
 std::string printModule(const llvm::Module& module);
-ir::Status verifyLlvmModule(const llvm::Module& module);
+support::Status verifyLlvmModule(const llvm::Module& module);
 
 }  // namespace attnjit::codegen

@@ -207,7 +207,7 @@ llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Val
 }  // namespace
 
 void planAsyncCopies(LoweringContext& ctx) {
-  if (attributeIsOff(ctx.kernel, "async_copy")) return;
+  if (!ir::kernelFlag(ctx.kernel, ir::KernelAttribute::AsyncCopy)) return;
   if (!ctx.target.hasCpAsync || !ctx.allowAsyncCopy) return;
   Uses uses;
   collectUses(ctx.kernel.body(), uses);

@@ -22,13 +22,13 @@ using namespace ir;
 
 LoweringContext::LoweringContext(llvm::LLVMContext& context, llvm::Module& m, const Kernel& k,
                                  const TargetInfo& t)
-    : llvm(context), module(m), b(context), kernel(k), target(t), numWarps(k.numWarps()) {}
+    : llvm(context), module(m), b(context), kernel(k), target(t), numWarps(static_cast<int>(ir::kernelAttribute(k, ir::KernelAttribute::NumWarps))) {}
 
 LoweringContext::~LoweringContext() = default;
 
 void LoweringContext::unsupported(const Operation& op, const std::string& what) {
   if (status.isOk())
-    status = Status::error(op.location(), std::string("unsupported: '") + op.name() + "' " + what + " on " +
+    status = support::Status::error(op.location(), std::string("unsupported: '") + op.name() + "' " + what + " on " +
                                               target.name);
 }
 
@@ -298,7 +298,7 @@ namespace {
 
 // One compile; with cp.async buffers that, with the scratch area, would exceed the
 // target's shared memory, it stops after lowering and sets `asyncOverflow`.
-Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptions& options, bool allowAsyncCopy,
+support::Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptions& options, bool allowAsyncCopy,
                                         bool allowSharedOperands, bool& asyncOverflow) {
   asyncOverflow = false;
   using Clock = std::chrono::steady_clock;
@@ -355,20 +355,20 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
   result.kernelName = kernel.name();
   result.numThreads = numThreads;
   result.sharedMemoryBytes = static_cast<int>(ctx.asyncBufferBytes + ctx.sharedBytes);
-  if (Status s = verifyLlvmModule(module); !s) return s;
+  if (support::Status s = verifyLlvmModule(module); !s) return s;
   if (options.printLlvmIr) result.llvmIr = printModule(module);
   auto t1 = Clock::now();
   result.lowerMs = ms(t0, t1);
   if (options.optimize)
-    if (Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
+    if (support::Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
   eraseUnusedMatrixLoads(*ctx.function);
   // After LLVM's passes, whose CSE would merge the copies back.
   rematerializeLoopCrossingPredicates(*ctx.function);
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
   // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
-  if ((ctx.async || ctx.sharedOperands) && !attributeIsOff(kernel, "sink_slot_reads")) sinkSlotReads(*ctx.function);
+  if ((ctx.async || ctx.sharedOperands) && ir::kernelFlag(kernel, ir::KernelAttribute::SinkSlotReads)) sinkSlotReads(*ctx.function);
   // After sinking, which moves reads out from between barriers: see RedundantSync.cpp.
-  if (!attributeIsOff(kernel, "remove_redundant_sync")) removeRedundantSync(*ctx.function);
+  if (ir::kernelFlag(kernel, ir::KernelAttribute::RemoveRedundantSync)) removeRedundantSync(*ctx.function);
   if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);
   auto t2 = Clock::now();
   result.optimizeMs = ms(t1, t2);
@@ -382,7 +382,7 @@ Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptio
 
 }  // namespace
 
-Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
+support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
   bool asyncOverflow = false;
   auto result = generatePtxOnce(kernel, options, true, true, asyncOverflow);
   // The buffers of their own (cp.async slots, two per tile, and loop-invariant

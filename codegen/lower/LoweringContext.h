@@ -19,6 +19,7 @@
 #include "codegen/Target.h"
 #include "ir/AxisInfo.h"
 #include "ir/IR.h"
+#include "ir/KernelAttributes.h"
 #include "ir/LinearLayout.h"
 
 namespace attnjit::codegen {
@@ -73,7 +74,7 @@ class LoweringContext {
   std::unique_ptr<SharedOperandPlan> sharedOperands;
 
   // The first unsupported construct met; lowering continues but the result is discarded.
-  ir::Status status;
+  support::Status status;
   void unsupported(const ir::Operation& op, const std::string& what);
 
   // ---- values ----
@@ -117,20 +118,13 @@ class LoweringContext {
   llvm::GlobalVariable* shared_ = nullptr;
 };
 
-// Whether the kernel sets attribute `name` to 0: how a kernel turns off a
-// lowering choice that is on by default (async_copy, sink_slot_reads).
-inline bool attributeIsOff(const ir::Kernel& kernel, const char* name) {
-  const ir::AttrValue* value = kernel.attrs().find(name);
-  return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) == 0;
-}
-// Whether `attrs` set `name` to a nonzero integer: how a kernel turns on a
-// lowering choice that is off by default (shared_invariant_operands), or an op a
-// form of its own (div's approx).
+// Whether an op's `attrs` set `name` to a nonzero integer: how an op asks for a
+// form of its own (div's approx). Kernel switches go through
+// ir/KernelAttributes.h instead.
 inline bool attributeIsOn(const ir::Attributes& attrs, const char* name) {
   const ir::AttrValue* value = attrs.find(name);
   return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) != 0;
 }
-inline bool attributeIsOn(const ir::Kernel& kernel, const char* name) { return attributeIsOn(kernel.attrs(), name); }
 
 // The ops that use each value, in nested regions too (for the buffer plans).
 using UseMap = std::unordered_map<const ir::Value*, std::vector<const ir::Operation*>>;

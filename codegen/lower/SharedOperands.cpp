@@ -84,7 +84,7 @@ llvm::Value* bufferBase(LoweringContext& ctx, const SharedOperand& operand) {
 }  // namespace
 
 void planSharedOperands(LoweringContext& ctx) {
-  if (!attributeIsOn(ctx.kernel, "shared_invariant_operands")) return;
+  if (!ir::kernelFlag(ctx.kernel, ir::KernelAttribute::SharedInvariantOperands)) return;
   if (!ctx.allowSharedOperands || !ctx.target.hasMmaSync) return;
   UseMap uses;
   collectUses(ctx.kernel.body(), uses);

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 
-#include "compiler/NameSuggestion.h"
+#include "support/NameSuggestion.h"
 
 namespace attnjit::compiler::cli {
 namespace {
 
-ir::Diagnostic usageError(const std::string& command, const std::string& message) {
-  return ir::Diagnostic{ir::Location{"attnjit " + command, 0, 0}, message};
+support::Diagnostic usageError(const std::string& command, const std::string& message) {
+  return support::Diagnostic{support::Location{"attnjit " + command, 0, 0}, message};
 }
 
 }  // namespace
@@ -23,7 +23,7 @@ std::vector<std::string> ParsedArguments::values(const std::string& option) cons
   return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
-ir::Expected<ParsedArguments> parseArguments(const std::vector<std::string>& args,
+support::Expected<ParsedArguments> parseArguments(const std::vector<std::string>& args,
                                              const std::vector<OptionSpec>& options, const std::string& command) {
   ParsedArguments parsed;
   bool optionsEnded = false;
@@ -44,7 +44,7 @@ ir::Expected<ParsedArguments> parseArguments(const std::vector<std::string>& arg
       std::vector<std::string> known;
       for (const OptionSpec& o : options) known.push_back(o.name);
       std::string message = "unknown option '" + name + "'";
-      if (std::string s = closestName(name, known); !s.empty()) message += "; did you mean '" + s + "'?";
+      if (std::string s = support::closestName(name, known); !s.empty()) message += "; did you mean '" + s + "'?";
       return usageError(command, message + " (see 'attnjit " + command + " --help')");
     }
     if (parsed.has(name) && !spec->repeatable) return usageError(command, "option '" + name + "' is given twice");

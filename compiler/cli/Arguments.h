@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::compiler::cli {
 
@@ -39,7 +39,7 @@ class ParsedArguments {
 };
 
 // `command` names the subcommand in messages ("compile").
-ir::Expected<ParsedArguments> parseArguments(const std::vector<std::string>& args,
+support::Expected<ParsedArguments> parseArguments(const std::vector<std::string>& args,
                                              const std::vector<OptionSpec>& options, const std::string& command);
 
 // The options part of a command's --help, one aligned line per option.

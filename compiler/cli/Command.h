@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/Spec.h"
+#include "compiler/spec/Spec.h"
 #include "compiler/cli/Arguments.h"
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::compiler::cli {
 
@@ -38,23 +38,23 @@ Command aotCommand();
 Command planCommand();
 
 // Prints `d` to stderr as "file:line:col: error: message".
-void reportError(const ir::Diagnostic& d);
+void reportError(const support::Diagnostic& d);
 // Prints "attnjit <command>: error: message" to stderr.
 void reportUsageError(const std::string& command, const std::string& message);
 
 // The single input file of a command, or a usage error.
-ir::Expected<std::string> singleInput(const ParsedArguments& args, const std::string& command,
+support::Expected<std::string> singleInput(const ParsedArguments& args, const std::string& command,
                                       const std::string& what);
 // Loads a spec, refusing .tir files with a hint. Errors are reported by the caller.
-ir::Expected<Spec> loadSpecForCommand(const std::string& path, const std::string& command);
+support::Expected<Spec> loadSpecForCommand(const std::string& path, const std::string& command);
 // The variants a command works on: all, or the one --variant names.
-ir::Expected<std::vector<const Variant*>> selectVariants(const Spec& spec, const ParsedArguments& args,
+support::Expected<std::vector<const Variant*>> selectVariants(const Spec& spec, const ParsedArguments& args,
                                                          const std::string& command);
 // The spec's batch with the --shape assignments applied, validated.
-ir::Expected<AttentionShape> shapeFromArguments(const Spec& spec, const ParsedArguments& args,
+support::Expected<BatchShape> shapeFromArguments(const Spec& spec, const ParsedArguments& args,
                                                const std::string& command);
 // An error at the first variant that is not of family unified_attention, for
 // `what` (e.g. "bench --op") that works through the paged-attention op.
-ir::Status requireUnifiedAttention(const std::vector<const Variant*>& variants, const std::string& what);
+support::Status requireUnifiedAttention(const std::vector<const Variant*>& variants, const std::string& what);
 
 }  // namespace attnjit::compiler::cli

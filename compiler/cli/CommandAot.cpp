@@ -30,9 +30,9 @@
 
 #include "codegen/Codegen.h"
 #include "codegen/Target.h"
-#include "compiler/CompileDriver.h"
-#include "compiler/Jit.h"
-#include "compiler/KernelFamily.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/driver/Jit.h"
+#include "compiler/spec/VariantKernel.h"
 #include "compiler/cli/AotLaunchHeader.h"
 #include "compiler/cli/Command.h"
 #include "compiler/cli/CudaTools.h"
@@ -66,7 +66,7 @@ struct KernelSource {
 struct Job {
   std::size_t kernel = 0;
   std::size_t arch = 0;
-  std::optional<ir::Diagnostic> error;
+  std::optional<support::Diagnostic> error;
   bool internal = false;  // a compiler bug rather than bad input
   CompiledKernel compiled;
   std::string cacheKey;
@@ -78,12 +78,12 @@ struct Job {
   std::string grid;
 };
 
-ir::Diagnostic at(const std::string& where, std::string message) {
-  return ir::Diagnostic{ir::Location{where, 0, 0}, std::move(message)};
+support::Diagnostic at(const std::string& where, std::string message) {
+  return support::Diagnostic{support::Location{where, 0, 0}, std::move(message)};
 }
 
 // --arch=sm_80,sm_90a → the target table's entries, in order, without repeats.
-ir::Expected<std::vector<codegen::TargetInfo>> parseArchList(const std::string& list) {
+support::Expected<std::vector<codegen::TargetInfo>> parseArchList(const std::string& list) {
   const std::string where = "attnjit aot";
   if (list.empty()) return at(where, "--arch is required: the architectures to build for, e.g. --arch sm_80,sm_90a");
   std::vector<codegen::TargetInfo> targets;
@@ -106,7 +106,7 @@ ir::Expected<std::vector<codegen::TargetInfo>> parseArchList(const std::string& 
 
 // The signature of a built kernel in manifest terms; an error (a compiler bug) for a
 // parameter the manifest cannot describe.
-ir::Status describeKernel(const ir::Kernel& kernel, Job& job) {
+support::Status describeKernel(const ir::Kernel& kernel, Job& job) {
   for (std::size_t i = 0; i < kernel.numParameters(); ++i) {
     const ir::Type& type = kernel.parameter(i)->type();
     const ir::Attributes& attrs = kernel.parameterAttrs(i);
@@ -124,12 +124,12 @@ ir::Status describeKernel(const ir::Kernel& kernel, Job& job) {
     } else if (type.isScalar() && (parameter.dtype == "f32" || parameter.dtype == "f64")) {
       parameter.kind = runtime::BundleParameterKind::Float;
     } else {
-      return ir::Status::error(kernel.location(), "internal: kernel '" + kernel.name() + "' parameter " +
+      return support::Status::error(kernel.location(), "internal: kernel '" + kernel.name() + "' parameter " +
                                                       std::to_string(i) + " has type " + type.str() +
                                                       ", which a bundle cannot pass");
     }
     if (!runtime::isCIdentifier(parameter.name)) {
-      return ir::Status::error(kernel.location(), "internal: kernel '" + kernel.name() + "' parameter " +
+      return support::Status::error(kernel.location(), "internal: kernel '" + kernel.name() + "' parameter " +
                                                       std::to_string(i) + " is named '" + parameter.name +
                                                       "', not a C identifier");
     }
@@ -141,7 +141,7 @@ ir::Status describeKernel(const ir::Kernel& kernel, Job& job) {
     job.constexprs.emplace_back(constant.name, value);
   }
   for (const std::string& line : kernel.docLines()) job.grid += (job.grid.empty() ? "" : " ") + line;
-  return ir::Status::ok();
+  return support::Status::ok();
 }
 
 void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& target, int maxPtx,
@@ -149,17 +149,17 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   const Variant& variant = *source.variant;
   auto kernel = buildVariantKernel(variant);
   if (!kernel) {
-    job.error = ir::Diagnostic{variant.location, "cannot build variant '" + variant.name + "': " + kernel.diagnostic().message};
+    job.error = support::Diagnostic{variant.location, "cannot build variant '" + variant.name + "': " + kernel.diagnostic().message};
     return;
   }
-  if (ir::Status verified = ir::verifyKernel(**kernel); !verified) {
+  if (support::Status verified = ir::verifyKernel(**kernel); !verified) {
     job.internal = true;
     job.error = verified.diagnostic();
     job.error->message = "internal: the kernel builder produced invalid IR for '" + variant.name + "': " + job.error->message;
     return;
   }
   if (job.arch == 0) {
-    if (ir::Status described = describeKernel(**kernel, job); !described) {
+    if (support::Status described = describeKernel(**kernel, job); !described) {
       job.internal = true;
       job.error = described.diagnostic();
       return;
@@ -171,7 +171,7 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   options.keepLlvmIr = false;
   auto compiled = compileKernel(**kernel, options);
   if (!compiled) {
-    ir::Diagnostic d = compiled.diagnostic();
+    support::Diagnostic d = compiled.diagnostic();
     job.internal = d.message.rfind("internal", 0) == 0;
     if (d.loc.file.empty()) d.loc = variant.location;
     d.message = "cannot compile kernel '" + variant.name + "' for " + target.name + ": " + d.message;
@@ -182,7 +182,7 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   // Only the PTX and the launch facts are kept; the other stages are large.
   job.compiled.tir.clear();
   job.cacheKey = jitCacheKey(job.compiled, options);
-  // As compiler/Jit.cpp: hand-edited PTX is not visible in the IR, so it joins the key.
+  // As compiler/driver/Jit.cpp: hand-edited PTX is not visible in the IR, so it joins the key.
   if (job.compiled.wasOverridden("ptx")) {
     job.cacheKey += "\noverride ptx\n" + job.compiled.ptx;
   }
@@ -237,12 +237,12 @@ class Progress {
 
 // Writes `bytes` to `path` through a temporary file in the same directory, fsynced and renamed
 // over it: a reader (or a crash) sees the old file or the new one, never half of one.
-ir::Status writeFileAtomically(const fs::path& path, std::string_view bytes) {
+support::Status writeFileAtomically(const fs::path& path, std::string_view bytes) {
   const fs::path temporary = path.string() + ".tmp." + std::to_string(getpid());
   auto failure = [&](const std::string& what) {
     std::string reason = std::strerror(errno);
     ::unlink(temporary.c_str());
-    return ir::Status::error(ir::Location{path.string(), 0, 0}, "cannot write the bundle: " + what + ": " + reason);
+    return support::Status::error(support::Location{path.string(), 0, 0}, "cannot write the bundle: " + what + ": " + reason);
   };
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return failure("cannot create " + temporary.string());
@@ -262,59 +262,51 @@ ir::Status writeFileAtomically(const fs::path& path, std::string_view bytes) {
   }
   if (::close(fd) != 0) return failure("close failed");
   if (::rename(temporary.c_str(), path.c_str()) != 0) return failure("rename failed");
-  return ir::Status::ok();
+  return support::Status::ok();
 }
 
 std::string sha256Hex(std::string_view bytes) { return runtime::Sha256::hexDigest(bytes); }
 
-ir::Status createDirectory(const fs::path& dir) {
+support::Status createDirectory(const fs::path& dir) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) return ir::Status::error(ir::Location{dir.string(), 0, 0}, "cannot create the directory: " + error.message());
-  return ir::Status::ok();
+  if (error) return support::Status::error(support::Location{dir.string(), 0, 0}, "cannot create the directory: " + error.message());
+  return support::Status::ok();
 }
 
 // Makes `dir` (and parents) and checks it takes files, before any compile time is spent.
-ir::Status prepareOutputDirectory(const fs::path& dir) {
+support::Status prepareOutputDirectory(const fs::path& dir) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) return ir::Status::error(ir::Location{dir.string(), 0, 0}, "cannot create the output directory: " + error.message());
-  if (!fs::is_directory(dir, error)) return ir::Status::error(ir::Location{dir.string(), 0, 0}, "the output path is not a directory");
+  if (error) return support::Status::error(support::Location{dir.string(), 0, 0}, "cannot create the output directory: " + error.message());
+  if (!fs::is_directory(dir, error)) return support::Status::error(support::Location{dir.string(), 0, 0}, "the output path is not a directory");
   const fs::path probe = dir / (".attnjit-aot-probe." + std::to_string(getpid()));
-  if (ir::Status written = writeFileAtomically(probe, "probe"); !written) {
-    return ir::Status::error(ir::Location{dir.string(), 0, 0}, "the output directory is not writable (" +
+  if (support::Status written = writeFileAtomically(probe, "probe"); !written) {
+    return support::Status::error(support::Location{dir.string(), 0, 0}, "the output directory is not writable (" +
                                                                    written.diagnostic().message + ")");
   }
   fs::remove(probe, error);
-  return ir::Status::ok();
-}
-
-// The stage 2 that completes `variant`: the reduce_segments the JIT launches after a split-KV
-// variant; nullopt for every other variant.
-std::optional<ReduceSegmentsConfig> stage2Of(const Variant& variant) {
-  if (variant.family == "unified_attention" && variant.attention.splitKv) return reduceSegmentsFor(variant.attention);
-  if (variant.family == "mla_decode" && variant.mla.splitKv) return reduceSegmentsFor(variant.mla);
-  return std::nullopt;
+  return support::Status::ok();
 }
 
 // Adds the stage 2 of every split-KV kernel (built into `derived`, which owns them) and names
 // it in the kernel's `stage2`. A stage 2 that the specs define already (same name, family
 // reduce_segments, same parameters) is used as it is; any other kernel of that name is a clash.
-ir::Status addStage2Kernels(std::vector<KernelSource>& kernels, std::map<std::string, const Variant*>& byName,
+support::Status addStage2Kernels(std::vector<KernelSource>& kernels, std::map<std::string, const Variant*>& byName,
                             std::deque<Variant>& derived) {
   const std::size_t selected = kernels.size();
   for (std::size_t k = 0; k < selected; ++k) {
     const Variant& stage1 = *kernels[k].variant;
-    const std::optional<ReduceSegmentsConfig> reduce = stage2Of(stage1);
+    const std::optional<ReduceSegmentsConfig> reduce = splitKvStage2(stage1);
     if (!reduce) continue;
     const std::string name = reduce->kernelName();
     if (auto it = byName.find(name); it != byName.end()) {
       const Variant& existing = *it->second;
-      if (existing.family != "reduce_segments" || !(existing.reduceSegments == *reduce)) {
-        const std::string what = existing.family == "reduce_segments"
+      if (existing.family != Family::ReduceSegments || !(existing.reduceSegments == *reduce)) {
+        const std::string what = existing.family == Family::ReduceSegments
                                      ? "with other parameters (" + formatVariantParams(existing) + ")"
-                                     : "of family " + existing.family;
-        return ir::Status::error(stage1.location,
+                                     : std::string("of family ") + familyName(existing.family);
+        return support::Status::error(stage1.location,
                                  "the stage 2 of split-KV variant '" + stage1.name + "' is kernel '" + name +
                                      "' (reduce_segments " + formatSpecParams(*reduce) + "), but kernel '" + name +
                                      "' at " + existing.location.str() + " is " + what +
@@ -325,19 +317,19 @@ ir::Status addStage2Kernels(std::vector<KernelSource>& kernels, std::map<std::st
     }
     Variant& added = derived.emplace_back();
     added.name = name;
-    added.family = "reduce_segments";
+    added.family = Family::ReduceSegments;
     added.reduceSegments = *reduce;
     added.location = stage1.location;
     byName.emplace(name, &added);
     kernels.push_back({&added, kernels[k].specPath, "", true});
     kernels[k].stage2 = name;
   }
-  return ir::Status::ok();
+  return support::Status::ok();
 }
 
 // The variants of every spec (narrowed by --variant), with unique names across specs, then
 // the stage 2 kernels of the split-KV ones (owned by `derived`).
-ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& args, std::vector<Spec>& specs,
+support::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& args, std::vector<Spec>& specs,
                                                        std::deque<Variant>& derived) {
   for (const std::string& path : args.positionals) {
     auto spec = loadSpecForCommand(path, kCommand);
@@ -352,7 +344,7 @@ ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& ar
     for (const Variant* variant : *selected) {
       auto [it, inserted] = byName.emplace(variant->name, variant);
       if (!inserted) {
-        return ir::Diagnostic{variant->location, "kernel '" + variant->name + "' is already defined at " +
+        return support::Diagnostic{variant->location, "kernel '" + variant->name + "' is already defined at " +
                                                      it->second->location.str() +
                                                      "; kernel names must be unique within a bundle"};
       }
@@ -360,7 +352,7 @@ ir::Expected<std::vector<KernelSource>> collectKernels(const ParsedArguments& ar
     }
   }
   if (kernels.empty()) return at("attnjit aot", "the specs define no kernels");
-  if (ir::Status added = addStage2Kernels(kernels, byName, derived); !added) return added;
+  if (support::Status added = addStage2Kernels(kernels, byName, derived); !added) return added;
   return kernels;
 }
 
@@ -394,7 +386,7 @@ void compileAll(std::vector<Job>& jobs, const std::vector<KernelSource>& kernels
 
 // Writes the images, the header and (last) the manifest; returns the number of cubins.
 // `jobs` holds kernel k's image for targets[a] at k * targets.size() + a.
-ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<KernelSource>& kernels,
+support::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<KernelSource>& kernels,
                                       const std::vector<codegen::TargetInfo>& targets, const std::vector<Job>& jobs,
                                       const std::string& bundleHeaderInclude) {
   // A stale manifest would describe images about to be replaced: it goes first, the new one
@@ -406,14 +398,14 @@ ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<
   manifest.llvmVersion = codegen::llvmVersion();
   std::size_t cubins = 0;
   for (const codegen::TargetInfo& target : targets) {
-    if (ir::Status made = createDirectory(outDir / target.name); !made) return made;
+    if (support::Status made = createDirectory(outDir / target.name); !made) return made;
   }
   for (std::size_t k = 0; k < kernels.size(); ++k) {
     const Variant& variant = *kernels[k].variant;
     const Job& first = jobs[k * targets.size()];
     runtime::BundleKernel kernel;
     kernel.name = variant.name;
-    kernel.family = variant.family;
+    kernel.family = familyName(variant.family);
     kernel.spec = kernels[k].specPath;
     kernel.params = formatVariantParams(variant);
     kernel.grid = first.grid;
@@ -431,10 +423,10 @@ ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<
       image.threadsPerBlock = job.compiled.numThreads;
       image.dynamicSharedBytes = job.compiled.sharedMemoryBytes;
       image.ptx = {arch + "/" + variant.name + ".ptx", sha256Hex(job.compiled.ptx)};
-      if (ir::Status written = writeFileAtomically(outDir / image.ptx.path, job.compiled.ptx); !written) return written;
+      if (support::Status written = writeFileAtomically(outDir / image.ptx.path, job.compiled.ptx); !written) return written;
       if (!job.cubin.empty()) {
         image.cubin = runtime::BundleFile{arch + "/" + variant.name + ".cubin", sha256Hex(job.cubin)};
-        if (ir::Status written = writeFileAtomically(outDir / image.cubin->path, job.cubin); !written) return written;
+        if (support::Status written = writeFileAtomically(outDir / image.cubin->path, job.cubin); !written) return written;
         ++cubins;
       }
       image.ptxas = job.ptxas;
@@ -444,8 +436,8 @@ ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<
     manifest.kernels.push_back(std::move(kernel));
   }
   const std::string header = generateLaunchHeader(manifest, bundleHeaderInclude);
-  if (ir::Status written = writeFileAtomically(outDir / kHeaderFileName, header); !written) return written;
-  if (ir::Status written = writeFileAtomically(outDir / runtime::BundleManifest::kFileName,
+  if (support::Status written = writeFileAtomically(outDir / kHeaderFileName, header); !written) return written;
+  if (support::Status written = writeFileAtomically(outDir / runtime::BundleManifest::kFileName,
                                                runtime::writeBundleManifest(manifest));
       !written) {
     return written;
@@ -453,7 +445,7 @@ ir::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::vector<
   return cubins;
 }
 
-ir::Expected<unsigned> parseJobCount(const ParsedArguments& args) {
+support::Expected<unsigned> parseJobCount(const ParsedArguments& args) {
   if (!args.has("--jobs")) return std::max(1u, std::thread::hardware_concurrency());
   const std::string text = args.value("--jobs");
   char* end = nullptr;
@@ -492,7 +484,7 @@ int runAot(const ParsedArguments& args) {
     return kExitUserError;
   }
   const fs::path outDir = args.value("-o");
-  if (ir::Status prepared = prepareOutputDirectory(outDir); !prepared) {
+  if (support::Status prepared = prepareOutputDirectory(outDir); !prepared) {
     reportError(prepared.diagnostic());
     return kExitUserError;
   }

@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "compiler/AttentionGpu.h"
-#include "compiler/KernelFamily.h"
+#include "compiler/validation/AttentionGpu.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
 #include "compiler/cli/Command.h"
 #include "runtime/Driver.h"
 
@@ -16,18 +17,18 @@ namespace {
 
 // bench --op: each variant's static parameters through ops::pagedAttention, which
 // picks the kernel and the split plan for the batch.
-int benchThroughOp(const std::vector<const Variant*>& variants, const AttentionShape& shape,
-                   const GpuRunOptions& options) {
+int benchThroughOp(const std::vector<const Variant*>& variants, const BatchShape& shape,
+                   const validation::GpuRunOptions& options) {
   std::printf("%-52s %9s %9s %8s %7s %8s | %s\n", "variant (through the op API)", "median ms", "GB/s", "TFLOP/s",
               "copy%", "copyGB/s", "the op's kernel, split plan, first call");
   int failures = 0;
   for (const Variant* variant : variants) {
-    auto r = runPagedAttentionOpGpu(variant->attention, shape, options);
+    auto r = validation::runPagedAttentionOpGpu(variant->attention, shape, options);
     if (!r) {
-      reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
+      reportError(support::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
       return kExitUserError;
     }
-    const GpuRunResult& run = r->run;
+    const validation::GpuRunResult& run = r->run;
     failures += run.check.passed ? 0 : 1;
     char plan[64] = "2D";
     if (r->numSegments > 1)
@@ -61,7 +62,7 @@ int runBench(const ParsedArguments& args) {
   }
   const bool throughOp = args.has("--op");
   if (throughOp)
-    if (ir::Status s = requireUnifiedAttention(*selected, "bench --op"); !s) {
+    if (support::Status s = requireUnifiedAttention(*selected, "bench --op"); !s) {
       reportError(s.diagnostic());
       return kExitUserError;
     }
@@ -74,8 +75,8 @@ int runBench(const ParsedArguments& args) {
     reportError(parsedShape.diagnostic());
     return kExitUserError;
   }
-  const AttentionShape& shape = *parsedShape;
-  GpuRunOptions options;
+  const BatchShape& shape = *parsedShape;
+  validation::GpuRunOptions options;
   options.timedIterations = 50;
   if (args.has("--iterations")) {
     int n = std::atoi(args.value("--iterations").c_str());
@@ -91,9 +92,9 @@ int runBench(const ParsedArguments& args) {
               "TFLOP/s", "copy%", "copyGB/s", "grid", "passes", "llvm", "cubin", "warm", "regs", "smem", "check");
   int failures = 0;
   for (const Variant* variant : *selected) {
-    auto r = runVariantGpu(*variant, shape, options);
+    auto r = validation::runVariantGpu(*variant, shape, options);
     if (!r) {
-      reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
+      reportError(support::Diagnostic{variant->location, "variant '" + variant->name + "': " + r.diagnostic().message});
       return kExitUserError;
     }
     failures += r->check.passed ? 0 : 1;

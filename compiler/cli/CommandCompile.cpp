@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "compiler/CompileDriver.h"
-#include "compiler/NameSuggestion.h"
-#include "compiler/Pipeline.h"
+#include "compiler/driver/CompileDriver.h"
+#include "support/NameSuggestion.h"
+#include "compiler/passes/Pipeline.h"
 #include "compiler/cli/Command.h"
 #include "compiler/cli/CudaTools.h"
 #include "compiler/cli/KernelInput.h"
@@ -42,8 +42,8 @@ struct CompileRequest {
 int parseRequest(const ParsedArguments& args, CompileRequest& request) {
   request.stage = args.value("--emit", "tir");
   if (std::find(kStages.begin(), kStages.end(), request.stage) == kStages.end()) {
-    std::string message = "unknown --emit value '" + request.stage + "' (stages: " + joinNames(kStages) + ")";
-    if (std::string s = closestName(request.stage, kStages); !s.empty()) message += "; did you mean '" + s + "'?";
+    std::string message = "unknown --emit value '" + request.stage + "' (stages: " + support::joinNames(kStages) + ")";
+    if (std::string s = support::closestName(request.stage, kStages); !s.empty()) message += "; did you mean '" + s + "'?";
     reportUsageError("compile", message);
     return kExitUserError;
   }
@@ -54,8 +54,8 @@ int parseRequest(const ParsedArguments& args, CompileRequest& request) {
     std::vector<std::string> passes = pipelinePassNames();
     if (std::find(passes.begin(), passes.end(), request.printAfter) == passes.end()) {
       std::string message = "unknown pass '" + request.printAfter + "' for --print-after (passes: " +
-                            joinNames(passes) + ")";
-      if (std::string s = closestName(request.printAfter, passes); !s.empty()) message += "; did you mean '" + s + "'?";
+                            support::joinNames(passes) + ")";
+      if (std::string s = support::closestName(request.printAfter, passes); !s.empty()) message += "; did you mean '" + s + "'?";
       reportUsageError("compile", message);
       return kExitUserError;
     }
@@ -164,7 +164,7 @@ int compileOne(const InputKernel& input, const codegen::TargetInfo& target, int 
 bool writeBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   if (out && out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) && out.flush()) return true;
-  reportError(ir::Diagnostic{ir::Location{path, 0, 0}, "cannot write the output file"});
+  reportError(support::Diagnostic{support::Location{path, 0, 0}, "cannot write the output file"});
   return false;
 }
 
@@ -203,7 +203,7 @@ int writeCubins(const std::vector<KernelOutput>& outputs, const ParsedArguments&
       return kExitUserError;
     }
     if (!fs::create_directories(target, ec) && ec) {
-      reportError(ir::Diagnostic{ir::Location{target, 0, 0}, "cannot create the output directory: " + ec.message()});
+      reportError(support::Diagnostic{support::Location{target, 0, 0}, "cannot create the output directory: " + ec.message()});
       return kExitUserError;
     }
   }

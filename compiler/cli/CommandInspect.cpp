@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "compiler/CompileDriver.h"
+#include "compiler/driver/CompileDriver.h"
 #include "compiler/cli/Command.h"
 #include "compiler/cli/CudaTools.h"
 #include "compiler/cli/KernelInput.h"

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "compiler/KernelFamily.h"
+#include "compiler/spec/VariantKernel.h"
 #include "compiler/cli/Command.h"
 
 namespace attnjit::compiler::cli {

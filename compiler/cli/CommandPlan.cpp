@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "compiler/AttentionProblem.h"
-#include "compiler/DeviceTarget.h"
-#include "compiler/PagedAttentionOp.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/cli/Command.h"
 #include "runtime/Driver.h"
 
@@ -31,7 +31,7 @@ int runPlan(const ParsedArguments& args) {
     reportError(selected.diagnostic());
     return kExitUserError;
   }
-  if (ir::Status s = requireUnifiedAttention(*selected, "plan"); !s) {
+  if (support::Status s = requireUnifiedAttention(*selected, "plan"); !s) {
     reportError(s.diagnostic());
     return kExitUserError;
   }

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "compiler/AttentionGpu.h"
-#include "compiler/AttentionProblem.h"
-#include "compiler/KernelFamily.h"
+#include "compiler/validation/AttentionGpu.h"
+#include "compiler/validation/AttentionProblem.h"
+#include "compiler/spec/VariantKernel.h"
+#include "compiler/validation/VariantRuns.h"
 #include "compiler/cli/Command.h"
+#include "compiler/driver/DeviceTarget.h"
 #include "runtime/Driver.h"
 
 namespace attnjit::compiler::cli {
@@ -53,7 +55,7 @@ int runRun(const ParsedArguments& args) {
     reportError(parsedShape.diagnostic());
     return kExitUserError;
   }
-  const AttentionShape& shape = *parsedShape;
+  const BatchShape& shape = *parsedShape;
 
   std::string executor = "CPU interpreter";
   if (!interpret) {
@@ -71,11 +73,11 @@ int runRun(const ParsedArguments& args) {
   printRow(nameWidth, "variant", "build ms", "run ms", "max abs err", "max rel err", "tolerance", "result");
   int failures = 0;
   for (const Variant* variant : *selected) {
-    ir::Expected<AttentionRunResult> result = ir::Diagnostic{};
+    support::Expected<validation::AttentionRunResult> result = support::Diagnostic{};
     if (interpret) {
-      result = runVariantInterpreted(*variant, shape);
+      result = validation::runVariantInterpreted(*variant, shape);
     } else {
-      auto gpu = runVariantGpu(*variant, shape, GpuRunOptions{});
+      auto gpu = validation::runVariantGpu(*variant, shape, validation::GpuRunOptions{});
       if (gpu) {
         // Build time here is the whole JIT: builder, passes, LLVM, PTX → cubin.
         gpu->check.buildMs += gpu->compilePassesMs + gpu->compileLlvmMs + gpu->compileCubinMs;
@@ -86,7 +88,7 @@ int runRun(const ParsedArguments& args) {
     }
     if (!result) {
       // A shape the kernel cannot take, or a builder failure: either way no number to check.
-      reportError(ir::Diagnostic{variant->location, "variant '" + variant->name + "': " + result.diagnostic().message});
+      reportError(support::Diagnostic{variant->location, "variant '" + variant->name + "': " + result.diagnostic().message});
       return kExitUserError;
     }
     failures += result->passed ? 0 : 1;

@@ -23,8 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-ir::Diagnostic toolError(const std::string& tool, const std::string& message) {
-  return ir::Diagnostic{ir::Location{tool, 0, 0}, message};
+support::Diagnostic toolError(const std::string& tool, const std::string& message) {
+  return support::Diagnostic{support::Location{tool, 0, 0}, message};
 }
 
 // A private directory for a tool's input and output files, removed with everything
@@ -68,7 +68,7 @@ struct ToolRun {
 
 // Runs `executable` with `args` (no shell involved), stdin from /dev/null and the
 // output captured through files in `scratch`.
-ir::Expected<ToolRun> runTool(const std::string& executable, const std::vector<std::string>& args,
+support::Expected<ToolRun> runTool(const std::string& executable, const std::vector<std::string>& args,
                               const ScratchDirectory& scratch) {
   std::string outPath = scratch.file("stdout"), errPath = scratch.file("stderr");
   posix_spawn_file_actions_t actions;
@@ -142,7 +142,7 @@ int ptxasMaxPtxVersion(const std::string& ptxas) {
   return isa ? isa->asNumber() : 0;
 }
 
-ir::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx, const std::string& arch,
+support::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx, const std::string& arch,
                                           bool verbose) {
   ScratchDirectory scratch;
   if (!scratch.created()) return toolError(ptxas, "cannot create a temporary directory");
@@ -157,7 +157,7 @@ ir::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::s
   return AssembledKernel{readWholeFile(cubinPath), run->err};
 }
 
-ir::Expected<std::string> disassembleCubin(const std::string& disassembler, const std::string& cubin) {
+support::Expected<std::string> disassembleCubin(const std::string& disassembler, const std::string& cubin) {
   ScratchDirectory scratch;
   if (!scratch.created()) return toolError(disassembler, "cannot create a temporary directory");
   std::string cubinPath = scratch.file("kernel.cubin");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace attnjit::compiler::cli {
 
@@ -24,12 +24,12 @@ struct AssembledKernel {
 
 // `ptxas -arch=<arch> [-v] kernel.ptx -o kernel.cubin` in a scratch directory. A
 // ptxas failure comes back as a diagnostic holding ptxas's own messages.
-ir::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx, const std::string& arch,
+support::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx, const std::string& arch,
                                           bool verbose);
 
 // The SASS listing of a cubin: `nvdisasm -c` or `cuobjdump --dump-sass`, by the
 // tool's file name.
-ir::Expected<std::string> disassembleCubin(const std::string& disassembler, const std::string& cubin);
+support::Expected<std::string> disassembleCubin(const std::string& disassembler, const std::string& cubin);
 
 // The resource report of `ptxas -v` for one entry function.
 struct PtxasResources {

@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include "compiler/InputFile.h"
-#include "compiler/NameSuggestion.h"
-#include "compiler/KernelFamily.h"
+#include "support/InputFile.h"
+#include "support/NameSuggestion.h"
+#include "compiler/spec/VariantKernel.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Parser.h"
 #include "ir/Verifier.h"
@@ -36,12 +36,12 @@ int loadSpecKernels(const ParsedArguments& args, const std::string& command, Ker
   for (const Variant* variant : *selected) {
     auto kernel = buildVariantKernel(*variant);
     if (!kernel) {
-      reportError(ir::Diagnostic{variant->location, "cannot build variant '" + variant->name +
+      reportError(support::Diagnostic{variant->location, "cannot build variant '" + variant->name +
                                                         "': " + kernel.diagnostic().message});
       return kExitInternalError;
     }
     // The spec already validated the configuration, so invalid IR is a builder bug.
-    if (ir::Status verified = ir::verifyKernel(**kernel); !verified) {
+    if (support::Status verified = ir::verifyKernel(**kernel); !verified) {
       std::fprintf(stderr, "attnjit: internal error: the kernel builder produced invalid IR for '%s':\n",
                    variant->name.c_str());
       reportError(verified.diagnostic());
@@ -53,7 +53,7 @@ int loadSpecKernels(const ParsedArguments& args, const std::string& command, Ker
 }
 
 int loadTirKernels(const ParsedArguments& args, const std::string& command, KernelInput& input) {
-  auto source = readInputFile(input.path, kMaxTirBytes, ".tir");
+  auto source = support::readInputFile(input.path, kMaxTirBytes, ".tir");
   if (!source) {
     reportError(source.diagnostic());
     return kExitUserError;
@@ -69,14 +69,14 @@ int loadTirKernels(const ParsedArguments& args, const std::string& command, Kern
   for (const auto& kernel : input.module->kernels()) {
     names.push_back(kernel->name());
     if (!args.has("--variant") || kernel->name() == wanted) {
-      ir::Location origin = kernel->location().file.empty() ? ir::Location{input.path, 0, 0} : kernel->location();
+      support::Location origin = kernel->location().file.empty() ? support::Location{input.path, 0, 0} : kernel->location();
       input.kernels.push_back({kernel.get(), origin});
     }
   }
   if (!input.kernels.empty() || !args.has("--variant")) return kExitSuccess;
   std::string message = "no kernel named '" + wanted + "' in " + input.path;
-  if (std::string s = closestName(wanted, names); !s.empty()) message += "; did you mean '" + s + "'?";
-  reportUsageError(command, message + " (kernels: " + joinNames(names) + ")");
+  if (std::string s = support::closestName(wanted, names); !s.empty()) message += "; did you mean '" + s + "'?";
+  reportUsageError(command, message + " (kernels: " + support::joinNames(names) + ")");
   return kExitUserError;
 }
 
@@ -103,7 +103,7 @@ int loadKernelInput(const std::string& path, const ParsedArguments& args, const 
   return endsWith(path, ".tir") ? loadTirKernels(args, command, input) : loadSpecKernels(args, command, input);
 }
 
-ir::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, const KernelInput& input,
+support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, const KernelInput& input,
                                                const std::string& command) {
   std::string name = args.value("--arch");
   if (name.empty()) name = input.specTarget;
@@ -112,7 +112,7 @@ ir::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, cons
   auto target = codegen::lookupTarget(name);
   if (!target) {
     std::string where = args.has("--arch") ? "--arch=" + name : input.path + ": target";
-    return ir::Diagnostic{ir::Location{"attnjit " + command, 0, 0}, where + ": " + target.diagnostic().message};
+    return support::Diagnostic{support::Location{"attnjit " + command, 0, 0}, where + ": " + target.diagnostic().message};
   }
   return target;
 }
@@ -123,8 +123,8 @@ int compileInputKernel(const InputKernel& input, const CompileOptions& options, 
     compiled = std::move(*result);
     return kExitSuccess;
   }
-  ir::Diagnostic d = result.diagnostic();
-  // The passes and codegen mark their own bugs this way (compiler/Pipeline.cpp).
+  support::Diagnostic d = result.diagnostic();
+  // The passes and codegen mark their own bugs this way (compiler/passes/Pipeline.cpp).
   bool internal = d.message.rfind("internal", 0) == 0;
   if (d.loc.file.empty()) d.loc = input.origin;
   d.message = "cannot compile kernel '" + input.kernel->name() + "' for " + options.target + ": " + d.message;

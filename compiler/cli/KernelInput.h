@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codegen/Target.h"
-#include "compiler/CompileDriver.h"
+#include "compiler/driver/CompileDriver.h"
 #include "compiler/cli/Command.h"
 #include "ir/IR.h"
 
@@ -16,7 +16,7 @@ namespace attnjit::compiler::cli {
 
 struct InputKernel {
   ir::Kernel* kernel;   // owned by KernelInput::module
-  ir::Location origin;  // the variant in the spec, or the .tir file
+  support::Location origin;  // the variant in the spec, or the .tir file
 };
 
 struct KernelInput {
@@ -34,7 +34,7 @@ int loadKernelInput(const std::string& path, const ParsedArguments& args, const 
 // The target to compile for: --arch when given; else a spec's `target`; else the
 // GPU of device 0 when a CUDA driver is present (its "a" variant where there is one:
 // 90 → sm_90a); else sm_90a. An unknown --arch is an error listing the targets.
-ir::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, const KernelInput& input,
+support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, const KernelInput& input,
                                                const std::string& command);
 
 // compileKernel for one input kernel. A failure is reported naming the kernel and

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/NameSuggestion.h"
+#include "support/NameSuggestion.h"
 #include "compiler/cli/Command.h"
 
 #ifndef ATTNJIT_VERSION
@@ -75,7 +75,7 @@ int dispatch(const std::vector<std::string>& args) {
         return kExitSuccess;
       }
     }
-    reportUsageError("help", "unknown command '" + args[1] + "' (commands: " + joinNames(names) + ")");
+    reportUsageError("help", "unknown command '" + args[1] + "' (commands: " + support::joinNames(names) + ")");
     return kExitUserError;
   }
   for (const Command& c : commandTable()) {
@@ -97,8 +97,8 @@ int dispatch(const std::vector<std::string>& args) {
     return c.run(*parsed);
   }
   std::string message = first.rfind("-", 0) == 0 ? "unknown option '" + first + "'" : "unknown command '" + first + "'";
-  if (std::string s = closestName(first, names); !s.empty()) message += "; did you mean '" + s + "'?";
-  reportError(ir::Diagnostic{ir::Location{"attnjit", 0, 0}, message + " (commands: " + joinNames(names) + ")"});
+  if (std::string s = support::closestName(first, names); !s.empty()) message += "; did you mean '" + s + "'?";
+  reportError(support::Diagnostic{support::Location{"attnjit", 0, 0}, message + " (commands: " + support::joinNames(names) + ")"});
   return kExitUserError;
 }
 

@@ -20,8 +20,10 @@
 #include <numeric>
 
 #include "compiler/kernels/BoundsCheck.h"
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/Broadcasts.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -29,7 +31,7 @@ using ir::Builder;
 using ir::CmpPredicate;
 using ir::Opcode;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -325,8 +327,8 @@ std::string CacheWriteConfig::kernelName() const {
   return name;
 }
 
-Status CacheWriteConfig::validate() const {
-  if (Status s = checkIoDtype(dtype); !s) return s;
+support::Status CacheWriteConfig::validate() const {
+  if (support::Status s = checkIoDtype(dtype); !s) return s;
   if (numKvHeads < 1 || numKvHeads > 256)
     return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be between 1 and 256");
   if (headSize < 1 || headSize > 512)
@@ -344,16 +346,16 @@ Status CacheWriteConfig::validate() const {
   if (cacheFormat == KvCacheFormat::Int4PerTokenHead && valueHeadSize != 0 && (valueHeadSize % 2 != 0 || valueHeadSize < 4))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
                        ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(std::string("vLLM reshape_and_cache_flash, cache format ") +
                                kvCacheFormatName(config.cacheFormat) +
                                ": grid = (num_tokens, ceil(Hkv / HEADS_PER_PROGRAM)).");
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   auto& cx = kernel->constexprs();
   cx.push_back({"HEADS_PER_PROGRAM", int64_t{config.headsPerProgram()}});
   cx.push_back({"NUM_KV_HEADS", int64_t{config.numKvHeads}});
@@ -368,7 +370,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig
   CacheWriteBuilder writer(builder, config);
   writer.declareParameters(*kernel);
   writer.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

@@ -65,7 +65,7 @@ struct CacheWriteConfig {
   // e.g. "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16" ("_d192v128": DiffKV;
   // "_checked": check_bounds).
   std::string kernelName() const;
-  ir::Status validate() const;
+  support::Status validate() const;
 };
 
 // Kernel parameters, in order:
@@ -76,7 +76,7 @@ struct CacheWriteConfig {
 //   kv_stride_token i64, kv_stride_head i64.
 // Bounds-checked (check_bounds): bounds_record ptr<i32> (4 ints, BoundsCheck.h)
 // follows the last pointer (before the strides) and num_blocks i32 ends the list.
-ir::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config);
 
 // Grid y: ceil(Hkv / headsPerProgram).
 int64_t cacheWriteGridY(const CacheWriteConfig& config);

@@ -15,8 +15,10 @@
 #include <bit>
 #include <limits>
 
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/Broadcasts.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -24,7 +26,7 @@ using ir::Builder;
 using ir::CmpPredicate;
 using ir::Opcode;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -147,8 +149,8 @@ std::string MergeAttnStatesConfig::kernelName() const {
   return name;
 }
 
-Status MergeAttnStatesConfig::validate() const {
-  if (Status s = checkIoDtype(dtype); !s) return s;
+support::Status MergeAttnStatesConfig::validate() const {
+  if (support::Status s = checkIoDtype(dtype); !s) return s;
   if (numHeads < 1 || numHeads > 65535)
     return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 65535");
   if (headSize < 1 || headSize > 512)
@@ -157,15 +159,15 @@ Status MergeAttnStatesConfig::validate() const {
     return configError("block_tokens (" + std::to_string(blockTokens) + ") must be a power of two between 1 and 256");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnStatesConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnStatesConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(
       "vLLM merge_attn_states: grid = (ceil(num_tokens / BLOCK_TOKENS), num_heads).");
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_TOKENS", int64_t{config.blockTokens}});
   cx.push_back({"HEAD_SIZE", int64_t{config.headSize}});
@@ -174,7 +176,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnSt
   MergeBuilder merge(builder, config);
   merge.declareParameters(*kernel);
   merge.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

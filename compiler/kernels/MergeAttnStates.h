@@ -38,7 +38,7 @@ struct MergeAttnStatesConfig {
   // e.g. "merge_attn_states_bf16_h32_d128_lse" ("_nolse" without the LSE output; tuning
   // knobs that differ from the defaults are appended: "_t32_w8").
   std::string kernelName() const;
-  ir::Status validate() const;
+  support::Status validate() const;
 };
 
 // Kernel parameters, in order:
@@ -47,7 +47,7 @@ struct MergeAttnStatesConfig {
 //   num_tokens i32, o_stride_token i64, o_stride_head i64, p_stride_token i64,
 //   p_stride_head i64, s_stride_token i64, s_stride_head i64.
 // Strides are in elements; the number of heads is the grid's y extent.
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnStatesConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnStatesConfig& config);
 
 // Grid x for num_tokens tokens.
 int64_t mergeAttnStatesGridX(const MergeAttnStatesConfig& config, int64_t numTokens);

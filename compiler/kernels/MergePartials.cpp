@@ -14,8 +14,10 @@
 
 #include <limits>
 
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/Broadcasts.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -23,7 +25,7 @@ using ir::Builder;
 using ir::CmpPredicate;
 using ir::Opcode;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -177,8 +179,8 @@ std::string MergePartialsConfig::kernelName() const {
   return name;
 }
 
-Status MergePartialsConfig::validate() const {
-  if (Status s = checkIoDtype(dtype); !s) return s;
+support::Status MergePartialsConfig::validate() const {
+  if (support::Status s = checkIoDtype(dtype); !s) return s;
   if (numHeads < 1 || numHeads > 65535)
     return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 65535");
   if (headSize < 1 || headSize > 512)
@@ -187,16 +189,16 @@ Status MergePartialsConfig::validate() const {
     return configError("block_tokens (" + std::to_string(blockTokens) + ") must be a power of two between 1 and 256");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMergePartials(const MergePartialsConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildMergePartials(const MergePartialsConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(
       "N-way LSE merge of partial attention outputs (merge_attn_states over num_partials inputs): "
       "grid = (ceil(num_tokens / BLOCK_TOKENS), num_heads).");
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_TOKENS", int64_t{config.blockTokens}});
   cx.push_back({"HEAD_SIZE", int64_t{config.headSize}});
@@ -205,7 +207,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildMergePartials(const MergePartials
   MergePartialsBuilder merge(builder, config);
   merge.declareParameters(*kernel);
   merge.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

@@ -52,7 +52,7 @@ struct MergePartialsConfig {
   // e.g. "merge_partials_bf16_h32_d128_lse" ("_nolse" without the LSE output;
   // knobs that differ from the defaults are appended: "_t32_w8").
   std::string kernelName() const;
-  ir::Status validate() const;
+  support::Status validate() const;
 };
 
 // Kernel parameters, in order:
@@ -63,7 +63,7 @@ struct MergePartialsConfig {
 // Strides are in elements. The output and partial strides are multiples of 8 when
 // head_size is (a promise checked by the launchers: 16-byte vector accesses).
 // num_partials must be at least 1 (the launcher checks it).
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMergePartials(const MergePartialsConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildMergePartials(const MergePartialsConfig& config);
 
 // Grid x for num_tokens tokens.
 int64_t mergePartialsGridX(const MergePartialsConfig& config, int64_t numTokens);

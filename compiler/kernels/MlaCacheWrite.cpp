@@ -6,15 +6,16 @@
 // block · cache_stride_block + offset · cache_stride_token.
 #include "compiler/kernels/MlaCacheWrite.h"
 
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
 using ir::Builder;
 using ir::CmpPredicate;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -102,8 +103,8 @@ std::string MlaCacheWriteConfig::kernelName() const {
   return name;
 }
 
-Status MlaCacheWriteConfig::validate() const {
-  if (Status s = checkIoDtype(dtype); !s) return s;
+support::Status MlaCacheWriteConfig::validate() const {
+  if (support::Status s = checkIoDtype(dtype); !s) return s;
   if (cacheFormat != KvCacheFormat::Auto && !isPerTensorFp8(cacheFormat))
     return configError(std::string("kv_cache_dtype ") + kvCacheFormatName(cacheFormat) +
                        " is not supported for the MLA cache; use auto, fp8_e4m3 or fp8_e5m2");
@@ -114,15 +115,15 @@ Status MlaCacheWriteConfig::validate() const {
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 4096");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaCacheWrite(const MlaCacheWriteConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildMlaCacheWrite(const MlaCacheWriteConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(std::string("vLLM concat_and_cache_mla, cache format ") +
                                kvCacheFormatName(config.cacheFormat) + ": grid = (num_tokens).");
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   auto& cx = kernel->constexprs();
   cx.push_back({"KV_LORA_RANK", int64_t{config.kvLoraRank}});
   cx.push_back({"ROPE_DIM", int64_t{config.ropeDim}});
@@ -131,7 +132,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaCacheWrite(const MlaCacheWrite
   MlaCacheWriteBuilder writer(builder, config);
   writer.declareParameters(*kernel);
   writer.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

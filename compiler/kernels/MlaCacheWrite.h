@@ -47,7 +47,7 @@ struct MlaCacheWriteConfig {
   // e.g. "mla_cache_write_bf16_fp8_e4m3_l512_r64_bs16" (no format part for auto;
   // "_w8" when num_warps differs from the default).
   std::string kernelName() const;
-  ir::Status validate() const;
+  support::Status validate() const;
 };
 
 // Kernel parameters, in order:
@@ -58,6 +58,6 @@ struct MlaCacheWriteConfig {
 // Strides are in elements. Pointers are 16-byte aligned; the input token strides
 // are multiples of 8 and the cache strides multiples of 16 (true of every
 // L + R row above; promises checked by the launchers: 16-byte vector accesses).
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaCacheWrite(const MlaCacheWriteConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildMlaCacheWrite(const MlaCacheWriteConfig& config);
 
 }  // namespace attnjit::compiler

@@ -34,8 +34,10 @@
 #include <numbers>
 #include <vector>
 
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/Broadcasts.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -43,7 +45,7 @@ using ir::Builder;
 using ir::CmpPredicate;
 using ir::Opcode;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -334,7 +336,7 @@ std::string MlaDecodeConfig::kernelName() const {
   return name;
 }
 
-Status MlaDecodeConfig::validate() const {
+support::Status MlaDecodeConfig::validate() const {
   if (dtype != ScalarKind::BF16 && dtype != ScalarKind::F16)
     return configError(std::string("dtype (") + ir::scalarName(dtype) +
                        ") is not supported by mla_decode; use bf16 or f16 (the latent cache's tensor-core types)");
@@ -365,16 +367,16 @@ Status MlaDecodeConfig::validate() const {
   if (numStages < 1 || numStages > 2)
     return configError("num_stages (" + std::to_string(numStages) +
                        ") must be 1 (no pipelining) or 2 (next KV tile loaded during this one's compute)");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(std::string("MLA latent decode") + (config.splitKv ? " (split-KV stage 1)" : "") +
                                ": grid = (num_seqs, ceil(H / BLOCK_H)" + (config.splitKv ? ", num_segments)." : ")."));
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
-  kernel->attrs().set("num_stages", int64_t{config.numStages});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumStages, config.numStages);
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_H", int64_t{config.blockH}});
   cx.push_back({"NUM_HEADS", int64_t{config.numHeads}});
@@ -386,7 +388,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& 
   MlaDecodeBuilder mla(builder, config);
   mla.declareParameters(*kernel);
   mla.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

@@ -60,7 +60,7 @@ struct MlaDecodeConfig {
   std::string kernelName() const;
   // User-facing check: the latent widths served (576 and 320), the dtype, the cache
   // format, the tiling knobs, and no score modifier.
-  ir::Status validate() const;
+  support::Status validate() const;
 };
 
 // Kernel parameters, in order:
@@ -75,6 +75,6 @@ struct MlaDecodeConfig {
 //        segment_tiles i32.
 // `cache` is dtype (auto) or f8e4m3; kv_scale only with fp8_e4m3. Strides are in
 // elements of their tensor.
-ir::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& config);
 
 }  // namespace attnjit::compiler

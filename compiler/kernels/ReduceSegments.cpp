@@ -10,10 +10,12 @@
 #include <limits>
 #include <numbers>
 
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/Broadcasts.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -21,7 +23,7 @@ using ir::Builder;
 using ir::CmpPredicate;
 using ir::Opcode;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -156,8 +158,8 @@ std::string ReduceSegmentsConfig::kernelName() const {
   return name;
 }
 
-Status ReduceSegmentsConfig::validate() const {
-  if (Status s = checkIoDtype(dtype); !s) return s;
+support::Status ReduceSegmentsConfig::validate() const {
+  if (support::Status s = checkIoDtype(dtype); !s) return s;
   if (numQueryHeads < 1)
     return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");
   if (headSize < 1 || headSize > 512)
@@ -166,7 +168,7 @@ Status ReduceSegmentsConfig::validate() const {
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
   if (lseTokenStride && !outputLse)
     return configError("lse_token_stride describes the LSE output: it needs output_lse: true");
-  return Status::ok();
+  return support::Status::ok();
 }
 
 ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config) {
@@ -189,13 +191,13 @@ ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config) {
   return reduce;
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(
       "Split-KV stage 2: combine per-segment partial outputs by their maxima and sums; "
       "grid = (num_tokens (MLA decode: num_seqs), ceil(Hq / HEADS_PER_PROGRAM)).");
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   auto& cx = kernel->constexprs();
   cx.push_back({"HEADS_PER_PROGRAM", int64_t{config.headsPerProgram()}});
   cx.push_back({"NUM_QUERY_HEADS", int64_t{config.numQueryHeads}});
@@ -205,7 +207,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmen
   ReduceSegmentsBuilder reducer(builder, config);
   reducer.declareParameters(*kernel);
   reducer.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

@@ -43,7 +43,7 @@ struct ReduceSegmentsConfig {
   int headsPerProgram() const;  // query heads per program: min(next_pow2(Hq), 16)
   // e.g. "reduce_segments_bf16_h32_d128" (+ "_lse").
   std::string kernelName() const;
-  ir::Status validate() const;
+  support::Status validate() const;
 
   friend bool operator==(const ReduceSegmentsConfig&, const ReduceSegmentsConfig&) = default;
 };
@@ -60,7 +60,7 @@ ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config);
 //   segm_max ptr<f32>, segm_expsum ptr<f32>, [lse ptr<f32>], [output_scale
 //   ptr<f32> (outputFp8)], num_segments i32, o_stride_token i64, o_stride_head
 //   i64, [lse_stride_head i64], [lse_stride_token i64 (lseTokenStride)].
-ir::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceSegmentsConfig& config);
 
 // Grid y: ceil(Hq / headsPerProgram()).
 int64_t reduceSegmentsGridY(const ReduceSegmentsConfig& config);

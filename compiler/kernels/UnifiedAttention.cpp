@@ -48,8 +48,10 @@
 #include <vector>
 
 #include "compiler/kernels/BoundsCheck.h"
-#include "compiler/kernels/KernelSupport.h"
+#include "compiler/kernels/Broadcasts.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -57,7 +59,7 @@ using ir::Builder;
 using ir::CmpPredicate;
 using ir::Opcode;
 using ir::ScalarKind;
-using ir::Status;
+using support::Status;
 using ir::Type;
 using ir::Value;
 
@@ -1047,8 +1049,8 @@ std::string UnifiedAttentionConfig::kernelName() const {
   return name;
 }
 
-Status UnifiedAttentionConfig::validate() const {
-  if (Status s = checkIoDtype(dtype); !s) return s;
+support::Status UnifiedAttentionConfig::validate() const {
+  if (support::Status s = checkIoDtype(dtype); !s) return s;
   if (numKvHeads < 1) return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be at least 1");
   if (numQueryHeads < 1)
     return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");
@@ -1085,11 +1087,11 @@ Status UnifiedAttentionConfig::validate() const {
     return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
                        std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +
                        " query heads, at least 16) and 256");
-  return Status::ok();
+  return support::Status::ok();
 }
 
-ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config) {
-  if (Status s = config.validate(); !s) return s;
+support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config) {
+  if (support::Status s = config.validate(); !s) return s;
   const KernelConstants constants{.blockM = config.blockM(),
                                   .blockQ = config.blockQ(),
                                   .tileSize = config.tileSize,
@@ -1104,11 +1106,11 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(
       "vLLM unified paged attention (2D launch): grid = (num_seqs + num_tokens / BLOCK_Q, Hkv).");
-  kernel->attrs().set("num_warps", int64_t{config.numWarps});
-  kernel->attrs().set("num_stages", int64_t{config.numStages});
-  if (!config.asyncCopy) kernel->attrs().set("async_copy", int64_t{0});
-  if (!config.sinkSlotReads) kernel->attrs().set("sink_slot_reads", int64_t{0});
-  if (config.qInShared) kernel->attrs().set("shared_invariant_operands", int64_t{1});
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
+  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumStages, config.numStages);
+  if (!config.asyncCopy) ir::setKernelAttribute(*kernel, ir::KernelAttribute::AsyncCopy, 0);
+  if (!config.sinkSlotReads) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SinkSlotReads, 0);
+  if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
   // converts them into the copy layouts anyway: decode tiles of 128 keys (8
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower
@@ -1119,7 +1121,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   // session 15).
   if (config.numStages >= 2 && constants.tileSize >= 128 && !constants.prefillTiles() &&
       config.kvCacheFormat != KvCacheFormat::Int4PerTokenHead)
-    kernel->attrs().set("prefetch_indices", int64_t{1});
+    ir::setKernelAttribute(*kernel, ir::KernelAttribute::PrefetchIndices, 1);
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_M", int64_t{constants.blockM}});
   cx.push_back({"BLOCK_Q", int64_t{constants.blockQ}});
@@ -1140,7 +1142,7 @@ ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAtt
   AttentionBuilder attention(builder, config, constants);
   attention.declareParameters(*kernel);
   attention.build();
-  if (Status s = builder.finish(); !s) return s;
+  if (support::Status s = builder.finish(); !s) return s;
   return kernel;
 }
 

@@ -151,7 +151,7 @@ struct UnifiedAttentionConfig {
   // ("_d192v128" for DiffKV).
   std::string kernelName() const;
   // User-facing check of the combination (head counts divide, sizes supported, ...).
-  ir::Status validate() const;
+  support::Status validate() const;
 };
 
 // Kernel parameters, in order:
@@ -181,7 +181,7 @@ struct UnifiedAttentionConfig {
 // split-KV scratch's) Dv-wide rows, and the packed cache's kv strides are
 // kv_stride_kv = Dqk (the K row's elements, kvCacheRowElements(format, Dqk)),
 // kv_stride_head = K row + V row, kv_stride_token = Hkv · that.
-ir::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config);
+support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const UnifiedAttentionConfig& config);
 
 // Grid x for a batch: num_seqs + total_query_tokens / BLOCK_Q (as vLLM).
 int64_t unifiedAttentionGridX(const UnifiedAttentionConfig& config, int64_t numSeqs, int64_t totalQueryTokens);

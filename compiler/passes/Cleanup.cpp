@@ -2,7 +2,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "compiler/passes/IrUtils.h"
+#include "compiler/passes/IrRewriting.h"
 #include "compiler/passes/Passes.h"
 #include "ir/Printer.h"
 
@@ -95,20 +95,20 @@ void cseBlock(Block& block, std::vector<std::map<std::string, Value*>>& scopes, 
 
 }  // namespace
 
-Status eliminateDeadCode(Kernel& kernel, const PassOptions&) {
+support::Status eliminateDeadCode(Kernel& kernel, const PassOptions&) {
   // Uses are recounted each round: removing a loop drops the uses inside it.
   for (bool changed = true; changed;) {
     auto uses = countUses(kernel);
     changed = removeDeadCarriedValues(kernel.body(), uses);
     changed |= removeDeadOps(kernel.body(), uses);
   }
-  return Status::ok();
+  return support::Status::ok();
 }
 
-Status eliminateCommonSubexpressions(Kernel& kernel, const PassOptions&) {
+support::Status eliminateCommonSubexpressions(Kernel& kernel, const PassOptions&) {
   std::vector<std::map<std::string, Value*>> scopes;
   cseBlock(kernel.body(), scopes, kernel);
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::compiler

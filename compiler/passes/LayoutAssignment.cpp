@@ -27,9 +27,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "compiler/passes/IrUtils.h"
+#include "compiler/passes/IrRewriting.h"
 #include "compiler/passes/Passes.h"
 #include "ir/AxisInfo.h"
+#include "ir/KernelAttributes.h"
 #include "ir/LinearLayout.h"
 
 namespace attnjit::compiler {
@@ -209,9 +210,9 @@ class LayoutAssigner {
  public:
   LayoutAssigner(Kernel& kernel, const PassOptions& options) : kernel_(kernel), options_(options), axis_(kernel) {}
 
-  Status run() {
+  support::Status run() {
     classifyCheap(kernel_.body());
-    if (!attributeOff("thread_major_operands")) findByteOperands(kernel_.body());
+    if (kernelFlag(kernel_, KernelAttribute::ThreadMajorOperands)) findByteOperands(kernel_.body());
     apply(kernel_.body());
     return status_;
   }
@@ -262,11 +263,6 @@ class LayoutAssigner {
       bool broadcasting = code == Opcode::Broadcast || code == Opcode::ExpandDims;
       if (allCheap || addressMath || broadcasting) cheap_.insert(op->result());
     }
-  }
-
-  bool attributeOff(const char* name) const {
-    const AttrValue* value = kernel_.attrs().find(name);
-    return value && std::holds_alternative<int64_t>(*value) && std::get<int64_t>(*value) == 0;
   }
 
   // ---- B operands converted from 1-byte tiles (quantized K and V) ----
@@ -700,7 +696,7 @@ class LayoutAssigner {
   Value* convert(Value* v, const LayoutRef& layout, const Operation* before = nullptr) {
     std::string key = cacheKey(v, layout);
     if (auto it = converted_.find(key); it != converted_.end()) return it->second;
-    auto op = std::make_unique<Operation>(Opcode::ConvertLayout, Location{});
+    auto op = std::make_unique<Operation>(Opcode::ConvertLayout, support::Location{});
     op->addOperand(v);
     op->addResult(v->type().withLayout(layout), v->name().empty() ? std::string() : v->name() + "_cvt");
     Value* result;
@@ -720,7 +716,7 @@ class LayoutAssigner {
   Kernel& kernel_;
   PassOptions options_;
   AxisInfo axis_;
-  Status status_;
+  support::Status status_;
   std::unordered_set<const Value*> cheap_;
   std::unordered_set<const Value*> keptLoads_;  // reloadable rows converted for some consumer
   std::unordered_set<const Value*> loadedData_;  // loaded 2D tiles and what is computed from them
@@ -735,9 +731,9 @@ class LayoutAssigner {
 
 }  // namespace
 
-Status assignLayouts(Kernel& kernel, const PassOptions& options) {
+support::Status assignLayouts(Kernel& kernel, const PassOptions& options) {
   LayoutAssigner assigner(kernel, options);
-  if (Status s = assigner.run(); !s) return s;
+  if (support::Status s = assigner.run(); !s) return s;
   // The originals of recomputed values are now unused.
   return eliminateDeadCode(kernel, options);
 }

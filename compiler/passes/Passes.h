@@ -1,6 +1,6 @@
 // The passes between tile IR and LLVM lowering. Each takes a verified kernel and
 // leaves a verified kernel. The order they run in is the pipeline
-// (compiler/Pipeline.cpp), one readable list.
+// (compiler/passes/Pipeline.cpp), one readable list.
 #pragma once
 
 #include "ir/IR.h"
@@ -13,18 +13,18 @@ struct PassOptions {
 };
 
 // Removes ops whose results are unused and that have no side effects.
-ir::Status eliminateDeadCode(ir::Kernel& kernel, const PassOptions& options);
+support::Status eliminateDeadCode(ir::Kernel& kernel, const PassOptions& options);
 // Merges identical side-effect-free ops with identical operands (common
 // subexpressions) within a block and its nested regions.
-ir::Status eliminateCommonSubexpressions(ir::Kernel& kernel, const PassOptions& options);
+support::Status eliminateCommonSubexpressions(ir::Kernel& kernel, const PassOptions& options);
 // Two-stage software pipelining of masked tile loads in `for` loops (the next
 // iteration's loads are issued before this iteration's compute and carried), when
 // the kernel's num_stages attribute is 2; errors name unsupported stage counts.
-ir::Status pipelineLoads(ir::Kernel& kernel, const PassOptions& options);
+support::Status pipelineLoads(ir::Kernel& kernel, const PassOptions& options);
 // Gives every tile value a layout (docs/architecture.md, "Layout assignment")
 // and inserts convert_layout where a producer's layout differs from what a
 // consumer needs; index computations are recomputed in the layout each consumer
 // needs instead of being converted.
-ir::Status assignLayouts(ir::Kernel& kernel, const PassOptions& options);
+support::Status assignLayouts(ir::Kernel& kernel, const PassOptions& options);
 
 }  // namespace attnjit::compiler

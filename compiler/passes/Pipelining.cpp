@@ -32,8 +32,9 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/passes/IrUtils.h"
+#include "compiler/passes/IrRewriting.h"
 #include "compiler/passes/Passes.h"
+#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -148,7 +149,7 @@ class LoopPipeliner {
       return result;
     }
     Value* cmp(CmpPredicate pred, Value* a, Value* b, std::string name) {
-      auto op = std::make_unique<Operation>(Opcode::Cmp, Location{});
+      auto op = std::make_unique<Operation>(Opcode::Cmp, support::Location{});
       op->addOperand(a);
       op->addOperand(b);
       op->attrs().set("pred", std::string(cmpPredicateName(pred)));
@@ -156,14 +157,14 @@ class LoopPipeliner {
       return add(std::move(op));
     }
     Value* binary(Opcode opcode, Value* a, Value* b, std::string name) {
-      auto op = std::make_unique<Operation>(opcode, Location{});
+      auto op = std::make_unique<Operation>(opcode, support::Location{});
       op->addOperand(a);
       op->addOperand(b);
       op->addResult(a->type(), std::move(name));
       return add(std::move(op));
     }
     Value* splat(Value* scalar, const std::vector<int64_t>& shape, std::string name) {
-      auto op = std::make_unique<Operation>(Opcode::Splat, Location{});
+      auto op = std::make_unique<Operation>(Opcode::Splat, support::Location{});
       op->addOperand(scalar);
       op->addResult(Type::tile(shape, scalar->type().elementType()), std::move(name));
       return add(std::move(op));
@@ -279,34 +280,20 @@ void collectLoops(Block& block, std::vector<Operation*>& loops) {
 
 }  // namespace
 
-Status pipelineLoads(Kernel& kernel, const PassOptions&) {
-  int64_t stages = 1;
-  if (const AttrValue* value = kernel.attrs().find("num_stages")) {
-    const auto* n = std::get_if<int64_t>(value);
-    if (!n || *n < 1)
-      return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages must be a positive integer, got " +
-                                                  attrValueStr(*value));
-    stages = *n;
-  }
+support::Status pipelineLoads(Kernel& kernel, const PassOptions&) {
+  const int64_t stages = kernelAttribute(kernel, KernelAttribute::NumStages);
   // prefetch_indices = 1 loads index tiles (block numbers) two iterations
-  // ahead; absent or 0, for the next iteration like the data they address.
-  bool prefetchIndices = false;
-  if (const AttrValue* value = kernel.attrs().find("prefetch_indices")) {
-    const auto* flag = std::get_if<int64_t>(value);
-    if (!flag || (*flag != 0 && *flag != 1))
-      return Status::error(kernel.location(), "kernel @" + kernel.name() +
-                                                  ": prefetch_indices must be 0 or 1, got " + attrValueStr(*value));
-    prefetchIndices = *flag == 1;
-  }
-  if (stages == 1) return Status::ok();
+  // ahead; 0, for the next iteration like the data they address.
+  const bool prefetchIndices = kernelFlag(kernel, KernelAttribute::PrefetchIndices);
+  if (stages == 1) return support::Status::ok();
   if (stages != 2)
-    return Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
+    return support::Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
                                                 " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
                                                 "tile's loads in flight during this tile's compute)");
   std::vector<Operation*> loops;
   collectLoops(kernel.body(), loops);
   for (Operation* loop : loops) LoopPipeliner(*loop, prefetchIndices).run();
-  return Status::ok();
+  return support::Status::ok();
 }
 
 }  // namespace attnjit::compiler

@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "compiler/CompanionOps.h"
-#include "compiler/ContextParallelShards.h"
-#include "compiler/MlaDecodeOp.h"
-#include "compiler/PagedAttentionOp.h"
+#include "compiler/ops/CompanionOps.h"
+#include "compiler/ops/ContextParallelShards.h"
+#include "compiler/ops/MlaDecodeOp.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "ir/Numeric.h"
 #include "parallel/ContextParallel.h"
 #include "runtime/DeviceBuffer.h"
@@ -49,8 +49,9 @@
 namespace {
 
 using attnjit::ir::ScalarKind;
-using attnjit::ir::Status;
+using attnjit::support::Status;
 namespace ops = attnjit::ops;
+namespace support = attnjit::support;
 namespace parallel = attnjit::parallel;
 namespace runtime = attnjit::runtime;
 
@@ -129,7 +130,7 @@ Options parseOptions(int argc, char** argv) {
 
 #define REQUIRE_OK(expression)                                                                       \
   do {                                                                                               \
-    if (Status status_ = (expression); !status_) {                                                   \
+    if (support::Status status_ = (expression); !status_) {                                                   \
       std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expression, status_.diagnostic().str().c_str()); \
       return 1;                                                                                      \
     }                                                                                                \
@@ -351,16 +352,16 @@ ops::PagedAttentionParams attentionParams(const DeviceProblem& d, int numSeqs, f
 }
 
 template <typename T>
-attnjit::ir::Expected<runtime::DeviceBuffer> upload(const std::vector<T>& host) {
+support::Expected<runtime::DeviceBuffer> upload(const std::vector<T>& host) {
   auto buffer = runtime::DeviceBuffer::allocate(std::max<size_t>(host.size() * sizeof(T), 16));
   if (!buffer) return buffer;
-  if (Status s = buffer->copyFromHost(host.data(), host.size() * sizeof(T)); !s) return s;
+  if (support::Status s = buffer->copyFromHost(host.data(), host.size() * sizeof(T)); !s) return s;
   return buffer;
 }
 
 // Uploads a problem: the cache holds `blocks` (sequence, logical block) in
 // physical order; blockTables/seqLens index it.
-attnjit::ir::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const std::vector<std::pair<int, int>>& blocks,
+support::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const std::vector<std::pair<int, int>>& blocks,
                                                       const std::vector<int32_t>& blockTables, int maxBlocksPerSeq,
                                                       const std::vector<int32_t>& seqLens) {
   DeviceProblem d;
@@ -375,15 +376,15 @@ attnjit::ir::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const
   const uint64_t workspaceBytes =
       shape.mla ? ops::mlaDecodeWorkspaceBytes(numSeqs, kMlaHeads, kLoraRank, d.maxSeqLen)
                 : ops::pagedAttentionWorkspaceBytes(numSeqs, kQueryHeads, kHeadSize, d.maxSeqLen);
-  auto fillBuffer = [](size_t bytes, uint8_t poison) -> attnjit::ir::Expected<runtime::DeviceBuffer> {
+  auto fillBuffer = [](size_t bytes, uint8_t poison) -> support::Expected<runtime::DeviceBuffer> {
     auto buffer = runtime::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
     if (!buffer) return buffer;
-    if (Status s = buffer->fill(poison); !s) return s;
+    if (support::Status s = buffer->fill(poison); !s) return s;
     return buffer;
   };
   struct Step {
     runtime::DeviceBuffer* target;
-    attnjit::ir::Expected<runtime::DeviceBuffer> made;
+    support::Expected<runtime::DeviceBuffer> made;
   };
   Step steps[] = {
       {&d.q, upload(batch.q)},
@@ -402,7 +403,7 @@ attnjit::ir::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const
   return d;
 }
 
-std::vector<double> downloadOutput(const runtime::DeviceBuffer& out, size_t elements, Status& status) {
+std::vector<double> downloadOutput(const runtime::DeviceBuffer& out, size_t elements, support::Status& status) {
   std::vector<uint16_t> bits(elements);
   status = out.copyToHost(bits.data(), elements * sizeof(uint16_t));
   std::vector<double> values(elements);
@@ -425,17 +426,17 @@ double median(std::vector<float> values) {
 }
 
 // Times `step` (enqueued on `stream`): warm-up, then the median of per-step events.
-attnjit::ir::Expected<double> timeSteps(runtime::StreamHandle stream, const std::function<Status()>& step) {
+support::Expected<double> timeSteps(runtime::StreamHandle stream, const std::function<support::Status()>& step) {
   for (int i = 0; i < 10; ++i)
-    if (Status s = step(); !s) return s;
+    if (support::Status s = step(); !s) return s;
   std::vector<float> times;
   for (int i = 0; i < 50; ++i) {
     auto start = runtime::Event::create();
     auto end = runtime::Event::create();
     if (!start || !end) return start ? end.status() : start.status();
-    if (Status s = start->record(stream); !s) return s;
-    if (Status s = step(); !s) return s;
-    if (Status s = end->record(stream); !s) return s;
+    if (support::Status s = start->record(stream); !s) return s;
+    if (support::Status s = step(); !s) return s;
+    if (support::Status s = end->record(stream); !s) return s;
     auto ms = runtime::Event::elapsedMilliseconds(*start, *end);
     if (!ms) return ms.status();
     times.push_back(*ms);
@@ -533,12 +534,12 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
   mergeParams.workspaceBytes = mergeWorkspace->size();
   mergeParams.stream = stream->handle();
   // One decode step's attention over a problem (a shard or the whole batch).
-  auto attend = [&](const DeviceProblem& d) -> Status {
+  auto attend = [&](const DeviceProblem& d) -> support::Status {
     if (shape.mla) return ops::mlaDecode(mlaParams(d, numSeqs, scale, stream->handle()));
     return ops::pagedAttention(attentionParams(d, numSeqs, scale, stream->handle()));
   };
-  auto step = [&]() -> Status {
-    if (Status s = attend(*local); !s) return s;
+  auto step = [&]() -> support::Status {
+    if (support::Status s = attend(*local); !s) return s;
     return (*group)->mergeAcrossRanks(mergeParams);
   };
 
@@ -555,7 +556,7 @@ int runRank(int rank, int numRanks, const Options& options, int readFd, const st
     }
     REQUIRE_OK(attend(*whole));
     REQUIRE_OK(stream->synchronize());
-    Status copied;
+    support::Status copied;
     const std::vector<double> mergedOut = downloadOutput(*merged, outElements, copied);
     REQUIRE_OK(copied);
     const std::vector<double> wholeOut = downloadOutput(whole->out, outElements, copied);

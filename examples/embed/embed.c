@@ -19,14 +19,14 @@ int main(int argc, char** argv) {
       "  num_kv_heads: 8\n"
       "  head_size: 128\n"
       "  block_size: 16\n";
-  attnjit_runtime* runtime = NULL;
+  attnjit_jit* runtime = NULL;
   attnjit_kernel* kernel = NULL;
   attnjit_compile_stats stats;
   const char* ptx = NULL;
   attnjit_status status;
 
   printf("attnjit %s\n", attnjit_version());
-  if (attnjit_runtime_create(NULL, &runtime) != ATTNJIT_OK) return fail("runtime");
+  if (attnjit_jit_create(NULL, &runtime) != ATTNJIT_OK) return fail("runtime");
   status = argc > 1 ? attnjit_kernel_from_spec_file(runtime, argv[1], argc > 2 ? argv[2] : NULL, &kernel)
                     : attnjit_kernel_from_spec_text(runtime, spec, NULL, &kernel);
   if (status != ATTNJIT_OK) return fail("spec");
@@ -43,6 +43,6 @@ int main(int argc, char** argv) {
     printf("GPU part skipped: %s\n", attnjit_last_error_message());
   }
   attnjit_kernel_destroy(kernel);
-  attnjit_runtime_destroy(runtime);
+  attnjit_jit_destroy(runtime);
   return 0;
 }

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "attnjit/runtime.hpp"
+#include "attnjit/jit.hpp"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Stream.h"
 
@@ -26,7 +26,7 @@ int fail(const attnjit::Status& status) {
 
 int main() {
   std::printf("attnjit %s\n", attnjit::version());
-  auto runtime = attnjit::Runtime::create();
+  auto runtime = attnjit::Jit::create();
   if (!runtime) return fail(runtime.status());
   auto kernel = runtime->kernelFromSpecText(kSpec);
   if (!kernel) return fail(kernel.status());

@@ -1,4 +1,4 @@
-/* attnjit's C API: the runtime, kernels from specs, launches, compile
+/* attnjit's C API: the JIT handle, kernels from specs, launches, compile
  * statistics and the paged-attention, cache-write, merge, MLA cache-write and
  * MLA decode ops,
  * for C and for any language with a C FFI (Rust, Go, Python's ctypes:
@@ -12,7 +12,7 @@
  *   calling thread's, valid until its next attnjit call); on success it is "".
  * - Handles are opaque; each *_create / kernel_from_* has its *_destroy, which
  *   accepts NULL. Destroy them in any order: a kernel keeps what it needs of
- *   its runtime.
+ *   its JIT handle.
  * - Structs passed in or out start with `struct_size`: set it with the struct's
  *   *_init function (inputs) or to sizeof (outputs). Fields are only ever
  *   appended, so a program built against an older header keeps working (the
@@ -64,25 +64,25 @@ typedef enum attnjit_kv_cache_format {
   ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD = 5  /* two values per byte, inline f32 scale per row */
 } attnjit_kv_cache_format;
 
-/* ---- Runtime ---------------------------------------------------------- */
+/* ---- JIT handle ------------------------------------------------------- */
 
-typedef struct attnjit_runtime attnjit_runtime;
+typedef struct attnjit_jit attnjit_jit;
 
-typedef struct attnjit_runtime_options {
+typedef struct attnjit_jit_options {
   size_t struct_size;
   int device;            /* CUDA device ordinal (default 0) */
   const char* cache_dir; /* disk kernel cache; NULL: ATTNJIT_CACHE_DIR, else ~/.cache/attnjit */
   int bypass_cache;      /* nonzero: compile every kernel afresh */
   const char* target;    /* e.g. "sm_90a"; NULL: the device's, else each spec's */
-} attnjit_runtime_options;
+} attnjit_jit_options;
 
-void attnjit_runtime_options_init(attnjit_runtime_options* options);
+void attnjit_jit_options_init(attnjit_jit_options* options);
 /* `options` may be NULL (defaults). Succeeds without a CUDA driver, for
  * compiling and validating on a CPU machine. */
-attnjit_status attnjit_runtime_create(const attnjit_runtime_options* options, attnjit_runtime** runtime);
-void attnjit_runtime_destroy(attnjit_runtime* runtime);
-/* The code generation target ("" when none is known). Valid while the runtime lives. */
-const char* attnjit_runtime_target(const attnjit_runtime* runtime);
+attnjit_status attnjit_jit_create(const attnjit_jit_options* options, attnjit_jit** jit);
+void attnjit_jit_destroy(attnjit_jit* jit);
+/* The code generation target ("" when none is known). Valid while the JIT handle lives. */
+const char* attnjit_jit_target(const attnjit_jit* jit);
 
 /* ---- Kernels from specs ----------------------------------------------- */
 
@@ -91,9 +91,9 @@ typedef struct attnjit_kernel attnjit_kernel;
 /* A kernel from a YAML spec (specs/README.md), as text or a file. `variant`
  * names one of the spec's variants (`attnjit list SPEC`); NULL or "" when the
  * spec has exactly one. */
-attnjit_status attnjit_kernel_from_spec_text(attnjit_runtime* runtime, const char* yaml, const char* variant,
+attnjit_status attnjit_kernel_from_spec_text(attnjit_jit* jit, const char* yaml, const char* variant,
                                              attnjit_kernel** kernel);
-attnjit_status attnjit_kernel_from_spec_file(attnjit_runtime* runtime, const char* path, const char* variant,
+attnjit_status attnjit_kernel_from_spec_file(attnjit_jit* jit, const char* path, const char* variant,
                                              attnjit_kernel** kernel);
 void attnjit_kernel_destroy(attnjit_kernel* kernel);
 /* The kernel's name; valid while the kernel lives. */
@@ -114,11 +114,11 @@ attnjit_status attnjit_kernel_num_params(const attnjit_kernel* kernel, size_t* c
 /* info->struct_size must be set (sizeof(attnjit_param_info)). */
 attnjit_status attnjit_kernel_param(const attnjit_kernel* kernel, size_t index, attnjit_param_info* info);
 
-/* Compiles to PTX for the runtime's target; needs no GPU. */
+/* Compiles to PTX for the JIT handle's target; needs no GPU. */
 attnjit_status attnjit_kernel_compile(attnjit_kernel* kernel);
 /* The PTX, NUL-terminated (compiles first when needed); valid while the kernel lives. */
 attnjit_status attnjit_kernel_ptx(attnjit_kernel* kernel, const char** ptx);
-/* Loads the kernel on the runtime's device (memory cache, disk cache, else compile). */
+/* Loads the kernel on the JIT handle's device (memory cache, disk cache, else compile). */
 attnjit_status attnjit_kernel_load(attnjit_kernel* kernel);
 
 /* One launch argument; build it with the helpers below. */
@@ -179,8 +179,8 @@ attnjit_status attnjit_kernel_stats(const attnjit_kernel* kernel, attnjit_compil
 /* ---- Ops (device 0 for now) ------------------------------------------- */
 /* Each op validates without touching the GPU (errors name the argument), then
  * compiles or loads its kernel on first use and launches on `stream`. The
- * *_validate functions run the checks only. Layouts: compiler/PagedAttentionOp.h,
- * compiler/CompanionOps.h and compiler/MlaDecodeOp.h. */
+ * *_validate functions run the checks only. Layouts: compiler/ops/PagedAttentionOp.h,
+ * compiler/ops/CompanionOps.h and compiler/ops/MlaDecodeOp.h. */
 
 typedef struct attnjit_paged_attention_params {
   size_t struct_size;
@@ -247,8 +247,8 @@ void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params)
  * every call. */
 uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
                                                  int max_seq_len);
-attnjit_status attnjit_paged_attention_validate(attnjit_runtime* runtime, const attnjit_paged_attention_params* params);
-attnjit_status attnjit_paged_attention(attnjit_runtime* runtime, const attnjit_paged_attention_params* params);
+attnjit_status attnjit_paged_attention_validate(attnjit_jit* jit, const attnjit_paged_attention_params* params);
+attnjit_status attnjit_paged_attention(attnjit_jit* jit, const attnjit_paged_attention_params* params);
 
 typedef struct attnjit_cache_write_params {
   size_t struct_size;
@@ -274,8 +274,8 @@ typedef struct attnjit_cache_write_params {
 } attnjit_cache_write_params;
 
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params);
-attnjit_status attnjit_cache_write_validate(attnjit_runtime* runtime, const attnjit_cache_write_params* params);
-attnjit_status attnjit_cache_write(attnjit_runtime* runtime, const attnjit_cache_write_params* params);
+attnjit_status attnjit_cache_write_validate(attnjit_jit* jit, const attnjit_cache_write_params* params);
+attnjit_status attnjit_cache_write(attnjit_jit* jit, const attnjit_cache_write_params* params);
 
 typedef struct attnjit_merge_attn_states_params {
   size_t struct_size;
@@ -291,9 +291,9 @@ typedef struct attnjit_merge_attn_states_params {
 } attnjit_merge_attn_states_params;
 
 void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* params);
-attnjit_status attnjit_merge_attn_states_validate(attnjit_runtime* runtime,
+attnjit_status attnjit_merge_attn_states_validate(attnjit_jit* jit,
                                                   const attnjit_merge_attn_states_params* params);
-attnjit_status attnjit_merge_attn_states(attnjit_runtime* runtime, const attnjit_merge_attn_states_params* params);
+attnjit_status attnjit_merge_attn_states(attnjit_jit* jit, const attnjit_merge_attn_states_params* params);
 
 /* The N-way merge (context-parallel decode): N partial outputs merged by
  * their LSEs (compiler/kernels/MergePartials.h). One kernel serves every N. */
@@ -315,8 +315,8 @@ typedef struct attnjit_merge_partials_params {
 } attnjit_merge_partials_params;
 
 void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params);
-attnjit_status attnjit_merge_partials_validate(attnjit_runtime* runtime, const attnjit_merge_partials_params* params);
-attnjit_status attnjit_merge_partials(attnjit_runtime* runtime, const attnjit_merge_partials_params* params);
+attnjit_status attnjit_merge_partials_validate(attnjit_jit* jit, const attnjit_merge_partials_params* params);
+attnjit_status attnjit_merge_partials(attnjit_jit* jit, const attnjit_merge_partials_params* params);
 
 /* The MLA latent cache write (vLLM's concat_and_cache_mla;
  * compiler/kernels/MlaCacheWrite.h): token t's kv_c ‖ k_pe becomes row
@@ -340,11 +340,11 @@ typedef struct attnjit_mla_cache_write_params {
 } attnjit_mla_cache_write_params;
 
 void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params);
-attnjit_status attnjit_mla_cache_write_validate(attnjit_runtime* runtime,
+attnjit_status attnjit_mla_cache_write_validate(attnjit_jit* jit,
                                                 const attnjit_mla_cache_write_params* params);
-attnjit_status attnjit_mla_cache_write(attnjit_runtime* runtime, const attnjit_mla_cache_write_params* params);
+attnjit_status attnjit_mla_cache_write(attnjit_jit* jit, const attnjit_mla_cache_write_params* params);
 
-/* MLA latent decode (vLLM's TRITON_MLA decode; compiler/MlaDecodeOp.h). */
+/* MLA latent decode (vLLM's TRITON_MLA decode; compiler/ops/MlaDecodeOp.h). */
 
 /* How the MLA decode chooses its number of KV splits. */
 typedef enum attnjit_mla_split_rule {
@@ -394,8 +394,8 @@ void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params);
  * at most max_seq_len keys (0 when such batches never split): allocate once,
  * pass to every call. */
 uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len);
-attnjit_status attnjit_mla_decode_validate(attnjit_runtime* runtime, const attnjit_mla_decode_params* params);
-attnjit_status attnjit_mla_decode(attnjit_runtime* runtime, const attnjit_mla_decode_params* params);
+attnjit_status attnjit_mla_decode_validate(attnjit_jit* jit, const attnjit_mla_decode_params* params);
+attnjit_status attnjit_mla_decode(attnjit_jit* jit, const attnjit_mla_decode_params* params);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,8 @@ build step. The library is found through ATTNJIT_LIBRARY, an install prefix,
 or the repository's build folders (see _library.py).
 
     import attnjit
-    runtime = attnjit.Runtime()                        # device 0; works without a GPU
-    kernel = runtime.kernel_from_spec_file("specs/merge_attn_states.yaml",
+    jit = attnjit.Jit()                        # device 0; works without a GPU
+    kernel = jit.kernel_from_spec_file("specs/merge_attn_states.yaml",
                                            "merge_attn_states_bf16_h32_d128_lse")
     print(kernel.compile().stats())                   # ms per stage, threads, ...
     attnjit.ops.paged_attention(q, kv_cache, out, block_tables, seq_lens,
@@ -18,7 +18,7 @@ from ._library import lib as _lib
 from ._library import path as library_path
 from .errors import (AttnjitError, CompileError, CudaError, InternalError, InvalidArgumentError, NoDriverError,
                      SpecError)
-from .runtime import CompileStats, Kernel, Parameter, Runtime, default_runtime
+from .jit import CompileStats, Kernel, Parameter, Jit, default_jit
 
 __version__ = _lib.attnjit_version().decode()
 
@@ -37,6 +37,6 @@ def driver_status():
 
 __all__ = [
     "AttnjitError", "CompileError", "CompileStats", "CudaError", "InternalError", "InvalidArgumentError", "Kernel",
-    "NoDriverError", "Parameter", "Runtime", "SpecError", "default_runtime", "driver_status", "library_path", "ops",
+    "NoDriverError", "Parameter", "Jit", "SpecError", "default_jit", "driver_status", "library_path", "ops",
     "version",
 ]

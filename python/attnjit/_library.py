@@ -49,7 +49,7 @@ lib, path = _load()
 
 _c_status = ctypes.c_int
 _p = ctypes.POINTER
-_runtime = ctypes.c_void_p
+_jit = ctypes.c_void_p
 _kernel = ctypes.c_void_p
 
 _PROTOTYPES = {
@@ -57,12 +57,12 @@ _PROTOTYPES = {
     "attnjit_last_error_message": (ctypes.c_char_p, []),
     "attnjit_status_name": (ctypes.c_char_p, [ctypes.c_int]),
     "attnjit_driver_status": (_c_status, []),
-    "attnjit_runtime_options_init": (None, [_p(s.RuntimeOptions)]),
-    "attnjit_runtime_create": (_c_status, [_p(s.RuntimeOptions), _p(_runtime)]),
-    "attnjit_runtime_destroy": (None, [_runtime]),
-    "attnjit_runtime_target": (ctypes.c_char_p, [_runtime]),
-    "attnjit_kernel_from_spec_text": (_c_status, [_runtime, ctypes.c_char_p, ctypes.c_char_p, _p(_kernel)]),
-    "attnjit_kernel_from_spec_file": (_c_status, [_runtime, ctypes.c_char_p, ctypes.c_char_p, _p(_kernel)]),
+    "attnjit_jit_options_init": (None, [_p(s.JitOptions)]),
+    "attnjit_jit_create": (_c_status, [_p(s.JitOptions), _p(_jit)]),
+    "attnjit_jit_destroy": (None, [_jit]),
+    "attnjit_jit_target": (ctypes.c_char_p, [_jit]),
+    "attnjit_kernel_from_spec_text": (_c_status, [_jit, ctypes.c_char_p, ctypes.c_char_p, _p(_kernel)]),
+    "attnjit_kernel_from_spec_file": (_c_status, [_jit, ctypes.c_char_p, ctypes.c_char_p, _p(_kernel)]),
     "attnjit_kernel_destroy": (None, [_kernel]),
     "attnjit_kernel_name": (ctypes.c_char_p, [_kernel]),
     "attnjit_kernel_num_params": (_c_status, [_kernel, _p(ctypes.c_size_t)]),
@@ -75,25 +75,25 @@ _PROTOTYPES = {
     "attnjit_paged_attention_params_init": (None, [_p(s.PagedAttentionParams)]),
     "attnjit_paged_attention_workspace_bytes": (ctypes.c_uint64, [ctypes.c_int64, ctypes.c_int, ctypes.c_int,
                                                                   ctypes.c_int]),
-    "attnjit_paged_attention_validate": (_c_status, [_runtime, _p(s.PagedAttentionParams)]),
-    "attnjit_paged_attention": (_c_status, [_runtime, _p(s.PagedAttentionParams)]),
+    "attnjit_paged_attention_validate": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
+    "attnjit_paged_attention": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
     "attnjit_cache_write_params_init": (None, [_p(s.CacheWriteParams)]),
-    "attnjit_cache_write_validate": (_c_status, [_runtime, _p(s.CacheWriteParams)]),
-    "attnjit_cache_write": (_c_status, [_runtime, _p(s.CacheWriteParams)]),
+    "attnjit_cache_write_validate": (_c_status, [_jit, _p(s.CacheWriteParams)]),
+    "attnjit_cache_write": (_c_status, [_jit, _p(s.CacheWriteParams)]),
     "attnjit_merge_attn_states_params_init": (None, [_p(s.MergeAttnStatesParams)]),
-    "attnjit_merge_attn_states_validate": (_c_status, [_runtime, _p(s.MergeAttnStatesParams)]),
-    "attnjit_merge_attn_states": (_c_status, [_runtime, _p(s.MergeAttnStatesParams)]),
+    "attnjit_merge_attn_states_validate": (_c_status, [_jit, _p(s.MergeAttnStatesParams)]),
+    "attnjit_merge_attn_states": (_c_status, [_jit, _p(s.MergeAttnStatesParams)]),
     "attnjit_merge_partials_params_init": (None, [_p(s.MergePartialsParams)]),
-    "attnjit_merge_partials_validate": (_c_status, [_runtime, _p(s.MergePartialsParams)]),
-    "attnjit_merge_partials": (_c_status, [_runtime, _p(s.MergePartialsParams)]),
+    "attnjit_merge_partials_validate": (_c_status, [_jit, _p(s.MergePartialsParams)]),
+    "attnjit_merge_partials": (_c_status, [_jit, _p(s.MergePartialsParams)]),
     "attnjit_mla_cache_write_params_init": (None, [_p(s.MlaCacheWriteParams)]),
-    "attnjit_mla_cache_write_validate": (_c_status, [_runtime, _p(s.MlaCacheWriteParams)]),
-    "attnjit_mla_cache_write": (_c_status, [_runtime, _p(s.MlaCacheWriteParams)]),
+    "attnjit_mla_cache_write_validate": (_c_status, [_jit, _p(s.MlaCacheWriteParams)]),
+    "attnjit_mla_cache_write": (_c_status, [_jit, _p(s.MlaCacheWriteParams)]),
     "attnjit_mla_decode_params_init": (None, [_p(s.MlaDecodeParams)]),
     "attnjit_mla_decode_workspace_bytes": (ctypes.c_uint64, [ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                              ctypes.c_int]),
-    "attnjit_mla_decode_validate": (_c_status, [_runtime, _p(s.MlaDecodeParams)]),
-    "attnjit_mla_decode": (_c_status, [_runtime, _p(s.MlaDecodeParams)]),
+    "attnjit_mla_decode_validate": (_c_status, [_jit, _p(s.MlaDecodeParams)]),
+    "attnjit_mla_decode": (_c_status, [_jit, _p(s.MlaDecodeParams)]),
 }
 
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():
@@ -114,7 +114,7 @@ def check_struct_layouts():
     """Raises ImportError when this package's ctypes structs differ in size from
     the library's (a package and a library of different versions)."""
     for struct, init in (
-        (s.RuntimeOptions, lib.attnjit_runtime_options_init),
+        (s.JitOptions, lib.attnjit_jit_options_init),
         (s.PagedAttentionParams, lib.attnjit_paged_attention_params_init),
         (s.CacheWriteParams, lib.attnjit_cache_write_params_init),
         (s.MergeAttnStatesParams, lib.attnjit_merge_attn_states_params_init),

@@ -14,7 +14,7 @@ _str = ctypes.c_char_p
 _ptr = ctypes.c_void_p
 
 
-class RuntimeOptions(ctypes.Structure):
+class JitOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", _size),
         ("device", _i32),

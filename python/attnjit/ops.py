@@ -19,7 +19,7 @@ import math
 from . import _structs as s
 from ._library import lib
 from .errors import check
-from .runtime import _torch, default_runtime, stream_handle
+from .jit import _torch, default_jit, stream_handle
 
 DTYPES = {"f32": 0, "float32": 0, "f16": 1, "float16": 1, "fp16": 1, "bf16": 2, "bfloat16": 2}
 CACHE_FORMATS = {
@@ -63,47 +63,47 @@ def _fill(struct_type, init, fields):
     return params
 
 
-def _run(struct_type, init, run, validate, runtime, validate_only, fields):
-    runtime = runtime or default_runtime()
+def _run(struct_type, init, run, validate, jit, validate_only, fields):
+    jit = jit or default_jit()
     params = _fill(struct_type, init, fields)
     function = validate if validate_only else run
-    check(function(runtime._handle, ctypes.byref(params)))
+    check(function(jit._handle, ctypes.byref(params)))
 
 
-def paged_attention_raw(runtime=None, validate_only=False, **fields):
+def paged_attention_raw(jit=None, validate_only=False, **fields):
     """Paged attention from the C struct's fields (pointers as ints)."""
     _run(s.PagedAttentionParams, lib.attnjit_paged_attention_params_init, lib.attnjit_paged_attention,
-         lib.attnjit_paged_attention_validate, runtime, validate_only, fields)
+         lib.attnjit_paged_attention_validate, jit, validate_only, fields)
 
 
-def cache_write_raw(runtime=None, validate_only=False, **fields):
+def cache_write_raw(jit=None, validate_only=False, **fields):
     """KV-cache write from the C struct's fields (pointers as ints)."""
     _run(s.CacheWriteParams, lib.attnjit_cache_write_params_init, lib.attnjit_cache_write,
-         lib.attnjit_cache_write_validate, runtime, validate_only, fields)
+         lib.attnjit_cache_write_validate, jit, validate_only, fields)
 
 
-def merge_attn_states_raw(runtime=None, validate_only=False, **fields):
+def merge_attn_states_raw(jit=None, validate_only=False, **fields):
     """merge_attn_states from the C struct's fields (pointers as ints)."""
     _run(s.MergeAttnStatesParams, lib.attnjit_merge_attn_states_params_init, lib.attnjit_merge_attn_states,
-         lib.attnjit_merge_attn_states_validate, runtime, validate_only, fields)
+         lib.attnjit_merge_attn_states_validate, jit, validate_only, fields)
 
 
-def merge_partials_raw(runtime=None, validate_only=False, **fields):
+def merge_partials_raw(jit=None, validate_only=False, **fields):
     """The N-way merge from the C struct's fields (pointers as ints)."""
     _run(s.MergePartialsParams, lib.attnjit_merge_partials_params_init, lib.attnjit_merge_partials,
-         lib.attnjit_merge_partials_validate, runtime, validate_only, fields)
+         lib.attnjit_merge_partials_validate, jit, validate_only, fields)
 
 
-def mla_cache_write_raw(runtime=None, validate_only=False, **fields):
+def mla_cache_write_raw(jit=None, validate_only=False, **fields):
     """The MLA latent cache write from the C struct's fields (pointers as ints)."""
     _run(s.MlaCacheWriteParams, lib.attnjit_mla_cache_write_params_init, lib.attnjit_mla_cache_write,
-         lib.attnjit_mla_cache_write_validate, runtime, validate_only, fields)
+         lib.attnjit_mla_cache_write_validate, jit, validate_only, fields)
 
 
-def mla_decode_raw(runtime=None, validate_only=False, **fields):
+def mla_decode_raw(jit=None, validate_only=False, **fields):
     """MLA decode from the C struct's fields (pointers as ints)."""
     _run(s.MlaDecodeParams, lib.attnjit_mla_decode_params_init, lib.attnjit_mla_decode,
-         lib.attnjit_mla_decode_validate, runtime, validate_only, fields)
+         lib.attnjit_mla_decode_validate, jit, validate_only, fields)
 
 
 # ---- torch tensors ----
@@ -208,7 +208,7 @@ def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_forma
 def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
-                    batch_invariant=False, check_bounds=False, stream=None, runtime=None, min_seq_len=0,
+                    batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
                     alibi_sqrt=False, output_scale=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
@@ -275,7 +275,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         optional.update(workspace=workspace.data_ptr(),
                         workspace_bytes=workspace.numel() * workspace.element_size())
     paged_attention_raw(
-        runtime=runtime,
+        jit=jit,
         dtype=dtype,
         num_query_heads=num_query_heads,
         head_size=head_size,
@@ -317,7 +317,7 @@ def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, 
 
 
 def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None,
-                check_bounds=False, stream=None, runtime=None):
+                check_bounds=False, stream=None, jit=None):
     """Scatters key [num_tokens, Hkv, D] and value [num_tokens, Hkv, Dv] into
     kv_cache at slot_mapping (int64; -1 skips a token). The cache is
     [num_blocks, 2, block_size, Hkv, row] (Dv = D only) or vLLM's packed
@@ -348,7 +348,7 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
             _check_shape(name, scale.reshape(-1), (1,))
             scales[name] = scale.data_ptr()
     cache_write_raw(
-        runtime=runtime,
+        jit=jit,
         dtype=dtype,
         cache_format=cache_format,
         head_size=head_size,
@@ -370,7 +370,7 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
 
 
 def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None, stream=None,
-                      runtime=None):
+                      jit=None):
     """output = merge of two partial attention results by their LSEs (vLLM's
     merge_attn_states). Outputs [num_tokens, num_heads, head_size] of one float
     dtype; LSEs float32 [num_heads, num_tokens], contiguous; output_lse
@@ -392,7 +392,7 @@ def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_l
         if not tensor.is_contiguous():
             raise ValueError("%s must be contiguous ([num_heads, num_tokens] row-major)" % name)
     merge_attn_states_raw(
-        runtime=runtime,
+        jit=jit,
         dtype=dtype,
         num_heads=num_heads,
         head_size=head_size,
@@ -414,7 +414,7 @@ def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_l
     return output
 
 
-def merge_partials(output, partial_outputs, partial_lses, output_lse=None, stream=None, runtime=None):
+def merge_partials(output, partial_outputs, partial_lses, output_lse=None, stream=None, jit=None):
     """output = merge of N partial attention results by their LSEs (the N-way
     merge of context-parallel decode). output [num_tokens, num_heads,
     head_size] of one float dtype; partial_outputs [N, num_tokens, num_heads,
@@ -440,7 +440,7 @@ def merge_partials(output, partial_outputs, partial_lses, output_lse=None, strea
         if not output_lse.is_contiguous():
             raise ValueError("output_lse must be contiguous ([num_heads, num_tokens] row-major)")
     merge_partials_raw(
-        runtime=runtime,
+        jit=jit,
         dtype=dtype,
         num_heads=num_heads,
         head_size=head_size,
@@ -462,7 +462,7 @@ def merge_partials(output, partial_outputs, partial_lses, output_lse=None, strea
 
 
 def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", scale=None, stream=None,
-                    runtime=None):
+                    jit=None):
     """Writes token t's kv_c ‖ k_pe into row slot_mapping[t] of the MLA latent
     cache (vLLM's concat_and_cache_mla; -1 skips a token), the cache mla_decode
     reads.
@@ -504,7 +504,7 @@ def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", sca
         _check_shape("scale", scale.reshape(-1), (1,))
         optional["scale"] = scale.data_ptr()
     mla_cache_write_raw(
-        runtime=runtime,
+        jit=jit,
         dtype=dtype,
         cache_format=cache_format,
         kv_lora_rank=kv_lora_rank,
@@ -527,7 +527,7 @@ def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", sca
 
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
                kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
-               num_sms=0, stream=None, runtime=None):
+               num_sms=0, stream=None, jit=None):
     """out = MLA latent decode of q over the latent cache (vLLM's TRITON_MLA decode).
 
     q [B, H, L + R] and out [B, H, L] of one dtype (float16 or bfloat16; L =
@@ -584,7 +584,7 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
         optional.update(workspace=workspace.data_ptr(),
                         workspace_bytes=workspace.numel() * workspace.element_size())
     mla_decode_raw(
-        runtime=runtime,
+        jit=jit,
         dtype=dtype,
         kv_cache_format=kv_cache_format,
         kv_lora_rank=kv_lora_rank,

@@ -97,7 +97,7 @@ class CpuTests(unittest.TestCase):
 
     def test_struct_layouts_match_the_library(self):
         for struct, init in (
-            (_structs.RuntimeOptions, _library.lib.attnjit_runtime_options_init),
+            (_structs.JitOptions, _library.lib.attnjit_jit_options_init),
             (_structs.PagedAttentionParams, _library.lib.attnjit_paged_attention_params_init),
             (_structs.CacheWriteParams, _library.lib.attnjit_cache_write_params_init),
             (_structs.MergeAttnStatesParams, _library.lib.attnjit_merge_attn_states_params_init),
@@ -195,16 +195,16 @@ class CpuTests(unittest.TestCase):
 
     def test_bad_runtime_options_raise_value_errors(self):
         with self.assertRaises(ValueError) as caught:
-            attnjit.Runtime(device=-1)
+            attnjit.Jit(device=-1)
         self.assertIsInstance(caught.exception, attnjit.InvalidArgumentError)
         self.assertIn("device -1 is not a device ordinal", str(caught.exception))
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, "sm_99"):
-            attnjit.Runtime(target="sm_99")
-        self.assertEqual(attnjit.Runtime(target="sm_80").target, "sm_80")
+            attnjit.Jit(target="sm_99")
+        self.assertEqual(attnjit.Jit(target="sm_80").target, "sm_80")
 
     def test_kernel_compiles_from_spec_text(self):
-        runtime = attnjit.Runtime(target="sm_80")
-        kernel = runtime.kernel_from_spec_text(MERGE_SPEC)
+        jit = attnjit.Jit(target="sm_80")
+        kernel = jit.kernel_from_spec_text(MERGE_SPEC)
         self.assertEqual(kernel.name, "merge_attn_states_f16_h4_d64_lse")
         self.assertEqual(len(kernel.parameters), 13)
         self.assertEqual(kernel.parameters[0], attnjit.Parameter("output", "ptr<global, f16>", "pointer", 16, 0))
@@ -221,19 +221,19 @@ class CpuTests(unittest.TestCase):
         self.assertEqual(stats.registers, -1)
 
     def test_spec_errors_are_located(self):
-        runtime = attnjit.default_runtime()
+        jit = attnjit.default_jit()
         with self.assertRaises(attnjit.SpecError) as caught:
-            runtime.kernel_from_spec_text("family: merge_attn_states\nparams:\n  dtype: f16\n  num_hedas: 4\n")
+            jit.kernel_from_spec_text("family: merge_attn_states\nparams:\n  dtype: f16\n  num_hedas: 4\n")
         self.assertIsInstance(caught.exception, ValueError)
         self.assertRegex(str(caught.exception), r"<spec text>:4:\d+: error: .*num_hedas")
         spec = os.path.join(HERE, "..", "..", "specs", "merge_attn_states.yaml")
         with self.assertRaisesRegex(attnjit.SpecError, "did you mean 'merge_attn_states_bf16_h32_d128_lse'"):
-            runtime.kernel_from_spec_file(spec, "merge_attn_states_bf16_h32_d128_lsf")
-        self.assertEqual(runtime.kernel_from_spec_file(spec, "merge_attn_states_bf16_h32_d128_lse").name,
+            jit.kernel_from_spec_file(spec, "merge_attn_states_bf16_h32_d128_lsf")
+        self.assertEqual(jit.kernel_from_spec_file(spec, "merge_attn_states_bf16_h32_d128_lse").name,
                          "merge_attn_states_bf16_h32_d128_lse")
 
     def test_launch_arguments_are_checked(self):
-        kernel = attnjit.default_runtime().kernel_from_spec_text(MERGE_SPEC)
+        kernel = attnjit.default_jit().kernel_from_spec_text(MERGE_SPEC)
         with self.assertRaisesRegex(ValueError, "takes 13 arguments, got 12"):
             kernel.launch((3, 4), merge_arguments()[:-1])
         bad = merge_arguments()

@@ -41,10 +41,10 @@ static const char* const merge_spec =
     "  output_lse: false\n";
 
 int main(void) {
-  attnjit_runtime* runtime = NULL;
-  attnjit_runtime* unused = NULL;
+  attnjit_jit* runtime = NULL;
+  attnjit_jit* unused = NULL;
   attnjit_kernel* kernel = NULL;
-  attnjit_runtime_options options;
+  attnjit_jit_options options;
   attnjit_merge_attn_states_params merge;
   attnjit_mla_cache_write_params mla_write;
   attnjit_compile_stats stats;
@@ -58,16 +58,16 @@ int main(void) {
   EXPECT(strlen(attnjit_version()) > 0);
 
   /* Bad arguments: a status and a message, never a crash. */
-  attnjit_runtime_options_init(&options);
+  attnjit_jit_options_init(&options);
   options.device = -1;
-  EXPECT_ERROR(attnjit_runtime_create(&options, &unused), ATTNJIT_ERROR_INVALID_ARGUMENT,
-               "runtime: device -1 is not a device ordinal");
+  EXPECT_ERROR(attnjit_jit_create(&options, &unused), ATTNJIT_ERROR_INVALID_ARGUMENT,
+               "attnjit::Jit: device -1 is not a device ordinal");
   EXPECT(unused == NULL);
   options.struct_size = 0;
-  EXPECT_ERROR(attnjit_runtime_create(&options, &unused), ATTNJIT_ERROR_INVALID_ARGUMENT, "struct_size");
-  EXPECT_ERROR(attnjit_runtime_create(NULL, NULL), ATTNJIT_ERROR_INVALID_ARGUMENT, "runtime is NULL");
+  EXPECT_ERROR(attnjit_jit_create(&options, &unused), ATTNJIT_ERROR_INVALID_ARGUMENT, "struct_size");
+  EXPECT_ERROR(attnjit_jit_create(NULL, NULL), ATTNJIT_ERROR_INVALID_ARGUMENT, "jit is NULL");
 
-  EXPECT(attnjit_runtime_create(NULL, &runtime) == ATTNJIT_OK);
+  EXPECT(attnjit_jit_create(NULL, &runtime) == ATTNJIT_OK);
   EXPECT(runtime != NULL);
   EXPECT(strcmp(attnjit_last_error_message(), "") == 0);
 
@@ -145,8 +145,8 @@ int main(void) {
     }
   }
   attnjit_kernel_destroy(kernel);
-  attnjit_runtime_destroy(runtime);
-  attnjit_runtime_destroy(NULL);
+  attnjit_jit_destroy(runtime);
+  attnjit_jit_destroy(NULL);
 
   if (failures != 0) {
     printf("capi_smoke: %d check(s) failed\n", failures);

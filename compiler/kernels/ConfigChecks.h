@@ -1,0 +1,35 @@
+// What the kernel builders' config validation shares: power-of-two arithmetic
+// for tile shapes, the config errors (no location: the spec loader blames the
+// field the message names), and the q/o data types every family accepts.
+#pragma once
+
+#include <bit>
+#include <charconv>
+#include <string>
+#include <system_error>
+
+#include "support/Diagnostics.h"
+#include "ir/Types.h"
+
+namespace attnjit::compiler {
+
+inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
+inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
+inline support::Status configError(const std::string& message) { return support::Status::error(support::Location{}, message); }
+
+// A number in a message or a shape's text, as short as reads back exactly (30,
+// 2.5, 0.25, -1, nan).
+inline std::string numberText(double value) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return ec == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+
+// q/o/output element types every family accepts: f32, f16 and bf16.
+inline support::Status checkIoDtype(ir::ScalarKind dtype) {
+  if (dtype == ir::ScalarKind::F32 || dtype == ir::ScalarKind::F16 || dtype == ir::ScalarKind::BF16)
+    return support::Status::ok();
+  return configError(std::string("dtype (") + ir::scalarName(dtype) + ") is not supported; use f32, f16 or bf16");
+}
+
+}  // namespace attnjit::compiler

@@ -1,0 +1,386 @@
+#include "compiler/ops/CompanionOps.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/ops/BoundsCheckedLaunch.h"
+#include "compiler/driver/Jit.h"
+#include "compiler/driver/KernelArguments.h"
+#include "compiler/ops/ReadyKernels.h"
+#include "runtime/Module.h"
+
+namespace attnjit::ops {
+
+using compiler::CacheWriteConfig;
+using compiler::KernelArgument;
+using compiler::MergeAttnStatesConfig;
+using compiler::MergePartialsConfig;
+using compiler::MlaCacheWriteConfig;
+using support::Status;
+
+namespace {
+
+using KernelBuilder = std::function<support::Expected<std::unique_ptr<ir::Kernel>>()>;
+
+// Per kernel name: its parameters (from building the kernel once per process,
+// so validation needs no GPU and, after the first call, no IR). The loaded
+// kernels are compiler/ops/ReadyKernels.h's.
+class OpKernels {
+ public:
+  static OpKernels& instance() {
+    static OpKernels kernels;
+    return kernels;
+  }
+
+  support::Expected<std::shared_ptr<const std::vector<compiler::KernelParameter>>> parameters(const std::string& name,
+                                                                                          const KernelBuilder& build) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = parameters_.find(name); it != parameters_.end()) return it->second;
+    auto kernel = build();
+    if (!kernel) return kernel.status();
+    auto parameters = std::make_shared<const std::vector<compiler::KernelParameter>>(compiler::kernelParameters(**kernel));
+    parameters_.emplace(name, parameters);
+    return parameters;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const std::vector<compiler::KernelParameter>>> parameters_;
+};
+
+// A validated call: what to launch and with what.
+struct PreparedCall {
+  std::string kernelName;
+  KernelBuilder build;
+  compiler::PackedArguments arguments;
+  runtime::Dim3 grid;
+  // Checked kernels: the index of the bounds_record argument (packed with
+  // kRecordPlaceholder, replaced at launch by runBoundsChecked's buffer) and the
+  // message context; -1 for unchecked kernels.
+  int recordArgument = -1;
+  compiler::BoundsCheckContext boundsContext;
+  bool empty = false;  // zero tokens: nothing to launch
+};
+
+// Stands in for the bounds_record pointer while a checked call is validated and
+// packed (a non-null, aligned address no launch ever sees).
+constexpr uint64_t kRecordPlaceholder = 16;
+
+struct NamedStride {
+  const char* name;
+  int64_t value;
+};
+
+support::Status checkStridesPositive(const std::string& op, std::initializer_list<NamedStride> strides) {
+  for (const NamedStride& s : strides)
+    if (s.value <= 0)
+      return support::Status::error({}, op + ": " + s.name + " (" + std::to_string(s.value) + ") must be positive");
+  return support::Status::ok();
+}
+
+support::Status checkTokenCount(const std::string& op, int64_t numTokens) {
+  if (numTokens < 0 || numTokens > std::numeric_limits<int32_t>::max())
+    return support::Status::error({}, op + ": num_tokens (" + std::to_string(numTokens) + ") must be between 0 and " +
+                                 std::to_string(std::numeric_limits<int32_t>::max()));
+  return support::Status::ok();
+}
+
+support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
+  const std::string op = "cache write";
+  const CacheWriteConfig config = selectCacheWriteVariant(p);
+  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
+  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildCacheWrite(config); };
+  if (p.numTokens == 0) {
+    call.empty = true;
+    return call;
+  }
+  const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
+  if (!scaled && (p.kScale != 0 || p.vScale != 0))
+    return support::Status::error({}, op + ": k_scale/v_scale are given, but the cache format " +
+                                 compiler::kvCacheFormatName(config.cacheFormat) +
+                                 " has no per-tensor scales (only fp8_e4m3 and fp8_e5m2 do)");
+  if (support::Status s = checkStridesPositive(op, {{"key_stride_token", p.keyStrideToken},
+                                           {"key_stride_head", p.keyStrideHead},
+                                           {"value_stride_token", p.valueStrideToken},
+                                           {"value_stride_head", p.valueStrideHead},
+                                           {"kv_stride_block", p.kvStrideBlock},
+                                           {"kv_stride_kv", p.kvStrideKv},
+                                           {"kv_stride_token", p.kvStrideToken},
+                                           {"kv_stride_head", p.kvStrideHead}});
+      !s)
+    return s;
+  if (config.checkBounds && p.numBlocks < 1)
+    return support::Status::error({}, op + ": num_blocks (" + std::to_string(p.numBlocks) +
+                                 ") must be the KV cache's block count (at least 1) when bounds checking is on "
+                                 "(check_bounds or ATTNJIT_CHECK_BOUNDS=1)");
+  // Parameters in the kernel's order (compiler/kernels/CacheWrite.h).
+  std::vector<KernelArgument> arguments = {
+      KernelArgument::devicePointer(p.key), KernelArgument::devicePointer(p.value),
+      KernelArgument::devicePointer(p.kvCache), KernelArgument::devicePointer(p.slotMapping)};
+  if (scaled) {
+    arguments.push_back(KernelArgument::devicePointer(p.kScale));
+    arguments.push_back(KernelArgument::devicePointer(p.vScale));
+  }
+  if (config.checkBounds) {
+    call.recordArgument = static_cast<int>(arguments.size());
+    arguments.push_back(KernelArgument::devicePointer(kRecordPlaceholder));
+  }
+  for (int64_t stride : {p.keyStrideToken, p.keyStrideHead, p.valueStrideToken, p.valueStrideHead, p.kvStrideBlock,
+                         p.kvStrideKv, p.kvStrideToken, p.kvStrideHead})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  if (config.checkBounds) {
+    arguments.push_back(KernelArgument::integerValue(p.numBlocks));
+    call.boundsContext = {op, p.numBlocks, p.blockSize, 0, p.numTokens};
+  }
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
+  call.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::cacheWriteGridY(config)), 1};
+  return call;
+}
+
+support::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesParams& p) {
+  const std::string op = "merge_attn_states";
+  const MergeAttnStatesConfig config = selectMergeAttnStatesVariant(p);
+  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
+  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildMergeAttnStates(config); };
+  if (p.numTokens == 0) {
+    call.empty = true;
+    return call;
+  }
+  if (support::Status s = checkStridesPositive(op, {{"output_stride_token", p.outputStrideToken},
+                                           {"output_stride_head", p.outputStrideHead},
+                                           {"prefix_stride_token", p.prefixStrideToken},
+                                           {"prefix_stride_head", p.prefixStrideHead},
+                                           {"suffix_stride_token", p.suffixStrideToken},
+                                           {"suffix_stride_head", p.suffixStrideHead}});
+      !s)
+    return s;
+  // Parameters in the kernel's order (compiler/kernels/MergeAttnStates.h).
+  std::vector<KernelArgument> arguments = {KernelArgument::devicePointer(p.output)};
+  if (config.outputLse) arguments.push_back(KernelArgument::devicePointer(p.outputLse));
+  for (uint64_t pointer : {p.prefixOutput, p.prefixLse, p.suffixOutput, p.suffixLse})
+    arguments.push_back(KernelArgument::devicePointer(pointer));
+  arguments.push_back(KernelArgument::integerValue(p.numTokens));
+  for (int64_t stride : {p.outputStrideToken, p.outputStrideHead, p.prefixStrideToken, p.prefixStrideHead,
+                         p.suffixStrideToken, p.suffixStrideHead})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
+  call.grid = {static_cast<unsigned>(compiler::mergeAttnStatesGridX(config, p.numTokens)),
+               static_cast<unsigned>(p.numHeads), 1};
+  return call;
+}
+
+support::Expected<PreparedCall> prepareMergePartials(const MergePartialsParams& p) {
+  const std::string op = "merge_partials";
+  const MergePartialsConfig config = selectMergePartialsVariant(p);
+  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
+  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  if (p.numPartials < 1)
+    return support::Status::error({}, op + ": num_partials (" + std::to_string(p.numPartials) + ") must be at least 1");
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildMergePartials(config); };
+  if (p.numTokens == 0) {
+    call.empty = true;
+    return call;
+  }
+  if (support::Status s = checkStridesPositive(op, {{"output_stride_token", p.outputStrideToken},
+                                           {"output_stride_head", p.outputStrideHead},
+                                           {"partial_stride_partial", p.partialStridePartial},
+                                           {"partial_stride_token", p.partialStrideToken},
+                                           {"partial_stride_head", p.partialStrideHead},
+                                           {"lse_stride_partial", p.lseStridePartial}});
+      !s)
+    return s;
+  // Each partial's LSEs are a [num_heads, num_tokens] block; shorter strides
+  // would make partials share LSEs (a layout mistake, not a merge).
+  const int64_t lseBlock = int64_t{p.numHeads} * p.numTokens;
+  if (p.numPartials > 1 && p.lseStridePartial < lseBlock)
+    return support::Status::error({}, op + ": lse_stride_partial (" + std::to_string(p.lseStridePartial) +
+                                 ") is smaller than one partial's LSE block, num_heads · num_tokens = " +
+                                 std::to_string(lseBlock));
+  // Parameters in the kernel's order (compiler/kernels/MergePartials.h).
+  std::vector<KernelArgument> arguments = {KernelArgument::devicePointer(p.output)};
+  if (config.outputLse) arguments.push_back(KernelArgument::devicePointer(p.outputLse));
+  arguments.push_back(KernelArgument::devicePointer(p.partialOutputs));
+  arguments.push_back(KernelArgument::devicePointer(p.partialLses));
+  arguments.push_back(KernelArgument::integerValue(p.numPartials));
+  arguments.push_back(KernelArgument::integerValue(p.numTokens));
+  for (int64_t stride : {p.outputStrideToken, p.outputStrideHead, p.partialStridePartial, p.partialStrideToken,
+                         p.partialStrideHead, p.lseStridePartial})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
+  call.grid = {static_cast<unsigned>(compiler::mergePartialsGridX(config, p.numTokens)),
+               static_cast<unsigned>(p.numHeads), 1};
+  return call;
+}
+
+support::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& p) {
+  const std::string op = "mla cache write";
+  const MlaCacheWriteConfig config = selectMlaCacheWriteVariant(p);
+  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
+  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildMlaCacheWrite(config); };
+  if (p.numTokens == 0) {
+    call.empty = true;
+    return call;
+  }
+  const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
+  if (!scaled && p.scale != 0)
+    return support::Status::error({}, op + ": scale is given, but the cache format " +
+                                 compiler::kvCacheFormatName(config.cacheFormat) +
+                                 " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
+  if (support::Status s = checkStridesPositive(op, {{"kv_c_stride_token", p.kvCStrideToken},
+                                           {"k_pe_stride_token", p.kPeStrideToken},
+                                           {"cache_stride_block", p.cacheStrideBlock},
+                                           {"cache_stride_token", p.cacheStrideToken}});
+      !s)
+    return s;
+  if (p.cacheStrideToken < config.cacheRowElements())
+    return support::Status::error({}, op + ": cache_stride_token (" + std::to_string(p.cacheStrideToken) +
+                                 ") is smaller than a cache row, kv_lora_rank + rope_dim = " +
+                                 std::to_string(config.cacheRowElements()));
+  // Parameters in the kernel's order (compiler/kernels/MlaCacheWrite.h).
+  std::vector<KernelArgument> arguments = {
+      KernelArgument::devicePointer(p.kvC), KernelArgument::devicePointer(p.kPe),
+      KernelArgument::devicePointer(p.kvCache), KernelArgument::devicePointer(p.slotMapping)};
+  if (scaled) arguments.push_back(KernelArgument::devicePointer(p.scale));
+  for (int64_t stride : {p.kvCStrideToken, p.kPeStrideToken, p.cacheStrideBlock, p.cacheStrideToken})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
+  call.grid = {static_cast<unsigned>(p.numTokens), 1, 1};
+  return call;
+}
+
+support::Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream) {
+  if (call.empty) return support::Status::ok();
+  auto ready = readyKernel(call.kernelName, call.build);
+  if (!ready) return ready.status();
+  runtime::LaunchConfig launch;
+  launch.grid = call.grid;
+  launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
+  launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
+  launch.stream = stream;
+  std::vector<void*> pointers = call.arguments.driverPointers();
+  if (call.recordArgument < 0) return ready->loaded->function.launch(launch, pointers.data());
+  return runBoundsChecked(call.boundsContext, stream, [&](uint64_t record) {
+    std::memcpy(pointers[static_cast<size_t>(call.recordArgument)], &record, sizeof record);
+    return ready->loaded->function.launch(launch, pointers.data());
+  });
+}
+
+}  // namespace
+
+CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& p) {
+  CacheWriteConfig config;
+  config.dtype = p.dtype;
+  config.cacheFormat = p.cacheFormat;
+  config.numKvHeads = p.numKvHeads;
+  config.headSize = p.headSize;
+  config.valueHeadSize = p.valueHeadSize;
+  config.blockSize = p.blockSize;
+  config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
+  return config;
+}
+
+MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& p) {
+  MergeAttnStatesConfig config;
+  config.dtype = p.dtype;
+  config.numHeads = p.numHeads;
+  config.headSize = p.headSize;
+  config.outputLse = p.outputLse != 0;
+  // Warps so that each thread loads 32 bytes of each input (two 16-byte vectors).
+  // Measured on the H200 (T=16384, 32 heads, D=128, bf16; bench/merge_attn_states.yaml,
+  // 2026-11-30, session 11) once f32 division lost its called slow path: 16 tokens on
+  // 4 warps 0.1202 ms, 8 on 2 0.1199, against 0.1228 for 16 on 2 (64 bytes, the
+  // choice before: with the slow-path calls, 0.1313 against 0.1359 on 4 warps).
+  const int64_t rowBytes = static_cast<int64_t>(config.headSizePadded()) * ir::storageBits(p.dtype) / 8;
+  const int64_t warps = config.blockTokens * rowBytes / (32 * 32);
+  config.numWarps = static_cast<int>(std::clamp<int64_t>(warps, 1, 4));
+  return config;
+}
+
+MergePartialsConfig selectMergePartialsVariant(const MergePartialsParams& p) {
+  MergePartialsConfig config;
+  config.dtype = p.dtype;
+  config.numHeads = p.numHeads;
+  config.headSize = p.headSize;
+  config.outputLse = p.outputLse != 0;
+  return config;
+}
+
+MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& p) {
+  MlaCacheWriteConfig config;
+  config.dtype = p.dtype;
+  config.cacheFormat = p.cacheFormat;
+  config.kvLoraRank = p.kvLoraRank;
+  config.ropeDim = p.ropeDim;
+  config.blockSize = p.blockSize;
+  return config;
+}
+
+support::Status validateCacheWrite(const CacheWriteParams& params) { return prepareCacheWrite(params).status(); }
+
+support::Status validateMergePartials(const MergePartialsParams& params) { return prepareMergePartials(params).status(); }
+
+support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params) { return prepareMlaCacheWrite(params).status(); }
+
+support::Status validateMergeAttnStates(const MergeAttnStatesParams& params) {
+  return prepareMergeAttnStates(params).status();
+}
+
+support::Status cacheWrite(const CacheWriteParams& params) {
+  auto call = prepareCacheWrite(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
+
+support::Status mergeAttnStates(const MergeAttnStatesParams& params) {
+  auto call = prepareMergeAttnStates(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
+
+support::Status mergePartials(const MergePartialsParams& params) {
+  auto call = prepareMergePartials(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
+
+support::Status mlaCacheWrite(const MlaCacheWriteParams& params) {
+  auto call = prepareMlaCacheWrite(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
+
+}  // namespace attnjit::ops

@@ -1,0 +1,135 @@
+// Op-level API for the companion kernels of paged attention, on device
+// pointers and a stream, in the style of compiler/ops/PagedAttentionOp.h:
+//
+//   cacheWrite       vLLM's reshape_and_cache_flash: new keys/values into the
+//                    paged KV cache (compiler/kernels/CacheWrite.h has the
+//                    layouts and cache formats);
+//   mergeAttnStates  vLLM's merge_attn_states: two partial outputs merged by
+//                    their LSEs (compiler/kernels/MergeAttnStates.h);
+//   mergePartials    the N-way merge (context-parallel decode: N ranks'
+//                    partial outputs and LSEs; compiler/kernels/MergePartials.h);
+//   mlaCacheWrite    vLLM's concat_and_cache_mla: kv_c ‖ k_pe into the MLA
+//                    latent cache (compiler/kernels/MlaCacheWrite.h).
+//
+// Each call validates its arguments without touching the GPU (the variant is
+// supported; no pointer is null or misaligned; strides keep the promises the
+// kernel is compiled with; errors name the argument), JIT-compiles or loads the
+// kernel on first use in a context, and launches it on the caller's stream.
+// Later calls for the same variant and context cost a lookup, argument packing
+// and cuLaunchKernel: no allocation on the device, no host synchronization.
+// Zero tokens is a valid call that launches nothing.
+#pragma once
+
+#include <cstdint>
+
+#include "compiler/kernels/CacheWrite.h"
+#include "compiler/kernels/MergeAttnStates.h"
+#include "compiler/kernels/MergePartials.h"
+#include "compiler/kernels/MlaCacheWrite.h"
+#include "support/Diagnostics.h"
+#include "runtime/Driver.h"
+
+namespace attnjit::ops {
+
+struct CacheWriteParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // keys and values: f32, f16 or bf16
+  compiler::KvCacheFormat cacheFormat = compiler::KvCacheFormat::Auto;
+  int numKvHeads = 0;
+  int headSize = 0;
+  // DiffKV: the values' head size Dv (0 = headSize); the cache is then usually the
+  // packed [num_blocks, block_size, Hkv, K row ‖ V row] (kv_stride_kv = the K row).
+  int valueHeadSize = 0;
+  int blockSize = 0;
+  // Debugging: run the bounds-checked kernel, which skips and reports a
+  // slot_mapping entry that is neither -1 nor inside the cache (numBlocks ·
+  // blockSize slots) as this call's error. ATTNJIT_CHECK_BOUNDS=1 turns it on for
+  // every call. Checked calls allocate a record buffer once per context and
+  // synchronize the stream after the launch (compiler/ops/BoundsCheckedLaunch.h): not for
+  // CUDA graphs. Requires numBlocks.
+  bool checkBounds = false;
+  int numBlocks = 0;  // blocks of the KV cache; checked mode only
+  // ---- the batch ----
+  int64_t numTokens = 0;  // rows of key/value and entries of slot_mapping
+  // ---- device pointers (16-byte aligned; kScale/vScale: f32 scalars, per-tensor fp8 only) ----
+  uint64_t key = 0, value = 0, kvCache = 0, slotMapping = 0, kScale = 0, vScale = 0;
+  // ---- strides, in elements (of the cache's element type for kv*) ----
+  int64_t keyStrideToken = 0, keyStrideHead = 0, valueStrideToken = 0, valueStrideHead = 0;
+  int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0;
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
+struct MergeAttnStatesParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // the three outputs: f32, f16 or bf16
+  int numHeads = 0;
+  int headSize = 0;
+  // ---- the batch ----
+  int64_t numTokens = 0;
+  // ---- device pointers (16-byte aligned; LSEs f32 [num_heads, num_tokens];
+  //      outputLse may be 0: the merged LSE is then not written) ----
+  uint64_t output = 0, outputLse = 0, prefixOutput = 0, prefixLse = 0, suffixOutput = 0, suffixLse = 0;
+  // ---- strides of the [num_tokens, num_heads, head_size] outputs, in elements ----
+  int64_t outputStrideToken = 0, outputStrideHead = 0, prefixStrideToken = 0, prefixStrideHead = 0;
+  int64_t suffixStrideToken = 0, suffixStrideHead = 0;
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
+struct MergePartialsParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // partial outputs and output: f32, f16 or bf16
+  int numHeads = 0;
+  int headSize = 0;
+  // ---- the batch ----
+  int numPartials = 0;    // N >= 1 (one kernel serves every N)
+  int64_t numTokens = 0;
+  // ---- device pointers (16-byte aligned; outputLse may be 0: the merged LSE is
+  //      then not written) ----
+  uint64_t output = 0;          // [num_tokens, num_heads, head_size]
+  uint64_t outputLse = 0;       // f32 [num_heads, num_tokens], contiguous
+  uint64_t partialOutputs = 0;  // [N, num_tokens, num_heads, head_size]
+  uint64_t partialLses = 0;     // f32, partial i at i · lseStridePartial, then [num_heads, num_tokens]
+  // ---- strides, in elements ----
+  int64_t outputStrideToken = 0, outputStrideHead = 0;
+  int64_t partialStridePartial = 0, partialStrideToken = 0, partialStrideHead = 0;
+  int64_t lseStridePartial = 0;  // at least num_heads · num_tokens when N > 1
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
+struct MlaCacheWriteParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // kv_c and k_pe: f32, f16 or bf16
+  compiler::KvCacheFormat cacheFormat = compiler::KvCacheFormat::Auto;  // auto, fp8_e4m3 or fp8_e5m2
+  int kvLoraRank = 0;  // 512 or 256
+  int ropeDim = 0;     // 64
+  int blockSize = 0;
+  // ---- the batch ----
+  int64_t numTokens = 0;  // rows of kv_c and k_pe and entries of slot_mapping
+  // ---- device pointers (16-byte aligned; slot_mapping int64, -1 = skip;
+  //      scale: one f32 in device memory, per-tensor fp8 only) ----
+  uint64_t kvC = 0, kPe = 0, kvCache = 0, slotMapping = 0, scale = 0;
+  // ---- strides, in elements (of the cache's element type for the cache) ----
+  int64_t kvCStrideToken = 0, kPeStrideToken = 0;  // multiples of 8
+  int64_t cacheStrideBlock = 0, cacheStrideToken = 0;  // multiples of 16; a row is kv_lora_rank + rope_dim wide
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
+// The kernel variants the calls run.
+compiler::CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& params);
+compiler::MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& params);
+compiler::MergePartialsConfig selectMergePartialsVariant(const MergePartialsParams& params);
+compiler::MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& params);
+
+// Checks the arguments without touching the GPU.
+support::Status validateCacheWrite(const CacheWriteParams& params);
+support::Status validateMergeAttnStates(const MergeAttnStatesParams& params);
+support::Status validateMergePartials(const MergePartialsParams& params);
+support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params);
+
+// Validate, then launch (compiling or loading the kernel on first use).
+support::Status cacheWrite(const CacheWriteParams& params);
+support::Status mergeAttnStates(const MergeAttnStatesParams& params);
+support::Status mergePartials(const MergePartialsParams& params);
+support::Status mlaCacheWrite(const MlaCacheWriteParams& params);
+
+}  // namespace attnjit::ops

@@ -1,0 +1,228 @@
+#include "compiler/ops/MlaDecodeOp.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/ReadyKernels.h"
+#include "compiler/kernels/ConfigChecks.h"
+#include "compiler/kernels/ReduceSegments.h"
+#include "runtime/Module.h"
+
+namespace attnjit::ops {
+
+using compiler::KvCacheFormat;
+using compiler::MlaDecodeConfig;
+using compiler::ReduceSegmentsConfig;
+using support::Status;
+
+namespace {
+
+support::Status argumentError(const std::string& message) { return support::Status::error({}, "mla decode: " + message); }
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Split-KV scratch in the workspace, reduce_segments' layout with tokens = B,
+// query heads = H and head size L: segm_output [B, H, S, L] f32, then segm_max
+// and segm_expsum [B, H, S] f32 (each 16-byte aligned).
+struct SplitScratch {
+  uint64_t outputBytes = 0, rowBytes = 0;
+  uint64_t totalBytes() const { return outputBytes + 2 * rowBytes; }
+};
+SplitScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64_t numSegments) {
+  const uint64_t rows = static_cast<uint64_t>(numSeqs) * static_cast<uint64_t>(numHeads) *
+                        static_cast<uint64_t>(numSegments);
+  return {rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(kvLoraRank)) * 4, (rows * 4 + 15) / 16 * 16};
+}
+
+// The tiling. Measured choices live here (docs/perf-log.md).
+MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
+  MlaDecodeConfig config;
+  config.dtype = p.dtype;
+  config.kvCacheFormat = p.kvCacheFormat;
+  config.kvLoraRank = p.kvLoraRank;
+  config.ropeDim = p.ropeDim;
+  config.numHeads = p.numHeads;
+  config.blockSize = p.blockSize;
+  config.outputLse = p.lse != 0;
+  return config;
+}
+
+MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& config) {
+  if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || p.numSeqs < 1 || p.numHeads < 1) return {};
+  const int64_t sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  if (sms <= 0) return {};
+  int64_t segments = 1;
+  if (p.splitRule == MlaSplitRule::Vllm) {
+    segments = std::min<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max(1, p.maxSeqLen / 512))), 2 * sms);
+  } else {
+    // Key work in (sequence, head block) programs; about two programs per SM
+    // should each get an equal share of it.
+    const int64_t keys = p.sumSeqLens > 0 ? p.sumSeqLens : int64_t{p.numSeqs} * p.maxSeqLen;
+    const int64_t work = keys * config.headBlocks();
+    const int64_t segmentKeys = std::max<int64_t>(kMlaMinSegmentKeys, ceilDiv(work, 2 * sms));
+    segments = ceilDiv(p.maxSeqLen, segmentKeys);
+  }
+  segments = std::min<int64_t>(segments, kMlaMaxSegments);
+  while (segments >= 2 && splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, segments).totalBytes() > p.workspaceBytes)
+    --segments;
+  if (segments < 2) return {};
+  const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
+  const int64_t segmentTiles = ceilDiv(tiles, segments);
+  return {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+}
+
+std::pair<MlaDecodeConfig, MlaSplitPlan> planCall(const MlaDecodeParams& p) {
+  MlaDecodeConfig config = baseVariant(p);
+  const MlaSplitPlan plan = splitPlanFor(p, config);
+  config.splitKv = plan.numSegments > 1;
+  return {config, plan};
+}
+
+support::Status checkPointer(const char* name, uint64_t pointer, uint64_t alignment, bool required) {
+  if (pointer == 0) return required ? argumentError(std::string(name) + " is a null pointer") : support::Status::ok();
+  if (pointer % alignment != 0) {
+    char text[32];
+    std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(pointer));
+    return argumentError(std::string(name) + " (" + text + ") is not " + std::to_string(alignment) +
+                         "-byte aligned, as the kernel is compiled to assume");
+  }
+  return support::Status::ok();
+}
+
+support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& config) {
+  if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
+  if (p.numSeqs < 1) return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
+  if (p.maxSeqLen < 0) return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) + ") must not be negative");
+  if (!std::isfinite(p.scale) || p.scale <= 0)
+    return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
+  for (const auto& [name, pointer] : {std::pair{"out", p.out}, std::pair{"q", p.q}, std::pair{"kv_cache", p.kvCache},
+                                      std::pair{"block_tables", p.blockTables}, std::pair{"seq_lens", p.seqLens}})
+    if (support::Status s = checkPointer(name, pointer, 16, true); !s) return s;
+  const bool fp8 = p.kvCacheFormat != KvCacheFormat::Auto;
+  if (support::Status s = checkPointer("kv_scale", p.kvScale, 4, fp8); !s) return s;
+  if (!fp8 && p.kvScale != 0) return argumentError("kv_scale is only used by the fp8 latent cache (kv_cache_dtype auto)");
+  if (support::Status s = checkPointer("lse", p.lse, 4, false); !s) return s;
+  if (p.lse != 0) {
+    // Every (b, h) must have its own element: one stride covers the other's range.
+    const bool batchMajor = p.lseStrideHead >= 1 && p.lseStrideBatch >= int64_t{p.numHeads} * p.lseStrideHead;
+    const bool headMajor = p.lseStrideBatch >= 1 && p.lseStrideHead >= int64_t{p.numSeqs} * p.lseStrideBatch;
+    if (!batchMajor && !headMajor)
+      return argumentError("lse strides (batch " + std::to_string(p.lseStrideBatch) + ", head " +
+                           std::to_string(p.lseStrideHead) + ") overlap: use (H, 1) for [B, H] or (1, B) for [H, B]");
+  }
+  const int64_t rowMultiple = 8, cacheMultiple = config.kvStrideDivisibility();
+  const struct {
+    const char* name;
+    int64_t value, multiple;
+  } strides[] = {{"q_stride_batch", p.qStrideBatch, rowMultiple},   {"q_stride_head", p.qStrideHead, rowMultiple},
+                 {"o_stride_batch", p.oStrideBatch, rowMultiple},   {"o_stride_head", p.oStrideHead, rowMultiple},
+                 {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
+                 {"kv_stride_token", p.kvStrideToken, cacheMultiple}};
+  for (const auto& s : strides) {
+    if (s.value <= 0) return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be positive");
+    if (s.value % s.multiple != 0)
+      return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
+                           std::to_string(s.multiple));
+  }
+  if (p.kvStrideToken < config.latentWidth())
+    return argumentError("kv_stride_token (" + std::to_string(p.kvStrideToken) + ") is less than the latent width " +
+                         std::to_string(config.latentWidth()));
+  if (p.workspace != 0) {
+    if (support::Status s = checkPointer("workspace", p.workspace, 16, true); !s) return s;
+    const uint64_t twoSegments = splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, 2).totalBytes();
+    if (p.workspaceBytes < twoSegments)
+      return argumentError("workspace too small: " + std::to_string(p.workspaceBytes) + " bytes; splitting " +
+                           std::to_string(p.numSeqs) + " sequences at all needs " + std::to_string(twoSegments) +
+                           " (size it with mlaDecodeWorkspaceBytes for the largest batch, or pass none)");
+  }
+  return support::Status::ok();
+}
+
+}  // namespace
+
+MlaDecodeConfig selectMlaDecodeVariant(const MlaDecodeParams& p) { return planCall(p).first; }
+
+MlaSplitPlan mlaDecodeSplitPlan(const MlaDecodeParams& p) { return planCall(p).second; }
+
+uint64_t mlaDecodeWorkspaceBytes(int maxNumSeqs, int numHeads, int kvLoraRank, int maxSeqLen) {
+  if (maxNumSeqs <= 0 || numHeads <= 0 || kvLoraRank <= 0 || maxSeqLen <= 0) return 0;
+  const int64_t segments = std::min<int64_t>(kMlaMaxSegments, ceilDiv(maxSeqLen, kMlaMinSegmentKeys));
+  return segments < 2 ? 0 : splitScratch(maxNumSeqs, numHeads, kvLoraRank, segments).totalBytes();
+}
+
+support::Status validateMlaDecode(const MlaDecodeParams& p) { return validateFor(p, planCall(p).first); }
+
+support::Status mlaDecode(const MlaDecodeParams& p) {
+  const auto [config, plan] = planCall(p);
+  if (support::Status s = validateFor(p, config); !s) return s;
+  auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildMlaDecode(config); });
+  if (!ready) return ready.status();
+  const SplitScratch scratch = splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, plan.numSegments);
+  const uint64_t segmOutput = p.workspace, segmMax = segmOutput + scratch.outputBytes,
+                 segmExpsum = segmMax + scratch.rowBytes;
+  const bool fp8 = p.kvCacheFormat != KvCacheFormat::Auto;
+
+  // Parameters in the kernel's order (compiler/kernels/MlaDecode.h).
+  uint64_t pointers[9];
+  int numPointers = 0;
+  if (config.splitKv) {
+    for (uint64_t pointer : {segmOutput, segmMax, segmExpsum}) pointers[numPointers++] = pointer;
+  } else {
+    pointers[numPointers++] = p.out;
+  }
+  for (uint64_t pointer : {p.q, p.kvCache, p.blockTables, p.seqLens}) pointers[numPointers++] = pointer;
+  if (fp8) pointers[numPointers++] = p.kvScale;
+  if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
+  float scale = p.scale;
+  int64_t strides[9];
+  int numStrides = 0;
+  for (int64_t stride : {p.qStrideBatch, p.qStrideHead}) strides[numStrides++] = stride;
+  if (!config.splitKv)
+    for (int64_t stride : {p.oStrideBatch, p.oStrideHead}) strides[numStrides++] = stride;
+  for (int64_t stride : {p.blockTableStride, p.kvStrideBlock, p.kvStrideToken}) strides[numStrides++] = stride;
+  if (config.outputLse && !config.splitKv)
+    for (int64_t stride : {p.lseStrideBatch, p.lseStrideHead}) strides[numStrides++] = stride;
+  int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
+  void* params[24];
+  int numParams = 0;
+  for (int i = 0; i < numPointers; ++i) params[numParams++] = &pointers[i];
+  params[numParams++] = &scale;
+  for (int i = 0; i < numStrides; ++i) params[numParams++] = &strides[i];
+  if (config.splitKv) {
+    params[numParams++] = &numSegments;
+    params[numParams++] = &segmentTiles;
+  }
+  runtime::LaunchConfig launch;
+  launch.grid = {static_cast<unsigned>(p.numSeqs), static_cast<unsigned>(config.headBlocks()),
+                 static_cast<unsigned>(plan.numSegments)};
+  launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
+  launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
+  launch.stream = p.stream;
+  if (support::Status s = ready->loaded->function.launch(launch, params); !s) return s;
+  if (!config.splitKv) return support::Status::ok();
+
+  // Stage 2: reduce_segments with tokens = B, query heads = H, head size = L.
+  const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
+  auto reducer = readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
+  if (!reducer) return reducer.status();
+  uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
+  int64_t reduceStrides[4] = {p.oStrideBatch, p.oStrideHead, p.lseStrideHead, p.lseStrideBatch};
+  void* reduceParams[10];
+  int n = 0;
+  for (int i = 0; i < (reduce.outputLse ? 5 : 4); ++i) reduceParams[n++] = &reducePointers[i];
+  reduceParams[n++] = &numSegments;
+  for (int i = 0; i < (reduce.outputLse ? 4 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
+  runtime::LaunchConfig reduceLaunch;
+  reduceLaunch.grid = {static_cast<unsigned>(p.numSeqs), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
+                       1};
+  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
+  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
+  reduceLaunch.stream = p.stream;
+  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
+}
+
+}  // namespace attnjit::ops

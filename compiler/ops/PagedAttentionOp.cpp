@@ -1,0 +1,483 @@
+#include "compiler/ops/PagedAttentionOp.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "compiler/spec/BatchShape.h"
+#include "compiler/ops/BoundsCheckedLaunch.h"
+#include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/ReadyKernels.h"
+#include "compiler/kernels/ConfigChecks.h"
+#include "compiler/kernels/ReduceSegments.h"
+#include "runtime/Module.h"
+
+namespace attnjit::ops {
+
+using compiler::KvCacheFormat;
+using compiler::ReduceSegmentsConfig;
+using compiler::UnifiedAttentionConfig;
+using support::Status;
+
+namespace {
+
+support::Status argumentError(const std::string& message) { return support::Status::error({}, "paged attention: " + message); }
+
+std::string hexText(uint64_t value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+int searchSteps(int numSeqs) { return static_cast<int>(std::bit_width(static_cast<unsigned>(numSeqs))); }
+
+// The head size of v and out: Dv (DiffKV) or headSize.
+int valueHeadSizeOf(const PagedAttentionParams& p) { return p.valueHeadSize > 0 ? p.valueHeadSize : p.headSize; }
+
+bool prefillLike(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
+  const int perKv = p.numKvHeads > 0 && p.numQueryHeads % p.numKvHeads == 0 ? p.numQueryHeads / p.numKvHeads : 1;
+  return !p.batchInvariant && static_cast<int64_t>(p.maxQueryLen) * perKv >= 128 && config.minimumBlockM() <= 128;
+}
+
+// Split-KV scratch in a workspace: rows (token, head, segment) of HEAD_SIZE_PADDED
+// f32 outputs (of the value head size: headSize below is Dv for DiffKV), then one f32 maximum per row, then one sum per row (each array
+// 16-byte aligned). The one place that lays the workspace out.
+struct SplitScratch {
+  uint64_t outputBytes = 0;  // segm_output, at offset 0
+  uint64_t rowBytes = 0;     // segm_max, then segm_expsum
+  uint64_t totalBytes() const { return outputBytes + 2 * rowBytes; }
+};
+
+SplitScratch splitScratch(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
+  const uint64_t rows = static_cast<uint64_t>(numTokens) * static_cast<uint64_t>(numQueryHeads) *
+                        static_cast<uint64_t>(numSegments);
+  return {rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(headSize)) * 4, (rows * 4 + 15) / 16 * 16};
+}
+
+uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
+  return splitScratch(numTokens, numQueryHeads, headSize, numSegments).totalBytes();
+}
+
+UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
+  UnifiedAttentionConfig config;
+  config.dtype = p.dtype;
+  config.numQueryHeads = p.numQueryHeads;
+  config.numKvHeads = p.numKvHeads;
+  config.headSize = p.headSize;
+  config.valueHeadSize = p.valueHeadSize;
+  config.blockSize = p.blockSize;
+  config.causal = p.causal;
+  config.kvCacheFormat = p.kvCacheFormat;
+  config.slidingWindow = p.slidingWindow;
+  config.softcap = p.softcap;
+  config.alibi = p.alibiSlopes != 0;
+  config.alibiSqrt = p.alibiSqrt;
+  config.outputFp8 = p.outputScale != 0;
+  config.sinks = p.sinks != 0;
+  config.perSequenceCausal = p.causalFlags != 0;
+  config.outputLse = p.lse != 0;
+  config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
+  // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
+  // 0.2735 ms with 64-token tiles vs 0.347 ms with 32 (cp.async K/V tiles);
+  // prefill 8 x 2048 causal 2.10 ms with 128 rows / 8 warps vs 4.21 ms with
+  // vLLM's 16 rows. DiffKV 192/128 decode: 0.388 ms with 64-token tiles, 0.413
+  // ms with 32 (16 bytes of spills at 64 cost less than the halved tile).
+  // Quantized caches copy their raw tiles by cp.async too and convert two
+  // registers per instruction (2026-11-30, session 9), so 128-key tiles win for
+  // every format (B=64 ctx 4096, D=128): per-tensor fp8 0.237 ms against 0.304 at
+  // 64; per-token-head int8 0.408 / fp8 0.393 / int4 0.336 ms against 0.454 /
+  // 0.433 at 64 and int4's 0.397 with 64-key tiles in registers.
+  const bool halfPrecision = p.dtype != ir::ScalarKind::F32;
+  const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
+  if (prefillLike(p, config)) {
+    config.blockMRows = 128;
+    // FlashAttention-2's tiling where it fits in registers: 4 warps of 32 rows,
+    // Q re-read from shared memory each KV tile (H200, 8 × 2048 causal, 32/8
+    // heads, D=128: 1.462 ms against 1.816 with 8 warps of 16 rows). Wider heads
+    // (the accumulator alone would take 256 registers at D=256), f32 (no
+    // ldmatrix) and quantized caches keep 8 warps of 16 rows: converting K and V
+    // in registers next to a 32-row accumulator spills 236–1168 bytes (ptxas,
+    // sm_90a; none at 8 warps), and that tiling was not timed on the GPU. DiffKV
+    // 192/128 keeps 8 warps of 16 rows too (H200, 8 × 2048 causal, session 11):
+    // 1.699 ms against 1.955 with 4 warps and Q in shared memory (84 bytes of
+    // spills), 1.850 with 8 warps and Q in shared memory, 1.761 with 4 warps.
+    if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
+      config.numWarps = 4;
+      config.qInShared = true;
+    } else {
+      config.numWarps = 8;
+    }
+  } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
+    config.tileSize = 64;
+  } else if (halfPrecision) {
+    config.tileSize = widestHead <= 128 ? 128 : 64;
+  }
+  return config;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The caller's hints say the lengths are about equal (the shortest is at least
+// 90% of the longest); false when either hint is missing.
+bool lengthsEven(const PagedAttentionParams& p) {
+  return p.minSeqLen > 0 && p.maxSeqLen > 0 && int64_t{p.minSeqLen} * 10 >= int64_t{p.maxSeqLen} * 9;
+}
+
+// The hints say the lengths are uneven enough for the uneven-length rule
+// (pagedAttentionSplitPlan); f16/bf16 queries, the tilings it was measured on.
+// A sliding window caps each sequence's work at the window whatever its length,
+// so the lengths say nothing about the tail there: such calls keep the fill rule.
+bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
+  return p.dtype != ir::ScalarKind::F32 && p.slidingWindow == 0 && p.minSeqLen > 0 && !lengthsEven(p) &&
+         p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
+}
+
+// The split plan for `p` whose variant before splitting is `config` (baseVariant).
+SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
+  if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
+  if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
+  const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
+  const auto fitsWorkspace = [&](int64_t segments) {
+    return workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
+  };
+  const auto planOf = [&](int64_t segmentTiles) {
+    return SplitKvPlan{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+  };
+  // Fill the GPU: about two CTAs per SM.
+  const int64_t fillSegments = std::min<int64_t>(
+      {ceilDiv(2 * int64_t{sms}, programs), ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys), kSplitKvMaxSegments});
+  if (unevenLengthRuleApplies(p)) {
+    // Uneven lengths: no segment longer than 3/8 of the longest sequence.
+    const int64_t segmentTiles =
+        std::min(ceilDiv(tiles, fillSegments), ceilDiv(tiles * kUnevenSplitSegmentEighths, 8));
+    if (fitsWorkspace(ceilDiv(tiles, segmentTiles))) return planOf(segmentTiles);
+  }
+  // No more than the workspace holds for this batch.
+  int64_t segments = fillSegments;
+  while (segments >= 2 && !fitsWorkspace(segments)) --segments;
+  if (segments < 2) return {};
+  return planOf(ceilDiv(tiles, segments));
+}
+
+}  // namespace
+
+SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) { return splitPlanFor(p, baseVariant(p)); }
+
+PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& config,
+                                               const compiler::BatchShape& shape) {
+  PagedAttentionParams p;
+  p.dtype = config.dtype;
+  p.numQueryHeads = config.numQueryHeads;
+  p.numKvHeads = config.numKvHeads;
+  p.headSize = config.headSize;
+  p.valueHeadSize = config.valueHeadSize;
+  p.blockSize = config.blockSize;
+  p.causal = config.causal;
+  p.kvCacheFormat = config.kvCacheFormat;
+  p.slidingWindow = config.slidingWindow;
+  p.softcap = config.softcap;
+  p.checkBounds = config.checkBounds;
+  p.numSeqs = static_cast<int>(std::min(shape.queryLens.size(), shape.contextLens.size()));
+  for (int s = 0; s < p.numSeqs; ++s) {
+    const int queryLen = shape.queryLens[static_cast<size_t>(s)];
+    const int seqLen = queryLen + shape.contextLens[static_cast<size_t>(s)];
+    p.numTokens += queryLen;
+    p.maxQueryLen = std::max(p.maxQueryLen, queryLen);
+    p.maxSeqLen = std::max(p.maxSeqLen, seqLen);
+    p.minSeqLen = s == 0 ? seqLen : std::min(p.minSeqLen, seqLen);
+  }
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.headSize)));
+  if (config.alibi) p.alibiSlopes = kFeaturePlaceholder;
+  p.alibiSqrt = config.alibiSqrt;
+  if (config.sinks) p.sinks = kFeaturePlaceholder;
+  if (config.outputLse) p.lse = kFeaturePlaceholder;
+  if (config.outputFp8) p.outputScale = kFeaturePlaceholder;
+  if (config.perSequenceCausal) p.causalFlags = kFeaturePlaceholder;
+  return p;
+}
+
+namespace {
+
+// pagedAttentionCtasPerSm for the variant `config` the call runs.
+int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
+  if (!lengthsEven(p)) return 0;
+  if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
+  return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
+}
+
+}  // namespace
+
+int pagedAttentionCtasPerSm(const PagedAttentionParams& p) { return ctasPerSmFor(p, selectPagedAttentionVariant(p)); }
+
+int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
+                                int64_t reservedPerBlock, int64_t maxPerBlock) {
+  if (ctasPerSm <= 0 || perMultiprocessor <= 0) return kernelBytes;
+  // One byte more than (ctasPerSm + 1) CTAs could share, in 128-byte units.
+  const int64_t tooManyBelow = perMultiprocessor / (ctasPerSm + 1) - reservedPerBlock + 1;
+  const int64_t bytes = std::max(kernelBytes, ceilDiv(tooManyBelow, 128) * 128);
+  if (bytes > maxPerBlock || (bytes + reservedPerBlock) * ctasPerSm > perMultiprocessor) return kernelBytes;
+  return bytes;
+}
+
+uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen) {
+  if (maxNumTokens <= 0 || numQueryHeads <= 0 || headSize <= 0 || maxSeqLen <= 0) return 0;
+  const int64_t segments = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
+  return segments < 2 ? 0 : workspaceFor(maxNumTokens, numQueryHeads, headSize, segments);
+}
+
+namespace {
+
+// The variant a call runs and its split plan, each derived once: what
+// selectPagedAttentionVariant reports is what pagedAttention launches.
+std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionParams& p) {
+  UnifiedAttentionConfig config = baseVariant(p);
+  const SplitKvPlan plan = splitPlanFor(p, config);
+  config.splitKv = plan.numSegments > 1;
+  // The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
+  // per SM (64-key tiles: 161 -> 172 registers). Batches of equal lengths run
+  // at two anyway (ctasPerSmFor) and gain (B=64 ctx 4096: 0.300 -> 0.266 ms);
+  // uneven ones that fill more than two per SM need the third to balance their
+  // work (ctx uniform in 1..8192: 0.340 -> 0.380 ms), so they keep the per-tile
+  // sum. Quantized caches already run at two (their tiles' shared memory).
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads} *
+                       std::max(1, plan.numSegments);
+  if (p.kvCacheFormat == KvCacheFormat::Auto && config.blockMRows == 0 && sms > 0 && ctas > 2 * int64_t{sms} &&
+      ctasPerSmFor(p, config) == 0)
+    config.deferRowSum = false;
+  return {config, plan};
+}
+
+}  // namespace
+
+UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) { return planCall(p).first; }
+
+namespace {
+
+support::Status checkPointer(const char* name, uint64_t pointer, uint64_t alignment, bool required) {
+  if (pointer == 0) return required ? argumentError(std::string(name) + " is a null pointer") : support::Status::ok();
+  if (pointer % alignment != 0)
+    return argumentError(std::string(name) + " (" + hexText(pointer) + ") is not " + std::to_string(alignment) +
+                         "-byte aligned, as the kernel is compiled to assume");
+  return support::Status::ok();
+}
+
+// The checks of validatePagedAttention for the variant already selected.
+support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, const SplitKvPlan& plan) {
+  // The op's own name for what the config calls `alibi`.
+  if (p.alibiSqrt && p.alibiSlopes == 0) return argumentError("alibi_sqrt needs alibi_slopes (its slopes)");
+  if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
+  if (p.numSeqs < 1) return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
+  if (p.numTokens < p.numSeqs)
+    return argumentError("num_tokens (" + std::to_string(p.numTokens) + ") is less than num_seqs (" +
+                         std::to_string(p.numSeqs) + "): every sequence brings at least one query token");
+  if (p.maxQueryLen < 1 || p.maxQueryLen > p.numTokens)
+    return argumentError("max_query_len (" + std::to_string(p.maxQueryLen) + ") must be between 1 and num_tokens (" +
+                         std::to_string(p.numTokens) + ")");
+  if (p.maxSeqLen < 0 || (p.maxSeqLen > 0 && p.maxSeqLen < p.maxQueryLen))
+    return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) +
+                         ") must be 0 (unknown) or at least max_query_len (" + std::to_string(p.maxQueryLen) + ")");
+  if (p.minSeqLen < 0 || (p.minSeqLen > 0 && (p.maxSeqLen == 0 || p.minSeqLen > p.maxSeqLen)))
+    return argumentError("min_seq_len (" + std::to_string(p.minSeqLen) +
+                         ") must be 0 (unknown) or at most max_seq_len (" + std::to_string(p.maxSeqLen) +
+                         "), which must then be given");
+  if (config.checkBounds && p.numBlocks < 1)
+    return argumentError("num_blocks (" + std::to_string(p.numBlocks) +
+                         ") must be the KV cache's block count (at least 1) when bounds checking is on "
+                         "(check_bounds or ATTNJIT_CHECK_BOUNDS=1)");
+  if (config.checkBounds && p.numTokens > std::numeric_limits<int32_t>::max())
+    return argumentError("num_tokens (" + std::to_string(p.numTokens) + ") exceeds the checked kernel's i32 range");
+  if (!std::isfinite(p.scale) || p.scale <= 0)
+    return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
+  const std::pair<const char*, uint64_t> required[] = {{"out", p.out},
+                                                       {"q", p.q},
+                                                       {"kv_cache", p.kvCache},
+                                                       {"block_tables", p.blockTables},
+                                                       {"seq_lens", p.seqLens},
+                                                       {"cu_seqlens_q", p.cuSeqlensQ}};
+  for (const auto& [name, pointer] : required)
+    if (support::Status s = checkPointer(name, pointer, 16, true); !s) return s;
+  const bool perTensor = compiler::isPerTensorFp8(p.kvCacheFormat);
+  if (support::Status s = checkPointer("k_scale", p.kScale, 4, perTensor); !s) return s;
+  if (support::Status s = checkPointer("v_scale", p.vScale, 4, perTensor); !s) return s;
+  if (!perTensor && (p.kScale != 0 || p.vScale != 0))
+    return argumentError(std::string("k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is ") +
+                         compiler::kvCacheFormatName(p.kvCacheFormat));
+  for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
+                                      std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale}})
+    if (support::Status s = checkPointer(name, pointer, 4, false); !s) return s;
+  if (p.lse != 0 && p.lseStrideHead < p.numTokens)
+    return argumentError("lse_stride_head (" + std::to_string(p.lseStrideHead) + ") must be at least num_tokens (" +
+                         std::to_string(p.numTokens) + ")");
+  // Row strides of q and out are compiled as multiples of 8 when the head size
+  // is (16-byte vectors), the cache's as config.kvStrideDivisibility() says.
+  const int64_t rowMultiple = p.headSize % 8 == 0 ? 8 : 1, cacheMultiple = config.kvStrideDivisibility();
+  const int64_t outputRowMultiple = valueHeadSizeOf(p) % 8 == 0 ? 8 : 1;  // out's rows are Dv wide
+  const struct {
+    const char* name;
+    int64_t value;
+    int64_t multiple;
+  } strides[] = {{"q_stride_token", p.qStrideToken, rowMultiple},   {"q_stride_head", p.qStrideHead, rowMultiple},
+                 {"o_stride_token", p.oStrideToken, outputRowMultiple},
+                 {"o_stride_head", p.oStrideHead, outputRowMultiple},
+                 {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
+                 {"kv_stride_kv", p.kvStrideKv, cacheMultiple},     {"kv_stride_token", p.kvStrideToken, cacheMultiple},
+                 {"kv_stride_head", p.kvStrideHead, cacheMultiple}};
+  for (const auto& s : strides) {
+    if (s.value <= 0) return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be positive");
+    if (s.value % s.multiple != 0)
+      return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
+                           std::to_string(s.multiple) + " for head size " + std::to_string(p.headSize) +
+                           (valueHeadSizeOf(p) != p.headSize ? " (value head size " + std::to_string(valueHeadSizeOf(p)) + ")"
+                                                             : std::string()) +
+                           " and kv_cache_dtype " + compiler::kvCacheFormatName(p.kvCacheFormat));
+  }
+  if (p.workspace != 0) {
+    if (support::Status s = checkPointer("workspace", p.workspace, 16, true); !s) return s;
+    // A workspace that cannot hold even two segments of this batch is a mistake
+    // (a wrong size, or one computed for a smaller batch), not a request for 2D.
+    const uint64_t twoSegments = workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), 2);
+    if (p.workspaceBytes < twoSegments)
+      return argumentError("workspace too small: " + std::to_string(p.workspaceBytes) + " bytes; splitting " +
+                           std::to_string(p.numTokens) + " tokens at all needs " + std::to_string(twoSegments) +
+                           " (size it with pagedAttentionWorkspaceBytes for the largest batch, or pass none)");
+  }
+  return support::Status::ok();
+}
+
+}  // namespace
+
+namespace {
+
+// Stage 2 of a split-KV call: combine the segments (compiler/kernels/ReduceSegments.h).
+support::Status launchReduce(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, int32_t numSegments,
+                    uint64_t segmOutput, uint64_t segmMax, uint64_t segmExpsum) {
+  const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
+  auto reducer = readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
+  if (!reducer) return reducer.status();
+  // In the kernel's order (compiler/kernels/ReduceSegments.h).
+  uint64_t reducePointers[6] = {p.out, segmOutput, segmMax, segmExpsum};
+  int numPointers = 4;
+  if (reduce.outputLse) reducePointers[numPointers++] = p.lse;
+  if (reduce.outputFp8) reducePointers[numPointers++] = p.outputScale;
+  int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};
+  void* reduceParams[10];
+  int n = 0;
+  for (int i = 0; i < numPointers; ++i) reduceParams[n++] = &reducePointers[i];
+  reduceParams[n++] = &numSegments;
+  for (int i = 0; i < (reduce.outputLse ? 3 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
+  runtime::LaunchConfig reduceLaunch;
+  reduceLaunch.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
+                       1};
+  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
+  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
+  reduceLaunch.stream = p.stream;
+  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
+}
+
+}  // namespace
+
+support::Status validatePagedAttention(const PagedAttentionParams& p) {
+  const auto [config, plan] = planCall(p);
+  return validateFor(p, config, plan);
+}
+
+support::Status pagedAttention(const PagedAttentionParams& p) {
+  const auto [config, plan] = planCall(p);
+  if (support::Status s = validateFor(p, config, plan); !s) return s;
+  auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
+  if (!ready) return ready.status();
+
+  // Split-KV scratch inside the workspace (splitScratch's layout).
+  const SplitScratch scratch = splitScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments);
+  const uint64_t segmOutput = p.workspace;
+  const uint64_t segmMax = segmOutput + scratch.outputBytes;
+  const uint64_t segmExpsum = segmMax + scratch.rowBytes;
+
+  // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
+  // At most 14: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, ALiBi,
+  // sinks, output scale and LSE (2D), record.
+  uint64_t pointers[16];
+  int numPointers = 0;
+  if (config.splitKv) {
+    pointers[numPointers++] = segmOutput;
+    pointers[numPointers++] = segmMax;
+    pointers[numPointers++] = segmExpsum;
+  } else {
+    pointers[numPointers++] = p.out;
+  }
+  for (uint64_t pointer : {p.q, p.kvCache, p.blockTables, p.seqLens, p.cuSeqlensQ}) pointers[numPointers++] = pointer;
+  if (config.perSequenceCausal) pointers[numPointers++] = p.causalFlags;
+  if (compiler::isPerTensorFp8(p.kvCacheFormat)) {
+    pointers[numPointers++] = p.kScale;
+    pointers[numPointers++] = p.vScale;
+  }
+  if (config.alibi) pointers[numPointers++] = p.alibiSlopes;
+  if (config.sinks) pointers[numPointers++] = p.sinks;
+  if (config.outputFp8 && !config.splitKv) pointers[numPointers++] = p.outputScale;
+  if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
+  const int recordPointer = numPointers;  // bounds_record (checked): filled in by runBoundsChecked
+  if (config.checkBounds) pointers[numPointers++] = 0;
+  float scale = p.scale;
+  int32_t numSeqs = p.numSeqs, steps = searchSteps(p.numSeqs);
+  int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
+  int32_t numBlocks = p.numBlocks, numTokens = static_cast<int32_t>(p.numTokens);
+  int64_t strides[10];
+  int numStrides = 0;
+  for (int64_t stride : {p.qStrideToken, p.qStrideHead}) strides[numStrides++] = stride;
+  if (!config.splitKv) {
+    strides[numStrides++] = p.oStrideToken;
+    strides[numStrides++] = p.oStrideHead;
+  }
+  for (int64_t stride : {p.blockTableStride, p.kvStrideBlock, p.kvStrideKv, p.kvStrideToken, p.kvStrideHead})
+    strides[numStrides++] = stride;
+  if (config.outputLse && !config.splitKv) strides[numStrides++] = p.lseStrideHead;
+  void* params[32];
+  int numParams = 0;
+  for (int i = 0; i < numPointers; ++i) params[numParams++] = &pointers[i];
+  params[numParams++] = &scale;
+  params[numParams++] = &numSeqs;
+  params[numParams++] = &steps;
+  for (int i = 0; i < numStrides; ++i) params[numParams++] = &strides[i];
+  if (config.splitKv) {
+    params[numParams++] = &numSegments;
+    params[numParams++] = &segmentTiles;
+  }
+  if (config.checkBounds) {
+    params[numParams++] = &numBlocks;
+    params[numParams++] = &numTokens;
+  }
+
+  runtime::LaunchConfig launch;
+  launch.grid = {static_cast<unsigned>(compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens)),
+                 static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)};
+  launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
+  launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
+  if (const int ctasPerSm = ctasPerSmFor(p, config); ctasPerSm > 0) {
+    const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
+    launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytesForCtasPerSm(
+        ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
+  }
+  launch.stream = p.stream;
+  // Both stages; stage 1 is the checked kernel in checked mode.
+  auto launchStages = [&](uint64_t record) -> support::Status {
+    if (config.checkBounds) pointers[recordPointer] = record;
+    if (support::Status s = ready->loaded->function.launch(launch, params); !s) return s;
+    if (!config.splitKv) return support::Status::ok();
+    return launchReduce(p, config, numSegments, segmOutput, segmMax, segmExpsum);
+  };
+  if (!config.checkBounds) return launchStages(0);
+  const compiler::BoundsCheckContext context{"paged attention", p.numBlocks, p.blockSize, p.blockTableStride,
+                                             p.numTokens};
+  return runBoundsChecked(context, p.stream, launchStages);
+}
+
+}  // namespace attnjit::ops

@@ -1,0 +1,199 @@
+// Op-level API: paged attention (vLLM's TRITON_ATTN unified kernel) on device
+// pointers, for an engine that embeds libattnjit.so.
+//
+//   attnjit::ops::PagedAttentionParams p;   // shapes, pointers, strides, stream
+//   ...
+//   if (auto s = attnjit::ops::pagedAttention(p); !s) report(s.diagnostic().str());
+//
+// The call validates the arguments, picks a kernel variant for the call's static
+// parameters (dtype, heads, head size, block size, causal) and its batch shape
+// (decode-like batches and prefill-like ones get different tilings; see
+// selectPagedAttentionVariant), JIT-compiles it on first use or loads it from the
+// disk cache, and launches it on the caller's stream. After the first call for a
+// variant in a context, a call costs a hash lookup, parameter packing and
+// cuLaunchKernel: no allocation and no host synchronization, so it can be captured
+// in a CUDA graph.
+//
+// Layouts are vLLM's (compiler/kernels/UnifiedAttention.h): q and out
+// [num_tokens, Hq, D], the KV cache (num_blocks, 2, block_size, Hkv, D), block
+// tables [num_seqs, max_blocks] i32, seq_lens [num_seqs] i32 (context + new
+// tokens), cu_seqlens_q [num_seqs + 1] i32. Strides are in elements (the
+// cache's in cache elements: bytes for the per-token-head formats).
+//
+// Split-KV. When a decode-like batch has too few (sequence, KV head) programs to
+// fill the GPU, the call splits each sequence's keys into segments (3D launch,
+// then a reduce kernel) so that about two CTAs per SM have work. The partial
+// results need a float32 workspace: ask pagedAttentionWorkspaceBytes once for
+// the largest batch and pass it in; without one (or with batch_invariant) every
+// call is 2D.
+#pragma once
+
+#include <cstdint>
+
+#include "compiler/kernels/UnifiedAttention.h"
+#include "support/Diagnostics.h"
+#include "runtime/Driver.h"
+
+namespace attnjit::compiler {
+struct BatchShape;
+}  // namespace attnjit::compiler
+
+namespace attnjit::ops {
+
+struct PagedAttentionParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, out and the cache: f32, f16 or bf16
+  int numQueryHeads = 0;
+  int numKvHeads = 0;
+  int headSize = 0;       // of q and k
+  // DiffKV: the head size of v and out (Dv), 0 = headSize. The cache is then
+  // usually vLLM's packed [num_blocks, block_size, Hkv, Dqk + Dv] (kv_stride_kv =
+  // Dqk); out, o strides and the split-KV scratch are Dv-sized.
+  int valueHeadSize = 0;
+  int blockSize = 0;
+  bool causal = true;
+  compiler::KvCacheFormat kvCacheFormat = compiler::KvCacheFormat::Auto;
+  // Score modifiers (UnifiedAttentionConfig): 0 = off. The softcap and the window
+  // are compiled into the kernel; ALiBi and sinks are on when their pointer is set.
+  int slidingWindow = 0;
+  double softcap = 0;
+  // Results must not depend on the rest of the batch: one fixed tiling (vLLM's
+  // 16 query rows, 64-key tiles) and no split-KV, whatever the batch looks like.
+  bool batchInvariant = false;
+  // Debugging: run the bounds-checked kernel (compiler/kernels/BoundsCheck.h), which
+  // validates cu_seqlens_q, seq_lens and every block-table entry it uses and
+  // reports a violation as this call's error instead of reading out of bounds.
+  // The environment variable ATTNJIT_CHECK_BOUNDS=1 turns it on for every call.
+  // Checked calls allocate a record buffer once per context and synchronize the
+  // stream after the launch (compiler/ops/BoundsCheckedLaunch.h): not for CUDA graphs.
+  // Split-KV calls check in stage 1. Requires numBlocks.
+  bool checkBounds = false;
+  int numBlocks = 0;       // blocks of the KV cache (entries must be in [0, numBlocks)); checked mode only
+  // ---- the batch ----
+  int numSeqs = 0;
+  int64_t numTokens = 0;   // total query tokens (cu_seqlens_q[num_seqs])
+  int maxQueryLen = 0;     // longest query of the batch (picks the tiling)
+  int maxSeqLen = 0;       // longest seq_len (context + query) of the batch; 0 = unknown (no split-KV)
+  int minSeqLen = 0;       // shortest seq_len of the batch; 0 = unknown (see pagedAttentionCtasPerSm)
+  int numSms = 0;          // SMs to fill when splitting; 0 = device 0's (queried once)
+  float scale = 0;         // softmax scale, usually 1/sqrt(D)
+  // ---- device pointers (16-byte aligned) ----
+  uint64_t out = 0, q = 0, kvCache = 0, blockTables = 0, seqLens = 0, cuSeqlensQ = 0;
+  // f32 scalars in device memory: the per-tensor fp8 scales (required for fp8_e4m3
+  // and fp8_e5m2; read by the kernel, so a graph stays valid when they change).
+  uint64_t kScale = 0, vScale = 0;
+  // i8 [num_seqs] in device memory, or 0: per-sequence causal flags (nonzero =
+  // causal); when set, `causal` is ignored.
+  uint64_t causalFlags = 0;
+  // f32 [Hq] in device memory, or 0: ALiBi slopes; sink logits.
+  uint64_t alibiSlopes = 0, sinks = 0;
+  // With alibiSlopes: vLLM's sqrt-ALiBi, s -= slope·sqrt(p - j) for keys at or
+  // before the query p (UnifiedAttentionConfig::alibiSqrt).
+  bool alibiSqrt = false;
+  // f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds fp8
+  // e4m3 (one byte per element; its strides still count elements), the output
+  // divided by *output_scale and saturated at ±448. Needs an sm_89+ GPU.
+  uint64_t outputScale = 0;
+  // f32 natural-log LSE per (head, token) at lse[head · lse_stride_head + token], or 0.
+  uint64_t lse = 0;
+  int64_t lseStrideHead = 0;
+  // Split-KV scratch (16-byte aligned) and its size; 0 = 2D launches only.
+  uint64_t workspace = 0;
+  uint64_t workspaceBytes = 0;
+  // ---- strides, in elements ----
+  int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0;
+  int64_t blockTableStride = 0;
+  int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0;
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
+// The kernel variant pagedAttention runs for `params`: vLLM's 16-row query tiles
+// with 64-token KV tiles when every query is short (decode, mixed decode +
+// short chunks), 128 query rows over 8 warps when some sequence brings at least
+// 128 / (Hq/Hkv) query tokens (prefill), where K/V tiles are shared by 32 tokens.
+// splitKv is set when the call will split (see pagedAttentionSplitPlan).
+compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& params);
+
+// The split-KV plan of a call: num_segments segments of segment_tiles KV tiles
+// each (num_segments = 1: a 2D launch). Two rules, for decode-like batches:
+// - Fill the GPU. A batch of S sequences has S·Hkv programs in 2D; when that is
+//   less than two per SM, each sequence is cut into ceil(2·SMs / (S·Hkv))
+//   segments, but never into segments shorter than kSplitKvMinSegmentKeys keys,
+//   never more than kSplitKvMaxSegments, and never more than the workspace holds
+//   for this batch. A batch of equal lengths that already fills the GPU stays
+//   2D: splitting it costs 19% (H200, B=64 ctx 4096: 0.351 vs 0.294 ms).
+// - Uneven lengths. When the hints say the lengths differ (minSeqLen known and
+//   below 90% of maxSeqLen, maxSeqLen at least kUnevenSplitMinMaxSeqLen, f16 or
+//   bf16 queries, no sliding window), no segment is longer than 3/8 of the
+//   longest sequence (kUnevenSplitSegmentEighths, rounded up to whole tiles),
+//   full batch or not.
+//   Grid z is the segment, so the CTAs that start last are the long sequences'
+//   third segments, a quarter of their keys, instead of whole long sequences,
+//   and the GPU's tail is short. H200, lengths uniform in 1..8192 (3072-key
+//   segments at 64-key tiles, 24 tiles of 128 for quantized caches):
+//   B=64, eight draws: 5–11% faster than 2D, 93–97% of copy bandwidth;
+//   B=128: 5–6%; B=256: 3%; B=32: 10% faster than the fill rule's two
+//   segments; 63 sequences of 8192 keys and one of 1: 14%; fp8 per-tensor and
+//   int8 per-token-head caches (one mean-4096 batch): 19–22%. Thirds of the
+//   longest (43 tiles) gain about half as much as 3/8 and halves lose to 2D
+//   (docs/perf-log.md, session 16).
+// The workspace bounds both: a plan it cannot hold falls back to fewer
+// segments (the fill rule) or 2D. (vLLM: 16 segments for every sequence, when
+// num_seqs <= 128 / Hkv.)
+struct SplitKvPlan {
+  int numSegments = 1;
+  int segmentTiles = 0;
+};
+// CTAs of a 2D decode launch an SM may hold (0: as many as fit). A batch whose
+// sequences all have about the same length (minSeqLen >= 90% of maxSeqLen) and
+// that brings more than two CTAs per SM runs at most two per SM; the launch
+// asks for enough dynamic shared memory that a third does not fit. Measured on
+// the H200 (64-key tiles, 160 registers: three fit; docs/perf-log.md, session
+// 7): B=64 ctx 4096 0.298 → 0.260 ms, B=128 ctx 2048 0.274 → 0.270, B=32 ctx
+// 4096 0.139 → 0.136; with lengths uniform in 1..8192 it costs 10% (0.340 →
+// 0.376: the third CTA takes over from sequences that finish early), so an
+// unknown minSeqLen leaves the launch alone.
+inline constexpr int kUniformDecodeCtasPerSm = 2;
+int pagedAttentionCtasPerSm(const PagedAttentionParams& params);
+// Dynamic shared memory for a kernel that needs kernelBytes so that at most
+// ctasPerSm of its CTAs fit in perMultiprocessor bytes (each also costs
+// reservedPerBlock); kernelBytes when that is already so, or when the cap
+// would need more than maxPerBlock or would not leave room for ctasPerSm.
+int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
+                                int64_t reservedPerBlock, int64_t maxPerBlock);
+
+inline constexpr int kSplitKvMinSegmentKeys = 512;
+inline constexpr int kUnevenSplitSegmentEighths = 3;
+inline constexpr int kUnevenSplitMinMaxSeqLen = 3 * 1024;
+inline constexpr int kSplitKvMaxSegments = 64;
+SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
+
+// Workspace bytes (headSize: the value head size Dv for DiffKV, the scratch's
+// row width) for batches of at most maxNumTokens query tokens with
+// sequences of at most maxSeqLen keys: room for 16 segments per token (or
+// fewer, when maxSeqLen has fewer 512-key segments). Call once, allocate, pass
+// workspace/workspaceBytes to every call; a smaller workspace only limits how
+// finely a batch is split.
+uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen);
+
+// A call's parameters for a spec variant's static parameters (`config`: dtype,
+// heads, head sizes, block size, cache format, score modifiers) and a batch
+// (`shape`) with both seq_len hints, as an engine would pass them; no device
+// pointers or strides, except that the optional pointers whose presence
+// selects the kernel (ALiBi slopes, sinks, LSE, per-sequence causal flags)
+// hold kFeaturePlaceholder where `config` turns the feature on. What
+// selectPagedAttentionVariant and pagedAttentionSplitPlan read; `attnjit
+// plan` prints their answers, `attnjit bench --op` fills in the rest.
+inline constexpr uint64_t kFeaturePlaceholder = 0x100;
+PagedAttentionParams pagedAttentionBatchParams(const compiler::UnifiedAttentionConfig& config,
+                                               const compiler::BatchShape& shape);
+
+// Checks the arguments without touching the GPU: the variant is supported, the
+// batch is consistent, no pointer is null or misaligned, strides are positive
+// and keep the promises the kernel is compiled with. Errors name the argument.
+support::Status validatePagedAttention(const PagedAttentionParams& params);
+
+// Validates, then launches (compiling or loading the kernel on first use).
+support::Status pagedAttention(const PagedAttentionParams& params);
+
+}  // namespace attnjit::ops

@@ -1,0 +1,261 @@
+#include "compiler/validation/CacheWriteProblem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "compiler/validation/ProblemData.h"
+#include "compiler/validation/reference/CompanionReference.h"
+
+namespace attnjit::validation {
+
+using ir::ScalarKind;
+using namespace problem_data;
+
+namespace {
+
+constexpr int64_t kKeyPadding = 8, kValuePadding = 16;  // after each token's row
+constexpr int kSpareBlocks = 3;                         // never written
+
+reference::QuantFormat quantFormat(ScalarKind cacheKind) {
+  return cacheKind == ScalarKind::I4       ? reference::QuantFormat::Int4
+         : cacheKind == ScalarKind::I8     ? reference::QuantFormat::Int8
+         : cacheKind == ScalarKind::F8E4M3 ? reference::QuantFormat::Fp8E4M3
+                                           : reference::QuantFormat::Fp8E5M2;
+}
+
+double decodeQuantized(uint8_t bits, ScalarKind cacheKind) {
+  switch (cacheKind) {
+    case ScalarKind::I8: return static_cast<int8_t>(bits);
+    case ScalarKind::F8E4M3: return reference::decodeFp8E4M3(bits);
+    default: return reference::decodeFp8E5M2(bits);
+  }
+}
+
+}  // namespace
+
+struct CacheWriteProblem::Data {
+  compiler::CacheWriteConfig config;
+  int64_t numTokens = 0, numBlocks = 0;
+  std::vector<int64_t> slots;                // per token; -1 = padding
+  std::vector<double> keys, values;          // [T][Hkv][D] and [T][Hkv][Dv], rounded to the dtype
+  int64_t strideBlock = 0, strideKv = 0, strideToken = 0, strideHead = 0;  // cache, elements
+};
+
+support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const compiler::CacheWriteConfig& config,
+                                                                          const compiler::BatchShape& shape) {
+  if (support::Status s = config.validate(); !s) return s;
+  if (support::Status s = shape.validate(); !s) return s;
+  auto data = std::make_shared<Data>();
+  data->config = config;
+  const ScalarKind dt = config.dtype;
+  const int64_t Hkv = config.numKvHeads, D = config.headSize, bs = config.blockSize, row = config.cacheRowElements();
+  const int64_t Dv = config.effectiveValueHeadSize(), valueRow = config.cacheValueRowElements();
+  RandomStream random(shape.seed);
+
+  // Blocks of every sequence (context and new tokens), a permutation of the cache's.
+  std::vector<int64_t> blocksPerSeq;
+  int64_t usedBlocks = 0;
+  for (size_t s = 0; s < shape.queryLens.size(); ++s) {
+    blocksPerSeq.push_back((shape.queryLens[s] + shape.contextLens[s] + bs - 1) / bs);
+    usedBlocks += blocksPerSeq.back();
+  }
+  data->numBlocks = usedBlocks + kSpareBlocks;
+  std::vector<int64_t> physical(static_cast<size_t>(data->numBlocks));
+  for (size_t i = 0; i < physical.size(); ++i) physical[i] = static_cast<int64_t>(i);
+  for (size_t i = physical.size() - 1; i > 0; --i) std::swap(physical[i], physical[random.below(i + 1)]);
+  size_t nextBlock = 0;
+  for (size_t s = 0; s < shape.queryLens.size(); ++s) {
+    const size_t first = nextBlock;
+    nextBlock += static_cast<size_t>(blocksPerSeq[s]);
+    for (int i = 0; i < shape.queryLens[s]; ++i) {
+      const int64_t pos = shape.contextLens[s] + i;
+      const bool padding = random.below(8) == 0;
+      data->slots.push_back(padding ? -1 : physical[first + static_cast<size_t>(pos / bs)] * bs + pos % bs);
+    }
+  }
+  const int64_t T = static_cast<int64_t>(data->slots.size());
+  data->numTokens = T;
+
+  // Rows: uniform in [-1, 1] times 2^k (k in -6..6) per row; one row in 16 all zero.
+  auto fillRows = [&](std::vector<double>& rows, int64_t rowSize) {
+    rows.resize(static_cast<size_t>(T * Hkv * rowSize));
+    for (int64_t r = 0; r < T * Hkv; ++r) {
+      const bool zero = random.below(16) == 0;
+      const double magnitude = std::ldexp(1.0, static_cast<int>(random.below(13)) - 6);
+      for (int64_t d = 0; d < rowSize; ++d)
+        rows[static_cast<size_t>(r * rowSize + d)] = zero ? 0.0 : ir::roundToFloatKind(magnitude * random.uniform(-1, 1), dt);
+    }
+  };
+  fillRows(data->keys, D);
+  fillRows(data->values, Dv);
+
+  // (num_blocks, 2, block_size, Hkv, row), or vLLM's DiffKV packing when the config
+  // names a value head size (equal to head_size included):
+  // (num_blocks, block_size, Hkv, K row ‖ V row).
+  if (config.valueHeadSize != 0) {
+    data->strideHead = row + valueRow;
+    data->strideToken = Hkv * data->strideHead;
+    data->strideKv = row;
+    data->strideBlock = bs * data->strideToken;
+  } else {
+    data->strideHead = row;
+    data->strideToken = Hkv * row;
+    data->strideKv = bs * Hkv * row;
+    data->strideBlock = 2 * data->strideKv;
+  }
+  const int64_t keyStride = Hkv * D + kKeyPadding, valueStride = Hkv * Dv + kValuePadding;
+  auto sourceRows = [&](const std::vector<double>& rows, int64_t strideToken, int64_t rowSize) {
+    std::vector<uint8_t> bytes = poisonedBuffer(dt, static_cast<size_t>(T * strideToken));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < Hkv * rowSize; ++i)
+        setFloat(bytes, dt, static_cast<size_t>(t * strideToken + i), rows[static_cast<size_t>(t * Hkv * rowSize + i)]);
+    return bytes;
+  };
+  std::unique_ptr<CacheWriteProblem> problem(new CacheWriteProblem());
+  auto& buffers = problem->buffers_;
+  buffers.push_back({"key", sourceRows(data->keys, keyStride, D), false});
+  buffers.push_back({"value", sourceRows(data->values, valueStride, Dv), false});
+  buffers.push_back({"kv_cache",
+                     poisonedBuffer(config.cachePointerElement(), static_cast<size_t>(data->numBlocks * data->strideBlock)),
+                     true});
+  std::vector<uint8_t> slotBytes(data->slots.size() * sizeof(int64_t));
+  std::memcpy(slotBytes.data(), data->slots.data(), slotBytes.size());
+  buffers.push_back({"slot_mapping", std::move(slotBytes), false});
+  if (compiler::isPerTensorFp8(config.cacheFormat)) {
+    for (float scale : {kKeyScale, kValueScale}) {
+      std::vector<uint8_t> bytes(sizeof(float));
+      std::memcpy(bytes.data(), &scale, sizeof scale);
+      buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", std::move(bytes), false});
+    }
+  }
+  problem->scalars_ = {keyStride,        D,   valueStride, Dv, data->strideBlock, data->strideKv, data->strideToken,
+                       data->strideHead};
+  problem->grid_ = {T, compiler::cacheWriteGridY(config), 1};
+  const int64_t written = std::count_if(data->slots.begin(), data->slots.end(), [](int64_t s) { return s >= 0; });
+  problem->minimumBytes_ = static_cast<double>(written * Hkv) *
+                               (static_cast<double>(D + Dv) * static_cast<double>(elementBytes(dt)) +
+                                static_cast<double>(row + valueRow) *
+                                    static_cast<double>(elementBytes(config.cachePointerElement()))) +
+                           8.0 * static_cast<double>(T);
+  problem->data_ = std::move(data);
+  return problem;
+}
+
+void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResult& result) const {
+  const Data& data = *data_;
+  const compiler::CacheWriteConfig& config = data.config;
+  const ScalarKind dt = config.dtype, cacheKind = config.cacheElement(), pointerKind = config.cachePointerElement();
+  const int64_t Hkv = config.numKvHeads, bs = config.blockSize;
+  const std::vector<uint8_t>& cache = after[2].bytes;
+  const bool perTokenHead = compiler::isPerTokenHead(config.cacheFormat);
+  result.maxAbsError = 0;
+  result.maxRelError = 0;
+  result.tolerance = 0;
+  std::string failure, worst;
+  auto fail = [&](int64_t t, int64_t h, const char* kv, const std::string& what) {
+    if (!failure.empty()) return;
+    std::ostringstream text;
+    text << "token " << t << " (slot " << data.slots[static_cast<size_t>(t)] << "), " << kv << " head " << h << ": "
+         << what;
+    failure = text.str();
+  };
+
+  std::vector<int64_t> owner(static_cast<size_t>(data.numBlocks * bs), -1);  // slot → token
+  for (int64_t t = 0; t < data.numTokens; ++t)
+    if (data.slots[static_cast<size_t>(t)] >= 0) owner[static_cast<size_t>(data.slots[static_cast<size_t>(t)])] = t;
+
+  for (int64_t slot = 0; slot < data.numBlocks * bs; ++slot)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int64_t h = 0; h < Hkv; ++h) {
+        const int64_t base = (slot / bs) * data.strideBlock + kv * data.strideKv + (slot % bs) * data.strideToken +
+                             h * data.strideHead;
+        const int64_t t = owner[static_cast<size_t>(slot)];
+        const char* kvName = kv == 0 ? "K" : "V";
+        const int64_t D = kv == 0 ? config.headSize : config.effectiveValueHeadSize();
+        const int64_t row = kv == 0 ? config.cacheRowElements() : config.cacheValueRowElements();
+        if (t < 0) {
+          for (int64_t i = 0; i < row; ++i)
+            if (getBits(cache, pointerKind, static_cast<size_t>(base + i)) != poisonBits(pointerKind)) {
+              std::ostringstream text;
+              text << "the kernel wrote slot " << slot << " (" << kvName << ", head " << h
+                   << "), which no token maps to";
+              if (failure.empty()) failure = text.str();
+              break;
+            }
+          continue;
+        }
+        const double* x = &(kv == 0 ? data.keys : data.values)[static_cast<size_t>((t * Hkv + h) * D)];
+        if (config.cacheFormat == compiler::KvCacheFormat::Auto) {
+          for (int64_t d = 0; d < D; ++d)
+            if (getBits(cache, dt, static_cast<size_t>(base + d)) != ir::encodeFloat(x[d], dt)) {
+              std::ostringstream text;
+              text << "dim " << d << ": got " << getFloat(cache, dt, static_cast<size_t>(base + d)) << ", expected "
+                   << x[d];
+              fail(t, h, kvName, text.str());
+              result.maxAbsError = std::numeric_limits<double>::infinity();
+            }
+          continue;
+        }
+        const reference::QuantFormat format = quantFormat(cacheKind);
+        float scale = kv == 0 ? kKeyScale : kValueScale;
+        if (perTokenHead) {
+          const float expectedScale = reference::perTokenHeadScale(x, static_cast<int>(D), format);
+          float stored = 0;
+          std::memcpy(&stored, &cache[static_cast<size_t>(base + compiler::kvCacheScaleByteOffset(config.cacheFormat, static_cast<int>(D)))],
+                      sizeof stored);
+          if (std::memcmp(&stored, &expectedScale, sizeof stored) != 0) {
+            std::ostringstream text;
+            text.precision(9);
+            text << "stored scale " << stored << ", expected " << expectedScale;
+            fail(t, h, kvName, text.str());
+          }
+          scale = expectedScale;
+        }
+        const double qmax = reference::quantMax(format);
+        for (int64_t d = 0; d < D; ++d) {
+          const double y = x[d] / static_cast<double>(scale);
+          const double clamped = std::clamp(y, -qmax, qmax);
+          const double q = cacheKind == ScalarKind::I4
+                               ? reference::decodeInt4(&cache[static_cast<size_t>(base)], static_cast<int>(d))
+                               : decodeQuantized(cache[static_cast<size_t>(base + d)], cacheKind);
+          // Half a step at the value's magnitude, plus the f32 division's rounding.
+          const double allowed = (reference::halfQuantStep(clamped, format) + std::ldexp(std::abs(y), -22)) * scale;
+          const double err = std::isnan(q) ? std::numeric_limits<double>::infinity() : std::abs(q - clamped) * scale;
+          result.tolerance = std::max(result.tolerance, allowed);
+          result.maxRelError = std::max(result.maxRelError, err / allowed);
+          if (err > result.maxAbsError || worst.empty()) {
+            std::ostringstream text;
+            text << "token " << t << ", " << kvName << " head " << h << ", dim " << d << ": stored " << q
+                 << " (scale " << scale << "), input " << x[d];
+            worst = text.str();
+            result.maxAbsError = std::max(result.maxAbsError, err);
+          }
+          if (err > allowed) {
+            std::ostringstream text;
+            text << "dim " << d << ": stored " << q << " for x / scale = " << y << " (allowed error "
+                 << allowed / scale << ")";
+            fail(t, h, kvName, text.str());
+          }
+        }
+      }
+  result.detail = failure.empty() ? (worst.empty() ? "all rows exact" : "largest error at " + worst) : failure;
+  result.passed = failure.empty();
+}
+
+support::Expected<AttentionRunResult> runCacheWriteInterpreted(const compiler::CacheWriteConfig& config,
+                                                          const compiler::BatchShape& shape) {
+  auto problem = CacheWriteProblem::create(config, shape);
+  if (!problem) return problem.status();
+  return runProblemInterpreted([&] { return compiler::buildCacheWrite(config); }, **problem);
+}
+
+support::Expected<GpuRunResult> runCacheWriteGpu(const compiler::CacheWriteConfig& config, const compiler::BatchShape& shape,
+                                            const GpuRunOptions& options) {
+  auto problem = CacheWriteProblem::create(config, shape);
+  if (!problem) return problem.status();
+  return runProblemGpu([&] { return compiler::buildCacheWrite(config); }, **problem, options);
+}
+
+}  // namespace attnjit::validation

@@ -1,0 +1,35 @@
+// Batches and the checked interpreter run shared by the attention tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+
+#include "compiler/validation/AttentionProblem.h"
+
+namespace attnjit::tests {
+
+// A decode far past a tile, a chunked prefill, a short context and a fresh
+// prefill; no length is a multiple of the tile (32) or block (16) size.
+inline compiler::BatchShape mixedAttentionBatch(uint64_t seed) {
+  compiler::BatchShape s;
+  s.queryLens = {1, 13, 1, 45};
+  s.contextLens = {101, 37, 5, 0};
+  s.seed = seed;
+  return s;
+}
+
+// `config` on the CPU interpreter (after the tile-IR passes with `afterPasses`)
+// against the float64 reference; a failure names the kernel, the batch and the
+// largest error.
+inline validation::AttentionRunResult runAndCheck(const compiler::UnifiedAttentionConfig& config,
+                                                const compiler::BatchShape& shape, bool afterPasses = false) {
+  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
+  auto result = validation::runUnifiedAttentionInterpreted(config, shape, afterPasses);
+  if (!result) FAIL(result.diagnostic().str());
+  INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "); " << result->detail);
+  CHECK(result->passed);
+  return *result;
+}
+
+}  // namespace attnjit::tests
