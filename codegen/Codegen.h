@@ -2,7 +2,10 @@
 // nothing LLVM-typed crosses it.
 #pragma once
 
+#include <functional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "codegen/Target.h"
 #include "ir/IR.h"
@@ -20,10 +23,24 @@ enum class LlvmPipeline {
   // rotated loops, GVN, InstCombine, InferAlignment, DCE), and no straight-line
   // strength reduction or n-ary reassociation in the backend (SLSR is quadratic
   // in our large blocks through ScalarEvolution). The PTX has the same mma,
-  // ldmatrix, cp.async and vector accesses; on the H200 (2026-11-30) the kernels
-  // ran within 1.6% of O3's (prefill 1.6% slower, decode and MLA 0.4-0.7%
-  // faster).
+  // ldmatrix, cp.async and vector accesses, and the kernels run within a few
+  // percent of O3's (measured: docs/perf-log.md, 2026-11-30).
   Fast,
+};
+
+// One step of codegen, in the order they run: the second half of the compile
+// pipeline, after the tile-IR passes (compiler/passes/Pipeline.cpp). Every one
+// of them can be printed after (--print-after=NAME) and is timed
+// (--time-passes).
+struct CodegenStage {
+  const char* name;
+  const char* description;
+};
+std::span<const CodegenStage> codegenStages();
+
+struct StageTiming {
+  std::string stage;
+  double milliseconds = 0;
 };
 
 struct CodegenOptions {
@@ -34,6 +51,12 @@ struct CodegenOptions {
   // Print the LLVM IR before and after the pipeline into CodegenResult (for
   // inspection: --emit=llvm, dump folders); 3-8 ms per attention kernel.
   bool printLlvmIr = true;
+  // Inspection: after each stage named by printAfter (or every stage), `dump`
+  // receives "// -----// IR after <stage> //----- //" and the stage's result:
+  // the plan for the planning stages, the LLVM IR for the others.
+  bool printAfterAll = false;
+  std::string printAfter;
+  std::function<void(const std::string&)> dump;
 };
 
 struct CodegenResult {
@@ -44,6 +67,9 @@ struct CodegenResult {
   int numThreads = 0;           // block size (num_warps × 32)
   int sharedMemoryBytes = 0;    // dynamic shared memory the kernel needs
   double lowerMs = 0, optimizeMs = 0, emitMs = 0;
+  // Every stage that ran, in order (the planning and lowering stages once per
+  // attempt when fit-shared-memory lowers again).
+  std::vector<StageTiming> stageTimings;
 };
 
 // Every tile value must carry a layout (compiler::assignLayouts). Unsupported
@@ -54,18 +80,11 @@ support::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const Cod
 // The version of the LLVM linked in ("22.1.8"): part of every cache key.
 std::string llvmVersion();
 
-// The revision of the lowering: bumped whenever the PTX generated for the same
-// tile IR changes, so JIT cache keys (compiler/driver/Jit.cpp) never match entries a
-// previous attnjit compiled differently. 2: cp.async for pipelined tiles. 3: slot
-// reads next to their uses, swizzled offsets as register ^ phase + immediate,
-// 32-bit shared-memory pointers, the backend at its default level. 4: repeated
-// barriers and waits removed. 5: float-to-integer casts through cvt.rzi (PTX
-// saturates and maps NaN to 0 itself). 6: reshapes that keep every element in
-// its thread renumber registers instead of going through shared memory. 7: fp8
-// and int8 casts to f16/bf16 convert two registers at a time. 8: loads whose
-// pointers are provably equal are issued once; constexprs are axis constants.
-// 9: mma in k-outer, m-inner order; shared_invariant_operands. 10: exp2 and exp
-// through ex2.approx.ftz. 11: div {approx = 1} through div.full.f32.
+// The revision of the lowering, part of every JIT cache key
+// (compiler/driver/Jit.cpp) so that the cache never serves PTX an attnjit with
+// a different lowering generated. Bump it with any change to the PTX generated
+// for the same tile IR (lowering, instruction selection, LLVM pipeline or
+// backend settings); changes that leave that PTX byte-identical need no bump.
 inline constexpr int kCodegenRevision = 11;
 
 }  // namespace attnjit::codegen

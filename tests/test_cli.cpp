@@ -461,21 +461,18 @@ std::map<std::string, std::string> inspectRow(const std::string& table, const st
   return {};
 }
 
-// The pass names, in pipeline order, as the error for an unknown pass lists them.
-std::vector<std::string> pipelinePassesFromError() {
-  CliResult r = runCli({"compile", specPath("unified_attention_decode.yaml"), "--print-after=nope"});
-  std::string marker = "(passes: ";
-  size_t start = r.err.find(marker);
-  size_t end = r.err.find(')', start);
-  if (start == std::string::npos || end == std::string::npos) return {};
-  std::string list = r.err.substr(start + marker.size(), end - start - marker.size());
+// The tile-IR passes ("tile-IR") or codegen stages ("codegen"), in pipeline
+// order, as `attnjit compile --list-passes` prints them.
+std::vector<std::string> pipelineSteps(const std::string& kind) {
+  CliResult r = runCli({"compile", "--list-passes"});
   std::vector<std::string> names;
-  for (std::string word : splitWords(list)) {
-    if (!word.empty() && word.back() == ',') word.pop_back();
-    names.push_back(word);
+  for (const std::string& line : splitLines(r.out)) {
+    std::vector<std::string> words = splitWords(line);
+    if (words.size() >= 2 && words[0] == kind) names.push_back(words[1]);
   }
   return names;
 }
+std::vector<std::string> pipelinePassesFromError() { return pipelineSteps("tile-IR"); }
 
 }  // namespace
 
@@ -606,7 +603,9 @@ TEST_CASE("cli: --print-after and --print-after-all print the IR after passes to
 
   CliResult unknown = runCli({"compile", spec, "--print-after=assign-layout"});
   CHECK(unknown.exitCode == 2);
-  CHECK(startsWith(unknown.err, "attnjit compile: error: unknown pass 'assign-layout' for --print-after (passes: "));
+  CHECK(startsWith(unknown.err,
+                   "attnjit compile: error: unknown pass 'assign-layout' for --print-after (tile-IR passes: cse, "));
+  CHECK(unknown.err.find("; codegen stages: plan-async-copies, ") != std::string::npos);
   CHECK(unknown.err.find("did you mean 'assign-layouts'?") != std::string::npos);
   CHECK(unknown.out.empty());
 }
@@ -633,16 +632,63 @@ TEST_CASE("cli: --time-passes prints a timing table per kernel that adds up", "[
     ms[what] = std::stod(words[words.size() - 2]);
     order.push_back(what);
   }
+  // The decode kernel runs every codegen stage (it has cp.async slots); with no
+  // shared-memory retry each runs once.
+  std::vector<std::string> stages = pipelineSteps("codegen");
+  REQUIRE(stages.size() >= 8);
   std::vector<std::string> expected = passes;
-  expected.insert(expected.end(), {"passes (with verification)", "LLVM lowering", "LLVM fast pipeline", "PTX emission", "total"});
+  expected.push_back("passes (with verification)");
+  expected.insert(expected.end(), stages.begin(), stages.end());
+  expected.insert(expected.end(), {"codegen (with verification)", "total"});
   CHECK(order == expected);
   double passSum = 0;
   for (const std::string& pass : passes) passSum += ms[pass];
   CHECK(ms["passes (with verification)"] >= passSum - 0.01);
-  CHECK(ms["LLVM fast pipeline"] > 0);
-  CHECK(ms["PTX emission"] > 0);
-  double stages = ms["passes (with verification)"] + ms["LLVM lowering"] + ms["LLVM fast pipeline"] + ms["PTX emission"];
-  CHECK(ms["total"] == Approx(stages).margin(0.005));
+  double stageSum = 0;
+  for (const std::string& stage : stages) stageSum += ms[stage];
+  CHECK(ms["lower"] > 0);
+  CHECK(ms["llvm-pipeline"] > 0);
+  CHECK(ms["emit-ptx"] > 0);
+  CHECK(ms["codegen (with verification)"] >= stageSum - 0.01);
+  CHECK(ms["total"] == Approx(ms["passes (with verification)"] + ms["codegen (with verification)"]).margin(0.005));
+}
+
+TEST_CASE("cli: --print-after shows codegen's plans, the shared-memory fit and the LLVM IR", "[cli]") {
+  std::string spec = specPath("unified_attention_decode.yaml");
+  CliResult plan = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=plan-async-copies"});
+  INFO(plan.err.substr(0, 2000));
+  REQUIRE(plan.exitCode == 0);
+  CHECK(startsWith(plan.err, "// -----// IR after plan-async-copies //----- //\n"));
+  CHECK(plan.err.find(", 2 slots of ") != std::string::npos);
+  CHECK(plan.err.find("-byte copies") != std::string::npos);
+  CHECK(plan.err.find("cp.async buffers: ") != std::string::npos);
+
+  CliResult fit = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=fit-shared-memory"});
+  REQUIRE(fit.exitCode == 0);
+  CHECK(fit.err.find("cp.async slots and shared operands: ") != std::string::npos);
+  CHECK(fit.err.find(", fits\n") != std::string::npos);
+
+  CliResult lowered = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=lower"});
+  REQUIRE(lowered.exitCode == 0);
+  CHECK(startsWith(lowered.err, "// -----// IR after lower //----- //\n"));
+  CHECK(lowered.err.find("define ptx_kernel void @" + kBf16Decode) != std::string::npos);
+  CHECK(lowered.err.find("llvm.nvvm.mma.m16n8k16") != std::string::npos);
+
+  // Every step that ran prints once, in pipeline order; the PTX comes last.
+  CliResult all = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after-all"});
+  REQUIRE(all.exitCode == 0);
+  std::vector<std::string> steps = pipelineSteps("tile-IR");
+  std::vector<std::string> stages = pipelineSteps("codegen");
+  steps.insert(steps.end(), stages.begin(), stages.end());
+  CHECK(countOccurrences(all.err, "// -----// IR after ") == steps.size());
+  size_t at = 0;
+  for (const std::string& step : steps) {
+    size_t found = all.err.find("// -----// IR after " + step + " //----- //\n", at);
+    CHECK(found != std::string::npos);
+    if (found != std::string::npos) at = found + 1;
+  }
+  const std::string lastHeader = "// -----// IR after emit-ptx //----- //\n";
+  CHECK(all.err.substr(all.err.find(lastHeader) + lastHeader.size()) == all.out);
 }
 
 TEST_CASE("cli: --emit=cubin and --emit=sass without the CUDA toolkit say what is missing", "[cli]") {

@@ -216,6 +216,25 @@ void planAsyncCopies(LoweringContext& ctx) {
   if (!plan->buffers.empty()) ctx.async = std::move(plan);
 }
 
+std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
+  if (!ctx.async) {
+    const char* why = !ir::kernelFlag(ctx.kernel, ir::KernelAttribute::AsyncCopy) ? "kernel attribute async_copy = 0"
+                      : !ctx.target.hasCpAsync                                      ? "the target has no cp.async"
+                      : !ctx.allowAsyncCopy ? "shared memory is too small for the slots (fit-shared-memory)"
+                                            : "no pipelined tile load qualifies";
+    return std::string("no cp.async buffers: ") + why + "\n";
+  }
+  std::string text;
+  for (const AsyncBuffer& buffer : ctx.async->buffers) {
+    text += "%" + buffer.carried->name() + ": " + buffer.carried->type().str() + ", 2 slots of " +
+            std::to_string(buffer.slotBytes) + " B at byte " + std::to_string(buffer.offset) + ", " +
+            std::to_string(buffer.copyBytes) + "-byte copies, " + std::to_string(buffer.tile.maxPhase) +
+            " swizzle phases\n";
+  }
+  text += "cp.async buffers: " + std::to_string(ctx.asyncBufferBytes) + " B\n";
+  return text;
+}
+
 bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   if (!ctx.async) return false;
   auto found = ctx.async->loads.find(&op);

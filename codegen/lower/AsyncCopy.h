@@ -38,4 +38,7 @@ struct AsyncCopyPlan {
 // start of dynamic shared memory (ctx.asyncBufferBytes); sets ctx.async when any do.
 void planAsyncCopies(LoweringContext& ctx);
 
+// The plan in words, one line per buffer (for --print-after=plan-async-copies).
+std::string describeAsyncCopyPlan(const LoweringContext& ctx);
+
 }  // namespace attnjit::codegen

@@ -296,33 +296,102 @@ void lowerIf(LoweringContext& ctx, const Operation& op) {
 
 namespace {
 
-// One compile; with cp.async buffers that, with the scratch area, would exceed the
-// target's shared memory, it stops after lowering and sets `asyncOverflow`.
-support::Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const CodegenOptions& options, bool allowAsyncCopy,
-                                        bool allowSharedOperands, bool& asyncOverflow) {
-  asyncOverflow = false;
-  using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
-  auto t0 = Clock::now();
-  llvm::LLVMContext context;
-  llvm::Module module(kernel.name(), context);
+// Codegen's stages, in order. generatePtx below runs exactly these.
+constexpr CodegenStage kStages[] = {
+    {"plan-async-copies",
+     "pipelined tile loads that become cp.async copies into two swizzled shared-memory slots each "
+     "(kernel attribute async_copy)"},
+    {"plan-shared-operands",
+     "loop-invariant mma operands kept in shared memory and read next to each mma "
+     "(kernel attribute shared_invariant_operands)"},
+    {"lower", "tile IR to LLVM IR: every tile value becomes the registers of its layout; NVVM intrinsics"},
+    {"fit-shared-memory",
+     "slots, operands and scratch must fit the target's shared memory per block; else the plans start again "
+     "with the operands in registers, then with the pipelined tiles in registers"},
+    {"llvm-pipeline", "LLVM's middle end: the fast pipeline or O3 (ATTNJIT_LLVM_PIPELINE)"},
+    {"erase-unused-ldmatrix", "ldmatrix reads of shared slots whose results the middle end left unused"},
+    {"rematerialize-loop-crossing-predicates",
+     "conditions used after a loop are recomputed there rather than kept live through it"},
+    {"sink-slot-reads",
+     "reads of cp.async slots and shared operands moved next to their use (kernel attribute sink_slot_reads)"},
+    {"remove-redundant-sync",
+     "barriers and cp.async waits that repeat one with nothing in between (kernel attribute remove_redundant_sync)"},
+    {"emit-ptx", "the NVPTX backend: instruction selection, register allocation, PTX text"},
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Times stages and prints after them as CodegenOptions asks.
+class StageRecorder {
+ public:
+  StageRecorder(const CodegenOptions& options, CodegenResult& result) : options_(options), result_(result) {}
+
+  // Runs `stage` (one of kStages) and records its time.
+  template <typename F>
+  void run(const char* name, F&& stage) {
+    const auto start = Clock::now();
+    stage();
+    result_.stageTimings.push_back({name, std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
+  }
+
+  bool printsAfter(const char* name) const {
+    return options_.dump && (options_.printAfterAll || options_.printAfter == name);
+  }
+  void printAfter(const char* name, const std::function<std::string()>& text) const {
+    if (printsAfter(name)) options_.dump("// -----// IR after " + std::string(name) + " //----- //\n" + text());
+  }
+
+ private:
+  const CodegenOptions& options_;
+  CodegenResult& result_;
+};
+
+// Which shared-memory buffers of their own a lowering attempt may plan.
+struct BufferChoice {
+  bool asyncCopy;
+  bool sharedOperands;
+  const char* description;
+};
+// fit-shared-memory's attempts, in order: the operands go back to registers
+// first (a D=256 Q tile is 64 KiB), then the pipelined tiles (e.g. 128-key fp8
+// tiles on the 99 KiB of sm_86/89/120).
+constexpr BufferChoice kBufferChoices[] = {
+    {true, true, "cp.async slots and shared operands"},
+    {true, false, "cp.async slots, operands in registers"},
+    {false, false, "pipelined tiles and operands in registers"},
+};
+
+// One lowering attempt: a module holding the lowered kernel, or the shared bytes
+// its buffers would need when they do not fit.
+struct LoweringAttempt {
+  std::unique_ptr<llvm::Module> module;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  std::unique_ptr<LoweringContext> ctx;
+  int64_t sharedBytes = 0;
+  bool fits = true;
+};
+
+support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const Kernel& kernel,
+                                               const CodegenOptions& options, const BufferChoice& choice,
+                                               StageRecorder& stages) {
+  LoweringAttempt attempt;
+  attempt.module = std::make_unique<llvm::Module>(kernel.name(), context);
   auto tm = createNvptxTargetMachine(options.target, options.ptxVersion);
   if (!tm) return tm.status();
-  prepareModule(module, **tm);
+  attempt.tm = std::move(*tm);
+  prepareModule(*attempt.module, *attempt.tm);
 
-  LoweringContext ctx(context, module, kernel, options.target);
-  ctx.allowAsyncCopy = allowAsyncCopy;
-  ctx.allowSharedOperands = allowSharedOperands;
+  attempt.ctx = std::make_unique<LoweringContext>(context, *attempt.module, kernel, options.target);
+  LoweringContext& ctx = *attempt.ctx;
+  ctx.allowAsyncCopy = choice.asyncCopy;
+  ctx.allowSharedOperands = choice.sharedOperands;
   ctx.axis = std::make_unique<AxisInfo>(kernel);
   std::vector<llvm::Type*> params;
   for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
   auto* fnType = llvm::FunctionType::get(ctx.b.getVoidTy(), params, false);
-  ctx.function = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, kernel.name(), module);
+  ctx.function = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, kernel.name(), *attempt.module);
   ctx.function->setCallingConv(llvm::CallingConv::PTX_Kernel);
-  int numThreads = ctx.numWarps * 32;
-  ctx.function->addFnAttr("nvvm.maxntid", std::to_string(numThreads) + ",1,1");
+  ctx.function->addFnAttr("nvvm.maxntid", std::to_string(ctx.numWarps * 32) + ",1,1");
   for (size_t i = 0; i < kernel.numParameters(); ++i) {
     llvm::Argument* arg = ctx.function->getArg(static_cast<unsigned>(i));
     arg->setName(kernel.parameter(i)->name());
@@ -342,55 +411,91 @@ support::Expected<CodegenResult> generatePtxOnce(const Kernel& kernel, const Cod
   ctx.laneId = entryBuilder.CreateAnd(ctx.threadId, 31, "lane");
   ctx.warpId = entryBuilder.CreateLShr(ctx.threadId, 5, "warp");
   ctx.b.SetInsertPoint(start);
-  planAsyncCopies(ctx);
-  planSharedOperands(ctx);
-  lowerBlock(ctx, kernel.body());
-  if (!ctx.status) return ctx.status;
-  if ((ctx.async || ctx.sharedOperands) && ctx.asyncBufferBytes + ctx.sharedBytes > options.target.maxSharedBytesPerBlock) {
-    asyncOverflow = true;
-    return CodegenResult{};
-  }
 
-  CodegenResult result;
-  result.kernelName = kernel.name();
-  result.numThreads = numThreads;
-  result.sharedMemoryBytes = static_cast<int>(ctx.asyncBufferBytes + ctx.sharedBytes);
-  if (support::Status s = verifyLlvmModule(module); !s) return s;
-  if (options.printLlvmIr) result.llvmIr = printModule(module);
-  auto t1 = Clock::now();
-  result.lowerMs = ms(t0, t1);
-  if (options.optimize)
-    if (support::Status s = optimizeModule(module, **tm, options.llvmPipeline); !s) return s;
-  eraseUnusedMatrixLoads(*ctx.function);
-  // After LLVM's passes, whose CSE would merge the copies back.
-  rematerializeLoopCrossingPredicates(*ctx.function);
-  // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
-  // The kernel attribute sink_slot_reads = 0 keeps them where the tile IR reads.
-  if ((ctx.async || ctx.sharedOperands) && ir::kernelFlag(kernel, ir::KernelAttribute::SinkSlotReads)) sinkSlotReads(*ctx.function);
-  // After sinking, which moves reads out from between barriers: see RedundantSync.cpp.
-  if (ir::kernelFlag(kernel, ir::KernelAttribute::RemoveRedundantSync)) removeRedundantSync(*ctx.function);
-  if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);
-  auto t2 = Clock::now();
-  result.optimizeMs = ms(t1, t2);
-  // LlvmPipeline chooses middle end and backend together; unoptimized is plain.
-  auto ptx = emitPtx(module, **tm, options.optimize ? options.llvmPipeline : LlvmPipeline::O3);
-  if (!ptx) return ptx.status();
-  result.ptx = std::move(*ptx);
-  result.emitMs = ms(t2, Clock::now());
-  return result;
+  stages.run("plan-async-copies", [&] { planAsyncCopies(ctx); });
+  stages.printAfter("plan-async-copies", [&] { return describeAsyncCopyPlan(ctx); });
+  stages.run("plan-shared-operands", [&] { planSharedOperands(ctx); });
+  stages.printAfter("plan-shared-operands", [&] { return describeSharedOperandPlan(ctx); });
+  stages.run("lower", [&] { lowerBlock(ctx, kernel.body()); });
+  ctx.entryBuilder = nullptr;
+  if (!ctx.status) return ctx.status;
+  attempt.sharedBytes = ctx.asyncBufferBytes + ctx.sharedBytes;
+  // Only the buffers of their own can be given up; the scratch area is the floor.
+  attempt.fits = !(ctx.async || ctx.sharedOperands) || attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;
+  if (attempt.fits) stages.printAfter("lower", [&] { return printModule(*attempt.module); });
+  return attempt;
 }
 
 }  // namespace
 
+std::span<const CodegenStage> codegenStages() { return kStages; }
+
 support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
-  bool asyncOverflow = false;
-  auto result = generatePtxOnce(kernel, options, true, true, asyncOverflow);
-  // The buffers of their own (cp.async slots, two per tile, and loop-invariant
-  // operands) did not fit next to the scratch area: first the operands go back
-  // to registers (a D=256 Q tile is 64 KiB), then, e.g. for 128-key fp8 tiles on
-  // the 99 KiB of sm_86/89/120, the K/V tiles take the register path too.
-  if (asyncOverflow) result = generatePtxOnce(kernel, options, true, false, asyncOverflow);
-  if (asyncOverflow) result = generatePtxOnce(kernel, options, false, false, asyncOverflow);
+  CodegenResult result;
+  StageRecorder stages(options, result);
+  const auto t0 = Clock::now();
+  llvm::LLVMContext context;
+
+  // plan-async-copies, plan-shared-operands, lower and fit-shared-memory.
+  LoweringAttempt attempt;
+  std::string fitLog;
+  for (const BufferChoice& choice : kBufferChoices) {
+    auto lowered = lowerKernel(context, kernel, options, choice, stages);
+    if (!lowered) return lowered.status();
+    attempt = std::move(*lowered);
+    fitLog += std::string(choice.description) + ": " + std::to_string(attempt.sharedBytes) + " B of " +
+              std::to_string(options.target.maxSharedBytesPerBlock) + (attempt.fits ? ", fits\n" : ", too large\n");
+    if (attempt.fits) break;
+  }
+  stages.run("fit-shared-memory", [] {});
+  stages.printAfter("fit-shared-memory", [&] { return fitLog; });
+  ATTNJIT_CHECK(attempt.fits, "codegen: a kernel without buffers of its own exceeds shared memory");
+
+  llvm::Module& module = *attempt.module;
+  LoweringContext& ctx = *attempt.ctx;
+  result.kernelName = kernel.name();
+  result.numThreads = ctx.numWarps * 32;
+  result.sharedMemoryBytes = static_cast<int>(attempt.sharedBytes);
+  if (support::Status s = verifyLlvmModule(module); !s) return s;
+  if (options.printLlvmIr) result.llvmIr = printModule(module);
+  const auto t1 = Clock::now();
+  result.lowerMs = std::chrono::duration<double, std::milli>(t1 - t0).count();
+
+  auto printIr = [&] { return printModule(module); };
+  if (options.optimize) {
+    support::Status optimized = support::Status::ok();
+    stages.run("llvm-pipeline", [&] { optimized = optimizeModule(module, *attempt.tm, options.llvmPipeline); });
+    if (!optimized) return optimized;
+    stages.printAfter("llvm-pipeline", printIr);
+  }
+  stages.run("erase-unused-ldmatrix", [&] { eraseUnusedMatrixLoads(*ctx.function); });
+  stages.printAfter("erase-unused-ldmatrix", printIr);
+  // After LLVM's passes, whose CSE would merge the copies back.
+  stages.run("rematerialize-loop-crossing-predicates", [&] { rematerializeLoopCrossingPredicates(*ctx.function); });
+  stages.printAfter("rematerialize-loop-crossing-predicates", printIr);
+  // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
+  if ((ctx.async || ctx.sharedOperands) && ir::kernelFlag(kernel, ir::KernelAttribute::SinkSlotReads)) {
+    stages.run("sink-slot-reads", [&] { sinkSlotReads(*ctx.function); });
+    stages.printAfter("sink-slot-reads", printIr);
+  }
+  // After sinking, which moves reads out from between barriers: see RedundantSync.cpp.
+  if (ir::kernelFlag(kernel, ir::KernelAttribute::RemoveRedundantSync)) {
+    stages.run("remove-redundant-sync", [&] { removeRedundantSync(*ctx.function); });
+    stages.printAfter("remove-redundant-sync", printIr);
+  }
+  if (options.printLlvmIr) result.llvmIrOptimized = printModule(module);
+  const auto t2 = Clock::now();
+  result.optimizeMs = std::chrono::duration<double, std::milli>(t2 - t1).count();
+
+  // LlvmPipeline chooses middle end and backend together; unoptimized is plain.
+  support::Expected<std::string> ptx = support::Diagnostic{};
+  stages.run("emit-ptx", [&] {
+    ptx = emitPtx(module, *attempt.tm, options.optimize ? options.llvmPipeline : LlvmPipeline::O3);
+  });
+  if (!ptx) return ptx.status();
+  result.ptx = std::move(*ptx);
+  stages.printAfter("emit-ptx", [&] { return result.ptx; });
+  result.emitMs = std::chrono::duration<double, std::milli>(Clock::now() - t2).count();
   return result;
 }
 

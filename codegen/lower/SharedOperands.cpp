@@ -93,6 +93,26 @@ void planSharedOperands(LoweringContext& ctx) {
   if (!plan->operands.empty()) ctx.sharedOperands = std::move(plan);
 }
 
+std::string describeSharedOperandPlan(const LoweringContext& ctx) {
+  if (!ctx.sharedOperands) {
+    const char* why = !ir::kernelFlag(ctx.kernel, ir::KernelAttribute::SharedInvariantOperands)
+                          ? "kernel attribute shared_invariant_operands = 0"
+                      : !ctx.target.hasMmaSync ? "the target has no mma.sync"
+                      : !ctx.allowSharedOperands ? "shared memory is too small for them (fit-shared-memory)"
+                                                 : "no loop-invariant mma operand qualifies";
+    return std::string("no shared operands: ") + why + "\n";
+  }
+  std::vector<const Operation*> convertOf(ctx.sharedOperands->operands.size(), nullptr);
+  for (const auto& [convert, index] : ctx.sharedOperands->converts) convertOf[static_cast<size_t>(index)] = convert;
+  std::string text;
+  for (size_t i = 0; i < convertOf.size(); ++i) {
+    const Value* value = convertOf[i]->result();
+    text += "%" + value->name() + ": " + value->type().str() + " at byte " +
+            std::to_string(ctx.sharedOperands->operands[i].offset) + "\n";
+  }
+  return text;
+}
+
 bool lowerSharedOperandConvert(LoweringContext& ctx, const Operation& op) {
   if (!ctx.sharedOperands) return false;
   auto found = ctx.sharedOperands->converts.find(&op);

@@ -28,6 +28,9 @@ struct SharedOperandPlan {
 // below it read. Sets ctx.sharedOperands when any is planned.
 void planSharedOperands(LoweringContext& ctx);
 
+// The plan in words, one line per operand (for --print-after=plan-shared-operands).
+std::string describeSharedOperandPlan(const LoweringContext& ctx);
+
 // Lowers a planned convert (stores its tile into the buffer) and returns true;
 // false when `op` is not planned.
 bool lowerSharedOperandConvert(LoweringContext& ctx, const ir::Operation& op);

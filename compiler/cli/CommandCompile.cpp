@@ -51,11 +51,15 @@ int parseRequest(const ParsedArguments& args, CompileRequest& request) {
   request.timePasses = args.has("--time-passes");
   if (args.has("--print-after")) {
     request.printAfter = args.value("--print-after");
-    std::vector<std::string> passes = pipelinePassNames();
-    if (std::find(passes.begin(), passes.end(), request.printAfter) == passes.end()) {
-      std::string message = "unknown pass '" + request.printAfter + "' for --print-after (passes: " +
-                            support::joinNames(passes) + ")";
-      if (std::string s = support::closestName(request.printAfter, passes); !s.empty()) message += "; did you mean '" + s + "'?";
+    std::vector<std::string> passes, stages, names;
+    for (const PipelineStep& step : compilePipeline()) {
+      (step.codegen ? stages : passes).push_back(step.name);
+      names.push_back(step.name);
+    }
+    if (std::find(names.begin(), names.end(), request.printAfter) == names.end()) {
+      std::string message = "unknown pass '" + request.printAfter + "' for --print-after (tile-IR passes: " +
+                            support::joinNames(passes) + "; codegen stages: " + support::joinNames(stages) + ")";
+      if (std::string s = support::closestName(request.printAfter, names); !s.empty()) message += "; did you mean '" + s + "'?";
       reportUsageError("compile", message);
       return kExitUserError;
     }
@@ -90,12 +94,11 @@ void printPassTimings(const CompiledKernel& compiled, const CompileRequest& requ
   row("passes (with verification)", compiled.passesMs);
   double total = compiled.passesMs;
   if (request.runsCodegen()) {
-    row("LLVM lowering", compiled.lowerMs);
-    auto pipeline = resolveLlvmPipeline(CompileOptions{});  // the compile above succeeded with it
-    row(pipeline && *pipeline == codegen::LlvmPipeline::Fast ? "LLVM fast pipeline" : "LLVM O3",
-        compiled.llvmOptimizeMs);
-    row("PTX emission", compiled.ptxEmitMs);
-    total += compiled.lowerMs + compiled.llvmOptimizeMs + compiled.ptxEmitMs;
+    for (const codegen::StageTiming& t : compiled.codegenTimings) row(t.stage, t.milliseconds);
+    // The codegen total also holds the LLVM verifier and the IR kept as text.
+    const double codegenMs = compiled.lowerMs + compiled.llvmOptimizeMs + compiled.ptxEmitMs;
+    row("codegen (with verification)", codegenMs);
+    total += codegenMs;
   }
   if (needsCudaToolkit(request.stage)) {
     row("ptxas", ptxasMs);
@@ -217,7 +220,20 @@ int writeCubins(const std::vector<KernelOutput>& outputs, const ParsedArguments&
   return kExitSuccess;
 }
 
+// --list-passes: the whole pipeline, in order, with what each step does.
+int listPasses() {
+  std::string text;
+  for (const PipelineStep& step : compilePipeline()) {
+    char line[96];
+    std::snprintf(line, sizeof line, "  %-40s ", step.name.c_str());
+    text += std::string(step.codegen ? "codegen " : "tile-IR ") + line + step.description + "\n";
+  }
+  std::fputs(text.c_str(), stdout);
+  return kExitSuccess;
+}
+
 int runCompile(const ParsedArguments& args) {
+  if (args.has("--list-passes")) return listPasses();
   auto path = singleInput(args, "compile", "input (a spec .yaml or a .tir file)");
   if (!path) {
     reportError(path.diagnostic());
@@ -250,7 +266,8 @@ Command compileCommand() {
       "compile",
       "Compile a spec's variants (or a .tir file's kernels) and print any stage: tile IR to SASS.",
       "attnjit compile <spec.yaml|kernel.tir> [--emit=STAGE] [--variant=NAME] [--arch=sm_XX] [-o FILE]\n"
-      "                [--print-after-all] [--print-after=PASS] [--time-passes]",
+      "                [--print-after-all] [--print-after=PASS] [--time-passes]\n"
+      "attnjit compile --list-passes",
       "A spec (.yaml/.yml or any non-.tir file) is expanded into its variants, each built by its\n"
       "kernel builder and verified. A .tir file is parsed and verified.\n"
       "\n"
@@ -273,10 +290,12 @@ Command compileCommand() {
       "Targets: sm_80 sm_86 sm_89 sm_90 sm_90a sm_100a sm_120. The PTX ISA version is the newest\n"
       "LLVM emits, for cubin and sass at most the newest the ptxas at hand accepts.\n"
       "\n"
-      "Inspection output goes to stderr: --print-after-all and --print-after=PASS print the tile\n"
-      "IR after passes ('// -----// IR after PASS //----- //'); --time-passes prints each pass's\n"
-      "time, then LLVM lowering, the LLVM pipeline, PTX emission (and ptxas) and the total, per\n"
-      "kernel.\n"
+      "The pipeline is the tile-IR passes, then codegen's stages (--list-passes prints them in\n"
+      "order). Inspection output goes to stderr: --print-after-all and --print-after=PASS print\n"
+      "the result of a step ('// -----// IR after PASS //----- //'): the tile IR after a pass, the\n"
+      "shared-memory plan after a planning stage, the LLVM IR after the others, the PTX after\n"
+      "emit-ptx. --time-passes prints each step's time, the codegen total (and ptxas) and the\n"
+      "total, per kernel.\n"
       "\n"
       "A kernel the target cannot run (an op or type its backend lacks) is an error, exit 2.\n",
       {
@@ -284,8 +303,9 @@ Command compileCommand() {
           {"--variant", "NAME", false, "only this variant (spec) or kernel (.tir), by name"},
           {"--arch", "sm_XX", false, "target GPU architecture (default: see above)"},
           {"-o", "FILE", false, "write to FILE instead of standard output (cubin: FILE or directory)"},
-          {"--print-after-all", "", false, "print the tile IR after every pass to stderr"},
-          {"--print-after", "PASS", false, "print the tile IR after the pass PASS to stderr"},
+          {"--print-after-all", "", false, "print the result of every pass and codegen stage to stderr"},
+          {"--print-after", "PASS", false, "print the result of the pass or codegen stage PASS to stderr"},
+          {"--list-passes", "", false, "print the passes and codegen stages in order and exit"},
           {"--time-passes", "", false, "print pass and codegen timings to stderr"},
           {"--help", "", false, "show this help"},
       },

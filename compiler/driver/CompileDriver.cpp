@@ -64,6 +64,14 @@ support::Expected<codegen::LlvmPipeline> resolveLlvmPipeline(const CompileOption
                         "unknown LLVM pipeline '" + requested + "': expected fast (the default) or o3"};
 }
 
+std::vector<PipelineStep> compilePipeline() {
+  std::vector<PipelineStep> steps;
+  for (const PipelinePass& pass : pipelinePasses()) steps.push_back({pass.name, pass.description, false});
+  for (const codegen::CodegenStage& stage : codegen::codegenStages())
+    steps.push_back({stage.name, stage.description, true});
+  return steps;
+}
+
 std::string overrideDirectory(const CompileOptions& options) {
   return settingOrEnvironment(options.overrideDir, "ATTNJIT_OVERRIDE_DIR");
 }
@@ -138,6 +146,9 @@ support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const Compil
   cg.ptxVersion = *ptxVersion;
   cg.optimize = options.optimizeLlvm;
   cg.printLlvmIr = options.keepLlvmIr || !settingOrEnvironment(options.dumpDir, "ATTNJIT_DUMP_DIR").empty();
+  cg.printAfterAll = options.pipeline.printAfterAll;
+  cg.printAfter = options.pipeline.printAfter;
+  cg.dump = options.pipeline.dump;
   auto llvmPipeline = resolveLlvmPipeline(options);
   if (!llvmPipeline) return llvmPipeline.status();
   cg.llvmPipeline = *llvmPipeline;
@@ -155,6 +166,7 @@ support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const Compil
   out.lowerMs = generated->lowerMs;
   out.llvmOptimizeMs = generated->optimizeMs;
   out.ptxEmitMs = generated->emitMs;
+  out.codegenTimings = std::move(generated->stageTimings);
   return out;
 }
 

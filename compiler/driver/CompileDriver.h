@@ -55,6 +55,7 @@ struct CompiledKernel {
   int numThreads = 0;
   int sharedMemoryBytes = 0;
   std::vector<PassTiming> passTimings;
+  std::vector<codegen::StageTiming> codegenTimings;  // codegen's stages, in the order they ran
   // Stages taken from the override folder ("tir", "ptx"), for logs and cache keys.
   std::vector<std::string> overridden;
   // Whether the override folder replaced `stage` ("tir", "ptx", ...).
@@ -63,6 +64,16 @@ struct CompiledKernel {
   }
   double passesMs = 0, lowerMs = 0, llvmOptimizeMs = 0, ptxEmitMs = 0;
 };
+
+// Everything the compiler does to a kernel, in order: the tile-IR passes
+// (compiler/passes/Pipeline.cpp), then codegen's stages (codegen/lower/Lowering.cpp).
+// --print-after takes any of these names, --time-passes times each.
+struct PipelineStep {
+  std::string name;
+  std::string description;
+  bool codegen = false;  // a codegen stage (prints LLVM IR or a plan), else a tile-IR pass
+};
+std::vector<PipelineStep> compilePipeline();
 
 // Compiles `kernel` (which the passes rewrite in place).
 // The LLVM pipeline `options` ask for (see CompileOptions::llvmPipeline); an error

@@ -10,32 +10,41 @@ namespace attnjit::compiler {
 namespace {
 using PassFunction = support::Status (*)(ir::Kernel&, const PassOptions&);
 struct PassEntry {
-  const char* name;
+  PipelinePass pass;
   PassFunction run;
 };
 
-// The pipeline. sm_80 and sm_90a share it for now; the wgmma/TMA path will
-// branch here, visibly, when it lands.
+// The pipeline. sm_80 and sm_90a share it; codegen's stages follow it
+// (codegen::codegenStages()).
 constexpr PassEntry kPipeline[] = {
-    {"cse", eliminateCommonSubexpressions},
-    {"dce", eliminateDeadCode},
-    {"pipeline-loads", pipelineLoads},
-    {"dce-after-pipelining", eliminateDeadCode},
-    {"assign-layouts", assignLayouts},
-    {"cse-after-layouts", eliminateCommonSubexpressions},
+    {{"cse", "identical side-effect-free ops merged"}, eliminateCommonSubexpressions},
+    {{"dce", "ops whose results nothing uses removed"}, eliminateDeadCode},
+    {{"pipeline-loads", "a loop's tile loads issued one iteration ahead (kernel attribute num_stages = 2)"},
+     pipelineLoads},
+    {{"dce-after-pipelining", "the loads pipelining replaced removed"}, eliminateDeadCode},
+    {{"assign-layouts", "every tile value given a layout; convert_layout where producer and consumer differ"},
+     assignLayouts},
+    {{"cse-after-layouts", "the index math layout assignment recomputed per consumer merged"},
+     eliminateCommonSubexpressions},
 };
 }  // namespace
 
+std::vector<PipelinePass> pipelinePasses() {
+  std::vector<PipelinePass> passes;
+  for (const auto& entry : kPipeline) passes.push_back(entry.pass);
+  return passes;
+}
+
 std::vector<std::string> pipelinePassNames() {
   std::vector<std::string> names;
-  for (const auto& p : kPipeline) names.push_back(p.name);
+  for (const auto& entry : kPipeline) names.push_back(entry.pass.name);
   return names;
 }
 
 support::Status runPipeline(ir::Kernel& kernel, const PipelineOptions& options, std::vector<PassTiming>* timings) {
-  for (const auto& pass : kPipeline) {
+  for (const auto& [pass, run] : kPipeline) {
     auto start = std::chrono::steady_clock::now();
-    support::Status status = pass.run(kernel, options.pass);
+    support::Status status = run(kernel, options.pass);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (timings) timings->push_back({pass.name, ms});
     if (!status) return status;

@@ -26,7 +26,13 @@ struct PassTiming {
   double milliseconds;
 };
 
-// The names of the passes in order (for --print-after validation and docs).
+// The tile-IR passes in order, with what each does; codegen's stages follow
+// them (codegen::codegenStages()), and compiler::compilePipeline() lists both.
+struct PipelinePass {
+  const char* name;
+  const char* description;
+};
+std::vector<PipelinePass> pipelinePasses();
 std::vector<std::string> pipelinePassNames();
 
 // Runs every pass on the kernel; a pass failure or a verifier failure after a
