@@ -42,7 +42,7 @@ run "decode B=64 ctx uniform 1..8192, 2D, per-column row sum" bench/decode.yaml 
 # That draw is heavy: mean seq_len 4743, 2.2 standard errors above the
 # distribution's 4096, so its K/V (1.24 GB) take 0.305 ms even at copy speed.
 # The stratified batch below has the distribution's mean (seq_len (i + 0.5) ·
-# 128 for i = 0..63, shuffled with seed 15): 1.07 GB (docs/perf-log.md, session 15).
+# 128 for i = 0..63, shuffled with seed 15): 1.07 GB (docs/perf-log.md, 2026-12-01).
 stratified=(--shape query_lens=1x64 --shape check_stride=5
   --shape context_lens=6719,831,703,4415,7231,6847,6207,575,4671,4799,1087,5311,7103,7999,3519,3647,5439,1599,7743,7487,6463,3135,1471,3903,5951,7615,6335,4927,7871,4031,2367,4543,8127,4159,2495,5055,2623,5183,1727,1855,6975,2111,3263,2239,2879,5823,3775,2751,959,7359,3007,5695,1215,5567,6591,447,191,1983,1343,319,6079,4287,63,3391)
 run "decode B=64 ctx stratified 1..8192 (mean 4096), split-KV 3072-key segments (op API)" \
@@ -81,7 +81,7 @@ run "op API: decode B=8 ctx 32768" bench/decode.yaml --op --shape query_lens=1x8
 run "op API: prefill causal 8x2048" bench/prefill.yaml --op "${prefill[@]}" \
   --variant=unified_attention_bf16_h32kv8_d128_bs16_causal_m128_qs
 # vLLM's ALiBi, sqrt-ALiBi and fp8 output through the op API (their cost on
-# causal prefill and decode; docs/perf-log.md, session 17).
+# causal prefill and decode; docs/perf-log.md, 2026-12-01).
 run "op API: ALiBi / sqrt-ALiBi, bf16 / fp8 output, prefill causal 8x2048" bench/alibi_fp8_output.yaml --op \
   "${prefill[@]}"
 run "op API: ALiBi / sqrt-ALiBi, bf16 / fp8 output, decode B=64 ctx 4096" bench/alibi_fp8_output.yaml --op \

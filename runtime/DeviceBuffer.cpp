@@ -59,10 +59,10 @@ namespace {
 // The driver's "synchronous" memset and device-to-device copies, and host-to-
 // device copies from pageable memory, may return before the device finished
 // them; they run on the legacy default stream, which a kernel launched on a
-// non-blocking stream does not wait for. A [gpu] test launched on such a
-// stream right after fill() and read back the fill's bytes over its results
-// (once in four runs of the suite on the H200, 2026-11-30). Waiting for that stream makes
-// the calls complete before returning, as the header promises.
+// non-blocking stream does not wait for, so a kernel launched on such a stream
+// right after fill() could have the fill's bytes land over its results.
+// Waiting for that stream makes the calls complete before returning, as the
+// header promises.
 support::Status finishLegacyStream(const DriverApi& api, const char* after) {
   CUresult result = api.cuStreamSynchronize(nullptr);
   if (result != CUDA_SUCCESS) return cudaCallError(api, result, std::string("cuStreamSynchronize after ") + after);

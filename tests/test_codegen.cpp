@@ -196,10 +196,10 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
 TEST_CASE("per-token-head scales are read as one 4-byte row per key and change layout once", "[codegen][quant]") {
   // Each key's f32 scale is one 4-byte load through the row's byte pointer
   // reinterpreted as an f32 pointer; only that f32 goes to the score layout.
-  // (Four byte tiles each changed layout on their own: 43 barriers in the
-  // 128-key decode kernel, 31 with one [TILE, 4] byte tile; its bytes were
-  // then pulled apart right after the prefetch's load, so each tile waited for
-  // it: session 15.)
+  // (Converting the scale's bytes instead costs barriers: even a single
+  // [TILE, 4] byte tile takes 31 in the 128-key decode kernel, the bound
+  // below; and bytes pulled apart right after the prefetch's load make each
+  // tile wait for it.)
   for (auto format : {compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead,
                       compiler::KvCacheFormat::Int4PerTokenHead}) {
     compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[0];
@@ -229,8 +229,8 @@ TEST_CASE("4-byte-aligned cache rows are copied in 4-byte runs, 8 lanes to a row
   // A per-token-head row (D + 4 bytes) is 4-byte aligned: each thread's run is
   // one 4-byte access, repeated along the row, with the lanes of 16-byte runs
   // (8 per 128-byte row), so a warp's copy instruction covers 32 contiguous
-  // bytes of each of 4 rows instead of 4 bytes at a 16-byte stride (session
-  // 16). Aligned rows (a bf16 cache) keep their 16-byte runs.
+  // bytes of each of 4 rows instead of 4 bytes at a 16-byte stride. Aligned
+  // rows (a bf16 cache) keep their 16-byte runs.
   compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[0];
   config.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
   config.tileSize = 128;
@@ -263,7 +263,7 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers, slot reads 
   // Every shared-memory address (the first operand of a shared access or copy) is
   // a 32-bit register, and the swizzled offsets of one tile differ from a few
   // per-phase registers by immediates: each KV loop's 64 ldmatrix go through at
-  // most 12 registers (each had its own 64-bit address before).
+  // most 12 registers (instead of a 64-bit address each).
   const std::regex sharedAccess(R"((?:ld\.shared|st\.shared|ldmatrix\S*|cp\.async\.c[ag]\.shared\S*)[^\[]*\[(%r[a-z]*)(\d+))");
   int accesses = 0;
   for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), sharedAccess); it != std::sregex_iterator(); ++it) {
@@ -469,7 +469,7 @@ TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that s
 TEST_CASE("the output store's masks are computed after the KV loops, not kept through them", "[codegen]") {
   // The row mask guards the Q load before the loops and the output store after
   // them; kept through the loops, its elements are predicates (16 per thread at
-  // 128 rows), which at prefill's 255 registers made ptxas spill inside the loops.
+  // 128 rows), which at prefill's 255 registers makes ptxas spill inside the loops.
   // Every predicate that guards a global store after the last mma must be set
   // after it too.
   for (const compiler::UnifiedAttentionConfig& config : decodeAndPrefill(32)) {
@@ -513,8 +513,8 @@ TEST_CASE("a head size below its power of two skips the zero mma steps and their
     CHECK(countOf(compiled.tirOptimized, "k_extent = " + std::to_string(headSize)) == 2);
     CHECK(countOf(compiled.tirOptimized, "n_extent = " + std::to_string(headSize)) == 2);
   }
-  // Half-precision decode keeps the padded steps (it ran slower without them on
-  // the H200).
+  // Half-precision decode keeps the padded steps (skipping them is slower there;
+  // measured: docs/perf-log.md, 2026-11-30).
   compiler::UnifiedAttentionConfig d128 = decodeAndPrefill(32)[0];
   compiler::UnifiedAttentionConfig d80 = d128;
   d80.headSize = 80;

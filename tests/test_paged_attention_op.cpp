@@ -295,7 +295,7 @@ TEST_CASE("paged attention op: batches of uneven lengths split into segments of 
   p.maxSeqLen = 3071;  // too short to be worth three launches' worth of segments
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
   p.maxSeqLen = 8192;
-  p.minSeqLen = 0;  // unknown: could be equal lengths, where splitting costs 19%
+  p.minSeqLen = 0;  // unknown: could be equal lengths, where splitting is slower
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
   p.minSeqLen = 7373;  // within 90% of the longest: equal lengths
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);

@@ -57,11 +57,12 @@ support::Expected<std::unique_ptr<llvm::TargetMachine>> createNvptxTargetMachine
   options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
   // The backend at its default level, not Aggressive. At Aggressive NVPTX's IR
   // passes run GVN where the default runs EarlyCSE; GVN's memory-dependence
-  // queries grow quadratically with the loads and stores of one block (400 ms of
-  // the f32 FMA kernel's emission, a third of the others'). Measured on every
-  // shipped spec (LLVM 22): the attention and MLA kernels' PTX is byte-identical,
+  // queries grow quadratically with the loads and stores of one block (most of
+  // the f32 FMA kernel's emission time, a large share of the others'). On every
+  // shipped spec (LLVM 22) the attention and MLA kernels' PTX is byte-identical,
   // and the companion kernels' unrolled loops come out with the same or a few
-  // fewer instructions. The middle end's pipeline does not depend on this level.
+  // fewer instructions (measured: docs/perf-log.md, 2026-11-30). The middle
+  // end's pipeline does not depend on this level.
   std::unique_ptr<llvm::TargetMachine> tm(llvmTarget->createTargetMachine(
       triple, target.name, ptxFeature(ptxVersion), options, llvm::Reloc::PIC_, std::nullopt,
       llvm::CodeGenOptLevel::Default));
@@ -76,8 +77,8 @@ void prepareModule(llvm::Module& module, llvm::TargetMachine& tm) {
 
 namespace {
 
-// LlvmPipeline::Fast, in the new pass manager's text form. Measured on the shipped
-// kernels (LLVM 22, -time-passes): O3 spends 40% of its time in its eight
+// LlvmPipeline::Fast, in the new pass manager's text form. On the shipped kernels
+// (LLVM 22, -time-passes) O3 spends much of its time in its eight
 // InstCombine runs and most of the rest in passes with nothing to do on lowered
 // tiles (inliner and IPO, loop and SLP vectorizers, unrolling, loop rotation and
 // unswitching: no calls, allocas or unrollable loops). What the PTX needs from the
@@ -90,11 +91,12 @@ namespace {
 // vectorizer still forms ld.shared.v4. Value ranges (correlated-propagation)
 // and induction-variable simplification in rotated loops (loop-rotate, indvars)
 // narrow the 64-bit index arithmetic of the paged-cache addresses, which without
-// them came out with ~15% more 64-bit multiplies and shifts than O3. GVN runs
+// them comes out with more 64-bit multiplies and shifts than O3's. GVN runs
 // without memory dependence analysis: EarlyCSE already removed every redundant
-// load, so the PTX of all 271 shipped kernels is byte-identical without it
+// load, so the PTX of every shipped kernel is byte-identical without it
 // (LLVM 22), and its queries grow quadratically with the loads and stores of one
-// block (54 of the f32 kernel's 68 ms in this pipeline, 3 of prefill's 21).
+// block (most of this pipeline's time on the f32 kernel). Measured:
+// docs/perf-log.md, 2026-11-30.
 constexpr const char* kFastPipeline =
     "nvvm-reflect,function(nvvm-intr-range,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,"
     "correlated-propagation,loop(loop-rotate),loop-mssa(licm),loop(indvars),gvn<no-memdep>,"
@@ -170,15 +172,15 @@ support::Status optimizeModule(llvm::Module& module, llvm::TargetMachine& tm, Ll
 support::Expected<std::string> emitPtx(llvm::Module& module, llvm::TargetMachine& tm, LlvmPipeline pipeline) {
   // "slsr": StraightLineStrengthReduce asks ScalarEvolution whether it may reuse
   // each candidate, which scans the rest of the block: quadratic in our blocks of
-  // thousands of unrolled instructions (a quarter to 40% of emission on the
+  // thousands of unrolled instructions (a large share of emission on the
   // attention kernels). "nary-reassociate" only regroups what SLSR leaves:
   // without SLSR the PTX of every shipped kernel is byte-identical with or
   // without it (LLVM 22). The EarlyCSE that follows each of them then finds
-  // nothing of theirs to clean: skipping those two keeps the PTX of all 277
-  // kernels of specs/ and bench/ byte-identical and saves 2-3 ms of prefill's
-  // ~35 (the EarlyCSE after the backend's LoopStrengthReduce still runs). The
-  // names are LLVM's pass arguments; a renamed pass would run again, costing
-  // time, never correctness.
+  // nothing of theirs to clean: skipping those two keeps the PTX of every
+  // kernel of specs/ and bench/ byte-identical and saves compile time (the
+  // EarlyCSE after the backend's LoopStrengthReduce still runs; measured:
+  // docs/perf-log.md, 2026-11-30). The names are LLVM's pass arguments; a
+  // renamed pass would run again, costing time, never correctness.
   SkipPassesGate skipStraightLineScalarPasses({"slsr", "nary-reassociate"}, {"early-cse"});
   std::optional<ScopedPassGate> gate;
   if (pipeline == LlvmPipeline::Fast) gate.emplace(module.getContext(), skipStraightLineScalarPasses);

@@ -204,7 +204,7 @@ void lowerUnary(LoweringContext& ctx, const Operation& op) {
       case Opcode::Abs: r = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
       // ex2.approx.ftz: one MUFU.EX2. Without .ftz (llvm.exp2), ptxas wraps each
       // in a range test, two multiplies and a select to produce subnormal
-      // results: in the prefill loop that was a fifth of the non-mma instructions.
+      // results: in the prefill loop that would be a fifth of the non-mma instructions.
       case Opcode::Exp2: r = b.CreateIntrinsic(fty, llvm::Intrinsic::nvvm_ex2_approx_ftz, {x}); break;
       // NVPTX has no lowering for llvm.log2 (LLVM aborts looking for a libcall):
       // lg2.approx.f32, like ex2.approx for exp2 (max error 2^-22 relative,

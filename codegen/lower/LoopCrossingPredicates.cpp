@@ -4,12 +4,11 @@
 // the KV loop and for the output store after it. LLVM computes it once (CSE), so
 // each of its per-thread elements is a PTX predicate live through the loop: 16
 // for a 128-row prefill tile. The SM has 7 predicate registers; ptxas keeps the
-// rest in general registers, and at prefill's 255 registers that pressure spilled
-// inside both KV loops (SASS: 10 and 21 local loads and stores per iteration) once
-// the epilogue's divisions became multiplies, causal 8 x 2048 running 2% slower
-// on the H200. Computed again after the loop from the integers it compared
-// (which ptxas handles as ordinary registers), the kernel spills 52 bytes outside
-// the loops instead of 200.
+// rest in general registers, and at prefill's 255 registers that pressure spills
+// inside both KV loops (SASS: local loads and stores every iteration), which
+// slows causal prefill. Computed again after the loop from the integers it
+// compared (which ptxas handles as ordinary registers), the kernel spills less,
+// and only outside the loops (measured: docs/perf-log.md, 2026-11-30).
 //
 // Only i1 values are copied, with the i1 values they are made of; their integer
 // and float operands stay as they are (they dominate the original, which

@@ -58,7 +58,7 @@ struct SwizzledTile {
 // added as an immediate ([%r+imm]); only the bits that can meet the thread's
 // (the swizzle phase) need a register of their own: at most a phase's worth per
 // tile instead of one 64-bit address per access, which on mma operand tiles of
-// 64 keys was 64 live registers per loop.
+// 64 keys would be 64 live registers per loop.
 class SwizzledOffsets {
  public:
   SwizzledOffsets(LoweringContext& ctx, const ir::LinearLayout& layout, const SwizzledTile& tile);

@@ -319,11 +319,9 @@ MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& 
   config.numHeads = p.numHeads;
   config.headSize = p.headSize;
   config.outputLse = p.outputLse != 0;
-  // Warps so that each thread loads 32 bytes of each input (two 16-byte vectors).
-  // Measured on the H200 (T=16384, 32 heads, D=128, bf16; bench/merge_attn_states.yaml,
-  // 2026-11-30, session 11) once f32 division lost its called slow path: 16 tokens on
-  // 4 warps 0.1202 ms, 8 on 2 0.1199, against 0.1228 for 16 on 2 (64 bytes, the
-  // choice before: with the slow-path calls, 0.1313 against 0.1359 on 4 warps).
+  // Warps so that each thread loads 32 bytes of each input (two 16-byte vectors):
+  // faster than 64 bytes per thread (bench/merge_attn_states.yaml; measured:
+  // docs/perf-log.md, 2026-11-30).
   const int64_t rowBytes = static_cast<int64_t>(config.headSizePadded()) * ir::storageBits(p.dtype) / 8;
   const int64_t warps = config.blockTokens * rowBytes / (32 * 32);
   config.numWarps = static_cast<int>(std::clamp<int64_t>(warps, 1, 4));

@@ -81,30 +81,26 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.perSequenceCausal = p.causalFlags != 0;
   config.outputLse = p.lse != 0;
   config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
-  // Measured on the H200 (docs/perf-log.md, 2026-11-29): decode B=64 ctx 4096
-  // 0.2735 ms with 64-token tiles vs 0.347 ms with 32 (cp.async K/V tiles);
-  // prefill 8 x 2048 causal 2.10 ms with 128 rows / 8 warps vs 4.21 ms with
-  // vLLM's 16 rows. DiffKV 192/128 decode: 0.388 ms with 64-token tiles, 0.413
-  // ms with 32 (16 bytes of spills at 64 cost less than the halved tile).
-  // Quantized caches copy their raw tiles by cp.async too and convert two
-  // registers per instruction (2026-11-30, session 9), so 128-key tiles win for
-  // every format (B=64 ctx 4096, D=128): per-tensor fp8 0.237 ms against 0.304 at
-  // 64; per-token-head int8 0.408 / fp8 0.393 / int4 0.336 ms against 0.454 /
-  // 0.433 at 64 and int4's 0.397 with 64-key tiles in registers.
+  // Prefill-like calls take 128 query rows per program (not vLLM's 16). f16/bf16
+  // decode with a same-dtype cache takes 64-token tiles: with cp.async K/V tiles
+  // they beat 32, DiffKV 192/128 included (its few bytes of spills at 64 cost
+  // less than the halved tile). Quantized caches copy their raw tiles by cp.async
+  // too and convert two registers per instruction, so 128-key tiles win for
+  // every quantized format at head sizes up to 128 (measured: docs/perf-log.md,
+  // 2026-11-29 and 2026-11-30).
   const bool halfPrecision = p.dtype != ir::ScalarKind::F32;
   const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     // FlashAttention-2's tiling where it fits in registers: 4 warps of 32 rows,
-    // Q re-read from shared memory each KV tile (H200, 8 × 2048 causal, 32/8
-    // heads, D=128: 1.462 ms against 1.816 with 8 warps of 16 rows). Wider heads
-    // (the accumulator alone would take 256 registers at D=256), f32 (no
-    // ldmatrix) and quantized caches keep 8 warps of 16 rows: converting K and V
-    // in registers next to a 32-row accumulator spills 236–1168 bytes (ptxas,
-    // sm_90a; none at 8 warps), and that tiling was not timed on the GPU. DiffKV
-    // 192/128 keeps 8 warps of 16 rows too (H200, 8 × 2048 causal, session 11):
-    // 1.699 ms against 1.955 with 4 warps and Q in shared memory (84 bytes of
-    // spills), 1.850 with 8 warps and Q in shared memory, 1.761 with 4 warps.
+    // Q re-read from shared memory each KV tile (faster than 8 warps of 16 rows
+    // at D=128). Wider heads (the accumulator alone would take 256 registers at
+    // D=256), f32 (no ldmatrix) and quantized caches keep 8 warps of 16 rows:
+    // converting K and V in registers next to a 32-row accumulator spills
+    // hundreds of bytes (ptxas, sm_90a; none at 8 warps), and that tiling was
+    // not timed on the GPU. DiffKV 192/128 keeps 8 warps of 16 rows too: faster
+    // than 4 warps (with or without Q in shared memory) and than 8 warps with Q
+    // in shared memory (measured: docs/perf-log.md, 2026-11-30).
     if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
       config.numWarps = 4;
       config.qInShared = true;
@@ -242,11 +238,11 @@ std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionPara
   const SplitKvPlan plan = splitPlanFor(p, config);
   config.splitKv = plan.numSegments > 1;
   // The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
-  // per SM (64-key tiles: 161 -> 172 registers). Batches of equal lengths run
-  // at two anyway (ctasPerSmFor) and gain (B=64 ctx 4096: 0.300 -> 0.266 ms);
-  // uneven ones that fill more than two per SM need the third to balance their
-  // work (ctx uniform in 1..8192: 0.340 -> 0.380 ms), so they keep the per-tile
-  // sum. Quantized caches already run at two (their tiles' shared memory).
+  // per SM (the registers it adds at 64-key tiles). Batches of equal lengths
+  // run at two anyway (ctasPerSmFor) and gain; uneven ones that fill more than
+  // two per SM need the third to balance their work, so they keep the per-tile
+  // sum (measured: docs/perf-log.md, 2026-11-30). Quantized caches already run
+  // at two (their tiles' shared memory).
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads} *
                        std::max(1, plan.numSegments);

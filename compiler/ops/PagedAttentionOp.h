@@ -121,7 +121,7 @@ compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentio
 //   segments, but never into segments shorter than kSplitKvMinSegmentKeys keys,
 //   never more than kSplitKvMaxSegments, and never more than the workspace holds
 //   for this batch. A batch of equal lengths that already fills the GPU stays
-//   2D: splitting it costs 19% (H200, B=64 ctx 4096: 0.351 vs 0.294 ms).
+//   2D: splitting it is slower (measured: docs/perf-log.md, 2026-11-29).
 // - Uneven lengths. When the hints say the lengths differ (minSeqLen known and
 //   below 90% of maxSeqLen, maxSeqLen at least kUnevenSplitMinMaxSeqLen, f16 or
 //   bf16 queries, no sliding window), no segment is longer than 3/8 of the
@@ -129,14 +129,10 @@ compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentio
 //   full batch or not.
 //   Grid z is the segment, so the CTAs that start last are the long sequences'
 //   third segments, a quarter of their keys, instead of whole long sequences,
-//   and the GPU's tail is short. H200, lengths uniform in 1..8192 (3072-key
-//   segments at 64-key tiles, 24 tiles of 128 for quantized caches):
-//   B=64, eight draws: 5–11% faster than 2D, 93–97% of copy bandwidth;
-//   B=128: 5–6%; B=256: 3%; B=32: 10% faster than the fill rule's two
-//   segments; 63 sequences of 8192 keys and one of 1: 14%; fp8 per-tensor and
-//   int8 per-token-head caches (one mean-4096 batch): 19–22%. Thirds of the
-//   longest (43 tiles) gain about half as much as 3/8 and halves lose to 2D
-//   (docs/perf-log.md, session 16).
+//   and the GPU's tail is short. 3/8 beats 2D (and the fill rule's two
+//   segments) at every batch size and cache format measured; thirds of the
+//   longest gain about half as much and halves lose to 2D (measured:
+//   docs/perf-log.md, 2026-12-01).
 // The workspace bounds both: a plan it cannot hold falls back to fewer
 // segments (the fill rule) or 2D. (vLLM: 16 segments for every sequence, when
 // num_seqs <= 128 / Hkv.)
@@ -147,12 +143,11 @@ struct SplitKvPlan {
 // CTAs of a 2D decode launch an SM may hold (0: as many as fit). A batch whose
 // sequences all have about the same length (minSeqLen >= 90% of maxSeqLen) and
 // that brings more than two CTAs per SM runs at most two per SM; the launch
-// asks for enough dynamic shared memory that a third does not fit. Measured on
-// the H200 (64-key tiles, 160 registers: three fit; docs/perf-log.md, session
-// 7): B=64 ctx 4096 0.298 → 0.260 ms, B=128 ctx 2048 0.274 → 0.270, B=32 ctx
-// 4096 0.139 → 0.136; with lengths uniform in 1..8192 it costs 10% (0.340 →
-// 0.376: the third CTA takes over from sequences that finish early), so an
-// unknown minSeqLen leaves the launch alone.
+// asks for enough dynamic shared memory that a third does not fit (registers
+// alone would let three fit at 64-key tiles). Equal-length batches run faster
+// at two; with uneven lengths the cap costs time (the third CTA takes over from
+// sequences that finish early), so an unknown minSeqLen leaves the launch alone
+// (measured: docs/perf-log.md, 2026-11-30).
 inline constexpr int kUniformDecodeCtasPerSm = 2;
 int pagedAttentionCtasPerSm(const PagedAttentionParams& params);
 // Dynamic shared memory for a kernel that needs kernelBytes so that at most

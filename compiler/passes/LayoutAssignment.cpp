@@ -618,12 +618,12 @@ class LayoutAssigner {
     if (sameLayout(v->type().layout(), layout)) return;
     // A quantized tile read into its operand layout is read where it is
     // converted (next to its dot), not at the top of the loop body: its
-    // registers then live only as long as the dot needs them (fp8 decode,
-    // tile 128: 214 -> 165 registers, 0.186 -> 0.157 ms). The exception is K
-    // (along k) in rows copied only 4 bytes at a time (per-token-head: D + 4
-    // bytes): read late, its wait comes after the next tile's 64 four-byte
-    // copies per thread, and int8 per-token-head decode ran 0.252 -> 0.272 ms
-    // (0.385 at two CTAs per SM); V read late alone gained 1-2.5%.
+    // registers then live only as long as the dot needs them (fewer registers,
+    // faster fp8 decode). The exception is K (along k) in rows copied only 4
+    // bytes at a time (per-token-head: D + 4 bytes): read late, its wait comes
+    // after the next tile's 64 four-byte copies per thread, which slows those
+    // kernels down, so there only V is read late (measured: docs/perf-log.md,
+    // 2026-11-30).
     const Operation* readBefore = lateReaders_.count(&op) ? &op : nullptr;
     op.setOperand(i, convert(v, layout, readBefore));
   }
@@ -635,14 +635,11 @@ class LayoutAssigner {
   // Whether a reloadable row is loaded again in `layout` rather than converted
   // to it: when each thread issues at most kMaxReloadsPerThread loads for it
   // (registers whose pointers are provably equal share one load, see
-  // equalValueRegisterBits). Measured on the H200 (2026-11-30, block numbers of
-  // the K and V copies, one load per element then): 2 per thread (prefill,
-  // 32-key tiles over 8 warps) 5% faster than converting, 4 (64-key tiles) 1%
-  // faster; 8 (decode, 64-key tiles over 4 warps) 1-3% slower, 16 (128-key
-  // tiles) 5% slower: the loads grow with the elements per thread, the
-  // conversion's two barriers do not. Counting shared loads, decode's 64-key
-  // tiles (8 keys per thread, pairs in one block: 4 loads) reload too, 0.3042 ->
-  // 0.2994 ms at B=64 ctx 4096 (session 9); 128-key tiles (8 loads) convert.
+  // equalValueRegisterBits). The loads grow with the elements per thread, the
+  // conversion's two barriers do not: for the block numbers of the K and V
+  // copies, up to 4 loads per thread beat converting (prefill's 32-key tiles;
+  // decode's 64-key tiles, 8 keys per thread in pairs of one block) and 8 or
+  // more lose, so 128-key tiles convert (measured: docs/perf-log.md, 2026-11-30).
   static constexpr int64_t kMaxReloadsPerThread = 4;
   bool worthReloading(const Value* row, const LayoutRef& layout) const {
     auto linear = toLinearLayout(*layout, row->type().shape(), options_.numWarps);
