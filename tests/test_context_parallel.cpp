@@ -262,7 +262,7 @@ TEST_CASE("context parallel: two GPUs over NCCL match one GPU and the float64 re
   int listedCode = 0;
   const std::string listed = tests::runShell("nvidia-smi -L 2>/dev/null | grep -c '^GPU'", &listedCode);
   if (std::atoi(listed.c_str()) < 2) {
-    WARN("SKIPPED: the NCCL context-parallel run needs two GPUs (nvidia-smi lists " << listed << ")");
+    tests::skipTest("the NCCL context-parallel run needs two GPUs (nvidia-smi lists " + listed + ")");
     return;
   }
   for (const char* model : {"paged", "mla"}) {

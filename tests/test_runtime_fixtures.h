@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/Driver.h"
+#include "tests/test_tools.h"
 
 namespace attnjit::runtime::testing {
 
@@ -80,21 +81,21 @@ class ScopedEnvironment {
 };
 
 // GPU tests call this first and return when it is false: without a driver and a device they
-// are skipped with a visible warning, never failed.
+// are skipped (attnjit::tests::skipTest), never failed.
 inline bool gpuAvailable() {
   support::Status status = driverStatus();
   if (!status.isOk()) {
-    WARN("skipped: no CUDA driver: " << status.message());
+    tests::skipTest("no CUDA driver: " + status.message());
     return false;
   }
   auto count = deviceCount();
   if (!count || *count == 0) {
-    WARN("skipped: no CUDA device: " << (count ? std::string("device count is 0") : count.status().message()));
+    tests::skipTest("no CUDA device: " + (count ? std::string("device count is 0") : count.status().message()));
     return false;
   }
   auto context = activatePrimaryContext(0);
   if (!context) {
-    WARN("skipped: cannot activate device 0: " << context.status().message());
+    tests::skipTest("cannot activate device 0: " + context.status().message());
     return false;
   }
   return true;
