@@ -50,6 +50,7 @@
 #include "compiler/kernels/BoundsCheck.h"
 #include "compiler/kernels/Broadcasts.h"
 #include "compiler/kernels/ConfigChecks.h"
+#include "compiler/kernels/KvDequantization.h"
 #include "ir/Builder.h"
 #include "ir/KernelAttributes.h"
 
@@ -112,7 +113,9 @@ class AttentionBuilder {
   Value* asColumn(Value* vec, int64_t cols, std::string name = {}) {
     return broadcastAsColumn(b_, vec, cols, std::move(name));
   }
-  Value* asRow(Value* vec, int64_t rows, std::string name = {}) { return broadcastAsRow(b_, vec, rows, std::move(name)); }
+  Value* asRow(Value* vec, int64_t rows, std::string name = {}) {
+    return broadcastAsRow(b_, vec, rows, std::move(name));
+  }
   Value* loadScalar(Value* base, Value* index, std::string name) {
     return b_.load(b_.addPtr(base, index), nullptr, nullptr, std::move(name));
   }
@@ -132,21 +135,42 @@ class AttentionBuilder {
     int start, width;
   };
   std::vector<QkPiece> qkPieces() const;
-  // A loaded cache tile (pointer element type) → one tile per group in the data
-  // type. Quantized values convert exactly (int8, int4 and fp8 are all exact in
-  // f16, bf16 and f32); scales are applied to the scores and to P. fp8 and int8
-  // are plain casts, which codegen converts two registers at a time
-  // (ElementwiseLowering's castFp8Pair / castInt8Pair).
-  std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name);
-  // int4 nibbles → dtype through f32's 2^23 magic: the biased value OR'ed into
-  // 2^23's mantissa, minus (2^23 + bias): exact, one add and one cvt.
-  Value* smallIntAsDtype(Value* unsignedBiased, int bias, const std::string& name);
-  // The inline f32 scale of each key's row (per-token-head formats): four byte
-  // loads at the row's scale offset, assembled little-endian.
-  // rowHeadSize is the row's head size (Dqk for K rows, Dv for V rows).
-  Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize, const std::string& name);
+  // Quantized cache tiles (compiler/kernels/KvDequantization.h) in this kernel's format and data type.
+  std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name) {
+    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.dtype, raw, name);
+  }
+  Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize, const std::string& name) {
+    return compiler::loadRowScales(b_, config_.kvCacheFormat, config_.kvStrideDivisibility(), rowBase, slotOffset,
+                                   tileMask, rowHeadSize, name);
+  }
   Value* zeroTile(std::vector<int64_t> shape, ScalarKind kind, std::string name = {});
+  // One program's work, in the order the kernel computes it; the stages share
+  // their values through p_.
   void buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen);
+  // The query tile: the rows' tokens and heads, their masks, Q loaded (one tile
+  // per group or DiffKV piece), the output's columns.
+  void buildQueryTile(Value* queryStart, Value* qBlockLocalIdx, Value* queryLen);
+  // The program's keys: seq_len, the causal reach of its last row, the tiles the
+  // window and the split-KV segment leave.
+  void buildKeyRange(Value* seqIdx, Value* queryLen);
+  // Loop-invariant K/V addressing: block-table row, K and V bases (and the
+  // bounds check of the block-table entries the loop will read).
+  void buildKvAddressing(Value* seqIdx);
+  // What turns Q·Kᵀ into scores: visibility limits (causal, window), the scale
+  // in log2 units, softcap, ALiBi.
+  void buildScoreModifiers();
+  // The online softmax's initial state (sinks included) and the loop's choices:
+  // lazy rescaling, the per-column row sum, masking before the scale, padding skipped.
+  void buildSoftmaxState();
+  // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
+  // out the per-score mask (tiles whose every key each row of the program sees).
+  std::vector<Value*> buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits, bool masked);
+  // The KV loop, or an unmasked loop then a masked one (prefill tiles).
+  std::vector<Value*> buildKvLoops();
+  // Split-KV stage 1: the segment's unnormalized output, maximum and sum.
+  void storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
+  // acc / l cast to the output type, and the LSE.
+  void normalizeAndStore(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
   // Bounds checks (config_.checkBounds). recordViolation stores [code, sequence,
   // index, value] into bounds_record where `violated` (a scalar i1) holds.
   void recordViolation(Value* violated, BoundsViolation code, Value* sequence, Value* index, Value* value);
@@ -159,6 +183,37 @@ class AttentionBuilder {
   // addressing and masks) and records the first one outside [0, num_blocks).
   void checkBlockTableEntries(Value* seqIdx, Value* blockTableRow, Value* tileStart, Value* tileEnd,
                               Value* maxSeqPrefixLen, Value* firstAllowedKey);
+
+  // The values one program's stages share, set in the order of the stages above.
+  struct ProgramValues {
+    // Query tile.
+    Value *offsM = nullptr, *offsD = nullptr, *qBlockFirstPos = nullptr, *queryPos = nullptr, *queryToken = nullptr,
+          *queryHead = nullptr, *dimMask = nullptr, *queryHeadMask = nullptr, *rowMask = nullptr, *qMask = nullptr,
+          *offsD64 = nullptr, *dimMaskV = nullptr, *oMask = nullptr, *offsDV64 = nullptr, *queryToken64 = nullptr,
+          *queryHead64 = nullptr;
+    std::vector<Value*> groupColumns, valueGroupColumns, qTiles, pieceColumns;
+    std::vector<QkPiece> pieces;
+    // Key range.
+    Value *seqLen = nullptr, *contextLen = nullptr, *maxSeqPrefixLen = nullptr, *seqCausal = nullptr,
+          *tileSize = nullptr, *numTiles = nullptr, *tileStart = nullptr, *tileEnd = nullptr,
+          *firstAllowedKey = nullptr, *window = nullptr, *segmentIdx = nullptr;
+    bool mayBeCausal = false, mayBeNonCausal = false;
+    // K/V addressing.
+    Value *blockSizeN = nullptr, *offsN = nullptr, *blockTableRow = nullptr, *kBase = nullptr, *vBase = nullptr,
+          *dimMaskCol = nullptr;
+    // Score modifiers.
+    Value *keyFloor2d = nullptr, *keyLimit2d = nullptr, *rowMask2d = nullptr, *qkScaleTile = nullptr,
+          *qkScaleRow = nullptr, *capOutputScaleTile = nullptr, *vScaleValue = nullptr, *alibiSlope2d = nullptr,
+          *alibiQueryPos = nullptr, *zeroDistance2d = nullptr, *negInfTile = nullptr, *zeroScores = nullptr,
+          *negInfRow = nullptr;
+    // Online softmax state and loop choices.
+    Value *rescaleThresholdRow = nullptr, *zeroRow = nullptr, *noBlock = nullptr, *zeroKTile = nullptr,
+          *zeroVTile = nullptr;
+    std::vector<Value*> zeroKPieceTiles, loopInits;
+    std::vector<std::string> loopNames;
+    bool lazyRescale = false, deferRowSum = false, maskBeforeScale = false, rowScales = false;
+    Builder::DotExtents qkExtents{0, 0}, pvExtents{0, 0};
+  };
 
   Builder& b_;
   const UnifiedAttentionConfig& config_;
@@ -183,6 +238,7 @@ class AttentionBuilder {
   // Scalars used throughout: compile-time constants and the i32 0 and 1.
   Value *blockQ_ = nullptr, *queriesPerKv_ = nullptr;
   Value *zeroI32_ = nullptr, *oneI32_ = nullptr;
+  ProgramValues p_;
 };
 
 void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
@@ -344,8 +400,9 @@ Value* AttentionBuilder::findSequence(Value* qBlockGlobalIdx) {
 void AttentionBuilder::build() {
   // With prefill tiles, the programs of a sequence's last query blocks see the
   // most keys (causal): numbered from the end, they start first and the short
-  // ones fill the tail of the launch instead of the long ones (H200, 8 × 2048
-  // causal: 1.482 → 1.462 ms). A permutation of axis 0, so results are unchanged.
+  // ones fill the tail of the launch instead of the long ones (1.4% on causal
+  // prefill; docs/perf-log.md, 2026-11-30). A permutation of axis 0, so
+  // results are unchanged.
   const bool longestFirst = c_.prefillTiles();
   Value* qBlockGlobalIdx = b_.programId(0, longestFirst ? "program_idx" : "q_block_global_idx");
   kvHeadIdx_ = b_.programId(1, "kv_head_idx");
@@ -379,72 +436,6 @@ Value* AttentionBuilder::zeroTile(std::vector<int64_t> shape, ScalarKind kind, s
   return ir::isFloat(kind) ? b_.constFloat(0.0, type, std::move(name)) : b_.constInt(0, type, std::move(name));
 }
 
-Value* AttentionBuilder::smallIntAsDtype(Value* unsignedBiased, int bias, const std::string& name) {
-  const Type i32Tile = unsignedBiased->type();
-  Value* bits = b_.binary(Opcode::Or, unsignedBiased, b_.constInt(0x4B000000, i32Tile), name + "_magic_bits");
-  Value* magic = b_.bitcast(bits, ScalarKind::F32);
-  Value* value = b_.sub(magic, b_.constFloat(8388608.0 + bias, i32Tile.withScalarKind(ScalarKind::F32)), name + "_f32");
-  return config_.dtype == ScalarKind::F32 ? value : b_.cast(value, config_.dtype, name + "_values");
-}
-
-std::vector<Value*> AttentionBuilder::dequantizedGroups(Value* raw, const std::string& name) {
-  const ScalarKind dt = config_.dtype;
-  const Type i32Tile = raw->type().withScalarKind(ScalarKind::I32);
-  switch (config_.kvCacheFormat) {
-    case KvCacheFormat::Auto:
-      return {raw};
-    case KvCacheFormat::Fp8E4M3:
-    case KvCacheFormat::Fp8E5M2:
-      return {b_.cast(raw, dt, name + "_values")};
-    case KvCacheFormat::Fp8PerTokenHead:
-      return {b_.cast(b_.bitcast(raw, ScalarKind::F8E4M3, name + "_fp8"), dt, name + "_values")};
-    case KvCacheFormat::Int8PerTokenHead:
-      return {b_.cast(raw, dt, name + "_values")};
-    case KvCacheFormat::Int4PerTokenHead: {
-      // Each nibble n (two's complement) plus 8 is n ^ 8 in [0, 15].
-      Value* bytes = b_.andOp(b_.cast(raw, ScalarKind::I32), b_.constInt(0xFF, i32Tile), name + "_bytes");
-      Value* low = b_.binary(Opcode::Xor, b_.andOp(bytes, b_.constInt(0xF, i32Tile)), b_.constInt(8, i32Tile), name + "_low_biased");
-      Value* high = b_.binary(Opcode::Xor, b_.binary(Opcode::Shr, bytes, b_.constInt(4, i32Tile)), b_.constInt(8, i32Tile),
-                             name + "_high_biased");
-      return {smallIntAsDtype(low, 8, name + "_even"), smallIntAsDtype(high, 8, name + "_odd")};
-    }
-  }
-  return {raw};
-}
-
-Value* AttentionBuilder::loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize,
-                                       const std::string& name) {
-  // The f32 scale after the row's values, loaded as an f32 through the row's byte
-  // pointer reinterpreted (4-byte aligned: rows are D + 4 bytes and D is a
-  // multiple of 4): one 4-byte load per key, carried by the pipeliner as one
-  // register per thread. Loaded as four bytes and summed into an f32, the bytes
-  // of the next tile were pulled apart right after their load, at the end of
-  // the iteration that issued it, so each tile waited for that load (H200 ncu,
-  // session 15: the most sampled stall of the per-token-head kernels).
-  const int64_t N = c_.tileSize;
-  Value* scaleOffset = b_.add(slotOffset, b_.constInt(kvCacheScaleByteOffset(config_.kvCacheFormat, rowHeadSize),
-                                                     slotOffset->type()), name + "_scale_offset");
-  if (config_.kvStrideDivisibility() >= 4) {
-    Value* scaleBytePointers = b_.addPtr(splatTo(rowBase, {N}), scaleOffset, name + "_scale_byte_ptrs");
-    Value* scalePointers = b_.bitcast(scaleBytePointers, ScalarKind::F32, name + "_scale_ptrs");
-    return b_.load(scalePointers, tileMask, b_.constFloat(0.0, Type::tile({N}, f32())), name + "_scale");
-  }
-  // Rows that are not 4-byte multiples (D or D/2 not a multiple of 4) leave the
-  // scale unaligned: its four bytes as one [TILE, 4] tile, assembled
-  // little-endian by a sum of shifted bytes along the row, in the layout they
-  // were loaded in, so that only the f32 moves to the score layout.
-  const Type bytesI32 = Type::tile({N, 4}, i32());
-  Value* byteIndex = b_.arange(0, 4, name + "_scale_byte_index");
-  Value* offsets = b_.add(asColumn(scaleOffset, 4), asRow(b_.cast(byteIndex, slotOffset->type().scalarKind()), N),
-                          name + "_scale_byte_offsets");
-  Value* bytes = b_.load(b_.addPtr(splatTo(rowBase, {N, 4}), offsets), asColumn(tileMask, 4),
-                         zeroTile({N, 4}, ScalarKind::I8), name + "_scale_bytes");
-  Value* unsignedBytes = b_.andOp(b_.cast(bytes, ScalarKind::I32), b_.constInt(0xFF, bytesI32));
-  Value* shifts = asRow(b_.mul(byteIndex, b_.constInt(8, byteIndex->type())), N);
-  Value* placed = b_.binary(Opcode::Shl, unsignedBytes, shifts, name + "_scale_placed");
-  return b_.bitcast(b_.reduce(Opcode::ReduceSum, placed, 1, name + "_scale_bits"), ScalarKind::F32, name + "_scale");
-}
-
 std::vector<AttentionBuilder::QkPiece> AttentionBuilder::qkPieces() const {
   const int headSize = config_.headSize;
   if (!config_.differentValueHeadSize() || groups() != 1 || isPowerOfTwo(headSize) || headSize % 16 != 0) return {};
@@ -459,243 +450,279 @@ std::vector<AttentionBuilder::QkPiece> AttentionBuilder::qkPieces() const {
 }
 
 void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen) {
+  buildQueryTile(queryStart, qBlockLocalIdx, queryLen);
+  buildKeyRange(seqIdx, queryLen);
+  buildKvAddressing(seqIdx);
+  buildScoreModifiers();
+  buildSoftmaxState();
+  const std::vector<Value*> results = buildKvLoops();
+  const int G = groups();
+  Value* mFinal = results[0];
+  Value* lFinal =
+      p_.deferRowSum
+          ? b_.add(results[1], b_.reduce(Opcode::ReduceSum, results[static_cast<size_t>(2 + G)], 1), "l_final_sum")
+          : results[1];
+  if (config_.splitKv)
+    storeSegmentPartials(results, mFinal, lFinal);
+  else
+    normalizeAndStore(results, mFinal, lFinal);
+}
+
+void AttentionBuilder::buildQueryTile(Value* queryStart, Value* qBlockLocalIdx, Value* queryLen) {
   const int G = groups();
   // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
-  const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
+  const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G;
   const ScalarKind dt = config_.dtype;
   const ScalarKind I64 = ScalarKind::I64;
-  const double negInf = -std::numeric_limits<double>::infinity();
-
   // ---- Query tile: row m is token q_block_local_idx·BLOCK_Q + m / QPK, head
   // kv_head·QPK + m % QPK. ----
-  Value* offsM = b_.arange(0, M, "offs_m");
-  Value* offsD = b_.arange(0, D, "offs_d");
+  p_.offsM = b_.arange(0, M, "offs_m");
+  p_.offsD = b_.arange(0, D, "offs_d");
   Value* qpkM = splatTo(queriesPerKv_, {M});
-  Value* qBlockFirstPos = b_.mul(qBlockLocalIdx, blockQ_, "q_block_first_pos");
-  Value* queryPos = b_.add(splatTo(qBlockFirstPos, {M}), b_.div(offsM, qpkM), "query_pos");
-  Value* queryToken = b_.add(splatTo(queryStart, {M}), queryPos, "query_token");
-  Value* queryHead = b_.add(splatTo(b_.mul(kvHeadIdx_, queriesPerKv_), {M}), b_.rem(offsM, qpkM), "query_head");
+  p_.qBlockFirstPos = b_.mul(qBlockLocalIdx, blockQ_, "q_block_first_pos");
+  p_.queryPos = b_.add(splatTo(p_.qBlockFirstPos, {M}), b_.div(p_.offsM, qpkM), "query_pos");
+  p_.queryToken = b_.add(splatTo(queryStart, {M}), p_.queryPos, "query_token");
+  p_.queryHead = b_.add(splatTo(b_.mul(kvHeadIdx_, queriesPerKv_), {M}), b_.rem(p_.offsM, qpkM), "query_head");
 
   // Columns of a group: i < HEAD_SIZE / groups (int4 needs an even head size).
   Value* headSize = G == 1 ? b_.constexprValue("HEAD_SIZE", ScalarKind::I32, "head_size")
                            : constI32(c_.headSize / G, "group_size");
-  Value* dimMask = b_.cmp(CmpPredicate::Lt, offsD, splatTo(headSize, {D}), "dim_mask");
-  Value* queryPosMask = b_.cmp(CmpPredicate::Lt, queryPos, splatTo(queryLen, {M}), "query_pos_mask");
+  p_.dimMask = b_.cmp(CmpPredicate::Lt, p_.offsD, splatTo(headSize, {D}), "dim_mask");
+  Value* queryPosMask = b_.cmp(CmpPredicate::Lt, p_.queryPos, splatTo(queryLen, {M}), "query_pos_mask");
   Value* numQueryHeads = b_.constexprValue("NUM_QUERY_HEADS", ScalarKind::I32, "num_query_heads");
-  Value* queryHeadMask = b_.cmp(CmpPredicate::Lt, queryHead, splatTo(numQueryHeads, {M}), "query_head_mask");
-  Value* rowMask = b_.andOp(queryPosMask, queryHeadMask, "row_mask");
-  Value* dimMaskRow = asRow(dimMask, M, "dim_mask_2d");
-  Value* qMask = b_.andOp(asColumn(rowMask, D), dimMaskRow, "q_mask");
+  p_.queryHeadMask = b_.cmp(CmpPredicate::Lt, p_.queryHead, splatTo(numQueryHeads, {M}), "query_head_mask");
+  p_.rowMask = b_.andOp(queryPosMask, p_.queryHeadMask, "row_mask");
+  Value* dimMaskRow = asRow(p_.dimMask, M, "dim_mask_2d");
+  p_.qMask = b_.andOp(asColumn(p_.rowMask, D), dimMaskRow, "q_mask");
 
-  Value* offsD64 = b_.cast(offsD, I64, "offs_d_i64");
+  p_.offsD64 = b_.cast(p_.offsD, I64, "offs_d_i64");
   // Head-dimension element of each group column.
-  std::vector<Value*> groupColumns;
+  p_.groupColumns = {};
   for (int g = 0; g < G; ++g)
-    groupColumns.push_back(G == 1 ? offsD64
-                                  : b_.add(b_.mul(offsD64, b_.constInt(G, offsD64->type())),
-                                           b_.constInt(g, offsD64->type()), "group_column" + std::to_string(g)));
+    p_.groupColumns.push_back(G == 1 ? p_.offsD64
+                                  : b_.add(b_.mul(p_.offsD64, b_.constInt(G, p_.offsD64->type())),
+                                           b_.constInt(g, p_.offsD64->type()), "group_column" + std::to_string(g)));
   // The V side (V tiles, the accumulator, the output): with equal head sizes the
   // same values as above (and the same IR); DiffKV builds its own from Dv.
-  Value* dimMaskV = dimMask;
-  Value* oMask = qMask;
-  Value* offsDV64 = offsD64;
-  std::vector<Value*> valueGroupColumns = groupColumns;
+  p_.dimMaskV = p_.dimMask;
+  p_.oMask = p_.qMask;
+  p_.offsDV64 = p_.offsD64;
+  p_.valueGroupColumns = p_.groupColumns;
   if (config_.differentValueHeadSize()) {
     Value* offsDV = b_.arange(0, DV, "offs_dv");
     Value* valueHeadSize = G == 1 ? b_.constexprValue("VALUE_HEAD_SIZE", ScalarKind::I32, "value_head_size")
                                   : constI32(c_.valueHeadSize / G, "value_group_size");
-    dimMaskV = b_.cmp(CmpPredicate::Lt, offsDV, splatTo(valueHeadSize, {DV}), "dim_mask_v");
-    oMask = b_.andOp(asColumn(rowMask, DV), asRow(dimMaskV, M, "dim_mask_v_2d"), "o_mask");
-    offsDV64 = b_.cast(offsDV, I64, "offs_dv_i64");
-    valueGroupColumns.clear();
+    p_.dimMaskV = b_.cmp(CmpPredicate::Lt, offsDV, splatTo(valueHeadSize, {DV}), "dim_mask_v");
+    p_.oMask = b_.andOp(asColumn(p_.rowMask, DV), asRow(p_.dimMaskV, M, "dim_mask_v_2d"), "o_mask");
+    p_.offsDV64 = b_.cast(offsDV, I64, "offs_dv_i64");
+    p_.valueGroupColumns.clear();
     for (int g = 0; g < G; ++g)
-      valueGroupColumns.push_back(G == 1 ? offsDV64
-                                         : b_.add(b_.mul(offsDV64, b_.constInt(G, offsDV64->type())),
-                                                  b_.constInt(g, offsDV64->type()), "value_group_column" + std::to_string(g)));
+      p_.valueGroupColumns.push_back(G == 1 ? p_.offsDV64
+                                            : b_.add(b_.mul(p_.offsDV64, b_.constInt(G, p_.offsDV64->type())),
+                                                     b_.constInt(g, p_.offsDV64->type()),
+                                                     "value_group_column" + std::to_string(g)));
   }
-  Value* queryToken64 = b_.cast(queryToken, I64, "query_token_i64");
-  Value* queryHead64 = b_.cast(queryHead, I64, "query_head_i64");
-  Value* qRowOffset = b_.add(b_.mul(queryToken64, splatTo(qStrideToken_, {M})),
-                             b_.mul(queryHead64, splatTo(qStrideHead_, {M})), "q_row_offset");
-  std::vector<Value*> qTiles;
-  const std::vector<QkPiece> pieces = qkPieces();
+  p_.queryToken64 = b_.cast(p_.queryToken, I64, "query_token_i64");
+  p_.queryHead64 = b_.cast(p_.queryHead, I64, "query_head_i64");
+  Value* qRowOffset = b_.add(b_.mul(p_.queryToken64, splatTo(qStrideToken_, {M})),
+                             b_.mul(p_.queryHead64, splatTo(qStrideHead_, {M})), "q_row_offset");
+  p_.qTiles = {};
+  p_.pieces = qkPieces();
   // Head-dimension columns of each Q·Kᵀ piece (exact: no mask beyond the rows').
-  std::vector<Value*> pieceColumns;
-  for (size_t i = 0; i < pieces.size(); ++i) {
+  p_.pieceColumns = {};
+  for (size_t i = 0; i < p_.pieces.size(); ++i) {
     const std::string suffix = "_piece" + std::to_string(i);
-    pieceColumns.push_back(b_.add(b_.cast(b_.arange(0, pieces[i].width), I64),
-                                  b_.constInt(pieces[i].start, Type::tile({pieces[i].width}, i64())),
+    p_.pieceColumns.push_back(b_.add(b_.cast(b_.arange(0, p_.pieces[i].width), I64),
+                                  b_.constInt(p_.pieces[i].start, Type::tile({p_.pieces[i].width}, i64())),
                                   "qk_columns" + suffix));
-    const int64_t W = pieces[i].width;
-    Value* qOffset = b_.add(asColumn(qRowOffset, W), asRow(pieceColumns[i], M), "q_offset" + suffix);
-    Value* qTile = b_.load(b_.addPtr(splatTo(q_, {M, W}), qOffset, "q_ptrs" + suffix), asColumn(rowMask, W),
+    const int64_t W = p_.pieces[i].width;
+    Value* qOffset = b_.add(asColumn(qRowOffset, W), asRow(p_.pieceColumns[i], M), "q_offset" + suffix);
+    Value* qTile = b_.load(b_.addPtr(splatTo(q_, {M, W}), qOffset, "q_ptrs" + suffix), asColumn(p_.rowMask, W),
                            zeroTile({M, W}, dt), "q_tile" + suffix);
-    qTiles.push_back(qTile);
+    p_.qTiles.push_back(qTile);
   }
-  for (int g = 0; g < G && pieces.empty(); ++g) {
+  for (int g = 0; g < G && p_.pieces.empty(); ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
-    Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(groupColumns[g], M), "q_offset" + suffix);
+    Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(p_.groupColumns[g], M), "q_offset" + suffix);
     Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs" + suffix);
-    Value* qTile = b_.load(qPtrs, qMask, zeroTile({M, D}, dt), "q_tile" + suffix);
-    qTiles.push_back(qTile);
+    Value* qTile = b_.load(qPtrs, p_.qMask, zeroTile({M, D}, dt), "q_tile" + suffix);
+    p_.qTiles.push_back(qTile);
   }
+}
 
+void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
   // ---- Key range of this program. ----
-  Value* seqLen = loadScalar(seqLens_, seqIdx, "seq_len");
-  if (config_.checkBounds) seqLen = checkedSeqLen(seqIdx, seqLen, queryLen);
-  Value* contextLen = b_.sub(seqLen, queryLen, "context_len");
-  Value* maxSeqPrefixLen = seqLen;
+  p_.seqLen = loadScalar(seqLens_, seqIdx, "seq_len");
+  if (config_.checkBounds) p_.seqLen = checkedSeqLen(seqIdx, p_.seqLen, queryLen);
+  p_.contextLen = b_.sub(p_.seqLen, queryLen, "context_len");
+  p_.maxSeqPrefixLen = p_.seqLen;
   // Per-sequence flags decide at run time what config_.causal decides otherwise;
   // both forms are then computed and selected.
-  Value* seqCausal = nullptr;
+  p_.seqCausal = nullptr;
   if (causalFlags_)
-    seqCausal = b_.cmp(CmpPredicate::Ne, loadScalar(causalFlags_, seqIdx, "causal_flag"),
+    p_.seqCausal = b_.cmp(CmpPredicate::Ne, loadScalar(causalFlags_, seqIdx, "causal_flag"),
                        b_.constInt(0, Type::scalar(ScalarKind::I8)), "seq_causal");
-  const bool mayBeCausal = config_.causal || seqCausal;
-  const bool mayBeNonCausal = !config_.causal || seqCausal;
-  if (mayBeCausal) {
+  p_.mayBeCausal = config_.causal || p_.seqCausal;
+  p_.mayBeNonCausal = !config_.causal || p_.seqCausal;
+  if (p_.mayBeCausal) {
     // The last row of the block sees keys up to context_len + its position.
-    Value* lastRowReach = b_.add(b_.add(contextLen, qBlockFirstPos),
+    Value* lastRowReach = b_.add(b_.add(p_.contextLen, p_.qBlockFirstPos),
                                  constI32((c_.blockM - 1) / c_.queriesPerKv + 1, "query_rows_span"), "last_row_reach");
-    maxSeqPrefixLen = b_.min(lastRowReach, seqLen, "max_seq_prefix_len");
-    if (seqCausal) maxSeqPrefixLen = b_.select(seqCausal, maxSeqPrefixLen, seqLen, "max_seq_prefix_len_flagged");
+    p_.maxSeqPrefixLen = b_.min(lastRowReach, p_.seqLen, "max_seq_prefix_len");
+    if (p_.seqCausal)
+      p_.maxSeqPrefixLen = b_.select(p_.seqCausal, p_.maxSeqPrefixLen, p_.seqLen, "max_seq_prefix_len_flagged");
   }
-  Value* tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32, "tile_size");
-  Value* numTiles = b_.div(b_.sub(b_.add(maxSeqPrefixLen, tileSize), oneI32_), tileSize, "num_tiles");
+  p_.tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32, "tile_size");
+  p_.numTiles = b_.div(b_.sub(b_.add(p_.maxSeqPrefixLen, p_.tileSize), oneI32_), p_.tileSize, "num_tiles");
   // Sliding window: vLLM's tile pruning. The first row of the program sees keys
   // from context_len + its position - sw + 1 on, and later rows start later, so
   // earlier keys (and tiles holding only such keys) serve no row. Causal, vLLM's
   // tile_end (the tile of the last valid row's own key, plus one) is num_tiles.
-  Value* tileStart = zeroI32_;
-  Value* tileEnd = numTiles;
-  Value* firstAllowedKey = nullptr;
-  Value* window = nullptr;
+  p_.tileStart = zeroI32_;
+  p_.tileEnd = p_.numTiles;
+  p_.firstAllowedKey = nullptr;
+  p_.window = nullptr;
   if (config_.slidingWindow > 0) {
-    window = b_.constexprValue("SLIDING_WINDOW", ScalarKind::I32, "sliding_window");
-    firstAllowedKey = b_.max(b_.add(b_.sub(b_.add(contextLen, qBlockFirstPos), window), oneI32_), zeroI32_,
+    p_.window = b_.constexprValue("SLIDING_WINDOW", ScalarKind::I32, "sliding_window");
+    p_.firstAllowedKey = b_.max(b_.add(b_.sub(b_.add(p_.contextLen, p_.qBlockFirstPos), p_.window), oneI32_), zeroI32_,
                              "first_allowed_key");
-    tileStart = b_.div(firstAllowedKey, tileSize, "tile_start");
-    if (mayBeNonCausal) {
+    p_.tileStart = b_.div(p_.firstAllowedKey, p_.tileSize, "tile_start");
+    if (p_.mayBeNonCausal) {
       // The encoder window also ends sw - 1 keys after the program's last valid row.
-      Value* lastRow = b_.min(b_.add(qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
+      Value* lastRow = b_.min(b_.add(p_.qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
                               b_.sub(queryLen, oneI32_), "qpos_hi");
-      Value* lastAllowedKey = b_.add(b_.add(contextLen, lastRow), b_.sub(window, oneI32_), "last_allowed_key");
-      tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, tileSize), oneI32_), numTiles, "tile_end");
-      if (seqCausal) tileEnd = b_.select(seqCausal, numTiles, tileEnd, "tile_end_flagged");
+      Value* lastAllowedKey = b_.add(b_.add(p_.contextLen, lastRow), b_.sub(p_.window, oneI32_), "last_allowed_key");
+      p_.tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, p_.tileSize), oneI32_), p_.numTiles, "tile_end");
+      if (p_.seqCausal) p_.tileEnd = b_.select(p_.seqCausal, p_.numTiles, p_.tileEnd, "tile_end_flagged");
     }
   }
 
   // Split-KV: program z walks only the tiles of segment z, [z, z + 1)·segment_tiles,
   // of the range above (possibly none: it then reports an empty segment).
-  Value* segmentIdx = nullptr;
+  p_.segmentIdx = nullptr;
   if (config_.splitKv) {
-    segmentIdx = b_.programId(2, "segment_idx");
-    Value* segmentFirst = b_.mul(segmentIdx, segmentTiles_, "segment_first_tile");
-    tileStart = b_.max(tileStart, segmentFirst, "segment_tile_start");
-    tileEnd = b_.min(tileEnd, b_.add(segmentFirst, segmentTiles_), "segment_tile_end");
+    p_.segmentIdx = b_.programId(2, "segment_idx");
+    Value* segmentFirst = b_.mul(p_.segmentIdx, segmentTiles_, "segment_first_tile");
+    p_.tileStart = b_.max(p_.tileStart, segmentFirst, "segment_tile_start");
+    p_.tileEnd = b_.min(p_.tileEnd, b_.add(segmentFirst, segmentTiles_), "segment_tile_end");
   }
+}
 
+void AttentionBuilder::buildKvAddressing(Value* seqIdx) {
+  const int64_t N = c_.tileSize;
+  const ScalarKind I64 = ScalarKind::I64;
   // Loop-invariant pieces of the K/V addressing and masks.
   Value* blockSize = b_.constexprValue("BLOCK_SIZE", ScalarKind::I32, "block_size");
-  Value* blockSizeN = splatTo(blockSize, {N});
-  Value* offsN = b_.arange(0, N, "offs_n");
-  Value* blockTableRow = b_.mul(b_.cast(seqIdx, I64), blockTableStride_, "block_table_row");
+  p_.blockSizeN = splatTo(blockSize, {N});
+  p_.offsN = b_.arange(0, N, "offs_n");
+  p_.blockTableRow = b_.mul(b_.cast(seqIdx, I64), blockTableStride_, "block_table_row");
   Value* kvHeadOffset = b_.mul(b_.cast(kvHeadIdx_, I64), kvStrideHead_, "kv_head_offset");
-  Value* kBase = b_.addPtr(kvCache_, kvHeadOffset, "k_base");
-  Value* vBase = b_.addPtr(kBase, kvStrideKv_, "v_base");
-  Value* dimMaskCol = asColumn(dimMask, N, "dim_mask_col");
+  p_.kBase = b_.addPtr(kvCache_, kvHeadOffset, "k_base");
+  p_.vBase = b_.addPtr(p_.kBase, kvStrideKv_, "v_base");
+  p_.dimMaskCol = asColumn(p_.dimMask, N, "dim_mask_col");
   if (config_.checkBounds)
-    checkBlockTableEntries(seqIdx, blockTableRow, tileStart, tileEnd, maxSeqPrefixLen, firstAllowedKey);
+    checkBlockTableEntries(seqIdx, p_.blockTableRow, p_.tileStart, p_.tileEnd, p_.maxSeqPrefixLen, p_.firstAllowedKey);
+}
+
+void AttentionBuilder::buildScoreModifiers() {
+  const int64_t M = c_.blockM, N = c_.tileSize;
+  const double negInf = -std::numeric_limits<double>::infinity();
   // Key j is visible to row m iff j < key_limit[m]: causal, j <= context_len + query_pos[m];
   // otherwise every key of the sequence (the encoder window: those before p + sw).
   // With a window also j > key_floor[m] = p - sw, p = context_len + query_pos[m].
   Value* causalLimit =
-      mayBeCausal ? b_.add(splatTo(b_.add(contextLen, oneI32_), {M}), queryPos, "key_limit_causal") : nullptr;
-  Value* nonCausalLimit = mayBeNonCausal ? splatTo(seqLen, {M}, "key_limit_all") : nullptr;
-  Value* keyFloor2d = nullptr;
+      p_.mayBeCausal ? b_.add(splatTo(b_.add(p_.contextLen, oneI32_), {M}), p_.queryPos, "key_limit_causal") : nullptr;
+  Value* nonCausalLimit = p_.mayBeNonCausal ? splatTo(p_.seqLen, {M}, "key_limit_all") : nullptr;
+  p_.keyFloor2d = nullptr;
   if (config_.slidingWindow > 0) {
-    Value* queryAbsPos = b_.add(splatTo(contextLen, {M}), queryPos, "query_abs_pos");
+    Value* queryAbsPos = b_.add(splatTo(p_.contextLen, {M}), p_.queryPos, "query_abs_pos");
     if (nonCausalLimit)
-      nonCausalLimit = b_.min(nonCausalLimit, b_.add(queryAbsPos, splatTo(window, {M})), "key_limit_window");
-    keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(window, {M}), "key_floor"), N, "key_floor_2d");
+      nonCausalLimit = b_.min(nonCausalLimit, b_.add(queryAbsPos, splatTo(p_.window, {M})), "key_limit_window");
+    p_.keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(p_.window, {M}), "key_floor"), N, "key_floor_2d");
   }
-  Value* keyLimit = seqCausal ? b_.select(splatTo(seqCausal, {M}), causalLimit, nonCausalLimit, "key_limit")
+  Value* keyLimit = p_.seqCausal ? b_.select(splatTo(p_.seqCausal, {M}), causalLimit, nonCausalLimit, "key_limit")
                     : causalLimit ? causalLimit
                                   : nonCausalLimit;
-  Value* keyLimit2d = asColumn(keyLimit, N, "key_limit_2d");
-  Value* rowMask2d = asColumn(rowMask, N, "row_mask_2d");
+  p_.keyLimit2d = asColumn(keyLimit, N, "key_limit_2d");
+  p_.rowMask2d = asColumn(p_.rowMask, N, "row_mask_2d");
   const double log2e = std::numbers::log2e;
   // Scores in log2 units: (q·k)·scale·log2(e); with a softcap c,
   // c·log2(e)·tanh((q·k)·(scale / c)), vLLM's c·tanh(s / c) times log2(e).
-  Value* qkScaleTile = nullptr;
-  Value* qkScaleRow = nullptr;  // the same scale per row, without a softcap
-  Value* capOutputScaleTile = nullptr;
+  p_.qkScaleTile = nullptr;
+  p_.qkScaleRow = nullptr;  // the same scale per row, without a softcap
+  p_.capOutputScaleTile = nullptr;
   // A per-tensor fp8 cache stands for x·k_scale: the scale joins the softmax scale.
   Value* scoreScale = scale_;
   if (kScale_) scoreScale = b_.mul(scale_, b_.load(kScale_, nullptr, nullptr, "k_scale_value"), "qk_scale_fp8");
-  Value* vScaleValue = vScale_ ? b_.load(vScale_, nullptr, nullptr, "v_scale_value") : nullptr;
+  p_.vScaleValue = vScale_ ? b_.load(vScale_, nullptr, nullptr, "v_scale_value") : nullptr;
   if (config_.softcap > 0) {
-    qkScaleTile = splatTo(b_.div(scoreScale, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
-    capOutputScaleTile = splatTo(b_.f32(config_.softcap * log2e), {M, N}, "softcap_output_scale");
+    p_.qkScaleTile = splatTo(b_.div(scoreScale, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
+    p_.capOutputScaleTile = splatTo(b_.f32(config_.softcap * log2e), {M, N}, "softcap_output_scale");
   } else {
     Value* qkScale = b_.mul(scoreScale, b_.f32(log2e), "qk_scale");
-    qkScaleTile = splatTo(qkScale, {M, N});
-    qkScaleRow = splatTo(qkScale, {M});
+    p_.qkScaleTile = splatTo(qkScale, {M, N});
+    p_.qkScaleRow = splatTo(qkScale, {M});
   }
   // ALiBi slope of each row's head, times log2(e); heads >= Hq get 0 (as vLLM).
-  Value* alibiSlope2d = nullptr;
+  p_.alibiSlope2d = nullptr;
   if (config_.alibi) {
-    Value* slopes = b_.load(b_.addPtr(splatTo(alibiSlopes_, {M}), queryHead), queryHeadMask,
+    Value* slopes = b_.load(b_.addPtr(splatTo(alibiSlopes_, {M}), p_.queryHead), p_.queryHeadMask,
                             b_.constFloat(0.0, Type::tile({M}, f32())), "alibi_slope");
-    alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
+    p_.alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
   }
   // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos
   // (a row vector, broadcast along the keys where the loop uses it).
-  Value* alibiQueryPos = config_.alibiSqrt ? b_.add(splatTo(contextLen, {M}), queryPos, "alibi_query_pos") : nullptr;
-  Value* zeroDistance2d = config_.alibiSqrt ? b_.constInt(0, Type::tile({M, N}, i32()), "alibi_zero_distance") : nullptr;
-  Value* negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
-  Value* zeroScores = b_.constFloat(0.0, Type::tile({M, N}, f32()), "zero_scores");
-  Value* negInfRow = b_.constFloat(negInf, Type::tile({M}, f32()), "neg_inf_row");
+  p_.alibiQueryPos = config_.alibiSqrt ? b_.add(splatTo(p_.contextLen, {M}), p_.queryPos, "alibi_query_pos") : nullptr;
+  p_.zeroDistance2d = config_.alibiSqrt ? b_.constInt(0, Type::tile({M, N}, i32()), "alibi_zero_distance") : nullptr;
+  p_.negInfTile = b_.constFloat(negInf, Type::tile({M, N}, f32()), "neg_inf");
+  p_.zeroScores = b_.constFloat(0.0, Type::tile({M, N}, f32()), "zero_scores");
+  p_.negInfRow = b_.constFloat(negInf, Type::tile({M}, f32()), "neg_inf_row");
+}
+
+void AttentionBuilder::buildSoftmaxState() {
+  const int G = groups();
+  // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
+  const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
+  const ScalarKind dt = config_.dtype;
+  const double negInf = -std::numeric_limits<double>::infinity();
   // Lazy rescaling (in the KV loop below) where each warp owns 32 rows or more
   // (the op API's prefill tiling: 128 rows over 4 warps), whose accumulator
-  // rescale is 128 multiplies per thread and tile. H200, bf16, 32/8 heads,
-  // D=128, 8 x 2048: causal prefill 1.041-1.049 -> 0.987 ms, non-causal
-  // 1.894-1.904 -> 1.781. With fewer rows per warp the branch cost more than
-  // the multiplies it skips: DiffKV prefill (16 rows per warp) 1.504 -> 1.603,
-  // int8 per-token-head decode 0.344 -> 0.355-0.361, bf16 and fp8 decode
-  // within 1% (session 13).
-  const bool lazyRescale = c_.prefillTiles() && c_.blockM / config_.numWarps >= 32;
-  Value* rescaleThresholdRow =
-      lazyRescale ? b_.constFloat(kRescaleThreshold, Type::tile({M}, f32()), "rescale_threshold") : nullptr;
-  Value* zeroRow = b_.constFloat(0.0, Type::tile({M}, f32()), "zero_row");
+  // rescale is 128 multiplies per thread and tile (5-6% on prefill). With fewer
+  // rows per warp the branch costs more than the multiplies it skips (DiffKV
+  // prefill, 16 rows per warp, and per-token-head decode ran slower with it;
+  // docs/perf-log.md, 2026-11-30).
+  p_.lazyRescale = c_.prefillTiles() && c_.blockM / config_.numWarps >= 32;
+  p_.rescaleThresholdRow =
+      p_.lazyRescale ? b_.constFloat(kRescaleThreshold, Type::tile({M}, f32()), "rescale_threshold") : nullptr;
+  p_.zeroRow = b_.constFloat(0.0, Type::tile({M}, f32()), "zero_row");
 
   Value* mInit = b_.constFloat(negInf, Type::tile({M}, f32()), "m_init");
   if (config_.sinks) {
     // vLLM loads the sink of each row's head (-inf for heads >= Hq) as the initial M.
-    Value* sinkLogit = b_.load(b_.addPtr(splatTo(sinks_, {M}), queryHead), queryHeadMask, mInit, "sink_logit");
-    Value* sinkInit = b_.mul(sinkLogit, splatTo(b_.f32(log2e), {M}), "m_init_sink");
+    Value* sinkLogit = b_.load(b_.addPtr(splatTo(sinks_, {M}), p_.queryHead), p_.queryHeadMask, mInit, "sink_logit");
+    Value* sinkInit = b_.mul(sinkLogit, splatTo(b_.f32(std::numbers::log2e), {M}), "m_init_sink");
     // Split-KV: the sink joins the softmax once, in segment 0 (as vLLM).
-    mInit = segmentIdx ? b_.select(splatTo(b_.cmp(CmpPredicate::Eq, segmentIdx, zeroI32_, "first_segment"), {M}),
+    mInit = p_.segmentIdx ? b_.select(splatTo(b_.cmp(CmpPredicate::Eq, p_.segmentIdx, zeroI32_, "first_segment"), {M}),
                                    sinkInit, mInit, "m_init_segment")
                        : sinkInit;
   }
   Value* lInit = b_.constFloat(1.0, Type::tile({M}, f32()), "l_init");
   Value* accInit = b_.constFloat(0.0, Type::tile({M, DV}, f32()), "acc_init");
-  Value* noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
+  p_.noBlock = b_.constInt(0, Type::tile({N}, i32()), "no_block");
   const ScalarKind cacheKind = kvCachePointerKind(config_.kvCacheFormat, dt);
-  Value* zeroKTile = zeroTile({D, N}, cacheKind, "zero_k_tile");
-  std::vector<Value*> zeroKPieceTiles;
-  for (size_t i = 0; i < pieces.size(); ++i)
-    zeroKPieceTiles.push_back(zeroTile({pieces[i].width, N}, cacheKind, "zero_k_tile_piece" + std::to_string(i)));
-  Value* zeroVTile = zeroTile({N, DV}, cacheKind, "zero_v_tile");
-  const bool rowScales = isPerTokenHead(config_.kvCacheFormat);
+  p_.zeroKTile = zeroTile({D, N}, cacheKind, "zero_k_tile");
+  p_.zeroKPieceTiles = {};
+  for (size_t i = 0; i < p_.pieces.size(); ++i)
+    p_.zeroKPieceTiles.push_back(zeroTile({p_.pieces[i].width, N}, cacheKind, "zero_k_tile_piece" + std::to_string(i)));
+  p_.zeroVTile = zeroTile({N, DV}, cacheKind, "zero_v_tile");
+  p_.rowScales = isPerTokenHead(config_.kvCacheFormat);
 
   // ---- Loop over KV tiles with the online softmax. ----
-  std::vector<Value*> loopInits = {mInit, lInit};
-  std::vector<std::string> loopNames = {"m", "l"};
+  p_.loopInits = {mInit, lInit};
+  p_.loopNames = {"m", "l"};
   for (int g = 0; g < G; ++g) {
-    loopInits.push_back(accInit);
-    loopNames.push_back(G == 1 ? "acc" : "acc" + std::to_string(g));
+    p_.loopInits.push_back(accInit);
+    p_.loopNames.push_back(G == 1 ? "acc" : "acc" + std::to_string(g));
   }
   // Fewer than 16 rows per warp (decode: one m16 tile) puts the warps side by
   // side along the keys (tensor cores' #mma warps, LayoutAssignment), so a
@@ -703,267 +730,277 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   // Such programs keep the sum per column instead: each thread adds its P
   // elements to a running partial rescaled like acc, reduced once after the
   // loop (l itself then carries only the initial 1, rescaled).
-  const bool deferRowSum = config_.deferRowSum && dt != ScalarKind::F32 && M / 16 < config_.numWarps;
-  if (deferRowSum) {
-    loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, f32()), "l_partial_init"));
-    loopNames.push_back("l_partial");
+  p_.deferRowSum = config_.deferRowSum && dt != ScalarKind::F32 && M / 16 < config_.numWarps;
+  if (p_.deferRowSum) {
+    p_.loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, f32()), "l_partial_init"));
+    p_.loopNames.push_back("l_partial");
   }
   // Masked scores are -inf. Where the score scale is known positive (the
   // softmax scale, which the op API checks, without a per-tensor k_scale or a
   // softcap), the mask is applied before scaling: -inf·scale is still -inf,
   // and the scaling multiply then fuses with exp2's subtraction (a select
-  // between them keeps them apart). H200, B=64 ctx 4096, 128-key tiles: int4
-  // per-token-head decode 0.356 -> 0.331 ms; bf16, fp8 and int8 within 1-2%.
-  // Prefill tiles, whose masked loop runs a tile or two per program, keep the
-  // select after the scale: with it before, 8 x 2048 causal D=128 took 1.130 ms
-  // against 1.106 (ptxas' choices for the whole kernel).
-  const bool maskBeforeScale = !capOutputScaleTile && !kScale_ && !c_.prefillTiles();
+  // between them keeps them apart): 7% on int4 per-token-head decode, within
+  // 1-2% elsewhere. Prefill tiles, whose masked loop runs a tile or two per
+  // program, keep the select after the scale, which ptxas schedules better for
+  // the whole kernel (docs/perf-log.md, 2026-11-30).
+  p_.maskBeforeScale = !p_.capOutputScaleTile && !kScale_ && !c_.prefillTiles();
   // A head size below its power of two leaves Q's and K's columns past it zero
   // (masked loads), and V's: the dots say so (k_extent, n_extent), and skip
   // those mma steps (D=80: 5 of Q·Kᵀ's 8 k-steps, 10 of P·V's 16 n-tiles).
-  // DiffKV's pieces are exact widths. Where it pays, measured on the H200
-  // (session 12, bf16, 32/8 heads): prefill tiles (8 x 2048 causal, D=80 /
-  // 96 / 112: 1.22 / 1.19 / 1.18 -> 1.03 / 1.06 / 1.13 ms) and the f32 FMA
-  // path (the k loop shrinks; not timed). Half-precision decode, memory-bound,
-  // came out slower with them (B=64 ctx 4096: 0.222 / 0.235 / 0.258 -> 0.248 /
-  // 0.265 / 0.302 ms, the same copies and barriers in the PTX), so it keeps
-  // the padded steps.
+  // DiffKV's pieces are exact widths. It pays on prefill tiles (compute-bound:
+  // D=80/96/112 prefill 5-15% faster) and on the f32 FMA path (the k loop
+  // shrinks); half-precision decode, memory-bound, ran slower with it (same
+  // copies and barriers, worse schedules), so it keeps the padded steps
+  // (docs/perf-log.md, 2026-11-30).
   const bool skipPadding = c_.prefillTiles() || dt == ScalarKind::F32;
-  const Builder::DotExtents qkExtents{skipPadding && pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
-  const Builder::DotExtents pvExtents{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
-  // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
-  // out the per-score mask (tiles whose every key each row of the program sees).
-  auto kvLoop = [&](Value* from, Value* to, const std::vector<Value*>& inits, bool masked) {
-    auto loop = b_.beginFor(from, to, oneI32_, inits, "tile_idx", loopNames);
-    Value* mOld = loop.iterArgs[0];
-    Value* lOld = loop.iterArgs[1];
+  p_.qkExtents = Builder::DotExtents{skipPadding && p_.pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
+  p_.pvExtents = Builder::DotExtents{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
+}
 
-    Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, tileSize), {N}), offsN, "seq_offset");
-    Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(maxSeqPrefixLen, {N}), "tile_mask");
-    if (firstAllowedKey)
-      tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(firstAllowedKey, {N})),
-                          "tile_mask_window");
-    Value* blockTableIdx =
-        b_.add(splatTo(blockTableRow, {N}), b_.cast(b_.div(seqOffset, blockSizeN), I64), "block_table_idx");
-    Value* physicalBlock32 =
-        b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, noBlock, "physical_block_i32");
-    // Checked: keys of a block outside the cache are masked (never loaded, never
-    // scored); checkBlockTableEntries recorded the entry.
-    Value* blockValid = nullptr;
-    if (config_.checkBounds) {
-      blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, noBlock),
-                            b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})), "block_valid");
-      physicalBlock32 = b_.select(blockValid, physicalBlock32, noBlock, "physical_block_checked");
-      tileMask = b_.andOp(tileMask, blockValid, "tile_mask_checked");
-    }
-    Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
-    Value* tokenInBlock = b_.cast(b_.rem(seqOffset, blockSizeN), I64, "token_in_block");
-    Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
-                               b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
+std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits,
+                                                  bool masked) {
+  const int G = groups();
+  // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
+  const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
+  const ScalarKind dt = config_.dtype;
+  const ScalarKind I64 = ScalarKind::I64;
+  auto loop = b_.beginFor(from, to, oneI32_, inits, "tile_idx", p_.loopNames);
+  Value* mOld = loop.iterArgs[0];
+  Value* lOld = loop.iterArgs[1];
 
-    // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
-    // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
-    Value* kTile = nullptr;
-    std::vector<Value*> kPieceTiles;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const std::string suffix = "_piece" + std::to_string(i);
-      const int64_t W = pieces[i].width;
-      Value* offset = b_.add(asColumn(pieceColumns[i], N), asRow(slotOffset, W), "k_offset" + suffix);
-      kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(kBase, {W, N}), offset), asRow(tileMask, W),
-                                    zeroKPieceTiles[i], "k_tile" + suffix));
-    }
-    if (pieces.empty()) {
-      Value* kOffset = b_.add(asColumn(offsD64, N), asRow(slotOffset, D), "k_offset");
-      Value* kMask = b_.andOp(dimMaskCol, asRow(tileMask, D), "k_mask");
-      kTile = b_.load(b_.addPtr(splatTo(kBase, {D, N}), kOffset), kMask, zeroKTile, "k_tile");
-    }
-    Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(offsDV64, N), "v_offset");
-    Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(dimMaskV, N), "v_mask");
-    Value* vTile = b_.load(b_.addPtr(splatTo(vBase, {N, DV}), vOffset), vMask, zeroVTile, "v_tile");
-    std::vector<Value*> kGroups;
-    for (size_t i = 0; i < kPieceTiles.size(); ++i)
-      kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
-    if (kTile) kGroups = dequantizedGroups(kTile, "k");
-    const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
-    std::vector<Value*> vGroups;
-    if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
-    Value* kRowScale = rowScales ? loadRowScales(kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
-    Value* vRowScale = rowScales ? loadRowScales(vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
+  Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, p_.tileSize), {N}), p_.offsN, "seq_offset");
+  Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(p_.maxSeqPrefixLen, {N}), "tile_mask");
+  if (p_.firstAllowedKey)
+    tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(p_.firstAllowedKey, {N})),
+                        "tile_mask_window");
+  Value* blockTableIdx =
+      b_.add(splatTo(p_.blockTableRow, {N}), b_.cast(b_.div(seqOffset, p_.blockSizeN), I64), "block_table_idx");
+  Value* physicalBlock32 =
+      b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, p_.noBlock, "physical_block_i32");
+  // Checked: keys of a block outside the cache are masked (never loaded, never
+  // scored); checkBlockTableEntries recorded the entry.
+  Value* blockValid = nullptr;
+  if (config_.checkBounds) {
+    blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, p_.noBlock),
+                          b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})), "block_valid");
+    physicalBlock32 = b_.select(blockValid, physicalBlock32, p_.noBlock, "physical_block_checked");
+    tileMask = b_.andOp(tileMask, blockValid, "tile_mask_checked");
+  }
+  Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
+  Value* tokenInBlock = b_.cast(b_.rem(seqOffset, p_.blockSizeN), I64, "token_in_block");
+  Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
+                             b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
 
-    // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
-    Value* qk = zeroScores;
-    const size_t qkOperands = qTiles.size();
-    for (size_t g = 0; g < qkOperands; ++g)
-      qk = b_.dot(qTiles[g], kGroups[g], qk, qkExtents, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
-    // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
-    if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
-    auto maskScores = [&](Value* unmasked, const std::string& name) {
-      if (!masked) return unmasked;
-      Value* keyPos2d = asRow(seqOffset, M);
-      Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, keyLimit2d, "key_visible");
-      if (keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, keyFloor2d), "key_in_window");
-      if (blockValid) visible = b_.andOp(visible, asRow(blockValid, M), "key_in_cache");
-      return b_.select(b_.andOp(rowMask2d, visible, "score_mask"), unmasked, negInfTile, name);
-    };
-    Value* scores = nullptr;
-    // The row maximum of the (masked) unscaled Q·K times a positive scale is the
-    // scaled scores' maximum exactly (rounding is monotonic). Taken that way the
-    // scaled scores only feed exp2's subtraction, where the multiply fuses (an
-    // FFMA): 32 multiplies fewer per thread and 32-key prefill tile.
-    Value* unscaledForMax = nullptr;
-    if (maskBeforeScale) {
-      unscaledForMax = maskScores(qk, "qk_masked");
-      scores = b_.mul(unscaledForMax, qkScaleTile, "s");
-    } else if (!masked && !capOutputScaleTile && !kScale_) {
-      unscaledForMax = qk;
-      scores = b_.mul(qk, qkScaleTile, "s");
-    } else {
-      Value* scaledScores = b_.mul(qk, qkScaleTile, "scaled_scores");
-      if (capOutputScaleTile)
-        scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), capOutputScaleTile, "capped_scores");
-      scores = maskScores(scaledScores, "s");
-    }
-    if (alibiSlope2d && alibiQueryPos) {
-      // sqrt-ALiBi: s -= slope·sqrt(p - j) for keys at or before the query (a key
-      // after it, visible only without causality, gets no bias), as vLLM.
-      Value* distance =
-          b_.max(b_.sub(asColumn(alibiQueryPos, N), asRow(seqOffset, M)), zeroDistance2d, "alibi_distance");
-      Value* root = b_.unary(Opcode::Sqrt, b_.cast(distance, ScalarKind::F32), "alibi_sqrt_distance");
-      scores = b_.sub(scores, b_.mul(alibiSlope2d, root), "s_alibi");
-    } else if (alibiSlope2d) {
-      Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(contextLen, {N})), ScalarKind::F32, "alibi_distance");
-      scores = b_.add(scores, b_.mul(alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
-    }
+  // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
+  // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
+  Value* kTile = nullptr;
+  std::vector<Value*> kPieceTiles;
+  for (size_t i = 0; i < p_.pieces.size(); ++i) {
+    const std::string suffix = "_piece" + std::to_string(i);
+    const int64_t W = p_.pieces[i].width;
+    Value* offset = b_.add(asColumn(p_.pieceColumns[i], N), asRow(slotOffset, W), "k_offset" + suffix);
+    kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(p_.kBase, {W, N}), offset), asRow(tileMask, W),
+                                  p_.zeroKPieceTiles[i], "k_tile" + suffix));
+  }
+  if (p_.pieces.empty()) {
+    Value* kOffset = b_.add(asColumn(p_.offsD64, N), asRow(slotOffset, D), "k_offset");
+    Value* kMask = b_.andOp(p_.dimMaskCol, asRow(tileMask, D), "k_mask");
+    kTile = b_.load(b_.addPtr(splatTo(p_.kBase, {D, N}), kOffset), kMask, p_.zeroKTile, "k_tile");
+  }
+  Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(p_.offsDV64, N), "v_offset");
+  Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(p_.dimMaskV, N), "v_mask");
+  Value* vTile = b_.load(b_.addPtr(splatTo(p_.vBase, {N, DV}), vOffset), vMask, p_.zeroVTile, "v_tile");
+  std::vector<Value*> kGroups;
+  for (size_t i = 0; i < kPieceTiles.size(); ++i)
+    kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
+  if (kTile) kGroups = dequantizedGroups(kTile, "k");
+  const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
+  std::vector<Value*> vGroups;
+  if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
+  Value* kRowScale = p_.rowScales ? loadRowScales(p_.kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
+  Value* vRowScale = p_.rowScales ? loadRowScales(p_.vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
 
-    // Lazy rescaling (as FlashAttention-4; `lazyRescale`): the running maximum m
-    // is a reference that moves only when a row's tile maximum passes it by more
-    // than kRescaleThreshold (log2 units). Until then exp2(s - m) <= 2^threshold
-    // (256: representable in bf16 and f16 P, far from overflow in the f32 sums),
-    // alpha is exactly 1, and the accumulator's rescale (mul {skip_ones}) is
-    // branched around: after a row's first tiles it almost never moves. l, acc
-    // and the LSE (m + log2 l) are exact in any reference. Elsewhere m is the
-    // running maximum.
-    Value* tileRowMax =
-        unscaledForMax && !alibiSlope2d
-            ? b_.mul(b_.reduce(Opcode::ReduceMax, unscaledForMax, 1, "qk_row_max"), qkScaleRow, "tile_row_max")
-            : b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max");
-    Value* mCandidate = nullptr;
-    if (lazyRescale) {
-      Value* mGrows = b_.cmp(CmpPredicate::Gt, tileRowMax, b_.add(mOld, rescaleThresholdRow), "m_grows");
-      mCandidate = b_.select(mGrows, tileRowMax, mOld, "m_candidate");
-    } else {
-      mCandidate = b_.max(mOld, tileRowMax, "m_candidate");
-    }
-    // A row that has seen only masked keys keeps -inf; use 0 so exp2 below gets
-    // -inf - 0 = -inf (weight 0) instead of -inf - (-inf) = NaN.
-    Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
-    Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
-    Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
-    Value* lNew = nullptr;
-    Value* lPartialNew = nullptr;
-    if (deferRowSum) {
-      lNew = b_.mul(lOld, alpha, "l_new");
-      lPartialNew = b_.add(b_.mul(loop.iterArgs[static_cast<size_t>(2 + G)], asColumn(alpha, N)), p, "l_partial_new");
-    } else {
-      lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
-    }
-    // P·V runs in the data type (tensor-core operands); f32 keeps P in f32. With
-    // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
-    // scaled instead (the denominator keeps the unscaled P).
-    Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
-    Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
-    // With one m-tile of rows (decode: the warps split every dot's columns) V
-    // is dequantized here, next to P·V: a quantized tile read straight into
-    // registers in its operand layout (LayoutAssignment's thread-major byte
-    // operands, which need that layout) is converted where the tile IR
-    // converts it, and converted at the top of the body its 64 or more
-    // registers stayed live through Q·Kᵀ and the softmax. Taller tiles keep
-    // it at the top (their V goes through shared memory, and read late there
-    // fp8 prefill took 179 -> 246 registers, not measured on the GPU).
-    if (!vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
-    std::vector<Value*> yields = {mNew, lNew};
-    std::vector<std::string> finalNames = {"m_final", "l_final"};
-    for (int g = 0; g < G; ++g) {
-      const std::string suffix = G == 1 ? "" : std::to_string(g);
-      Value* accScaled = lazyRescale ? b_.mulSkipOnes(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix)
-                                     : b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
-      yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, pvExtents, "acc_new" + suffix));
-      finalNames.push_back("acc_final" + suffix);
-    }
-    if (deferRowSum) {
-      yields.push_back(lPartialNew);
-      finalNames.push_back("l_partial_final");
-    }
-    return b_.endFor(yields, finalNames);
+  // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
+  Value* qk = p_.zeroScores;
+  const size_t qkOperands = p_.qTiles.size();
+  for (size_t g = 0; g < qkOperands; ++g)
+    qk = b_.dot(p_.qTiles[g], kGroups[g], qk, p_.qkExtents, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
+  // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
+  if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
+  auto maskScores = [&](Value* unmasked, const std::string& name) {
+    if (!masked) return unmasked;
+    Value* keyPos2d = asRow(seqOffset, M);
+    Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, p_.keyLimit2d, "key_visible");
+    if (p_.keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, p_.keyFloor2d), "key_in_window");
+    if (blockValid) visible = b_.andOp(visible, asRow(blockValid, M), "key_in_cache");
+    return b_.select(b_.andOp(p_.rowMask2d, visible, "score_mask"), unmasked, p_.negInfTile, name);
   };
+  Value* scores = nullptr;
+  // The row maximum of the (masked) unscaled Q·K times a positive scale is the
+  // scaled scores' maximum exactly (rounding is monotonic). Taken that way the
+  // scaled scores only feed exp2's subtraction, where the multiply fuses (an
+  // FFMA): 32 multiplies fewer per thread and 32-key prefill tile.
+  Value* unscaledForMax = nullptr;
+  if (p_.maskBeforeScale) {
+    unscaledForMax = maskScores(qk, "qk_masked");
+    scores = b_.mul(unscaledForMax, p_.qkScaleTile, "s");
+  } else if (!masked && !p_.capOutputScaleTile && !kScale_) {
+    unscaledForMax = qk;
+    scores = b_.mul(qk, p_.qkScaleTile, "s");
+  } else {
+    Value* scaledScores = b_.mul(qk, p_.qkScaleTile, "scaled_scores");
+    if (p_.capOutputScaleTile)
+      scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), p_.capOutputScaleTile, "capped_scores");
+    scores = maskScores(scaledScores, "s");
+  }
+  if (p_.alibiSlope2d && p_.alibiQueryPos) {
+    // sqrt-ALiBi: s -= slope·sqrt(p - j) for keys at or before the query (a key
+    // after it, visible only without causality, gets no bias), as vLLM.
+    Value* distance =
+        b_.max(b_.sub(asColumn(p_.alibiQueryPos, N), asRow(seqOffset, M)), p_.zeroDistance2d, "alibi_distance");
+    Value* root = b_.unary(Opcode::Sqrt, b_.cast(distance, ScalarKind::F32), "alibi_sqrt_distance");
+    scores = b_.sub(scores, b_.mul(p_.alibiSlope2d, root), "s_alibi");
+  } else if (p_.alibiSlope2d) {
+    Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(p_.contextLen, {N})), ScalarKind::F32, "alibi_distance");
+    scores = b_.add(scores, b_.mul(p_.alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
+  }
+
+  // Lazy rescaling (as FlashAttention-4; `lazyRescale`): the running maximum m
+  // is a reference that moves only when a row's tile maximum passes it by more
+  // than kRescaleThreshold (log2 units). Until then exp2(s - m) <= 2^threshold
+  // (256: representable in bf16 and f16 P, far from overflow in the f32 sums),
+  // alpha is exactly 1, and the accumulator's rescale (mul {skip_ones}) is
+  // branched around: after a row's first tiles it almost never moves. l, acc
+  // and the LSE (m + log2 l) are exact in any reference. Elsewhere m is the
+  // running maximum.
+  Value* tileRowMax =
+      unscaledForMax && !p_.alibiSlope2d
+          ? b_.mul(b_.reduce(Opcode::ReduceMax, unscaledForMax, 1, "qk_row_max"), p_.qkScaleRow, "tile_row_max")
+          : b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max");
+  Value* mCandidate = nullptr;
+  if (p_.lazyRescale) {
+    Value* mGrows = b_.cmp(CmpPredicate::Gt, tileRowMax, b_.add(mOld, p_.rescaleThresholdRow), "m_grows");
+    mCandidate = b_.select(mGrows, tileRowMax, mOld, "m_candidate");
+  } else {
+    mCandidate = b_.max(mOld, tileRowMax, "m_candidate");
+  }
+  // A row that has seen only masked keys keeps -inf; use 0 so exp2 below gets
+  // -inf - 0 = -inf (weight 0) instead of -inf - (-inf) = NaN.
+  Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, p_.negInfRow), mCandidate, p_.zeroRow, "m_new");
+  Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
+  Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
+  Value* lNew = nullptr;
+  Value* lPartialNew = nullptr;
+  if (p_.deferRowSum) {
+    lNew = b_.mul(lOld, alpha, "l_new");
+    lPartialNew = b_.add(b_.mul(loop.iterArgs[static_cast<size_t>(2 + G)], asColumn(alpha, N)), p, "l_partial_new");
+  } else {
+    lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
+  }
+  // P·V runs in the data type (tensor-core operands); f32 keeps P in f32. With
+  // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
+  // scaled instead (the denominator keeps the unscaled P).
+  Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
+  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
+  // With one m-tile of rows (decode: the warps split every dot's columns) V
+  // is dequantized here, next to P·V: a quantized tile read straight into
+  // registers in its operand layout (LayoutAssignment's thread-major byte
+  // operands, which need that layout) is converted where the tile IR
+  // converts it, and converted at the top of the body its 64 or more
+  // registers would stay live through Q·Kᵀ and the softmax. Taller tiles keep
+  // it at the top: their V goes through shared memory, and read late there it
+  // costs fp8 prefill about 70 more registers per thread.
+  if (!vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
+  std::vector<Value*> yields = {mNew, lNew};
+  std::vector<std::string> finalNames = {"m_final", "l_final"};
+  for (int g = 0; g < G; ++g) {
+    const std::string suffix = G == 1 ? "" : std::to_string(g);
+    Value* accScaled = p_.lazyRescale ? b_.mulSkipOnes(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix)
+                                   : b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
+    yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, p_.pvExtents, "acc_new" + suffix));
+    finalNames.push_back("acc_final" + suffix);
+  }
+  if (p_.deferRowSum) {
+    yields.push_back(lPartialNew);
+    finalNames.push_back("l_partial_final");
+  }
+  return b_.endFor(yields, finalNames);
+}
+
+std::vector<Value*> AttentionBuilder::buildKvLoops() {
   // Prefill tiles: the tiles before the first row's own key (causal), or before
   // the sequence's last tile, hold only keys every row sees, so a first loop
   // over them skips the mask; a second, masked loop takes the rest. Rows past
   // the query length or the heads compute on zero Q there and are never stored.
-  // The second loop doubles the IR and so LLVM's time (causal prefill: 62 ms to
-  // compile, 44 with one loop), but one loop costs the kernel more (H200, 8 x
-  // 2048, 32/8 heads, D=128, session 12): masking every tile 1.29 ms causal and
-  // 2.26 non-causal against 1.10 / 2.07, masking under a branch uniform across
-  // the program 1.35 / 2.42 (ptxas spills 4-8 times as much), DiffKV 192/128
-  // 1.86 / 1.82 against 1.70.
+  // The second loop doubles the IR and so LLVM's time, but one loop costs the
+  // kernel more: masking every tile, or masking under a branch uniform across
+  // the program (which makes ptxas spill), ran 9-17% slower on prefill
+  // (docs/perf-log.md, 2026-11-30).
   const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 && !config_.checkBounds &&
                                 !config_.splitKv;
   std::vector<Value*> results;
   if (splitMaskedTiles) {
-    Value* seenByAll = seqLen;
-    if (mayBeCausal) {
-      Value* firstRowLimit = b_.add(b_.add(contextLen, qBlockFirstPos), oneI32_, "first_row_key_limit");
-      seenByAll = seqCausal ? b_.select(seqCausal, firstRowLimit, seqLen, "keys_seen_by_all_flagged") : firstRowLimit;
+    Value* seenByAll = p_.seqLen;
+    if (p_.mayBeCausal) {
+      Value* firstRowLimit = b_.add(b_.add(p_.contextLen, p_.qBlockFirstPos), oneI32_, "first_row_key_limit");
+      seenByAll =
+          p_.seqCausal ? b_.select(p_.seqCausal, firstRowLimit, p_.seqLen, "keys_seen_by_all_flagged") : firstRowLimit;
     }
-    Value* fullTiles = b_.min(b_.max(b_.div(seenByAll, tileSize), tileStart), tileEnd, "unmasked_tile_end");
-    results = kvLoop(fullTiles, tileEnd, kvLoop(tileStart, fullTiles, loopInits, false), true);
+    Value* fullTiles = b_.min(b_.max(b_.div(seenByAll, p_.tileSize), p_.tileStart), p_.tileEnd, "unmasked_tile_end");
+    results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(p_.tileStart, fullTiles, p_.loopInits, false), true);
   } else {
-    results = kvLoop(tileStart, tileEnd, loopInits, true);
+    results = buildKvLoop(p_.tileStart, p_.tileEnd, p_.loopInits, true);
   }
-  Value* mFinal = results[0];
-  Value* lFinal = deferRowSum ? b_.add(results[1], b_.reduce(Opcode::ReduceSum, results[static_cast<size_t>(2 + G)], 1),
-                                       "l_final_sum")
-                              : results[1];
+  return results;
+}
 
-  if (config_.splitKv) {
-    // ---- Split-KV: this segment's unnormalized output, its maximum and sum. ----
-    // Scratch rows are (token, query head, segment): index (token·Hq + head)·num_segments
-    // + segment, times HEAD_SIZE_PADDED (Dv's, DiffKV) for the output. A row that saw no key (an
-    // empty segment, or only masked keys) reports maximum -inf: weight 0 in the
-    // reduction, whatever its running maximum was.
-    Value* numQueryHeads64 = b_.i64(c_.numQueryHeads);
-    Value* segmentRow = b_.add(
-        b_.mul(b_.add(b_.mul(queryToken64, splatTo(numQueryHeads64, {M})), queryHead64),
-               splatTo(b_.cast(numSegments_, I64), {M})),
-        splatTo(b_.cast(segmentIdx, I64), {M}), "segment_row");
-    Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.valueHeadSizePadded), {M}), "segment_output_row");
-    for (int g = 0; g < G; ++g) {
-      Value* offset = b_.add(asColumn(segmentOutputRow, DV), asRow(valueGroupColumns[g], M));
-      Value* partial = results[2 + g];
-      if (vScaleValue) partial = b_.mul(partial, splatTo(vScaleValue, {M, DV}), "segment_v_scaled");
-      b_.store(b_.addPtr(splatTo(segmOutput_, {M, DV}), offset, "segm_output_ptrs"), partial, oMask);
-    }
-    Value* sawKeys = b_.cmp(CmpPredicate::Gt, lFinal, zeroRow, "segment_saw_keys");
-    b_.store(b_.addPtr(splatTo(segmMax_, {M}), segmentRow), b_.select(sawKeys, mFinal, negInfRow, "segment_max"),
-             rowMask);
-    b_.store(b_.addPtr(splatTo(segmExpsum_, {M}), segmentRow), lFinal, rowMask);
-    return;
+void AttentionBuilder::storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal) {
+  const int G = groups();
+  // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
+  const int64_t M = c_.blockM, DV = c_.valueHeadSizePadded / G;
+  const ScalarKind I64 = ScalarKind::I64;
+  // ---- Split-KV: this segment's unnormalized output, its maximum and sum. ----
+  // Scratch rows are (token, query head, segment): index (token·Hq + head)·num_segments
+  // + segment, times HEAD_SIZE_PADDED (Dv's, DiffKV) for the output. A row that saw no key (an
+  // empty segment, or only masked keys) reports maximum -inf: weight 0 in the
+  // reduction, whatever its running maximum was.
+  Value* numQueryHeads64 = b_.i64(c_.numQueryHeads);
+  Value* segmentRow = b_.add(
+      b_.mul(b_.add(b_.mul(p_.queryToken64, splatTo(numQueryHeads64, {M})), p_.queryHead64),
+             splatTo(b_.cast(numSegments_, I64), {M})),
+      splatTo(b_.cast(p_.segmentIdx, I64), {M}), "segment_row");
+  Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.valueHeadSizePadded), {M}), "segment_output_row");
+  for (int g = 0; g < G; ++g) {
+    Value* offset = b_.add(asColumn(segmentOutputRow, DV), asRow(p_.valueGroupColumns[g], M));
+    Value* partial = results[2 + g];
+    if (p_.vScaleValue) partial = b_.mul(partial, splatTo(p_.vScaleValue, {M, DV}), "segment_v_scaled");
+    b_.store(b_.addPtr(splatTo(segmOutput_, {M, DV}), offset, "segm_output_ptrs"), partial, p_.oMask);
   }
+  Value* sawKeys = b_.cmp(CmpPredicate::Gt, lFinal, p_.zeroRow, "segment_saw_keys");
+  b_.store(b_.addPtr(splatTo(segmMax_, {M}), segmentRow), b_.select(sawKeys, mFinal, p_.negInfRow, "segment_max"),
+           p_.rowMask);
+  b_.store(b_.addPtr(splatTo(segmExpsum_, {M}), segmentRow), lFinal, p_.rowMask);
+}
 
+void AttentionBuilder::normalizeAndStore(const std::vector<Value*>& results, Value* mFinal, Value* lFinal) {
+  const int G = groups();
+  // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
+  const int64_t M = c_.blockM, DV = c_.valueHeadSizePadded / G;
+  const ScalarKind dt = config_.dtype;
   // ---- Normalize and store. ----
-  Value* oRowOffset = b_.add(b_.mul(queryToken64, splatTo(oStrideToken_, {M})),
-                             b_.mul(queryHead64, splatTo(oStrideHead_, {M})), "o_row_offset");
+  Value* oRowOffset = b_.add(b_.mul(p_.queryToken64, splatTo(oStrideToken_, {M})),
+                             b_.mul(p_.queryHead64, splatTo(oStrideHead_, {M})), "o_row_offset");
   // One division per row, then a multiply per element: a rounded f32 division
   // is a dozen SASS instructions (a refined reciprocal, a range check, a called
-  // slow path), and prefill's 128 per thread were a third of its code (5080 ->
-  // 3376 SASS instructions). A per-tensor v_scale joins the row factor.
+  // slow path), and one per element made up a third of prefill's code. A
+  // per-tensor v_scale joins the row factor.
   // fp8 output divides by output_scale: its reciprocal joins the row factor too,
   // and the cast saturates (vLLM clamps to ±448, then converts).
-  Value* outputFactor = vScaleValue;
+  Value* outputFactor = p_.vScaleValue;
   if (outputScale_) {
     Value* inverse = b_.div(b_.f32(1.0), b_.load(outputScale_, nullptr, nullptr, "output_scale_value"),
                             "inv_output_scale");
-    outputFactor = vScaleValue ? b_.mul(vScaleValue, inverse, "v_scale_over_output_scale") : inverse;
+    outputFactor = p_.vScaleValue ? b_.mul(p_.vScaleValue, inverse, "v_scale_over_output_scale") : inverse;
   }
   Value* rowNumerator = outputFactor ? splatTo(outputFactor, {M}) : b_.constFloat(1.0, Type::tile({M}, f32()));
   Value* normalizer = asColumn(b_.div(rowNumerator, lFinal, outputFactor ? "out_row_factor" : "inv_l"), DV);
@@ -972,16 +1009,16 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
     const std::string suffix = G == 1 ? "" : std::to_string(g);
     Value* normalized = b_.mul(results[2 + g], normalizer, "out_f32" + suffix);
     Value* outTile = outKind == ScalarKind::F32 ? normalized : b_.cast(normalized, outKind, "out_tile" + suffix);
-    Value* oOffset = b_.add(asColumn(oRowOffset, DV), asRow(valueGroupColumns[g], M), "o_offset" + suffix);
-    b_.store(b_.addPtr(splatTo(out_, {M, DV}), oOffset, "o_ptrs" + suffix), outTile, oMask);
+    Value* oOffset = b_.add(asColumn(oRowOffset, DV), asRow(p_.valueGroupColumns[g], M), "o_offset" + suffix);
+    b_.store(b_.addPtr(splatTo(out_, {M, DV}), oOffset, "o_ptrs" + suffix), outTile, p_.oMask);
   }
   if (lse_) {
     // Natural-log LSE of each row: (M + log2 L)·ln 2 (M is in log2 units), the
     // layout merge_attn_states reads: lse[head · lse_stride_head + token].
     Value* lseLog2 = b_.add(mFinal, b_.unary(Opcode::Log2, lFinal), "lse_log2");
     Value* lseValue = b_.mul(lseLog2, splatTo(b_.f32(std::numbers::ln2), {M}), "lse");
-    Value* lseOffset = b_.add(b_.mul(queryHead64, splatTo(lseStrideHead_, {M})), queryToken64, "lse_offset");
-    b_.store(b_.addPtr(splatTo(lse_, {M}), lseOffset, "lse_ptrs"), lseValue, rowMask);
+    Value* lseOffset = b_.add(b_.mul(p_.queryHead64, splatTo(lseStrideHead_, {M})), p_.queryToken64, "lse_offset");
+    b_.store(b_.addPtr(splatTo(lse_, {M}), lseOffset, "lse_ptrs"), lseValue, p_.rowMask);
   }
 }
 
@@ -1023,8 +1060,8 @@ int UnifiedAttentionConfig::kvStrideDivisibility() const {
 std::string UnifiedAttentionConfig::kernelName() const {
   std::string name = std::string("unified_attention_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
                      "kv" + std::to_string(numKvHeads) + "_d" + std::to_string(headSize) +
-                     (differentValueHeadSize() ? "v" + std::to_string(effectiveValueHeadSize()) : std::string()) + "_bs" +
-                     std::to_string(blockSize) + (causal ? "_causal" : "_noncausal");
+                     (differentValueHeadSize() ? "v" + std::to_string(effectiveValueHeadSize()) : std::string()) +
+                     "_bs" + std::to_string(blockSize) + (causal ? "_causal" : "_noncausal");
   // Score modifiers change the kernel's meaning: each on one is part of the name.
   if (slidingWindow != 0) name += "_sw" + std::to_string(slidingWindow);
   if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
@@ -1116,9 +1153,8 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower
   // copy layouts, it loads them again in each layout (at most 4 per thread),
   // which a carried value cannot do: there the carried row would cost 4 more
-  // barriers per tile. H200, B=64 ctx 4096: fp8 per-tensor 0.157 -> 0.152 ms,
-  // fp8 / int8 per-token-head 0.231 -> 0.226 / 0.251 -> 0.250 (docs/perf-log.md,
-  // session 15).
+  // barriers per tile. 1-3% on 128-key quantized decode (docs/perf-log.md,
+  // 2026-12-01).
   if (config.numStages >= 2 && constants.tileSize >= 128 && !constants.prefillTiles() &&
       config.kvCacheFormat != KvCacheFormat::Int4PerTokenHead)
     ir::setKernelAttribute(*kernel, ir::KernelAttribute::PrefetchIndices, 1);
