@@ -186,7 +186,8 @@ support::Expected<Jit> Jit::create(const JitOptions& options) {
   auto state = std::make_shared<State>();
   state->options = options;
   if (options.device < 0)
-    return support::Diagnostic{{}, "attnjit::Jit: device " + std::to_string(options.device) + " is not a device ordinal"};
+    return support::Diagnostic{{},
+                               "attnjit::Jit: device " + std::to_string(options.device) + " is not a device ordinal"};
   if (!options.target.empty()) {
     auto target = codegen::lookupTarget(options.target);
     if (!target) return support::Diagnostic{{}, "attnjit::Jit: " + target.diagnostic().message};
@@ -196,8 +197,9 @@ support::Expected<Jit> Jit::create(const JitOptions& options) {
     auto count = runtime::deviceCount();
     if (!count) return count.status();
     if (options.device >= *count)
-      return support::Diagnostic{{}, "attnjit::Jit: device " + std::to_string(options.device) + " does not exist (the driver sees " +
-                                std::to_string(*count) + " device(s))"};
+      return support::Diagnostic{{},
+                                 "attnjit::Jit: device " + std::to_string(options.device) +
+                                     " does not exist (the driver sees " + std::to_string(*count) + " device(s))"};
     if (state->target.empty()) {
       auto target = compiler::deviceTarget(options.device);
       if (!target) return target.status();
@@ -292,7 +294,9 @@ support::Status checkOpDevice(int device) {
 support::Status Jit::validatePagedAttention(const PagedAttentionParams& params) const {
   return ops::validatePagedAttention(params);
 }
-support::Status Jit::validateCacheWrite(const CacheWriteParams& params) const { return ops::validateCacheWrite(params); }
+support::Status Jit::validateCacheWrite(const CacheWriteParams& params) const {
+  return ops::validateCacheWrite(params);
+}
 support::Status Jit::validateMergeAttnStates(const MergeAttnStatesParams& params) const {
   return ops::validateMergeAttnStates(params);
 }

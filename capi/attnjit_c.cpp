@@ -152,7 +152,8 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->headSize = c.head_size;
   p->blockSize = c.block_size;
   p->causal = c.causal != 0;
-  if (attnjit_status s = toCacheFormat(function, enumValue(c.kv_cache_format), &p->kvCacheFormat); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.kv_cache_format), &p->kvCacheFormat); s != ATTNJIT_OK)
+    return s;
   p->slidingWindow = c.sliding_window;
   p->softcap = c.softcap;
   p->batchInvariant = c.batch_invariant != 0;
@@ -299,7 +300,8 @@ attnjit_status toSplitRule(const char* function, int rule, attnjit::MlaSplitRule
 
 attnjit_status toParams(const char* function, const attnjit_mla_decode_params& c, attnjit::MlaDecodeParams* p) {
   if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
-  if (attnjit_status s = toCacheFormat(function, enumValue(c.kv_cache_format), &p->kvCacheFormat); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.kv_cache_format), &p->kvCacheFormat); s != ATTNJIT_OK)
+    return s;
   if (attnjit_status s = toSplitRule(function, enumValue(c.split_rule), &p->splitRule); s != ATTNJIT_OK) return s;
   p->kvLoraRank = c.kv_lora_rank;
   p->ropeDim = c.rope_dim;
@@ -532,7 +534,8 @@ attnjit_status attnjit_kernel_launch(attnjit_kernel* kernel, attnjit_dim3 grid, 
       }
     }
     const attnjit::GridDim dims{grid.x, grid.y, grid.z};
-    if (support::Status s = kernel->kernel.checkLaunch(dims, arguments); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
+    if (support::Status s = kernel->kernel.checkLaunch(dims, arguments); !s)
+      return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
     if (support::Status s = kernel->kernel.launch(dims, arguments, stream); !s) return gpuFailure(s);
     return succeed();
   });

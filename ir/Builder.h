@@ -94,7 +94,8 @@ class Builder {
   // yields elseValues and returns the results).
   void beginIf(Value* cond, std::vector<Type> resultTypes = {});
   void beginElse(const std::vector<Value*>& thenValues = {});
-  std::vector<Value*> endIf(const std::vector<Value*>& elseValues = {}, const std::vector<std::string>& resultNames = {});
+  std::vector<Value*> endIf(const std::vector<Value*>& elseValues = {},
+                            const std::vector<std::string>& resultNames = {});
   // Ends the kernel body with `return` and verifies the whole kernel.
   support::Status finish();
 

@@ -154,7 +154,8 @@ support::Status interpretFor(ProgramContext& ctx, const CompiledOp& op) {
   }
   constexpr uint64_t kMaxTripCount = uint64_t{1} << 31;
   if (tripCount > kMaxTripCount)
-    return ctx.error(op, "loop of " + std::to_string(tripCount) + " iterations exceeds the interpreter's limit of 2^31");
+    return ctx.error(op,
+                     "loop of " + std::to_string(tripCount) + " iterations exceeds the interpreter's limit of 2^31");
 
   const CompiledBlock& body = ctx.block(op.regions.at(0));
   const CompiledOp& yield = body.ops.back();

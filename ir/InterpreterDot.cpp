@@ -125,7 +125,8 @@ support::Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
   const AttrValue* precision = op.op->attrs().find("input_precision");
   const auto* precisionName = precision ? std::get_if<std::string>(precision) : nullptr;
   const bool tf32 = precisionName && *precisionName == "tf32";
-  const bool exactProducts = productExactInFloat(aType.scalarKind(), tf32) && productExactInFloat(bType.scalarKind(), tf32);
+  const bool exactProducts =
+      productExactInFloat(aType.scalarKind(), tf32) && productExactInFloat(bType.scalarKind(), tf32);
   // Scratch kept across calls: dots run in loops, and the buffers' sizes repeat.
   thread_local std::vector<float> aFloats, bFloats, row;
   toFloats(a.floats, tf32 && aType.scalarKind() == ScalarKind::F32, aFloats);

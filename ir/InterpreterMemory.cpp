@@ -130,13 +130,15 @@ class ElementAccess {
   IntWrapper wrap_;
 };
 
-support::Status misalignedAccess(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
+support::Status misalignedAccess(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address,
+                                 ScalarKind kind) {
   return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
                            " is misaligned (the GPU needs " + std::to_string(storageBits(kind) / 8) +
                            "-byte alignment): " + ctx.memory().describe(address));
 }
 
-support::Status outOfBounds(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address, ScalarKind kind) {
+support::Status outOfBounds(ProgramContext& ctx, const CompiledOp& op, size_t element, uint64_t address,
+                            ScalarKind kind) {
   const uint64_t byteAddress = addressesNibbles(kind) ? address >> 1 : address;
   return ctx.error(op, std::string("element ") + std::to_string(element) + " of " + scalarName(kind) +
                            " is out of bounds: " + ctx.memory().describe(byteAddress));

@@ -23,7 +23,8 @@ support::Status fillConstant(ProgramContext& ctx, const CompiledOp& op, const st
   const int64_t* integer = std::get_if<int64_t>(&number);
   switch (elementClass(type)) {
     case ElementClass::Float:
-      out.floats.assign(count, integer ? intToFloatKind(*integer, kind) : roundToFloatKind(std::get<double>(number), kind));
+      out.floats.assign(count,
+                        integer ? intToFloatKind(*integer, kind) : roundToFloatKind(std::get<double>(number), kind));
       return support::Status::ok();
     case ElementClass::Int:
       out.ints.assign(count, integer ? wrapInt(*integer, kind) : floatToInt(std::get<double>(number), kind));

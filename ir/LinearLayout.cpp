@@ -61,11 +61,13 @@ void addRepetitions(LinearLayout& ll, const std::vector<int64_t>& tile, const st
 
 support::Status checkPow2List(const std::vector<int64_t>& v, size_t rank, const char* what, const Layout& enc) {
   if (v.size() != rank)
-    return support::Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' has " + std::to_string(v.size()) +
-                                 " entries for a rank-" + std::to_string(rank) + " tile");
+    return support::Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' has " +
+                                          std::to_string(v.size()) + " entries for a rank-" + std::to_string(rank) +
+                                          " tile");
   for (int64_t x : v)
     if (!isPowerOfTwo(x))
-      return support::Status::error({}, std::string("layout ") + enc.str() + ": '" + what + "' entries must be powers of two");
+      return support::Status::error(
+          {}, std::string("layout ") + enc.str() + ": '" + what + "' entries must be powers of two");
   return support::Status::ok();
 }
 
@@ -80,7 +82,8 @@ support::Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vect
   for (auto [list, name] : {std::pair{&enc.sizePerThread, "spt"}, std::pair{&enc.threadsPerWarp, "tpw"},
                             std::pair{&enc.warpsPerCta, "wpc"}})
     if (support::Status s = checkPow2List(*list, rank, name, enc); !s) return s;
-  if (enc.order.size() != rank) return support::Diagnostic{{}, "layout " + enc.str() + ": 'order' must list every dimension"};
+  if (enc.order.size() != rank)
+    return support::Diagnostic{{}, "layout " + enc.str() + ": 'order' must list every dimension"};
   std::vector<bool> seen(rank, false);
   for (int64_t d : enc.order) {
     if (d < 0 || d >= static_cast<int64_t>(rank) || seen[d])
@@ -90,7 +93,8 @@ support::Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vect
   if (product(enc.threadsPerWarp) != 32)
     return support::Diagnostic{{}, "layout " + enc.str() + ": 'tpw' must multiply to 32 lanes"};
   if (product(enc.warpsPerCta) != numWarps)
-    return support::Diagnostic{{}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
+    return support::Diagnostic{
+        {}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
 
   LinearLayout ll;
   ll.shape = shape;
@@ -117,10 +121,12 @@ support::Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vect
 support::Expected<LinearLayout> mmaLayout(const Layout& enc, const std::vector<int64_t>& shape, int numWarps) {
   if (shape.size() != 2) return support::Diagnostic{{}, "layout " + enc.str() + " needs a rank-2 tile"};
   if (enc.version != 2)
-    return support::Diagnostic{{}, "layout " + enc.str() + ": only mma version 2 (mma.sync) has a distributed form so far"};
+    return support::Diagnostic{{},
+                               "layout " + enc.str() + ": only mma version 2 (mma.sync) has a distributed form so far"};
   if (support::Status s = checkPow2List(enc.warpsPerCta, 2, "wpc", enc); !s) return s;
   if (product(enc.warpsPerCta) != numWarps)
-    return support::Diagnostic{{}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
+    return support::Diagnostic{
+        {}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
   int64_t wm = enc.warpsPerCta[0], wn = enc.warpsPerCta[1];
   LinearLayout ll;
   ll.shape = shape;
@@ -138,7 +144,8 @@ support::Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::v
   if (enc.parent && enc.parent->kind == LayoutKind::Blocked) {
     // FMA path: each thread holds the whole K extent of the rows (A) or columns
     // (B) of the result elements it computes.
-    if (enc.opIdx != 0 && enc.opIdx != 1) return support::Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 or 1"};
+    if (enc.opIdx != 0 && enc.opIdx != 1)
+      return support::Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 or 1"};
     int keep = enc.opIdx == 0 ? 0 : 1;  // the result dimension this operand shares
     std::vector<int64_t> parentShape = {1, 1};
     parentShape[keep] = shape[keep];
@@ -232,8 +239,8 @@ LayoutRef withoutThreadMajor(const Layout& encoding) {
 
 // The renumberings thread_major asks of a layout of `encoding` and `shape`
 // (none for other layouts, or an error naming the layout).
-support::Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encoding, const std::vector<int64_t>& shape,
-                                                           int numWarps) {
+support::Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout& encoding,
+                                                                    const std::vector<int64_t>& shape, int numWarps) {
   std::vector<Renumbering> out;
   const bool mma = encoding.kind == LayoutKind::Mma;
   const bool operand = encoding.kind == LayoutKind::DotOperand;
@@ -243,7 +250,8 @@ support::Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout
   if (!renumbersN && !renumbersK) return out;
   const Layout& mmaEncoding = mma ? encoding : *encoding.parent;
   if (mmaEncoding.kind != LayoutKind::Mma || mmaEncoding.version != 2 || shape.size() != 2)
-    return support::Diagnostic{{}, "layout " + encoding.str() + ": thread_major applies to mma version 2 layouts and their operands"};
+    return support::Diagnostic{
+        {}, "layout " + encoding.str() + ": thread_major applies to mma version 2 layouts and their operands"};
   Layout b;
   b.kind = LayoutKind::DotOperand;
   b.opIdx = 1;
@@ -394,13 +402,16 @@ std::vector<int64_t> LinearLayout::registerSourceMap(const LinearLayout& source,
   return map;
 }
 
-support::Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape, int numWarps) {
-  if (shape.empty() || shape.size() > 3) return support::Diagnostic{{}, "a distributed layout needs a tile of rank 1..3"};
+support::Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std::vector<int64_t>& shape,
+                                               int numWarps) {
+  if (shape.empty() || shape.size() > 3)
+    return support::Diagnostic{{}, "a distributed layout needs a tile of rank 1..3"};
   for (int64_t s : shape)
     if (!isPowerOfTwo(s))
       return support::Diagnostic{{}, "codegen needs power-of-two tile extents; got " + std::to_string(s) +
                                 " (pad the tile and mask the extra elements)"};
-  if (!isPowerOfTwo(numWarps) || numWarps > 32) return support::Diagnostic{{}, "num_warps must be a power of two up to 32"};
+  if (!isPowerOfTwo(numWarps) || numWarps > 32)
+    return support::Diagnostic{{}, "num_warps must be a power of two up to 32"};
   auto renumberings = threadMajorRenumberings(encoding, shape, numWarps);
   if (!renumberings) return renumberings.status();
   if (!renumberings->empty()) {

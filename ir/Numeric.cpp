@@ -91,7 +91,8 @@ uint32_t encodeWithFormat(double x, const FloatFormat& format) {
   std::frexp(magnitude, &frexpExponent);
   const int exponent = frexpExponent - 1;
   if (exponent < format.minNormalExponent()) {
-    const auto mantissa = static_cast<uint32_t>(std::ldexp(magnitude, format.mantissaBits - format.minNormalExponent()));
+    const auto mantissa =
+        static_cast<uint32_t>(std::ldexp(magnitude, format.mantissaBits - format.minNormalExponent()));
     return sign | mantissa;
   }
   const auto biased = static_cast<uint32_t>(exponent + format.bias);
@@ -133,7 +134,8 @@ double roundFloatToBF16(float x) {
 template <size_t N>
 std::vector<float> decodingTable(const FloatFormat& format) {
   std::vector<float> table(N);
-  for (size_t bits = 0; bits < N; ++bits) table[bits] = static_cast<float>(decodeWithFormat(static_cast<uint32_t>(bits), format));
+  for (size_t bits = 0; bits < N; ++bits)
+    table[bits] = static_cast<float>(decodeWithFormat(static_cast<uint32_t>(bits), format));
   return table;
 }
 

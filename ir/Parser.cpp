@@ -100,8 +100,10 @@ class Parser {
   bool parseInt(const Token& t, int64_t& out) {
     const char* begin = t.text.data();
     auto [ptr, ec] = std::from_chars(begin, begin + t.text.size(), out);
-    if (ec == std::errc::result_out_of_range) return fail(t, "integer literal " + describeToken(t) + " does not fit in 64 bits");
-    if (ec != std::errc() || ptr != begin + t.text.size()) return fail(t, "invalid integer literal " + describeToken(t));
+    if (ec == std::errc::result_out_of_range)
+      return fail(t, "integer literal " + describeToken(t) + " does not fit in 64 bits");
+    if (ec != std::errc() || ptr != begin + t.text.size())
+      return fail(t, "invalid integer literal " + describeToken(t));
     return true;
   }
 
@@ -268,19 +270,25 @@ class Parser {
     using F = LayoutField::Kind;
     static const Spec kSpecs[] = {
         {"blocked", LayoutKind::Blocked, {{"spt", F::List}, {"tpw", F::List}, {"wpc", F::List}, {"order", F::List}}},
-        {"mma", LayoutKind::Mma, {{"version", F::Int}, {"wpc", F::List}, {"instr", F::List}, {"thread_major", F::Int}},
+        {"mma",
+         LayoutKind::Mma,
+         {{"version", F::Int}, {"wpc", F::List}, {"instr", F::List}, {"thread_major", F::Int}},
          "thread_major"},
-        {"dot_op", LayoutKind::DotOperand,
+        {"dot_op",
+         LayoutKind::DotOperand,
          {{"idx", F::Int}, {"k_width", F::Int}, {"thread_major", F::Int}, {"parent", F::Layout}},
          "thread_major"},
         {"slice", LayoutKind::Slice, {{"dim", F::Int}, {"parent", F::Layout}}},
-        {"shared", LayoutKind::Shared, {{"vec", F::Int}, {"per_phase", F::Int}, {"max_phase", F::Int}, {"order", F::List}}},
+        {"shared",
+         LayoutKind::Shared,
+         {{"vec", F::Int}, {"per_phase", F::Int}, {"max_phase", F::Int}, {"order", F::List}}},
     };
     const Spec* spec = nullptr;
     for (const Spec& s : kSpecs)
       if (nameTok.text == s.name) spec = &s;
     if (!spec)
-      return fail(nameTok, "unknown layout '#" + nameTok.text + "' (expected #blocked, #mma, #dot_op, #slice or #shared)");
+      return fail(nameTok,
+                  "unknown layout '#" + nameTok.text + "' (expected #blocked, #mma, #dot_op, #slice or #shared)");
     advance();
     if (!expect(TokenKind::Less, "'<' after '#" + nameTok.text + "'")) return false;
 
@@ -300,7 +308,8 @@ class Parser {
       field.kind = fieldSpec->second;
       switch (field.kind) {
         case F::Int:
-          if (!is(TokenKind::Integer)) return fail(tok_, "expected integer for '" + keyTok.text + "', got " + describeToken(tok_));
+          if (!is(TokenKind::Integer))
+            return fail(tok_, "expected integer for '" + keyTok.text + "', got " + describeToken(tok_));
           if (!parseInt(tok_, field.intValue)) return false;
           advance();
           break;

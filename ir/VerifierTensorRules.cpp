@@ -74,7 +74,8 @@ support::Status verifyDot(const Operation& op, const Kernel&) {
   auto threadMajor = [](const Layout* l) { return l && l->threadMajor != 0; };
   auto parentThreadMajor = [](const Layout* l) { return l && l->parent && l->parent->threadMajor != 0; };
   if (threadMajor(aLayout) != threadMajor(bLayout) && (threadMajor(aLayout) || threadMajor(bLayout)))
-    return opError(op, "operands a and b must both be thread_major or neither (their k coordinates are renumbered alike)");
+    return opError(op,
+                   "operands a and b must both be thread_major or neither (their k coordinates are renumbered alike)");
   if ((threadMajor(accLayout) || parentThreadMajor(bLayout)) &&
       !(bLayout && accLayout && bLayout->parent && *bLayout->parent == *accLayout))
     return opError(op, "a thread_major accumulator needs operand b of that layout's dot_op (their n coordinates are "

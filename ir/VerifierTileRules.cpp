@@ -62,7 +62,8 @@ support::Status verifyConstexpr(const Operation& op, const Kernel& kernel) {
   if (!declared) return opError(op, "'" + name + "' is not a constexpr of kernel '" + kernel.name() + "'");
   const Type& type = op.result()->type();
   if (!type.isScalar() || !isNumeric(type))
-    return opError(op, "result type " + type.str() + " must be a numeric scalar (an integer other than i1, or a float)");
+    return opError(op,
+                   "result type " + type.str() + " must be a numeric scalar (an integer other than i1, or a float)");
   if (const auto* f = std::get_if<double>(&declared->value); f && type.isIntLike())
     return opError(op, "'" + name + "' is a float (" + attrValueStr(*f) + ") and cannot produce integer type " +
                            type.str());

@@ -26,7 +26,9 @@ PartialBytes partialBytes(ScalarKind dtype, int64_t tokens, int numHeads, int he
   return {rows * static_cast<uint64_t>(headSize) * (ir::storageBits(dtype) / 8), rows * sizeof(float)};
 }
 
-support::Status argumentError(const std::string& message) { return support::Status::error({}, "mergeAcrossRanks: " + message); }
+support::Status argumentError(const std::string& message) {
+  return support::Status::error({}, "mergeAcrossRanks: " + message);
+}
 
 }  // namespace
 
@@ -61,7 +63,8 @@ support::Expected<std::unique_ptr<ContextParallelGroup>> ContextParallelGroup::j
   nccl::UniqueId ncclId;
   std::memcpy(ncclId.internal, id.bytes.data(), sizeof(ncclId.internal));
   nccl::Comm comm = nullptr;
-  if (support::Status s = nccl::check((*nccl)->commInitRank(&comm, numRanks, ncclId, rank), "ncclCommInitRank"); !s) return s;
+  if (support::Status s = nccl::check((*nccl)->commInitRank(&comm, numRanks, ncclId, rank), "ncclCommInitRank"); !s)
+    return s;
   return std::unique_ptr<ContextParallelGroup>(new ContextParallelGroup(comm, rank, numRanks));
 }
 
@@ -123,8 +126,8 @@ support::Status ContextParallelGroup::mergeAcrossRanks(const RankMergeParams& p)
                                               p.stream),
                                 "ncclAllGather (outputs)", comm);
   if (gathered)
-    gathered = nccl::check(api.allGather(reinterpret_cast<const void*>(p.localLse), reinterpret_cast<void*>(gatheredLse),
-                                         one.lse, nccl::kUint8, comm, p.stream),
+    gathered = nccl::check(api.allGather(reinterpret_cast<const void*>(p.localLse),
+                                         reinterpret_cast<void*>(gatheredLse), one.lse, nccl::kUint8, comm, p.stream),
                            "ncclAllGather (LSEs)", comm);
   support::Status ended = nccl::check(api.groupEnd(), "ncclGroupEnd", comm);
   if (!gathered) return gathered;

@@ -45,7 +45,8 @@ Loaded load() {
     reasons += "\n  " + candidate + ": " + (reason ? reason : "unknown reason");
   }
   if (library == nullptr) {
-    loaded.error = "NCCL is not available (it ships with the CUDA toolkit; ATTNJIT_NCCL_LIBRARY may name it):" + reasons;
+    loaded.error =
+        "NCCL is not available (it ships with the CUDA toolkit; ATTNJIT_NCCL_LIBRARY may name it):" + reasons;
     return loaded;
   }
   std::string& e = loaded.error;

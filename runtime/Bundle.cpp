@@ -23,7 +23,8 @@ support::Status bundleError(const fs::path& file, std::string message) {
 }
 
 // The bytes of `path` (a regular file of at most `limit` bytes).
-support::Expected<std::vector<std::uint8_t>> readRegularFile(const fs::path& path, std::uintmax_t limit, const char* what) {
+support::Expected<std::vector<std::uint8_t>> readRegularFile(const fs::path& path, std::uintmax_t limit,
+                                                             const char* what) {
   std::error_code error;
   fs::file_status status = fs::status(path, error);
   if (error || !fs::exists(status)) return bundleError(path, std::string(what) + " does not exist");
@@ -187,8 +188,9 @@ support::Status checkBundleArguments(const BundleKernel& kernel, std::span<const
       return runtimeError(parameter.kind == BundleParameterKind::Pointer
                               ? parameterLabel(kernel, i) + " is a pointer to " + parameter.dtype + ", got " +
                                     std::string(argumentKindName(argument.kind)) + " argument"
-                              : parameterLabel(kernel, i) + " is " + std::string(bundleParameterKindName(parameter.kind)) +
-                                    " " + parameter.dtype + ", got " + argumentKindName(argument.kind) + " argument");
+                              : parameterLabel(kernel, i) + " is " +
+                                    std::string(bundleParameterKindName(parameter.kind)) + " " + parameter.dtype +
+                                    ", got " + argumentKindName(argument.kind) + " argument");
     }
     switch (parameter.kind) {
       case BundleParameterKind::Pointer: {
@@ -341,7 +343,8 @@ support::Status Bundle::launch(const BundleKernel& kernel, std::span<const Bundl
 
 support::Expected<int> Bundle::seedJitDiskCache(KernelCache& cache) const {
   const DiskCache& disk = cache.disk();
-  if (!disk.enabled()) return runtimeError("cannot seed the JIT cache from " + directory_.string() + ": the disk cache is disabled");
+  if (!disk.enabled())
+    return runtimeError("cannot seed the JIT cache from " + directory_.string() + ": the disk cache is disabled");
   int stored = 0;
   for (const BundleKernel& kernel : manifest_.kernels) {
     for (const BundleImage& image : kernel.images) {

@@ -128,7 +128,8 @@ attnjit_bundle_status attnjit_bundle_find_kernel(attnjit_bundle* bundle, const c
       }
     }
     std::string names;
-    for (const attnjit_bundle_kernel& kernel : bundle->kernels) names += (names.empty() ? "" : ", ") + kernel.kernel->name;
+    for (const attnjit_bundle_kernel& kernel : bundle->kernels)
+      names += (names.empty() ? "" : ", ") + kernel.kernel->name;
     return fail(ATTNJIT_BUNDLE_ERROR_INVALID_ARGUMENT, "the bundle in " + bundle->bundle->directory().string() +
                                                            " has no kernel '" + name + "' (kernels: " + names + ")");
   });

@@ -35,8 +35,8 @@ class FieldReader {
   }
 
   // A member that may be null or absent (nullptr then).
-  support::Expected<const JsonValue*> optionalMember(const JsonValue& object, const std::string& path, std::string_view key,
-                                                Kind kind) const {
+  support::Expected<const JsonValue*> optionalMember(const JsonValue& object, const std::string& path,
+                                                     std::string_view key, Kind kind) const {
     const JsonValue* value = object.find(key);
     if (value == nullptr || value->kind == Kind::Null) return static_cast<const JsonValue*>(nullptr);
     return member(object, path, key, kind);
@@ -176,7 +176,8 @@ support::Expected<BundleImage> readImage(const FieldReader& reader, const JsonVa
 
   auto key = reader.string(object, path, "jit_cache_key");
   if (!key) return key.status();
-  if (key->empty()) return reader.fail(*object.find("jit_cache_key"), FieldReader::join(path, "jit_cache_key"), "empty");
+  if (key->empty())
+    return reader.fail(*object.find("jit_cache_key"), FieldReader::join(path, "jit_cache_key"), "empty");
   image.jitCacheKey = std::move(*key);
   return image;
 }
@@ -215,7 +216,8 @@ support::Expected<BundleParameter> readParameter(const FieldReader& reader, cons
   const JsonValue* align = object.find("align");
   if (align != nullptr) {
     const std::string field = FieldReader::join(path, "align");
-    if (parameter.kind != BundleParameterKind::Pointer) return reader.fail(*align, field, "only pointers have an alignment");
+    if (parameter.kind != BundleParameterKind::Pointer)
+      return reader.fail(*align, field, "only pointers have an alignment");
     auto value = reader.integer(object, path, "align", 1, kMaxAlignment);
     if (!value) return value.status();
     if ((*value & (*value - 1)) != 0) return reader.fail(*align, field, "must be a power of two");
@@ -234,7 +236,8 @@ support::Expected<BundleParameter> readParameter(const FieldReader& reader, cons
   return parameter;
 }
 
-support::Expected<BundleKernel> readKernel(const FieldReader& reader, const JsonValue& object, const std::string& path) {
+support::Expected<BundleKernel> readKernel(const FieldReader& reader, const JsonValue& object,
+                                           const std::string& path) {
   BundleKernel kernel;
   const std::pair<const char*, std::string*> texts[] = {{"name", &kernel.name},     {"family", &kernel.family},
                                                         {"spec", &kernel.spec},     {"params", &kernel.params},
@@ -284,7 +287,8 @@ support::Expected<BundleKernel> readKernel(const FieldReader& reader, const Json
 
   auto images = reader.member(object, path, "images", Kind::Array);
   if (!images) return images.status();
-  if ((*images)->array.empty()) return reader.fail(**images, FieldReader::join(path, "images"), "a kernel needs an image");
+  if ((*images)->array.empty())
+    return reader.fail(**images, FieldReader::join(path, "images"), "a kernel needs an image");
   std::set<std::string> arches;
   for (std::size_t i = 0; i < (*images)->array.size(); ++i) {
     const JsonValue& element = (*images)->array[i];

@@ -15,7 +15,8 @@ support::Expected<DeviceBuffer> DeviceBuffer::allocate(std::size_t bytes) {
   CUdeviceptr address = 0;
   CUresult result = (*apiOr)->cuMemAlloc(&address, bytes);
   if (result != CUDA_SUCCESS) {
-    return cudaCallError(**apiOr, result, "allocating " + std::to_string(bytes) + " bytes of device memory (cuMemAlloc)");
+    return cudaCallError(**apiOr, result,
+                         "allocating " + std::to_string(bytes) + " bytes of device memory (cuMemAlloc)");
   }
   return DeviceBuffer(address, bytes);
 }

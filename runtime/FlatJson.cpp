@@ -132,7 +132,10 @@ class Parser {
     std::uint32_t value = 0;
     for (int i = 0; i < 4; ++i) {
       char c = text_[position_ + i];
-      int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int digit = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
       if (digit < 0) return std::nullopt;
       value = value * 16 + static_cast<std::uint32_t>(digit);
     }

@@ -173,9 +173,11 @@ KernelCache::Result KernelCache::build(const std::string& keyText, const Compile
   support::Expected<CompiledKernel> compiled = compile();
   if (!compiled) return failed(compiled.status());
   CompiledKernel& kernel = *compiled;
-  if (kernel.entryName.empty()) return failed(runtimeError("kernel compile for key '" + keyText + "' named no entry point"));
+  if (kernel.entryName.empty())
+    return failed(runtimeError("kernel compile for key '" + keyText + "' named no entry point"));
   if (kernel.cubin.empty()) {
-    if (kernel.ptx.empty()) return failed(runtimeError("kernel compile for '" + kernel.entryName + "' produced no code"));
+    if (kernel.ptx.empty())
+      return failed(runtimeError("kernel compile for '" + kernel.entryName + "' produced no code"));
     auto cubin = loader_->linkPtx(kernel.ptx, kernel.entryName + ".ptx");
     if (!cubin) return failed(cubin.status());
     kernel.cubin = std::move(*cubin);

@@ -75,7 +75,8 @@ class KernelLoader {
   // PTX → cubin for the current context's device.
   virtual support::Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) = 0;
   // Loads `cubin` into the current context and finds the kernel `entryName`.
-  virtual support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) = 0;
+  virtual support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin,
+                                               const std::string& entryName) = 0;
   // Names the version of whatever turns PTX into a cubin (e.g. "cuda-driver 12080"); it joins
   // the disk key so that a changed toolchain never loads an entry the old one wrote. Empty:
   // nothing to add.

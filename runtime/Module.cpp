@@ -200,7 +200,8 @@ support::Expected<Function> Module::function(const std::string& name) const {
   if (handle_ == nullptr) return runtimeError("kernel lookup '" + name + "' in a module that is not loaded");
   CUfunction function = nullptr;
   CUresult result = api.cuModuleGetFunction(&function, static_cast<CUmodule>(handle_), name.c_str());
-  if (result != CUDA_SUCCESS) return cudaCallError(api, result, "looking up kernel '" + name + "' (cuModuleGetFunction)");
+  if (result != CUDA_SUCCESS)
+    return cudaCallError(api, result, "looking up kernel '" + name + "' (cuModuleGetFunction)");
   return Function(function, name);
 }
 

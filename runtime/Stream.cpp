@@ -87,7 +87,8 @@ support::Status Event::synchronize() const {
 support::Expected<float> Event::elapsedMilliseconds(const Event& start, const Event& end) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
-  if (start.handle_ == nullptr || end.handle_ == nullptr) return runtimeError("timing with an event that was not created");
+  if (start.handle_ == nullptr || end.handle_ == nullptr)
+    return runtimeError("timing with an event that was not created");
   if (support::Status s = end.synchronize(); !s) return s;
   float milliseconds = 0;
   CUresult result = (*apiOr)->cuEventElapsedTime(&milliseconds, static_cast<CUevent>(start.handle_),

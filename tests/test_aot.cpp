@@ -145,7 +145,8 @@ std::string openError(const fs::path& bundle) {
 // of [37 tokens][4 heads][64] outputs.
 std::vector<BundleArgument> exampleArguments() {
   std::vector<BundleArgument> arguments;
-  for (int i = 1; i <= 6; ++i) arguments.push_back(BundleArgument::fromDeviceAddress(0x7f0000000000ull + i * 0x10000ull));
+  for (int i = 1; i <= 6; ++i)
+    arguments.push_back(BundleArgument::fromDeviceAddress(0x7f0000000000ull + i * 0x10000ull));
   arguments.push_back(BundleArgument::fromInteger(37));
   for (int i = 0; i < 3; ++i) {
     arguments.push_back(BundleArgument::fromInteger(256));
@@ -560,7 +561,8 @@ TEST_CASE("aot: command-line errors are located and exit with status 2", "[aot]"
   CHECK(run.output.find(badSpec.string() + ":3:") != std::string::npos);
 
   // The same kernel twice.
-  run = runAot(shellQuote(kExampleSpec) + " " + shellQuote(kExampleSpec) + " --arch sm_80 -o " + shellQuote(out.string()));
+  run = runAot(shellQuote(kExampleSpec) + " " + shellQuote(kExampleSpec) + " --arch sm_80 -o " +
+               shellQuote(out.string()));
   CHECK(run.exitCode == 2);
   CHECK(run.output.find("kernel '" + kExampleKernel + "' is already defined at") != std::string::npos);
 
@@ -585,7 +587,8 @@ TEST_CASE("aot: examples/aot opens a bundle, checks arguments and launches", "[a
     FAIL("the example is not built: " << example.string());
   }
   int code = 0;
-  const std::string output = tests::runShell(shellQuote(example.string()) + " " + shellQuote(smallBundle().string()), &code);
+  const std::string output =
+      tests::runShell(shellQuote(example.string()) + " " + shellQuote(smallBundle().string()), &code);
   INFO(output);
   CHECK(output.find("check: misaligned prefix_output") != std::string::npos);
   CHECK(output.find("not aligned to 16 bytes") != std::string::npos);
@@ -599,7 +602,8 @@ TEST_CASE("aot: examples/aot opens a bundle, checks arguments and launches", "[a
     CHECK(output.find("stopped before the launch: no CUDA driver") != std::string::npos);
   }
   // The runtime alone: no LLVM in the example.
-  const std::string symbols = tests::runShell("nm -C " + shellQuote(example.string()) + " | grep -c 'llvm::' || true", &code);
+  const std::string symbols =
+      tests::runShell("nm -C " + shellQuote(example.string()) + " | grep -c 'llvm::' || true", &code);
   CHECK(std::atoi(symbols.c_str()) == 0);
 }
 
@@ -819,7 +823,8 @@ TEST_CASE("aot: a stage 2 the specs define is used as it is", "[aot][reduce_segm
   CHECK(manifest.kernels[1].stage2 == "reduce_segments_bf16_h4_d64");
   // --variant keeps a split variant's stage 2 with it.
   const fs::path narrowed = scratchRoot() / "split_narrowed";
-  run = runAot(shellQuote(unified.string()) + " --variant unified_attention_bf16_h4kv1_d64_bs16_causal_3d --arch sm_80 -o " +
+  run = runAot(shellQuote(unified.string()) +
+               " --variant unified_attention_bf16_h4kv1_d64_bs16_causal_3d --arch sm_80 -o " +
                shellQuote(narrowed.string()));
   INFO(run.output);
   REQUIRE(run.exitCode == 0);

@@ -206,10 +206,14 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
     auto st = s.set(text);
     return st ? std::string("ok") : st.diagnostic().message;
   };
-  CHECK(message("query_lens=1,x") == "query_lens: 'x' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
-  CHECK(message("context_lens=1,,2") == "context_lens: '' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
+  CHECK(message("query_lens=1,x") ==
+        "query_lens: 'x' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
+  CHECK(message("context_lens=1,,2") ==
+        "context_lens: '' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
   CHECK(message("seed=-3") == "seed: '-3' is not a non-negative integer");
-  CHECK(message("batch=4") == "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials, key_ramp or output_scale)");
+  CHECK(
+      message("batch=4") ==
+      "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials, key_ramp or output_scale)");
   CHECK(message("key_ramp=-1") == "key_ramp: '-1' is not a number between 0 and 1000");
   CHECK(message("key_ramp=0.5x") == "key_ramp: '0.5x' is not a number between 0 and 1000");
   CHECK(message("key_ramp=nan") == "key_ramp: 'nan' is not a number between 0 and 1000");

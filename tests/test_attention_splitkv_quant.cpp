@@ -52,7 +52,8 @@ std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, Scalar
 
 }  // namespace
 
-TEST_CASE("per-token-head scales read as f32 or assembled from bytes, as the rows' alignment allows", "[attention][quant]") {
+TEST_CASE("per-token-head scales read as f32 or assembled from bytes, as the rows' alignment allows",
+          "[attention][quant]") {
   // D = 52 (int4: 56): rows of 56 (32) bytes, the scale loaded as an f32
   // through a reinterpreted byte pointer; D = 50 (int4: 58, 29 + 4 bytes): rows
   // that are not 4-byte multiples, the scale's four bytes loaded and assembled.
@@ -393,7 +394,8 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
     if (at == std::string::npos) return std::string();
     return text.substr(at, text.find('\n', at) - at);
   };
-  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead}) {
+  for (KvCacheFormat format :
+       {KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead}) {
     UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
     c.numQueryHeads = 32;
     c.numKvHeads = 8;
@@ -409,7 +411,8 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
     CHECK(direct->tirOptimized.find("thread_major=1, parent=#mma") != std::string::npos);  // K and Q
     CHECK(direct->tirOptimized.find("instr=[16,8], thread_major=1>") != std::string::npos);  // V and acc
     for (const char* read : {"%k_fp8 = bitcast %k_tile", "%v_fp8 = bitcast %v_tile"})
-      if (format == KvCacheFormat::Fp8PerTokenHead) CHECK(lineOf(direct->tirOptimized, read).find("thread_major=1") != std::string::npos);
+      if (format == KvCacheFormat::Fp8PerTokenHead)
+        CHECK(lineOf(direct->tirOptimized, read).find("thread_major=1") != std::string::npos);
     // The raw tiles are read from their slots next to their dots: V after
     // Q·Kᵀ, where the tile IR dequantizes it, and K after the next tile's
     // copies are issued, except in the 4-byte-aligned per-token-head rows,

@@ -110,9 +110,10 @@ AttentionOutcome runAttention(const compiler::UnifiedAttentionConfig& config, co
   layout.numSeqs = static_cast<int>(shape.queryLens.size());
   layout.blockTableStride = std::get<int64_t>(attentionScalars[blockTableStrideAt]);
   const int64_t kvStrideBlock = std::get<int64_t>(attentionScalars[blockTableStrideAt + 1]);
-  const int64_t cacheElementBytes = ir::storageBits(compiler::kvCachePointerKind(config.kvCacheFormat, config.dtype)) / 8;
-  layout.numBlocks =
-      static_cast<int64_t>(buffers[bufferIndex(buffers, "kv_cache")].bytes.size()) / (kvStrideBlock * cacheElementBytes);
+  const int64_t cacheElementBytes =
+      ir::storageBits(compiler::kvCachePointerKind(config.kvCacheFormat, config.dtype)) / 8;
+  layout.numBlocks = static_cast<int64_t>(buffers[bufferIndex(buffers, "kv_cache")].bytes.size()) /
+                     (kvStrideBlock * cacheElementBytes);
   layout.numTokens = std::accumulate(shape.queryLens.begin(), shape.queryLens.end(), int64_t{0});
   if (corrupt) corrupt(buffers, layout);
 
@@ -127,7 +128,8 @@ AttentionOutcome runAttention(const compiler::UnifiedAttentionConfig& config, co
     REQUIRE(kernel.isOk());
     if (afterPasses) {
       compiler::PipelineOptions pipeline;
-      pipeline.pass.numWarps = static_cast<int>(attnjit::ir::kernelAttribute(**kernel, attnjit::ir::KernelAttribute::NumWarps));
+      pipeline.pass.numWarps =
+          static_cast<int>(attnjit::ir::kernelAttribute(**kernel, attnjit::ir::KernelAttribute::NumWarps));
       REQUIRE(compiler::runPipeline(**kernel, pipeline, nullptr).isOk());
     }
     const bool checkedLaunch = config.checkBounds && !launch.reduceSegments;

@@ -29,7 +29,9 @@ namespace validation = attnjit::validation;
 namespace {
 
 // libattnjit.so: ATTNJIT_LIBRARY where set (a bundle), else the build tree's.
-std::string sharedLibraryPath() { return attnjit::tests::environmentOr("ATTNJIT_LIBRARY", ATTNJIT_SHARED_LIBRARY_PATH); }
+std::string sharedLibraryPath() {
+  return attnjit::tests::environmentOr("ATTNJIT_LIBRARY", ATTNJIT_SHARED_LIBRARY_PATH);
+}
 
 bool haveCCompiler() {
   int code = 0;
@@ -154,7 +156,8 @@ std::string lastError() { return attnjit_last_error_message(); }
 
 TEST_CASE("a C99 program builds against attnjit.h and runs", "[capi]") {
 #ifdef ATTNJIT_SANITIZED_BUILD
-  attnjit::tests::skipTest("under ASan: a C program cannot load the instrumented libattnjit.so (runs in the Release suite)");
+  attnjit::tests::skipTest(
+      "under ASan: a C program cannot load the instrumented libattnjit.so (runs in the Release suite)");
   return;
 #endif
   namespace fs = std::filesystem;

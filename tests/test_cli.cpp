@@ -205,15 +205,18 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
       {{"list"}, "attnjit list: error: ", "missing the spec file"},
       {{"list", f32, f32}, "attnjit list: error: ", "expected one spec file"},
       {{"compile", f32, "--emit=asm"}, "attnjit compile: error: ", "unknown --emit value 'asm'"},
-      {{"compile", f32, "--emit=bogus"}, "attnjit compile: error: ",
+      {{"compile", f32, "--emit=bogus"},
+       "attnjit compile: error: ",
        "unknown --emit value 'bogus' (stages: tir, tir-opt, llvm, llvm-opt, ptx, cubin, sass)"},
       {{"compile", f32, "--emit=llvm-op"}, "attnjit compile: error: ", "did you mean 'llvm-opt'?"},
-      {{"compile", f32, "--arch=sm_75"}, "attnjit compile: error: ",
+      {{"compile", f32, "--arch=sm_75"},
+       "attnjit compile: error: ",
        "--arch=sm_75: unknown target 'sm_75' (known: sm_80,"},
       {{"compile", f32, "--arch=sm_80", "--arch=sm_86"}, "attnjit compile: error: ", "'--arch' is given twice"},
       {{"compile", f32, "--print-after-all=yes"}, "attnjit compile: error: ", "'--print-after-all' takes no value"},
       {{"compile", f32, "--print-after"}, "attnjit compile: error: ", "option '--print-after' needs a value"},
-      {{"compile", kSourceDir + "/examples/tir/vector_add.tir", "--variant=vector_ad"}, "attnjit compile: error: ",
+      {{"compile", kSourceDir + "/examples/tir/vector_add.tir", "--variant=vector_ad"},
+       "attnjit compile: error: ",
        "no kernel named 'vector_ad' in " + kSourceDir + "/examples/tir/vector_add.tir; did you mean 'vector_add'?"},
       {{"inspect", f32, "--arch=sm_75"}, "attnjit inspect: error: ", "unknown target 'sm_75'"},
       {{"inspect"}, "attnjit inspect: error: ", "missing the input"},
@@ -224,14 +227,17 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
       {{"run", f32, "--interpret=yes"}, "attnjit run: error: ", "option '--interpret' takes no value"},
       {{"run", f32, "--interpret", "--shape", "query_lens=1,2"}, "attnjit run: error: ", "context_lens"},
       {{"run", f32, "--interpret", "--shape", "batch=4"}, "attnjit run: error: ", "batch"},
-      {{"list", kSourceDir + "/tests/data/bad/wrong_type.yaml"}, kSourceDir + "/tests/data/bad/wrong_type.yaml:6:14: error: ",
+      {{"list", kSourceDir + "/tests/data/bad/wrong_type.yaml"},
+       kSourceDir + "/tests/data/bad/wrong_type.yaml:6:14: error: ",
        "'head_size' must be an integer, got 'abc'"},
       // Checked before the driver is needed, so with or without a GPU.
-      {{"bench", specPath("merge_attn_states.yaml"), "--op"}, specPath("merge_attn_states.yaml") + ":",
+      {{"bench", specPath("merge_attn_states.yaml"), "--op"},
+       specPath("merge_attn_states.yaml") + ":",
        "bench --op: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'; bench --op "
        "takes unified_attention (ops::pagedAttention)"},
       {{"bench", f32, "--op=yes"}, "attnjit bench: error: ", "option '--op' takes no value"},
-      {{"plan", specPath("merge_attn_states.yaml")}, specPath("merge_attn_states.yaml") + ":",
+      {{"plan", specPath("merge_attn_states.yaml")},
+       specPath("merge_attn_states.yaml") + ":",
        "plan: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'"},
       {{"plan", f32, "--sms=0"}, "attnjit plan: error: ", "--sms must be 1..100000, got '0'"},
       {{"plan", f32, "--sms=12x"}, "attnjit plan: error: ", "--sms must be 1..100000, got '12x'"},
@@ -383,7 +389,8 @@ TEST_CASE("cli: malformed inputs never crash the tool", "[cli]") {
   bad.push_back(huge);
   for (const fs::path& file : bad) {
     requireCleanOutcome(runCli({"compile", file.string()}), "compile " + file.string(), false);
-    if (file.extension() != ".tir") requireCleanOutcome(runCli({"list", file.string()}), "list " + file.string(), false);
+    if (file.extension() != ".tir")
+      requireCleanOutcome(runCli({"list", file.string()}), "list " + file.string(), false);
   }
 }
 
@@ -655,7 +662,8 @@ TEST_CASE("cli: --time-passes prints a timing table per kernel that adds up", "[
 
 TEST_CASE("cli: --print-after shows codegen's plans, the shared-memory fit and the LLVM IR", "[cli]") {
   std::string spec = specPath("unified_attention_decode.yaml");
-  CliResult plan = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=plan-async-copies"});
+  CliResult plan =
+      runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=plan-async-copies"});
   INFO(plan.err.substr(0, 2000));
   REQUIRE(plan.exitCode == 0);
   CHECK(startsWith(plan.err, "// -----// IR after plan-async-copies //----- //\n"));
@@ -663,7 +671,8 @@ TEST_CASE("cli: --print-after shows codegen's plans, the shared-memory fit and t
   CHECK(plan.err.find("-byte copies") != std::string::npos);
   CHECK(plan.err.find("cp.async buffers: ") != std::string::npos);
 
-  CliResult fit = runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=fit-shared-memory"});
+  CliResult fit =
+      runCli({"compile", spec, "--variant=" + kBf16Decode, "--emit=ptx", "--print-after=fit-shared-memory"});
   REQUIRE(fit.exitCode == 0);
   CHECK(fit.err.find("cp.async slots and shared operands: ") != std::string::npos);
   CHECK(fit.err.find(", fits\n") != std::string::npos);

@@ -264,7 +264,8 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers, slot reads 
   // a 32-bit register, and the swizzled offsets of one tile differ from a few
   // per-phase registers by immediates: each KV loop's 64 ldmatrix go through at
   // most 12 registers (instead of a 64-bit address each).
-  const std::regex sharedAccess(R"((?:ld\.shared|st\.shared|ldmatrix\S*|cp\.async\.c[ag]\.shared\S*)[^\[]*\[(%r[a-z]*)(\d+))");
+  const std::regex sharedAccess(
+      R"((?:ld\.shared|st\.shared|ldmatrix\S*|cp\.async\.c[ag]\.shared\S*)[^\[]*\[(%r[a-z]*)(\d+))");
   int accesses = 0;
   for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), sharedAccess); it != std::sregex_iterator(); ++it) {
     ++accesses;
@@ -485,7 +486,8 @@ TEST_CASE("the output store's masks are computed after the KV loops, not kept th
       ++guarded;
       const std::string predicate = (*it)[1].str();
       INFO(predicate);
-      const std::regex definition("\\s(setp\\.\\S+|and\\.pred|or\\.pred|xor\\.pred|not\\.pred)\\s+" + predicate + "[,|]");
+      const std::regex definition("\\s(setp\\.\\S+|and\\.pred|or\\.pred|xor\\.pred|not\\.pred)\\s+" + predicate +
+                                  "[,|]");
       CHECK(std::regex_search(epilogue, definition));
     }
     CHECK(guarded > 0);

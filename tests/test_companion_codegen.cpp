@@ -111,11 +111,11 @@ TEST_CASE("cache writes store rows in the layout they were loaded in", "[codegen
 
 TEST_CASE("companion kernels use 16-byte vector accesses for 16-bit rows", "[codegen][merge][cache_write]") {
   for (const auto& variant : shippedCompanionVariants()) {
-    const bool vectorizable = (variant.family == attnjit::compiler::Family::MergeAttnStates && variant.merge.dtype != ir::ScalarKind::F32 &&
-                               variant.merge.headSize % 8 == 0) ||
-                              (variant.family == attnjit::compiler::Family::ReshapeAndCache &&
-                               variant.cacheWrite.cacheFormat == compiler::KvCacheFormat::Auto &&
-                               variant.cacheWrite.headSize % 8 == 0);
+    const bool vectorizable =
+        (variant.family == attnjit::compiler::Family::MergeAttnStates && variant.merge.dtype != ir::ScalarKind::F32 &&
+         variant.merge.headSize % 8 == 0) ||
+        (variant.family == attnjit::compiler::Family::ReshapeAndCache &&
+         variant.cacheWrite.cacheFormat == compiler::KvCacheFormat::Auto && variant.cacheWrite.headSize % 8 == 0);
     if (!vectorizable) continue;
     INFO(variant.name);
     const std::string ptx = ptxFor(variant, "sm_90a");

@@ -253,7 +253,8 @@ TEST_CASE("context parallel: joining checks the rank before touching NCCL", "[co
   CHECK(parallel::mergeAcrossRanksWorkspaceBytes(ir::ScalarKind::BF16, 0, 32, 128, 2) == 0);
 }
 
-TEST_CASE("context parallel: two GPUs over NCCL match one GPU and the float64 reference (paged and MLA)", "[gpu][nccl]") {
+TEST_CASE("context parallel: two GPUs over NCCL match one GPU and the float64 reference (paged and MLA)",
+          "[gpu][nccl]") {
   if (!tests::gpuPresent()) return;
   const std::string example =
       std::filesystem::path(tests::cliPath()).parent_path().append("attnjit_context_parallel").string();

@@ -68,7 +68,8 @@ std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, Scalar
 
 TEST_CASE("DiffKV: every head-size pair against the float64 reference", "[diffkv]") {
   for (const HeadSizes pair : kPairs)
-    for (bool causal : {true, false}) runAndCheck(diffkvConfig(pair, ScalarKind::BF16, causal), mixedAttentionBatch(31));
+    for (bool causal : {true, false})
+      runAndCheck(diffkvConfig(pair, ScalarKind::BF16, causal), mixedAttentionBatch(31));
   // Other data types, and the pipelined, layout-assigned kernel.
   runAndCheck(diffkvConfig({192, 128}, ScalarKind::F16), mixedAttentionBatch(32), /*afterPasses=*/true);
   runAndCheck(diffkvConfig({128, 64}, ScalarKind::F32, false), mixedAttentionBatch(33));

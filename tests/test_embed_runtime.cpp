@@ -358,7 +358,8 @@ TEST_CASE("a kernel from spec text launches through the facade and reports load 
   inputs.suffixOutput.assign(suffix.begin(), suffix.end());
   inputs.prefixLse.assign(prefixLse.begin(), prefixLse.end());
   inputs.suffixLse.assign(suffixLse.begin(), suffixLse.end());
-  const attnjit::validation::reference::MergeOutputs expected = attnjit::validation::reference::referenceMergeAttnStates(inputs);
+  const attnjit::validation::reference::MergeOutputs expected =
+      attnjit::validation::reference::referenceMergeAttnStates(inputs);
 
   auto runtime = attnjit::Jit::create(bypassOption());
   REQUIRE(runtime);
@@ -443,7 +444,8 @@ TEST_CASE("the cache write op scatters rows to their slots on the GPU", "[embed]
     const size_t block = size_t(slots[t] / blockSize), offset = size_t(slots[t] % blockSize);
     for (int kv = 0; kv < 2; ++kv)
       for (size_t e = 0; e < rowElements; ++e)
-        expected[((block * 2 + kv) * blockSize + offset) * rowElements + e] = (kv == 0 ? key : value)[t * rowElements + e];
+        expected[((block * 2 + kv) * blockSize + offset) * rowElements + e] =
+            (kv == 0 ? key : value)[t * rowElements + e];
   }
   CHECK(cache == expected);
 }
@@ -461,7 +463,8 @@ TEST_CASE("the merge op matches the float64 reference on the GPU", "[embed][gpu]
   inputs.suffixOutput.assign(suffix.begin(), suffix.end());
   inputs.prefixLse.assign(prefixLse.begin(), prefixLse.end());
   inputs.suffixLse.assign(suffixLse.begin(), suffixLse.end());
-  const attnjit::validation::reference::MergeOutputs expected = attnjit::validation::reference::referenceMergeAttnStates(inputs);
+  const attnjit::validation::reference::MergeOutputs expected =
+      attnjit::validation::reference::referenceMergeAttnStates(inputs);
 
   auto dPrefix = upload(prefix.data(), elements * 4), dSuffix = upload(suffix.data(), elements * 4);
   auto dPrefixLse = upload(prefixLse.data(), prefixLse.size() * 4);

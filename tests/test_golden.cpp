@@ -172,9 +172,10 @@ TEST_CASE("golden: a changed line fails the comparison", "[golden]") {
   REQUIRE(!files.empty());
   const GoldenFile golden = parseGolden(files.front());
   int code = 0;
-  const std::string output = attnjit::tests::runShell("(cd '" + attnjit::tests::sourceDir() + "' && '" +
-                                                          attnjit::tests::cliPath() + "' " + golden.run + " 2>/dev/null)",
-                                                      &code);
+  const std::string output =
+      attnjit::tests::runShell("(cd '" + attnjit::tests::sourceDir() + "' && '" + attnjit::tests::cliPath() + "' " +
+                                   golden.run + " 2>/dev/null)",
+                               &code);
   REQUIRE(code == 0);
   std::vector<std::string> actual = expectationOf(golden, output);
   REQUIRE(actual == golden.expected);

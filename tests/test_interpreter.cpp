@@ -98,7 +98,8 @@ std::vector<uint8_t> runElementwise(ScalarKind inKind, ScalarKind outKind, int64
   const uint64_t addressA = memory.map(a.data(), a.size(), "a");
   const uint64_t addressB = memory.map(b.data(), b.size(), "b");
   const uint64_t addressOut = memory.map(out.data(), out.size(), "out");
-  support::Status ran = interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressOut}}, memory);
+  support::Status ran =
+      interpretKernel(kernel, {}, {PointerArg{addressA}, PointerArg{addressB}, PointerArg{addressOut}}, memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   return out;
@@ -168,7 +169,8 @@ TEST_CASE("vector add over a grid with a masked tail", "[interp]") {
   const uint64_t ay = memory.map(ys.data(), count * sizeof(float), "y");
   const uint64_t aout = memory.map(out.data(), count * sizeof(float), "out");
   const LaunchGrid grid{(count + kBlock - 1) / kBlock, 1, 1};
-  support::Status status = interpretKernel(kernel, grid, {PointerArg{ax}, PointerArg{ay}, PointerArg{aout}, int64_t{count}}, memory);
+  support::Status status =
+      interpretKernel(kernel, grid, {PointerArg{ax}, PointerArg{ay}, PointerArg{aout}, int64_t{count}}, memory);
   INFO(status.message());
   REQUIRE(status.isOk());
   for (int i = 0; i < count; ++i) REQUIRE(out[i] == xs[i] + ys[i]);
@@ -193,10 +195,11 @@ TEST_CASE("f32 binary ops compute in float, min/max propagate NaN", "[interp]") 
   };
   for (const Case& c : cases) {
     INFO(opcodeName(c.op));
-    const auto out = unpackFloats(
-        runElementwise(ScalarKind::F32, ScalarKind::F32, n, packFloats(a, ScalarKind::F32), packFloats(b, ScalarKind::F32),
-                       [&](Builder& bl, Value* x, Value* y) { return bl.binary(c.op, x, y); }),
-        ScalarKind::F32);
+    const auto out =
+        unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, n, packFloats(a, ScalarKind::F32),
+                                    packFloats(b, ScalarKind::F32),
+                                    [&](Builder& bl, Value* x, Value* y) { return bl.binary(c.op, x, y); }),
+                     ScalarKind::F32);
     for (int64_t i = 0; i < n; ++i) {
       INFO("a = " << a[i] << ", b = " << b[i]);
       const double expected = c.expected(static_cast<float>(a[i]), static_cast<float>(b[i]));
@@ -216,10 +219,10 @@ TEST_CASE("f32 binary ops compute in float, min/max propagate NaN", "[interp]") 
 TEST_CASE("bf16, f16 and fp8 arithmetic rounds the f32 result to the element kind", "[interp]") {
   const std::vector<double> a = randomValues(64, -3, 3, 3), b = randomValues(64, -3, 3, 4);
   SECTION("bf16 add") {
-    const auto out = unpackFloats(runElementwise(ScalarKind::BF16, ScalarKind::BF16, 64, packFloats(a, ScalarKind::BF16),
-                                                 packFloats(b, ScalarKind::BF16),
-                                                 [](Builder& bl, Value* x, Value* y) { return bl.add(x, y); }),
-                                  ScalarKind::BF16);
+    const auto out = unpackFloats(
+        runElementwise(ScalarKind::BF16, ScalarKind::BF16, 64, packFloats(a, ScalarKind::BF16),
+                       packFloats(b, ScalarKind::BF16), [](Builder& bl, Value* x, Value* y) { return bl.add(x, y); }),
+        ScalarKind::BF16);
     for (int i = 0; i < 64; ++i) {
       const float x = static_cast<float>(bf16Of(static_cast<float>(a[i])));
       const float y = static_cast<float>(bf16Of(static_cast<float>(b[i])));
@@ -229,9 +232,10 @@ TEST_CASE("bf16, f16 and fp8 arithmetic rounds the f32 result to the element kin
   SECTION("f16 mul and fp8 e4m3 sub") {
     for (ScalarKind kind : {ScalarKind::F16, ScalarKind::F8E4M3}) {
       const Opcode op = kind == ScalarKind::F16 ? Opcode::Mul : Opcode::Sub;
-      const auto out = unpackFloats(runElementwise(kind, kind, 64, packFloats(a, kind), packFloats(b, kind),
-                                                   [op](Builder& bl, Value* x, Value* y) { return bl.binary(op, x, y); }),
-                                    kind);
+      const auto out =
+          unpackFloats(runElementwise(kind, kind, 64, packFloats(a, kind), packFloats(b, kind),
+                                      [op](Builder& bl, Value* x, Value* y) { return bl.binary(op, x, y); }),
+                       kind);
       for (int i = 0; i < 64; ++i) {
         const auto x = static_cast<float>(roundToFloatKind(a[i], kind));
         const auto y = static_cast<float>(roundToFloatKind(b[i], kind));
@@ -267,8 +271,9 @@ TEST_CASE("integer binary ops wrap, division by zero gives 0, shifts saturate", 
   };
   for (const Case& c : cases) {
     INFO(opcodeName(c.op));
-    const auto out = unpackInts<int32_t>(runElementwise(ScalarKind::I32, ScalarKind::I32, n, packInts(a), packInts(b),
-                                                        [&](Builder& bl, Value* x, Value* y) { return bl.binary(c.op, x, y); }));
+    const auto out =
+        unpackInts<int32_t>(runElementwise(ScalarKind::I32, ScalarKind::I32, n, packInts(a), packInts(b),
+                                           [&](Builder& bl, Value* x, Value* y) { return bl.binary(c.op, x, y); }));
     for (int64_t i = 0; i < n; ++i) {
       INFO("a = " << a[i] << ", b = " << b[i]);
       REQUIRE(out[i] == c.expected(a[i], b[i]));
@@ -314,17 +319,19 @@ TEST_CASE("unary ops match the std:: float functions", "[interp]") {
   CHECK(negated == std::vector<int32_t>{5, 9, std::numeric_limits<int32_t>::min()});
   // exp2 and exp flush subnormal f32 results to +0, as ex2.approx.ftz does on the GPU.
   const std::vector<double> deep = {-126.0, -126.5, -140.0, -87.0, -88.0};
-  const auto flushed = unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, 5, packFloats(deep, ScalarKind::F32),
-                                                   packFloats(deep, ScalarKind::F32),
-                                                   [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Exp2, x); }),
-                                    ScalarKind::F32);
+  const auto flushed =
+      unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, 5, packFloats(deep, ScalarKind::F32),
+                                  packFloats(deep, ScalarKind::F32),
+                                  [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Exp2, x); }),
+                   ScalarKind::F32);
   CHECK(flushed[0] == std::numeric_limits<float>::min());  // 2^-126, the smallest normal
   CHECK(flushed[1] == 0.0);
   CHECK(flushed[2] == 0.0);
-  const auto flushedExp = unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, 5, packFloats(deep, ScalarKind::F32),
-                                                      packFloats(deep, ScalarKind::F32),
-                                                      [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Exp, x); }),
-                                       ScalarKind::F32);
+  const auto flushedExp =
+      unpackFloats(runElementwise(ScalarKind::F32, ScalarKind::F32, 5, packFloats(deep, ScalarKind::F32),
+                                  packFloats(deep, ScalarKind::F32),
+                                  [](Builder& bl, Value* x, Value*) { return bl.unary(Opcode::Exp, x); }),
+                   ScalarKind::F32);
   CHECK(flushedExp[3] == ::expf(-87.0f));  // 1.6e-38: normal
   CHECK(flushedExp[4] == 0.0);             // 6.0e-39: subnormal
 }
@@ -372,8 +379,9 @@ TEST_CASE("casts among float and integer kinds", "[interp]") {
                                   kind);
     for (int64_t i = 0; i < n; ++i) REQUIRE(sameFloat(out[i], roundToFloatKind(values[i], kind)));
   }
-  const auto bytes = unpackInts<int8_t>(runElementwise(
-      ScalarKind::F32, ScalarKind::I8, n, input, input, [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::I8); }));
+  const auto bytes =
+      unpackInts<int8_t>(runElementwise(ScalarKind::F32, ScalarKind::I8, n, input, input,
+                                        [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::I8); }));
   for (int64_t i = 0; i < n; ++i) {
     INFO("x = " << values[i]);
     const double v = values[i];
@@ -382,61 +390,69 @@ TEST_CASE("casts among float and integer kinds", "[interp]") {
   }
   // i32 → f32 rounds to nearest even; → i1 is x != 0; i1 → i32 is 0 or 1; i32 → i8 truncates.
   const std::vector<int32_t> ints = {16777217, 16777219, -3, 0, 256 + 7};
-  const auto asFloat = unpackFloats(runElementwise(ScalarKind::I32, ScalarKind::F32, 5, packInts(ints), packInts(ints),
-                                                   [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
-                                    ScalarKind::F32);
+  const auto asFloat =
+      unpackFloats(runElementwise(ScalarKind::I32, ScalarKind::F32, 5, packInts(ints), packInts(ints),
+                                  [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
+                   ScalarKind::F32);
   CHECK(asFloat == std::vector<double>{16777216, 16777220, -3, 0, 263});
-  const auto truthy = unpackInts<int32_t>(runElementwise(ScalarKind::I32, ScalarKind::I32, 5, packInts(ints), packInts(ints),
-                                                         [](Builder& bl, Value* x, Value*) {
-                                                           return bl.cast(bl.cast(x, ScalarKind::I1), ScalarKind::I32);
-                                                         }));
+  const auto truthy = unpackInts<int32_t>(runElementwise(
+      ScalarKind::I32, ScalarKind::I32, 5, packInts(ints), packInts(ints),
+      [](Builder& bl, Value* x, Value*) { return bl.cast(bl.cast(x, ScalarKind::I1), ScalarKind::I32); }));
   CHECK(truthy == std::vector<int32_t>{1, 1, 1, 0, 1});
-  const auto narrowed = unpackInts<int8_t>(runElementwise(ScalarKind::I32, ScalarKind::I8, 5, packInts(ints), packInts(ints),
-                                                          [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::I8); }));
+  const auto narrowed =
+      unpackInts<int8_t>(runElementwise(ScalarKind::I32, ScalarKind::I8, 5, packInts(ints), packInts(ints),
+                                        [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::I8); }));
   CHECK(narrowed == std::vector<int8_t>{1, 3, -3, 0, 7});
 }
 
 TEST_CASE("loads of fp8, bf16 and i4 decode the memory encodings", "[interp]") {
   // e4m3: 1.0, 448, 2^-9, -1.0, NaN; e5m2: 1.0, -inf, 57344, 2^-16, -2.0.
   const std::vector<uint8_t> e4m3 = {0x38, 0x7E, 0x01, 0xB8, 0x7F}, e5m2 = {0x3C, 0xFC, 0x7B, 0x01, 0xC0};
-  const auto e4m3Out = unpackFloats(runElementwise(ScalarKind::F8E4M3, ScalarKind::F32, 5, e4m3, e4m3,
-                                                   [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
-                                    ScalarKind::F32);
+  const auto e4m3Out =
+      unpackFloats(runElementwise(ScalarKind::F8E4M3, ScalarKind::F32, 5, e4m3, e4m3,
+                                  [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
+                   ScalarKind::F32);
   CHECK(e4m3Out[0] == 1.0);
   CHECK(e4m3Out[1] == 448.0);
   CHECK(e4m3Out[2] == std::ldexp(1.0, -9));
   CHECK(e4m3Out[3] == -1.0);
   CHECK(std::isnan(e4m3Out[4]));
-  const auto e5m2Out = unpackFloats(runElementwise(ScalarKind::F8E5M2, ScalarKind::F32, 5, e5m2, e5m2,
-                                                   [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
-                                    ScalarKind::F32);
-  CHECK(e5m2Out == std::vector<double>{1.0, -std::numeric_limits<double>::infinity(), 57344.0, std::ldexp(1.0, -16), -2.0});
+  const auto e5m2Out =
+      unpackFloats(runElementwise(ScalarKind::F8E5M2, ScalarKind::F32, 5, e5m2, e5m2,
+                                  [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
+                   ScalarKind::F32);
+  CHECK(e5m2Out ==
+        std::vector<double>{1.0, -std::numeric_limits<double>::infinity(), 57344.0, std::ldexp(1.0, -16), -2.0});
   // bf16 as little-endian uint16: 1.0 = 0x3F80, -3.0 = 0xC040.
   const std::vector<uint8_t> bf16 = {0x80, 0x3F, 0x40, 0xC0};
-  const auto bf16Out = unpackFloats(runElementwise(ScalarKind::BF16, ScalarKind::F32, 2, bf16, bf16,
-                                                   [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
-                                    ScalarKind::F32);
+  const auto bf16Out =
+      unpackFloats(runElementwise(ScalarKind::BF16, ScalarKind::F32, 2, bf16, bf16,
+                                  [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::F32); }),
+                   ScalarKind::F32);
   CHECK(bf16Out == std::vector<double>{1.0, -3.0});
   // i4: element e is nibble e&1 (low first) of byte e>>1, sign-extended.
   const std::vector<uint8_t> nibbles = {0x21, 0xF8, 0x7A};
-  const auto i4Out = unpackInts<int32_t>(runElementwise(ScalarKind::I4, ScalarKind::I32, 6, nibbles, nibbles,
-                                                        [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::I32); }));
+  const auto i4Out =
+      unpackInts<int32_t>(runElementwise(ScalarKind::I4, ScalarKind::I32, 6, nibbles, nibbles,
+                                         [](Builder& bl, Value* x, Value*) { return bl.cast(x, ScalarKind::I32); }));
   CHECK(i4Out == std::vector<int32_t>{1, 2, -8, -1, -6, 7});
 }
 
 TEST_CASE("bitcast reinterprets the encodings", "[interp]") {
-  const auto bits = unpackInts<int32_t>(runElementwise(ScalarKind::F32, ScalarKind::I32, 2, packFloats({1.0, -2.0}, ScalarKind::F32),
-                                                       packFloats({0, 0}, ScalarKind::F32),
-                                                       [](Builder& bl, Value* x, Value*) { return bl.bitcast(x, ScalarKind::I32); }));
+  const auto bits =
+      unpackInts<int32_t>(runElementwise(ScalarKind::F32, ScalarKind::I32, 2, packFloats({1.0, -2.0}, ScalarKind::F32),
+                                         packFloats({0, 0}, ScalarKind::F32),
+                                         [](Builder& bl, Value* x, Value*) { return bl.bitcast(x, ScalarKind::I32); }));
   CHECK(bits == std::vector<int32_t>{0x3F800000, static_cast<int32_t>(0xC0000000u)});
-  const auto halves = unpackFloats(runElementwise(ScalarKind::I16, ScalarKind::F16, 2, packInts<int16_t>({0x3C00, static_cast<int16_t>(0xFC00)}),
-                                                  packInts<int16_t>({0, 0}),
-                                                  [](Builder& bl, Value* x, Value*) { return bl.bitcast(x, ScalarKind::F16); }),
-                                   ScalarKind::F16);
+  const auto halves =
+      unpackFloats(runElementwise(ScalarKind::I16, ScalarKind::F16, 2,
+                                  packInts<int16_t>({0x3C00, static_cast<int16_t>(0xFC00)}), packInts<int16_t>({0, 0}),
+                                  [](Builder& bl, Value* x, Value*) { return bl.bitcast(x, ScalarKind::F16); }),
+                   ScalarKind::F16);
   CHECK(halves == std::vector<double>{1.0, -std::numeric_limits<double>::infinity()});
-  const auto fromBf16 = unpackInts<int16_t>(runElementwise(ScalarKind::BF16, ScalarKind::I16, 1, packFloats({-3.0}, ScalarKind::BF16),
-                                                           packFloats({0}, ScalarKind::BF16),
-                                                           [](Builder& bl, Value* x, Value*) { return bl.bitcast(x, ScalarKind::I16); }));
+  const auto fromBf16 = unpackInts<int16_t>(runElementwise(
+      ScalarKind::BF16, ScalarKind::I16, 1, packFloats({-3.0}, ScalarKind::BF16), packFloats({0}, ScalarKind::BF16),
+      [](Builder& bl, Value* x, Value*) { return bl.bitcast(x, ScalarKind::I16); }));
   CHECK(fromBf16 == std::vector<int16_t>{static_cast<int16_t>(0xC040)});
 }
 
@@ -691,7 +707,8 @@ TEST_CASE("programs run x fastest, then y, then z", "[interp]") {
   Value* plog = kernel.addParameter(ptrTo(ScalarKind::I32), "log");
   Builder b(kernel);
   Value* id = b.add(b.add(b.programId(0), b.mul(b.programId(1), b.i32(10))), b.mul(b.programId(2), b.i32(100)));
-  Value* sizes = b.add(b.numPrograms(0), b.add(b.mul(b.numPrograms(1), b.i32(10)), b.mul(b.numPrograms(2), b.i32(100))));
+  Value* sizes =
+      b.add(b.numPrograms(0), b.add(b.mul(b.numPrograms(1), b.i32(10)), b.mul(b.numPrograms(2), b.i32(100))));
   Value* position = b.load(pcounter);
   b.store(b.addPtr(plog, position), b.add(b.mul(id, b.i32(1000)), sizes));
   b.store(pcounter, b.add(position, b.i32(1)));
@@ -699,9 +716,9 @@ TEST_CASE("programs run x fastest, then y, then z", "[interp]") {
   int32_t counter = 0;
   std::vector<int32_t> log(12);
   InterpreterMemory memory;
-  support::Status ran = interpretKernel(kernel, {3, 2, 2},
-                               {PointerArg{memory.map(&counter, 4, "counter")}, PointerArg{memory.map(log.data(), 48, "log")}},
-                               memory);
+  support::Status ran = interpretKernel(
+      kernel, {3, 2, 2},
+      {PointerArg{memory.map(&counter, 4, "counter")}, PointerArg{memory.map(log.data(), 48, "log")}}, memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   std::vector<int32_t> expected;
@@ -725,10 +742,11 @@ TEST_CASE("tile rearrangement keeps row-major order", "[interp]") {
   REQUIRE(built.isOk());
   std::vector<int32_t> in = {0, 1, 2, 3, 4, 5}, transposed(6), reshaped(6);
   InterpreterMemory memory;
-  support::Status ran = interpretKernel(kernel, {},
-                               {PointerArg{memory.map(in.data(), 24, "in")}, PointerArg{memory.map(transposed.data(), 24, "t")},
-                                PointerArg{memory.map(reshaped.data(), 24, "r")}},
-                               memory);
+  support::Status ran =
+      interpretKernel(kernel, {},
+                      {PointerArg{memory.map(in.data(), 24, "in")}, PointerArg{memory.map(transposed.data(), 24, "t")},
+                       PointerArg{memory.map(reshaped.data(), 24, "r")}},
+                      memory);
   INFO(ran.message());
   REQUIRE(ran.isOk());
   CHECK(transposed == std::vector<int32_t>{0, 3, 1, 4, 2, 5});
@@ -760,13 +778,15 @@ TEST_CASE("out-of-bounds accesses are errors naming the buffer, program and elem
     CHECK_THAT(message, Catch::Contains("byte offset 96 of buffer 'keys' (96 bytes), past its end"));
   }
   SECTION("before the start") {
-    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{ax}, PointerArg{aout}, int64_t{-2}}, memory);
+    support::Status status =
+        interpretKernel(kernel, {1, 1, 1}, {PointerArg{ax}, PointerArg{aout}, int64_t{-2}}, memory);
     REQUIRE_FALSE(status.isOk());
     CHECK_THAT(status.message(), Catch::Contains("element 0"));
     CHECK_THAT(status.message(), Catch::Contains("8 bytes before the start of buffer 'keys'"));
   }
   SECTION("unmapped") {
-    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{uint64_t{12345}}, PointerArg{aout}, int64_t{0}}, memory);
+    support::Status status =
+        interpretKernel(kernel, {1, 1, 1}, {PointerArg{uint64_t{12345}}, PointerArg{aout}, int64_t{0}}, memory);
     REQUIRE_FALSE(status.isOk());
     CHECK_THAT(status.message(), Catch::Contains("in no mapped buffer"));
   }
@@ -793,13 +813,15 @@ TEST_CASE("pointers reinterpreted to a wider pointee read at their byte address 
   const uint64_t rowAddress = memory.map(row.data(), row.size(), "rows");
   const uint64_t outAddress = memory.map(out.data(), out.size() * 4, "out");
   SECTION("aligned") {
-    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{4}}, memory);
+    support::Status status =
+        interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{4}}, memory);
     INFO(status.message());
     REQUIRE(status.isOk());
     CHECK(out == std::vector<float>{1.5f, -2.0f, 0.25f, 3.0e-5f});
   }
   SECTION("misaligned") {
-    support::Status status = interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{2}}, memory);
+    support::Status status =
+        interpretKernel(kernel, {1, 1, 1}, {PointerArg{rowAddress}, PointerArg{outAddress}, int64_t{2}}, memory);
     REQUIRE_FALSE(status.isOk());
     CHECK_THAT(status.message(), Catch::StartsWith("reinterpret.tir:4:3: error: load"));
     CHECK_THAT(status.message(),

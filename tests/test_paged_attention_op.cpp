@@ -73,7 +73,8 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
   CHECK(validationMessage(p) == "paged attention: kv_cache is a null pointer");
   p = validParams();
   p.q += 2;
-  CHECK(validationMessage(p) == "paged attention: q (0x20002) is not 16-byte aligned, as the kernel is compiled to assume");
+  CHECK(validationMessage(p) ==
+        "paged attention: q (0x20002) is not 16-byte aligned, as the kernel is compiled to assume");
   p = validParams();
   p.numQueryHeads = 12;
   CHECK(validationMessage(p) == "paged attention: num_query_heads (12) is not a multiple of num_kv_heads (8)");
@@ -137,7 +138,8 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(validationMessage(p) == "paged attention: lse_stride_head (3) must be at least num_tokens (4)");
   p.lseStrideHead = 4;
   p.sinks = 0x90002;
-  CHECK(validationMessage(p) == "paged attention: sinks (0x90002) is not 4-byte aligned, as the kernel is compiled to assume");
+  CHECK(validationMessage(p) ==
+        "paged attention: sinks (0x90002) is not 4-byte aligned, as the kernel is compiled to assume");
   p.sinks = 0x90000;
   p.alibiSlopes = 0xA0000;
   p.slidingWindow = 128;
@@ -191,8 +193,8 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.workspaceBytes = 4ull * 32 * 3 * (128 + 2) * 4 + 64;  // room for 3 segments of this batch
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 3);
   p.workspaceBytes = 1000;
-  CHECK(validationMessage(p).find("paged attention: workspace too small: 1000 bytes; splitting 4 tokens at all needs ") ==
-        0);
+  CHECK(validationMessage(p).find(
+            "paged attention: workspace too small: 1000 bytes; splitting 4 tokens at all needs ") == 0);
   p.workspaceBytes = bytes;
   p.maxSeqLen = 4096;
   p.batchInvariant = true;  // one fixed tiling, never split
@@ -263,7 +265,9 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
   p.maxQueryLen = 40;
   CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // prefill tiling
   p.minSeqLen = 5000;
-  CHECK(validationMessage(p) == "paged attention: min_seq_len (5000) must be 0 (unknown) or at most max_seq_len (4096), which must then be given");
+  CHECK(
+      validationMessage(p) ==
+      "paged attention: min_seq_len (5000) must be 0 (unknown) or at most max_seq_len (4096), which must then be given");
   p.minSeqLen = -1;
   CHECK(validationMessage(p).find("min_seq_len (-1)") != std::string::npos);
   // H200: 228 KiB per SM, 1 KiB reserved per block, 227 KiB per block. 68 KiB
@@ -481,10 +485,12 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     p.kvStrideHead = integer(11);
     p.kvCacheFormat = c.format;
     p.maxSeqLen = 0;
-    for (size_t i = 0; i < c.queryLens.size(); ++i) p.maxSeqLen = std::max(p.maxSeqLen, c.queryLens[i] + c.contextLens[i]);
+    for (size_t i = 0; i < c.queryLens.size(); ++i)
+      p.maxSeqLen = std::max(p.maxSeqLen, c.queryLens[i] + c.contextLens[i]);
     if (c.lengthsHint) {
       p.minSeqLen = p.maxSeqLen;
-      for (size_t i = 0; i < c.queryLens.size(); ++i) p.minSeqLen = std::min(p.minSeqLen, c.queryLens[i] + c.contextLens[i]);
+      for (size_t i = 0; i < c.queryLens.size(); ++i)
+        p.minSeqLen = std::min(p.minSeqLen, c.queryLens[i] + c.contextLens[i]);
       const bool even = int64_t{p.minSeqLen} * 10 >= int64_t{p.maxSeqLen} * 9;
       // 768 CTAs > 2 per SM of any GPU here; uneven lengths keep every CTA that fits.
       CHECK(ops::pagedAttentionCtasPerSm(p) == (even ? ops::kUniformDecodeCtasPerSm : 0));

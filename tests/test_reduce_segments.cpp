@@ -285,7 +285,8 @@ TEST_CASE("reduce_segments: the check catches a wrong element and a written gap"
   CHECK(result.detail.find("lse of token 0, head 0") == 0);
 }
 
-TEST_CASE("reduce_segments: the shipped specs pass on the interpreter and through the family", "[reduce_segments][specs]") {
+TEST_CASE("reduce_segments: the shipped specs pass on the interpreter and through the family",
+          "[reduce_segments][specs]") {
   for (const std::string& file : shippedSpecs()) {
     auto spec = compiler::loadSpecFile(attnjit::tests::sourceDir() + "/specs/" + file);
     if (!spec) FAIL(spec.diagnostic().str());
@@ -300,7 +301,8 @@ TEST_CASE("reduce_segments: the shipped specs pass on the interpreter and throug
   }
 }
 
-TEST_CASE("reduce_segments: ptxas assembles the shipped specs for sm_80 and sm_90a", "[reduce_segments][codegen][ptxas]") {
+TEST_CASE("reduce_segments: ptxas assembles the shipped specs for sm_80 and sm_90a",
+          "[reduce_segments][codegen][ptxas]") {
   const bool ptxas = attnjit::tests::havePtxas();
   if (!ptxas) WARN("ptxas is not on the PATH; PTX is checked without assembling");
   int assembled = 0, total = 0;

@@ -35,7 +35,8 @@ std::string firstDifference(const std::string& expected, const std::string& actu
     bool he = static_cast<bool>(std::getline(e, le)), ha = static_cast<bool>(std::getline(a, la));
     if (!he && !ha) return "texts differ only in the final newline";
     if (le != la || he != ha)
-      return "line " + std::to_string(line) + ":\n  file:    " + (he ? le : "<end>") + "\n  printed: " + (ha ? la : "<end>");
+      return "line " + std::to_string(line) + ":\n  file:    " + (he ? le : "<end>") +
+             "\n  printed: " + (ha ? la : "<end>");
   }
 }
 
@@ -208,7 +209,8 @@ TEST_CASE("a kernel built in C++ prints, parses and prints again identically", "
   CHECK(printed.find("  } else {\n    %") != std::string::npos);
   CHECK(printed.find("  if %positive {\n    store %out, %chosen\n    yield\n  }\n") != std::string::npos);
   CHECK(printed.find("  if %positive {\n    store %out, %chosen\n    yield\n  } else {\n") != std::string::npos);
-  CHECK(printed.find("#dot_op<idx=0, k_width=8, parent=#mma<version=2, wpc=[1,1], instr=[16,8]>>") != std::string::npos);
+  CHECK(printed.find("#dot_op<idx=0, k_width=8, parent=#mma<version=2, wpc=[1,1], instr=[16,8]>>") !=
+        std::string::npos);
   CHECK(printed.find("#shared<vec=8, per_phase=2, max_phase=4, order=[1,0]>") != std::string::npos);
   CHECK(printed.find("#slice<dim=1, parent=#blocked<spt=[2,4], tpw=[8,4], wpc=[1,1], order=[1,0]>>") !=
         std::string::npos);
@@ -295,7 +297,18 @@ TEST_CASE("float and integer attributes keep their exact values through the text
 
 TEST_CASE("parseType reads every type spelling Type::str prints", "[tir]") {
   const char* spellings[] = {
-      "i1", "i4", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2",
+      "i1",
+      "i4",
+      "i8",
+      "i16",
+      "i32",
+      "i64",
+      "f16",
+      "bf16",
+      "f32",
+      "f64",
+      "f8e4m3",
+      "f8e5m2",
       "ptr<global, f32>",
       "ptr<shared, f16>",
       "tile<16x128xbf16>",

@@ -200,7 +200,9 @@ TEST_CASE("kernel cache: different keys compile independently and concurrently",
   std::vector<std::string> names(8);
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
-      auto kernel = cache->getOrCompile("key " + std::to_string(i), [i] { return support::Expected<CompiledKernel>(ptxKernel("k" + std::to_string(i))); });
+      auto kernel = cache->getOrCompile("key " + std::to_string(i), [i] {
+        return support::Expected<CompiledKernel>(ptxKernel("k" + std::to_string(i)));
+      });
       if (kernel) names[i] = (*kernel)->function.name();
     });
   }
@@ -249,7 +251,8 @@ TEST_CASE("kernel cache: a failed compile reaches every waiter and is retried la
   });
   REQUIRE_FALSE(badPtx.isOk());
   CHECK(badPtx.status().message() == "fake: error: broken.ptx: ptxas: syntax error");
-  auto throwing = cache->getOrCompile("throws", []() -> support::Expected<CompiledKernel> { throw std::runtime_error("bad alloc"); });
+  auto throwing = cache->getOrCompile(
+      "throws", []() -> support::Expected<CompiledKernel> { throw std::runtime_error("bad alloc"); });
   REQUIRE_FALSE(throwing.isOk());
   CHECK(contains(throwing.status().message(), "kernel compile for key 'throws' threw: bad alloc"));
   auto unnamed = cache->getOrCompile("unnamed", [] { return support::Expected<CompiledKernel>(ptxKernel("")); });
@@ -398,12 +401,13 @@ TEST_CASE("kernel cache: 32 threads asking for a mix of 50 kernels compile each 
       gate.wait();
       for (int key : order) {
         const std::string name = "kernel_" + std::to_string(key);
-        auto kernel = cache->getOrCompile("mix " + std::to_string(key), [&, key, name]() -> support::Expected<CompiledKernel> {
-          ++compiles[key];
-          // Compiles take a while, so requests for a key pile up behind its compile.
-          std::this_thread::sleep_for(std::chrono::microseconds(500 + 97 * key));
-          return ptxKernel(name);
-        });
+        auto kernel =
+            cache->getOrCompile("mix " + std::to_string(key), [&, key, name]() -> support::Expected<CompiledKernel> {
+              ++compiles[key];
+              // Compiles take a while, so requests for a key pile up behind its compile.
+              std::this_thread::sleep_for(std::chrono::microseconds(500 + 97 * key));
+              return ptxKernel(name);
+            });
         if (!kernel || (*kernel)->function.name() != name) {
           ++wrongResults;
           continue;

@@ -668,7 +668,8 @@ TEST_CASE("verifier rejects malformed for and if", "[verifier]") {
   SECTION("yield of another type than the loop result") {
     b.beginFor(b.i32(0), f.n, b.i32(1), {init});
     b.endFor({b.constFloat(0.0, tile({16}, kF16))});
-    CHECK(f.error() == "'yield': value 0 has type tile<16xf16> but result 0 of the enclosing 'for' has type tile<16xf32>");
+    CHECK(f.error() ==
+          "'yield': value 0 has type tile<16xf16> but result 0 of the enclosing 'for' has type tile<16xf32>");
   }
   SECTION("yield of too few values") {
     b.beginFor(b.i32(0), f.n, b.i32(1), {init});
@@ -877,7 +878,8 @@ TEST_CASE("verifier checks kernel signatures and attributes", "[verifier]") {
   }
   SECTION("kernel errors are located at the kernel") {
     kernel.attrs().set("num_warps", std::string("four"));
-    CHECK(b.finish().message() == "model.tir:4:1: error: kernel 'k': num_warps must be a power of two in 1..32, got four");
+    CHECK(b.finish().message() ==
+          "model.tir:4:1: error: kernel 'k': num_warps must be a power of two in 1..32, got four");
   }
 }
 

@@ -96,7 +96,8 @@ int copyBytes(LoweringContext& ctx, const Operation& load, const LinearLayout& l
 }
 
 // The buffer for iter_arg `index` of `loop`, when that tile qualifies.
-std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation& loop, size_t index, const Uses& uses) {
+std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation& loop, size_t index,
+                                           const Uses& uses) {
   const Block& body = *loop.region(0);
   const Value* carried = body.argument(1 + index);
   const Value* init = loop.operand(3 + index);
@@ -346,7 +347,8 @@ void finishAsyncLoop(LoweringContext& ctx, const Operation& loop) {
   if (!ctx.async) return;
   const bool hasBuffers = std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
                                       [&](const AsyncBuffer& buffer) { return buffer.loop == &loop; });
-  if (hasBuffers) ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
+  if (hasBuffers)
+    ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
 }
 
 }  // namespace attnjit::codegen

@@ -338,10 +338,12 @@ llvm::Value* castElement(LoweringContext& ctx, const Operation& op, llvm::Value*
     llvm::Value* word = b.CreateIntrinsic(b.getInt32Ty(), llvm::Intrinsic::nvvm_f2i_rz, {wide});
     const unsigned bits = toTy->getIntegerBitWidth();
     if (bits >= 32) return word;
-    word = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, word,
-                                   b.getInt32(static_cast<uint32_t>(llvm::APInt::getSignedMinValue(bits).getSExtValue())));
-    word = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, word,
-                                   b.getInt32(static_cast<uint32_t>(llvm::APInt::getSignedMaxValue(bits).getSExtValue())));
+    word =
+        b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, word,
+                                b.getInt32(static_cast<uint32_t>(llvm::APInt::getSignedMinValue(bits).getSExtValue())));
+    word =
+        b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, word,
+                                b.getInt32(static_cast<uint32_t>(llvm::APInt::getSignedMaxValue(bits).getSExtValue())));
     return b.CreateTrunc(word, toTy);
   }
   if (to == ScalarKind::I1) return b.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
@@ -366,7 +368,8 @@ std::pair<llvm::Value*, unsigned> bytePairWord(llvm::IRBuilder<>& b, llvm::Value
     if (firstIndex && secondIndex && vectorTy->getElementType()->isIntegerTy(8) && n % 4 == 0) {
       const uint64_t i = firstIndex->getZExtValue();
       if (i % 2 == 0 && secondIndex->getZExtValue() == i + 1) {
-        llvm::Value* words = b.CreateBitCast(first->getVectorOperand(), llvm::FixedVectorType::get(b.getInt32Ty(), n / 4));
+        llvm::Value* words =
+            b.CreateBitCast(first->getVectorOperand(), llvm::FixedVectorType::get(b.getInt32Ty(), n / 4));
         return {b.CreateExtractElement(words, i / 4), static_cast<unsigned>(i % 4)};
       }
     }
@@ -456,7 +459,8 @@ std::pair<llvm::Value*, llvm::Value*> castInt8Pair(LoweringContext& ctx, llvm::V
     llvm::Value* flipped = b.CreateXor(word, b.getInt32(0x80808080u));
     auto asFloat = [&](unsigned byte) {
       llvm::Value* bits = permuteBytes(b, flipped, b.getInt32(0x4B000000), {byte, 4, 5, 7});
-      return b.CreateFSub(b.CreateBitCast(bits, b.getFloatTy()), llvm::ConstantFP::get(b.getFloatTy(), 8388608.0 + 128.0));
+      return b.CreateFSub(b.CreateBitCast(bits, b.getFloatTy()),
+                          llvm::ConstantFP::get(b.getFloatTy(), 8388608.0 + 128.0));
     };
     // cvt.rn.bf16x2.f32 d, a, b puts a in the upper lane: lane 1, then lane 0.
     pair = b.CreateIntrinsic(llvm::FixedVectorType::get(b.getBFloatTy(), 2), llvm::Intrinsic::nvvm_ff2bf16x2_rn,

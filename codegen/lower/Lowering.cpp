@@ -20,9 +20,13 @@ namespace attnjit::codegen {
 
 using namespace ir;
 
-LoweringContext::LoweringContext(llvm::LLVMContext& context, llvm::Module& m, const Kernel& k,
-                                 const TargetInfo& t)
-    : llvm(context), module(m), b(context), kernel(k), target(t), numWarps(static_cast<int>(ir::kernelAttribute(k, ir::KernelAttribute::NumWarps))) {}
+LoweringContext::LoweringContext(llvm::LLVMContext& context, llvm::Module& m, const Kernel& k, const TargetInfo& t)
+    : llvm(context),
+      module(m),
+      b(context),
+      kernel(k),
+      target(t),
+      numWarps(static_cast<int>(ir::kernelAttribute(k, ir::KernelAttribute::NumWarps))) {}
 
 LoweringContext::~LoweringContext() = default;
 

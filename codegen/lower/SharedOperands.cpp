@@ -48,7 +48,8 @@ bool inLoopBelow(const Operation& use, const Block& block) {
 std::optional<SharedOperand> planConvert(LoweringContext& ctx, const Operation& op,
                                          const std::vector<const Operation*>& uses) {
   const Type& to = op.result()->type();
-  if (!to.isTile() || to.rank() != 2 || !to.layout() || to.layout()->kind != LayoutKind::DotOperand) return std::nullopt;
+  if (!to.isTile() || to.rank() != 2 || !to.layout() || to.layout()->kind != LayoutKind::DotOperand)
+    return std::nullopt;
   if (storageBytes(to.scalarKind()) != 2 || to.hasPointerElements()) return std::nullopt;
   if (!op.operand(0)->type().layout()) return std::nullopt;
   if (uses.empty()) return std::nullopt;

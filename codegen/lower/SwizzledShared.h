@@ -77,7 +77,8 @@ class SwizzledOffsets {
 // The tile a conversion from `from` to `to` (same 2D shape) uses: contiguous along
 // the source's longest per-thread run; nullopt where swizzling does not apply
 // (other ranks, rows shorter than 16 bytes, elements that do not divide 16 bytes).
-std::optional<SwizzledTile> swizzledTileFor(const ir::LinearLayout& from, const ir::LinearLayout& to, int64_t elemBytes);
+std::optional<SwizzledTile> swizzledTileFor(const ir::LinearLayout& from, const ir::LinearLayout& to,
+                                            int64_t elemBytes);
 
 // How many consecutive registers of `layout` form one aligned vector of the tile
 // (at most a chunk).

@@ -136,8 +136,9 @@ support::Status describeKernel(const ir::Kernel& kernel, Job& job) {
     job.parameters.push_back(std::move(parameter));
   }
   for (const ir::Constexpr& constant : kernel.constexprs()) {
-    double value = std::holds_alternative<int64_t>(constant.value) ? static_cast<double>(std::get<int64_t>(constant.value))
-                                                                    : std::get<double>(constant.value);
+    double value = std::holds_alternative<int64_t>(constant.value)
+                       ? static_cast<double>(std::get<int64_t>(constant.value))
+                       : std::get<double>(constant.value);
     job.constexprs.emplace_back(constant.name, value);
   }
   for (const std::string& line : kernel.docLines()) job.grid += (job.grid.empty() ? "" : " ") + line;
@@ -149,13 +150,15 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
   const Variant& variant = *source.variant;
   auto kernel = buildVariantKernel(variant);
   if (!kernel) {
-    job.error = support::Diagnostic{variant.location, "cannot build variant '" + variant.name + "': " + kernel.diagnostic().message};
+    job.error = support::Diagnostic{variant.location,
+                                    "cannot build variant '" + variant.name + "': " + kernel.diagnostic().message};
     return;
   }
   if (support::Status verified = ir::verifyKernel(**kernel); !verified) {
     job.internal = true;
     job.error = verified.diagnostic();
-    job.error->message = "internal: the kernel builder produced invalid IR for '" + variant.name + "': " + job.error->message;
+    job.error->message =
+        "internal: the kernel builder produced invalid IR for '" + variant.name + "': " + job.error->message;
     return;
   }
   if (job.arch == 0) {
@@ -211,7 +214,8 @@ class Progress {
   void finished(const std::string& kernel, const std::string& arch) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++done_;
-    std::string line = "attnjit aot: [" + std::to_string(done_) + "/" + std::to_string(total_) + "] " + kernel + " " + arch;
+    std::string line =
+        "attnjit aot: [" + std::to_string(done_) + "/" + std::to_string(total_) + "] " + kernel + " " + arch;
     if (terminal_) {
       const std::size_t width = std::max(line.size(), lastWidth_);
       line.resize(width, ' ');
@@ -242,7 +246,8 @@ support::Status writeFileAtomically(const fs::path& path, std::string_view bytes
   auto failure = [&](const std::string& what) {
     std::string reason = std::strerror(errno);
     ::unlink(temporary.c_str());
-    return support::Status::error(support::Location{path.string(), 0, 0}, "cannot write the bundle: " + what + ": " + reason);
+    return support::Status::error(support::Location{path.string(), 0, 0},
+                                  "cannot write the bundle: " + what + ": " + reason);
   };
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return failure("cannot create " + temporary.string());
@@ -270,7 +275,9 @@ std::string sha256Hex(std::string_view bytes) { return runtime::Sha256::hexDiges
 support::Status createDirectory(const fs::path& dir) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) return support::Status::error(support::Location{dir.string(), 0, 0}, "cannot create the directory: " + error.message());
+  if (error)
+    return support::Status::error(support::Location{dir.string(), 0, 0},
+                                  "cannot create the directory: " + error.message());
   return support::Status::ok();
 }
 
@@ -278,8 +285,11 @@ support::Status createDirectory(const fs::path& dir) {
 support::Status prepareOutputDirectory(const fs::path& dir) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) return support::Status::error(support::Location{dir.string(), 0, 0}, "cannot create the output directory: " + error.message());
-  if (!fs::is_directory(dir, error)) return support::Status::error(support::Location{dir.string(), 0, 0}, "the output path is not a directory");
+  if (error)
+    return support::Status::error(support::Location{dir.string(), 0, 0},
+                                  "cannot create the output directory: " + error.message());
+  if (!fs::is_directory(dir, error))
+    return support::Status::error(support::Location{dir.string(), 0, 0}, "the output path is not a directory");
   const fs::path probe = dir / (".attnjit-aot-probe." + std::to_string(getpid()));
   if (support::Status written = writeFileAtomically(probe, "probe"); !written) {
     return support::Status::error(support::Location{dir.string(), 0, 0}, "the output directory is not writable (" +
@@ -423,10 +433,12 @@ support::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::ve
       image.threadsPerBlock = job.compiled.numThreads;
       image.dynamicSharedBytes = job.compiled.sharedMemoryBytes;
       image.ptx = {arch + "/" + variant.name + ".ptx", sha256Hex(job.compiled.ptx)};
-      if (support::Status written = writeFileAtomically(outDir / image.ptx.path, job.compiled.ptx); !written) return written;
+      if (support::Status written = writeFileAtomically(outDir / image.ptx.path, job.compiled.ptx); !written)
+        return written;
       if (!job.cubin.empty()) {
         image.cubin = runtime::BundleFile{arch + "/" + variant.name + ".cubin", sha256Hex(job.cubin)};
-        if (support::Status written = writeFileAtomically(outDir / image.cubin->path, job.cubin); !written) return written;
+        if (support::Status written = writeFileAtomically(outDir / image.cubin->path, job.cubin); !written)
+          return written;
         ++cubins;
       }
       image.ptxas = job.ptxas;

@@ -43,7 +43,8 @@ int parseRequest(const ParsedArguments& args, CompileRequest& request) {
   request.stage = args.value("--emit", "tir");
   if (std::find(kStages.begin(), kStages.end(), request.stage) == kStages.end()) {
     std::string message = "unknown --emit value '" + request.stage + "' (stages: " + support::joinNames(kStages) + ")";
-    if (std::string s = support::closestName(request.stage, kStages); !s.empty()) message += "; did you mean '" + s + "'?";
+    if (std::string s = support::closestName(request.stage, kStages); !s.empty())
+      message += "; did you mean '" + s + "'?";
     reportUsageError("compile", message);
     return kExitUserError;
   }
@@ -59,7 +60,8 @@ int parseRequest(const ParsedArguments& args, CompileRequest& request) {
     if (std::find(names.begin(), names.end(), request.printAfter) == names.end()) {
       std::string message = "unknown pass '" + request.printAfter + "' for --print-after (tile-IR passes: " +
                             support::joinNames(passes) + "; codegen stages: " + support::joinNames(stages) + ")";
-      if (std::string s = support::closestName(request.printAfter, names); !s.empty()) message += "; did you mean '" + s + "'?";
+      if (std::string s = support::closestName(request.printAfter, names); !s.empty())
+        message += "; did you mean '" + s + "'?";
       reportUsageError("compile", message);
       return kExitUserError;
     }
@@ -206,7 +208,8 @@ int writeCubins(const std::vector<KernelOutput>& outputs, const ParsedArguments&
       return kExitUserError;
     }
     if (!fs::create_directories(target, ec) && ec) {
-      reportError(support::Diagnostic{support::Location{target, 0, 0}, "cannot create the output directory: " + ec.message()});
+      reportError(
+          support::Diagnostic{support::Location{target, 0, 0}, "cannot create the output directory: " + ec.message()});
       return kExitUserError;
     }
   }

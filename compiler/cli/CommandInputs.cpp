@@ -18,7 +18,8 @@ void reportUsageError(const std::string& command, const std::string& message) {
 support::Expected<std::string> singleInput(const ParsedArguments& args, const std::string& command,
                                       const std::string& what) {
   support::Location at{"attnjit " + command, 0, 0};
-  if (args.positionals.empty()) return support::Diagnostic{at, "missing the " + what + " (see 'attnjit " + command + " --help')"};
+  if (args.positionals.empty())
+    return support::Diagnostic{at, "missing the " + what + " (see 'attnjit " + command + " --help')"};
   if (args.positionals.size() > 1) {
     return support::Diagnostic{at, "expected one " + what + ", got " + std::to_string(args.positionals.size()) +
                                   " arguments ('" + args.positionals[1] + "' is extra)"};

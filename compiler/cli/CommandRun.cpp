@@ -88,7 +88,8 @@ int runRun(const ParsedArguments& args) {
     }
     if (!result) {
       // A shape the kernel cannot take, or a builder failure: either way no number to check.
-      reportError(support::Diagnostic{variant->location, "variant '" + variant->name + "': " + result.diagnostic().message});
+      reportError(
+          support::Diagnostic{variant->location, "variant '" + variant->name + "': " + result.diagnostic().message});
       return kExitUserError;
     }
     failures += result->passed ? 0 : 1;

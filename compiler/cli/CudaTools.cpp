@@ -142,8 +142,8 @@ int ptxasMaxPtxVersion(const std::string& ptxas) {
   return isa ? isa->asNumber() : 0;
 }
 
-support::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx, const std::string& arch,
-                                          bool verbose) {
+support::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx,
+                                               const std::string& arch, bool verbose) {
   ScratchDirectory scratch;
   if (!scratch.created()) return toolError(ptxas, "cannot create a temporary directory");
   std::string ptxPath = scratch.file("kernel.ptx"), cubinPath = scratch.file("kernel.cubin");

@@ -24,8 +24,8 @@ struct AssembledKernel {
 
 // `ptxas -arch=<arch> [-v] kernel.ptx -o kernel.cubin` in a scratch directory. A
 // ptxas failure comes back as a diagnostic holding ptxas's own messages.
-support::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx, const std::string& arch,
-                                          bool verbose);
+support::Expected<AssembledKernel> assemblePtx(const std::string& ptxas, const std::string& ptx,
+                                               const std::string& arch, bool verbose);
 
 // The SASS listing of a cubin: `nvdisasm -c` or `cuobjdump --dump-sass`, by the
 // tool's file name.

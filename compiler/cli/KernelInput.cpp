@@ -69,7 +69,8 @@ int loadTirKernels(const ParsedArguments& args, const std::string& command, Kern
   for (const auto& kernel : input.module->kernels()) {
     names.push_back(kernel->name());
     if (!args.has("--variant") || kernel->name() == wanted) {
-      support::Location origin = kernel->location().file.empty() ? support::Location{input.path, 0, 0} : kernel->location();
+      support::Location origin =
+          kernel->location().file.empty() ? support::Location{input.path, 0, 0} : kernel->location();
       input.kernels.push_back({kernel.get(), origin});
     }
   }
@@ -112,7 +113,8 @@ support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args,
   auto target = codegen::lookupTarget(name);
   if (!target) {
     std::string where = args.has("--arch") ? "--arch=" + name : input.path + ": target";
-    return support::Diagnostic{support::Location{"attnjit " + command, 0, 0}, where + ": " + target.diagnostic().message};
+    return support::Diagnostic{support::Location{"attnjit " + command, 0, 0},
+                               where + ": " + target.diagnostic().message};
   }
   return target;
 }

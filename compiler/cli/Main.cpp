@@ -98,7 +98,8 @@ int dispatch(const std::vector<std::string>& args) {
   }
   std::string message = first.rfind("-", 0) == 0 ? "unknown option '" + first + "'" : "unknown command '" + first + "'";
   if (std::string s = support::closestName(first, names); !s.empty()) message += "; did you mean '" + s + "'?";
-  reportError(support::Diagnostic{support::Location{"attnjit", 0, 0}, message + " (commands: " + support::joinNames(names) + ")"});
+  reportError(support::Diagnostic{support::Location{"attnjit", 0, 0},
+                                  message + " (commands: " + support::joinNames(names) + ")"});
   return kExitUserError;
 }
 

@@ -33,7 +33,8 @@ void dumpStages(const std::string& dir, const CompiledKernel& k) {
     if (text.empty()) return;
     std::ofstream out(std::filesystem::path(dir) / (k.name + suffix), std::ios::binary);
     out << text;
-    if (!out) std::fprintf(stderr, "attnjit: warning: cannot write %s/%s%s\n", dir.c_str(), k.name.c_str(), suffix.c_str());
+    if (!out)
+      std::fprintf(stderr, "attnjit: warning: cannot write %s/%s%s\n", dir.c_str(), k.name.c_str(), suffix.c_str());
   };
   write(".tir", k.tir);
   write(".opt.tir", k.tirOptimized);

@@ -15,8 +15,9 @@ support::Expected<std::string> deviceTarget(int ordinal) {
   }
   std::string known;
   for (const auto& t : codegen::allTargets()) known += " " + t.name;
-  return support::Diagnostic{{}, "the GPU " + std::to_string(ordinal) + " (" + info->name + ", sm_" + std::to_string(sm) +
-                                ") has no attnjit target; supported:" + known};
+  return support::Diagnostic{{},
+                             "the GPU " + std::to_string(ordinal) + " (" + info->name + ", sm_" + std::to_string(sm) +
+                                 ") has no attnjit target; supported:" + known};
 }
 
 support::Expected<std::string> localTarget() {

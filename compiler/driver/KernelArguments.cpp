@@ -75,8 +75,9 @@ std::string hex(uint64_t value) {
 
 }  // namespace
 
-support::Expected<PackedArguments> packKernelArguments(const std::string& what, const std::vector<KernelParameter>& parameters,
-                                                  std::span<const KernelArgument> arguments) {
+support::Expected<PackedArguments> packKernelArguments(const std::string& what,
+                                                       const std::vector<KernelParameter>& parameters,
+                                                       std::span<const KernelArgument> arguments) {
   auto error = [&](const KernelParameter& p, const std::string& message) {
     return support::Diagnostic{{}, what + ": parameter '" + p.name + "' (" + p.type.str() + ") " + message};
   };

@@ -65,7 +65,8 @@ class PackedArguments {
 
 // Checks `arguments` against `parameters` (see the top of the file) and packs
 // them. Errors read "<what>: parameter 'name' ...".
-support::Expected<PackedArguments> packKernelArguments(const std::string& what, const std::vector<KernelParameter>& parameters,
-                                                  std::span<const KernelArgument> arguments);
+support::Expected<PackedArguments> packKernelArguments(const std::string& what,
+                                                       const std::vector<KernelParameter>& parameters,
+                                                       std::span<const KernelArgument> arguments);
 
 }  // namespace attnjit::compiler

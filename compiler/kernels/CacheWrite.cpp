@@ -343,7 +343,8 @@ support::Status CacheWriteConfig::validate() const {
   if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > 512))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
                        ") must be between 1 and 512 (0 = head_size)");
-  if (cacheFormat == KvCacheFormat::Int4PerTokenHead && valueHeadSize != 0 && (valueHeadSize % 2 != 0 || valueHeadSize < 4))
+  if (cacheFormat == KvCacheFormat::Int4PerTokenHead && valueHeadSize != 0 &&
+      (valueHeadSize % 2 != 0 || valueHeadSize < 4))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
                        ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
   return support::Status::ok();

@@ -15,7 +15,9 @@ namespace attnjit::compiler {
 
 inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
 inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
-inline support::Status configError(const std::string& message) { return support::Status::error(support::Location{}, message); }
+inline support::Status configError(const std::string& message) {
+  return support::Status::error(support::Location{}, message);
+}
 
 // A number in a message or a shape's text, as short as reads back exactly (30,
 // 2.5, 0.25, -1, nan).

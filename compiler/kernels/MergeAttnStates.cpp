@@ -141,8 +141,8 @@ class MergeBuilder {
 int MergeAttnStatesConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
 
 std::string MergeAttnStatesConfig::kernelName() const {
-  std::string name = std::string("merge_attn_states_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) + "_d" + std::to_string(headSize) +
-                     (outputLse ? "_lse" : "_nolse");
+  std::string name = std::string("merge_attn_states_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) +
+                     "_d" + std::to_string(headSize) + (outputLse ? "_lse" : "_nolse");
   const MergeAttnStatesConfig defaults;
   if (blockTokens != defaults.blockTokens) name += "_t" + std::to_string(blockTokens);
   if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);

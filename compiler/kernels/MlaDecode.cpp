@@ -70,7 +70,9 @@ class MlaDecodeBuilder {
   Value* asColumn(Value* vec, int64_t cols, std::string name = {}) {
     return broadcastAsColumn(b_, vec, cols, std::move(name));
   }
-  Value* asRow(Value* vec, int64_t rows, std::string name = {}) { return broadcastAsRow(b_, vec, rows, std::move(name)); }
+  Value* asRow(Value* vec, int64_t rows, std::string name = {}) {
+    return broadcastAsRow(b_, vec, rows, std::move(name));
+  }
   Value* zeros(std::vector<int64_t> shape, ScalarKind kind, std::string name = {}) {
     const Type type = Type::tile(std::move(shape), Type::scalar(kind));
     return ir::isFloat(kind) ? b_.constFloat(0.0, type, std::move(name)) : b_.constInt(0, type, std::move(name));
@@ -174,7 +176,8 @@ void MlaDecodeBuilder::build() {
   // Rows of heads >= H read head H - 1's q (in bounds; their results are never
   // stored), so the per-tile q loads below need no mask.
   Value* qHead64 = b_.cast(b_.min(head, splat(b_.sub(numHeads, one), {BH})), I64, "q_head_i64");
-  Value* qRow = b_.add(splat(b_.mul(batch64, qStrideBatch_), {BH}), b_.mul(qHead64, splat(qStrideHead_, {BH})), "q_row");
+  Value* qRow =
+      b_.add(splat(b_.mul(batch64, qStrideBatch_), {BH}), b_.mul(qHead64, splat(qStrideHead_, {BH})), "q_row");
 
   // ---- Key tiles of this program: all of the sequence, or one segment. ----
   Value* seqLen = b_.load(b_.addPtr(seqLens_, batch), nullptr, nullptr, "seq_len");
@@ -231,8 +234,8 @@ void MlaDecodeBuilder::build() {
       b_.cast(b_.load(b_.addPtr(splat(blockTables_, {N}), blockTableIdx), keyMask, noBlock, "physical_block_i32"), I64,
               "physical_block");
   Value* tokenInBlock = b_.cast(b_.rem(key, splat(blockSize, {N})), I64, "token_in_block");
-  Value* slot = b_.add(b_.mul(physicalBlock, splat(kvStrideBlock_, {N})), b_.mul(tokenInBlock, splat(kvStrideToken_, {N})),
-                       "slot");
+  Value* slot = b_.add(b_.mul(physicalBlock, splat(kvStrideBlock_, {N})),
+                       b_.mul(tokenInBlock, splat(kvStrideToken_, {N})), "slot");
   std::vector<Value*> latent;
   for (int64_t c = 0; c < numChunks; ++c) {
     const std::string name = "kv_c" + std::to_string(c);
@@ -250,7 +253,8 @@ void MlaDecodeBuilder::build() {
   }
   Value* qPe = loadRows(q_, qRow, L, R, nullptr, dt, "q_pe");
   qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, false, "qk");
-  Value* scores = b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
+  Value* scores =
+      b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
   Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
   // Every tile holds a key < seq_len, so mCandidate is finite; the guard keeps a
   // row that somehow saw none at -inf - 0 (weight 0) instead of NaN.
@@ -312,8 +316,8 @@ void MlaDecodeBuilder::build() {
     // Natural log: (M + log2 L)·ln 2; an empty sequence keeps M = -inf, L = 1.
     Value* lseValue = b_.mul(b_.add(mFinal, b_.unary(Opcode::Log2, lFinal)), splat(b_.f32(std::numbers::ln2), {BH}),
                              "lse");
-    Value* lseOffset =
-        b_.add(splat(b_.mul(batch64, lseStrideBatch_), {BH}), b_.mul(head64, splat(lseStrideHead_, {BH})), "lse_offset");
+    Value* lseOffset = b_.add(splat(b_.mul(batch64, lseStrideBatch_), {BH}),
+                              b_.mul(head64, splat(lseStrideHead_, {BH})), "lse_offset");
     b_.store(b_.addPtr(splat(lse_, {BH}), lseOffset, "lse_ptrs"), lseValue, headMask);
   }
 }

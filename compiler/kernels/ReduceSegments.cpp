@@ -98,8 +98,9 @@ class ReduceSegmentsBuilder {
         b_.load(b_.addPtr(b_.splat(segmExpsum_, {H}), row2), headMask, b_.constFloat(0.0, rowF32), "segment_sum");
     Value* weight = b_.unary(Opcode::Exp2, b_.sub(mSegment, mOverall), "weight");
     Value* outputRow = b_.mul(row2, b_.splat(b_.i64(D), {H}));
-    Value* partial = b_.load(b_.addPtr(b_.splat(segmOutput_, {H, D}), b_.add(asColumn(outputRow, D), asRow(offsD64, H))),
-                             mask, b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32))), "segment_output");
+    Value* partial =
+        b_.load(b_.addPtr(b_.splat(segmOutput_, {H, D}), b_.add(asColumn(outputRow, D), asRow(offsD64, H))), mask,
+                b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32))), "segment_output");
     Value* lNew = b_.add(sumLoop.iterArgs[0], b_.mul(weight, lSegment), "l_new");
     Value* accNew = b_.add(sumLoop.iterArgs[1], b_.mul(asColumn(weight, D), partial), "acc_new");
     std::vector<Value*> sums = b_.endFor({lNew, accNew}, {"l_final", "acc_final"});
@@ -127,7 +128,8 @@ class ReduceSegmentsBuilder {
       Value* lseLog2 = b_.add(mOverall, b_.unary(Opcode::Log2, sums[0]), "lse_log2");
       Value* lseValue = b_.mul(lseLog2, b_.constFloat(std::numbers::ln2, rowF32), "lse");
       Value* tokenOffset = lseStrideToken_ ? b_.mul(token64, lseStrideToken_) : token64;
-      Value* lseOffset = b_.add(b_.mul(head64, b_.splat(lseStrideHead_, {H})), b_.splat(tokenOffset, {H}), "lse_offset");
+      Value* lseOffset =
+          b_.add(b_.mul(head64, b_.splat(lseStrideHead_, {H})), b_.splat(tokenOffset, {H}), "lse_offset");
       b_.store(b_.addPtr(b_.splat(lse_, {H}), lseOffset, "lse_ptrs"), lseValue, headMask);
     }
   }

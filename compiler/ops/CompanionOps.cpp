@@ -45,7 +45,8 @@ class OpKernels {
     if (auto it = parameters_.find(name); it != parameters_.end()) return it->second;
     auto kernel = build();
     if (!kernel) return kernel.status();
-    auto parameters = std::make_shared<const std::vector<compiler::KernelParameter>>(compiler::kernelParameters(**kernel));
+    auto parameters =
+        std::make_shared<const std::vector<compiler::KernelParameter>>(compiler::kernelParameters(**kernel));
     parameters_.emplace(name, parameters);
     return parameters;
   }
@@ -349,9 +350,13 @@ MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& p) {
 
 support::Status validateCacheWrite(const CacheWriteParams& params) { return prepareCacheWrite(params).status(); }
 
-support::Status validateMergePartials(const MergePartialsParams& params) { return prepareMergePartials(params).status(); }
+support::Status validateMergePartials(const MergePartialsParams& params) {
+  return prepareMergePartials(params).status();
+}
 
-support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params) { return prepareMlaCacheWrite(params).status(); }
+support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params) {
+  return prepareMlaCacheWrite(params).status();
+}
 
 support::Status validateMergeAttnStates(const MergeAttnStatesParams& params) {
   return prepareMergeAttnStates(params).status();

@@ -26,9 +26,11 @@ support::Expected<std::vector<KvShard>> shardKvBlockTables(KvShardScheme scheme,
                                                       const std::vector<int32_t>& seqLens,
                                                       const std::vector<int32_t>& blockTables,
                                                       int64_t blockTableStride) {
-  if (numRanks < 1) return support::Status::error({}, "context parallel: num_ranks (" + std::to_string(numRanks) + ") must be >= 1");
+  if (numRanks < 1)
+    return support::Status::error({}, "context parallel: num_ranks (" + std::to_string(numRanks) + ") must be >= 1");
   if (blockSize < 1)
-    return support::Status::error({}, "context parallel: block_size (" + std::to_string(blockSize) + ") must be positive");
+    return support::Status::error({},
+                                  "context parallel: block_size (" + std::to_string(blockSize) + ") must be positive");
   const int64_t numSeqs = static_cast<int64_t>(seqLens.size());
   if (blockTableStride < 1 || static_cast<int64_t>(blockTables.size()) < numSeqs * blockTableStride)
     return support::Status::error({}, "context parallel: block_tables holds " + std::to_string(blockTables.size()) +
@@ -39,14 +41,14 @@ support::Expected<std::vector<KvShard>> shardKvBlockTables(KvShardScheme scheme,
   for (int64_t s = 0; s < numSeqs; ++s) {
     const int seqLen = seqLens[s];
     if (seqLen < 0)
-      return support::Status::error({}, "context parallel: seq_lens[" + std::to_string(s) + "] = " + std::to_string(seqLen) +
-                                   " is negative");
+      return support::Status::error(
+          {}, "context parallel: seq_lens[" + std::to_string(s) + "] = " + std::to_string(seqLen) + " is negative");
     const int64_t blocks = (static_cast<int64_t>(seqLen) + blockSize - 1) / blockSize;
     if (blocks > blockTableStride)
-      return support::Status::error({}, "context parallel: sequence " + std::to_string(s) + " needs " + std::to_string(blocks) +
-                                   " blocks (seq_len " + std::to_string(seqLen) + ", block_size " +
-                                   std::to_string(blockSize) + ") but its block-table row has " +
-                                   std::to_string(blockTableStride));
+      return support::Status::error({}, "context parallel: sequence " + std::to_string(s) + " needs " +
+                                            std::to_string(blocks) + " blocks (seq_len " + std::to_string(seqLen) +
+                                            ", block_size " + std::to_string(blockSize) +
+                                            ") but its block-table row has " + std::to_string(blockTableStride));
     std::vector<int> perRank(numRanks, 0);
     for (int i = 0; i < blocks; ++i) ++perRank[kvShardOwner(scheme, i, static_cast<int>(blocks), numRanks)];
     maxShardBlocks = std::max(maxShardBlocks, *std::max_element(perRank.begin(), perRank.end()));

@@ -21,7 +21,9 @@ using support::Status;
 
 namespace {
 
-support::Status argumentError(const std::string& message) { return support::Status::error({}, "mla decode: " + message); }
+support::Status argumentError(const std::string& message) {
+  return support::Status::error({}, "mla decode: " + message);
+}
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -104,7 +106,8 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
     if (support::Status s = checkPointer(name, pointer, 16, true); !s) return s;
   const bool fp8 = p.kvCacheFormat != KvCacheFormat::Auto;
   if (support::Status s = checkPointer("kv_scale", p.kvScale, 4, fp8); !s) return s;
-  if (!fp8 && p.kvScale != 0) return argumentError("kv_scale is only used by the fp8 latent cache (kv_cache_dtype auto)");
+  if (!fp8 && p.kvScale != 0)
+    return argumentError("kv_scale is only used by the fp8 latent cache (kv_cache_dtype auto)");
   if (support::Status s = checkPointer("lse", p.lse, 4, false); !s) return s;
   if (p.lse != 0) {
     // Every (b, h) must have its own element: one stride covers the other's range.

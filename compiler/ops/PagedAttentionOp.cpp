@@ -25,7 +25,9 @@ using support::Status;
 
 namespace {
 
-support::Status argumentError(const std::string& message) { return support::Status::error({}, "paged attention: " + message); }
+support::Status argumentError(const std::string& message) {
+  return support::Status::error({}, "paged attention: " + message);
+}
 
 std::string hexText(uint64_t value) {
   char text[32];
@@ -267,7 +269,8 @@ support::Status checkPointer(const char* name, uint64_t pointer, uint64_t alignm
 }
 
 // The checks of validatePagedAttention for the variant already selected.
-support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, const SplitKvPlan& plan) {
+support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config,
+                            const SplitKvPlan& plan) {
   // The op's own name for what the config calls `alibi`.
   if (p.alibiSqrt && p.alibiSlopes == 0) return argumentError("alibi_sqrt needs alibi_slopes (its slopes)");
   if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
@@ -332,8 +335,9 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
     if (s.value % s.multiple != 0)
       return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
                            std::to_string(s.multiple) + " for head size " + std::to_string(p.headSize) +
-                           (valueHeadSizeOf(p) != p.headSize ? " (value head size " + std::to_string(valueHeadSizeOf(p)) + ")"
-                                                             : std::string()) +
+                           (valueHeadSizeOf(p) != p.headSize
+                                ? " (value head size " + std::to_string(valueHeadSizeOf(p)) + ")"
+                                : std::string()) +
                            " and kv_cache_dtype " + compiler::kvCacheFormatName(p.kvCacheFormat));
   }
   if (p.workspace != 0) {

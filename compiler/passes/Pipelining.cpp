@@ -287,9 +287,10 @@ support::Status pipelineLoads(Kernel& kernel, const PassOptions&) {
   const bool prefetchIndices = kernelFlag(kernel, KernelAttribute::PrefetchIndices);
   if (stages == 1) return support::Status::ok();
   if (stages != 2)
-    return support::Status::error(kernel.location(), "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
-                                                " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
-                                                "tile's loads in flight during this tile's compute)");
+    return support::Status::error(kernel.location(),
+                                  "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
+                                      " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
+                                      "tile's loads in flight during this tile's compute)");
   std::vector<Operation*> loops;
   collectLoops(kernel.body(), loops);
   for (Operation* loop : loops) LoopPipeliner(*loop, prefetchIndices).run();

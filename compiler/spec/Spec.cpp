@@ -107,7 +107,9 @@ class SpecLoader {
   static std::optional<size_t> blameField(const std::string& message, const std::vector<GivenField<Config>>& given);
 
   support::Location locationOf(const YAML::Node& node) const { return yamlLocation(path_, node.Mark()); }
-  support::Status errorAt(const YAML::Node& node, std::string message) const { return errorAt(node.Mark(), std::move(message)); }
+  support::Status errorAt(const YAML::Node& node, std::string message) const {
+    return errorAt(node.Mark(), std::move(message));
+  }
   support::Status errorAt(const YAML::Mark& mark, std::string message) const {
     return support::Status::error(yamlLocation(path_, mark), std::move(message));
   }
@@ -128,7 +130,8 @@ class SpecLoader {
                           const std::vector<ParamField<Config>>& fields,
                           const std::function<void(Variant&, const Config&)>& store);
   support::Status loadRun(const YAML::Node& run, Spec& spec);
-  support::Expected<std::vector<int>> intList(const YAML::Node& value, const std::string& field, int min, int max) const;
+  support::Expected<std::vector<int>> intList(const YAML::Node& value, const std::string& field, int min,
+                                              int max) const;
 
   std::string path_;
 };
@@ -258,7 +261,8 @@ FieldParser<Config> boolField(const char* name, bool Config::* member) {
   return [name, member](const YAML::Node& node, Config& config) -> support::Status {
     std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
     if (!value)
-      return support::Status::error({}, "'" + std::string(name) + "' must be true or false, got '" + node.Scalar() + "'");
+      return support::Status::error({},
+                                    "'" + std::string(name) + "' must be true or false, got '" + node.Scalar() + "'");
     config.*member = *value;
     return support::Status::ok();
   };
@@ -477,7 +481,8 @@ support::Status SpecLoader::loadFamilyParams(const YAML::Node& key, const YAML::
                                     const std::function<void(Variant&, const Config&)>& store) {
   std::vector<std::string> names;
   for (const ParamField<Config>& f : fields) names.push_back(f.name);
-  if (support::Status s = checkKeys(params, std::string("'params' of family ") + familyName(spec.family), names); !s) return s;
+  if (support::Status s = checkKeys(params, std::string("'params' of family ") + familyName(spec.family), names); !s)
+    return s;
 
   // The values of every given field, each parsed once so errors surface in file
   // order before any combination is considered.
@@ -696,8 +701,9 @@ support::Expected<Spec> SpecLoader::load(const std::string& text) {
     std::vector<YAML::Node> documents{document};
     const YAML::Node& root = documents[0];
     if (!root.IsMap()) {
-      return support::Diagnostic{locationOf(root), "the top level of a spec must be a mapping (family:, params:, ...), got " +
-                                              describeNode(root)};
+      return support::Diagnostic{
+          locationOf(root),
+          "the top level of a spec must be a mapping (family:, params:, ...), got " + describeNode(root)};
     }
     if (support::Status s = loadRoot(root, spec); !s) return s;
   } catch (const YAML::DeepRecursion& e) {

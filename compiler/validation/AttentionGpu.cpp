@@ -75,8 +75,9 @@ support::Status timeRuns(const UnifiedAttentionProblem& problem, const GpuRunOpt
 
 }  // namespace
 
-support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAttentionConfig& config, const compiler::BatchShape& shape,
-                                                  const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAttentionConfig& config,
+                                                       const compiler::BatchShape& shape,
+                                                       const GpuRunOptions& options) {
   auto target = options.target.empty() ? compiler::localTarget() : support::Expected<std::string>(options.target);
   if (!target) return target.status();
   auto problem = UnifiedAttentionProblem::create(config, shape);
@@ -160,7 +161,8 @@ support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAt
   result.check.gridY = (*problem)->gridY();
   auto launchAll = [&]() -> support::Status {
     for (size_t l = 0; l < prepared.size(); ++l)
-      if (support::Status s = jits[l].loaded->function.launch(prepared[l].config, prepared[l].params.data()); !s) return s;
+      if (support::Status s = jits[l].loaded->function.launch(prepared[l].config, prepared[l].params.data()); !s)
+        return s;
     return support::Status::ok();
   };
 
@@ -182,7 +184,8 @@ support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAt
         PreparedLaunch& p = prepared[0];
         const size_t firstScalar = launches[0].pointers.size();
         for (size_t j = 0; j < p.scalars.size(); ++j)
-          p.scalars[j] = compiler::packParameter(kernels[0]->parameter(firstScalar + j)->type(), launches[0].scalars[j]);
+          p.scalars[j] =
+              compiler::packParameter(kernels[0]->parameter(firstScalar + j)->type(), launches[0].scalars[j]);
         if (support::Status s = jits[0].loaded->function.launch(p.config, p.params.data()); !s) return s;
       }
       result.launchOverheadMicroseconds = millisecondsSince(hostStart) * 1000.0 / kLaunches;
@@ -195,7 +198,8 @@ support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAt
 // ---- runPagedAttentionOpGpu: the problem launched through the op API. ----
 
 support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,
-                                                         const compiler::BatchShape& shape, const GpuRunOptions& options) {
+                                                              const compiler::BatchShape& shape,
+                                                              const GpuRunOptions& options) {
   compiler::UnifiedAttentionConfig problemConfig = config;
   problemConfig.splitKv = false;  // the op decides; the problem's buffers are the same either way
   auto problem = UnifiedAttentionProblem::create(problemConfig, shape);

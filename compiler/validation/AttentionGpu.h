@@ -38,8 +38,8 @@ struct GpuRunResult {
   double launchOverheadMicroseconds = 0;
 };
 
-support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAttentionConfig& config, const compiler::BatchShape& shape,
-                                                  const GpuRunOptions& options);
+support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAttentionConfig& config,
+                                                       const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 // The same problem run through the op API (ops::pagedAttention), as an engine
 // calls it: the variant's static parameters (dtype, heads, head sizes, block
@@ -55,6 +55,7 @@ struct PagedAttentionOpRun {
   double firstCallMs = 0;    // the first call, compile or disk-cache load included, to completion
 };
 support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,
-                                                         const compiler::BatchShape& shape, const GpuRunOptions& options);
+                                                              const compiler::BatchShape& shape,
+                                                              const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

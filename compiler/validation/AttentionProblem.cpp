@@ -363,7 +363,8 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
       const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
       for (int64_t h = 0; h < Hkv; ++h) {
         for (int kv = 0; kv < 2; ++kv) {
-          std::vector<double>& rows = kv == 0 ? logical.keys[static_cast<size_t>(s)] : logical.values[static_cast<size_t>(s)];
+          std::vector<double>& rows =
+              kv == 0 ? logical.keys[static_cast<size_t>(s)] : logical.values[static_cast<size_t>(s)];
           const int64_t rowSize = kv == 0 ? D : Dv;
           const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * rowSize);
           const int64_t element = slot + kv * kvStrideKv + h * kvStrideHead;
@@ -529,7 +530,8 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     const int64_t seqLen = logical.seqLens[static_cast<size_t>(s)];
     const int64_t contextLen = seqLen - queryLen;
     keys += static_cast<double>(seqLen);
-    const bool causal = logical.causalPerSequence.empty() ? config.causal : logical.causalPerSequence[static_cast<size_t>(s)];
+    const bool causal =
+        logical.causalPerSequence.empty() ? config.causal : logical.causalPerSequence[static_cast<size_t>(s)];
     if (config.slidingWindow > 0) {
       for (int64_t position = contextLen; position < seqLen; ++position) {
         const int64_t firstKey = std::max<int64_t>(0, position + 1 - config.slidingWindow);

@@ -37,8 +37,8 @@ struct AttentionRunResult {
 // out-of-range block-table entries) and the output starts as NaN.
 class UnifiedAttentionProblem {
  public:
-  static support::Expected<std::unique_ptr<UnifiedAttentionProblem>> create(const compiler::UnifiedAttentionConfig& config,
-                                                                      const compiler::BatchShape& shape);
+  static support::Expected<std::unique_ptr<UnifiedAttentionProblem>> create(
+      const compiler::UnifiedAttentionConfig& config, const compiler::BatchShape& shape);
 
   struct Buffer {
     std::string label;
@@ -107,6 +107,7 @@ class UnifiedAttentionProblem {
 // interpreter runs the kernel as the tile-IR pass pipeline leaves it (layouts,
 // pipelined loops), so the passes' rewrites are checked for meaning, not just form.
 support::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const compiler::UnifiedAttentionConfig& config,
-                                                                const compiler::BatchShape& shape, bool afterPasses = false);
+                                                                     const compiler::BatchShape& shape,
+                                                                     bool afterPasses = false);
 
 }  // namespace attnjit::validation

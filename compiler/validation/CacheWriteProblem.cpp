@@ -43,8 +43,8 @@ struct CacheWriteProblem::Data {
   int64_t strideBlock = 0, strideKv = 0, strideToken = 0, strideHead = 0;  // cache, elements
 };
 
-support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(const compiler::CacheWriteConfig& config,
-                                                                          const compiler::BatchShape& shape) {
+support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
+    const compiler::CacheWriteConfig& config, const compiler::BatchShape& shape) {
   if (support::Status s = config.validate(); !s) return s;
   if (support::Status s = shape.validate(); !s) return s;
   auto data = std::make_shared<Data>();
@@ -85,7 +85,8 @@ support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
       const bool zero = random.below(16) == 0;
       const double magnitude = std::ldexp(1.0, static_cast<int>(random.below(13)) - 6);
       for (int64_t d = 0; d < rowSize; ++d)
-        rows[static_cast<size_t>(r * rowSize + d)] = zero ? 0.0 : ir::roundToFloatKind(magnitude * random.uniform(-1, 1), dt);
+        rows[static_cast<size_t>(r * rowSize + d)] =
+            zero ? 0.0 : ir::roundToFloatKind(magnitude * random.uniform(-1, 1), dt);
     }
   };
   fillRows(data->keys, D);
@@ -117,9 +118,9 @@ support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
   auto& buffers = problem->buffers_;
   buffers.push_back({"key", sourceRows(data->keys, keyStride, D), false});
   buffers.push_back({"value", sourceRows(data->values, valueStride, Dv), false});
-  buffers.push_back({"kv_cache",
-                     poisonedBuffer(config.cachePointerElement(), static_cast<size_t>(data->numBlocks * data->strideBlock)),
-                     true});
+  buffers.push_back(
+      {"kv_cache",
+       poisonedBuffer(config.cachePointerElement(), static_cast<size_t>(data->numBlocks * data->strideBlock)), true});
   std::vector<uint8_t> slotBytes(data->slots.size() * sizeof(int64_t));
   std::memcpy(slotBytes.data(), data->slots.data(), slotBytes.size());
   buffers.push_back({"slot_mapping", std::move(slotBytes), false});
@@ -203,7 +204,9 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
         if (perTokenHead) {
           const float expectedScale = reference::perTokenHeadScale(x, static_cast<int>(D), format);
           float stored = 0;
-          std::memcpy(&stored, &cache[static_cast<size_t>(base + compiler::kvCacheScaleByteOffset(config.cacheFormat, static_cast<int>(D)))],
+          std::memcpy(&stored,
+                      &cache[static_cast<size_t>(
+                          base + compiler::kvCacheScaleByteOffset(config.cacheFormat, static_cast<int>(D)))],
                       sizeof stored);
           if (std::memcmp(&stored, &expectedScale, sizeof stored) != 0) {
             std::ostringstream text;
@@ -251,8 +254,8 @@ support::Expected<AttentionRunResult> runCacheWriteInterpreted(const compiler::C
   return runProblemInterpreted([&] { return compiler::buildCacheWrite(config); }, **problem);
 }
 
-support::Expected<GpuRunResult> runCacheWriteGpu(const compiler::CacheWriteConfig& config, const compiler::BatchShape& shape,
-                                            const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runCacheWriteGpu(const compiler::CacheWriteConfig& config,
+                                                 const compiler::BatchShape& shape, const GpuRunOptions& options) {
   auto problem = CacheWriteProblem::create(config, shape);
   if (!problem) return problem.status();
   return runProblemGpu([&] { return compiler::buildCacheWrite(config); }, **problem, options);

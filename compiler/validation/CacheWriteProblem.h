@@ -40,7 +40,7 @@ class CacheWriteProblem : public KernelProblem {
 
 support::Expected<AttentionRunResult> runCacheWriteInterpreted(const compiler::CacheWriteConfig& config,
                                                           const compiler::BatchShape& shape);
-support::Expected<GpuRunResult> runCacheWriteGpu(const compiler::CacheWriteConfig& config, const compiler::BatchShape& shape,
-                                            const GpuRunOptions& options);
+support::Expected<GpuRunResult> runCacheWriteGpu(const compiler::CacheWriteConfig& config,
+                                                 const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

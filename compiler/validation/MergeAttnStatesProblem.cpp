@@ -154,8 +154,8 @@ support::Expected<AttentionRunResult> runMergeAttnStatesInterpreted(const compil
   return runProblemInterpreted([&] { return compiler::buildMergeAttnStates(config); }, **problem);
 }
 
-support::Expected<GpuRunResult> runMergeAttnStatesGpu(const compiler::MergeAttnStatesConfig& config, const compiler::BatchShape& shape,
-                                                 const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runMergeAttnStatesGpu(const compiler::MergeAttnStatesConfig& config,
+                                                      const compiler::BatchShape& shape, const GpuRunOptions& options) {
   auto problem = MergeAttnStatesProblem::create(config, shape);
   if (!problem) return problem.status();
   return runProblemGpu([&] { return compiler::buildMergeAttnStates(config); }, **problem, options);

@@ -14,8 +14,8 @@ namespace attnjit::validation {
 
 class MergeAttnStatesProblem : public KernelProblem {
  public:
-  static support::Expected<std::unique_ptr<MergeAttnStatesProblem>> create(const compiler::MergeAttnStatesConfig& config,
-                                                                     const compiler::BatchShape& shape);
+  static support::Expected<std::unique_ptr<MergeAttnStatesProblem>> create(
+      const compiler::MergeAttnStatesConfig& config, const compiler::BatchShape& shape);
   // Output: max abs error against the reference, tolerance by dtype (one rounding to
   // the dtype plus f32 arithmetic with approximate exp); the padding after each
   // token's output row and every LSE entry are checked too (LSE within 1e-5).
@@ -30,7 +30,7 @@ class MergeAttnStatesProblem : public KernelProblem {
 
 support::Expected<AttentionRunResult> runMergeAttnStatesInterpreted(const compiler::MergeAttnStatesConfig& config,
                                                                const compiler::BatchShape& shape);
-support::Expected<GpuRunResult> runMergeAttnStatesGpu(const compiler::MergeAttnStatesConfig& config, const compiler::BatchShape& shape,
-                                                 const GpuRunOptions& options);
+support::Expected<GpuRunResult> runMergeAttnStatesGpu(const compiler::MergeAttnStatesConfig& config,
+                                                      const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

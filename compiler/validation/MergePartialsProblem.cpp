@@ -26,8 +26,8 @@ double MergePartialsProblem::tolerance(ScalarKind dtype, int numPartials) {
   return weightedCombineTolerance(dtype, numPartials);
 }
 
-support::Expected<std::unique_ptr<MergePartialsProblem>> MergePartialsProblem::create(const compiler::MergePartialsConfig& config,
-                                                                                 const compiler::BatchShape& shape) {
+support::Expected<std::unique_ptr<MergePartialsProblem>> MergePartialsProblem::create(
+    const compiler::MergePartialsConfig& config, const compiler::BatchShape& shape) {
   if (support::Status s = config.validate(); !s) return s;
   if (support::Status s = shape.validate(); !s) return s;
   std::unique_ptr<MergePartialsProblem> problem(new MergePartialsProblem());
@@ -167,8 +167,8 @@ support::Expected<AttentionRunResult> runMergePartialsInterpreted(const compiler
   return runProblemInterpreted([&] { return compiler::buildMergePartials(config); }, **problem);
 }
 
-support::Expected<GpuRunResult> runMergePartialsGpu(const compiler::MergePartialsConfig& config, const compiler::BatchShape& shape,
-                                               const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runMergePartialsGpu(const compiler::MergePartialsConfig& config,
+                                                    const compiler::BatchShape& shape, const GpuRunOptions& options) {
   auto problem = MergePartialsProblem::create(config, shape);
   if (!problem) return problem.status();
   return runProblemGpu([&] { return compiler::buildMergePartials(config); }, **problem, options);

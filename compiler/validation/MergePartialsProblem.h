@@ -38,7 +38,7 @@ class MergePartialsProblem : public KernelProblem {
 
 support::Expected<AttentionRunResult> runMergePartialsInterpreted(const compiler::MergePartialsConfig& config,
                                                              const compiler::BatchShape& shape);
-support::Expected<GpuRunResult> runMergePartialsGpu(const compiler::MergePartialsConfig& config, const compiler::BatchShape& shape,
-                                               const GpuRunOptions& options);
+support::Expected<GpuRunResult> runMergePartialsGpu(const compiler::MergePartialsConfig& config,
+                                                    const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

@@ -27,8 +27,8 @@ struct MlaCacheWriteProblem::Data {
   int64_t strideBlock = 0, strideToken = 0;  // cache, elements
 };
 
-support::Expected<std::unique_ptr<MlaCacheWriteProblem>> MlaCacheWriteProblem::create(const compiler::MlaCacheWriteConfig& config,
-                                                                                 const compiler::BatchShape& shape) {
+support::Expected<std::unique_ptr<MlaCacheWriteProblem>> MlaCacheWriteProblem::create(
+    const compiler::MlaCacheWriteConfig& config, const compiler::BatchShape& shape) {
   if (support::Status s = config.validate(); !s) return s;
   if (support::Status s = shape.validate(); !s) return s;
   auto data = std::make_shared<Data>();
@@ -184,8 +184,8 @@ support::Expected<AttentionRunResult> runMlaCacheWriteInterpreted(const compiler
   return runProblemInterpreted([&] { return compiler::buildMlaCacheWrite(config); }, **problem);
 }
 
-support::Expected<GpuRunResult> runMlaCacheWriteGpu(const compiler::MlaCacheWriteConfig& config, const compiler::BatchShape& shape,
-                                               const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runMlaCacheWriteGpu(const compiler::MlaCacheWriteConfig& config,
+                                                    const compiler::BatchShape& shape, const GpuRunOptions& options) {
   auto problem = MlaCacheWriteProblem::create(config, shape);
   if (!problem) return problem.status();
   return runProblemGpu([&] { return compiler::buildMlaCacheWrite(config); }, **problem, options);

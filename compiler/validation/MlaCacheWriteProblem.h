@@ -40,7 +40,7 @@ class MlaCacheWriteProblem : public KernelProblem {
 
 support::Expected<AttentionRunResult> runMlaCacheWriteInterpreted(const compiler::MlaCacheWriteConfig& config,
                                                              const compiler::BatchShape& shape);
-support::Expected<GpuRunResult> runMlaCacheWriteGpu(const compiler::MlaCacheWriteConfig& config, const compiler::BatchShape& shape,
-                                               const GpuRunOptions& options);
+support::Expected<GpuRunResult> runMlaCacheWriteGpu(const compiler::MlaCacheWriteConfig& config,
+                                                    const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

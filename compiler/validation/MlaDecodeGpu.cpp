@@ -101,7 +101,8 @@ support::Expected<GpuRunResult> runMlaDecodeGpu(const compiler::MlaDecodeConfig&
   result.check.gridY = launches[0].gridY;
   auto launchAll = [&]() -> support::Status {
     for (size_t l = 0; l < prepared.size(); ++l)
-      if (support::Status s = jits[l].loaded->function.launch(prepared[l].config, prepared[l].params.data()); !s) return s;
+      if (support::Status s = jits[l].loaded->function.launch(prepared[l].config, prepared[l].params.data()); !s)
+        return s;
     return support::Status::ok();
   };
 

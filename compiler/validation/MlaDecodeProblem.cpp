@@ -64,7 +64,8 @@ double nonzeroValue(RandomStream& random, ScalarKind kind) {
 
 // body(b) for b in [0, n) on the machine's cores; sequences are independent.
 void parallelFor(int n, const std::function<void(int)>& body) {
-  const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, std::min(n, 32)));
+  const int workers =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, std::min(n, 32)));
   std::atomic<int> next{0};
   auto work = [&] {
     for (int i = next++; i < n; i = next++) body(i);
@@ -159,7 +160,8 @@ support::Expected<std::unique_ptr<MlaDecodeProblem>> MlaDecodeProblem::create(co
     usedBlocks += blocksPerSeq.back();
   }
   const int numBlocks = usedBlocks + kSpareBlocks;
-  const int64_t blockTableStride = *std::max_element(blocksPerSeq.begin(), blocksPerSeq.end()) + kSpareBlockTableColumns;
+  const int64_t blockTableStride =
+      *std::max_element(blocksPerSeq.begin(), blocksPerSeq.end()) + kSpareBlockTableColumns;
 
   // Block tables: sequences own a random permutation of the physical blocks.
   RandomStream tableRandom(batch.seed ^ 0x9E3779B97F4A7C15ull);
@@ -360,8 +362,8 @@ void MlaDecodeProblem::check(const std::vector<Buffer>& after, AttentionRunResul
     }
 }
 
-support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config, const MlaDecodeBatch& batch,
-                                                         bool afterPasses) {
+support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config,
+                                                              const MlaDecodeBatch& batch, bool afterPasses) {
   auto problem = MlaDecodeProblem::create(config, batch);
   if (!problem) return problem.status();
   AttentionRunResult result;
@@ -395,14 +397,15 @@ support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::Ml
   return result;
 }
 
-support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config, const compiler::BatchShape& shape) {
+support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config,
+                                                              const compiler::BatchShape& shape) {
   auto batch = MlaDecodeBatch::fromShape(shape);
   if (!batch) return batch.status();
   return runMlaDecodeInterpreted(config, *batch);
 }
 
-support::Expected<GpuRunResult> runMlaDecodeGpu(const compiler::MlaDecodeConfig& config, const compiler::BatchShape& shape,
-                                           const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runMlaDecodeGpu(const compiler::MlaDecodeConfig& config,
+                                                const compiler::BatchShape& shape, const GpuRunOptions& options) {
   auto batch = MlaDecodeBatch::fromShape(shape);
   if (!batch) return batch.status();
   return runMlaDecodeGpu(config, *batch, options);

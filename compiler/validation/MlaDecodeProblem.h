@@ -74,15 +74,16 @@ class MlaDecodeProblem {
 
 // Builds the kernels, runs every launch on the CPU interpreter and checks. With
 // `afterPasses` the interpreter runs the kernels as the pass pipeline leaves them.
-support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config, const MlaDecodeBatch& batch,
-                                                         bool afterPasses = false);
-support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config, const compiler::BatchShape& shape);
+support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config,
+                                                              const MlaDecodeBatch& batch, bool afterPasses = false);
+support::Expected<AttentionRunResult> runMlaDecodeInterpreted(const compiler::MlaDecodeConfig& config,
+                                                              const compiler::BatchShape& shape);
 // JIT-compiles for the local GPU, runs once on the poisoned buffers and checks,
 // then times the launches when options ask (the stage-1 kernel's registers and
 // compile split are the ones reported).
 support::Expected<GpuRunResult> runMlaDecodeGpu(const compiler::MlaDecodeConfig& config, const MlaDecodeBatch& batch,
                                            const GpuRunOptions& options);
-support::Expected<GpuRunResult> runMlaDecodeGpu(const compiler::MlaDecodeConfig& config, const compiler::BatchShape& shape,
-                                           const GpuRunOptions& options);
+support::Expected<GpuRunResult> runMlaDecodeGpu(const compiler::MlaDecodeConfig& config,
+                                                const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

@@ -31,8 +31,8 @@ double ReduceSegmentsProblem::tolerance(ScalarKind dtype, int numSegments) {
   return weightedCombineTolerance(dtype, numSegments);
 }
 
-support::Expected<std::unique_ptr<ReduceSegmentsProblem>> ReduceSegmentsProblem::create(const compiler::ReduceSegmentsConfig& config,
-                                                                                   const compiler::BatchShape& shape) {
+support::Expected<std::unique_ptr<ReduceSegmentsProblem>> ReduceSegmentsProblem::create(
+    const compiler::ReduceSegmentsConfig& config, const compiler::BatchShape& shape) {
   if (support::Status s = config.validate(); !s) return s;
   if (support::Status s = shape.validate(); !s) return s;
   std::unique_ptr<ReduceSegmentsProblem> problem(new ReduceSegmentsProblem());
@@ -97,7 +97,8 @@ support::Expected<std::unique_ptr<ReduceSegmentsProblem>> ReduceSegmentsProblem:
   buffers.push_back({"segm_output", std::move(outputBytes), false});
   buffers.push_back({"segm_max", std::move(maxBytes), false});
   buffers.push_back({"segm_expsum", std::move(sumBytes), false});
-  if (config.outputLse) buffers.push_back({"lse", poisonedBuffer(F32, static_cast<size_t>(problem->lseElements_)), true});
+  if (config.outputLse)
+    buffers.push_back({"lse", poisonedBuffer(F32, static_cast<size_t>(problem->lseElements_)), true});
   if (config.outputFp8) {  // the kernel's parameter after lse
     problem->outputScale_ = static_cast<float>(shape.outputScale);
     std::vector<uint8_t> scale(4);
@@ -138,8 +139,8 @@ void ReduceSegmentsProblem::check(const std::vector<Buffer>& after, AttentionRun
           want = compared.want;
           allowance = compared.roundingAllowance;
         }
-        const double err =
-            std::isfinite(got) ? std::max(0.0, std::abs(got - want) - allowance) : std::numeric_limits<double>::infinity();
+        const double err = std::isfinite(got) ? std::max(0.0, std::abs(got - want) - allowance)
+                                              : std::numeric_limits<double>::infinity();
         if (err > result.maxAbsError || worst.empty()) {
           std::ostringstream text;
           text << "token " << t << ", head " << h << ", dim " << d << ": got " << got << ", expected " << want;
@@ -165,7 +166,8 @@ void ReduceSegmentsProblem::check(const std::vector<Buffer>& after, AttentionRun
         isLse[at] = true;
         const double got = getFloat(lse, ScalarKind::F32, at);
         const double want = expected.lse[static_cast<size_t>(t * H + h)];
-        const bool ok = std::isinf(want) ? got == want : std::abs(got - want) <= kLseTolerance * std::max(1.0, std::abs(want));
+        const bool ok =
+            std::isinf(want) ? got == want : std::abs(got - want) <= kLseTolerance * std::max(1.0, std::abs(want));
         if (!ok) {
           std::ostringstream text;
           text << "lse of token " << t << ", head " << h << ": got " << got << ", expected " << want;
@@ -174,7 +176,8 @@ void ReduceSegmentsProblem::check(const std::vector<Buffer>& after, AttentionRun
         }
       }
     for (int64_t i = 0; i < lseElements_ && failure.empty(); ++i)
-      if (!isLse[static_cast<size_t>(i)] && getBits(lse, ScalarKind::F32, static_cast<size_t>(i)) != poisonBits(ScalarKind::F32))
+      if (!isLse[static_cast<size_t>(i)] &&
+          getBits(lse, ScalarKind::F32, static_cast<size_t>(i)) != poisonBits(ScalarKind::F32))
         failure = "the kernel wrote the LSE buffer's gap at element " + std::to_string(i);
   }
   result.detail = failure.empty() ? "largest error at " + worst : failure;
@@ -188,8 +191,8 @@ support::Expected<AttentionRunResult> runReduceSegmentsInterpreted(const compile
   return runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
 }
 
-support::Expected<GpuRunResult> runReduceSegmentsGpu(const compiler::ReduceSegmentsConfig& config, const compiler::BatchShape& shape,
-                                                const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runReduceSegmentsGpu(const compiler::ReduceSegmentsConfig& config,
+                                                     const compiler::BatchShape& shape, const GpuRunOptions& options) {
   auto problem = ReduceSegmentsProblem::create(config, shape);
   if (!problem) return problem.status();
   return runProblemGpu([&] { return compiler::buildReduceSegments(config); }, **problem, options);

@@ -47,7 +47,7 @@ class ReduceSegmentsProblem : public KernelProblem {
 
 support::Expected<AttentionRunResult> runReduceSegmentsInterpreted(const compiler::ReduceSegmentsConfig& config,
                                                               const compiler::BatchShape& shape);
-support::Expected<GpuRunResult> runReduceSegmentsGpu(const compiler::ReduceSegmentsConfig& config, const compiler::BatchShape& shape,
-                                                const GpuRunOptions& options);
+support::Expected<GpuRunResult> runReduceSegmentsGpu(const compiler::ReduceSegmentsConfig& config,
+                                                     const compiler::BatchShape& shape, const GpuRunOptions& options);
 
 }  // namespace attnjit::validation

@@ -15,7 +15,8 @@
 
 namespace attnjit::validation {
 
-support::Expected<AttentionRunResult> runVariantInterpreted(const compiler::Variant& variant, const compiler::BatchShape& shape);
+support::Expected<AttentionRunResult> runVariantInterpreted(const compiler::Variant& variant,
+                                                            const compiler::BatchShape& shape);
 support::Expected<GpuRunResult> runVariantGpu(const compiler::Variant& variant, const compiler::BatchShape& shape,
                                          const GpuRunOptions& options);
 
