@@ -581,40 +581,12 @@ uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num
   }
 }
 
-attnjit_status attnjit_paged_attention_validate(attnjit_jit* jit, const attnjit_paged_attention_params* params) {
-  attnjit_paged_attention_params defaults;
-  attnjit_paged_attention_params_init(&defaults);
-  return runOp("attnjit_paged_attention_validate", jit, params, defaults, &attnjit::Jit::validatePagedAttention,
-               &attnjit::Jit::pagedAttention, true);
-}
-
-attnjit_status attnjit_paged_attention(attnjit_jit* jit, const attnjit_paged_attention_params* params) {
-  attnjit_paged_attention_params defaults;
-  attnjit_paged_attention_params_init(&defaults);
-  return runOp("attnjit_paged_attention", jit, params, defaults, &attnjit::Jit::validatePagedAttention,
-               &attnjit::Jit::pagedAttention, false);
-}
-
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params) {
   if (params == nullptr) return;
   *params = attnjit_cache_write_params{};
   params->struct_size = sizeof *params;
   params->dtype = ATTNJIT_DTYPE_BF16;
   params->cache_format = ATTNJIT_KV_CACHE_AUTO;
-}
-
-attnjit_status attnjit_cache_write_validate(attnjit_jit* jit, const attnjit_cache_write_params* params) {
-  attnjit_cache_write_params defaults;
-  attnjit_cache_write_params_init(&defaults);
-  return runOp("attnjit_cache_write_validate", jit, params, defaults, &attnjit::Jit::validateCacheWrite,
-               &attnjit::Jit::cacheWrite, true);
-}
-
-attnjit_status attnjit_cache_write(attnjit_jit* jit, const attnjit_cache_write_params* params) {
-  attnjit_cache_write_params defaults;
-  attnjit_cache_write_params_init(&defaults);
-  return runOp("attnjit_cache_write", jit, params, defaults, &attnjit::Jit::validateCacheWrite,
-               &attnjit::Jit::cacheWrite, false);
 }
 
 void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* params) {
@@ -624,40 +596,11 @@ void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* par
   params->dtype = ATTNJIT_DTYPE_BF16;
 }
 
-attnjit_status attnjit_merge_attn_states_validate(attnjit_jit* jit,
-                                                  const attnjit_merge_attn_states_params* params) {
-  attnjit_merge_attn_states_params defaults;
-  attnjit_merge_attn_states_params_init(&defaults);
-  return runOp("attnjit_merge_attn_states_validate", jit, params, defaults,
-               &attnjit::Jit::validateMergeAttnStates, &attnjit::Jit::mergeAttnStates, true);
-}
-
-attnjit_status attnjit_merge_attn_states(attnjit_jit* jit, const attnjit_merge_attn_states_params* params) {
-  attnjit_merge_attn_states_params defaults;
-  attnjit_merge_attn_states_params_init(&defaults);
-  return runOp("attnjit_merge_attn_states", jit, params, defaults, &attnjit::Jit::validateMergeAttnStates,
-               &attnjit::Jit::mergeAttnStates, false);
-}
-
 void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params) {
   if (params == nullptr) return;
   *params = attnjit_merge_partials_params{};
   params->struct_size = sizeof *params;
   params->dtype = ATTNJIT_DTYPE_BF16;
-}
-
-attnjit_status attnjit_merge_partials_validate(attnjit_jit* jit, const attnjit_merge_partials_params* params) {
-  attnjit_merge_partials_params defaults;
-  attnjit_merge_partials_params_init(&defaults);
-  return runOp("attnjit_merge_partials_validate", jit, params, defaults, &attnjit::Jit::validateMergePartials,
-               &attnjit::Jit::mergePartials, true);
-}
-
-attnjit_status attnjit_merge_partials(attnjit_jit* jit, const attnjit_merge_partials_params* params) {
-  attnjit_merge_partials_params defaults;
-  attnjit_merge_partials_params_init(&defaults);
-  return runOp("attnjit_merge_partials", jit, params, defaults, &attnjit::Jit::validateMergePartials,
-               &attnjit::Jit::mergePartials, false);
 }
 
 // The latent widths default to the kernel's (compiler/kernels/MlaCacheWrite.h):
@@ -673,21 +616,6 @@ void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params)
   params->rope_dim = kernel.ropeDim;
 }
 
-attnjit_status attnjit_mla_cache_write_validate(attnjit_jit* jit,
-                                                const attnjit_mla_cache_write_params* params) {
-  attnjit_mla_cache_write_params defaults;
-  attnjit_mla_cache_write_params_init(&defaults);
-  return runOp("attnjit_mla_cache_write_validate", jit, params, defaults,
-               &attnjit::Jit::validateMlaCacheWrite, &attnjit::Jit::mlaCacheWrite, true);
-}
-
-attnjit_status attnjit_mla_cache_write(attnjit_jit* jit, const attnjit_mla_cache_write_params* params) {
-  attnjit_mla_cache_write_params defaults;
-  attnjit_mla_cache_write_params_init(&defaults);
-  return runOp("attnjit_mla_cache_write", jit, params, defaults, &attnjit::Jit::validateMlaCacheWrite,
-               &attnjit::Jit::mlaCacheWrite, false);
-}
-
 // The defaults are the C++ op's (compiler/ops/MlaDecodeOp.h): DeepSeek's L = 512, R = 64.
 void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params) {
   if (params == nullptr) return;
@@ -701,26 +629,35 @@ void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params) {
   params->split_rule = ATTNJIT_MLA_SPLIT_BALANCED;
 }
 
+// attnjit_<op>_validate and attnjit_<op> of every op: runOp over the struct with
+// the defaults of attnjit_<op>_params_init, the checks alone or then the launch.
+#define ATTNJIT_C_OP_ENTRY_POINTS(op, Method, ValidateMethod)                                                   \
+  attnjit_status attnjit_##op##_validate(attnjit_jit* jit, const attnjit_##op##_params* params) {              \
+    attnjit_##op##_params defaults;                                                                              \
+    attnjit_##op##_params_init(&defaults);                                                                       \
+    return runOp("attnjit_" #op "_validate", jit, params, defaults, &attnjit::Jit::ValidateMethod,              \
+                 &attnjit::Jit::Method, true);                                                                   \
+  }                                                                                                              \
+  attnjit_status attnjit_##op(attnjit_jit* jit, const attnjit_##op##_params* params) {                         \
+    attnjit_##op##_params defaults;                                                                              \
+    attnjit_##op##_params_init(&defaults);                                                                       \
+    return runOp("attnjit_" #op, jit, params, defaults, &attnjit::Jit::ValidateMethod, &attnjit::Jit::Method,   \
+                 false);                                                                                         \
+  }
+ATTNJIT_C_OP_ENTRY_POINTS(paged_attention, pagedAttention, validatePagedAttention)
+ATTNJIT_C_OP_ENTRY_POINTS(cache_write, cacheWrite, validateCacheWrite)
+ATTNJIT_C_OP_ENTRY_POINTS(merge_attn_states, mergeAttnStates, validateMergeAttnStates)
+ATTNJIT_C_OP_ENTRY_POINTS(merge_partials, mergePartials, validateMergePartials)
+ATTNJIT_C_OP_ENTRY_POINTS(mla_cache_write, mlaCacheWrite, validateMlaCacheWrite)
+ATTNJIT_C_OP_ENTRY_POINTS(mla_decode, mlaDecode, validateMlaDecode)
+#undef ATTNJIT_C_OP_ENTRY_POINTS
+
 uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len) {
   try {
     return attnjit::ops::mlaDecodeWorkspaceBytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len);
   } catch (...) {
     return 0;
   }
-}
-
-attnjit_status attnjit_mla_decode_validate(attnjit_jit* jit, const attnjit_mla_decode_params* params) {
-  attnjit_mla_decode_params defaults;
-  attnjit_mla_decode_params_init(&defaults);
-  return runOp("attnjit_mla_decode_validate", jit, params, defaults, &attnjit::Jit::validateMlaDecode,
-               &attnjit::Jit::mlaDecode, true);
-}
-
-attnjit_status attnjit_mla_decode(attnjit_jit* jit, const attnjit_mla_decode_params* params) {
-  attnjit_mla_decode_params defaults;
-  attnjit_mla_decode_params_init(&defaults);
-  return runOp("attnjit_mla_decode", jit, params, defaults, &attnjit::Jit::validateMlaDecode,
-               &attnjit::Jit::mlaDecode, false);
 }
 
 }  // extern "C"

@@ -1,5 +1,7 @@
 #include "runtime/Bundle.h"
 
+#include "runtime/ArgumentPromises.h"
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -67,12 +69,6 @@ std::string describeImages(const BundleKernel& kernel) {
 std::string parameterLabel(const BundleKernel& kernel, std::size_t index) {
   return "kernel '" + kernel.name + "' parameter " + std::to_string(index) + " ('" + kernel.parameters[index].name +
          "')";
-}
-
-std::string hexAddress(std::uintptr_t address) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
-  return text;
 }
 
 const char* argumentKindName(BundleArgument::Kind kind) {
@@ -194,12 +190,9 @@ support::Status checkBundleArguments(const BundleKernel& kernel, std::span<const
     }
     switch (parameter.kind) {
       case BundleParameterKind::Pointer: {
-        const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(argument.pointer);
-        if (address == 0) return runtimeError(parameterLabel(kernel, i) + " is null");
-        if (parameter.align > 0 && address % static_cast<std::uintptr_t>(parameter.align) != 0) {
-          return runtimeError(parameterLabel(kernel, i) + ": address " + hexAddress(address) + " is not aligned to " +
-                              std::to_string(parameter.align) + " bytes, which the kernel was compiled to assume");
-        }
+        const uint64_t address = reinterpret_cast<std::uintptr_t>(argument.pointer);
+        if (auto broken = pointerPromiseBroken(address, parameter.align))
+          return runtimeError(parameterLabel(kernel, i) + " " + *broken);
         break;
       }
       case BundleParameterKind::Integer: {
@@ -208,11 +201,8 @@ support::Status checkBundleArguments(const BundleKernel& kernel, std::span<const
           return runtimeError(parameterLabel(kernel, i) + ": " + std::to_string(argument.integer) +
                               " does not fit its type " + parameter.dtype);
         }
-        if (parameter.divisibility > 1 && argument.integer % parameter.divisibility != 0) {
-          return runtimeError(parameterLabel(kernel, i) + ": " + std::to_string(argument.integer) +
-                              " is not a multiple of " + std::to_string(parameter.divisibility) +
-                              ", which the kernel was compiled to assume");
-        }
+        if (auto broken = divisibilityPromiseBroken(argument.integer, parameter.divisibility))
+          return runtimeError(parameterLabel(kernel, i) + " " + *broken);
         break;
       }
       case BundleParameterKind::Float: break;

@@ -446,14 +446,14 @@ TEST_CASE("aot: launch arguments are checked against the kernel's promises", "[a
   CHECK(errorFor(changed) == "kernel '" + kExampleKernel + "' takes 13 arguments, got 12");
   changed = arguments;
   changed[2] = BundleArgument::fromPointer(nullptr);
-  CHECK(errorFor(changed) == "kernel '" + kExampleKernel + "' parameter 2 ('prefix_output') is null");
+  CHECK(errorFor(changed) == "kernel '" + kExampleKernel + "' parameter 2 ('prefix_output') is a null pointer");
   changed = arguments;
   changed[3] = BundleArgument::fromDeviceAddress(0x7f0000040008ull);
-  CHECK(errorFor(changed).find("parameter 3 ('prefix_lse'): address 0x7f0000040008 is not aligned to 16 bytes") !=
-        std::string::npos);
+  CHECK(errorFor(changed).find("parameter 3 ('prefix_lse') is 0x7f0000040008, not 16-byte aligned as the kernel was "
+                               "compiled to assume") != std::string::npos);
   changed = arguments;
   changed[7] = BundleArgument::fromInteger(260);
-  CHECK(errorFor(changed).find("parameter 7 ('o_stride_token'): 260 is not a multiple of 8") != std::string::npos);
+  CHECK(errorFor(changed).find("parameter 7 ('o_stride_token') is 260, not a multiple of 8") != std::string::npos);
   changed = arguments;
   changed[6] = BundleArgument::fromInteger(std::int64_t{1} << 31);
   CHECK(errorFor(changed).find("parameter 6 ('num_tokens'): 2147483648 does not fit its type i32") !=
@@ -484,7 +484,7 @@ TEST_CASE("aot: launch arguments are checked against the kernel's promises", "[a
   cArguments[9] = attnjit_bundle_integer_arg(1001);
   CHECK(attnjit_bundle_check_args(handle, cArguments.data(), cArguments.size()) ==
         ATTNJIT_BUNDLE_ERROR_BAD_LAUNCH_ARGUMENT);
-  CHECK(std::string(attnjit_bundle_last_error()).find("'p_stride_token'): 1001 is not a multiple of 8") !=
+  CHECK(std::string(attnjit_bundle_last_error()).find("'p_stride_token') is 1001, not a multiple of 8") !=
         std::string::npos);
   cArguments[9] = attnjit_bundle_integer_arg(256);
   if (!runtime::driverAvailable()) {
@@ -591,7 +591,7 @@ TEST_CASE("aot: examples/aot opens a bundle, checks arguments and launches", "[a
       tests::runShell(shellQuote(example.string()) + " " + shellQuote(smallBundle().string()), &code);
   INFO(output);
   CHECK(output.find("check: misaligned prefix_output") != std::string::npos);
-  CHECK(output.find("not aligned to 16 bytes") != std::string::npos);
+  CHECK(output.find("not 16-byte aligned") != std::string::npos);
   CHECK(output.find("not a multiple of 8") != std::string::npos);
   if (runtime::driverAvailable()) {
     CHECK(code == 0);

@@ -1,5 +1,7 @@
 #include "compiler/driver/KernelArguments.h"
 
+#include "runtime/ArgumentPromises.h"
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -65,16 +67,6 @@ std::vector<void*> PackedArguments::driverPointers() {
   return pointers;
 }
 
-namespace {
-
-std::string hex(uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%" PRIx64, value);
-  return text;
-}
-
-}  // namespace
-
 support::Expected<PackedArguments> packKernelArguments(const std::string& what,
                                                        const std::vector<KernelParameter>& parameters,
                                                        std::span<const KernelArgument> arguments) {
@@ -93,10 +85,7 @@ support::Expected<PackedArguments> packKernelArguments(const std::string& what,
                           kernelArgumentKindName(a.kind));
     switch (a.kind) {
       case KernelArgument::Kind::Pointer: {
-        if (a.pointer == 0) return error(p, "is a null pointer");
-        if (p.alignBytes > 0 && a.pointer % static_cast<uint64_t>(p.alignBytes) != 0)
-          return error(p, "is " + hex(a.pointer) + ", not " + std::to_string(p.alignBytes) +
-                              "-byte aligned as the kernel was compiled to assume");
+        if (auto broken = runtime::pointerPromiseBroken(a.pointer, p.alignBytes)) return error(p, *broken);
         PackedParameter value;
         static_assert(sizeof value.bytes >= sizeof a.pointer);
         std::memcpy(value.bytes, &a.pointer, sizeof a.pointer);
@@ -104,9 +93,7 @@ support::Expected<PackedArguments> packKernelArguments(const std::string& what,
         break;
       }
       case KernelArgument::Kind::Integer: {
-        if (p.divisibility > 0 && a.integer % p.divisibility != 0)
-          return error(p, "is " + std::to_string(a.integer) + ", not a multiple of " + std::to_string(p.divisibility) +
-                              " as the kernel was compiled to assume");
+        if (auto broken = runtime::divisibilityPromiseBroken(a.integer, p.divisibility)) return error(p, *broken);
         if (ir::storageBits(p.type.scalarKind()) <= 32 &&
             (a.integer < std::numeric_limits<int32_t>::min() || a.integer > std::numeric_limits<int32_t>::max()))
           return error(p, "is " + std::to_string(a.integer) + ", outside the 32-bit range");

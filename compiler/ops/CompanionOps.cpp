@@ -1,5 +1,7 @@
 #include "compiler/ops/CompanionOps.h"
 
+#include "compiler/ops/ArgumentChecks.h"
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -74,43 +76,44 @@ struct PreparedCall {
 // packed (a non-null, aligned address no launch ever sees).
 constexpr uint64_t kRecordPlaceholder = 16;
 
-struct NamedStride {
-  const char* name;
-  int64_t value;
-};
-
-support::Status checkStridesPositive(const std::string& op, std::initializer_list<NamedStride> strides) {
-  for (const NamedStride& s : strides)
-    if (s.value <= 0)
-      return support::Status::error({}, op + ": " + s.name + " (" + std::to_string(s.value) + ") must be positive");
-  return support::Status::ok();
+// A call of `config`'s kernel: the variant's checks and the token count; a call
+// with no tokens launches nothing (empty).
+template <typename Config>
+support::Expected<PreparedCall> startCall(const ArgumentChecks& checks, const Config& config, int64_t numTokens,
+                                          KernelBuilder build) {
+  if (support::Status s = config.validate(); !s) return checks.error(s.diagnostic().message);
+  if (support::Status s = checks.tokenCount(numTokens); !s) return s;
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = std::move(build);
+  call.empty = numTokens == 0;
+  return call;
 }
 
-support::Status checkTokenCount(const std::string& op, int64_t numTokens) {
-  if (numTokens < 0 || numTokens > std::numeric_limits<int32_t>::max())
-    return support::Status::error({}, op + ": num_tokens (" + std::to_string(numTokens) + ") must be between 0 and " +
-                                 std::to_string(std::numeric_limits<int32_t>::max()));
+// `arguments` checked against the kernel's parameters and packed into `call`.
+support::Status packArguments(const ArgumentChecks& checks, PreparedCall& call,
+                              const std::vector<KernelArgument>& arguments) {
+  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
+  if (!parameters) return parameters.status();
+  auto packed = compiler::packKernelArguments(checks.op(), **parameters, arguments);
+  if (!packed) return packed.status();
+  call.arguments = std::move(*packed);
   return support::Status::ok();
 }
 
 support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
-  const std::string op = "cache write";
+  const ArgumentChecks checks("cache write");
   const CacheWriteConfig config = selectCacheWriteVariant(p);
-  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
-  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
-  PreparedCall call;
-  call.kernelName = config.kernelName();
-  call.build = [config] { return compiler::buildCacheWrite(config); };
-  if (p.numTokens == 0) {
-    call.empty = true;
-    return call;
-  }
+  auto started = startCall(checks, config, p.numTokens, [config] { return compiler::buildCacheWrite(config); });
+  if (!started) return started.status();
+  PreparedCall call = std::move(*started);
+  if (call.empty) return call;
   const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
   if (!scaled && (p.kScale != 0 || p.vScale != 0))
-    return support::Status::error({}, op + ": k_scale/v_scale are given, but the cache format " +
+    return checks.error(std::string("k_scale/v_scale are given, but the cache format ") +
                                  compiler::kvCacheFormatName(config.cacheFormat) +
                                  " has no per-tensor scales (only fp8_e4m3 and fp8_e5m2 do)");
-  if (support::Status s = checkStridesPositive(op, {{"key_stride_token", p.keyStrideToken},
+  if (support::Status s = checks.strides({{"key_stride_token", p.keyStrideToken},
                                            {"key_stride_head", p.keyStrideHead},
                                            {"value_stride_token", p.valueStrideToken},
                                            {"value_stride_head", p.valueStrideHead},
@@ -121,7 +124,7 @@ support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
       !s)
     return s;
   if (config.checkBounds && p.numBlocks < 1)
-    return support::Status::error({}, op + ": num_blocks (" + std::to_string(p.numBlocks) +
+    return checks.error("num_blocks (" + std::to_string(p.numBlocks) +
                                  ") must be the KV cache's block count (at least 1) when bounds checking is on "
                                  "(check_bounds or ATTNJIT_CHECK_BOUNDS=1)");
   // Parameters in the kernel's order (compiler/kernels/CacheWrite.h).
@@ -141,30 +144,21 @@ support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
     arguments.push_back(KernelArgument::integerValue(stride));
   if (config.checkBounds) {
     arguments.push_back(KernelArgument::integerValue(p.numBlocks));
-    call.boundsContext = {op, p.numBlocks, p.blockSize, 0, p.numTokens};
+    call.boundsContext = {checks.op(), p.numBlocks, p.blockSize, 0, p.numTokens};
   }
-  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
-  if (!parameters) return parameters.status();
-  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
-  if (!packed) return packed.status();
-  call.arguments = std::move(*packed);
+  if (support::Status s = packArguments(checks, call, arguments); !s) return s;
   call.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::cacheWriteGridY(config)), 1};
   return call;
 }
 
 support::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesParams& p) {
-  const std::string op = "merge_attn_states";
+  const ArgumentChecks checks("merge_attn_states");
   const MergeAttnStatesConfig config = selectMergeAttnStatesVariant(p);
-  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
-  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
-  PreparedCall call;
-  call.kernelName = config.kernelName();
-  call.build = [config] { return compiler::buildMergeAttnStates(config); };
-  if (p.numTokens == 0) {
-    call.empty = true;
-    return call;
-  }
-  if (support::Status s = checkStridesPositive(op, {{"output_stride_token", p.outputStrideToken},
+  auto started = startCall(checks, config, p.numTokens, [config] { return compiler::buildMergeAttnStates(config); });
+  if (!started) return started.status();
+  PreparedCall call = std::move(*started);
+  if (call.empty) return call;
+  if (support::Status s = checks.strides({{"output_stride_token", p.outputStrideToken},
                                            {"output_stride_head", p.outputStrideHead},
                                            {"prefix_stride_token", p.prefixStrideToken},
                                            {"prefix_stride_head", p.prefixStrideHead},
@@ -181,31 +175,22 @@ support::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesPara
   for (int64_t stride : {p.outputStrideToken, p.outputStrideHead, p.prefixStrideToken, p.prefixStrideHead,
                          p.suffixStrideToken, p.suffixStrideHead})
     arguments.push_back(KernelArgument::integerValue(stride));
-  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
-  if (!parameters) return parameters.status();
-  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
-  if (!packed) return packed.status();
-  call.arguments = std::move(*packed);
+  if (support::Status s = packArguments(checks, call, arguments); !s) return s;
   call.grid = {static_cast<unsigned>(compiler::mergeAttnStatesGridX(config, p.numTokens)),
                static_cast<unsigned>(p.numHeads), 1};
   return call;
 }
 
 support::Expected<PreparedCall> prepareMergePartials(const MergePartialsParams& p) {
-  const std::string op = "merge_partials";
+  const ArgumentChecks checks("merge_partials");
   const MergePartialsConfig config = selectMergePartialsVariant(p);
-  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
-  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
+  auto started = startCall(checks, config, p.numTokens, [config] { return compiler::buildMergePartials(config); });
+  if (!started) return started.status();
   if (p.numPartials < 1)
-    return support::Status::error({}, op + ": num_partials (" + std::to_string(p.numPartials) + ") must be at least 1");
-  PreparedCall call;
-  call.kernelName = config.kernelName();
-  call.build = [config] { return compiler::buildMergePartials(config); };
-  if (p.numTokens == 0) {
-    call.empty = true;
-    return call;
-  }
-  if (support::Status s = checkStridesPositive(op, {{"output_stride_token", p.outputStrideToken},
+    return checks.error("num_partials (" + std::to_string(p.numPartials) + ") must be at least 1");
+  PreparedCall call = std::move(*started);
+  if (call.empty) return call;
+  if (support::Status s = checks.strides({{"output_stride_token", p.outputStrideToken},
                                            {"output_stride_head", p.outputStrideHead},
                                            {"partial_stride_partial", p.partialStridePartial},
                                            {"partial_stride_token", p.partialStrideToken},
@@ -217,7 +202,7 @@ support::Expected<PreparedCall> prepareMergePartials(const MergePartialsParams& 
   // would make partials share LSEs (a layout mistake, not a merge).
   const int64_t lseBlock = int64_t{p.numHeads} * p.numTokens;
   if (p.numPartials > 1 && p.lseStridePartial < lseBlock)
-    return support::Status::error({}, op + ": lse_stride_partial (" + std::to_string(p.lseStridePartial) +
+    return checks.error("lse_stride_partial (" + std::to_string(p.lseStridePartial) +
                                  ") is smaller than one partial's LSE block, num_heads · num_tokens = " +
                                  std::to_string(lseBlock));
   // Parameters in the kernel's order (compiler/kernels/MergePartials.h).
@@ -230,41 +215,32 @@ support::Expected<PreparedCall> prepareMergePartials(const MergePartialsParams& 
   for (int64_t stride : {p.outputStrideToken, p.outputStrideHead, p.partialStridePartial, p.partialStrideToken,
                          p.partialStrideHead, p.lseStridePartial})
     arguments.push_back(KernelArgument::integerValue(stride));
-  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
-  if (!parameters) return parameters.status();
-  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
-  if (!packed) return packed.status();
-  call.arguments = std::move(*packed);
+  if (support::Status s = packArguments(checks, call, arguments); !s) return s;
   call.grid = {static_cast<unsigned>(compiler::mergePartialsGridX(config, p.numTokens)),
                static_cast<unsigned>(p.numHeads), 1};
   return call;
 }
 
 support::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& p) {
-  const std::string op = "mla cache write";
+  const ArgumentChecks checks("mla cache write");
   const MlaCacheWriteConfig config = selectMlaCacheWriteVariant(p);
-  if (support::Status s = config.validate(); !s) return support::Status::error({}, op + ": " + s.diagnostic().message);
-  if (support::Status s = checkTokenCount(op, p.numTokens); !s) return s;
-  PreparedCall call;
-  call.kernelName = config.kernelName();
-  call.build = [config] { return compiler::buildMlaCacheWrite(config); };
-  if (p.numTokens == 0) {
-    call.empty = true;
-    return call;
-  }
+  auto started = startCall(checks, config, p.numTokens, [config] { return compiler::buildMlaCacheWrite(config); });
+  if (!started) return started.status();
+  PreparedCall call = std::move(*started);
+  if (call.empty) return call;
   const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
   if (!scaled && p.scale != 0)
-    return support::Status::error({}, op + ": scale is given, but the cache format " +
+    return checks.error(std::string("scale is given, but the cache format ") +
                                  compiler::kvCacheFormatName(config.cacheFormat) +
                                  " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
-  if (support::Status s = checkStridesPositive(op, {{"kv_c_stride_token", p.kvCStrideToken},
+  if (support::Status s = checks.strides({{"kv_c_stride_token", p.kvCStrideToken},
                                            {"k_pe_stride_token", p.kPeStrideToken},
                                            {"cache_stride_block", p.cacheStrideBlock},
                                            {"cache_stride_token", p.cacheStrideToken}});
       !s)
     return s;
   if (p.cacheStrideToken < config.cacheRowElements())
-    return support::Status::error({}, op + ": cache_stride_token (" + std::to_string(p.cacheStrideToken) +
+    return checks.error("cache_stride_token (" + std::to_string(p.cacheStrideToken) +
                                  ") is smaller than a cache row, kv_lora_rank + rope_dim = " +
                                  std::to_string(config.cacheRowElements()));
   // Parameters in the kernel's order (compiler/kernels/MlaCacheWrite.h).
@@ -274,11 +250,7 @@ support::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& 
   if (scaled) arguments.push_back(KernelArgument::devicePointer(p.scale));
   for (int64_t stride : {p.kvCStrideToken, p.kPeStrideToken, p.cacheStrideBlock, p.cacheStrideToken})
     arguments.push_back(KernelArgument::integerValue(stride));
-  auto parameters = OpKernels::instance().parameters(call.kernelName, call.build);
-  if (!parameters) return parameters.status();
-  auto packed = compiler::packKernelArguments(op, **parameters, arguments);
-  if (!packed) return packed.status();
-  call.arguments = std::move(*packed);
+  if (support::Status s = packArguments(checks, call, arguments); !s) return s;
   call.grid = {static_cast<unsigned>(p.numTokens), 1, 1};
   return call;
 }

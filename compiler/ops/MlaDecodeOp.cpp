@@ -7,7 +7,9 @@
 #include <string>
 
 #include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/ArgumentChecks.h"
 #include "compiler/ops/ReadyKernels.h"
+#include "compiler/ops/SplitKv.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
@@ -21,23 +23,19 @@ using support::Status;
 
 namespace {
 
-support::Status argumentError(const std::string& message) {
-  return support::Status::error({}, "mla decode: " + message);
+const ArgumentChecks& checks() {
+  static const ArgumentChecks instance("mla decode");
+  return instance;
 }
+support::Status argumentError(const std::string& message) { return checks().error(message); }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Split-KV scratch in the workspace, reduce_segments' layout with tokens = B,
-// query heads = H and head size L: segm_output [B, H, S, L] f32, then segm_max
-// and segm_expsum [B, H, S] f32 (each 16-byte aligned).
-struct SplitScratch {
-  uint64_t outputBytes = 0, rowBytes = 0;
-  uint64_t totalBytes() const { return outputBytes + 2 * rowBytes; }
-};
-SplitScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64_t numSegments) {
-  const uint64_t rows = static_cast<uint64_t>(numSeqs) * static_cast<uint64_t>(numHeads) *
-                        static_cast<uint64_t>(numSegments);
-  return {rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(kvLoraRank)) * 4, (rows * 4 + 15) / 16 * 16};
+// Split-KV scratch in the workspace (compiler/ops/SplitKv.h) with tokens = B,
+// query heads = H and rows of L = kv_lora_rank: segm_output [B, H, S, L], then
+// segm_max and segm_expsum [B, H, S].
+SplitKvScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64_t numSegments) {
+  return splitKvScratch(numSeqs, numHeads, kvLoraRank, numSegments);
 }
 
 // The tiling. Measured choices live here (docs/perf-log.md).
@@ -84,16 +82,6 @@ std::pair<MlaDecodeConfig, MlaSplitPlan> planCall(const MlaDecodeParams& p) {
   return {config, plan};
 }
 
-support::Status checkPointer(const char* name, uint64_t pointer, uint64_t alignment, bool required) {
-  if (pointer == 0) return required ? argumentError(std::string(name) + " is a null pointer") : support::Status::ok();
-  if (pointer % alignment != 0) {
-    char text[32];
-    std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(pointer));
-    return argumentError(std::string(name) + " (" + text + ") is not " + std::to_string(alignment) +
-                         "-byte aligned, as the kernel is compiled to assume");
-  }
-  return support::Status::ok();
-}
 
 support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& config) {
   if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
@@ -103,12 +91,12 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
   for (const auto& [name, pointer] : {std::pair{"out", p.out}, std::pair{"q", p.q}, std::pair{"kv_cache", p.kvCache},
                                       std::pair{"block_tables", p.blockTables}, std::pair{"seq_lens", p.seqLens}})
-    if (support::Status s = checkPointer(name, pointer, 16, true); !s) return s;
+    if (support::Status s = checks().pointer(name, pointer, 16, true); !s) return s;
   const bool fp8 = p.kvCacheFormat != KvCacheFormat::Auto;
-  if (support::Status s = checkPointer("kv_scale", p.kvScale, 4, fp8); !s) return s;
+  if (support::Status s = checks().pointer("kv_scale", p.kvScale, 4, fp8); !s) return s;
   if (!fp8 && p.kvScale != 0)
     return argumentError("kv_scale is only used by the fp8 latent cache (kv_cache_dtype auto)");
-  if (support::Status s = checkPointer("lse", p.lse, 4, false); !s) return s;
+  if (support::Status s = checks().pointer("lse", p.lse, 4, false); !s) return s;
   if (p.lse != 0) {
     // Every (b, h) must have its own element: one stride covers the other's range.
     const bool batchMajor = p.lseStrideHead >= 1 && p.lseStrideBatch >= int64_t{p.numHeads} * p.lseStrideHead;
@@ -118,24 +106,20 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
                            std::to_string(p.lseStrideHead) + ") overlap: use (H, 1) for [B, H] or (1, B) for [H, B]");
   }
   const int64_t rowMultiple = 8, cacheMultiple = config.kvStrideDivisibility();
-  const struct {
-    const char* name;
-    int64_t value, multiple;
-  } strides[] = {{"q_stride_batch", p.qStrideBatch, rowMultiple},   {"q_stride_head", p.qStrideHead, rowMultiple},
-                 {"o_stride_batch", p.oStrideBatch, rowMultiple},   {"o_stride_head", p.oStrideHead, rowMultiple},
-                 {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
-                 {"kv_stride_token", p.kvStrideToken, cacheMultiple}};
-  for (const auto& s : strides) {
-    if (s.value <= 0) return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be positive");
-    if (s.value % s.multiple != 0)
-      return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
-                           std::to_string(s.multiple));
-  }
+  if (support::Status s = checks().strides({{"q_stride_batch", p.qStrideBatch, rowMultiple},
+                                            {"q_stride_head", p.qStrideHead, rowMultiple},
+                                            {"o_stride_batch", p.oStrideBatch, rowMultiple},
+                                            {"o_stride_head", p.oStrideHead, rowMultiple},
+                                            {"block_table_stride", p.blockTableStride, 1},
+                                            {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
+                                            {"kv_stride_token", p.kvStrideToken, cacheMultiple}});
+      !s)
+    return s;
   if (p.kvStrideToken < config.latentWidth())
     return argumentError("kv_stride_token (" + std::to_string(p.kvStrideToken) + ") is less than the latent width " +
                          std::to_string(config.latentWidth()));
   if (p.workspace != 0) {
-    if (support::Status s = checkPointer("workspace", p.workspace, 16, true); !s) return s;
+    if (support::Status s = checks().pointer("workspace", p.workspace, 16, true); !s) return s;
     const uint64_t twoSegments = splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, 2).totalBytes();
     if (p.workspaceBytes < twoSegments)
       return argumentError("workspace too small: " + std::to_string(p.workspaceBytes) + " bytes; splitting " +
@@ -164,16 +148,15 @@ support::Status mlaDecode(const MlaDecodeParams& p) {
   if (support::Status s = validateFor(p, config); !s) return s;
   auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildMlaDecode(config); });
   if (!ready) return ready.status();
-  const SplitScratch scratch = splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, plan.numSegments);
-  const uint64_t segmOutput = p.workspace, segmMax = segmOutput + scratch.outputBytes,
-                 segmExpsum = segmMax + scratch.rowBytes;
+  const SplitKvScratch::Pointers scratch =
+      splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, plan.numSegments).at(p.workspace);
   const bool fp8 = p.kvCacheFormat != KvCacheFormat::Auto;
 
   // Parameters in the kernel's order (compiler/kernels/MlaDecode.h).
   uint64_t pointers[9];
   int numPointers = 0;
   if (config.splitKv) {
-    for (uint64_t pointer : {segmOutput, segmMax, segmExpsum}) pointers[numPointers++] = pointer;
+    for (uint64_t pointer : {scratch.output, scratch.maximum, scratch.expsum}) pointers[numPointers++] = pointer;
   } else {
     pointers[numPointers++] = p.out;
   }
@@ -209,23 +192,17 @@ support::Status mlaDecode(const MlaDecodeParams& p) {
   if (!config.splitKv) return support::Status::ok();
 
   // Stage 2: reduce_segments with tokens = B, query heads = H, head size = L.
-  const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
-  auto reducer = readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
-  if (!reducer) return reducer.status();
-  uint64_t reducePointers[5] = {p.out, segmOutput, segmMax, segmExpsum, p.lse};
-  int64_t reduceStrides[4] = {p.oStrideBatch, p.oStrideHead, p.lseStrideHead, p.lseStrideBatch};
-  void* reduceParams[10];
-  int n = 0;
-  for (int i = 0; i < (reduce.outputLse ? 5 : 4); ++i) reduceParams[n++] = &reducePointers[i];
-  reduceParams[n++] = &numSegments;
-  for (int i = 0; i < (reduce.outputLse ? 4 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
-  runtime::LaunchConfig reduceLaunch;
-  reduceLaunch.grid = {static_cast<unsigned>(p.numSeqs), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
-                       1};
-  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
-  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
-  reduceLaunch.stream = p.stream;
-  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
+  return launchReduceSegments({.config = compiler::reduceSegmentsFor(config),
+                               .numTokens = p.numSeqs,
+                               .numSegments = numSegments,
+                               .scratch = scratch,
+                               .out = p.out,
+                               .lse = p.lse,
+                               .oStrideToken = p.oStrideBatch,
+                               .oStrideHead = p.oStrideHead,
+                               .lseStrideHead = p.lseStrideHead,
+                               .lseStrideToken = p.lseStrideBatch,
+                               .stream = p.stream});
 }
 
 }  // namespace attnjit::ops

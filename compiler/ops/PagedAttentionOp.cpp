@@ -11,7 +11,9 @@
 #include "compiler/spec/BatchShape.h"
 #include "compiler/ops/BoundsCheckedLaunch.h"
 #include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/ArgumentChecks.h"
 #include "compiler/ops/ReadyKernels.h"
+#include "compiler/ops/SplitKv.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
@@ -25,15 +27,11 @@ using support::Status;
 
 namespace {
 
-support::Status argumentError(const std::string& message) {
-  return support::Status::error({}, "paged attention: " + message);
+const ArgumentChecks& checks() {
+  static const ArgumentChecks instance("paged attention");
+  return instance;
 }
-
-std::string hexText(uint64_t value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
-  return text;
-}
+support::Status argumentError(const std::string& message) { return checks().error(message); }
 
 int searchSteps(int numSeqs) { return static_cast<int>(std::bit_width(static_cast<unsigned>(numSeqs))); }
 
@@ -45,23 +43,10 @@ bool prefillLike(const PagedAttentionParams& p, const UnifiedAttentionConfig& co
   return !p.batchInvariant && static_cast<int64_t>(p.maxQueryLen) * perKv >= 128 && config.minimumBlockM() <= 128;
 }
 
-// Split-KV scratch in a workspace: rows (token, head, segment) of HEAD_SIZE_PADDED
-// f32 outputs (of the value head size: headSize below is Dv for DiffKV), then one f32 maximum per row, then one sum per row (each array
-// 16-byte aligned). The one place that lays the workspace out.
-struct SplitScratch {
-  uint64_t outputBytes = 0;  // segm_output, at offset 0
-  uint64_t rowBytes = 0;     // segm_max, then segm_expsum
-  uint64_t totalBytes() const { return outputBytes + 2 * rowBytes; }
-};
-
-SplitScratch splitScratch(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
-  const uint64_t rows = static_cast<uint64_t>(numTokens) * static_cast<uint64_t>(numQueryHeads) *
-                        static_cast<uint64_t>(numSegments);
-  return {rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(headSize)) * 4, (rows * 4 + 15) / 16 * 16};
-}
-
+// The workspace split-KV needs: its scratch (compiler/ops/SplitKv.h) with rows
+// of the value head size (DiffKV's Dv).
 uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_t numSegments) {
-  return splitScratch(numTokens, numQueryHeads, headSize, numSegments).totalBytes();
+  return splitKvScratch(numTokens, numQueryHeads, headSize, numSegments).totalBytes();
 }
 
 UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
@@ -260,14 +245,6 @@ UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p
 
 namespace {
 
-support::Status checkPointer(const char* name, uint64_t pointer, uint64_t alignment, bool required) {
-  if (pointer == 0) return required ? argumentError(std::string(name) + " is a null pointer") : support::Status::ok();
-  if (pointer % alignment != 0)
-    return argumentError(std::string(name) + " (" + hexText(pointer) + ") is not " + std::to_string(alignment) +
-                         "-byte aligned, as the kernel is compiled to assume");
-  return support::Status::ok();
-}
-
 // The checks of validatePagedAttention for the variant already selected.
 support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config,
                             const SplitKvPlan& plan) {
@@ -303,16 +280,16 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
                                                        {"seq_lens", p.seqLens},
                                                        {"cu_seqlens_q", p.cuSeqlensQ}};
   for (const auto& [name, pointer] : required)
-    if (support::Status s = checkPointer(name, pointer, 16, true); !s) return s;
+    if (support::Status s = checks().pointer(name, pointer, 16, true); !s) return s;
   const bool perTensor = compiler::isPerTensorFp8(p.kvCacheFormat);
-  if (support::Status s = checkPointer("k_scale", p.kScale, 4, perTensor); !s) return s;
-  if (support::Status s = checkPointer("v_scale", p.vScale, 4, perTensor); !s) return s;
+  if (support::Status s = checks().pointer("k_scale", p.kScale, 4, perTensor); !s) return s;
+  if (support::Status s = checks().pointer("v_scale", p.vScale, 4, perTensor); !s) return s;
   if (!perTensor && (p.kScale != 0 || p.vScale != 0))
     return argumentError(std::string("k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is ") +
                          compiler::kvCacheFormatName(p.kvCacheFormat));
   for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
                                       std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale}})
-    if (support::Status s = checkPointer(name, pointer, 4, false); !s) return s;
+    if (support::Status s = checks().pointer(name, pointer, 4, false); !s) return s;
   if (p.lse != 0 && p.lseStrideHead < p.numTokens)
     return argumentError("lse_stride_head (" + std::to_string(p.lseStrideHead) + ") must be at least num_tokens (" +
                          std::to_string(p.numTokens) + ")");
@@ -320,28 +297,24 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
   // is (16-byte vectors), the cache's as config.kvStrideDivisibility() says.
   const int64_t rowMultiple = p.headSize % 8 == 0 ? 8 : 1, cacheMultiple = config.kvStrideDivisibility();
   const int64_t outputRowMultiple = valueHeadSizeOf(p) % 8 == 0 ? 8 : 1;  // out's rows are Dv wide
-  const struct {
-    const char* name;
-    int64_t value;
-    int64_t multiple;
-  } strides[] = {{"q_stride_token", p.qStrideToken, rowMultiple},   {"q_stride_head", p.qStrideHead, rowMultiple},
-                 {"o_stride_token", p.oStrideToken, outputRowMultiple},
-                 {"o_stride_head", p.oStrideHead, outputRowMultiple},
-                 {"block_table_stride", p.blockTableStride, 1},     {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
-                 {"kv_stride_kv", p.kvStrideKv, cacheMultiple},     {"kv_stride_token", p.kvStrideToken, cacheMultiple},
-                 {"kv_stride_head", p.kvStrideHead, cacheMultiple}};
-  for (const auto& s : strides) {
-    if (s.value <= 0) return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be positive");
-    if (s.value % s.multiple != 0)
-      return argumentError(std::string(s.name) + " (" + std::to_string(s.value) + ") must be a multiple of " +
-                           std::to_string(s.multiple) + " for head size " + std::to_string(p.headSize) +
-                           (valueHeadSizeOf(p) != p.headSize
-                                ? " (value head size " + std::to_string(valueHeadSizeOf(p)) + ")"
-                                : std::string()) +
-                           " and kv_cache_dtype " + compiler::kvCacheFormatName(p.kvCacheFormat));
-  }
+  const std::string stridesFor =
+      "for head size " + std::to_string(p.headSize) +
+      (valueHeadSizeOf(p) != p.headSize ? " (value head size " + std::to_string(valueHeadSizeOf(p)) + ")" : std::string()) +
+      " and kv_cache_dtype " + compiler::kvCacheFormatName(p.kvCacheFormat);
+  if (support::Status s = checks().strides({{"q_stride_token", p.qStrideToken, rowMultiple},
+                                            {"q_stride_head", p.qStrideHead, rowMultiple},
+                                            {"o_stride_token", p.oStrideToken, outputRowMultiple},
+                                            {"o_stride_head", p.oStrideHead, outputRowMultiple},
+                                            {"block_table_stride", p.blockTableStride, 1},
+                                            {"kv_stride_block", p.kvStrideBlock, cacheMultiple},
+                                            {"kv_stride_kv", p.kvStrideKv, cacheMultiple},
+                                            {"kv_stride_token", p.kvStrideToken, cacheMultiple},
+                                            {"kv_stride_head", p.kvStrideHead, cacheMultiple}},
+                                           stridesFor);
+      !s)
+    return s;
   if (p.workspace != 0) {
-    if (support::Status s = checkPointer("workspace", p.workspace, 16, true); !s) return s;
+    if (support::Status s = checks().pointer("workspace", p.workspace, 16, true); !s) return s;
     // A workspace that cannot hold even two segments of this batch is a mistake
     // (a wrong size, or one computed for a smaller batch), not a request for 2D.
     const uint64_t twoSegments = workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), 2);
@@ -357,31 +330,6 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
 
 namespace {
 
-// Stage 2 of a split-KV call: combine the segments (compiler/kernels/ReduceSegments.h).
-support::Status launchReduce(const PagedAttentionParams& p, const UnifiedAttentionConfig& config, int32_t numSegments,
-                    uint64_t segmOutput, uint64_t segmMax, uint64_t segmExpsum) {
-  const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
-  auto reducer = readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
-  if (!reducer) return reducer.status();
-  // In the kernel's order (compiler/kernels/ReduceSegments.h).
-  uint64_t reducePointers[6] = {p.out, segmOutput, segmMax, segmExpsum};
-  int numPointers = 4;
-  if (reduce.outputLse) reducePointers[numPointers++] = p.lse;
-  if (reduce.outputFp8) reducePointers[numPointers++] = p.outputScale;
-  int64_t reduceStrides[3] = {p.oStrideToken, p.oStrideHead, p.lseStrideHead};
-  void* reduceParams[10];
-  int n = 0;
-  for (int i = 0; i < numPointers; ++i) reduceParams[n++] = &reducePointers[i];
-  reduceParams[n++] = &numSegments;
-  for (int i = 0; i < (reduce.outputLse ? 3 : 2); ++i) reduceParams[n++] = &reduceStrides[i];
-  runtime::LaunchConfig reduceLaunch;
-  reduceLaunch.grid = {static_cast<unsigned>(p.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)),
-                       1};
-  reduceLaunch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
-  reduceLaunch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
-  reduceLaunch.stream = p.stream;
-  return reducer->loaded->function.launch(reduceLaunch, reduceParams);
-}
 
 }  // namespace
 
@@ -396,11 +344,9 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
   auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
-  // Split-KV scratch inside the workspace (splitScratch's layout).
-  const SplitScratch scratch = splitScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments);
-  const uint64_t segmOutput = p.workspace;
-  const uint64_t segmMax = segmOutput + scratch.outputBytes;
-  const uint64_t segmExpsum = segmMax + scratch.rowBytes;
+  // Split-KV scratch inside the workspace (compiler/ops/SplitKv.h).
+  const SplitKvScratch::Pointers scratch =
+      splitKvScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments).at(p.workspace);
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
   // At most 14: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, ALiBi,
@@ -408,9 +354,9 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
   uint64_t pointers[16];
   int numPointers = 0;
   if (config.splitKv) {
-    pointers[numPointers++] = segmOutput;
-    pointers[numPointers++] = segmMax;
-    pointers[numPointers++] = segmExpsum;
+    pointers[numPointers++] = scratch.output;
+    pointers[numPointers++] = scratch.maximum;
+    pointers[numPointers++] = scratch.expsum;
   } else {
     pointers[numPointers++] = p.out;
   }
@@ -472,7 +418,17 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
     if (config.checkBounds) pointers[recordPointer] = record;
     if (support::Status s = ready->loaded->function.launch(launch, params); !s) return s;
     if (!config.splitKv) return support::Status::ok();
-    return launchReduce(p, config, numSegments, segmOutput, segmMax, segmExpsum);
+    return launchReduceSegments({.config = compiler::reduceSegmentsFor(config),
+                                 .numTokens = p.numTokens,
+                                 .numSegments = numSegments,
+                                 .scratch = scratch,
+                                 .out = p.out,
+                                 .lse = p.lse,
+                                 .outputScale = p.outputScale,
+                                 .oStrideToken = p.oStrideToken,
+                                 .oStrideHead = p.oStrideHead,
+                                 .lseStrideHead = p.lseStrideHead,
+                                 .stream = p.stream});
   };
   if (!config.checkBounds) return launchStages(0);
   const compiler::BoundsCheckContext context{"paged attention", p.numBlocks, p.blockSize, p.blockTableStride,

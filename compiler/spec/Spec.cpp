@@ -347,9 +347,9 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
   };
 }
 
-template <>
-std::vector<ParamField<MergeAttnStatesConfig>> specFields() {
-  using C = MergeAttnStatesConfig;
+// merge_attn_states and merge_partials take the same fields.
+template <typename C>
+std::vector<ParamField<C>> mergeFields() {
   return {
       {"dtype", true, dtypeField<C>()},
       {"num_heads", true, positiveField("num_heads", &C::numHeads)},
@@ -358,6 +358,11 @@ std::vector<ParamField<MergeAttnStatesConfig>> specFields() {
       {"block_tokens", false, positiveField("block_tokens", &C::blockTokens)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
   };
+}
+
+template <>
+std::vector<ParamField<MergeAttnStatesConfig>> specFields() {
+  return mergeFields<MergeAttnStatesConfig>();
 }
 
 template <>
@@ -376,15 +381,7 @@ std::vector<ParamField<CacheWriteConfig>> specFields() {
 
 template <>
 std::vector<ParamField<MergePartialsConfig>> specFields() {
-  using C = MergePartialsConfig;
-  return {
-      {"dtype", true, dtypeField<C>()},
-      {"num_heads", true, positiveField("num_heads", &C::numHeads)},
-      {"head_size", true, positiveField("head_size", &C::headSize)},
-      {"output_lse", false, boolField("output_lse", &C::outputLse)},
-      {"block_tokens", false, positiveField("block_tokens", &C::blockTokens)},
-      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
-  };
+  return mergeFields<MergePartialsConfig>();
 }
 
 template <>
