@@ -6,7 +6,7 @@
 #   target_link_libraries(server PRIVATE attnjit::attnjit)   # or attnjit::runtime
 #
 # Layout under the prefix:
-#   include/attnjit/attnjit.h, runtime.hpp   the public API (C and C++)
+#   include/attnjit/attnjit.h, jit.hpp       the public API (C and C++)
 #   include/attnjit/internal/{ir,runtime,compiler}/...
 #                                             the repository headers the public
 #                                             ones include, at their repository
