@@ -572,13 +572,16 @@ void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params)
   params->causal = 1;
 }
 
-uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
-                                                 int max_seq_len) {
-  try {
-    return attnjit::ops::pagedAttentionWorkspaceBytes(max_num_tokens, num_query_heads, head_size, max_seq_len);
-  } catch (...) {
-    return 0;
-  }
+attnjit_status attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
+                                                       int max_seq_len, uint64_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) return nullArgument("attnjit_paged_attention_workspace_bytes", "bytes");
+    *bytes = 0;
+    auto needed = attnjit::ops::pagedAttentionWorkspaceBytes(max_num_tokens, num_query_heads, head_size, max_seq_len);
+    if (!needed) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, needed.status());
+    *bytes = *needed;
+    return succeed();
+  });
 }
 
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params) {
@@ -652,12 +655,16 @@ ATTNJIT_C_OP_ENTRY_POINTS(mla_cache_write, mlaCacheWrite, validateMlaCacheWrite)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_decode, mlaDecode, validateMlaDecode)
 #undef ATTNJIT_C_OP_ENTRY_POINTS
 
-uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len) {
-  try {
-    return attnjit::ops::mlaDecodeWorkspaceBytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len);
-  } catch (...) {
-    return 0;
-  }
+attnjit_status attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len,
+                                                  uint64_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) return nullArgument("attnjit_mla_decode_workspace_bytes", "bytes");
+    *bytes = 0;
+    auto needed = attnjit::ops::mlaDecodeWorkspaceBytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len);
+    if (!needed) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, needed.status());
+    *bytes = *needed;
+    return succeed();
+  });
 }
 
 }  // extern "C"

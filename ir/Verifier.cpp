@@ -3,6 +3,7 @@
 // terminator placement). The per-family rules live in Verifier*Rules.cpp.
 #include "ir/Verifier.h"
 
+#include <cctype>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -48,8 +49,22 @@ bool isParameterType(const Type& t) {
   return k == ScalarKind::I32 || k == ScalarKind::I64 || k == ScalarKind::F32 || k == ScalarKind::F64;
 }
 
+// Kernel names become PTX entry names and file names (dumps, bundles): a
+// C-style identifier of at most 256 characters.
+bool isKernelName(const std::string& name) {
+  if (name.empty() || name.size() > 256 || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
 support::Status verifySignature(const Kernel& kernel) {
   if (kernel.name().empty()) return support::Status::error(kernel.location(), "kernel without a name");
+  if (!isKernelName(kernel.name()))
+    return support::Status::error(kernel.location(),
+                                  "kernel name '" + kernel.name().substr(0, 64) + (kernel.name().size() > 64 ? "..." : "") +
+                                      "' is not an identifier (letters, digits and '_', not starting with a digit, "
+                                      "at most 256 characters): it names the PTX entry point");
   for (size_t i = 0; i < kernel.numParameters(); ++i) {
     const Type& t = kernel.parameter(i)->type();
     if (!isParameterType(t))
@@ -149,9 +164,30 @@ support::Status verifyOperation(const Operation& op, const Kernel& kernel) {
   return dispatchFamilyRule(op, kernel);
 }
 
+// Every tile's share per thread (kMaxTileElementsPerThread), once num_warps is
+// known to be valid.
+support::Status checkTilesPerThread(const Kernel& kernel) {
+  const int64_t threads = 32 * kernelAttribute(kernel, KernelAttribute::NumWarps);
+  support::Status status = support::Status::ok();
+  walk(kernel.body(), [&](const Operation& op) {
+    for (const auto& result : op.results()) {
+      const Type& t = result->type();
+      if (!status || !t.isTile()) continue;
+      int64_t elements = 1;
+      for (int64_t extent : t.shape()) elements *= extent;  // bounded by typeDefect
+      if (elements > kMaxTileElementsPerThread * threads)
+        status = opError(op, "result " + t.str() + " has " + std::to_string(elements) + " elements, more than " +
+                                 std::to_string(kMaxTileElementsPerThread) + " per thread for the kernel's " +
+                                 std::to_string(threads) + " threads (num_warps " + std::to_string(threads / 32) + ")");
+    }
+  });
+  return status;
+}
+
 support::Status verifyKernel(const Kernel& kernel) {
   ATTNJIT_VERIFY(verifySignature(kernel));
   ATTNJIT_VERIFY(StructureChecker(kernel).checkBlock(kernel.body()));
+  ATTNJIT_VERIFY(checkTilesPerThread(kernel));
   const Operation* last = kernel.body().back();
   if (!last || last->opcode() != Opcode::Return)
     return kernelError(kernel, std::string("body must end with 'return'") +

@@ -19,6 +19,12 @@ support::Status verifyFor(const Operation& op, const Kernel&) {
     return opError(op, "lo, hi and step must have one integer type (i32 or i64), got " + lo.str() + ", " + hi.str() +
                            ", " + step.str());
 
+  // The loop runs while iv < hi, adding step: a constant step of 0 or less
+  // would never end (a step computed at run time is the program's business).
+  if (const Operation* stepDef = op.operand(2)->definingOp(); stepDef && stepDef->opcode() == Opcode::Constant)
+    if (const auto* value = std::get_if<int64_t>(stepDef->attrs().find("value")); value && *value <= 0)
+      return opError(op, "step must be positive, got the constant " + std::to_string(*value));
+
   const size_t numInits = op.numOperands() - 3;
   if (op.numResults() != numInits)
     return opError(op, "has " + std::to_string(numInits) + " initial values but " + std::to_string(op.numResults()) +

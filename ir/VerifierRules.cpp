@@ -63,8 +63,14 @@ std::string operandStr(const Operation& op, size_t index) {
 std::string typeDefect(const Type& t) {
   if (t.isTile()) {
     if (t.rank() < 1 || t.rank() > 3) return "a tile has rank 1 to 3, not " + std::to_string(t.rank());
-    for (int64_t extent : t.shape())
+    int64_t elements = 1;
+    for (int64_t extent : t.shape()) {
       if (extent < 1) return "tile extents must be positive, got shape " + shapeStr(t.shape());
+      if (extent > kMaxTileElements / elements)
+        return "a tile holds at most " + std::to_string(kMaxTileElements) + " elements, got shape " +
+               shapeStr(t.shape());
+      elements *= extent;
+    }
   } else if (t.layout()) {
     return "only tiles have a layout";
   }

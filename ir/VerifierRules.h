@@ -42,6 +42,12 @@ std::string operandStr(const Operation& op, size_t index);
 // layout on a non-tile), or an empty string when it is.
 std::string typeDefect(const Type& t);
 
+// Size limits that keep a kernel's compile bounded: codegen unrolls a tile into
+// the registers of each thread (32 · num_warps threads share it), so both the
+// tile and its per-thread share are capped.
+inline constexpr int64_t kMaxTileElements = int64_t{1} << 20;
+inline constexpr int64_t kMaxTileElementsPerThread = 1024;
+
 // ---- shape of the op ----
 // No operand is null (IR built by hand can hold one).
 support::Status checkOperandsPresent(const Operation& op);

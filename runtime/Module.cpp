@@ -147,6 +147,13 @@ support::Status Function::launch(const LaunchConfig& config, void** params) cons
                         std::to_string(block.x) + "," + std::to_string(block.y) + "," + std::to_string(block.z) +
                         ") must have no zero dimension");
   }
+  // CUDA's limits on every device attnjit targets: x < 2^31, y and z < 2^16. The driver
+  // would say only "invalid argument".
+  if (grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535) {
+    return runtimeError("launch of kernel " + name_ + ": grid (" + std::to_string(grid.x) + "," +
+                        std::to_string(grid.y) + "," + std::to_string(grid.z) +
+                        ") is beyond CUDA's limits (x at most 2^31 - 1, y and z at most 65535)");
+  }
   auto function = static_cast<CUfunction>(handle_);
   if (config.dynamicSharedBytes > kDefaultDynamicSharedLimit) {
     CUresult result = api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

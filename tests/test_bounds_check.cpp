@@ -580,7 +580,7 @@ DeviceProblem deviceProblem(const std::vector<int>& queryLens, const std::vector
   p.numBlocks = static_cast<int>(layout.numBlocks);
   if (split) {
     p.numSms = 132;  // the H200's: the split plan does not depend on the test machine
-    const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, p.headSize, p.maxSeqLen);
+    const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, p.headSize, p.maxSeqLen).value();
     REQUIRE(bytes > 0);
     auto w = runtime::DeviceBuffer::allocate(bytes);
     REQUIRE(w.isOk());

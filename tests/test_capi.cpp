@@ -310,9 +310,21 @@ TEST_CASE("C op structs reach the op validators field by field", "[capi]") {
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(attnjit_last_error_message(), Catch::Contains("only used by the per-tensor fp8 caches"));
   paged.k_scale = 0;
-  CHECK(attnjit_paged_attention_workspace_bytes(64, 32, 128, 4096) ==
-        attnjit::ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096));
-  CHECK(attnjit_paged_attention_workspace_bytes(64, 32, 128, 65536) > 0);
+  uint64_t workspaceBytes = 1;
+  CHECK(attnjit_paged_attention_workspace_bytes(64, 32, 128, 4096, &workspaceBytes) == ATTNJIT_OK);
+  CHECK(workspaceBytes == attnjit::ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096).value());
+  CHECK(attnjit_paged_attention_workspace_bytes(64, 32, 128, 65536, &workspaceBytes) == ATTNJIT_OK);
+  CHECK(workspaceBytes > 0);
+  // Sizes out of range are errors, not a workspace of 0 bytes.
+  CHECK(attnjit_paged_attention_workspace_bytes(-1, 32, 128, 4096, &workspaceBytes) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "paged attention workspace: num_tokens (-1) must be between 0 and 2147483647");
+  CHECK(workspaceBytes == 0);
+  CHECK(attnjit_paged_attention_workspace_bytes(int64_t{1} << 40, 32, 128, 4096, &workspaceBytes) ==
+        ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(attnjit_paged_attention_workspace_bytes(64, (1 << 30) + 1, 128, 4096, &workspaceBytes) ==
+        ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "paged attention workspace: num_query_heads (1073741825) must be between 1 and 1024");
+  CHECK(attnjit_paged_attention_workspace_bytes(64, 32, 128, 4096, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   if (attnjit_driver_status() != ATTNJIT_OK) {
     CHECK(attnjit_paged_attention(runtime, &paged) == ATTNJIT_ERROR_NO_DRIVER);
     CHECK_THAT(attnjit_last_error_message(), Catch::Contains("CUDA driver not available"));
@@ -427,12 +439,15 @@ TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[
   mla.workspace_bytes = 16;
   CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Catch::StartsWith("mla decode: workspace too small: 16 bytes"));
-  mla.workspace_bytes = attnjit_mla_decode_workspace_bytes(4, 16, 512, 1000);
-  CHECK(mla.workspace_bytes == attnjit::ops::mlaDecodeWorkspaceBytes(4, 16, 512, 1000));
+  REQUIRE(attnjit_mla_decode_workspace_bytes(4, 16, 512, 1000, &mla.workspace_bytes) == ATTNJIT_OK);
+  CHECK(mla.workspace_bytes == attnjit::ops::mlaDecodeWorkspaceBytes(4, 16, 512, 1000).value());
   CHECK(mla.workspace_bytes > 0);
   CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
-  CHECK(attnjit_mla_decode_workspace_bytes(4, 16, 512, 200) == 0);  // one segment: never splits
-  CHECK(attnjit_mla_decode_workspace_bytes(-1, 16, 512, 4096) == 0);
+  uint64_t mlaBytes = 1;
+  CHECK(attnjit_mla_decode_workspace_bytes(4, 16, 512, 200, &mlaBytes) == ATTNJIT_OK);
+  CHECK(mlaBytes == 0);  // one segment: never splits
+  CHECK(attnjit_mla_decode_workspace_bytes(-1, 16, 512, 4096, &mlaBytes) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "mla decode workspace: max_num_seqs (-1) must not be negative");
 
   // struct_size: a newer caller's is refused; one that ends before num_seqs
   // leaves it at its default, 0, which the op refuses.

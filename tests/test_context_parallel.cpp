@@ -198,7 +198,7 @@ TEST_CASE("context parallel: shards on one GPU merged by LSE match the float64 r
         // Odd ranks split their shard's keys (split-KV with the LSE), even ones run 2D.
         std::optional<runtime::DeviceBuffer> workspace;
         if (r % 2 == 1) {
-          const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(tokens, p.numQueryHeads, p.headSize, p.maxSeqLen);
+          const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(tokens, p.numQueryHeads, p.headSize, p.maxSeqLen).value();
           auto w = runtime::DeviceBuffer::allocate(bytes);
           REQUIRE(w.isOk());
           p.workspace = w->address();

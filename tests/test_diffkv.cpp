@@ -398,7 +398,7 @@ TEST_CASE("DiffKV op API: value head size validated, workspace sized by Dv", "[d
   p.numSms = 132;
   p.maxSeqLen = 8192;
   p.workspace = 0x70000;
-  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, 128, p.maxSeqLen);
+  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, 128, p.maxSeqLen).value();
   CHECK(message(p) == "ok");
   CHECK(ops::selectPagedAttentionVariant(p).splitKv);
   const uint64_t rows = static_cast<uint64_t>(p.numTokens) * 32 * 2;  // tokens x heads x two segments
@@ -541,7 +541,7 @@ TEST_CASE("GPU: the op API runs DiffKV over the packed cache, 2D and split", "[g
     std::optional<runtime::DeviceBuffer> workspace;
     if (split) {
       p.numSms = 132;
-      const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, 128, p.maxSeqLen);
+      const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, 128, p.maxSeqLen).value();
       auto w = runtime::DeviceBuffer::allocate(bytes);
       REQUIRE(w.isOk());
       workspace = std::move(*w);

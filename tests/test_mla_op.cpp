@@ -33,7 +33,7 @@ ops::MlaDecodeParams decodeParams(int numSeqs, int maxSeqLen) {
   p.kvStrideBlock = 16 * 576;
   p.kvStrideToken = 576;
   p.workspace = 0x20000;
-  p.workspaceBytes = ops::mlaDecodeWorkspaceBytes(numSeqs, 128, 512, maxSeqLen);
+  p.workspaceBytes = ops::mlaDecodeWorkspaceBytes(numSeqs, 128, 512, maxSeqLen).value();
   return p;
 }
 
@@ -185,7 +185,7 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
     p.kvStrideToken = std::get<int64_t>(scalars[7]);
     std::optional<runtime::DeviceBuffer> workspace;
     if (c.withWorkspace) {
-      const uint64_t bytes = ops::mlaDecodeWorkspaceBytes(numSeqs, c.numHeads, c.kvLoraRank, p.maxSeqLen);
+      const uint64_t bytes = ops::mlaDecodeWorkspaceBytes(numSeqs, c.numHeads, c.kvLoraRank, p.maxSeqLen).value();
       auto w = runtime::DeviceBuffer::allocate(bytes);
       REQUIRE(w.isOk());
       REQUIRE(w->fill(0xff).isOk());

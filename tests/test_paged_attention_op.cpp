@@ -101,6 +101,21 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
   p = validParams();
   p.dtype = ScalarKind::I8;
   CHECK(validationMessage(p).find("dtype (i8) is not supported") != std::string::npos);
+  p = validParams();
+  p.numSms = -3;
+  CHECK(validationMessage(p) == "paged attention: num_sms (-3) must be 0 (device 0's) or positive");
+  // The plan functions take any parameters: a negative SM count means device 0's, and
+  // with no device to ask (no driver) the plan does not split instead of dividing by 0.
+  p.maxSeqLen = 8192;
+  p.workspace = 0x70000;
+  p.workspaceBytes = uint64_t{1} << 30;
+  const int segments = ops::pagedAttentionSplitPlan(p).numSegments;
+  CHECK(segments >= 1);
+  CHECK(segments <= ops::kSplitKvMaxSegments);
+  if (!runtime::driverAvailable()) CHECK(segments == 1);
+  p.numQueryHeads = (1 << 30) + 1;
+  p.numKvHeads = 1;
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
   // Without a driver the call itself fails cleanly after validating.
   if (!runtime::driverAvailable()) {
     support::Status s = ops::pagedAttention(validParams());
@@ -169,7 +184,7 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.maxSeqLen = 4096;
   p.numSms = 132;
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);  // no workspace: 2D
-  const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096);
+  const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096).value();
   CHECK(bytes == 64ull * 32 * 8 * 128 * 4 + 2 * (64ull * 32 * 8 * 4));  // 8 segments of 512 keys
   p.workspace = 0xB0000;
   p.workspaceBytes = bytes;
@@ -204,7 +219,7 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);
   p.maxSeqLen = 10;
   CHECK(validationMessage(p) == "paged attention: max_seq_len (10) must be 0 (unknown) or at least max_query_len (32)");
-  CHECK(ops::pagedAttentionWorkspaceBytes(64, 32, 128, 512) == 0);  // one segment: never split
+  CHECK(ops::pagedAttentionWorkspaceBytes(64, 32, 128, 512).value() == 0);  // one segment: never split
 }
 
 TEST_CASE("paged attention op: decode-like and prefill-like batches get their tilings", "[op]") {
@@ -284,7 +299,7 @@ TEST_CASE("paged attention op: batches of uneven lengths split into segments of 
   auto p = fullDecodeBatch(8192);
   p.minSeqLen = 1;
   p.workspace = 0xB0000;
-  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 8192);
+  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 8192).value();
   auto plan = ops::pagedAttentionSplitPlan(p);
   CHECK(plan.numSegments == 3);   // 128 tiles of 64 keys: 48 + 48 + 32
   CHECK(plan.segmentTiles == 48);
@@ -307,7 +322,7 @@ TEST_CASE("paged attention op: batches of uneven lengths split into segments of 
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 3);
   p.workspaceBytes = 64ull * 32 * 2 * (128 + 2) * 4 + 64;  // room for two segments only
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
-  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 8192);
+  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 8192).value();
   p.batchInvariant = true;
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
   p.batchInvariant = false;
@@ -507,7 +522,7 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     std::optional<runtime::DeviceBuffer> workspace;
     if (c.withWorkspace) {
       p.numSms = 132;  // the H200's, so the plan below does not depend on the test machine
-      const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, p.headSize, p.maxSeqLen);
+      const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, p.headSize, p.maxSeqLen).value();
       REQUIRE(bytes > 0);
       auto w = runtime::DeviceBuffer::allocate(bytes);
       REQUIRE(w.isOk());

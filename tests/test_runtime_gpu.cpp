@@ -305,6 +305,12 @@ TEST_CASE("gpu: launches above 48 KiB of dynamic shared memory opt in first", "[
   CHECK_THAT(tooMuch.message(), Catch::Contains("swap_neighbours_in_shared"));
   config.block = {0, 1, 1};
   CHECK_THAT(function->launch(config, params).message(), Catch::Contains("must have no zero dimension"));
+  config.block = {threads, 1, 1};
+  config.dynamicSharedBytes = dynamicBytes;
+  config.grid = {1, 65536, 1};
+  CHECK_THAT(function->launch(config, params).message(), Catch::Contains("is beyond CUDA's limits"));
+  config.grid = {0x80000000u, 1, 1};
+  CHECK_THAT(function->launch(config, params).message(), Catch::Contains("is beyond CUDA's limits"));
 }
 
 TEST_CASE("gpu: the kernel cache compiles once, then serves from memory and disk", "[runtime][gpu]") {

@@ -13,6 +13,12 @@
 
 namespace attnjit::compiler {
 
+// Head counts the attention kernels accept: KV heads are the grid's y extent and
+// one program packs a KV head's query heads into the rows of one query tile
+// (BLOCK_M = next_pow2 of them, at most 256).
+inline constexpr int kMaxAttentionHeads = 1024;
+inline constexpr int kMaxQueriesPerKvHead = 256;
+
 inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
 inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 inline support::Status configError(const std::string& message) {

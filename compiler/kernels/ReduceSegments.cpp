@@ -162,8 +162,9 @@ std::string ReduceSegmentsConfig::kernelName() const {
 
 support::Status ReduceSegmentsConfig::validate() const {
   if (support::Status s = checkIoDtype(dtype); !s) return s;
-  if (numQueryHeads < 1)
-    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");
+  if (numQueryHeads < 1 || numQueryHeads > kMaxAttentionHeads)
+    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be between 1 and " +
+                       std::to_string(kMaxAttentionHeads));
   if (headSize < 1 || headSize > 512)
     return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)

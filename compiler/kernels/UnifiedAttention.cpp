@@ -1088,12 +1088,18 @@ std::string UnifiedAttentionConfig::kernelName() const {
 
 support::Status UnifiedAttentionConfig::validate() const {
   if (support::Status s = checkIoDtype(dtype); !s) return s;
-  if (numKvHeads < 1) return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be at least 1");
-  if (numQueryHeads < 1)
-    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be at least 1");
+  if (numKvHeads < 1 || numKvHeads > kMaxAttentionHeads)
+    return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be between 1 and " +
+                       std::to_string(kMaxAttentionHeads));
+  if (numQueryHeads < 1 || numQueryHeads > kMaxAttentionHeads)
+    return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be between 1 and " +
+                       std::to_string(kMaxAttentionHeads));
   if (numQueryHeads % numKvHeads != 0)
     return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") is not a multiple of num_kv_heads (" +
                        std::to_string(numKvHeads) + ")");
+  if (queriesPerKv() > kMaxQueriesPerKvHead)
+    return configError("num_query_heads / num_kv_heads (" + std::to_string(queriesPerKv()) + ") must be at most " +
+                       std::to_string(kMaxQueriesPerKvHead) + " (one program's query tile packs them)");
   if (headSize < 32 || headSize > 256)
     return configError("head_size (" + std::to_string(headSize) + ") must be between 32 and 256");
   if (valueHeadSize != 0 && (valueHeadSize < 32 || valueHeadSize > 256))

@@ -61,7 +61,10 @@ MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& confi
   } else {
     // Key work in (sequence, head block) programs; about two programs per SM
     // should each get an equal share of it.
-    const int64_t keys = p.sumSeqLens > 0 ? p.sumSeqLens : int64_t{p.numSeqs} * p.maxSeqLen;
+    // Capped at 2^56 keys (no batch comes near), so that the work below stays
+    // far from int64's range whatever the caller passed.
+    const int64_t allKeys = std::min(int64_t{p.numSeqs} * p.maxSeqLen, int64_t{1} << 56);
+    const int64_t keys = p.sumSeqLens > 0 ? std::min(p.sumSeqLens, allKeys) : allKeys;
     const int64_t work = keys * config.headBlocks();
     const int64_t segmentKeys = std::max<int64_t>(kMlaMinSegmentKeys, ceilDiv(work, 2 * sms));
     segments = ceilDiv(p.maxSeqLen, segmentKeys);
@@ -77,6 +80,8 @@ MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& confi
 
 std::pair<MlaDecodeConfig, MlaSplitPlan> planCall(const MlaDecodeParams& p) {
   MlaDecodeConfig config = baseVariant(p);
+  // Nothing is derived from sizes the kernel rejects: validateFor reports them.
+  if (!config.validate()) return {config, {}};
   const MlaSplitPlan plan = splitPlanFor(p, config);
   config.splitKv = plan.numSegments > 1;
   return {config, plan};
@@ -89,6 +94,8 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
   if (p.maxSeqLen < 0) return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) + ") must not be negative");
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
+  if (p.numSms < 0)
+    return argumentError("num_sms (" + std::to_string(p.numSms) + ") must be 0 (device 0's) or positive");
   for (const auto& [name, pointer] : {std::pair{"out", p.out}, std::pair{"q", p.q}, std::pair{"kv_cache", p.kvCache},
                                       std::pair{"block_tables", p.blockTables}, std::pair{"seq_lens", p.seqLens}})
     if (support::Status s = checks().pointer(name, pointer, 16, true); !s) return s;
@@ -135,10 +142,19 @@ MlaDecodeConfig selectMlaDecodeVariant(const MlaDecodeParams& p) { return planCa
 
 MlaSplitPlan mlaDecodeSplitPlan(const MlaDecodeParams& p) { return planCall(p).second; }
 
-uint64_t mlaDecodeWorkspaceBytes(int maxNumSeqs, int numHeads, int kvLoraRank, int maxSeqLen) {
-  if (maxNumSeqs <= 0 || numHeads <= 0 || kvLoraRank <= 0 || maxSeqLen <= 0) return 0;
+support::Expected<uint64_t> mlaDecodeWorkspaceBytes(int maxNumSeqs, int numHeads, int kvLoraRank, int maxSeqLen) {
+  const ArgumentChecks workspaceChecks("mla decode workspace");
+  if (maxNumSeqs < 0)
+    return workspaceChecks.error("max_num_seqs (" + std::to_string(maxNumSeqs) + ") must not be negative");
+  if (numHeads < 1 || numHeads > 128)
+    return workspaceChecks.error("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 128");
+  if (kvLoraRank < 1 || kvLoraRank > 512)
+    return workspaceChecks.error("kv_lora_rank (" + std::to_string(kvLoraRank) + ") must be between 1 and 512");
+  if (maxSeqLen < 0)
+    return workspaceChecks.error("max_seq_len (" + std::to_string(maxSeqLen) + ") must not be negative");
+  if (maxNumSeqs == 0 || maxSeqLen == 0) return uint64_t{0};
   const int64_t segments = std::min<int64_t>(kMlaMaxSegments, ceilDiv(maxSeqLen, kMlaMinSegmentKeys));
-  return segments < 2 ? 0 : splitScratch(maxNumSeqs, numHeads, kvLoraRank, segments).totalBytes();
+  return segments < 2 ? uint64_t{0} : splitScratch(maxNumSeqs, numHeads, kvLoraRank, segments).totalBytes();
 }
 
 support::Status validateMlaDecode(const MlaDecodeParams& p) { return validateFor(p, planCall(p).first); }

@@ -124,6 +124,7 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
   if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
   if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
   const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
   const auto fitsWorkspace = [&](int64_t segments) {
@@ -150,7 +151,12 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
 
 }  // namespace
 
-SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) { return splitPlanFor(p, baseVariant(p)); }
+SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) {
+  const UnifiedAttentionConfig config = baseVariant(p);
+  // Sizes the kernel rejects plan nothing (validatePagedAttention names them).
+  if (!config.validate()) return {};
+  return splitPlanFor(p, config);
+}
 
 PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& config,
                                                const compiler::BatchShape& shape) {
@@ -189,7 +195,7 @@ namespace {
 
 // pagedAttentionCtasPerSm for the variant `config` the call runs.
 int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
-  if (!lengthsEven(p)) return 0;
+  if (!lengthsEven(p) || !config.validate()) return 0;
   if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
@@ -210,10 +216,20 @@ int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perM
   return bytes;
 }
 
-uint64_t pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize, int maxSeqLen) {
-  if (maxNumTokens <= 0 || numQueryHeads <= 0 || headSize <= 0 || maxSeqLen <= 0) return 0;
+support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize,
+                                                         int maxSeqLen) {
+  const ArgumentChecks workspaceChecks("paged attention workspace");
+  if (support::Status s = workspaceChecks.tokenCount(maxNumTokens); !s) return s;
+  if (numQueryHeads < 1 || numQueryHeads > compiler::kMaxAttentionHeads)
+    return workspaceChecks.error("num_query_heads (" + std::to_string(numQueryHeads) + ") must be between 1 and " +
+                                 std::to_string(compiler::kMaxAttentionHeads));
+  if (headSize < 1 || headSize > 512)
+    return workspaceChecks.error("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
+  if (maxSeqLen < 0)
+    return workspaceChecks.error("max_seq_len (" + std::to_string(maxSeqLen) + ") must not be negative");
+  if (maxNumTokens == 0) return uint64_t{0};
   const int64_t segments = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
-  return segments < 2 ? 0 : workspaceFor(maxNumTokens, numQueryHeads, headSize, segments);
+  return segments < 2 ? uint64_t{0} : workspaceFor(maxNumTokens, numQueryHeads, headSize, segments);
 }
 
 namespace {
@@ -222,6 +238,10 @@ namespace {
 // selectPagedAttentionVariant reports is what pagedAttention launches.
 std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config = baseVariant(p);
+  // Nothing is derived from sizes the kernel rejects (a tile of 2^30 rows, a
+  // grid divided by zero): such a call is planned as it is and validateFor
+  // reports the config's error.
+  if (!config.validate()) return {config, {}};
   const SplitKvPlan plan = splitPlanFor(p, config);
   config.splitKv = plan.numSegments > 1;
   // The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
@@ -269,10 +289,19 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
     return argumentError("num_blocks (" + std::to_string(p.numBlocks) +
                          ") must be the KV cache's block count (at least 1) when bounds checking is on "
                          "(check_bounds or ATTNJIT_CHECK_BOUNDS=1)");
-  if (config.checkBounds && p.numTokens > std::numeric_limits<int32_t>::max())
-    return argumentError("num_tokens (" + std::to_string(p.numTokens) + ") exceeds the checked kernel's i32 range");
+  if (p.numTokens > std::numeric_limits<int32_t>::max())
+    return argumentError("num_tokens (" + std::to_string(p.numTokens) + ") must be at most 2147483647 (the kernels' "
+                         "32-bit token indices)");
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
+  if (p.numSms < 0)
+    return argumentError("num_sms (" + std::to_string(p.numSms) + ") must be 0 (device 0's) or positive");
+  // CUDA's grid: x programs per query block (at most 2^31 - 1), y the KV heads.
+  if (const int64_t programs = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens);
+      programs > std::numeric_limits<int32_t>::max())
+    return argumentError("the batch needs " + std::to_string(programs) + " programs per KV head (num_seqs " +
+                         std::to_string(p.numSeqs) + ", num_tokens " + std::to_string(p.numTokens) +
+                         "), more than a launch's 2147483647; split the batch");
   const std::pair<const char*, uint64_t> required[] = {{"out", p.out},
                                                        {"q", p.q},
                                                        {"kv_cache", p.kvCache},

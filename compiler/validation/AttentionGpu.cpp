@@ -242,8 +242,10 @@ support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::Un
   p.kvStrideToken = layout.kvStrideToken;
   p.kvStrideHead = layout.kvStrideHead;
   std::optional<runtime::DeviceBuffer> workspace;
-  if (const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads,
-                                                               config.effectiveValueHeadSize(), p.maxSeqLen)) {
+  auto workspaceBytes =
+      ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, config.effectiveValueHeadSize(), p.maxSeqLen);
+  if (!workspaceBytes) return workspaceBytes.status();
+  if (const uint64_t bytes = *workspaceBytes) {
     auto w = runtime::DeviceBuffer::allocate(bytes);
     if (!w) return w.status();
     workspace = std::move(*w);

@@ -374,8 +374,8 @@ support::Expected<DeviceProblem> makeDeviceProblem(const Batch& batch, const std
   const ModelShape& shape = batch.shape;
   const size_t outElements = static_cast<size_t>(numSeqs) * shape.queryHeads * shape.outWidth;
   const uint64_t workspaceBytes =
-      shape.mla ? ops::mlaDecodeWorkspaceBytes(numSeqs, kMlaHeads, kLoraRank, d.maxSeqLen)
-                : ops::pagedAttentionWorkspaceBytes(numSeqs, kQueryHeads, kHeadSize, d.maxSeqLen);
+      shape.mla ? ops::mlaDecodeWorkspaceBytes(numSeqs, kMlaHeads, kLoraRank, d.maxSeqLen).value()
+                : ops::pagedAttentionWorkspaceBytes(numSeqs, kQueryHeads, kHeadSize, d.maxSeqLen).value();
   auto fillBuffer = [](size_t bytes, uint8_t poison) -> support::Expected<runtime::DeviceBuffer> {
     auto buffer = runtime::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
     if (!buffer) return buffer;

@@ -242,11 +242,13 @@ typedef struct attnjit_paged_attention_params {
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);
-/* Bytes of split-KV workspace for batches of at most max_num_tokens query
- * tokens and sequences of at most max_seq_len keys: allocate once, pass to
- * every call. */
-uint64_t attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
-                                                 int max_seq_len);
+/* *bytes = the split-KV workspace for batches of at most max_num_tokens query
+ * tokens and sequences of at most max_seq_len keys (0 when such batches never
+ * split): allocate once, pass to every call. Sizes out of range (negative, more
+ * than 2^31 - 1 tokens, more than 1024 heads, head_size above 512) are
+ * ATTNJIT_ERROR_INVALID_ARGUMENT. */
+attnjit_status attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
+                                                       int max_seq_len, uint64_t* bytes);
 attnjit_status attnjit_paged_attention_validate(attnjit_jit* jit, const attnjit_paged_attention_params* params);
 attnjit_status attnjit_paged_attention(attnjit_jit* jit, const attnjit_paged_attention_params* params);
 
@@ -390,10 +392,11 @@ typedef struct attnjit_mla_decode_params {
 } attnjit_mla_decode_params;
 
 void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params);
-/* Bytes of split-KV workspace for batches of at most max_num_seqs sequences of
- * at most max_seq_len keys (0 when such batches never split): allocate once,
- * pass to every call. */
-uint64_t attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len);
+/* *bytes = the split-KV workspace for batches of at most max_num_seqs sequences
+ * of at most max_seq_len keys (0 when such batches never split): allocate once,
+ * pass to every call. Sizes out of range are ATTNJIT_ERROR_INVALID_ARGUMENT. */
+attnjit_status attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len,
+                                                  uint64_t* bytes);
 attnjit_status attnjit_mla_decode_validate(attnjit_jit* jit, const attnjit_mla_decode_params* params);
 attnjit_status attnjit_mla_decode(attnjit_jit* jit, const attnjit_mla_decode_params* params);
 

@@ -2,9 +2,10 @@
 
 Search order: the ATTNJIT_LIBRARY environment variable (a path to the .so);
 an install prefix this package was installed into (PREFIX/share/attnjit/python/
-attnjit -> PREFIX/lib); the repository's build folders (build*/lib, newest
-first) when the package is used from a checkout; then the system's loader
-(LD_LIBRARY_PATH, ldconfig)."""
+attnjit -> PREFIX/lib); the repository's build folders when the package is used
+from a checkout (build/lib first, then other build*/lib, newest first, never a
+sanitizer build: an ASan-instrumented library cannot load into a plain python3);
+then the system's loader (LD_LIBRARY_PATH, ldconfig)."""
 
 import ctypes
 import glob
@@ -13,6 +14,15 @@ import os
 from . import _structs as s
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sanitized(build_dir):
+    """Whether the CMake build in `build_dir` was configured with ATTNJIT_SANITIZE."""
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as cache:
+            return any(line.strip() == "ATTNJIT_SANITIZE:BOOL=ON" for line in cache)
+    except OSError:
+        return False
 
 
 def _candidates():
@@ -24,8 +34,10 @@ def _candidates():
     for libdir in ("lib", "lib64"):
         yield os.path.join(prefix, libdir, "libattnjit.so")
     repository = os.path.normpath(os.path.join(_PACKAGE_DIR, "..", ".."))
-    builds = glob.glob(os.path.join(repository, "build*", "lib", "libattnjit.so"))
-    for path in sorted(builds, key=os.path.getmtime, reverse=True):
+    builds = [path for path in glob.glob(os.path.join(repository, "build*", "lib", "libattnjit.so"))
+              if not _sanitized(os.path.dirname(os.path.dirname(path)))]
+    default = os.path.join(repository, "build", "lib", "libattnjit.so")
+    for path in sorted(builds, key=lambda p: (p != default, -os.path.getmtime(p))):
         yield path
     yield "libattnjit.so"
 
@@ -73,8 +85,8 @@ _PROTOTYPES = {
     "attnjit_kernel_launch": (_c_status, [_kernel, s.Dim3, _p(s.Arg), ctypes.c_size_t, ctypes.c_void_p]),
     "attnjit_kernel_stats": (_c_status, [_kernel, _p(s.CompileStats)]),
     "attnjit_paged_attention_params_init": (None, [_p(s.PagedAttentionParams)]),
-    "attnjit_paged_attention_workspace_bytes": (ctypes.c_uint64, [ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-                                                                  ctypes.c_int]),
+    "attnjit_paged_attention_workspace_bytes": (_c_status, [ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+                                                            ctypes.c_int, _p(ctypes.c_uint64)]),
     "attnjit_paged_attention_validate": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
     "attnjit_paged_attention": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
     "attnjit_cache_write_params_init": (None, [_p(s.CacheWriteParams)]),
@@ -90,8 +102,8 @@ _PROTOTYPES = {
     "attnjit_mla_cache_write_validate": (_c_status, [_jit, _p(s.MlaCacheWriteParams)]),
     "attnjit_mla_cache_write": (_c_status, [_jit, _p(s.MlaCacheWriteParams)]),
     "attnjit_mla_decode_params_init": (None, [_p(s.MlaDecodeParams)]),
-    "attnjit_mla_decode_workspace_bytes": (ctypes.c_uint64, [ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                             ctypes.c_int]),
+    "attnjit_mla_decode_workspace_bytes": (_c_status, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                       _p(ctypes.c_uint64)]),
     "attnjit_mla_decode_validate": (_c_status, [_jit, _p(s.MlaDecodeParams)]),
     "attnjit_mla_decode": (_c_status, [_jit, _p(s.MlaDecodeParams)]),
 }

@@ -18,7 +18,7 @@ import math
 
 from . import _structs as s
 from ._library import lib
-from .errors import check
+from .errors import InvalidArgumentError, check
 from .jit import _torch, default_jit, stream_handle
 
 DTYPES = {"f32": 0, "float32": 0, "f16": 1, "float16": 1, "fp16": 1, "bf16": 2, "bfloat16": 2}
@@ -34,9 +34,35 @@ CACHE_FORMATS = {
 SPLIT_RULES = {"balanced": 0, "vllm": 1}
 
 
+# The C integer types' ranges: ctypes would wrap a value outside them silently
+# (2**32 + 32 heads would reach C as 32), so every integer is checked first.
+_INTEGER_RANGES = {
+    ctypes.c_int: (-(2**31), 2**31 - 1),
+    ctypes.c_int64: (-(2**63), 2**63 - 1),
+    ctypes.c_uint64: (0, 2**64 - 1),
+    ctypes.c_size_t: (0, 2**64 - 1),
+}
+
+
+def _checked_integer(what, value, c_type):
+    """`value` as an int that `c_type` holds exactly, else InvalidArgumentError."""
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, int):
+        try:
+            value = value.__index__()
+        except (AttributeError, TypeError):
+            raise InvalidArgumentError("%s must be an integer, got %r" % (what, value)) from None
+    low, high = _INTEGER_RANGES[c_type]
+    if not low <= value <= high:
+        raise InvalidArgumentError("%s (%d) is outside the range of its C type [%d, %d]" % (what, value, low, high))
+    return value
+
+
 def _fill(struct_type, init, fields):
     params = struct_type()
     init(ctypes.byref(params))
+    types = dict(struct_type._fields_)
     names = [name for name, _ in struct_type._fields_ if name != "struct_size"]
     for name, value in fields.items():
         if name not in names:
@@ -57,8 +83,8 @@ def _fill(struct_type, init, fields):
             value = SPLIT_RULES[value]
         elif name == "stream":
             value = stream_handle(value) if value is not None else ctypes.c_void_p(None)
-        elif isinstance(value, bool):
-            value = int(value)
+        if types[name] in _INTEGER_RANGES:
+            value = _checked_integer(name, value, types[name])
         setattr(params, name, value)
     return params
 
@@ -313,7 +339,13 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
 def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len):
     """Bytes of split-KV workspace for batches up to these sizes (allocate once;
     head_size: the value head size Dv for DiffKV)."""
-    return lib.attnjit_paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len)
+    sizes = [_checked_integer("max_num_tokens", max_num_tokens, ctypes.c_int64),
+             _checked_integer("num_query_heads", num_query_heads, ctypes.c_int),
+             _checked_integer("head_size", head_size, ctypes.c_int),
+             _checked_integer("max_seq_len", max_seq_len, ctypes.c_int)]
+    result = ctypes.c_uint64()
+    check(lib.attnjit_paged_attention_workspace_bytes(*sizes, ctypes.byref(result)))
+    return result.value
 
 
 def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None,
@@ -619,4 +651,9 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
 def mla_decode_workspace_bytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len):
     """Bytes of MLA split-KV workspace for batches up to these sizes (0: such
     batches never split). Allocate once, pass to every call."""
-    return lib.attnjit_mla_decode_workspace_bytes(max_num_seqs, num_heads, kv_lora_rank, max_seq_len)
+    sizes = [_checked_integer(name, value, ctypes.c_int) for name, value in
+             (("max_num_seqs", max_num_seqs), ("num_heads", num_heads), ("kv_lora_rank", kv_lora_rank),
+              ("max_seq_len", max_seq_len))]
+    result = ctypes.c_uint64()
+    check(lib.attnjit_mla_decode_workspace_bytes(*sizes, ctypes.byref(result)))
+    return result.value

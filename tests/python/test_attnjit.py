@@ -130,6 +130,27 @@ class CpuTests(unittest.TestCase):
             attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, **CACHE_WRITE_FIELDS)
         attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)
 
+    def test_integers_outside_their_c_type_raise_before_the_library(self):
+        # ctypes would pass 2**32 + 32 as 32 and -16 as a huge pointer.
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_query_heads \(4294967328\) is outside"):
+            attnjit.ops.paged_attention_raw(validate_only=True, **dict(PAGED_FIELDS, num_query_heads=2**32 + 32))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"^out \(-16\) is outside the range"):
+            attnjit.ops.paged_attention_raw(validate_only=True, **dict(PAGED_FIELDS, out=-16))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "num_tokens must be an integer"):
+            attnjit.ops.paged_attention_raw(validate_only=True, **dict(PAGED_FIELDS, num_tokens=2.5))
+        # In range for C, out of range for the op: the op's own message (no crash
+        # from deriving tile sizes out of it).
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError,
+                                    r"num_query_heads \(1073741825\) must be between 1 and 1024"):
+            attnjit.ops.paged_attention_raw(validate_only=True,
+                                            **dict(PAGED_FIELDS, num_query_heads=2**30 + 1, num_kv_heads=1))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_tokens \(-1\) must be between"):
+            attnjit.ops.paged_attention_workspace_bytes(-1, 32, 128, 4096)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"max_num_tokens \(18446744073709551616\)"):
+            attnjit.ops.paged_attention_workspace_bytes(2**64, 32, 128, 4096)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_heads \(0\) must be between 1 and 128"):
+            attnjit.ops.mla_decode_workspace_bytes(4, 0, 512, 4096)
+
     def test_mla_decode_raw_errors_carry_the_c_message(self):
         params = _structs.MlaDecodeParams()
         _library.lib.attnjit_mla_decode_params_init(ctypes.byref(params))
