@@ -2,6 +2,7 @@
 // dispatch and structured control flow (for, if, yield, return).
 #include "ir/Interpreter.h"
 
+#include <chrono>
 #include <limits>
 #include <string>
 #include <unordered_map>
@@ -214,14 +215,43 @@ support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std
     support::Status bound = bindArgument(kernel, i, args[i], ctx.slot(body.arguments[i]));
     if (!bound.isOk()) return bound;
   }
+  const InterpreterProgressScope::Report* report = InterpreterProgressScope::current();
+  int64_t total = 0;  // saturates: three extents below 2^31 can overflow a product
+  if (__builtin_mul_overflow(grid.x, grid.y, &total) || __builtin_mul_overflow(total, grid.z, &total))
+    total = std::numeric_limits<int64_t>::max();
+  int64_t done = 0;
+  bool reported = false;
+  auto lastReport = std::chrono::steady_clock::now();
   for (int64_t z = 0; z < grid.z; ++z)
     for (int64_t y = 0; y < grid.y; ++y)
       for (int64_t x = 0; x < grid.x; ++x) {
         ctx.setProgramId(x, y, z);
         support::Status status = ctx.runBlock(0);
         if (!status.isOk()) return status;
+        ++done;
+        if (report == nullptr) continue;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - lastReport >= std::chrono::seconds(1)) {
+          (*report)(kernel.name(), done, total);
+          lastReport = now;
+          reported = true;
+        }
       }
+  if (reported) (*report)(kernel.name(), total, total);
   return support::Status::ok();
 }
+
+namespace {
+thread_local const InterpreterProgressScope::Report* currentProgressReport = nullptr;
+}  // namespace
+
+InterpreterProgressScope::InterpreterProgressScope(Report report)
+    : report_(std::move(report)), previous_(currentProgressReport) {
+  currentProgressReport = &report_;
+}
+
+InterpreterProgressScope::~InterpreterProgressScope() { currentProgressReport = previous_; }
+
+const InterpreterProgressScope::Report* InterpreterProgressScope::current() { return currentProgressReport; }
 
 }  // namespace attnjit::ir

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -52,5 +53,25 @@ struct LaunchGrid {
 // division of a pointer...) name the op's location and the program id.
 support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std::vector<KernelArgument>& args,
                        InterpreterMemory& memory);
+
+// Progress over the grid for callers whose runs take long (the CLI's `run
+// --interpret` prints it). While a scope lives, interpretKernel on the same thread
+// calls `report(kernel name, programs done, programs in the grid)` about once a
+// second, and once more at the end of a grid it has reported on. Scopes nest: the
+// innermost reports.
+class InterpreterProgressScope {
+ public:
+  using Report = std::function<void(const std::string& kernel, int64_t done, int64_t total)>;
+  explicit InterpreterProgressScope(Report report);
+  ~InterpreterProgressScope();
+  InterpreterProgressScope(const InterpreterProgressScope&) = delete;
+  InterpreterProgressScope& operator=(const InterpreterProgressScope&) = delete;
+
+  static const Report* current();
+
+ private:
+  Report report_;
+  const Report* previous_;
+};
 
 }  // namespace attnjit::ir

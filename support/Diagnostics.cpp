@@ -18,4 +18,9 @@ void internalError(const char* file, int line, const std::string& message) {
   std::abort();
 }
 
+std::string excerpt(std::string_view text) {
+  if (text.size() <= 64) return std::string(text);
+  return std::string(text.substr(0, 48)) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 }  // namespace attnjit::support

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -83,6 +84,10 @@ class [[nodiscard]] Expected {
 };
 
 [[noreturn]] void internalError(const char* file, int line, const std::string& message);
+
+// A user's input as a message quotes it: unchanged up to 64 characters, else its
+// first 48 and "... (N bytes)", so that an error about a huge value stays short.
+std::string excerpt(std::string_view text);
 
 }  // namespace attnjit::support
 

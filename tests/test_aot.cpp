@@ -576,6 +576,61 @@ TEST_CASE("aot: command-line errors are located and exit with status 2", "[aot]"
   CHECK_FALSE(fs::exists(out / "manifest.json"));
 }
 
+TEST_CASE("aot: the output directory is new, empty or an earlier bundle", "[aot]") {
+  const fs::path other = scratchRoot() / "merge_h8.yaml";
+  std::ofstream(other) << "family: merge_attn_states\nparams:\n  dtype: f32\n  num_heads: 8\n  head_size: 64\n  output_lse: true\n";
+  const std::string otherKernel = "merge_attn_states_f32_h8_d64_lse";
+
+  // Foreign files: refused before anything is written, and left as they were.
+  const fs::path foreign = scratchRoot() / "foreign";
+  fs::create_directories(foreign / "src");
+  std::ofstream(foreign / "notes.txt") << "mine";
+  AotRun run = runAot(shellQuote(kExampleSpec) + " --arch sm_80 -o " + shellQuote(foreign.string()));
+  CHECK(run.exitCode == 2);
+  CHECK(run.output.find(foreign.string() + ": error: the output directory holds '") != std::string::npos);
+  CHECK(run.output.find("choose another -o") != std::string::npos);
+  CHECK(tests::readFile(foreign / "notes.txt") == "mine");
+  CHECK_FALSE(fs::exists(foreign / "manifest.json"));
+  CHECK_FALSE(fs::exists(foreign / "sm_80"));
+
+  // A file in an arch folder that is not an image, and a manifest that is not one.
+  const fs::path strayImage = scratchRoot() / "stray_image";
+  fs::create_directories(strayImage / "sm_80");
+  std::ofstream(strayImage / "sm_80" / "readme.md") << "x";
+  run = runAot(shellQuote(kExampleSpec) + " --arch sm_80 -o " + shellQuote(strayImage.string()));
+  CHECK(run.exitCode == 2);
+  CHECK(run.output.find("holds 'sm_80/readme.md', which is not a kernel image") != std::string::npos);
+  const fs::path badManifest = scratchRoot() / "bad_manifest";
+  fs::create_directories(badManifest);
+  std::ofstream(badManifest / "manifest.json") << "{\"name\": \"my project\"}";
+  run = runAot(shellQuote(kExampleSpec) + " --arch sm_80 -o " + shellQuote(badManifest.string()));
+  CHECK(run.exitCode == 2);
+  CHECK(run.output.find("which is not an attnjit bundle manifest") != std::string::npos);
+  CHECK(tests::readFile(badManifest / "manifest.json") == "{\"name\": \"my project\"}");
+
+  // An existing empty directory is fine; rewriting a bundle drops what the new one lacks.
+  const fs::path bundle = scratchRoot() / "rewritten";
+  fs::create_directories(bundle);
+  run = runAot(shellQuote(kExampleSpec) + " " + shellQuote(other.string()) + " --arch sm_80,sm_90a -o " +
+               shellQuote(bundle.string()));
+  INFO(run.output);
+  REQUIRE(run.exitCode == 0);
+  CHECK(fs::exists(bundle / "sm_90a" / (otherKernel + ".ptx")));
+  std::ofstream(bundle / "sm_80" / (kExampleKernel + ".ptx.tmp.12345")) << "left by a killed run";
+  run = runAot(shellQuote(kExampleSpec) + " --arch sm_80 -o " + shellQuote(bundle.string()));
+  REQUIRE(run.exitCode == 0);
+  const BundleManifest manifest = readManifest(bundle);
+  REQUIRE(manifest.kernels.size() == 1);
+  CHECK(manifest.kernels[0].name == kExampleKernel);
+  CHECK(fs::exists(bundle / "sm_80" / (kExampleKernel + ".ptx")));
+  CHECK_FALSE(fs::exists(bundle / "sm_80" / (otherKernel + ".ptx")));
+  CHECK_FALSE(fs::exists(bundle / "sm_80" / (kExampleKernel + ".ptx.tmp.12345")));
+  CHECK_FALSE(fs::exists(bundle / "sm_90a"));
+  auto opened = runtime::Bundle::open(bundle);
+  INFO((opened ? "" : opened.diagnostic().str()));
+  CHECK(opened);
+}
+
 TEST_CASE("aot: examples/aot opens a bundle, checks arguments and launches", "[aot]") {
   const fs::path example = fs::path(tests::cliPath()).parent_path() / "attnjit_aot_example";
   if (!fs::exists(example)) {

@@ -1,10 +1,17 @@
 // The unified paged attention kernel (2D launch) run on the CPU interpreter and
 // compared with the float64 reference, plus its configuration and shape handling.
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <new>
+#include <thread>
 #include <string>
 
 #include "compiler/validation/AttentionProblem.h"
+#include "compiler/validation/HostBudget.h"
+#include "compiler/validation/ParallelFor.h"
+#include "ir/Interpreter.h"
 #include "compiler/spec/VariantKernel.h"
 #include "compiler/validation/VariantRuns.h"
 #include "compiler/spec/Spec.h"
@@ -107,10 +114,22 @@ TEST_CASE("unified attention: validate names the bad field and value", "[attenti
   CHECK(validationError(c) == "num_query_heads (30) is not a multiple of num_kv_heads (8)");
   c = ok;
   c.numKvHeads = 0;
-  CHECK(validationError(c) == "num_kv_heads (0) must be at least 1");
+  CHECK(validationError(c) == "num_kv_heads (0) must be between 1 and 1024");
   c = ok;
   c.numQueryHeads = 0;
-  CHECK(validationError(c) == "num_query_heads (0) must be at least 1");
+  CHECK(validationError(c) == "num_query_heads (0) must be between 1 and 1024");
+  // Sizes are checked before anything is derived from them (a next power of
+  // two of 2^30 + 1 would overflow the tile rows).
+  c = ok;
+  c.numQueryHeads = (1 << 30) + 1;
+  c.numKvHeads = 1;
+  CHECK(validationError(c) == "num_query_heads (1073741825) must be between 1 and 1024");
+  c.numQueryHeads = 512;
+  CHECK(validationError(c) ==
+        "num_query_heads / num_kv_heads (512) must be at most 256 (one program's query tile packs them)");
+  c = ok;
+  c.numKvHeads = 131072;
+  CHECK(validationError(c) == "num_kv_heads (131072) must be between 1 and 1024");
   c = ok;
   c.dtype = ScalarKind::F8E4M3;
   CHECK(validationError(c) == "dtype (f8e4m3) is not supported; use f32, f16 or bf16");
@@ -358,4 +377,74 @@ TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's
     }
   }
   CHECK(variants >= 8);
+}
+
+TEST_CASE("harness: a worker's exception reaches parallelFor's caller, the other indices stop", "[interpreter][limits]") {
+  std::atomic<int> ran{0};
+  CHECK_THROWS_AS(attnjit::validation::parallelFor(100000,
+                                                   [&](int i) {
+                                                     ++ran;
+                                                     if (i == 3) throw std::bad_alloc();
+                                                   }),
+                  std::bad_alloc);
+  CHECK(ran.load() < 100000);
+  std::atomic<int> all{0};
+  attnjit::validation::parallelFor(1000, [&](int) { ++all; });
+  CHECK(all.load() == 1000);
+  attnjit::validation::parallelFor(0, [&](int) { FAIL("no index for an empty range"); });
+}
+
+TEST_CASE("harness: host memory and work are estimated and bounded before a run", "[interpreter][limits]") {
+  attnjit::compiler::Variant variant;
+  variant.family = attnjit::compiler::Family::UnifiedAttention;
+  variant.attention.numQueryHeads = 32;
+  variant.attention.numKvHeads = 8;
+  variant.attention.headSize = 128;
+  BatchShape small;
+  small.queryLens = {1, 1};
+  small.contextLens = {999, 999};
+  BatchShape doubled = small;
+  doubled.contextLens = {1999, 1999};
+  const auto a = attnjit::validation::estimateHostWork(variant, small);
+  const auto b = attnjit::validation::estimateHostWork(variant, doubled);
+  // 2 x 1000 keys of 8 heads x (128 + 128) values dominate: about 4.1 M elements.
+  CHECK(a.bytes > 24.0 * 2000 * 8 * 256);
+  CHECK(a.bytes < 1.2 * 24.0 * 2000 * 8 * 256 + 24.0 * 128 * 256 * 8);
+  CHECK(b.bytes > 1.9 * a.bytes);
+  CHECK(a.multiplyAdds == Approx(2.0 * 1000 * 32 * 256));
+  CHECK(attnjit::validation::checkHostBudget(variant, small, true));
+
+  // A budget below the estimate is an error at the variant, naming the knob.
+  ::setenv("ATTNJIT_HOST_MEMORY_BUDGET", "1M", 1);
+  const auto refused = attnjit::validation::checkHostBudget(variant, doubled, false);
+  ::unsetenv("ATTNJIT_HOST_MEMORY_BUDGET");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.diagnostic().message.find("over the budget of 0.000977 GiB") != std::string::npos);
+  ::setenv("ATTNJIT_INTERPRETER_WORK_BUDGET", "2.5M", 1);
+  auto budget = attnjit::validation::interpreterWorkBudget();
+  REQUIRE(budget);
+  CHECK(*budget == 2.5e6);
+  CHECK_FALSE(attnjit::validation::checkHostBudget(variant, small, true));
+  CHECK(attnjit::validation::checkHostBudget(variant, small, false));
+  ::setenv("ATTNJIT_INTERPRETER_WORK_BUDGET", "-3", 1);
+  CHECK_FALSE(attnjit::validation::interpreterWorkBudget());
+  ::unsetenv("ATTNJIT_INTERPRETER_WORK_BUDGET");
+}
+
+TEST_CASE("interpreter: progress scopes nest and report on their own thread only", "[interpreter]") {
+  CHECK(attnjit::ir::InterpreterProgressScope::current() == nullptr);
+  {
+    attnjit::ir::InterpreterProgressScope outer([](const std::string&, int64_t, int64_t) {});
+    const auto* outerReport = attnjit::ir::InterpreterProgressScope::current();
+    REQUIRE(outerReport != nullptr);
+    {
+      attnjit::ir::InterpreterProgressScope inner([](const std::string&, int64_t, int64_t) {});
+      CHECK(attnjit::ir::InterpreterProgressScope::current() != outerReport);
+      const attnjit::ir::InterpreterProgressScope::Report* seen = outerReport;
+      std::thread([&] { seen = attnjit::ir::InterpreterProgressScope::current(); }).join();
+      CHECK(seen == nullptr);
+    }
+    CHECK(attnjit::ir::InterpreterProgressScope::current() == outerReport);
+  }
+  CHECK(attnjit::ir::InterpreterProgressScope::current() == nullptr);
 }

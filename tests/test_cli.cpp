@@ -836,3 +836,122 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   CHECK(row["mma"] == "0");
   CHECK(inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_noncausal").empty());
 }
+
+TEST_CASE("cli: sizes past the documented limits are located errors, never a crash or a runaway", "[cli][limits]") {
+  TempDir dir;
+  auto spec = [&](const std::string& name, const std::string& params) {
+    const fs::path path = dir.path() / name;
+    writeFile(path, "family: unified_attention\nparams:\n  dtype: bf16\n" + params +
+                        "  head_size: 128\n  block_size: 16\n  causal: true\n");
+    return path.string();
+  };
+  // num_query_heads whose next power of two overflows, and ratios that would make a
+  // query tile of 2^30 rows: refused by the spec loader, for every command.
+  const std::string overflowing = spec("heads.yaml", "  num_query_heads: 2147483647\n  num_kv_heads: 1\n");
+  const std::string wideRatio = spec("ratio.yaml", "  num_query_heads: 512\n  num_kv_heads: 1\n");
+  for (const char* command : {"list", "plan", "compile", "inspect"}) {
+    CliResult r = runCli({command, overflowing});
+    INFO(command << ": " << r.err);
+    CHECK(r.exitedNormally);
+    CHECK(r.exitCode == 2);
+    CHECK(startsWith(r.err, overflowing + ":4:20: error: "));
+    CHECK(r.err.find("num_query_heads (2147483647) must be between 1 and 1024") != std::string::npos);
+    CliResult ratio = runCli({command, wideRatio});
+    CHECK(ratio.exitCode == 2);
+    CHECK(ratio.err.find("num_query_heads / num_kv_heads (512) must be at most 256") != std::string::npos);
+  }
+
+  // .tir programs the grammar allows but no GPU should run.
+  const std::string vectorAdd = readFile(kSourceDir + "/examples/tir/vector_add.tir");
+  const std::string controlFlow = readFile(kSourceDir + "/tests/tir/control_flow.tir");
+  auto replaced = [](std::string text, const std::string& from, const std::string& to) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+    return text;
+  };
+  struct TirCase {
+    std::string name, text, message;
+  };
+  const std::vector<TirCase> tirCases = {
+      {"digit_name.tir", replaced(vectorAdd, "@vector_add", "@1abc"), ":3:1: error: kernel name '1abc' is not an identifier"},
+      {"dotted_name.tir", replaced(vectorAdd, "@vector_add", "@a.b"), "kernel name 'a.b' is not an identifier"},
+      {"step_zero.tir", replaced(controlFlow, "step %c16", "step %c0"), "'for': step must be positive, got the constant 0"},
+      {"huge_tile.tir", replaced(vectorAdd, "128", "16777216"), "a tile holds at most 1048576 elements"},
+  };
+  for (const TirCase& c : tirCases) {
+    const fs::path path = dir.path() / c.name;
+    writeFile(path, c.text);
+    CliResult r = runCli({"compile", path.string(), "--emit=ptx"});
+    INFO(c.name << ": " << r.err);
+    CHECK(r.exitCode == 2);
+    CHECK(startsWith(r.err, path.string() + ":"));
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(r.out.empty());
+  }
+
+  // An empty --arch is an error, not the default target.
+  CliResult emptyArch = runCli({"compile", specPath("unified_attention_f32.yaml"), "--arch="});
+  CHECK(emptyArch.exitCode == 2);
+  CHECK(emptyArch.err.find("--arch= needs a target name") != std::string::npos);
+
+  // Errors quote long inputs in part: a 900 KB family name, a 200 KB shape list.
+  const fs::path longFamily = dir.path() / "long_family.yaml";
+  writeFile(longFamily, "family: " + std::string(900000, 'x') + "\n");
+  CliResult family = runCli({"list", longFamily.string()});
+  CHECK(family.exitCode == 2);
+  CHECK(family.err.find("unknown family 'xxxx") != std::string::npos);
+  CHECK(family.err.find("(900000 bytes)") != std::string::npos);
+  CHECK(family.err.size() < 1000);
+  std::string longList = "query_lens=";
+  for (int i = 0; i < 50000; ++i) longList += std::to_string(i % 7 + 1) + ",";
+  longList += "-1";
+  CliResult shape = runCli({"run", specPath("unified_attention_f32.yaml"), "--interpret", "--shape", longList});
+  CHECK(shape.exitCode == 2);
+  CHECK(shape.err.size() < 1000);
+
+  // Batches beyond the host's memory or the interpreter's work budget are refused up front.
+  const std::string f32 = specPath("unified_attention_f32.yaml");
+  CliResult huge = runCli({"run", f32, "--interpret", "--shape", "query_lens=1x4", "--shape",
+                           "context_lens=4194300x4"},
+                          {"ATTNJIT_HOST_MEMORY_BUDGET=8G"});
+  INFO(huge.err);
+  CHECK(huge.exitCode == 2);
+  CHECK(huge.err.find("query_lens=1x4 context_lens=4194300x4") != std::string::npos);
+  CHECK(huge.err.find("of host memory for its inputs, outputs and float64 reference, over the budget of 8 GiB") !=
+        std::string::npos);
+  CliResult tinyBudget = runCli({"run", f32, "--interpret"}, {"ATTNJIT_HOST_MEMORY_BUDGET=1K"});
+  CHECK(tinyBudget.exitCode == 2);
+  CHECK(tinyBudget.err.find("ATTNJIT_HOST_MEMORY_BUDGET") != std::string::npos);
+  CliResult badBudget = runCli({"run", f32, "--interpret"}, {"ATTNJIT_HOST_MEMORY_BUDGET=lots"});
+  CHECK(badBudget.exitCode == 2);
+  CHECK(startsWith(badBudget.err, f32 + ":"));
+  CHECK(badBudget.err.find("ATTNJIT_HOST_MEMORY_BUDGET='lots': expected a positive number") != std::string::npos);
+  CliResult work = runCli({"run", f32, "--interpret"}, {"ATTNJIT_INTERPRETER_WORK_BUDGET=1000"});
+  CHECK(work.exitCode == 2);
+  CHECK(work.err.find("multiply-adds, over the interpreter's budget of 1e+03") != std::string::npos);
+}
+
+TEST_CASE("cli: an override PTX that ptxas rejects is the user's error, at its file", "[cli][limits]") {
+  if (!onPath("ptxas")) {
+    WARN("ptxas is not on the PATH: override PTX assembly is not tested");
+    return;
+  }
+  TempDir dir;
+  const std::string input = kSourceDir + "/examples/tir/vector_add.tir";
+  writeFile(dir.path() / "vector_add.ptx", "this is not PTX\n");
+  const std::string overrideSetting = "ATTNJIT_OVERRIDE_DIR=" + dir.path().string();
+  CliResult ptx = runCli({"compile", input, "--emit=ptx"}, {overrideSetting});
+  CHECK(ptx.exitCode == 0);
+  CHECK(ptx.out == "this is not PTX\n");
+  CHECK(ptx.err.find("attnjit: note: 'vector_add': its PTX comes from the override folder") != std::string::npos);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"compile", input, "--emit=cubin", "-o", (dir.path() / "out.cubin").string()},
+        std::vector<std::string>{"inspect", input}}) {
+    CliResult r = runCli(args, {overrideSetting});
+    INFO(args[0] << ": " << r.err);
+    CHECK(r.exitCode == 2);
+    CHECK(r.err.find((dir.path() / "vector_add.ptx").string() + ": error: the override PTX of 'vector_add' does not "
+                                                                "assemble for") != std::string::npos);
+    CHECK(r.err.find("internal error") == std::string::npos);
+  }
+}

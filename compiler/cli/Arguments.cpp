@@ -43,7 +43,7 @@ support::Expected<ParsedArguments> parseArguments(const std::vector<std::string>
     if (spec == options.end()) {
       std::vector<std::string> known;
       for (const OptionSpec& o : options) known.push_back(o.name);
-      std::string message = "unknown option '" + name + "'";
+      std::string message = "unknown option '" + support::excerpt(name) + "'";
       if (std::string s = support::closestName(name, known); !s.empty()) message += "; did you mean '" + s + "'?";
       return usageError(command, message + " (see 'attnjit " + command + " --help')");
     }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +42,7 @@
 #include "runtime/BundleManifest.h"
 #include "runtime/Driver.h"
 #include "runtime/Sha256.h"
+#include "support/InputFile.h"
 
 #ifndef ATTNJIT_VERSION
 #define ATTNJIT_VERSION "unknown"
@@ -54,6 +56,8 @@ namespace fs = std::filesystem;
 constexpr const char* kCommand = "aot";
 constexpr const char* kHeaderFileName = "attnjit_bundle_kernels.h";
 constexpr const char* kDefaultBundleInclude = "runtime/attnjit_bundle.h";
+// The runtime's own bound (runtime/Bundle.cpp) on a manifest it will load.
+constexpr std::uintmax_t kMaxManifestBytes = 64u << 20;
 
 struct KernelSource {
   const Variant* variant;
@@ -281,15 +285,86 @@ support::Status createDirectory(const fs::path& dir) {
   return support::Status::ok();
 }
 
-// Makes `dir` (and parents) and checks it takes files, before any compile time is spent.
-support::Status prepareOutputDirectory(const fs::path& dir) {
+// True for the names aot writes itself: a leftover temporary (writeFileAtomically, the
+// writability probe) of an interrupted run counts as part of a bundle.
+bool isAotTemporary(const std::string& name) {
+  if (name.rfind(".attnjit-aot-probe.", 0) == 0) return true;
+  const std::size_t tmp = name.rfind(".tmp.");
+  if (tmp == std::string::npos || tmp + 5 == name.size()) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(tmp + 5), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool isArchDirectoryName(const std::string& name) {
+  return name.size() > 3 && name.rfind("sm_", 0) == 0 &&
+         std::all_of(name.begin() + 3, name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+}
+
+bool isImageName(const std::string& name) {
+  auto endsWith = [&](std::string_view suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return endsWith(".ptx") || endsWith(".cubin") || isAotTemporary(name);
+}
+
+support::Status notABundle(const fs::path& dir, const fs::path& entry, const std::string& why) {
+  return support::Status::error(support::Location{dir.string(), 0, 0},
+                                "the output directory holds '" + entry.lexically_relative(dir).string() + "', " + why +
+                                    ": aot writes into an empty directory or over an earlier bundle, never over "
+                                    "other files; choose another -o");
+}
+
+// An existing, non-empty output directory must be an earlier bundle: its manifest parses and
+// every entry is one aot writes (manifest, launch header, sm_* folders of PTX and cubins).
+// Anything else (a source tree, a home directory given by mistake) is refused before any
+// file is touched, since writing a bundle replaces and removes files there.
+support::Status checkEarlierBundle(const fs::path& dir) {
   std::error_code error;
-  fs::create_directories(dir, error);
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const fs::path& path = it->path();
+    const std::string name = path.filename().string();
+    if (name == runtime::BundleManifest::kFileName) {
+      auto text = support::readInputFile(path.string(), kMaxManifestBytes, "bundle manifest");
+      if (!text) return text.status();
+      if (auto parsed = runtime::parseBundleManifest(*text, path.string()); !parsed)
+        return notABundle(dir, path, "which is not an attnjit bundle manifest (" + parsed.diagnostic().message + ")");
+      continue;
+    }
+    if (name == kHeaderFileName || isAotTemporary(name)) {
+      if (!it->is_regular_file(error)) return notABundle(dir, path, "which is not a regular file");
+      continue;
+    }
+    if (!isArchDirectoryName(name) || it->is_symlink(error) || !it->is_directory(error))
+      return notABundle(dir, path, "which is not part of an attnjit bundle");
+    for (fs::directory_iterator image(path, error); !error && image != end; image.increment(error)) {
+      if (!isImageName(image->path().filename().string()) || image->is_symlink(error) ||
+          !image->is_regular_file(error))
+        return notABundle(dir, image->path(), "which is not a kernel image of an attnjit bundle");
+    }
+  }
   if (error)
     return support::Status::error(support::Location{dir.string(), 0, 0},
-                                  "cannot create the output directory: " + error.message());
-  if (!fs::is_directory(dir, error))
-    return support::Status::error(support::Location{dir.string(), 0, 0}, "the output path is not a directory");
+                                  "cannot list the output directory: " + error.message());
+  return support::Status::ok();
+}
+
+// Makes `dir` (and parents) and checks it takes files, before any compile time is spent.
+// `created` tells whether the directory is new, so a failed run can take it away again.
+support::Status prepareOutputDirectory(const fs::path& dir, bool& created) {
+  std::error_code error;
+  created = false;
+  const bool existed = fs::exists(fs::symlink_status(dir, error));
+  if (existed) {
+    if (!fs::is_directory(dir, error))
+      return support::Status::error(support::Location{dir.string(), 0, 0}, "the output path is not a directory");
+    if (support::Status bundle = checkEarlierBundle(dir); !bundle) return bundle;
+  } else {
+    fs::create_directories(dir, error);
+    if (error)
+      return support::Status::error(support::Location{dir.string(), 0, 0},
+                                    "cannot create the output directory: " + error.message());
+    created = true;
+  }
   const fs::path probe = dir / (".attnjit-aot-probe." + std::to_string(getpid()));
   if (support::Status written = writeFileAtomically(probe, "probe"); !written) {
     return support::Status::error(support::Location{dir.string(), 0, 0}, "the output directory is not writable (" +
@@ -297,6 +372,34 @@ support::Status prepareOutputDirectory(const fs::path& dir) {
   }
   fs::remove(probe, error);
   return support::Status::ok();
+}
+
+// After a new bundle is written over an earlier one: the images its manifest does not name
+// (kernels or architectures dropped since), leftover temporaries, and arch folders left empty.
+void removeStaleImages(const fs::path& dir, const runtime::BundleManifest& manifest) {
+  std::set<std::string> current;
+  for (const runtime::BundleKernel& kernel : manifest.kernels) {
+    for (const runtime::BundleImage& image : kernel.images) {
+      current.insert(image.ptx.path);
+      if (image.cubin) current.insert(image.cubin->path);
+    }
+  }
+  std::error_code error;
+  std::vector<fs::path> stale, archDirectories;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (isAotTemporary(name)) stale.push_back(it->path());
+    if (!isArchDirectoryName(name) || it->is_symlink(error) || !it->is_directory(error)) continue;
+    archDirectories.push_back(it->path());
+    for (fs::directory_iterator image(it->path(), error); !error && image != end; image.increment(error)) {
+      const std::string relative = name + "/" + image->path().filename().string();
+      if (!current.count(relative) && isImageName(image->path().filename().string())) stale.push_back(image->path());
+    }
+  }
+  for (const fs::path& path : stale) fs::remove(path, error);
+  for (const fs::path& path : archDirectories) {
+    if (fs::is_empty(path, error)) fs::remove(path, error);
+  }
 }
 
 // Adds the stage 2 of every split-KV kernel (built into `derived`, which owns them) and names
@@ -454,6 +557,7 @@ support::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::ve
       !written) {
     return written;
   }
+  removeStaleImages(outDir, manifest);
   return cubins;
 }
 
@@ -496,10 +600,16 @@ int runAot(const ParsedArguments& args) {
     return kExitUserError;
   }
   const fs::path outDir = args.value("-o");
-  if (support::Status prepared = prepareOutputDirectory(outDir); !prepared) {
+  bool createdOutDir = false;
+  if (support::Status prepared = prepareOutputDirectory(outDir, createdOutDir); !prepared) {
     reportError(prepared.diagnostic());
     return kExitUserError;
   }
+  // A directory this run made holds only what it wrote: a failure takes it away again.
+  auto removeCreatedOutDir = [&] {
+    std::error_code ignored;
+    if (createdOutDir) fs::remove_all(outDir, ignored);
+  };
   const std::string ptxas = findOnPath("ptxas");
   // The PTX must be one the local toolchain accepts: the ptxas at hand (and so the driver of
   // that CUDA release), else the local driver; with neither, LLVM's newest.
@@ -524,11 +634,13 @@ int runAot(const ParsedArguments& args) {
     if (!job.error) continue;
     if (job.internal) std::fprintf(stderr, "attnjit: internal error (a compiler bug):\n");
     reportError(*job.error);
+    removeCreatedOutDir();
     return job.internal ? kExitInternalError : kExitUserError;
   }
   auto cubins = writeBundle(outDir, *kernels, *targets, jobs, args.value("--include", kDefaultBundleInclude));
   if (!cubins) {
     reportError(cubins.diagnostic());
+    removeCreatedOutDir();
     return kExitUserError;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -562,7 +674,10 @@ Command aotCommand() {
       "variant's \"stage2\" field. A spec may define that kernel itself (family\n"
       "reduce_segments) with the same parameters; another kernel of that name is an error.\n"
       "Kernel names must be unique across the specs. Files are written atomically and the\n"
-      "manifest last. Load the bundle with runtime/attnjit_bundle.h (C) or runtime/Bundle.h.\n",
+      "manifest last. DIR must be new, empty or an earlier bundle (whose images the new\n"
+      "manifest no longer names are removed); any other file there is an error, before\n"
+      "anything is written. A DIR that aot created is removed again when it fails.\n"
+      "Load the bundle with runtime/attnjit_bundle.h (C) or runtime/Bundle.h.\n",
       {
           {"--arch", "sm_XX,...", false, "architectures to build for (required)"},
           {"-o", "DIR", false, "the bundle directory (created if needed; required)"},

@@ -42,7 +42,7 @@ struct CompileRequest {
 int parseRequest(const ParsedArguments& args, CompileRequest& request) {
   request.stage = args.value("--emit", "tir");
   if (std::find(kStages.begin(), kStages.end(), request.stage) == kStages.end()) {
-    std::string message = "unknown --emit value '" + request.stage + "' (stages: " + support::joinNames(kStages) + ")";
+    std::string message = "unknown --emit value '" + support::excerpt(request.stage) + "' (stages: " + support::joinNames(kStages) + ")";
     if (std::string s = support::closestName(request.stage, kStages); !s.empty())
       message += "; did you mean '" + s + "'?";
     reportUsageError("compile", message);
@@ -58,7 +58,7 @@ int parseRequest(const ParsedArguments& args, CompileRequest& request) {
       names.push_back(step.name);
     }
     if (std::find(names.begin(), names.end(), request.printAfter) == names.end()) {
-      std::string message = "unknown pass '" + request.printAfter + "' for --print-after (tile-IR passes: " +
+      std::string message = "unknown pass '" + support::excerpt(request.printAfter) + "' for --print-after (tile-IR passes: " +
                             support::joinNames(passes) + "; codegen stages: " + support::joinNames(stages) + ")";
       if (std::string s = support::closestName(request.printAfter, names); !s.empty())
         message += "; did you mean '" + s + "'?";
@@ -140,12 +140,7 @@ int compileOne(const InputKernel& input, const codegen::TargetInfo& target, int 
     auto start = std::chrono::steady_clock::now();
     auto assembled = assemblePtx(request.ptxas, compiled.ptx, target.name, false);
     ptxasMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!assembled) {
-      std::fprintf(stderr, "attnjit: internal error: ptxas rejected the PTX generated for '%s' (%s):\n",
-                   output.name.c_str(), target.name.c_str());
-      reportError(assembled.diagnostic());
-      return kExitInternalError;
-    }
+    if (!assembled) return reportPtxasRejection(compiled, options, target.name, assembled.diagnostic());
     output.cubin = std::move(assembled->cubin);
   }
   if (request.timePasses) printPassTimings(compiled, request, ptxasMs);

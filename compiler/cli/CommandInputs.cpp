@@ -53,7 +53,7 @@ support::Expected<std::vector<const Variant*>> selectVariants(const Spec& spec, 
     names.push_back(v.name);
   }
   if (!selected.empty()) return selected;
-  std::string message = "no variant named '" + wanted + "' in " + spec.path;
+  std::string message = "no variant named '" + support::excerpt(wanted) + "' in " + spec.path;
   if (std::string s = support::closestName(wanted, names); !s.empty()) message += "; did you mean '" + s + "'?";
   return support::Diagnostic{support::Location{"attnjit " + command, 0, 0},
                         message + " (see 'attnjit list " + spec.path + "')"};
@@ -65,9 +65,9 @@ support::Expected<BatchShape> shapeFromArguments(const Spec& spec, const ParsedA
   BatchShape shape = spec.shape;
   for (const std::string& assignment : args.values("--shape"))
     if (support::Status s = shape.set(assignment); !s)
-      return support::Diagnostic{at, "--shape " + assignment + ": " + s.diagnostic().message};
+      return support::Diagnostic{at, "--shape " + support::excerpt(assignment) + ": " + s.diagnostic().message};
   if (support::Status s = shape.validate(); !s)
-    return support::Diagnostic{at, "the batch (" + shape.str() + "): " + s.diagnostic().message};
+    return support::Diagnostic{at, "the batch (" + support::excerpt(shape.str()) + "): " + s.diagnostic().message};
   return shape;
 }
 

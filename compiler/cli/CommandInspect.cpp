@@ -79,12 +79,7 @@ int runInspect(const ParsedArguments& args) {
     PtxasResources resources;
     if (!ptxas.empty()) {
       auto assembled = assemblePtx(ptxas, compiled.ptx, target->name, true);
-      if (!assembled) {
-        std::fprintf(stderr, "attnjit: internal error: ptxas rejected the PTX generated for '%s' (%s):\n",
-                     compiled.name.c_str(), target->name.c_str());
-        reportError(assembled.diagnostic());
-        return kExitInternalError;
-      }
+      if (!assembled) return reportPtxasRejection(compiled, options, target->name, assembled.diagnostic());
       resources = parsePtxasResources(assembled->ptxasLog);
     }
     rows.push_back(kernelRow(compiled, countPtxInstructions(compiled.ptx), ptxas.empty() ? nullptr : &resources));

@@ -64,8 +64,13 @@ int runPlan(const ParsedArguments& args) {
     ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(variant->attention, *shape);
     p.numSms = sms;
     if (withWorkspace) {
-      p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads,
-                                                           variant->attention.effectiveValueHeadSize(), p.maxSeqLen);
+      auto bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads,
+                                                     variant->attention.effectiveValueHeadSize(), p.maxSeqLen);
+      if (!bytes) {
+        reportError(bytes.diagnostic());
+        return kExitUserError;
+      }
+      p.workspaceBytes = *bytes;
       if (p.workspaceBytes > 0) p.workspace = ops::kFeaturePlaceholder;
     }
     const UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(p);

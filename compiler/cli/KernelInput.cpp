@@ -1,6 +1,7 @@
 #include "compiler/cli/KernelInput.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "support/InputFile.h"
 #include "support/NameSuggestion.h"
@@ -107,6 +108,12 @@ int loadKernelInput(const std::string& path, const ParsedArguments& args, const 
 support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, const KernelInput& input,
                                                const std::string& command) {
   std::string name = args.value("--arch");
+  if (args.has("--arch") && name.empty()) {
+    std::string known;
+    for (const auto& t : codegen::allTargets()) known += (known.empty() ? "" : ", ") + t.name;
+    return support::Diagnostic{support::Location{"attnjit " + command, 0, 0},
+                               "--arch= needs a target name (one of " + known + ")"};
+  }
   if (name.empty()) name = input.specTarget;
   if (name.empty()) name = localGpuTarget();
   if (name.empty()) name = kDefaultTarget;
@@ -119,10 +126,30 @@ support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args,
   return target;
 }
 
+int reportPtxasRejection(const CompiledKernel& compiled, const CompileOptions& options, const std::string& target,
+                         const support::Diagnostic& ptxasError) {
+  if (compiled.wasOverridden("ptx")) {
+    const std::string path = (std::filesystem::path(overrideDirectory(options)) / (compiled.name + ".ptx")).string();
+    reportError(support::Diagnostic{support::Location{path, 0, 0},
+                                    "the override PTX of '" + compiled.name + "' does not assemble for " + target +
+                                        ": " + ptxasError.message});
+    return kExitUserError;
+  }
+  std::fprintf(stderr, "attnjit: internal error: ptxas rejected the PTX generated for '%s' (%s):\n",
+               compiled.name.c_str(), target.c_str());
+  reportError(ptxasError);
+  return kExitInternalError;
+}
+
 int compileInputKernel(const InputKernel& input, const CompileOptions& options, CompiledKernel& compiled) {
   auto result = compileKernel(*input.kernel, options);
   if (result) {
     compiled = std::move(*result);
+    // A stage taken from the override folder is the user's, not the compiler's: say so.
+    for (const std::string& stage : compiled.overridden)
+      std::fprintf(stderr, "attnjit: note: '%s': its %s comes from the override folder %s\n", compiled.name.c_str(),
+                   stage == "tir" ? "tile IR" : stage == "ptx" ? "PTX" : stage.c_str(),
+                   overrideDirectory(options).c_str());
     return kExitSuccess;
   }
   support::Diagnostic d = result.diagnostic();

@@ -31,7 +31,7 @@ struct KernelInput {
 int loadKernelInput(const std::string& path, const ParsedArguments& args, const std::string& command,
                     KernelInput& input);
 
-// The target to compile for: --arch when given; else a spec's `target`; else the
+// The target to compile for: --arch when given (an empty --arch= is an error); else a spec's `target`; else the
 // GPU of device 0 when a CUDA driver is present (its "a" variant where there is one:
 // 90 → sm_90a); else sm_90a. An unknown --arch is an error listing the targets.
 support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args, const KernelInput& input,
@@ -42,5 +42,11 @@ support::Expected<codegen::TargetInfo> chooseTarget(const ParsedArguments& args,
 // own; the exit status is returned (2: the kernel cannot be compiled for the
 // target, 3: an internal error of the compiler).
 int compileInputKernel(const InputKernel& input, const CompileOptions& options, CompiledKernel& compiled);
+
+// ptxas refused `compiled`'s PTX for `target`: a compiler bug (exit 3), or the
+// user's, when the PTX came from the override folder (exit 2, at that file).
+// Reports it and returns the exit status.
+int reportPtxasRejection(const CompiledKernel& compiled, const CompileOptions& options, const std::string& target,
+                         const support::Diagnostic& ptxasError);
 
 }  // namespace attnjit::compiler::cli

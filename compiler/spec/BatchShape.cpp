@@ -35,7 +35,7 @@ support::Status parseLengthList(const std::string& key, std::string_view text, s
     if (!parseInteger(item.substr(0, times), value) ||
         (times != std::string_view::npos && (!parseInteger(item.substr(times + 1), count) || count < 1 ||
                                              count > (1 << 20))))
-      return shapeError(key + ": '" + std::string(item) +
+      return shapeError(key + ": '" + support::excerpt(item) +
                         "' is not an integer or VALUExCOUNT (expected a list like 1,17,40 or 4095x64)");
     values.insert(values.end(), static_cast<size_t>(count), value);
     if (comma == std::string_view::npos) break;
@@ -45,9 +45,21 @@ support::Status parseLengthList(const std::string& key, std::string_view text, s
   return support::Status::ok();
 }
 
+// "1,17,40"; a run of three or more equal values in set()'s "VxN" form, so that a
+// uniform batch of thousands of sequences prints (and echoes in errors) as "1x4096".
 std::string joinInts(const std::vector<int>& values) {
   std::string s;
-  for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  for (size_t i = 0; i < values.size();) {
+    size_t run = 1;
+    while (i + run < values.size() && values[i + run] == values[i]) ++run;
+    s += (i ? "," : "") + std::to_string(values[i]);
+    if (run >= 3) {
+      s += "x" + std::to_string(run);
+    } else {
+      run = 1;
+    }
+    i += run;
+  }
   return s;
 }
 
@@ -56,7 +68,7 @@ std::string joinInts(const std::vector<int>& values) {
 support::Status BatchShape::set(const std::string& keyEqualsValue) {
   const size_t eq = keyEqualsValue.find('=');
   if (eq == std::string::npos)
-    return shapeError("expected key=value (query_lens=..., context_lens=..., seed=N), got '" + keyEqualsValue + "'");
+    return shapeError("expected key=value (query_lens=..., context_lens=..., seed=N), got '" + support::excerpt(keyEqualsValue) + "'");
   const std::string key = keyEqualsValue.substr(0, eq);
   const std::string_view value = std::string_view(keyEqualsValue).substr(eq + 1);
   if (key == "query_lens") return parseLengthList(key, value, queryLens);
@@ -64,14 +76,14 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
   if (key == "segment_tiles") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed) || parsed < 1 || parsed > (1u << 20))
-      return shapeError("segment_tiles: '" + std::string(value) + "' is not a positive integer");
+      return shapeError("segment_tiles: '" + support::excerpt(value) + "' is not a positive integer");
     segmentTiles = static_cast<int>(parsed);
     return support::Status::ok();
   }
   if (key == "num_partials") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed) || parsed < 1 || parsed > static_cast<uint64_t>(kMaxShapePartials))
-      return shapeError("num_partials: '" + std::string(value) + "' is not an integer between 1 and " +
+      return shapeError("num_partials: '" + support::excerpt(value) + "' is not an integer between 1 and " +
                         std::to_string(kMaxShapePartials));
     numPartials = static_cast<int>(parsed);
     return support::Status::ok();
@@ -79,14 +91,14 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
   if (key == "check_stride") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed) || parsed < 1 || parsed > (1u << 30))
-      return shapeError("check_stride: '" + std::string(value) + "' is not a positive integer");
+      return shapeError("check_stride: '" + support::excerpt(value) + "' is not a positive integer");
     checkStride = static_cast<int>(parsed);
     return support::Status::ok();
   }
   if (key == "seed") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed))
-      return shapeError("seed: '" + std::string(value) + "' is not a non-negative integer");
+      return shapeError("seed: '" + support::excerpt(value) + "' is not a non-negative integer");
     seed = parsed;
     return support::Status::ok();
   }
@@ -95,7 +107,7 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
     char* end = nullptr;
     const double parsed = std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || !(parsed >= 0) || parsed > 1e3)
-      return shapeError("key_ramp: '" + text + "' is not a number between 0 and 1000");
+      return shapeError("key_ramp: '" + support::excerpt(text) + "' is not a number between 0 and 1000");
     keyRamp = parsed;
     return support::Status::ok();
   }
@@ -104,11 +116,11 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
     char* end = nullptr;
     const double parsed = std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || !(parsed > 0) || parsed > 1e6 || parsed < 1e-6)
-      return shapeError("output_scale: '" + text + "' is not a number between 1e-6 and 1e6");
+      return shapeError("output_scale: '" + support::excerpt(text) + "' is not a number between 1e-6 and 1e6");
     outputScale = parsed;
     return support::Status::ok();
   }
-  return shapeError("unknown shape key '" + key +
+  return shapeError("unknown shape key '" + support::excerpt(key) +
                     "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials, key_ramp "
                     "or output_scale)");
 }

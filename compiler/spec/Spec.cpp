@@ -146,11 +146,11 @@ support::Status SpecLoader::checkKeys(const YAML::Node& mapping, const std::stri
     int line = locationOf(key).line;
     auto [previous, inserted] = firstLine.emplace(name, line);
     if (!inserted) {
-      return errorAt(key, "duplicate field '" + name + "' in " + section + " (first given on line " +
+      return errorAt(key, "duplicate field '" + support::excerpt(name) + "' in " + section + " (first given on line " +
                               std::to_string(previous->second) + ")");
     }
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string message = "unknown field '" + name + "' in " + section;
+      std::string message = "unknown field '" + support::excerpt(name) + "' in " + section;
       std::string suggestion = support::closestName(name, known);
       if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
       message += " (known fields: " + support::joinNames(known) + ")";
@@ -172,10 +172,10 @@ support::Expected<int64_t> SpecLoader::integerScalar(const YAML::Node& value, co
   if (!value.IsScalar()) return errorAt(value, "'" + field + "' must be an integer, got " + describeNode(value));
   const std::string& text = value.Scalar();
   if (isQuoted(value)) {
-    return errorAt(value, "'" + field + "' must be an integer, got the quoted string '" + text + "'");
+    return errorAt(value, "'" + field + "' must be an integer, got the quoted string '" + support::excerpt(text) + "'");
   }
   std::optional<int64_t> parsed = parseDecimal(text);
-  if (!parsed) return errorAt(value, "'" + field + "' must be an integer, got '" + text + "'");
+  if (!parsed) return errorAt(value, "'" + field + "' must be an integer, got '" + support::excerpt(text) + "'");
   if (*parsed < min || *parsed > max) {
     std::string range = max >= std::numeric_limits<int32_t>::max()
                             ? "at least " + std::to_string(min)
@@ -232,7 +232,7 @@ template <typename Config>
 FieldParser<Config> positiveField(const char* name, int Config::* member) {
   return [name, member](const YAML::Node& node, Config& config) -> support::Status {
     if (isQuoted(node) || !parseDecimal(node.Scalar())) {
-      std::string got = isQuoted(node) ? "the quoted string '" + node.Scalar() + "'" : "'" + node.Scalar() + "'";
+      std::string got = isQuoted(node) ? "the quoted string '" + support::excerpt(node.Scalar()) + "'" : "'" + support::excerpt(node.Scalar()) + "'";
       return support::Status::error({}, "'" + std::string(name) + "' must be an integer, got " + got);
     }
     int64_t value = *parseDecimal(node.Scalar());
@@ -249,7 +249,7 @@ FieldParser<Config> dtypeField() {
     std::optional<ir::ScalarKind> kind = parseDtypeName(node.Scalar());
     if (!kind) {
       return support::Status::error({}, "'dtype' must be one of f32, f16, bf16 (also fp32/float32, fp16/float16, "
-                                        "bfloat16), got '" + node.Scalar() + "'");
+                                        "bfloat16), got '" + support::excerpt(node.Scalar()) + "'");
     }
     config.dtype = *kind;
     return support::Status::ok();
@@ -262,7 +262,7 @@ FieldParser<Config> boolField(const char* name, bool Config::* member) {
     std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
     if (!value)
       return support::Status::error({},
-                                    "'" + std::string(name) + "' must be true or false, got '" + node.Scalar() + "'");
+                                    "'" + std::string(name) + "' must be true or false, got '" + support::excerpt(node.Scalar()) + "'");
     config.*member = *value;
     return support::Status::ok();
   };
@@ -275,7 +275,7 @@ FieldParser<Config> cacheFormatField(KvCacheFormat Config::* member) {
     std::optional<KvCacheFormat> format = isQuoted(node) ? std::nullopt : parseKvCacheFormat(node.Scalar());
     if (!format)
       return support::Status::error({}, std::string("'kv_cache_dtype' must be one of ") + kvCacheFormatChoices() +
-                                            ", got '" + node.Scalar() + "'");
+                                            ", got '" + support::excerpt(node.Scalar()) + "'");
     config.*member = *format;
     return support::Status::ok();
   };
@@ -289,7 +289,7 @@ FieldParser<Config> slidingWindowField() {
     std::optional<int64_t> value = isQuoted(node) ? std::nullopt : parseDecimal(node.Scalar());
     if (!value || *value < 0 || *value > std::numeric_limits<int32_t>::max())
       return support::Status::error({}, "'sliding_window' must be an integer >= 0 (0 turns the window off), got '" +
-                                            node.Scalar() + "'");
+                                            support::excerpt(node.Scalar()) + "'");
     config.slidingWindow = static_cast<int>(*value);
     return support::Status::ok();
   };
@@ -304,7 +304,7 @@ FieldParser<Config> softcapField() {
     auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
     if (isQuoted(node) || text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value) || value < 0)
       return support::Status::error(
-          {}, "'softcap' must be a decimal number >= 0 such as 30 or 50.0 (0 turns it off), got '" + text + "'");
+          {}, "'softcap' must be a decimal number >= 0 such as 30 or 50.0 (0 turns it off), got '" + support::excerpt(text) + "'");
     config.softcap = value;
     return support::Status::ok();
   };
@@ -640,7 +640,7 @@ support::Status SpecLoader::loadRoot(const YAML::Node& root, Spec& spec) {
       std::optional<Family> parsed = parseFamily(*family);
       if (!parsed) {
         const std::vector<std::string> known = familyNames();
-        std::string message = "unknown family '" + *family + "'";
+        std::string message = "unknown family '" + support::excerpt(*family) + "'";
         if (std::string s = support::closestName(*family, known); !s.empty()) message += "; did you mean '" + s + "'?";
         return errorAt(value, message + " (known families: " + support::joinNames(known) + ")");
       }

@@ -4,10 +4,7 @@
 #include "compiler/validation/ProblemData.h"
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
-#include <functional>
-#include <thread>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +16,7 @@
 
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
+#include "compiler/validation/ParallelFor.h"
 #include "ir/Interpreter.h"
 #include "ir/KernelAttributes.h"
 #include "ir/Numeric.h"
@@ -126,23 +124,6 @@ class RandomValues {
   std::mt19937_64 engine_;
   ScalarKind dtype_;
 };
-
-// Runs body(s) for every sequence s on the machine's cores (sequences' data are
-// independent: each has its own random stream and its own cache blocks). Large
-// benchmark batches (64 x 4096 keys: half a billion values) take seconds instead
-// of a minute to prepare.
-void forEachSequence(int numSeqs, const std::function<void(int)>& body) {
-  const int workers =
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(numSeqs, 32));
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int s = next++; s < numSeqs; s = next++) body(s);
-  };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < workers; ++i) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-}
 
 int searchSteps(int numSeqs) {
   int steps = 0;
@@ -291,7 +272,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   logical.q.resize(static_cast<size_t>(numTokens * Hq * D));
   logical.keys.resize(static_cast<size_t>(numSeqs));
   logical.values.resize(static_cast<size_t>(numSeqs));
-  forEachSequence(numSeqs, [&](int s) {
+  parallelFor(numSeqs, [&](int s) {
     RandomValues sequenceRandom(shape.seed * 0x100000001B3ull + static_cast<uint64_t>(s) + 1, dtype);
     for (int64_t t = logical.cuSeqlensQ[static_cast<size_t>(s)]; t < logical.cuSeqlensQ[static_cast<size_t>(s) + 1];
          ++t)
@@ -357,7 +338,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     for (int b = 0; b < blocksPerSeq[static_cast<size_t>(s)]; ++b)
       blockTables[static_cast<size_t>(s * blockTableStride + b)] = physicalOrder[nextPhysical++];
   // Sequences own disjoint blocks: their rows are encoded in parallel.
-  forEachSequence(numSeqs, [&](int s) {
+  parallelFor(numSeqs, [&](int s) {
     for (int64_t pos = 0; pos < logical.seqLens[static_cast<size_t>(s)]; ++pos) {
       const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
       const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;

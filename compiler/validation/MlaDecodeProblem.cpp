@@ -1,18 +1,16 @@
 #include "compiler/validation/MlaDecodeProblem.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <sstream>
-#include <thread>
 
 #include "compiler/passes/Pipeline.h"
 #include "compiler/validation/ProblemData.h"
 #include "compiler/kernels/ReduceSegments.h"
+#include "compiler/validation/ParallelFor.h"
 #include "ir/Interpreter.h"
 #include "ir/KernelAttributes.h"
 #include "ir/Numeric.h"
@@ -60,20 +58,6 @@ double nonzeroValue(RandomStream& random, ScalarKind kind) {
     const double value = ir::roundToFloatKind(random.uniform(-1, 1), kind);
     if (value != 0) return value;
   }
-}
-
-// body(b) for b in [0, n) on the machine's cores; sequences are independent.
-void parallelFor(int n, const std::function<void(int)>& body) {
-  const int workers =
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, std::min(n, 32)));
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int i = next++; i < n; i = next++) body(i);
-  };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < workers; ++i) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
 }
 
 bool checkedSequence(int b, int numSeqs, int checkStride) { return b % checkStride == 0 || b + 1 == numSeqs; }

@@ -1,6 +1,10 @@
 #include "compiler/validation/VariantRuns.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/validation/HostBudget.h"
 #include "compiler/validation/MergeAttnStatesProblem.h"
 #include "compiler/validation/MergePartialsProblem.h"
 #include "compiler/validation/MlaCacheWriteProblem.h"
@@ -11,10 +15,12 @@ namespace attnjit::validation {
 
 using compiler::Family;
 
+namespace {
+
 // Every family has a case: a family added to Families.def without its problem
 // here fails to compile (-Wswitch).
-support::Expected<AttentionRunResult> runVariantInterpreted(const compiler::Variant& variant,
-                                                            const compiler::BatchShape& shape) {
+support::Expected<AttentionRunResult> interpretFamily(const compiler::Variant& variant,
+                                                      const compiler::BatchShape& shape) {
   switch (variant.family) {
     case Family::UnifiedAttention: return runUnifiedAttentionInterpreted(variant.attention, shape);
     case Family::MergeAttnStates: return runMergeAttnStatesInterpreted(variant.merge, shape);
@@ -28,8 +34,8 @@ support::Expected<AttentionRunResult> runVariantInterpreted(const compiler::Vari
   return support::Diagnostic{};
 }
 
-support::Expected<GpuRunResult> runVariantGpu(const compiler::Variant& variant, const compiler::BatchShape& shape,
-                                              const GpuRunOptions& options) {
+support::Expected<GpuRunResult> runFamilyGpu(const compiler::Variant& variant, const compiler::BatchShape& shape,
+                                             const GpuRunOptions& options) {
   switch (variant.family) {
     case Family::UnifiedAttention: return runUnifiedAttentionGpu(variant.attention, shape, options);
     case Family::MergeAttnStates: return runMergeAttnStatesGpu(variant.merge, shape, options);
@@ -41,6 +47,34 @@ support::Expected<GpuRunResult> runVariantGpu(const compiler::Variant& variant, 
   }
   ATTNJIT_CHECK(false, "a Variant whose family is outside the family table");
   return support::Diagnostic{};
+}
+
+// The budget check first (the shape's own limits hold already: the problems validate
+// it); an allocation failure past the estimate is an error, not an abort.
+template <typename Run>
+auto withinHostBudget(const compiler::Variant& variant, const compiler::BatchShape& shape, bool interpreted,
+                      Run run) -> decltype(run()) {
+  if (support::Status valid = shape.validate(); !valid) return valid;
+  if (support::Status budget = checkHostBudget(variant, shape, interpreted); !budget) return budget;
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+    return outOfHostMemory(variant, shape);
+  } catch (const std::length_error&) {
+    return outOfHostMemory(variant, shape);
+  }
+}
+
+}  // namespace
+
+support::Expected<AttentionRunResult> runVariantInterpreted(const compiler::Variant& variant,
+                                                            const compiler::BatchShape& shape) {
+  return withinHostBudget(variant, shape, true, [&] { return interpretFamily(variant, shape); });
+}
+
+support::Expected<GpuRunResult> runVariantGpu(const compiler::Variant& variant, const compiler::BatchShape& shape,
+                                              const GpuRunOptions& options) {
+  return withinHostBudget(variant, shape, false, [&] { return runFamilyGpu(variant, shape, options); });
 }
 
 }  // namespace attnjit::validation
