@@ -5,22 +5,33 @@
 #   find_package(attnjit 0.1 REQUIRED)
 #   target_link_libraries(server PRIVATE attnjit::attnjit)   # or attnjit::runtime
 #
+# or, without CMake, `-I <prefix>/include -L <prefix>/lib -lattnjit`.
+#
 # Layout under the prefix:
 #   include/attnjit/attnjit.h, jit.hpp       the public API (C and C++)
-#   include/attnjit/internal/{ir,runtime,compiler}/...
-#                                             the repository headers the public
-#                                             ones include, at their repository
-#                                             paths (so "compiler/spec/Spec.h" resolves)
-#   lib/libattnjit.so, lib/libattnjit_runtime.so
+#   include/attnjit/{support,ir,runtime,compiler}/...
+#                                             the repository headers the public ones
+#                                             include, their includes rewritten to
+#                                             "attnjit/<path>": -I include suffices and
+#                                             no generic name (runtime/Stream.h) lands
+#                                             on a consumer's include path
+#   lib/libattnjit.so.X.Y.Z, lib/libattnjit_runtime.so.X.Y.Z
+#                                             with SONAME libattnjit.so.X.Y (0.x: a
+#                                             minor version may change the ABI) and the
+#                                             usual symlinks; stripped unless
+#                                             ATTNJIT_INSTALL_STRIP=OFF
 #   lib/cmake/attnjit/attnjitConfig.cmake, attnjitConfigVersion.cmake
 #   bin/attnjit
 #   share/attnjit/python/attnjit              the Python package (PYTHONPATH=<that>/..),
 #                                             which finds lib/libattnjit.so from there
+#
+# libattnjit.so needs the system's libyaml-cpp.so.0.7 at run time (Debian 12:
+# libyaml-cpp0.7; cmake/StaticDependencies.cmake says why it is not linked in).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(ATTNJIT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnjit)
-set(ATTNJIT_INSTALL_INTERNAL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/attnjit/internal)
+option(ATTNJIT_INSTALL_STRIP "strip the installed libraries and CLI (their exported symbols stay)" ON)
 
 # $ORIGIN: a yaml-cpp copied next to libattnjit.so is found there, as in a
 # device bundle (cmake/StaticDependencies.cmake); else the system's.
@@ -29,10 +40,20 @@ install(TARGETS attnjit_shared attnjit_runtime_shared LIBRARY DESTINATION ${CMAK
 # The installed CLI finds libattnjit.so as the build tree's does: in ../lib.
 set_target_properties(attnjit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS attnjit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(ATTNJIT_INSTALL_STRIP AND CMAKE_STRIP)
+  # LLVM's static symbols make up most of an unstripped libattnjit.so; the dynamic
+  # symbol table (the API) is what --strip-unneeded keeps.
+  foreach(installed ${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:attnjit_shared>
+                    ${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:attnjit_runtime_shared>
+                    ${CMAKE_INSTALL_BINDIR}/$<TARGET_FILE_NAME:attnjit>)
+    install(CODE "execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-unneeded
+                                  \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${installed}\"
+                                  COMMAND_ERROR_IS_FATAL ANY)")
+  endforeach()
+endif()
 
 file(GLOB ATTNJIT_PUBLIC_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/attnjit/*.h
      ${PROJECT_SOURCE_DIR}/include/attnjit/*.hpp)
-install(FILES ${ATTNJIT_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnjit)
 
 # The repository headers to install: every `#include "..."` reachable from the
 # public headers and from runtime/'s headers (attnjit::runtime's API), found by
@@ -75,15 +96,35 @@ foreach(header IN LISTS ATTNJIT_PUBLIC_HEADERS)
   list(APPEND ATTNJIT_PUBLIC_HEADER_NAMES attnjit/${name})
 endforeach()
 attnjit_reachable_headers(ATTNJIT_INTERNAL_HEADERS ${ATTNJIT_PUBLIC_HEADER_NAMES} ${ATTNJIT_RUNTIME_API_HEADERS})
+# Each installed header is a copy (in the build tree, refreshed at every configure)
+# whose quoted includes of the headers above read "attnjit/<path>".
+set(ATTNJIT_STAGED_INCLUDEDIR ${CMAKE_CURRENT_BINARY_DIR}/installed-headers)
+function(attnjit_stage_header source destination)
+  file(READ ${source} text)
+  foreach(internal IN LISTS ATTNJIT_INTERNAL_HEADERS)
+    string(REPLACE "#include \"${internal}\"" "#include \"attnjit/${internal}\"" text "${text}")
+  endforeach()
+  set(staged ${ATTNJIT_STAGED_INCLUDEDIR}/${destination})
+  if(EXISTS ${staged})
+    file(READ ${staged} previous)
+  endif()
+  if(NOT previous STREQUAL text)
+    file(WRITE ${staged} "${text}")
+  endif()
+  get_filename_component(directory ${destination} DIRECTORY)
+  install(FILES ${staged} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${directory})
+endfunction()
+foreach(header IN LISTS ATTNJIT_PUBLIC_HEADER_NAMES)
+  attnjit_stage_header(${PROJECT_SOURCE_DIR}/include/${header} ${header})
+endforeach()
 foreach(header IN LISTS ATTNJIT_INTERNAL_HEADERS)
-  get_filename_component(directory ${header} DIRECTORY)
-  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${ATTNJIT_INSTALL_INTERNAL_INCLUDEDIR}/${directory})
+  attnjit_stage_header(${PROJECT_SOURCE_DIR}/${header} attnjit/${header})
 endforeach()
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/attnjitConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/generated/attnjitConfig.cmake
   INSTALL_DESTINATION ${ATTNJIT_INSTALL_CMAKEDIR}
-  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_LIBDIR ATTNJIT_INSTALL_INTERNAL_INCLUDEDIR)
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_LIBDIR)
 # 0.x: a minor version may change the API.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/generated/attnjitConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)

@@ -4,7 +4,7 @@
 # libattnjit_runtime.so without LLVM, the public headers, the CMake package --
 # then configures, builds and runs examples/embed against it with
 # find_package(attnjit), as an embedding project would.
-# Usage: install_and_embed.sh BUILD_DIR SOURCE_DIR GENERATOR MAKE_PROGRAM C_COMPILER CXX_COMPILER
+# Usage: install_and_embed.sh BUILD_DIR SOURCE_DIR GENERATOR MAKE_PROGRAM C_COMPILER CXX_COMPILER VERSION
 set -euo pipefail
 
 build="${1:?usage: install_and_embed.sh BUILD_DIR SOURCE_DIR GENERATOR MAKE_PROGRAM C_COMPILER CXX_COMPILER}"
@@ -13,6 +13,9 @@ generator="$3"
 make_program="$4"
 c_compiler="$5"
 cxx_compiler="$6"
+
+version="${7:?usage: install_and_embed.sh ... VERSION}"
+soversion="${version%.*}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/attnjit-install.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -25,10 +28,29 @@ fail() {
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install failed"; }
 
 for file in lib/libattnjit.so lib/libattnjit_runtime.so bin/attnjit include/attnjit/attnjit.h \
-  include/attnjit/jit.hpp include/attnjit/internal/compiler/ops/PagedAttentionOp.h \
-  include/attnjit/internal/runtime/Driver.h lib/cmake/attnjit/attnjitConfig.cmake \
+  include/attnjit/jit.hpp include/attnjit/compiler/ops/PagedAttentionOp.h \
+  include/attnjit/runtime/Driver.h lib/cmake/attnjit/attnjitConfig.cmake \
   lib/cmake/attnjit/attnjitConfigVersion.cmake; do
   [ -f "$prefix/$file" ] || fail "the install lacks $file"
+done
+# Nothing but attnjit/ under include/: no generic top-level names (runtime/, ir/).
+others="$(find "$prefix/include" -mindepth 1 -maxdepth 1 ! -name attnjit -print)"
+[ -z "$others" ] || fail "the install puts more than attnjit/ under include/: $others"
+
+# Versioned libraries: the SONAME carries major.minor, the files the full version.
+for library in libattnjit libattnjit_runtime; do
+  soname="$(readelf -d "$prefix/lib/$library.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')"
+  [ "$soname" = "$library.so.$soversion" ] || fail "$library.so has SONAME '$soname', expected $library.so.$soversion"
+  [ -f "$prefix/lib/$library.so.$version" ] || fail "the install lacks $library.so.$version"
+  symbols="$(readelf -S "$prefix/lib/$library.so.$version")"
+  ! grep -q '\.symtab' <<<"$symbols" || fail "$library.so is installed unstripped"
+done
+
+# The public headers compile with -I <prefix>/include alone, each on its own.
+for header in attnjit/jit.hpp attnjit/attnjit.h attnjit/runtime/Bundle.h attnjit/runtime/DeviceBuffer.h; do
+  printf '#include "%s"\nint main() { return 0; }\n' "$header" >"$work/include_check.cpp"
+  "$cxx_compiler" -std=c++20 -fsyntax-only -I "$prefix/include" "$work/include_check.cpp" 2>"$work/include_check.log" ||
+    { cat "$work/include_check.log"; fail "$header does not compile with -I $prefix/include alone"; }
 done
 
 # No validation code is installed: the float64 references and problem runners
@@ -65,7 +87,7 @@ done
 "$work/build/embed_c" "$source_dir/specs/merge_attn_states.yaml" merge_attn_states_f16_h4_d64_lse ||
   fail "embed_c with a spec file failed"
 loaded="$(ldd "$work/build/embed_cpp")"
-grep -q "$prefix/lib/libattnjit.so" <<<"$loaded" || fail "embed_cpp does not load the installed libattnjit.so"
+grep -q "$prefix/lib/libattnjit.so.$soversion" <<<"$loaded" || fail "embed_cpp does not load the installed libattnjit.so"
 
 # The installed Python package finds the installed library by itself.
 if command -v python3 >/dev/null; then

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "attnjit/jit.hpp"
-#include "runtime/DeviceBuffer.h"
-#include "runtime/Stream.h"
+#include "attnjit/runtime/DeviceBuffer.h"
+#include "attnjit/runtime/Stream.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // attnjit loads it, which is all an ahead-of-time bundle needs besides its images.
 #include <cstdio>
 
-#include "runtime/Driver.h"
+#include "attnjit/runtime/Driver.h"
 
 int main() {
   if (attnjit::runtime::Status s = attnjit::runtime::driverStatus(); !s) {
