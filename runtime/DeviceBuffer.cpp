@@ -12,6 +12,9 @@ support::Expected<DeviceBuffer> DeviceBuffer::allocate(std::size_t bytes) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   if (bytes == 0) return runtimeError("cannot allocate a device buffer of 0 bytes");
+  // As the CUDA runtime does on first use, and as Bundle::launch does: a thread with no
+  // current context gets device 0's primary context, so buffers and launches meet there.
+  if (auto context = currentOrPrimaryContext(); !context) return context.status();
   CUdeviceptr address = 0;
   CUresult result = (*apiOr)->cuMemAlloc(&address, bytes);
   if (result != CUDA_SUCCESS) {

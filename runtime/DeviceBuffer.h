@@ -14,6 +14,8 @@ namespace attnjit::runtime {
 
 class DeviceBuffer {
  public:
+  // In the calling thread's current context; device 0's primary context is made current
+  // first when none is (as the CUDA runtime and Bundle::launch do).
   static support::Expected<DeviceBuffer> allocate(std::size_t bytes);
 
   DeviceBuffer() = default;

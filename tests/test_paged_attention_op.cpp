@@ -10,6 +10,7 @@
 #include "tests/test_tools.h"
 #include "compiler/validation/AttentionGpu.h"
 #include "compiler/validation/AttentionProblem.h"
+#include "compiler/driver/DeviceTarget.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
@@ -367,8 +368,15 @@ TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA 
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
   CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // 128-key fp8 tiles run two per SM anyway
   p.kvCacheFormat = compiler::KvCacheFormat::Auto;
+  // 0: device 0's SM count; without a device, no GPU information and the default.
   p.numSms = 0;
-  CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // no GPU information: the default
+  const bool atZero = ops::selectPagedAttentionVariant(p).deferRowSum;
+  if (compiler::deviceZeroSmCount() > 0) {
+    p.numSms = compiler::deviceZeroSmCount();
+    CHECK(atZero == ops::selectPagedAttentionVariant(p).deferRowSum);
+  } else {
+    CHECK(atZero);
+  }
 }
 
 namespace {
