@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
@@ -953,5 +954,29 @@ TEST_CASE("cli: an override PTX that ptxas rejects is the user's error, at its f
     CHECK(r.err.find((dir.path() / "vector_add.ptx").string() + ": error: the override PTX of 'vector_add' does not "
                                                                 "assemble for") != std::string::npos);
     CHECK(r.err.find("internal error") == std::string::npos);
+  }
+}
+
+TEST_CASE("cli: run --interpret reports its progress on long kernels", "[cli][limits]") {
+  const auto start = std::chrono::steady_clock::now();
+  CliResult r = runCli({"run", specPath("unified_attention_prefill.yaml"), "--interpret",
+                        "--variant=unified_attention_bf16_h8kv2_d64_bs16_noncausal", "--shape", "query_lens=1280",
+                        "--shape", "context_lens=0"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.err);
+  REQUIRE(r.exitCode == 0);
+  const std::string prefix = "attnjit run: interpreting unified_attention_bf16_h8kv2_d64_bs16_noncausal: ";
+  const size_t at = r.err.find(prefix);
+  if (at == std::string::npos) {
+    // Progress starts after a second of interpretation; a machine fast enough to finish
+    // sooner prints none (the run as a whole also builds, prepares and checks).
+    CHECK(seconds < 5);
+    CHECK(r.err.empty());
+    WARN("the run took " << seconds << " s and printed no progress");
+  } else {
+    // The last report is the whole grid, on a line of its own.
+    CHECK(r.err.find(" programs (100%)\n", at) != std::string::npos);
+    CHECK(r.err.back() == '\n');
+    CHECK(r.err.size() < 2000);  // a log gets a line every ten seconds, not one per second
   }
 }
