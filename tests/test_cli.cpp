@@ -177,6 +177,8 @@ TEST_CASE("cli: run --interpret checks every variant on a small batch", "[cli]")
   CHECK(countOccurrences(r.out, "PASS") == 2);
   CHECK(r.out.find("FAIL") == std::string::npos);
   CHECK(r.out.find("2 variant(s): 2 passed, 0 failed") != std::string::npos);
+  // The tolerance column says which error it bounds (the relative error is for reading).
+  CHECK(r.out.find("max abs err  max rel err  abs err tol  result") != std::string::npos);
 
   CliResult one = runCli({"run", specPath("unified_attention_f32.yaml"), "--interpret", "--variant",
                           "unified_attention_f32_h4kv4_d80_bs32_noncausal", "--shape", "query_lens=2",

@@ -95,6 +95,30 @@ class CpuTests(unittest.TestCase):
         self.assertRegex(attnjit.version(), r"^\d+\.\d+\.\d+$")
         self.assertTrue(os.path.exists(attnjit.library_path) or "/" not in attnjit.library_path)
 
+    def test_a_checkout_never_loads_a_sanitizer_build_by_itself(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as repository:
+            def build(name, sanitized, mtime):
+                lib = os.path.join(repository, name, "lib")
+                os.makedirs(lib)
+                open(os.path.join(lib, "libattnjit.so"), "w").close()
+                os.utime(os.path.join(lib, "libattnjit.so"), (mtime, mtime))
+                with open(os.path.join(repository, name, "CMakeCache.txt"), "w") as cache:
+                    cache.write("ATTNJIT_SANITIZE:BOOL=%s\n" % ("ON" if sanitized else "OFF"))
+                return os.path.join(lib, "libattnjit.so")
+            plain = build("build", False, 1000)
+            build("build-asan", True, 2000)  # newer, as after scripts/test
+            other = build("build-bundle", False, 1500)
+            saved = (_library._PACKAGE_DIR, os.environ.pop("ATTNJIT_LIBRARY", None))
+            try:
+                _library._PACKAGE_DIR = os.path.join(repository, "python", "attnjit")
+                candidates = [c for c in _library._candidates() if c.startswith(repository)]
+            finally:
+                _library._PACKAGE_DIR = saved[0]
+                if saved[1] is not None:
+                    os.environ["ATTNJIT_LIBRARY"] = saved[1]
+            self.assertEqual(candidates, [plain, other])
+
     def test_struct_layouts_match_the_library(self):
         for struct, init in (
             (_structs.JitOptions, _library.lib.attnjit_jit_options_init),
