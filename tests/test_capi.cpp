@@ -436,9 +436,8 @@ TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[
   mla.lse_stride_head = 4;  // the merge kernels' [H, B]
   CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
   mla.workspace = 0x10000;
-  mla.workspace_bytes = 16;
-  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(lastError(), Catch::StartsWith("mla decode: workspace too small: 16 bytes"));
+  mla.workspace_bytes = 16;  // too small to split: runs unsplit
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
   REQUIRE(attnjit_mla_decode_workspace_bytes(4, 16, 512, 1000, &mla.workspace_bytes) == ATTNJIT_OK);
   CHECK(mla.workspace_bytes == attnjit::ops::mlaDecodeWorkspaceBytes(4, 16, 512, 1000).value());
   CHECK(mla.workspace_bytes > 0);

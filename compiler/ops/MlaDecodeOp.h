@@ -84,7 +84,8 @@ MlaSplitPlan mlaDecodeSplitPlan(const MlaDecodeParams& params);
 
 // Workspace bytes for batches of at most maxNumSeqs sequences of at most
 // maxSeqLen keys (room for the most segments either rule asks for, up to 64).
-// 0 when such batches never split; an error for sizes out of range.
+// 0 when such batches never split; an error for sizes out of range. A smaller
+// workspace only limits the split: a batch it cannot split runs unsplit.
 support::Expected<uint64_t> mlaDecodeWorkspaceBytes(int maxNumSeqs, int numHeads, int kvLoraRank, int maxSeqLen);
 
 // Checks the arguments without touching the GPU; errors name the argument.

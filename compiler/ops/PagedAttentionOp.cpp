@@ -342,16 +342,10 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
                                            stridesFor);
       !s)
     return s;
-  if (p.workspace != 0) {
+  // A workspace too small to split this batch (one sized for decode, passed with a
+  // prefill) is not an error: the plan then runs it in 2D, as vLLM's backends do.
+  if (p.workspace != 0)
     if (support::Status s = checks().pointer("workspace", p.workspace, 16, true); !s) return s;
-    // A workspace that cannot hold even two segments of this batch is a mistake
-    // (a wrong size, or one computed for a smaller batch), not a request for 2D.
-    const uint64_t twoSegments = workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), 2);
-    if (p.workspaceBytes < twoSegments)
-      return argumentError("workspace too small: " + std::to_string(p.workspaceBytes) + " bytes; splitting " +
-                           std::to_string(p.numTokens) + " tokens at all needs " + std::to_string(twoSegments) +
-                           " (size it with pagedAttentionWorkspaceBytes for the largest batch, or pass none)");
-  }
   return support::Status::ok();
 }
 

@@ -168,7 +168,7 @@ SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
 // sequences of at most maxSeqLen keys: room for 16 segments per token (or
 // fewer, when maxSeqLen has fewer 512-key segments). Call once, allocate, pass
 // workspace/workspaceBytes to every call; a smaller workspace only limits how
-// finely a batch is split. 0 when such batches never split; an error for sizes
+// finely a batch is split (a batch it cannot split at all runs 2D). 0 when such batches never split; an error for sizes
 // out of range (negative, or beyond what the op accepts).
 support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, int numQueryHeads, int headSize,
                                                          int maxSeqLen);
