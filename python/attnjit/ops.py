@@ -235,7 +235,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
-                    alibi_sqrt=False, output_scale=None):
+                    alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -262,7 +262,9 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     graphs). min_seq_len (with max_seq_len; 0: unknown) marks batches of nearly
     equal lengths, which decode launches run at two CTAs per SM, and batches of
     uneven lengths, which a call with a workspace splits into segments of at
-    most 3/8 of the longest sequence."""
+    most 3/8 of the longest sequence. causal_flags (int8 or bool [num_seqs],
+    nonzero = causal) makes causality per sequence and overrides causal.
+    num_sms is the SM count the split plan fills (0: device 0's)."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
@@ -296,6 +298,12 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
             raise ValueError("lse has shape %s; expected (%d, >= %d)" % (tuple(lse.shape), num_query_heads,
                                                                          num_tokens))
         optional.update(lse=lse.data_ptr(), lse_stride_head=lse.stride(0))
+    if causal_flags is not None:
+        if causal_flags.dtype not in (torch.int8, torch.bool):
+            raise ValueError("causal_flags must be int8 or bool, got %s" % causal_flags.dtype)
+        _check_tensor(torch, "causal_flags", causal_flags, 1, None, device)
+        _check_shape("causal_flags", causal_flags, (num_seqs,))
+        optional["causal_flags"] = causal_flags.data_ptr()
     if workspace is not None:
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),
@@ -316,6 +324,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         max_query_len=int(max_query_len),
         max_seq_len=int(max_seq_len),
         min_seq_len=int(min_seq_len),
+        num_sms=int(num_sms),
         alibi_sqrt=int(bool(alibi_sqrt)),
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
         out=out.data_ptr(),
@@ -611,6 +620,12 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
         _check_tensor(torch, "lse", lse, 2, torch.float32, device, unit_last_stride=False)
         _check_shape("lse", lse, (num_seqs, num_heads))
         optional.update(lse=lse.data_ptr(), lse_stride_batch=lse.stride(0), lse_stride_head=lse.stride(1))
+    if causal_flags is not None:
+        if causal_flags.dtype not in (torch.int8, torch.bool):
+            raise ValueError("causal_flags must be int8 or bool, got %s" % causal_flags.dtype)
+        _check_tensor(torch, "causal_flags", causal_flags, 1, None, device)
+        _check_shape("causal_flags", causal_flags, (num_seqs,))
+        optional["causal_flags"] = causal_flags.data_ptr()
     if workspace is not None:
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),

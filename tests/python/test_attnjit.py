@@ -527,6 +527,44 @@ class GpuTests(unittest.TestCase):
                     error = (got[cu_host[b] + i, h] - expected).abs()
                     self.assertTrue((error <= allowed).all().item(), (b, i, h, error.max().item()))
 
+    def test_per_sequence_causal_flags_match_float64(self):
+        # causal_flags: sequences 0 and 2 causal, sequence 1 bidirectional (its
+        # queries see every key of the sequence); `causal` is ignored.
+        torch.manual_seed(11)
+        heads, kv_heads, d, block = 8, 2, 64, 16
+        query_lens, seq_lens_host = [5, 7, 1], [21, 7, 40]
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block)
+        cache = torch.randn(num_blocks, 2, block, kv_heads, d, device="cuda", dtype=torch.bfloat16)
+        num_tokens = sum(query_lens)
+        q = torch.randn(num_tokens, heads, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.full((num_tokens, heads, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        flags = torch.tensor([1, 0, 1], dtype=torch.int8, device="cuda")
+        cu_host = cumulative(query_lens)
+        scale = 1.0 / math.sqrt(d)
+        attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                    torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                    torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens),
+                                    scale=scale, causal=False, causal_flags=flags, num_sms=132)
+        torch.cuda.synchronize()
+        for b, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens_host)):
+            positions = torch.arange(seq_len)
+            rows = tables_host[b, positions // block].long() * block + positions % block
+            k = cache[:, 0].reshape(-1, kv_heads, d)[rows.cuda()].double()
+            v = cache[:, 1].reshape(-1, kv_heads, d)[rows.cuda()].double()
+            for i in range(query_len):
+                visible = seq_len - query_len + i + 1 if flags[b].item() else seq_len
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    scores = k[:visible, g] @ q[cu_host[b] + i, h].double() * scale
+                    expected = torch.softmax(scores, dim=0) @ v[:visible, g]
+                    error = (out[cu_host[b] + i, h].double() - expected).abs().max().item()
+                    self.assertLess(error, 2e-2, (b, i, h))
+        with self.assertRaisesRegex(ValueError, "causal_flags must be int8 or bool"):
+            attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                        torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                        torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens),
+                                        causal_flags=flags.int())
+
     def test_diffkv_and_mla_cache_write_shapes_raise(self):
         q = torch.zeros(4, 8, 192, device="cuda", dtype=torch.bfloat16)
         out = torch.zeros(4, 8, 128, device="cuda", dtype=torch.bfloat16)
