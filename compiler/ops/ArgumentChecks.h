@@ -11,6 +11,12 @@
 
 namespace attnjit::ops {
 
+// stride >= count · extent, exactly: a product past int64 exceeds every stride.
+inline bool strideCovers(int64_t stride, int64_t count, int64_t extent) {
+  int64_t product = 0;
+  return !__builtin_mul_overflow(count, extent, &product) && stride >= product;
+}
+
 class ArgumentChecks {
  public:
   explicit ArgumentChecks(std::string op) : op_(std::move(op)) {}

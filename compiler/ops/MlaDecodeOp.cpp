@@ -106,8 +106,8 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
   if (support::Status s = checks().pointer("lse", p.lse, 4, false); !s) return s;
   if (p.lse != 0) {
     // Every (b, h) must have its own element: one stride covers the other's range.
-    const bool batchMajor = p.lseStrideHead >= 1 && p.lseStrideBatch >= int64_t{p.numHeads} * p.lseStrideHead;
-    const bool headMajor = p.lseStrideBatch >= 1 && p.lseStrideHead >= int64_t{p.numSeqs} * p.lseStrideBatch;
+    const bool batchMajor = p.lseStrideHead >= 1 && strideCovers(p.lseStrideBatch, p.numHeads, p.lseStrideHead);
+    const bool headMajor = p.lseStrideBatch >= 1 && strideCovers(p.lseStrideHead, p.numSeqs, p.lseStrideBatch);
     if (!batchMajor && !headMajor)
       return argumentError("lse strides (batch " + std::to_string(p.lseStrideBatch) + ", head " +
                            std::to_string(p.lseStrideHead) + ") overlap: use (H, 1) for [B, H] or (1, B) for [H, B]");

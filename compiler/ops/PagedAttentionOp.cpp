@@ -104,6 +104,12 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A batch whose sizes the kernels take (validateFor reports the others): plans are
+// derived only from these, so no product of caller-given sizes can overflow.
+bool batchInRange(const PagedAttentionParams& p) {
+  return p.numSeqs >= 1 && p.numTokens >= p.numSeqs && p.numTokens <= std::numeric_limits<int32_t>::max();
+}
+
 // The caller's hints say the lengths are about equal (the shortest is at least
 // 90% of the longest); false when either hint is missing.
 bool lengthsEven(const PagedAttentionParams& p) {
@@ -122,7 +128,7 @@ bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
 // The split plan for `p` whose variant before splitting is `config` (baseVariant).
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
-  if (p.numSeqs < 1 || p.numKvHeads < 1 || p.numTokens < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
+  if (!batchInRange(p) || p.numKvHeads < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
@@ -195,7 +201,7 @@ namespace {
 
 // pagedAttentionCtasPerSm for the variant `config` the call runs.
 int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
-  if (!lengthsEven(p) || !config.validate()) return 0;
+  if (!lengthsEven(p) || !config.validate() || !batchInRange(p)) return 0;
   if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
@@ -241,7 +247,7 @@ std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionPara
   // Nothing is derived from sizes the kernel rejects (a tile of 2^30 rows, a
   // grid divided by zero): such a call is planned as it is and validateFor
   // reports the config's error.
-  if (!config.validate()) return {config, {}};
+  if (!config.validate() || !batchInRange(p)) return {config, {}};
   const SplitKvPlan plan = splitPlanFor(p, config);
   config.splitKv = plan.numSegments > 1;
   // The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
