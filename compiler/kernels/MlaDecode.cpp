@@ -347,7 +347,7 @@ support::Status MlaDecodeConfig::validate() const {
   const bool served = ropeDim == 64 && (kvLoraRank == 512 || kvLoraRank == 256);
   if (!served)
     return configError("the latent width kv_lora_rank + rope_dim = " + std::to_string(kvLoraRank) + " + " +
-                       std::to_string(ropeDim) + " = " + std::to_string(kvLoraRank + ropeDim) +
+                       std::to_string(ropeDim) + " = " + std::to_string(int64_t{kvLoraRank} + ropeDim) +
                        " is not supported by mla_decode; supported: 576 (kv_lora_rank 512 + rope_dim 64) and 320 "
                        "(kv_lora_rank 256 + rope_dim 64)");
   if (kvCacheFormat != KvCacheFormat::Auto && kvCacheFormat != KvCacheFormat::Fp8E4M3)
