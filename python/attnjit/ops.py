@@ -620,12 +620,6 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
         _check_tensor(torch, "lse", lse, 2, torch.float32, device, unit_last_stride=False)
         _check_shape("lse", lse, (num_seqs, num_heads))
         optional.update(lse=lse.data_ptr(), lse_stride_batch=lse.stride(0), lse_stride_head=lse.stride(1))
-    if causal_flags is not None:
-        if causal_flags.dtype not in (torch.int8, torch.bool):
-            raise ValueError("causal_flags must be int8 or bool, got %s" % causal_flags.dtype)
-        _check_tensor(torch, "causal_flags", causal_flags, 1, None, device)
-        _check_shape("causal_flags", causal_flags, (num_seqs,))
-        optional["causal_flags"] = causal_flags.data_ptr()
     if workspace is not None:
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),
