@@ -2,6 +2,7 @@
 // compared with the float64 reference, plus its configuration and shape handling.
 #include <catch2/catch.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
@@ -380,11 +381,22 @@ TEST_CASE("every shipped spec's variants pass on the interpreter with the spec's
 }
 
 TEST_CASE("harness: a worker's exception reaches parallelFor's caller, the other indices stop", "[interpreter][limits]") {
+  // Other indices cannot run ahead of index 3 (they wait for it), and once it
+  // has thrown each costs a millisecond: running all 100000 would take the
+  // throwing worker seconds of preemption, so the count is a real check even on
+  // a loaded two-core machine.
   std::atomic<int> ran{0};
+  std::atomic<bool> thrown{false};
   CHECK_THROWS_AS(attnjit::validation::parallelFor(100000,
                                                    [&](int i) {
                                                      ++ran;
-                                                     if (i == 3) throw std::bad_alloc();
+                                                     if (i == 3) {
+                                                       thrown = true;
+                                                       throw std::bad_alloc();
+                                                     }
+                                                     if (i < 3) return;
+                                                     while (!thrown) std::this_thread::yield();
+                                                     std::this_thread::sleep_for(std::chrono::milliseconds(1));
                                                    }),
                   std::bad_alloc);
   CHECK(ran.load() < 100000);
