@@ -156,3 +156,34 @@ TEST_CASE("ptxas assembles every shipped companion variant for sm_80 and sm_90a"
   WARN("ptxas assembled " << assembled << " companion kernels");
   CHECK(assembled == total);
 }
+
+TEST_CASE("cache writes below 16-byte alignment access rows no wider than promised", "[codegen][cache_write][ptxas]") {
+  // The widest vector load or store of the key/value rows (bf16) and of the
+  // bf16 cache: 16 bytes at the default alignment, the promised alignment below.
+  const std::regex vectorAccess(R"((ld|st)\.global\.v(\d)\.(b32|b16|u32|u16|f32))");
+  for (int align : {16, 8, 4, 2}) {
+    compiler::CacheWriteConfig config;
+    config.dtype = ir::ScalarKind::BF16;
+    config.numKvHeads = 8;
+    config.headSize = 128;
+    config.sourceAlign = align;
+    config.cacheAlign = align;
+    INFO(config.kernelName());
+    auto kernel = compiler::buildCacheWrite(config);
+    REQUIRE(kernel.isOk());
+    const std::string ptx = compiledFor(**kernel, "sm_90a").ptx;
+    int widest = 2;  // bytes: a scalar bf16 access
+    for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), vectorAccess); it != std::sregex_iterator(); ++it) {
+      const int lanes = std::stoi((*it)[2]);
+      const int laneBytes = (*it)[3].str().find("32") != std::string::npos ? 4 : 2;
+      widest = std::max(widest, lanes * laneBytes);
+    }
+    if (align >= 4 && ptx.find("ld.global.b32") != std::string::npos) widest = std::max(widest, 4);
+    CHECK(widest == align);
+    if (tests::havePtxas()) {
+      std::string log;
+      INFO(log);
+      CHECK(tests::assemblesWithPtxas(ptx, "sm_90a", &log));
+    }
+  }
+}

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "compiler/ops/CompanionOps.h"
 #include "compiler/validation/CacheWriteProblem.h"
 #include "compiler/spec/VariantKernel.h"
 #include "compiler/validation/MergeAttnStatesProblem.h"
@@ -257,6 +258,96 @@ TEST_CASE("reshape_and_cache: odd block and head sizes", "[cache_write]") {
     config.cacheFormat = format;
     checkResult(validation::runCacheWriteInterpreted(config, raggedBatch(21)), config.kernelName());
   }
+}
+
+TEST_CASE("reshape_and_cache: variants for rows below 16-byte alignment match the reference", "[cache_write]") {
+  // vLLM's regression shape for unaligned rows: 13 heads of 46, keys and values
+  // sliced out of a fused qkv tensor (row pitch 13 · 46 · 2 bytes).
+  const KvCacheFormat format = GENERATE(KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead,
+                                        KvCacheFormat::Fp8PerTokenHead, KvCacheFormat::Int4PerTokenHead);
+  CacheWriteConfig config;
+  config.dtype = ScalarKind::BF16;
+  config.cacheFormat = format;
+  config.numKvHeads = 13;
+  config.headSize = 46;
+  config.sourceAlign = GENERATE(2, 4);  // a 92-byte head row keeps at most 4
+  // Cache rows of 46 bf16 (92 bytes), 46 fp8 or int8 values + a 4-byte scale
+  // (46, 50 bytes), or 23 int4 bytes + 4 (27 bytes).
+  config.cacheAlign = format == KvCacheFormat::Auto ? 4 : format == KvCacheFormat::Int4PerTokenHead ? 1 : 2;
+  REQUIRE(config.validate());
+  checkResult(validation::runCacheWriteInterpreted(config, raggedBatch(46)), config.kernelName());
+}
+
+TEST_CASE("reshape_and_cache: the op picks the widest accesses a call's layout keeps", "[cache_write]") {
+  attnjit::ops::CacheWriteParams p;
+  p.dtype = ScalarKind::BF16;
+  p.numKvHeads = 13;
+  p.headSize = 46;
+  p.blockSize = 16;
+  p.numTokens = 42;
+  const uint64_t qkv = 0x100000;        // [tokens, 3, 13, 46] bf16: key = qkv[:, 1], value = qkv[:, 2]
+  const int64_t headsRow = 13 * 46;     // 1196 bytes: 4-byte aligned, not 8
+  p.key = qkv + 2 * headsRow;
+  p.value = qkv + 4 * headsRow;
+  p.keyStrideToken = p.valueStrideToken = 3 * headsRow;
+  p.keyStrideHead = p.valueStrideHead = 46;
+  p.kvCache = 0x800000;
+  p.slotMapping = 0x900000;
+  // NHD: (blocks, 2, block_size, heads, D).
+  p.kvStrideHead = 46;
+  p.kvStrideToken = headsRow;
+  p.kvStrideKv = 16 * headsRow;
+  p.kvStrideBlock = 2 * p.kvStrideKv;
+  compiler::CacheWriteConfig chosen = attnjit::ops::selectCacheWriteVariant(p);
+  // The cache's base is aligned and rows of 46 promise nothing at 16 bytes: the
+  // default cache side (scalar row accesses) serves it.
+  CHECK(chosen.sourceAlign == 4);
+  CHECK(chosen.cacheAlign == 16);
+  CHECK(chosen.kernelName() == "reshape_and_cache_bf16_kv13_d46_bs16_align4x16");
+  CHECK(attnjit::ops::validateCacheWrite(p));
+  // HND: (blocks, 2, heads, block_size, D).
+  p.kvStrideToken = 46;
+  p.kvStrideHead = 16 * 46;
+  CHECK(attnjit::ops::selectCacheWriteVariant(p).cacheAlign == 16);
+  CHECK(attnjit::ops::validateCacheWrite(p));
+  // A cache that is itself a view starting one row in: 92 bytes, 4-byte aligned.
+  p.kvCache += 92;
+  CHECK(attnjit::ops::selectCacheWriteVariant(p).cacheAlign == 4);
+  CHECK(attnjit::ops::validateCacheWrite(p));
+  // fp8: a one-byte cache; the view starts 92 bytes in, its 46-byte rows keep 2.
+  p.cacheFormat = KvCacheFormat::Fp8E4M3;
+  p.kScale = 0xA00000;
+  p.vScale = 0xA00010;
+  CHECK(attnjit::ops::selectCacheWriteVariant(p).cacheAlign == 2);
+  CHECK(attnjit::ops::validateCacheWrite(p));
+  // Aligned rows keep the default kernel.
+  attnjit::ops::CacheWriteParams aligned = p;
+  aligned.cacheFormat = KvCacheFormat::Auto;
+  aligned.kScale = aligned.vScale = 0;
+  aligned.headSize = aligned.keyStrideHead = aligned.valueStrideHead = 128;
+  aligned.numKvHeads = 8;
+  aligned.key = qkv;
+  aligned.kvCache = 0x800000;
+  aligned.value = qkv + 0x10000;
+  aligned.keyStrideToken = aligned.valueStrideToken = 3 * 8 * 128;
+  aligned.kvStrideHead = 128;
+  aligned.kvStrideToken = 8 * 128;
+  aligned.kvStrideKv = 16 * 8 * 128;
+  aligned.kvStrideBlock = 2 * aligned.kvStrideKv;
+  CHECK(attnjit::ops::selectCacheWriteVariant(aligned).kernelName() == "reshape_and_cache_bf16_kv8_d128_bs16");
+  // A pointer off its element's alignment is an error naming it.
+  attnjit::ops::CacheWriteParams odd = aligned;
+  odd.key += 1;
+  const support::Status s = attnjit::ops::validateCacheWrite(odd);
+  REQUIRE_FALSE(s);
+  CHECK_THAT(s.diagnostic().message, Catch::Contains("'key'") && Catch::Contains("not 2-byte aligned"));
+
+  CacheWriteConfig bad;
+  bad.sourceAlign = 1;
+  CHECK(validationError(bad) == "source_align (1) must be a power of two between 2 (the bf16 element) and 16");
+  bad = {};
+  bad.cacheAlign = 32;
+  CHECK(validationError(bad) == "cache_align (32) must be a power of two between 2 (the cache element) and 16");
 }
 
 TEST_CASE("reshape_and_cache: int8 rounds half away from zero and stores the scale inline", "[cache_write]") {

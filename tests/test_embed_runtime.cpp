@@ -221,15 +221,28 @@ TEST_CASE("cache write arguments are validated without a GPU", "[embed]") {
   attnjit::CacheWriteParams q = p;
   q.key = 0;
   CHECK_THAT(message(q), Catch::StartsWith("cache write: parameter 'key'") && Catch::Contains("null pointer"));
+  // Less aligned layouts select kernels with narrower accesses; only pointers
+  // that miss the element's own alignment are refused.
+  CHECK(attnjit::ops::selectCacheWriteVariant(p).kernelName() == "reshape_and_cache_bf16_kv8_d128_bs16");
   q = p;
   q.kvCache += 8;
-  CHECK_THAT(message(q), Catch::Contains("'kv_cache'") && Catch::Contains("not 16-byte aligned"));
+  CHECK(attnjit::ops::validateCacheWrite(q));
+  CHECK(attnjit::ops::selectCacheWriteVariant(q).cacheAlign == 8);
+  q.kvCache += 1;
+  CHECK_THAT(message(q), Catch::Contains("'kv_cache'") && Catch::Contains("not 2-byte aligned"));
   q = p;
   q.kvStrideHead = 0;
   CHECK_THAT(message(q), Catch::Contains("kv_stride_head (0) must be positive"));
   q = p;
   q.keyStrideHead = 100;
-  CHECK_THAT(message(q), Catch::Contains("'key_stride_head'") && Catch::Contains("not a multiple of 8"));
+  CHECK(attnjit::ops::validateCacheWrite(q));
+  CHECK(attnjit::ops::selectCacheWriteVariant(q).sourceAlign == 8);
+  q.keyStrideHead = 101;
+  CHECK(attnjit::ops::validateCacheWrite(q));
+  CHECK(attnjit::ops::selectCacheWriteVariant(q).kernelName() == "reshape_and_cache_bf16_kv8_d128_bs16_align2x16");
+  q = p;
+  q.value += 3;
+  CHECK_THAT(message(q), Catch::Contains("'value'") && Catch::Contains("not 2-byte aligned"));
   q = p;
   q.kScale = 0x50000;
   CHECK_THAT(message(q), Catch::Contains("cache format auto has no per-tensor scales"));

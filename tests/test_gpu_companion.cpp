@@ -58,3 +58,22 @@ TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
         expectPassed(validation::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
       }
 }
+
+TEST_CASE("GPU reshape_and_cache with rows below 16-byte alignment", "[gpu][cache_write]") {
+  if (!tests::gpuPresent()) return;
+  // The harness gives these variants token strides that are an odd multiple of
+  // their alignment, so an access wider than the variant promises faults.
+  for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3,
+                      compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead})
+    for (int headSize : {46, 128})
+      for (int sourceAlign : {2, 4, 8}) {
+        if (headSize * 2 % sourceAlign != 0) continue;  // a head's row must keep the alignment
+        compiler::CacheWriteConfig c;
+        c.dtype = ir::ScalarKind::BF16;
+        c.cacheFormat = format;
+        c.headSize = headSize;
+        c.numKvHeads = 13;
+        c.sourceAlign = sourceAlign;
+        expectPassed(validation::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
+      }
+}

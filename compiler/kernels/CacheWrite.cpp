@@ -47,26 +47,22 @@ class CacheWriteBuilder {
   CacheWriteBuilder(Builder& b, const CacheWriteConfig& config) : b_(b), config_(config) {}
 
   void declareParameters(ir::Kernel& kernel) {
-    ir::Attributes aligned;
+    ir::Attributes sourceAligned, cacheAligned, aligned;
+    sourceAligned.set("align", int64_t{config_.sourceAlign});
+    cacheAligned.set("align", int64_t{config_.cacheAlign});
     aligned.set("align", int64_t{16});
-    const int valueHeadSize = config_.effectiveValueHeadSize();
-    ir::Attributes rowStride, valueRowStride;
-    if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
-    if (valueHeadSize % 8 == 0) valueRowStride.set("divisibility", int64_t{8});
-    // A per-token-head row is D + 4 bytes: only 4-byte multiples can be promised.
-    // DiffKV's packed strides are sums of a K row and a V row.
-    ir::Attributes cacheStride;
-    if (isPerTokenHead(config_.cacheFormat)) {
-      if (kvCacheScaleByteOffset(config_.cacheFormat, config_.headSize) % 4 == 0 &&
-          kvCacheScaleByteOffset(config_.cacheFormat, valueHeadSize) % 4 == 0)
-        cacheStride.set("divisibility", int64_t{4});
-    } else if (std::gcd(config_.headSize, valueHeadSize) % 8 == 0) {
-      cacheStride.set("divisibility", int64_t{8});
-    }
+    auto divisibleBy = [](int divisibility) {
+      ir::Attributes attributes;
+      if (divisibility > 1) attributes.set("divisibility", int64_t{divisibility});
+      return attributes;
+    };
+    const ir::Attributes rowStride = divisibleBy(config_.keyStrideDivisibility());
+    const ir::Attributes valueRowStride = divisibleBy(config_.valueStrideDivisibility());
+    const ir::Attributes cacheStride = divisibleBy(config_.cacheStrideDivisibility());
     const ScalarKind dt = config_.dtype;
-    key_ = kernel.addParameter(Type::pointer(dt), "key", aligned);
-    value_ = kernel.addParameter(Type::pointer(dt), "value", aligned);
-    kvCache_ = kernel.addParameter(Type::pointer(config_.cachePointerElement()), "kv_cache", aligned);
+    key_ = kernel.addParameter(Type::pointer(dt), "key", sourceAligned);
+    value_ = kernel.addParameter(Type::pointer(dt), "value", sourceAligned);
+    kvCache_ = kernel.addParameter(Type::pointer(config_.cachePointerElement()), "kv_cache", cacheAligned);
     slotMapping_ = kernel.addParameter(Type::pointer(ScalarKind::I64), "slot_mapping", aligned);
     if (perTensorScale()) {
       kScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale");
@@ -309,6 +305,28 @@ int CacheWriteConfig::cacheValueRowElements() const {
   return kvCacheRowElements(cacheFormat, effectiveValueHeadSize());
 }
 
+int CacheWriteConfig::keyStrideDivisibility() const {
+  if (sourceAlign < 16) return std::max(1, sourceAlign * 8 / ir::storageBits(dtype));
+  return headSize % 8 == 0 ? 8 : 1;
+}
+
+int CacheWriteConfig::valueStrideDivisibility() const {
+  if (sourceAlign < 16) return keyStrideDivisibility();
+  return effectiveValueHeadSize() % 8 == 0 ? 8 : 1;
+}
+
+int CacheWriteConfig::cacheStrideDivisibility() const {
+  if (cacheAlign < 16) return std::max(1, cacheAlign * 8 / ir::storageBits(cachePointerElement()));
+  // A per-token-head row is D + 4 bytes: only 4-byte multiples can be promised.
+  // DiffKV's packed strides are sums of a K row and a V row.
+  if (isPerTokenHead(cacheFormat))
+    return kvCacheScaleByteOffset(cacheFormat, headSize) % 4 == 0 &&
+                   kvCacheScaleByteOffset(cacheFormat, effectiveValueHeadSize()) % 4 == 0
+               ? 4
+               : 1;
+  return std::gcd(headSize, effectiveValueHeadSize()) % 8 == 0 ? 8 : 1;
+}
+
 double CacheWriteConfig::quantMax() const { return kvCacheQuantMax(cacheFormat); }
 
 int CacheWriteConfig::headsPerProgram() const {
@@ -324,11 +342,20 @@ std::string CacheWriteConfig::kernelName() const {
   name += "_bs" + std::to_string(blockSize);
   if (numWarps != CacheWriteConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
   if (checkBounds) name += "_checked";
+  if (sourceAlign != 16 || cacheAlign != 16)
+    name += "_align" + std::to_string(sourceAlign) + "x" + std::to_string(cacheAlign);
   return name;
 }
 
 support::Status CacheWriteConfig::validate() const {
   if (support::Status s = checkIoDtype(dtype); !s) return s;
+  const int sourceBytes = ir::storageBits(dtype) / 8, cacheBytes = std::max(1, ir::storageBits(cachePointerElement()) / 8);
+  if (!isPowerOfTwo(sourceAlign) || sourceAlign > 16 || sourceAlign < sourceBytes)
+    return configError("source_align (" + std::to_string(sourceAlign) + ") must be a power of two between " +
+                       std::to_string(sourceBytes) + " (the " + ir::scalarName(dtype) + " element) and 16");
+  if (!isPowerOfTwo(cacheAlign) || cacheAlign > 16 || cacheAlign < cacheBytes)
+    return configError("cache_align (" + std::to_string(cacheAlign) + ") must be a power of two between " +
+                       std::to_string(cacheBytes) + " (the cache element) and 16");
   if (numKvHeads < 1 || numKvHeads > 256)
     return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be between 1 and 256");
   if (headSize < 1 || headSize > 512)

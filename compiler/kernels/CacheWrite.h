@@ -48,6 +48,23 @@ struct CacheWriteConfig {
   // recorded in bounds_record and its token skipped. Adds the bounds_record and
   // num_blocks parameters; off by default (the default kernel is unchanged).
   bool checkBounds = false;
+  // Alignments the kernel may assume, in bytes (16, 8, 4, 2 or 1, at least the
+  // element's size): `sourceAlign` for the key and value pointers and the byte
+  // size of their strides, `cacheAlign` for kv_cache and its strides. 16 is the
+  // default kernel (16-byte vector accesses); the op picks the widest alignment a
+  // call's pointers and strides keep, so a legal layout whose rows are not 16-byte
+  // aligned (keys and values sliced out of a fused qkv tensor, head sizes such as
+  // 46) runs a variant with narrower accesses instead of failing.
+  int sourceAlign = 16;
+  int cacheAlign = 16;
+
+  // The divisibility (in elements) the kernel is compiled to assume of the key
+  // strides, the value strides and the cache strides; 1 = none. At alignment 16:
+  // 8 where the rows' widths allow it (key/value head sizes multiples of 8; cache
+  // rows by the format), else none. Below 16: the alignment in elements.
+  int keyStrideDivisibility() const;
+  int valueStrideDivisibility() const;
+  int cacheStrideDivisibility() const;
 
   int effectiveValueHeadSize() const { return valueHeadSize > 0 ? valueHeadSize : headSize; }
   // The cache's element type: dtype, f8e4m3, f8e5m2 or i8.
@@ -63,7 +80,7 @@ struct CacheWriteConfig {
   double quantMax() const;
   int headsPerProgram() const;
   // e.g. "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16" ("_d192v128": DiffKV;
-  // "_checked": check_bounds).
+  // "_checked": check_bounds; "_align4x16": source and cache alignments below 16).
   std::string kernelName() const;
   support::Status validate() const;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -283,6 +284,34 @@ CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& p) {
   config.valueHeadSize = p.valueHeadSize;
   config.blockSize = p.blockSize;
   config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
+  // The widest alignment whose promises the call keeps, for the sources and the
+  // cache apart. A call whose pointers miss even the element's alignment keeps
+  // the narrowest variant, and argument packing reports the pointer.
+  auto widestKept = [](int narrowest, auto kept) {
+    for (int align = 16; align > narrowest; align /= 2)
+      if (kept(align)) return align;
+    return narrowest;
+  };
+  auto divides = [](int64_t divisor, std::initializer_list<int64_t> values) {
+    for (int64_t v : values)
+      if (v % divisor != 0) return false;
+    return true;
+  };
+  const int sourceBytes = ir::storageBits(config.dtype) / 8;
+  config.sourceAlign = widestKept(sourceBytes, [&](int align) {
+    CacheWriteConfig candidate = config;
+    candidate.sourceAlign = align;
+    return p.key % static_cast<uint64_t>(align) == 0 && p.value % static_cast<uint64_t>(align) == 0 &&
+           divides(candidate.keyStrideDivisibility(), {p.keyStrideToken, p.keyStrideHead}) &&
+           divides(candidate.valueStrideDivisibility(), {p.valueStrideToken, p.valueStrideHead});
+  });
+  const int cacheBytes = std::max(1, ir::storageBits(config.cachePointerElement()) / 8);
+  config.cacheAlign = widestKept(cacheBytes, [&](int align) {
+    CacheWriteConfig candidate = config;
+    candidate.cacheAlign = align;
+    return p.kvCache % static_cast<uint64_t>(align) == 0 &&
+           divides(candidate.cacheStrideDivisibility(), {p.kvStrideBlock, p.kvStrideKv, p.kvStrideToken, p.kvStrideHead});
+  });
   return config;
 }
 

@@ -51,7 +51,9 @@ struct CacheWriteParams {
   int numBlocks = 0;  // blocks of the KV cache; checked mode only
   // ---- the batch ----
   int64_t numTokens = 0;  // rows of key/value and entries of slot_mapping
-  // ---- device pointers (16-byte aligned; kScale/vScale: f32 scalars, per-tensor fp8 only) ----
+  // ---- device pointers (slot_mapping 16-byte aligned; key, value and kv_cache at
+  //      least element-aligned: the op runs the variant with the widest accesses
+  //      the pointers and strides allow; kScale/vScale: f32 scalars, per-tensor fp8 only) ----
   uint64_t key = 0, value = 0, kvCache = 0, slotMapping = 0, kScale = 0, vScale = 0;
   // ---- strides, in elements (of the cache's element type for kv*) ----
   int64_t keyStrideToken = 0, keyStrideHead = 0, valueStrideToken = 0, valueStrideHead = 0;

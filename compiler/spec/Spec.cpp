@@ -376,6 +376,8 @@ std::vector<ParamField<CacheWriteConfig>> specFields() {
       {"value_head_size", false, positiveField("value_head_size", &C::valueHeadSize)},
       {"block_size", true, positiveField("block_size", &C::blockSize)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+      {"source_align", false, positiveField("source_align", &C::sourceAlign)},
+      {"cache_align", false, positiveField("cache_align", &C::cacheAlign)},
   };
 }
 
@@ -764,7 +766,9 @@ std::string formatSpecParams(const CacheWriteConfig& config) {
          kvCacheFormatName(config.cacheFormat) + " num_kv_heads=" + std::to_string(config.numKvHeads) +
          " head_size=" + std::to_string(config.headSize) +
          (config.valueHeadSize != 0 ? " value_head_size=" + std::to_string(config.valueHeadSize) : std::string()) +
-         " block_size=" + std::to_string(config.blockSize) + " num_warps=" + std::to_string(config.numWarps);
+         " block_size=" + std::to_string(config.blockSize) + " num_warps=" + std::to_string(config.numWarps) +
+         (config.sourceAlign != 16 ? " source_align=" + std::to_string(config.sourceAlign) : std::string()) +
+         (config.cacheAlign != 16 ? " cache_align=" + std::to_string(config.cacheAlign) : std::string());
 }
 
 std::string formatSpecParams(const MergePartialsConfig& config) {

@@ -106,7 +106,17 @@ support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
     data->strideKv = bs * Hkv * row;
     data->strideBlock = 2 * data->strideKv;
   }
-  const int64_t keyStride = Hkv * D + kKeyPadding, valueStride = Hkv * Dv + kValuePadding;
+  // Below 16-byte alignment the token strides are exactly as aligned as the
+  // variant assumes and no more (a multiple of source_align bytes, an odd one), so
+  // a wider access than the kernel may make faults on the GPU.
+  auto tokenStride = [&](int64_t rowElements, int64_t padding) {
+    const int64_t stride = Hkv * rowElements + padding;
+    if (config.sourceAlign >= 16) return stride;
+    const int64_t alignElements = std::max<int64_t>(1, config.sourceAlign / static_cast<int64_t>(elementBytes(dt)));
+    const int64_t rounded = (stride + alignElements - 1) / alignElements * alignElements;
+    return (rounded / alignElements) % 2 == 0 ? rounded + alignElements : rounded;
+  };
+  const int64_t keyStride = tokenStride(D, kKeyPadding), valueStride = tokenStride(Dv, kValuePadding);
   auto sourceRows = [&](const std::vector<double>& rows, int64_t strideToken, int64_t rowSize) {
     std::vector<uint8_t> bytes = poisonedBuffer(dt, static_cast<size_t>(T * strideToken));
     for (int64_t t = 0; t < T; ++t)
