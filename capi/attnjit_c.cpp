@@ -244,6 +244,8 @@ attnjit_status toParams(const char* function, const attnjit_merge_attn_states_pa
   p->suffixStrideToken = c.suffix_stride_token;
   p->suffixStrideHead = c.suffix_stride_head;
   p->stream = c.stream;
+  p->outputScale = c.output_scale;
+  p->prefillTokensWithContext = c.prefill_tokens_with_context;
   return ATTNJIT_OK;
 }
 
@@ -597,6 +599,7 @@ void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* par
   *params = attnjit_merge_attn_states_params{};
   params->struct_size = sizeof *params;
   params->dtype = ATTNJIT_DTYPE_BF16;
+  params->prefill_tokens_with_context = -1;
 }
 
 void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params) {

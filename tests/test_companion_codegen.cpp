@@ -187,3 +187,26 @@ TEST_CASE("cache writes below 16-byte alignment access rows no wider than promis
     }
   }
 }
+
+TEST_CASE("merge_attn_states with fp8 output and a context limit assembles; sm_80 refuses fp8", "[codegen][merge][ptxas]") {
+  compiler::MergeAttnStatesConfig config;
+  config.dtype = ir::ScalarKind::BF16;
+  config.outputFp8 = true;
+  config.contextTokenLimit = true;
+  auto kernel = compiler::buildMergeAttnStates(config);
+  REQUIRE(kernel.isOk());
+  const std::string ptx = compiledFor(**kernel, "sm_90a").ptx;
+  CHECK(ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
+  CHECK(ptx.find(".param .u32 " + config.kernelName() + "_param_8") != std::string::npos);  // prefill_tokens_with_context
+  if (tests::havePtxas()) {
+    std::string log;
+    const bool ok = tests::assemblesWithPtxas(ptx, "sm_90a", &log);
+    INFO(log);
+    CHECK(ok);
+  }
+  compiler::CompileOptions options;
+  options.target = "sm_80";
+  auto refused = compiler::compileKernel(**kernel, options);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK_THAT(refused.diagnostic().message, Catch::Contains("conversion to fp8 (needs sm_89 or newer)"));
+}

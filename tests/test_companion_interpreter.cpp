@@ -141,6 +141,59 @@ TEST_CASE("merge_attn_states matches the reference (dtypes, head sizes, LSE outp
               config.kernelName());
 }
 
+TEST_CASE("merge_attn_states: fp8 output and tokens without a prefix state", "[merge]") {
+  const ScalarKind dtype = GENERATE(ScalarKind::F32, ScalarKind::BF16);
+  const bool outputFp8 = GENERATE(false, true);
+  const bool contextTokenLimit = GENERATE(false, true);
+  const bool outputLse = GENERATE(true, false);
+  if (!outputFp8 && !contextTokenLimit) return;  // the case above
+  MergeAttnStatesConfig config;
+  config.dtype = dtype;
+  config.headSize = 80;
+  config.numHeads = 3;
+  config.outputLse = outputLse;
+  config.outputFp8 = outputFp8;
+  config.contextTokenLimit = contextTokenLimit;
+  checkResult(validation::runMergeAttnStatesInterpreted(config, raggedBatch(7)), config.kernelName());
+}
+
+TEST_CASE("merge_attn_states: a token past prefill_tokens_with_context copies the suffix exactly", "[merge]") {
+  // One head, D = 4, two tokens; token 1 has no context. Its prefix LSE and row
+  // are NaN (never read), its suffix LSE +inf (copied as it is).
+  MergeAttnStatesConfig config;
+  config.dtype = ScalarKind::F32;
+  config.numHeads = 1;
+  config.headSize = 4;
+  config.contextTokenLimit = true;
+  auto kernel = compiler::buildMergeAttnStates(config);
+  if (!kernel) FAIL(kernel.diagnostic().str());
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> output(8, -7), outputLse(2, -7);
+  std::vector<float> prefix = {1, 2, 3, 4, nan, nan, nan, nan}, suffix = {5, 6, 7, 8, 0.5f, -0.25f, 3, -1};
+  std::vector<float> prefixLse = {0, nan}, suffixLse = {0, inf};
+  attnjit::ir::InterpreterMemory memory;
+  std::vector<attnjit::ir::KernelArgument> args = {
+      attnjit::ir::PointerArg{memory.map(output.data(), 32, "output")},
+      attnjit::ir::PointerArg{memory.map(outputLse.data(), 8, "output_lse")},
+      attnjit::ir::PointerArg{memory.map(prefix.data(), 32, "prefix_output")},
+      attnjit::ir::PointerArg{memory.map(prefixLse.data(), 8, "prefix_lse")},
+      attnjit::ir::PointerArg{memory.map(suffix.data(), 32, "suffix_output")},
+      attnjit::ir::PointerArg{memory.map(suffixLse.data(), 8, "suffix_lse")},
+      int64_t{2}, int64_t{1},  // num_tokens, prefill_tokens_with_context
+      int64_t{4}, int64_t{4}, int64_t{4}, int64_t{4}, int64_t{4}, int64_t{4}};
+  attnjit::ir::LaunchGrid grid;
+  grid.x = compiler::mergeAttnStatesGridX(config, 2);
+  grid.y = 1;
+  auto status = attnjit::ir::interpretKernel(**kernel, grid, args, memory);
+  if (!status) FAIL(status.diagnostic().str());
+  // Token 0: equal LSEs, the mean of the rows; LSE log 2.
+  CHECK(output[0] == Approx(3).epsilon(1e-6));
+  CHECK(output[3] == Approx(6).epsilon(1e-6));
+  CHECK(outputLse[0] == Approx(std::log(2.0)).epsilon(1e-6));
+  for (int d = 0; d < 4; ++d) CHECK(output[4 + d] == suffix[4 + d]);
+  CHECK(outputLse[1] == inf);
+}
+
 TEST_CASE("merge_attn_states: other token blocks and warps, odd head sizes", "[merge]") {
   for (int blockTokens : {1, 4, 64}) {
     MergeAttnStatesConfig config;

@@ -42,6 +42,22 @@ TEST_CASE("GPU merge_attn_states across dtypes, head sizes and LSE output", "[gp
       }
 }
 
+TEST_CASE("GPU merge_attn_states with fp8 output and tokens without context", "[gpu][merge]") {
+  if (!tests::gpuPresent()) return;
+  for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F32})
+    for (bool outputFp8 : {false, true})
+      for (bool contextTokenLimit : {false, true}) {
+        if (!outputFp8 && !contextTokenLimit) continue;
+        compiler::MergeAttnStatesConfig c;
+        c.dtype = dtype;
+        c.headSize = 128;
+        c.numHeads = 6;
+        c.outputFp8 = outputFp8;
+        c.contextTokenLimit = contextTokenLimit;
+        expectPassed(validation::runMergeAttnStatesGpu(c, raggedBatch(), {}), c.kernelName());
+      }
+}
+
 TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
   if (!tests::gpuPresent()) return;
   for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2,

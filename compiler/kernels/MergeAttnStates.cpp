@@ -44,13 +44,16 @@ class MergeBuilder {
     ir::Attributes rowStride;
     if (config_.headSize % 8 == 0) rowStride.set("divisibility", int64_t{8});
     const ScalarKind dt = config_.dtype, f32 = ScalarKind::F32;
-    out_ = kernel.addParameter(Type::pointer(dt), "output", aligned);
+    out_ = kernel.addParameter(Type::pointer(config_.outputFp8 ? ScalarKind::F8E4M3 : dt), "output", aligned);
     if (config_.outputLse) outLse_ = kernel.addParameter(Type::pointer(f32), "output_lse", aligned);
     prefixOut_ = kernel.addParameter(Type::pointer(dt), "prefix_output", aligned);
     prefixLse_ = kernel.addParameter(Type::pointer(f32), "prefix_lse", aligned);
     suffixOut_ = kernel.addParameter(Type::pointer(dt), "suffix_output", aligned);
     suffixLse_ = kernel.addParameter(Type::pointer(f32), "suffix_lse", aligned);
+    if (config_.outputFp8) outputScale_ = kernel.addParameter(Type::pointer(f32), "output_scale");
     numTokens_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "num_tokens");
+    if (config_.contextTokenLimit)
+      tokensWithContext_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "prefill_tokens_with_context");
     const Type i64 = Type::scalar(ScalarKind::I64);
     for (const char* name : {"o_stride_token", "o_stride_head", "p_stride_token", "p_stride_head", "s_stride_token",
                              "s_stride_head"})
@@ -78,13 +81,23 @@ class MergeBuilder {
     Value* zeroRow = b_.constFloat(0.0, rowF32, "zero_row");
     Value* negInfRow = b_.constFloat(-inf, rowF32, "neg_inf_row");
     Value* posInfRow = b_.constFloat(inf, rowF32, "pos_inf_row");
-    auto loadLse = [&](Value* base, const std::string& name) {
-      Value* raw = b_.load(b_.addPtr(b_.splat(base, {T}), lseIndex), tokenMask, zeroRow, name + "_raw");
+    // Tokens with a prefix state: all, or those before prefill_tokens_with_context.
+    Value* hasContext = nullptr;
+    Value* prefixMask = tokenMask;
+    if (config_.contextTokenLimit) {
+      hasContext = b_.cmp(CmpPredicate::Lt, token, b_.splat(tokensWithContext_, {T}), "has_context");
+      prefixMask = b_.andOp(tokenMask, hasContext, "prefix_mask");
+    }
+    Value* sLseRaw = nullptr;
+    auto loadLse = [&](Value* base, Value* mask, Value* other, const std::string& name) {
+      Value* raw = b_.load(b_.addPtr(b_.splat(base, {T}), lseIndex), mask, other, name + "_raw");
+      if (base == suffixLse_) sLseRaw = raw;
       // +inf (FA2's LSE of an empty key set) means no keys, like -inf.
       return b_.select(b_.cmp(CmpPredicate::Eq, raw, posInfRow), negInfRow, raw, name);
     };
-    Value* pLse = loadLse(prefixLse_, "p_lse");
-    Value* sLse = loadLse(suffixLse_, "s_lse");
+    // A token without context has an empty prefix.
+    Value* pLse = loadLse(prefixLse_, prefixMask, hasContext ? negInfRow : zeroRow, "p_lse");
+    Value* sLse = loadLse(suffixLse_, tokenMask, zeroRow, "s_lse");
     Value* maxLse = b_.max(pLse, sLse, "max_lse");
     Value* bothEmpty = b_.cmp(CmpPredicate::Eq, maxLse, negInfRow, "both_empty");
     Value* shift = b_.select(bothEmpty, zeroRow, maxLse, "shift");
@@ -95,6 +108,8 @@ class MergeBuilder {
       // Both empty: -inf, vLLM's value (log(0) + 0).
       Value* logSum = b_.select(bothEmpty, negInfRow, b_.unary(Opcode::Log, outSe), "log_out_se");
       Value* outLse = b_.add(logSum, shift, "out_lse");
+      // Without context: the suffix's LSE as stored (vLLM copies it, +inf included).
+      if (hasContext) outLse = b_.select(hasContext, outLse, sLseRaw, "out_lse_or_suffix");
       b_.store(b_.addPtr(b_.splat(outLse_, {T}), lseIndex), outLse, tokenMask);
     }
     // Weights to 2 ulp (a bf16/f16 output rounds far coarser): without the correctly
@@ -115,13 +130,29 @@ class MergeBuilder {
     };
     const Type tileDt = Type::tile({T, D}, Type::scalar(config_.dtype));
     Value* zeroTile = b_.constFloat(0.0, tileDt, "zero_tile");
-    Value* pOut = b_.load(rowPointers(prefixOut_, strides_[2], strides_[3], "p_ptrs"), mask, zeroTile, "p_out");
+    Value* prefixRows = hasContext ? b_.andOp(mask, asColumn(hasContext, D), "prefix_rows") : mask;
+    Value* pOut = b_.load(rowPointers(prefixOut_, strides_[2], strides_[3], "p_ptrs"), prefixRows, zeroTile, "p_out");
     Value* sOut = b_.load(rowPointers(suffixOut_, strides_[4], strides_[5], "s_ptrs"), mask, zeroTile, "s_out");
     auto toF32 = [&](Value* v) { return config_.dtype == F32 ? v : b_.cast(v, F32); };
     Value* merged = b_.add(b_.mul(toF32(pOut), asColumn(pScale, D)), b_.mul(toF32(sOut), asColumn(sScale, D)),
                            "merged_f32");
-    Value* mergedDt = config_.dtype == F32 ? merged : b_.cast(merged, config_.dtype, "merged");
-    Value* result = b_.select(asColumn(bothEmpty, D), pOut, mergedDt, "out");
+    Value* result = nullptr;
+    if (!config_.outputFp8 && !hasContext) {
+      Value* mergedDt = config_.dtype == F32 ? merged : b_.cast(merged, config_.dtype, "merged");
+      result = b_.select(asColumn(bothEmpty, D), pOut, mergedDt, "out");
+    } else {
+      // Both empty: the prefix row; no context: the suffix row, as it is.
+      Value* rows = b_.select(asColumn(bothEmpty, D), toF32(pOut), merged, "merged_or_prefix");
+      if (hasContext) rows = b_.select(asColumn(hasContext, D), rows, toF32(sOut), "merged_or_suffix");
+      if (config_.outputFp8) {
+        // x · (1 / scale), as vLLM computes it; the cast saturates at ±448.
+        Value* scale = b_.load(outputScale_, nullptr, nullptr, "output_scale");
+        Value* inverse = b_.div(b_.constFloat(1.0, Type::scalar(F32)), scale, "inverse_scale");
+        result = b_.cast(b_.mul(rows, b_.splat(inverse, {T, D})), ScalarKind::F8E4M3, "out_fp8");
+      } else {
+        result = config_.dtype == F32 ? rows : b_.cast(rows, config_.dtype, "out");
+      }
+    }
     b_.store(rowPointers(out_, strides_[0], strides_[1], "o_ptrs"), result, mask);
   }
 
@@ -132,7 +163,7 @@ class MergeBuilder {
   Builder& b_;
   const MergeAttnStatesConfig& config_;
   Value *out_ = nullptr, *outLse_ = nullptr, *prefixOut_ = nullptr, *prefixLse_ = nullptr, *suffixOut_ = nullptr,
-        *suffixLse_ = nullptr, *numTokens_ = nullptr;
+        *suffixLse_ = nullptr, *numTokens_ = nullptr, *outputScale_ = nullptr, *tokensWithContext_ = nullptr;
   std::vector<Value*> strides_;  // o, p, s: (token, head) each
 };
 
@@ -143,6 +174,8 @@ int MergeAttnStatesConfig::headSizePadded() const { return nextPowerOfTwo(headSi
 std::string MergeAttnStatesConfig::kernelName() const {
   std::string name = std::string("merge_attn_states_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) +
                      "_d" + std::to_string(headSize) + (outputLse ? "_lse" : "_nolse");
+  if (outputFp8) name += "_fp8out";
+  if (contextTokenLimit) name += "_ctxlimit";
   const MergeAttnStatesConfig defaults;
   if (blockTokens != defaults.blockTokens) name += "_t" + std::to_string(blockTokens);
   if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);

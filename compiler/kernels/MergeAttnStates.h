@@ -31,12 +31,21 @@ struct MergeAttnStatesConfig {
   int numHeads = 32;
   int headSize = 128;
   bool outputLse = true;  // also write the merged LSE
+  // The output is fp8 e4m3: merged / output_scale (a f32 scalar in device memory,
+  // the output_scale parameter), saturated at ±448, rounded to nearest even.
+  bool outputFp8 = false;
+  // Tokens at or after the run-time prefill_tokens_with_context parameter have no
+  // prefix state: their output and LSE are the suffix's, as they are (the prefix is
+  // not read for them). vLLM's chunked prefill, where only the first tokens of the
+  // batch have cached context.
+  bool contextTokenLimit = false;
   int blockTokens = 16;   // tokens per program (a power of two)
   int numWarps = 4;
 
   int headSizePadded() const;  // next power of two >= headSize
-  // e.g. "merge_attn_states_bf16_h32_d128_lse" ("_nolse" without the LSE output; tuning
-  // knobs that differ from the defaults are appended: "_t32_w8").
+  // e.g. "merge_attn_states_bf16_h32_d128_lse" ("_nolse" without the LSE output;
+  // "_fp8out", "_ctxlimit"; tuning knobs that differ from the defaults are
+  // appended: "_t32_w8").
   std::string kernelName() const;
   support::Status validate() const;
 };
@@ -44,7 +53,9 @@ struct MergeAttnStatesConfig {
 // Kernel parameters, in order:
 //   output ptr<dtype>, [output_lse ptr<f32> when outputLse], prefix_output ptr<dtype>,
 //   prefix_lse ptr<f32>, suffix_output ptr<dtype>, suffix_lse ptr<f32>,
-//   num_tokens i32, o_stride_token i64, o_stride_head i64, p_stride_token i64,
+//   [output_scale ptr<f32> when outputFp8; output is then ptr<f8e4m3>],
+//   num_tokens i32, [prefill_tokens_with_context i32 when contextTokenLimit],
+//   o_stride_token i64, o_stride_head i64, p_stride_token i64,
 //   p_stride_head i64, s_stride_token i64, s_stride_head i64.
 // Strides are in elements; the number of heads is the grid's y extent.
 support::Expected<std::unique_ptr<ir::Kernel>> buildMergeAttnStates(const MergeAttnStatesConfig& config);

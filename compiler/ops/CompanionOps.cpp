@@ -157,6 +157,9 @@ support::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesPara
   const MergeAttnStatesConfig config = selectMergeAttnStatesVariant(p);
   auto started = startCall(checks, config, p.numTokens, [config] { return compiler::buildMergeAttnStates(config); });
   if (!started) return started.status();
+  if (p.prefillTokensWithContext < -1)
+    return checks.error("prefill_tokens_with_context (" + std::to_string(p.prefillTokensWithContext) +
+                        ") must be -1 (every token has a prefix) or a token count");
   PreparedCall call = std::move(*started);
   if (call.empty) return call;
   if (support::Status s = checks.strides({{"output_stride_token", p.outputStrideToken},
@@ -172,7 +175,9 @@ support::Expected<PreparedCall> prepareMergeAttnStates(const MergeAttnStatesPara
   if (config.outputLse) arguments.push_back(KernelArgument::devicePointer(p.outputLse));
   for (uint64_t pointer : {p.prefixOutput, p.prefixLse, p.suffixOutput, p.suffixLse})
     arguments.push_back(KernelArgument::devicePointer(pointer));
+  if (config.outputFp8) arguments.push_back(KernelArgument::devicePointer(p.outputScale));
   arguments.push_back(KernelArgument::integerValue(p.numTokens));
+  if (config.contextTokenLimit) arguments.push_back(KernelArgument::integerValue(p.prefillTokensWithContext));
   for (int64_t stride : {p.outputStrideToken, p.outputStrideHead, p.prefixStrideToken, p.prefixStrideHead,
                          p.suffixStrideToken, p.suffixStrideHead})
     arguments.push_back(KernelArgument::integerValue(stride));
@@ -321,6 +326,8 @@ MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& 
   config.numHeads = p.numHeads;
   config.headSize = p.headSize;
   config.outputLse = p.outputLse != 0;
+  config.outputFp8 = p.outputScale != 0;
+  config.contextTokenLimit = p.prefillTokensWithContext >= 0 && p.prefillTokensWithContext < p.numTokens;
   // Warps so that each thread loads 32 bytes of each input (two 16-byte vectors):
   // faster than 64 bytes per thread (bench/merge_attn_states.yaml; measured:
   // docs/perf-log.md, 2026-11-30).

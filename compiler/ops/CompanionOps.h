@@ -71,6 +71,13 @@ struct MergeAttnStatesParams {
   // ---- device pointers (16-byte aligned; LSEs f32 [num_heads, num_tokens];
   //      outputLse may be 0: the merged LSE is then not written) ----
   uint64_t output = 0, outputLse = 0, prefixOutput = 0, prefixLse = 0, suffixOutput = 0, suffixLse = 0;
+  // fp8 output: a f32 scalar in device memory; non-zero makes `output` fp8 e4m3,
+  // merged · (1 / scale) saturated at ±448 (vLLM's output_scale). 0: output in dtype.
+  uint64_t outputScale = 0;
+  // vLLM's prefill_tokens_with_context: tokens at or after it take the suffix's
+  // output and LSE as they are (their prefix rows and LSEs are not read). -1, or
+  // any value >= numTokens: every token has a prefix state.
+  int64_t prefillTokensWithContext = -1;
   // ---- strides of the [num_tokens, num_heads, head_size] outputs, in elements ----
   int64_t outputStrideToken = 0, outputStrideHead = 0, prefixStrideToken = 0, prefixStrideHead = 0;
   int64_t suffixStrideToken = 0, suffixStrideHead = 0;

@@ -362,7 +362,11 @@ std::vector<ParamField<C>> mergeFields() {
 
 template <>
 std::vector<ParamField<MergeAttnStatesConfig>> specFields() {
-  return mergeFields<MergeAttnStatesConfig>();
+  using C = MergeAttnStatesConfig;
+  std::vector<ParamField<C>> fields = mergeFields<C>();
+  fields.push_back({"output_fp8", false, boolField("output_fp8", &C::outputFp8)});
+  fields.push_back({"context_token_limit", false, boolField("context_token_limit", &C::contextTokenLimit)});
+  return fields;
 }
 
 template <>
@@ -758,6 +762,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
 std::string formatSpecParams(const MergeAttnStatesConfig& config) {
   return "dtype=" + std::string(ir::scalarName(config.dtype)) + " num_heads=" + std::to_string(config.numHeads) +
          " head_size=" + std::to_string(config.headSize) + " output_lse=" + (config.outputLse ? "true" : "false") +
+         (config.outputFp8 ? " output_fp8=true" : "") + (config.contextTokenLimit ? " context_token_limit=true" : "") +
          " block_tokens=" + std::to_string(config.blockTokens) + " num_warps=" + std::to_string(config.numWarps);
 }
 

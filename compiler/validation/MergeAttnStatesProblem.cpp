@@ -1,5 +1,6 @@
 #include "compiler/validation/MergeAttnStatesProblem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -18,6 +19,9 @@ namespace {
 // wrong place (multiples of 8 keep the kernel's divisibility promise).
 constexpr int64_t kPrefixPadding = 8, kSuffixPadding = 16, kOutputPadding = 24;
 constexpr double kLseTolerance = 1e-5;
+// fp8 outputs: merged / kOutputScale, a power of two that saturates rows of
+// magnitude above 448/512 and leaves the rest in e4m3's normal range.
+constexpr double kOutputScale = 1.0 / 512;
 
 // Max abs error allowed for outputs of magnitude <= 1: the final rounding to the
 // dtype (unit roundoff u) twice over for the f32 weights computed with the GPU's
@@ -62,6 +66,8 @@ support::Expected<std::unique_ptr<MergeAttnStatesProblem>> MergeAttnStatesProble
   in.numTokens = static_cast<int>(T);
   in.numHeads = config.numHeads;
   in.headSize = config.headSize;
+  // Two thirds of the tokens have a prefix state; the rest take the suffix.
+  if (config.contextTokenLimit) in.tokensWithContext = static_cast<int>(T * 2 / 3);
   RandomStream random(shape.seed);
   auto randomOutput = [&] { return ir::roundToFloatKind(random.uniform(-1, 1), dt); };
   in.prefixOutput.resize(static_cast<size_t>(T * H * D));
@@ -74,9 +80,11 @@ support::Expected<std::unique_ptr<MergeAttnStatesProblem>> MergeAttnStatesProble
 
   const int64_t pStride = H * D + kPrefixPadding, sStride = H * D + kSuffixPadding, oStride = H * D + kOutputPadding;
   problem->oStrideToken_ = oStride;
-  auto rows = [&](const std::vector<double>& values, int64_t strideToken) {
-    std::vector<uint8_t> bytes = poisonedBuffer(dt, static_cast<size_t>(T * strideToken));
-    for (int64_t t = 0; t < T; ++t)
+  // The prefix rows end after the last token with context (a kernel that read
+  // the prefix of a later token would read outside its buffer).
+  auto rows = [&](const std::vector<double>& values, int64_t strideToken, int64_t tokens) {
+    std::vector<uint8_t> bytes = poisonedBuffer(dt, static_cast<size_t>(tokens * strideToken));
+    for (int64_t t = 0; t < tokens; ++t)
       for (int64_t i = 0; i < H * D; ++i)
         setFloat(bytes, dt, static_cast<size_t>(t * strideToken + i), values[static_cast<size_t>(t * H * D + i)]);
     return bytes;
@@ -87,13 +95,18 @@ support::Expected<std::unique_ptr<MergeAttnStatesProblem>> MergeAttnStatesProble
     return bytes;
   };
   auto& buffers = problem->buffers_;
-  buffers.push_back({"output", poisonedBuffer(dt, static_cast<size_t>(T * oStride)), true});
+  const ScalarKind outputKind = config.outputFp8 ? ScalarKind::F8E4M3 : dt;
+  buffers.push_back({"output", poisonedBuffer(outputKind, static_cast<size_t>(T * oStride)), true});
   if (config.outputLse) buffers.push_back({"output_lse", poisonedBuffer(ScalarKind::F32, in.prefixLse.size()), true});
-  buffers.push_back({"prefix_output", rows(in.prefixOutput, pStride), false});
+  const int64_t prefixTokens = in.tokensWithContext >= 0 ? in.tokensWithContext : T;
+  buffers.push_back({"prefix_output", rows(in.prefixOutput, pStride, prefixTokens), false});
   buffers.push_back({"prefix_lse", lse(in.prefixLse), false});
-  buffers.push_back({"suffix_output", rows(in.suffixOutput, sStride), false});
+  buffers.push_back({"suffix_output", rows(in.suffixOutput, sStride, T), false});
   buffers.push_back({"suffix_lse", lse(in.suffixLse), false});
-  problem->scalars_ = {T, oStride, D, pStride, D, sStride, D};
+  if (config.outputFp8) buffers.push_back({"output_scale", lse({kOutputScale}), false});
+  problem->scalars_ = {T};
+  if (config.contextTokenLimit) problem->scalars_.push_back(in.tokensWithContext);
+  for (int64_t stride : {oStride, D, pStride, D, sStride, D}) problem->scalars_.push_back(stride);
   problem->grid_ = {compiler::mergeAttnStatesGridX(config, T), H, 1};
   problem->minimumBytes_ = 3.0 * static_cast<double>(T * H * D) * static_cast<double>(elementBytes(dt)) +
                            (config.outputLse ? 3.0 : 2.0) * static_cast<double>(T * H) * 4.0;
@@ -105,15 +118,34 @@ void MergeAttnStatesProblem::check(const std::vector<Buffer>& after, AttentionRu
   const int64_t T = inputs_.numTokens, H = inputs_.numHeads, D = inputs_.headSize;
   const reference::MergeOutputs expected = reference::referenceMergeAttnStates(inputs_);
   const std::vector<uint8_t>& out = after[0].bytes;
+  const ScalarKind outputKind = config_.outputFp8 ? ScalarKind::F8E4M3 : dt;
   result.tolerance = mergeTolerance(dt);
   result.maxAbsError = 0;
   result.maxRelError = 0;
   std::string failure, worst;
+  // fp8 outputs are compared in units of the output scale: within half a step of
+  // the saturated reference, plus the f32 merge's error scaled alike.
+  const double fp8Slack = mergeTolerance(ScalarKind::F32) / kOutputScale;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < D; ++d) {
-        const double got = getFloat(out, dt, static_cast<size_t>(t * oStrideToken_ + h * D + d));
-        const double want = expected.output[static_cast<size_t>((t * H + h) * D + d)];
+        const size_t at = static_cast<size_t>(t * oStrideToken_ + h * D + d);
+        double want = expected.output[static_cast<size_t>((t * H + h) * D + d)];
+        double got = 0;
+        if (config_.outputFp8) {
+          got = reference::decodeFp8E4M3(static_cast<uint8_t>(getBits(out, outputKind, at)));
+          const double qmax = reference::quantMax(reference::QuantFormat::Fp8E4M3);
+          want = std::clamp(want / kOutputScale, -qmax, qmax);
+          const double allowed = reference::halfQuantStep(std::abs(want), reference::QuantFormat::Fp8E4M3) + fp8Slack;
+          if (std::isfinite(got) && std::abs(got - want) > allowed && failure.empty()) {
+            std::ostringstream text;
+            text << "fp8 output of token " << t << ", head " << h << ", dim " << d << ": got " << got
+                 << ", expected " << want << " (scaled by 1/" << kOutputScale << ") within " << allowed;
+            failure = text.str();
+          }
+        } else {
+          got = getFloat(out, dt, at);
+        }
         const double err = std::isfinite(got) ? std::abs(got - want) : std::numeric_limits<double>::infinity();
         if (err > result.maxAbsError || worst.empty()) {
           std::ostringstream text;
@@ -125,7 +157,7 @@ void MergeAttnStatesProblem::check(const std::vector<Buffer>& after, AttentionRu
       }
   for (int64_t t = 0; t < T && failure.empty(); ++t)
     for (int64_t i = H * D; i < oStrideToken_; ++i)
-      if (getBits(out, dt, static_cast<size_t>(t * oStrideToken_ + i)) != poisonBits(dt)) {
+      if (getBits(out, outputKind, static_cast<size_t>(t * oStrideToken_ + i)) != poisonBits(outputKind)) {
         failure = "the kernel wrote the padding after token " + std::to_string(t) + "'s output row";
         break;
       }
@@ -134,7 +166,9 @@ void MergeAttnStatesProblem::check(const std::vector<Buffer>& after, AttentionRu
       for (int64_t t = 0; t < T; ++t) {
         const double got = getFloat(after[1].bytes, ScalarKind::F32, static_cast<size_t>(h * T + t));
         const double want = expected.lse[static_cast<size_t>(h * T + t)];
-        const bool ok = std::isinf(want) ? got == want : std::abs(got - want) <= kLseTolerance;
+        const bool ok = std::isnan(want) ? std::isnan(got)
+                        : std::isinf(want) ? got == want
+                                           : std::abs(got - want) <= kLseTolerance;
         if (!ok) {
           std::ostringstream text;
           text << "output_lse of head " << h << ", token " << t << ": got " << got << ", expected " << want;
@@ -144,7 +178,9 @@ void MergeAttnStatesProblem::check(const std::vector<Buffer>& after, AttentionRu
       }
   }
   result.detail = failure.empty() ? "largest error at " + worst : failure;
-  result.passed = failure.empty() && result.maxAbsError <= result.tolerance;
+  // fp8 outputs were judged per element (their step grows with the value).
+  result.passed = failure.empty() && (config_.outputFp8 ? std::isfinite(result.maxAbsError)
+                                                        : result.maxAbsError <= result.tolerance);
 }
 
 support::Expected<AttentionRunResult> runMergeAttnStatesInterpreted(const compiler::MergeAttnStatesConfig& config,

@@ -290,6 +290,12 @@ typedef struct attnjit_merge_attn_states_params {
   int64_t output_stride_token, output_stride_head, prefix_stride_token, prefix_stride_head;
   int64_t suffix_stride_token, suffix_stride_head;
   void* stream;
+  /* fp8 output: a f32 scalar in device memory; non-zero makes output fp8 e4m3,
+   * merged * (1 / scale) saturated at +-448 (sm_89 or newer). 0: output in dtype. */
+  uint64_t output_scale;
+  /* tokens at or after this one take the suffix's output and LSE as they are
+   * (their prefix is not read); -1 (the default) or >= num_tokens: all merge */
+  int64_t prefill_tokens_with_context;
 } attnjit_merge_attn_states_params;
 
 void attnjit_merge_attn_states_params_init(attnjit_merge_attn_states_params* params);

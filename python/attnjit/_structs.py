@@ -164,6 +164,8 @@ class MergeAttnStatesParams(ctypes.Structure):
         ("suffix_stride_token", _i64),
         ("suffix_stride_head", _i64),
         ("stream", _ptr),
+        ("output_scale", _u64),
+        ("prefill_tokens_with_context", _i64),
     ]
 
 

@@ -411,18 +411,34 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
 
 
 def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None, stream=None,
-                      jit=None):
+                      jit=None, prefill_tokens_with_context=None, output_scale=None):
     """output = merge of two partial attention results by their LSEs (vLLM's
-    merge_attn_states). Outputs [num_tokens, num_heads, head_size] of one float
-    dtype; LSEs float32 [num_heads, num_tokens], contiguous; output_lse
-    (optional) receives the merged LSE."""
+    merge_attn_states). Partial outputs [num_tokens, num_heads, head_size] of one
+    float dtype, output of the same shape and dtype; LSEs float32 [num_heads,
+    num_tokens], contiguous; output_lse (optional) receives the merged LSE.
+    prefill_tokens_with_context (optional int): tokens at or after it take the
+    suffix's output and LSE as they are. output_scale (optional float32 tensor of
+    one element): output is then torch.float8_e4m3fn, merged * (1 / scale)
+    saturated at +-448."""
     torch = _require_torch()
     _check_tensor(torch, "output", output, 3)
-    dtype = _float_dtype(torch, "output", output)
     device = output.device
     num_tokens, num_heads, head_size = output.shape
+    scale_pointer = 0
+    if output_scale is None:
+        dtype = _float_dtype(torch, "output", output)
+        partial_dtype = output.dtype
+    else:
+        if not isinstance(output_scale, torch.Tensor) or output_scale.numel() != 1:
+            raise ValueError("output_scale must be a tensor of one float32")
+        _check_tensor(torch, "output_scale", output_scale, output_scale.dim(), torch.float32, device)
+        _check_tensor(torch, "output", output, 3, torch.float8_e4m3fn, device)
+        _check_tensor(torch, "prefix_output", prefix_output, 3, None, device)
+        dtype = _float_dtype(torch, "prefix_output", prefix_output)
+        partial_dtype = prefix_output.dtype
+        scale_pointer = output_scale.data_ptr()
     for name, tensor in (("prefix_output", prefix_output), ("suffix_output", suffix_output)):
-        _check_tensor(torch, name, tensor, 3, output.dtype, device)
+        _check_tensor(torch, name, tensor, 3, partial_dtype, device)
         _check_shape(name, tensor, output.shape)
     lses = [("prefix_lse", prefix_lse), ("suffix_lse", suffix_lse)]
     if output_lse is not None:
@@ -432,6 +448,12 @@ def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_l
         _check_shape(name, tensor, (num_heads, num_tokens))
         if not tensor.is_contiguous():
             raise ValueError("%s must be contiguous ([num_heads, num_tokens] row-major)" % name)
+    if prefill_tokens_with_context is None:
+        prefill_tokens_with_context = -1
+    elif isinstance(prefill_tokens_with_context, bool) or not isinstance(prefill_tokens_with_context, int) \
+            or prefill_tokens_with_context < 0:
+        raise ValueError("prefill_tokens_with_context must be a token count (an int >= 0) or None, got %r"
+                         % (prefill_tokens_with_context,))
     merge_attn_states_raw(
         jit=jit,
         dtype=dtype,
@@ -451,6 +473,8 @@ def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_l
         suffix_stride_token=suffix_output.stride(0),
         suffix_stride_head=suffix_output.stride(1),
         stream=stream_handle(stream, device).value,
+        output_scale=scale_pointer,
+        prefill_tokens_with_context=prefill_tokens_with_context,
     )
     return output
 

@@ -304,6 +304,11 @@ class CpuTests(unittest.TestCase):
         attnjit.ops.merge_attn_states_raw(validate_only=True, dtype="f16", num_heads=4, head_size=64, num_tokens=3,
                                           output=0x1000, prefix_output=0x2000, prefix_lse=0x3000,
                                           suffix_output=0x4000, suffix_lse=0x5000, stream=0, **strides)
+        merge = dict(validate_only=True, dtype="f16", num_heads=4, head_size=64, num_tokens=3, output=0x1000,
+                     prefix_output=0x2000, prefix_lse=0x3000, suffix_output=0x4000, suffix_lse=0x5000, **strides)
+        attnjit.ops.merge_attn_states_raw(output_scale=0x6000, prefill_tokens_with_context=1, **merge)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"prefill_tokens_with_context \(-2\) must be -1"):
+            attnjit.ops.merge_attn_states_raw(prefill_tokens_with_context=-2, **merge)
         with self.assertRaisesRegex(TypeError, "did you mean 'num_heads'"):
             attnjit.ops.merge_attn_states_raw(num_head=4)
         with self.assertRaisesRegex(ValueError, "dtype 'f8'"):
@@ -369,6 +374,33 @@ class GpuTests(unittest.TestCase):
         expected = prefix.double() * weight_p.double() + suffix.double() * weight_s.double()
         self.assertLess((out.double() - expected).abs().max().item(), 2e-2)
         self.assertLess((out_lse - lse).abs().max().item(), 1e-4)
+
+    def test_merge_attn_states_fp8_output_and_tokens_without_context(self):
+        torch.manual_seed(3)
+        tokens, heads, head_size, with_context = 40, 4, 96, 25
+        prefix = torch.randn(tokens, heads, head_size, device="cuda", dtype=torch.float16)
+        suffix = torch.randn_like(prefix)
+        prefix_lse = torch.randn(heads, tokens, device="cuda") * 3
+        suffix_lse = torch.randn(heads, tokens, device="cuda") * 3
+        prefix[with_context:] = float("nan")  # never read
+        scale = torch.tensor([1.0 / 256], device="cuda")
+        out = torch.full((tokens, heads, head_size), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+        out_lse = torch.full((heads, tokens), float("nan"), device="cuda")
+        attnjit.ops.merge_attn_states(out, prefix, prefix_lse, suffix, suffix_lse, output_lse=out_lse,
+                                      prefill_tokens_with_context=with_context, output_scale=scale)
+        torch.cuda.synchronize()
+        lse = torch.logaddexp(prefix_lse.double(), suffix_lse.double())
+        weight_p = torch.exp(prefix_lse.double() - lse).t().unsqueeze(-1)
+        weight_s = torch.exp(suffix_lse.double() - lse).t().unsqueeze(-1)
+        merged = prefix.double() * weight_p + suffix.double() * weight_s
+        merged[with_context:] = suffix[with_context:].double()
+        expected = (merged * 256).clamp(-448, 448)
+        got = out.double()
+        # e4m3 keeps 3 mantissa bits: half a step is 1/16 of the value's binade.
+        allowed = expected.abs().clamp(min=2.0 ** -6) / 16 + 1e-3
+        self.assertTrue(bool(((got - expected).abs() <= allowed).all()))
+        lse[:, with_context:] = suffix_lse[:, with_context:].double()
+        self.assertLess((out_lse.double() - lse).abs().max().item(), 1e-4)
 
     def test_merge_partials_matches_float64(self):
         torch.manual_seed(1)

@@ -16,6 +16,12 @@ MergeOutputs referenceMergeAttnStates(const MergeInputs& in) {
   for (size_t h = 0; h < H; ++h)
     for (size_t t = 0; t < T; ++t) {
       double p = in.prefixLse[h * T + t], s = in.suffixLse[h * T + t];
+      if (in.tokensWithContext >= 0 && t >= static_cast<size_t>(in.tokensWithContext)) {
+        const double* sRow = &in.suffixOutput[(t * H + h) * D];
+        std::copy(sRow, sRow + D, &out.output[(t * H + h) * D]);
+        out.lse[h * T + t] = s;
+        continue;
+      }
       if (std::isinf(p)) p = negInf;
       if (std::isinf(s)) s = negInf;
       const double* pOut = &in.prefixOutput[(t * H + h) * D];

@@ -11,11 +11,14 @@ namespace attnjit::validation::reference {
 // merge_attn_states over [numTokens][numHeads][headSize] outputs and
 // [numHeads][numTokens] natural-log LSEs. An infinite LSE (either sign) means an
 // empty key set; when both sides are empty the prefix output is taken and the LSE
-// is -inf (vLLM's CUDA kernel).
+// is -inf (vLLM's CUDA kernel). Tokens at or after `tokensWithContext` (when it is
+// not negative) have no prefix: their output and LSE are the suffix's, the LSE as
+// given (+inf included).
 struct MergeInputs {
   int numTokens = 0, numHeads = 0, headSize = 0;
   std::vector<double> prefixOutput, suffixOutput;
   std::vector<double> prefixLse, suffixLse;
+  int tokensWithContext = -1;
 };
 struct MergeOutputs {
   std::vector<double> output;  // [numTokens][numHeads][headSize]
