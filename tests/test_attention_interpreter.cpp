@@ -140,8 +140,10 @@ TEST_CASE("unified attention: validate names the bad field and value", "[attenti
   c.headSize = 257;
   CHECK(validationError(c) == "head_size (257) must be between 32 and 256");
   c = ok;
-  c.blockSize = 24;
-  CHECK(validationError(c) == "block_size (24) must be a multiple of 16 between 16 and 256");
+  c.blockSize = 0;
+  CHECK(validationError(c) == "block_size (0) must be between 1 and 256");
+  c.blockSize = 257;
+  CHECK(validationError(c) == "block_size (257) must be between 1 and 256");
   c = ok;
   c.tileSize = 48;
   CHECK(validationError(c) == "tile_size (48) must be a power of two between 16 and 256");
@@ -315,6 +317,17 @@ TEST_CASE("unified attention: tiles smaller and larger than cache blocks", "[att
     auto config = makeConfig(ScalarKind::F32, 4, 2, 48, 32, true);
     config.tileSize = tileSize;
     runAndCheck(config, mixedBatch(3));
+  }
+}
+
+TEST_CASE("unified attention: block sizes that are not multiples of 16, down to 1", "[attention][blocksize]") {
+  for (int blockSize : {1, 5, 24, 48}) {
+    for (int tileSize : {16, 64}) {
+      auto config = makeConfig(ScalarKind::BF16, 4, 2, 64, blockSize, blockSize % 2 == 0);
+      config.tileSize = tileSize;
+      INFO("block_size " << blockSize << ", tile_size " << tileSize);
+      runAndCheck(config, mixedBatch(static_cast<uint64_t>(blockSize)));
+    }
   }
 }
 

@@ -56,6 +56,14 @@ std::vector<compiler::UnifiedAttentionConfig> attentionConfigs() {
   unpipelined.numStages = 1;
   unpipelined.tileSize = 64;
   configs.push_back(unpipelined);
+  compiler::UnifiedAttentionConfig pageOfOne;  // vLLM's decode tests: one token per cache block
+  pageOfOne.blockSize = 1;
+  configs.push_back(pageOfOne);
+  compiler::UnifiedAttentionConfig blocksOf24;  // prefill tiles over blocks that are not multiples of 16
+  blocksOf24.blockSize = 24;
+  blocksOf24.blockMRows = 128;
+  blocksOf24.numWarps = 8;
+  configs.push_back(blocksOf24);
   return configs;
 }
 

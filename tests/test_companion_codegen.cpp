@@ -188,7 +188,7 @@ TEST_CASE("cache writes below 16-byte alignment access rows no wider than promis
   }
 }
 
-TEST_CASE("merge_attn_states with fp8 output and a context limit assembles; sm_80 refuses fp8", "[codegen][merge][ptxas]") {
+TEST_CASE("merge_attn_states with fp8 output and a context limit assembles, and sm_80 refuses fp8", "[codegen][merge][ptxas]") {
   compiler::MergeAttnStatesConfig config;
   config.dtype = ir::ScalarKind::BF16;
   config.outputFp8 = true;

@@ -253,7 +253,7 @@ std::vector<MalformedSpec> malformedSpecs() {
        5,
        21,
        {"invalid variant (", "num_kv_heads=6", "num_kv_heads (6)"}},
-      {"invalid block size", edited("block_size: 16", "block_size: 24"), 7, 15, {"invalid variant (", "block_size=24"}},
+      {"invalid block size", edited("block_size: 16", "block_size: 300"), 7, 15, {"invalid variant (", "block_size=300"}},
       {"two spellings of one dtype make duplicate names",
        edited("dtype: bf16", "dtype: [bf16, bfloat16]"),
        3,

@@ -360,8 +360,8 @@ support::Status MlaDecodeConfig::validate() const {
   if (softcap != 0) return configError("softcap is not supported by mla_decode (vLLM's MLA backends reject it)");
   if (numHeads < 1 || numHeads > 128)
     return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 128");
-  if (blockSize < 16 || blockSize > 256 || blockSize % 16 != 0)
-    return configError("block_size (" + std::to_string(blockSize) + ") must be a multiple of 16 between 16 and 256");
+  if (blockSize < 1 || blockSize > 256)
+    return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
   if (blockH != 16 && blockH != 32 && blockH != 64)
     return configError("block_h (" + std::to_string(blockH) + ") must be 16, 32 or 64");
   if (tileSize != 16 && tileSize != 32 && tileSize != 64)

@@ -36,7 +36,7 @@ struct MlaDecodeConfig {
   int kvLoraRank = 512;  // L: 512 (DeepSeek-V2/V3) or 256
   int ropeDim = 64;      // R: 64
   int numHeads = 128;    // H: query heads sharing the latent head
-  int blockSize = 16;    // cache tokens per block, a multiple of 16
+  int blockSize = 16;    // cache tokens per block, 1 to 256
   int blockH = 16;       // query heads per program: 16, 32 or 64
   int tileSize = 16;     // keys per loop iteration: 16, 32 or 64
   int numWarps = 4;

@@ -1105,8 +1105,8 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (valueHeadSize != 0 && (valueHeadSize < 32 || valueHeadSize > 256))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
                        ") must be between 32 and 256 (0 = head_size: equal QK and V head sizes)");
-  if (blockSize < 16 || blockSize > 256 || blockSize % 16 != 0)
-    return configError("block_size (" + std::to_string(blockSize) + ") must be a multiple of 16 between 16 and 256");
+  if (blockSize < 1 || blockSize > 256)
+    return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
   if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))
     return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
   if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))

@@ -37,7 +37,7 @@ struct UnifiedAttentionConfig {
   // kv_stride_kv = Dqk: see kvCacheRowElements below and KvCacheFormat.h for the
   // per-token-head rows of that layout.
   int valueHeadSize = 0;
-  int blockSize = 16;   // KV cache block size (tokens per block), a multiple of 16
+  int blockSize = 16;   // KV cache block size (tokens per block), 1 to 256
   bool causal = true;
   int tileSize = 32;    // KV tokens per loop iteration
   int numWarps = 4;

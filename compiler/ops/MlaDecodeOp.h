@@ -49,7 +49,7 @@ struct MlaDecodeParams {
   int kvLoraRank = 512;  // L: 512 or 256
   int ropeDim = 64;      // R: 64
   int numHeads = 0;      // H: 16 to 128
-  int blockSize = 0;     // a multiple of 16
+  int blockSize = 0;     // 1 to 256
   // One split, one tiling: a sequence's result does not depend on the batch.
   bool batchInvariant = false;
   MlaSplitRule splitRule = MlaSplitRule::Balanced;

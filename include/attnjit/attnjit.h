@@ -371,7 +371,7 @@ typedef struct attnjit_mla_decode_params {
   int kv_lora_rank;                        /* L: 512 (default) or 256 */
   int rope_dim;                            /* R: 64 (default) */
   int num_heads;                           /* H: 16 to 128 */
-  int block_size;                          /* a multiple of 16 */
+  int block_size;                          /* 1 to 256 */
   int batch_invariant;                     /* nonzero: one split, one tiling, whatever the batch */
   attnjit_mla_split_rule split_rule;       /* default BALANCED */
   /* the batch */
