@@ -51,6 +51,25 @@ TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
   CHECK(variants >= 6);
 }
 
+TEST_CASE("GPU attention over cache blocks of 1, 5 and 24 tokens, decode and prefill tilings", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  compiler::BatchShape mixed;
+  mixed.queryLens = {1, 37, 1, 130, 5};
+  mixed.contextLens = {77, 0, 300, 61, 1};
+  mixed.seed = 17;
+  for (int blockSize : {1, 5, 24})
+    for (int blockMRows : {0, 128}) {
+      compiler::UnifiedAttentionConfig config;
+      config.numQueryHeads = 8;
+      config.numKvHeads = 2;
+      config.blockSize = blockSize;
+      config.blockMRows = blockMRows;
+      config.tileSize = blockMRows ? 64 : 32;
+      config.numWarps = blockMRows ? 8 : 4;
+      checkOnGpu(config, mixed);
+    }
+}
+
 TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batches", "[gpu]") {
   if (!tests::gpuPresent()) return;
   compiler::BatchShape mixed;
