@@ -328,6 +328,12 @@ TEST_CASE("unified attention: block sizes that are not multiples of 16, down to 
       INFO("block_size " << blockSize << ", tile_size " << tileSize);
       runAndCheck(config, mixedBatch(static_cast<uint64_t>(blockSize)));
     }
+    // The prefill tiling: 128 query rows over 8 warps.
+    auto prefill = makeConfig(ScalarKind::BF16, 8, 2, 64, blockSize, true);
+    prefill.blockMRows = 128;
+    prefill.numWarps = 8;
+    prefill.tileSize = 64;
+    runAndCheck(prefill, mixedBatch(static_cast<uint64_t>(blockSize) + 100));
   }
 }
 
