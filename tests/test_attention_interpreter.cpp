@@ -135,10 +135,10 @@ TEST_CASE("unified attention: validate names the bad field and value", "[attenti
   c.dtype = ScalarKind::F8E4M3;
   CHECK(validationError(c) == "dtype (f8e4m3) is not supported; use f32, f16 or bf16");
   c = ok;
-  c.headSize = 16;
-  CHECK(validationError(c) == "head_size (16) must be between 32 and 256");
-  c.headSize = 257;
-  CHECK(validationError(c) == "head_size (257) must be between 32 and 256");
+  c.headSize = 0;
+  CHECK(validationError(c) == "head_size (0) must be between 1 and 512");
+  c.headSize = 513;
+  CHECK(validationError(c) == "head_size (513) must be between 1 and 512");
   c = ok;
   c.blockSize = 0;
   CHECK(validationError(c) == "block_size (0) must be between 1 and 256");
@@ -317,6 +317,14 @@ TEST_CASE("unified attention: tiles smaller and larger than cache blocks", "[att
     auto config = makeConfig(ScalarKind::F32, 4, 2, 48, 32, true);
     config.tileSize = tileSize;
     runAndCheck(config, mixedBatch(3));
+  }
+}
+
+TEST_CASE("unified attention: head sizes from 1 to 512", "[attention][headsize]") {
+  for (int headSize : {1, 8, 24, 40, 72, 320, 512}) {
+    auto config = makeConfig(ScalarKind::BF16, 4, 2, headSize, 16, headSize % 2 == 0);
+    INFO("head_size " << headSize);
+    runAndCheck(config, mixedBatch(static_cast<uint64_t>(headSize)));
   }
 }
 

@@ -22,6 +22,7 @@
 #include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "ir/Parser.h"
 
 using namespace attnjit;
@@ -1022,4 +1023,40 @@ TEST_CASE("ATTNJIT_LLVM_PIPELINE picks the LLVM pipeline when the options do not
   CHECK(compiler::jitCacheKey(*afterPasses, options).find("llvm-o3 on\n") != std::string::npos);
   ::unsetenv("ATTNJIT_LLVM_PIPELINE");
   CHECK(compiler::jitCacheKey(*afterPasses, options).find("llvm-pipeline fast\n") != std::string::npos);
+}
+
+TEST_CASE("attention with head sizes from 1 to 512 compiles and assembles", "[codegen][ptxas][headsize]") {
+  // The tilings the op picks for these head sizes, then the two families of tiles.
+  for (int headSize : {24, 512})
+    for (int queryLen : {1, 300}) {
+      ops::PagedAttentionParams p;
+      p.numQueryHeads = 32;
+      p.numKvHeads = 8;
+      p.headSize = headSize;
+      p.blockSize = 16;
+      p.numSeqs = 4;
+      p.numTokens = 4 * queryLen;
+      p.maxQueryLen = queryLen;
+      const compiler::UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(p);
+      INFO(chosen.kernelName());
+      const compiler::CompiledKernel compiled = compileAttention(chosen, "sm_90a");
+      CHECK_FALSE(compiled.ptx.empty());
+    }
+  for (int headSize : {1, 8, 24, 72, 320, 512})
+    for (int blockMRows : {0, 128}) {
+      compiler::UnifiedAttentionConfig config;
+      config.headSize = headSize;
+      config.blockMRows = blockMRows;
+      config.numWarps = blockMRows ? 8 : 4;
+      config.tileSize = headSize > 256 ? 16 : 32;
+      INFO(config.kernelName());
+      const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+      // A one-element head has no dot product to put on tensor cores.
+      if (headSize > 1) CHECK(compiled.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      if (!tests::havePtxas()) continue;
+      std::string log;
+      const bool ok = tests::assemblesWithPtxas(compiled.ptx, "sm_90a", &log);
+      INFO(log);
+      CHECK(ok);
+    }
 }
