@@ -194,6 +194,7 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->minSeqLen = c.min_seq_len;
   p->alibiSqrt = c.alibi_sqrt != 0;
   p->outputScale = c.output_scale;
+  p->slidingWindowRight = c.sliding_window_right;
   return ATTNJIT_OK;
 }
 

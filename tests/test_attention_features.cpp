@@ -262,6 +262,49 @@ TEST_CASE("unified attention features: window sizes around tiles and contexts", 
   CHECK(without->passed);
 }
 
+TEST_CASE("unified attention features: one-sided and asymmetric non-causal windows", "[attention][features][window]") {
+  // (left sw, right r): a left-only window, right-only windows (r = 1: no key
+  // after the query; r = 40: past a tile), and asymmetric ones.
+  const std::pair<int, int> windows[] = {{33, -1}, {0, 1}, {0, 40}, {5, 70}, {100, 3}, {1, 1}};
+  for (const auto& [left, right] : windows) {
+    for (bool prefillTiles : {false, true}) {
+      UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, false);
+      c.slidingWindow = left;
+      c.slidingWindowRight = right;
+      if (prefillTiles) {
+        c.blockMRows = 128;
+        c.numWarps = 8;
+        c.tileSize = 64;
+      }
+      INFO("window (" << left << ", " << right << ")");
+      runAndCheck(c, mixedAttentionBatch(40 + static_cast<uint64_t>(left + right)), /*afterPasses=*/right == 40);
+    }
+  }
+  // Per-sequence causal: the right bound serves the non-causal sequences only.
+  UnifiedAttentionConfig flagged = gqaConfig(ScalarKind::F16, false);
+  flagged.perSequenceCausal = true;
+  flagged.slidingWindow = 9;
+  flagged.slidingWindowRight = 20;
+  runAndCheck(flagged, mixedAttentionBatch(77), false);
+
+  UnifiedAttentionConfig bad = gqaConfig(ScalarKind::BF16, true);
+  bad.slidingWindowRight = 4;
+  CHECK(bad.validate().diagnostic().message ==
+        "sliding_window_right (4) needs non-causal attention (causal: false or per_sequence_causal): causal rows see "
+        "no key after their own");
+  bad.causal = false;
+  bad.slidingWindowRight = -2;
+  CHECK(bad.validate().diagnostic().message ==
+        "sliding_window_right (-2) must be -1 (no right bound), 0 (the window's own) or a positive key count");
+  bad.slidingWindowRight = -1;
+  CHECK(bad.validate().diagnostic().message ==
+        "sliding_window_right -1 (no right bound) needs a sliding_window: without one the window is already "
+        "unbounded");
+  bad.slidingWindow = 7;
+  CHECK(bad.validate());
+  CHECK(bad.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_noncausal_sw7_swrinf");
+}
+
 TEST_CASE("unified attention features: a decode far past the window reads no key before it",
           "[attention][features]") {
   // The harness drops the block-table entries of blocks wholly before every

@@ -1060,3 +1060,23 @@ TEST_CASE("attention with head sizes from 1 to 512 compiles and assembles", "[co
       CHECK(ok);
     }
 }
+
+TEST_CASE("attention with one-sided windows assembles in both tilings", "[codegen][ptxas][window]") {
+  for (int right : {-1, 1, 40})
+    for (int blockMRows : {0, 128}) {
+      compiler::UnifiedAttentionConfig config;
+      config.causal = false;
+      config.slidingWindow = right == -1 ? 64 : 0;
+      config.slidingWindowRight = right;
+      config.blockMRows = blockMRows;
+      config.numWarps = blockMRows ? 8 : 4;
+      INFO(config.kernelName());
+      const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+      CHECK(compiled.tirOptimized.find(right > 0 ? "SLIDING_WINDOW_RIGHT" : "SLIDING_WINDOW") != std::string::npos);
+      if (!tests::havePtxas()) continue;
+      std::string log;
+      const bool ok = tests::assemblesWithPtxas(compiled.ptx, "sm_90a", &log);
+      INFO(log);
+      CHECK(ok);
+    }
+}

@@ -70,6 +70,36 @@ TEST_CASE("GPU attention over cache blocks of 1, 5 and 24 tokens, decode and pre
     }
 }
 
+TEST_CASE("GPU attention with one-sided windows and head sizes 24 and 512", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  compiler::BatchShape mixed;
+  mixed.queryLens = {1, 37, 1, 130, 5};
+  mixed.contextLens = {77, 0, 300, 61, 1};
+  mixed.seed = 19;
+  const std::pair<int, int> windows[] = {{33, -1}, {0, 1}, {5, 70}};
+  for (const auto& [left, right] : windows)
+    for (int blockMRows : {0, 128}) {
+      compiler::UnifiedAttentionConfig config;
+      config.numQueryHeads = 8;
+      config.numKvHeads = 2;
+      config.causal = false;
+      config.slidingWindow = left;
+      config.slidingWindowRight = right;
+      config.blockMRows = blockMRows;
+      config.tileSize = blockMRows ? 64 : 32;
+      config.numWarps = blockMRows ? 8 : 4;
+      checkOnGpu(config, mixed);
+    }
+  for (int headSize : {24, 512}) {
+    compiler::UnifiedAttentionConfig config;
+    config.numQueryHeads = 8;
+    config.numKvHeads = 2;
+    config.headSize = headSize;
+    config.tileSize = headSize > 256 ? 16 : 32;
+    checkOnGpu(config, mixed);
+  }
+}
+
 TEST_CASE("GPU attention across dtypes, GQA ratios, head sizes and ragged batches", "[gpu]") {
   if (!tests::gpuPresent()) return;
   compiler::BatchShape mixed;

@@ -196,7 +196,7 @@ class AttentionBuilder {
     // Key range.
     Value *seqLen = nullptr, *contextLen = nullptr, *maxSeqPrefixLen = nullptr, *seqCausal = nullptr,
           *tileSize = nullptr, *numTiles = nullptr, *tileStart = nullptr, *tileEnd = nullptr,
-          *firstAllowedKey = nullptr, *window = nullptr, *segmentIdx = nullptr;
+          *firstAllowedKey = nullptr, *window = nullptr, *rightWindow = nullptr, *segmentIdx = nullptr;
     bool mayBeCausal = false, mayBeNonCausal = false;
     // K/V addressing.
     Value *blockSizeN = nullptr, *offsN = nullptr, *blockTableRow = nullptr, *kBase = nullptr, *vBase = nullptr,
@@ -582,19 +582,24 @@ void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
   p_.tileEnd = p_.numTiles;
   p_.firstAllowedKey = nullptr;
   p_.window = nullptr;
+  p_.rightWindow = nullptr;
   if (config_.slidingWindow > 0) {
     p_.window = b_.constexprValue("SLIDING_WINDOW", ScalarKind::I32, "sliding_window");
     p_.firstAllowedKey = b_.max(b_.add(b_.sub(b_.add(p_.contextLen, p_.qBlockFirstPos), p_.window), oneI32_), zeroI32_,
                              "first_allowed_key");
     p_.tileStart = b_.div(p_.firstAllowedKey, p_.tileSize, "tile_start");
-    if (p_.mayBeNonCausal) {
-      // The encoder window also ends sw - 1 keys after the program's last valid row.
-      Value* lastRow = b_.min(b_.add(p_.qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
-                              b_.sub(queryLen, oneI32_), "qpos_hi");
-      Value* lastAllowedKey = b_.add(b_.add(p_.contextLen, lastRow), b_.sub(p_.window, oneI32_), "last_allowed_key");
-      p_.tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, p_.tileSize), oneI32_), p_.numTiles, "tile_end");
-      if (p_.seqCausal) p_.tileEnd = b_.select(p_.seqCausal, p_.numTiles, p_.tileEnd, "tile_end_flagged");
-    }
+  }
+  if (p_.mayBeNonCausal && config_.rightWindow() > 0) {
+    // A non-causal window also ends r - 1 keys after the program's last valid row.
+    p_.rightWindow = config_.slidingWindowRight > 0
+                         ? b_.constexprValue("SLIDING_WINDOW_RIGHT", ScalarKind::I32, "sliding_window_right")
+                         : p_.window;
+    Value* lastRow = b_.min(b_.add(p_.qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
+                            b_.sub(queryLen, oneI32_), "qpos_hi");
+    Value* lastAllowedKey =
+        b_.add(b_.add(p_.contextLen, lastRow), b_.sub(p_.rightWindow, oneI32_), "last_allowed_key");
+    p_.tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, p_.tileSize), oneI32_), p_.numTiles, "tile_end");
+    if (p_.seqCausal) p_.tileEnd = b_.select(p_.seqCausal, p_.numTiles, p_.tileEnd, "tile_end_flagged");
   }
 
   // Split-KV: program z walks only the tiles of segment z, [z, z + 1)·segment_tiles,
@@ -634,11 +639,12 @@ void AttentionBuilder::buildScoreModifiers() {
       p_.mayBeCausal ? b_.add(splatTo(b_.add(p_.contextLen, oneI32_), {M}), p_.queryPos, "key_limit_causal") : nullptr;
   Value* nonCausalLimit = p_.mayBeNonCausal ? splatTo(p_.seqLen, {M}, "key_limit_all") : nullptr;
   p_.keyFloor2d = nullptr;
-  if (config_.slidingWindow > 0) {
+  if (config_.slidingWindow > 0 || p_.rightWindow) {
     Value* queryAbsPos = b_.add(splatTo(p_.contextLen, {M}), p_.queryPos, "query_abs_pos");
-    if (nonCausalLimit)
-      nonCausalLimit = b_.min(nonCausalLimit, b_.add(queryAbsPos, splatTo(p_.window, {M})), "key_limit_window");
-    p_.keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(p_.window, {M}), "key_floor"), N, "key_floor_2d");
+    if (nonCausalLimit && p_.rightWindow)
+      nonCausalLimit = b_.min(nonCausalLimit, b_.add(queryAbsPos, splatTo(p_.rightWindow, {M})), "key_limit_window");
+    if (config_.slidingWindow > 0)
+      p_.keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(p_.window, {M}), "key_floor"), N, "key_floor_2d");
   }
   Value* keyLimit = p_.seqCausal ? b_.select(splatTo(p_.seqCausal, {M}), causalLimit, nonCausalLimit, "key_limit")
                     : causalLimit ? causalLimit
@@ -936,7 +942,8 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
   // kernel more: masking every tile, or masking under a branch uniform across
   // the program (which makes ptxas spill), ran 9-17% slower on prefill
   // (docs/perf-log.md, 2026-11-30).
-  const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 && !config_.checkBounds &&
+  const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 &&
+                                config_.slidingWindowRight == 0 && !config_.checkBounds &&
                                 !config_.splitKv;
   std::vector<Value*> results;
   if (splitMaskedTiles) {
@@ -1040,6 +1047,11 @@ int UnifiedAttentionConfig::headSizePadded() const { return nextPowerOfTwo(headS
 
 int UnifiedAttentionConfig::valueHeadSizePadded() const { return nextPowerOfTwo(effectiveValueHeadSize()); }
 
+int UnifiedAttentionConfig::rightWindow() const {
+  if (slidingWindowRight > 0) return slidingWindowRight;
+  return slidingWindowRight == 0 ? slidingWindow : 0;
+}
+
 int UnifiedAttentionConfig::kvStrideDivisibility() const {
   // Per-token-head rows are D + 4 bytes (D/2 + 4 for int4): 4-byte multiples at best.
   // DiffKV's packed rows hold a K row and a V row, and kv_stride_kv is the K row.
@@ -1064,6 +1076,8 @@ std::string UnifiedAttentionConfig::kernelName() const {
                      "_bs" + std::to_string(blockSize) + (causal ? "_causal" : "_noncausal");
   // Score modifiers change the kernel's meaning: each on one is part of the name.
   if (slidingWindow != 0) name += "_sw" + std::to_string(slidingWindow);
+  if (slidingWindowRight != 0)
+    name += "_swr" + (slidingWindowRight < 0 ? std::string("inf") : std::to_string(slidingWindowRight));
   if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
   if (alibi) name += alibiSqrt ? "_alibisqrt" : "_alibi";
   if (sinks) name += "_sinks";
@@ -1117,6 +1131,16 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (slidingWindow < 0)
     return configError("sliding_window (" + std::to_string(slidingWindow) +
                        ") must not be negative (0 turns the window off)");
+  if (slidingWindowRight < -1)
+    return configError("sliding_window_right (" + std::to_string(slidingWindowRight) +
+                       ") must be -1 (no right bound), 0 (the window's own) or a positive key count");
+  if (slidingWindowRight != 0 && causal && !perSequenceCausal)
+    return configError("sliding_window_right (" + std::to_string(slidingWindowRight) +
+                       ") needs non-causal attention (causal: false or per_sequence_causal): causal rows see no key "
+                       "after their own");
+  if (slidingWindowRight == -1 && slidingWindow == 0)
+    return configError("sliding_window_right -1 (no right bound) needs a sliding_window: without one the window "
+                       "is already unbounded");
   if (!std::isfinite(softcap) || softcap < 0)
     return configError("softcap (" + numberText(softcap) + ") must be a finite number >= 0 (0 turns it off)");
   if (alibiSqrt && !alibi) return configError("alibi_sqrt needs alibi: true (it changes the ALiBi bias's form)");
@@ -1178,6 +1202,7 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
     cx.push_back({"VALUE_HEAD_SIZE_PADDED", int64_t{constants.valueHeadSizePadded}});
   }
   if (config.slidingWindow > 0) cx.push_back({"SLIDING_WINDOW", int64_t{config.slidingWindow}});
+  if (config.slidingWindowRight > 0) cx.push_back({"SLIDING_WINDOW_RIGHT", int64_t{config.slidingWindowRight}});
   if (config.softcap > 0) cx.push_back({"SOFTCAP", config.softcap});
 
   Builder builder(*kernel);

@@ -80,6 +80,12 @@ struct UnifiedAttentionConfig {
   // window of every row of a program are skipped, and keys before the window are
   // never read (their block-table entries and cache rows may be stale).
   int slidingWindow = 0;
+  // The right extent of a non-causal window, apart from the left (one-sided and
+  // asymmetric windows): 0 = the encoder window's (sw - 1 with a window, else
+  // none); r > 0: key j visible iff j - p < r; -1: no right bound (with a left
+  // window). Causal rows never see keys after p, so causal kernels refuse it;
+  // per-sequence causal kernels apply it to their non-causal sequences.
+  int slidingWindowRight = 0;
   // Softcap c: 0 = off; else s = c·tanh(s / c), before masking (vLLM's order).
   double softcap = 0;
   // ALiBi: s += slope[h]·(j - context_len) after masking, with slope[h] from the
@@ -146,6 +152,8 @@ struct UnifiedAttentionConfig {
   int valueHeadSizePadded() const;  // next power of two >= Dv: the scratch rows' width
   bool differentValueHeadSize() const { return effectiveValueHeadSize() != headSize; }
   // The divisibility the KV cache strides (in cache elements) are promised to have.
+  // The non-causal right bound in force: j - p < rightWindow(), 0 = none.
+  int rightWindow() const;
   int kvStrideDivisibility() const;
   // A stable name for the variant, e.g. "unified_attention_bf16_h32kv8_d128_bs16_causal"
   // ("_d192v128" for DiffKV).

@@ -60,6 +60,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.causal = p.causal;
   config.kvCacheFormat = p.kvCacheFormat;
   config.slidingWindow = p.slidingWindow;
+  config.slidingWindowRight = p.slidingWindowRight;
   config.softcap = p.softcap;
   config.alibi = p.alibiSlopes != 0;
   config.alibiSqrt = p.alibiSqrt;
@@ -121,7 +122,7 @@ bool lengthsEven(const PagedAttentionParams& p) {
 // A sliding window caps each sequence's work at the window whatever its length,
 // so the lengths say nothing about the tail there: such calls keep the fill rule.
 bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
-  return p.dtype != ir::ScalarKind::F32 && p.slidingWindow == 0 && p.minSeqLen > 0 && !lengthsEven(p) &&
+  return p.dtype != ir::ScalarKind::F32 && p.slidingWindow == 0 && p.slidingWindowRight == 0 && p.minSeqLen > 0 && !lengthsEven(p) &&
          p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
 }
 
@@ -176,6 +177,7 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
   p.causal = config.causal;
   p.kvCacheFormat = config.kvCacheFormat;
   p.slidingWindow = config.slidingWindow;
+  p.slidingWindowRight = config.slidingWindowRight;
   p.softcap = config.softcap;
   p.checkBounds = config.checkBounds;
   p.numSeqs = static_cast<int>(std::min(shape.queryLens.size(), shape.contextLens.size()));

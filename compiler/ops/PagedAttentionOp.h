@@ -56,6 +56,9 @@ struct PagedAttentionParams {
   // Score modifiers (UnifiedAttentionConfig): 0 = off. The softcap and the window
   // are compiled into the kernel; ALiBi and sinks are on when their pointer is set.
   int slidingWindow = 0;
+  // Non-causal rows' right bound (UnifiedAttentionConfig::slidingWindowRight):
+  // 0 = the window's own, r > 0: keys j - p < r, -1: none.
+  int slidingWindowRight = 0;
   double softcap = 0;
   // Results must not depend on the rest of the batch: one fixed tiling (vLLM's
   // 16 query rows, 64-key tiles) and no split-KV, whatever the batch looks like.

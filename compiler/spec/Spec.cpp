@@ -296,6 +296,19 @@ FieldParser<Config> slidingWindowField() {
 }
 
 template <typename Config>
+FieldParser<Config> slidingWindowRightField() {
+  return [](const YAML::Node& node, Config& config) -> support::Status {
+    std::optional<int64_t> value = isQuoted(node) ? std::nullopt : parseDecimal(node.Scalar());
+    if (!value || *value < -1 || *value > std::numeric_limits<int32_t>::max())
+      return support::Status::error({}, "'sliding_window_right' must be -1 (no right bound), 0 (the window's own) or "
+                                        "a positive key count, got '" +
+                                            support::excerpt(node.Scalar()) + "'");
+    config.slidingWindowRight = static_cast<int>(*value);
+    return support::Status::ok();
+  };
+}
+
+template <typename Config>
 FieldParser<Config> softcapField() {
   return [](const YAML::Node& node, Config& config) -> support::Status {
     const std::string& text = node.Scalar();
@@ -335,6 +348,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"defer_row_sum", false, boolField("defer_row_sum", &C::deferRowSum)},
       {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
       {"sliding_window", false, slidingWindowField<C>()},
+      {"sliding_window_right", false, slidingWindowRightField<C>()},
       {"softcap", false, softcapField<C>()},
       {"alibi", false, boolField("alibi", &C::alibi)},
       {"alibi_sqrt", false, boolField("alibi_sqrt", &C::alibiSqrt)},
@@ -748,6 +762,8 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
+         (config.slidingWindowRight != 0 ? " sliding_window_right=" + std::to_string(config.slidingWindowRight)
+                                         : std::string()) +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
          (config.alibi ? " alibi=true" : "") + (config.alibiSqrt ? " alibi_sqrt=true" : "") +
          (config.sinks ? " sinks=true" : "") +

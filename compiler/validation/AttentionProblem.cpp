@@ -256,6 +256,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   logical.causal = config.causal;
   logical.scale = 1.0 / std::sqrt(static_cast<double>(D));
   logical.slidingWindow = config.slidingWindow;
+  logical.slidingWindowRight = config.slidingWindowRight;
   logical.softcap = config.softcap;
   logical.alibiSqrt = config.alibiSqrt;
   logical.cuSeqlensQ.push_back(0);
@@ -513,10 +514,13 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     keys += static_cast<double>(seqLen);
     const bool causal =
         logical.causalPerSequence.empty() ? config.causal : logical.causalPerSequence[static_cast<size_t>(s)];
-    if (config.slidingWindow > 0) {
+    if (config.slidingWindow > 0 || config.rightWindow() > 0) {
       for (int64_t position = contextLen; position < seqLen; ++position) {
-        const int64_t firstKey = std::max<int64_t>(0, position + 1 - config.slidingWindow);
-        const int64_t endKey = causal ? position + 1 : std::min(seqLen, position + config.slidingWindow);
+        const int64_t firstKey =
+            config.slidingWindow > 0 ? std::max<int64_t>(0, position + 1 - config.slidingWindow) : 0;
+        const int64_t endKey =
+            causal ? position + 1
+                   : (config.rightWindow() > 0 ? std::min(seqLen, position + config.rightWindow()) : seqLen);
         visiblePairs += static_cast<double>(endKey - firstKey);
       }
       continue;

@@ -239,6 +239,10 @@ typedef struct attnjit_paged_attention_params {
    * fp8 e4m3 (one byte per element, strides still in elements): the output
    * divided by *output_scale, saturated at +-448. Needs an sm_89+ GPU. */
   uint64_t output_scale;
+  /* non-causal rows' right window bound (compiled into the kernel): 0 = the
+   * sliding window's own (symmetric), r > 0: key j visible iff j - p < r,
+   * -1: none (a left-only window) */
+  int sliding_window_right;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

@@ -111,6 +111,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("min_seq_len", _i32),
         ("alibi_sqrt", _i32),
         ("output_scale", _u64),
+        ("sliding_window_right", _i32),
     ]
 
 

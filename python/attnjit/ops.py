@@ -235,7 +235,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
-                    alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0):
+                    alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -256,6 +256,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     by it and saturated, vLLM's fp8 output; sm_89+), lse (float32 [Hq, num_tokens]
     output), workspace (a byte tensor of at least
     paged_attention_workspace_bytes(..., Dv, ...), with max_seq_len: split-KV).
+    sliding_window_right bounds non-causal rows on the right apart from
+    sliding_window (0: the window's own; r > 0: keys j - p < r; -1: none).
     check_bounds runs the bounds-checked kernel (block-table entries against
     kv_cache.shape[0], and the batch's lengths): a violation raises instead of
     reading out of bounds; it synchronizes the stream (debugging, not for CUDA
@@ -316,6 +318,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         causal=bool(causal),
         kv_cache_format=kv_cache_format,
         sliding_window=int(sliding_window),
+        sliding_window_right=int(sliding_window_right),
         softcap=float(softcap),
         batch_invariant=bool(batch_invariant),
         check_bounds=bool(check_bounds),

@@ -89,8 +89,9 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
       if (in.slidingWindow > 0) {
         const size_t window = static_cast<size_t>(in.slidingWindow);
         firstKey = position + 1 > window ? position + 1 - window : 0;
-        if (!causal) endKey = std::min(seqLen, position + window);
       }
+      const int right = in.slidingWindowRight != 0 ? in.slidingWindowRight : in.slidingWindow;
+      if (!causal && right > 0) endKey = std::min(seqLen, position + static_cast<size_t>(right));
       for (size_t h = 0; h < Hq; ++h) {
         const size_t kvHead = h / queriesPerKv;
         const double* q = &in.q[(token * Hq + h) * D];

@@ -32,6 +32,9 @@ struct AttentionInputs {
   // - slidingWindow > 0: causal sees keys with p - j < slidingWindow (decoder window
   //   (sw-1, 0)); non-causal sees keys with |p - j| < slidingWindow (encoder window).
   int slidingWindow = 0;
+  // - slidingWindowRight (non-causal rows): r > 0 sees keys with j - p < r; 0 the
+  //   window's own extent (slidingWindow, or none without one); -1 no right bound.
+  int slidingWindowRight = 0;
   // - softcap > 0: the score s = scale·q·k becomes softcap·tanh(s / softcap).
   double softcap = 0;
   // - alibiSlopes (numQueryHeads entries, empty = off): adds slope[h]·(j - c) to the
