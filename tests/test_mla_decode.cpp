@@ -137,6 +137,17 @@ TEST_CASE("mla decode handles odd lengths across tile and block edges", "[mla]")
   expectPasses(c, batchOf({15, 17, 31, 33, 47, 65}, 1, 11));
 }
 
+TEST_CASE("mla decode in f32", "[mla][f32]") {
+  for (int kvLoraRank : {512, 256}) {
+    MlaDecodeConfig config = smallConfig();
+    config.dtype = ir::ScalarKind::F32;
+    config.kvLoraRank = kvLoraRank;
+    expectPasses(config, batchOf({1, 37, 100}));
+    config.splitKv = true;
+    expectPasses(config, batchOf({1, 37, 100}, 2));
+  }
+}
+
 TEST_CASE("mla decode over cache blocks of 1, 5 and 24 tokens", "[mla][blocksize]") {
   for (int blockSize : {1, 5, 24}) {
     MlaDecodeConfig config = smallConfig();
@@ -185,8 +196,8 @@ TEST_CASE("mla decode rejects unsupported widths and score modifiers by name", "
   c.softcap = 30;
   CHECK(errorOf(c).find("softcap is not supported by mla_decode") != std::string::npos);
   c = MlaDecodeConfig{};
-  c.dtype = ir::ScalarKind::F32;
-  CHECK(errorOf(c).find("dtype (f32) is not supported by mla_decode") != std::string::npos);
+  c.dtype = ir::ScalarKind::F8E4M3;
+  CHECK(errorOf(c).find("dtype (f8e4m3) is not supported by mla_decode; use bf16, f16 or f32") != std::string::npos);
   c = MlaDecodeConfig{};
   c.kvCacheFormat = KvCacheFormat::Fp8E5M2;
   CHECK(errorOf(c).find("kv_cache_dtype fp8_e5m2 is not supported by mla_decode") != std::string::npos);
@@ -271,4 +282,23 @@ TEST_CASE("ptxas assembles every variant of specs/mla_decode.yaml for sm_80 and 
     }
   WARN("ptxas assembled " << assembled << " mla_decode kernels");
   CHECK(assembled == total);
+}
+
+TEST_CASE("f32 mla decode compiles without tensor cores and assembles", "[mla][f32][ptxas]") {
+  MlaDecodeConfig config = smallConfig();
+  config.dtype = ir::ScalarKind::F32;
+  auto kernel = compiler::buildMlaDecode(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  CHECK(compiled->ptx.find("mma.sync") == std::string::npos);
+  CHECK(compiled->ptx.find("fma.rn.f32") != std::string::npos);
+  if (!tests::havePtxas()) return;
+  std::string log;
+  const bool ok = tests::assemblesWithPtxas(compiled->ptx, "sm_90a", &log);
+  INFO(log);
+  CHECK(ok);
 }

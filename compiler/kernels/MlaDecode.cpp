@@ -341,9 +341,9 @@ std::string MlaDecodeConfig::kernelName() const {
 }
 
 support::Status MlaDecodeConfig::validate() const {
-  if (dtype != ScalarKind::BF16 && dtype != ScalarKind::F16)
+  if (dtype != ScalarKind::BF16 && dtype != ScalarKind::F16 && dtype != ScalarKind::F32)
     return configError(std::string("dtype (") + ir::scalarName(dtype) +
-                       ") is not supported by mla_decode; use bf16 or f16 (the latent cache's tensor-core types)");
+                       ") is not supported by mla_decode; use bf16, f16 or f32");
   const bool served = ropeDim == 64 && (kvLoraRank == 512 || kvLoraRank == 256);
   if (!served)
     return configError("the latent width kv_lora_rank + rope_dim = " + std::to_string(kvLoraRank) + " + " +

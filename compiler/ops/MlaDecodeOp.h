@@ -44,7 +44,7 @@ enum class MlaSplitRule {
 
 struct MlaDecodeParams {
   // ---- static: select the kernel ----
-  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q and out: f16 or bf16
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q and out: f32, f16 or bf16
   compiler::KvCacheFormat kvCacheFormat = compiler::KvCacheFormat::Auto;  // auto (dtype) or fp8_e4m3
   int kvLoraRank = 512;  // L: 512 or 256
   int ropeDim = 64;      // R: 64

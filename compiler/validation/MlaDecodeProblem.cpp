@@ -50,7 +50,12 @@ const double kSoftmaxScale = 1.0 / std::sqrt(192.0);
 // Same bound as unified attention (AttentionProblem.cpp): inputs are rounded to
 // the dtype before kernel and reference see them; P rounded to the dtype for P·V
 // and the rounded output give 2u; 4u leaves room for exp2.approx and summation order.
-double mlaTolerance(ScalarKind dtype) { return 4 * std::ldexp(1.0, dtype == ScalarKind::F16 ? -11 : -8); }
+// f16/bf16: 4u of the output dtype (as unified attention's); f32 keeps every
+// product and P in f32 (FMA dots, no tensor cores): a few hundred f32 ulps.
+double mlaTolerance(ScalarKind dtype) {
+  if (dtype == ScalarKind::F32) return 2e-5;
+  return 4 * std::ldexp(1.0, dtype == ScalarKind::F16 ? -11 : -8);
+}
 
 // Uniform in [-1, 1], never zero after rounding to `kind`.
 double nonzeroValue(RandomStream& random, ScalarKind kind) {

@@ -598,7 +598,7 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
                num_sms=0, stream=None, jit=None):
     """out = MLA latent decode of q over the latent cache (vLLM's TRITON_MLA decode).
 
-    q [B, H, L + R] and out [B, H, L] of one dtype (float16 or bfloat16; L =
+    q [B, H, L + R] and out [B, H, L] of one dtype (float32, float16 or bfloat16; L =
     kv_lora_rank, R = rope_dim, read from the shapes); kv_cache [num_blocks,
     block_size, L + R] in q's dtype for kv_cache_format "auto", of one-byte
     elements for "fp8_e4m3" (with kv_scale, a float32 tensor of one element);
@@ -610,8 +610,6 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
     (the batch's total keys, when known on the host) refines the "balanced"
     split rule; "vllm" is vLLM's rule."""
     torch = _require_torch()
-    if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError("q has dtype %s; the MLA decode takes float16 or bfloat16" % q.dtype)
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
     device = q.device

@@ -349,7 +349,8 @@ class TorchArgumentTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "output is on cpu"):
             attnjit.ops.merge_partials(q, q.unsqueeze(0), lse.unsqueeze(0))
         mla_q = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
-        with self.assertRaisesRegex(TypeError, "float16 or bfloat16"):
+        # float32 is an MLA dtype too: the device is what fails here.
+        with self.assertRaisesRegex(ValueError, "q is on cpu"):
             attnjit.ops.mla_decode(mla_q.float(), mla_q, mla_q, mla_q, mla_q)
         with self.assertRaisesRegex(ValueError, "q is on cpu"):
             attnjit.ops.mla_decode(mla_q, mla_q, mla_q, mla_q, mla_q)
