@@ -195,6 +195,7 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->alibiSqrt = c.alibi_sqrt != 0;
   p->outputScale = c.output_scale;
   p->slidingWindowRight = c.sliding_window_right;
+  p->qScale = c.q_scale;
   return ATTNJIT_OK;
 }
 

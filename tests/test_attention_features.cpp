@@ -443,3 +443,28 @@ TEST_CASE("spec: bad feature values are located errors", "[spec][features]") {
   CHECK(messageOf("  alibi: maybe\n") == "f.yaml:9:10: error: 'alibi' must be true or false, got 'maybe'");
   CHECK(messageOf("  sinks: \"true\"\n") == "f.yaml:9:10: error: 'sinks' must be true or false, got 'true'");
 }
+
+TEST_CASE("unified attention features: fp8 queries with their scale", "[attention][features][qfp8]") {
+  // vLLM's Q_IS_FP8: fp8 q and an fp8 cache (per-tensor), also with the other
+  // caches and outputs, 2D and the prefill tiling.
+  for (auto format : {attnjit::compiler::KvCacheFormat::Fp8E4M3, attnjit::compiler::KvCacheFormat::Auto,
+                      attnjit::compiler::KvCacheFormat::Int8PerTokenHead})
+    for (bool prefillTiles : {false, true}) {
+      UnifiedAttentionConfig c = gqaConfig(ScalarKind::BF16, true);
+      c.queryFp8 = true;
+      c.kvCacheFormat = format;
+      if (prefillTiles) {
+        c.blockMRows = 128;
+        c.numWarps = 8;
+        c.tileSize = 64;
+      }
+      runAndCheck(c, mixedAttentionBatch(61), /*afterPasses=*/prefillTiles);
+    }
+  UnifiedAttentionConfig f16 = gqaConfig(ScalarKind::F16, false);
+  f16.queryFp8 = true;
+  f16.outputFp8 = true;
+  runAndCheck(f16, mixedAttentionBatch(62), false);
+  UnifiedAttentionConfig named = gqaConfig(ScalarKind::BF16, true);
+  named.queryFp8 = true;
+  CHECK(named.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_qfp8");
+}

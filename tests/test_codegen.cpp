@@ -1080,3 +1080,22 @@ TEST_CASE("attention with one-sided windows assembles in both tilings", "[codege
       CHECK(ok);
     }
 }
+
+TEST_CASE("attention with fp8 queries assembles for sm_80 and sm_90a", "[codegen][ptxas][qfp8]") {
+  for (const char* arch : {"sm_80", "sm_90a"})
+    for (int blockMRows : {0, 128}) {
+      compiler::UnifiedAttentionConfig config;
+      config.queryFp8 = true;
+      config.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+      config.blockMRows = blockMRows;
+      config.numWarps = blockMRows ? 8 : 4;
+      INFO(config.kernelName() << " for " << arch);
+      const compiler::CompiledKernel compiled = compileAttention(config, arch);
+      CHECK(compiled.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") != std::string::npos);
+      if (!tests::havePtxas()) continue;
+      std::string log;
+      const bool ok = tests::assemblesWithPtxas(compiled.ptx, arch, &log);
+      INFO(log);
+      CHECK(ok);
+    }
+}

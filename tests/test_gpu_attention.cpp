@@ -70,7 +70,7 @@ TEST_CASE("GPU attention over cache blocks of 1, 5 and 24 tokens, decode and pre
     }
 }
 
-TEST_CASE("GPU attention with one-sided windows and head sizes 24 and 512", "[gpu]") {
+TEST_CASE("GPU attention with one-sided windows, fp8 queries and head sizes 24 and 512", "[gpu]") {
   if (!tests::gpuPresent()) return;
   compiler::BatchShape mixed;
   mixed.queryLens = {1, 37, 1, 130, 5};
@@ -90,6 +90,14 @@ TEST_CASE("GPU attention with one-sided windows and head sizes 24 and 512", "[gp
       config.numWarps = blockMRows ? 8 : 4;
       checkOnGpu(config, mixed);
     }
+  for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Auto}) {
+    compiler::UnifiedAttentionConfig config;  // fp8 queries
+    config.numQueryHeads = 8;
+    config.numKvHeads = 2;
+    config.queryFp8 = true;
+    config.kvCacheFormat = format;
+    checkOnGpu(config, mixed);
+  }
   for (int headSize : {24, 512}) {
     compiler::UnifiedAttentionConfig config;
     config.numQueryHeads = 8;

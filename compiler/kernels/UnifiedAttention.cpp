@@ -144,6 +144,11 @@ class AttentionBuilder {
                                    tileMask, rowHeadSize, name);
   }
   Value* zeroTile(std::vector<int64_t> shape, ScalarKind kind, std::string name = {});
+  // q's element type in memory, and a loaded Q tile in the compute dtype.
+  ScalarKind qKind() const { return config_.queryFp8 ? ScalarKind::F8E4M3 : config_.dtype; }
+  Value* queryInDtype(Value* qTile, const std::string& suffix) {
+    return config_.queryFp8 ? b_.cast(qTile, config_.dtype, "q_values" + suffix) : qTile;
+  }
   // One program's work, in the order the kernel computes it; the stages share
   // their values through p_.
   void buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen);
@@ -220,6 +225,7 @@ class AttentionBuilder {
   const KernelConstants& c_;
 
   // Parameters.
+  Value *qScale_ = nullptr;
   Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr,
         *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
   Value *alibiSlopes_ = nullptr, *sinks_ = nullptr;  // present only with their feature
@@ -252,7 +258,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   } else {
     out_ = kernel.addParameter(Type::pointer(config_.outputFp8 ? ScalarKind::F8E4M3 : dt), "out", aligned);
   }
-  q_ = kernel.addParameter(Type::pointer(dt), "q", aligned);
+  q_ = kernel.addParameter(Type::pointer(config_.queryFp8 ? ScalarKind::F8E4M3 : dt), "q", aligned);
   kvCache_ = kernel.addParameter(Type::pointer(kvCachePointerKind(config_.kvCacheFormat, dt)), "kv_cache", aligned);
   blockTables_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "block_tables", aligned);
   seqLens_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "seq_lens", aligned);
@@ -262,6 +268,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
     kScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale");
     vScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale");
   }
+  if (config_.queryFp8) qScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "q_scale");
   if (config_.alibi) alibiSlopes_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "alibi_slopes");
   if (config_.sinks) sinks_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "sinks");
   if (config_.outputFp8 && !config_.splitKv)
@@ -472,7 +479,6 @@ void AttentionBuilder::buildQueryTile(Value* queryStart, Value* qBlockLocalIdx, 
   const int G = groups();
   // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
   const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G;
-  const ScalarKind dt = config_.dtype;
   const ScalarKind I64 = ScalarKind::I64;
   // ---- Query tile: row m is token q_block_local_idx·BLOCK_Q + m / QPK, head
   // kv_head·QPK + m % QPK. ----
@@ -538,15 +544,15 @@ void AttentionBuilder::buildQueryTile(Value* queryStart, Value* qBlockLocalIdx, 
     const int64_t W = p_.pieces[i].width;
     Value* qOffset = b_.add(asColumn(qRowOffset, W), asRow(p_.pieceColumns[i], M), "q_offset" + suffix);
     Value* qTile = b_.load(b_.addPtr(splatTo(q_, {M, W}), qOffset, "q_ptrs" + suffix), asColumn(p_.rowMask, W),
-                           zeroTile({M, W}, dt), "q_tile" + suffix);
-    p_.qTiles.push_back(qTile);
+                           zeroTile({M, W}, qKind()), "q_tile" + suffix);
+    p_.qTiles.push_back(queryInDtype(qTile, suffix));
   }
   for (int g = 0; g < G && p_.pieces.empty(); ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
     Value* qOffset = b_.add(asColumn(qRowOffset, D), asRow(p_.groupColumns[g], M), "q_offset" + suffix);
     Value* qPtrs = b_.addPtr(splatTo(q_, {M, D}), qOffset, "q_ptrs" + suffix);
-    Value* qTile = b_.load(qPtrs, p_.qMask, zeroTile({M, D}, dt), "q_tile" + suffix);
-    p_.qTiles.push_back(qTile);
+    Value* qTile = b_.load(qPtrs, p_.qMask, zeroTile({M, D}, qKind()), "q_tile" + suffix);
+    p_.qTiles.push_back(queryInDtype(qTile, suffix));
   }
 }
 
@@ -660,6 +666,9 @@ void AttentionBuilder::buildScoreModifiers() {
   // A per-tensor fp8 cache stands for x·k_scale: the scale joins the softmax scale.
   Value* scoreScale = scale_;
   if (kScale_) scoreScale = b_.mul(scale_, b_.load(kScale_, nullptr, nullptr, "k_scale_value"), "qk_scale_fp8");
+  // fp8 queries stand for q · q_scale: the scale joins the softmax scale too.
+  if (qScale_)
+    scoreScale = b_.mul(scoreScale, b_.load(qScale_, nullptr, nullptr, "q_scale_value"), "qk_scale_fp8_q");
   p_.vScaleValue = vScale_ ? b_.load(vScale_, nullptr, nullptr, "v_scale_value") : nullptr;
   if (config_.softcap > 0) {
     p_.qkScaleTile = splatTo(b_.div(scoreScale, b_.f32(config_.softcap), "softcap_input_scale"), {M, N});
@@ -1084,6 +1093,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (perSequenceCausal) name += "_seqcausal";
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
   if (outputFp8) name += "_outfp8";
+  if (queryFp8) name += "_qfp8";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
   if (checkBounds) name += "_checked";

@@ -121,6 +121,11 @@ struct UnifiedAttentionConfig {
   // to ±448 (e4m3fn's largest finite value). Split-KV's reduce kernel does it.
   // Converting to fp8 needs sm_89 or newer.
   bool outputFp8 = false;
+  // fp8 queries (vLLM's Q_IS_FP8): q holds fp8 e4m3 (one byte per element, strides
+  // still in elements) that stand for q · q_scale, a f32 scalar in device memory
+  // (parameter q_scale, after v_scale). The tiles are cast to dtype in registers
+  // (exact) and q_scale joins the softmax scale; out stays in dtype.
+  bool queryFp8 = false;
   // 3D launch (split-KV), stage 1: grid z = num_segments (a launch parameter), and
   // program z walks only KV tiles [z, z + 1)·segment_tiles of its range. Instead of
   // out it writes f32 partials: segm_output [tokens, Hq, num_segments, D_PADDED]

@@ -65,6 +65,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.alibi = p.alibiSlopes != 0;
   config.alibiSqrt = p.alibiSqrt;
   config.outputFp8 = p.outputScale != 0;
+  config.queryFp8 = p.qScale != 0;
   config.sinks = p.sinks != 0;
   config.perSequenceCausal = p.causalFlags != 0;
   config.outputLse = p.lse != 0;
@@ -195,6 +196,7 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
   if (config.sinks) p.sinks = kFeaturePlaceholder;
   if (config.outputLse) p.lse = kFeaturePlaceholder;
   if (config.outputFp8) p.outputScale = kFeaturePlaceholder;
+  if (config.queryFp8) p.qScale = kFeaturePlaceholder;
   if (config.perSequenceCausal) p.causalFlags = kFeaturePlaceholder;
   return p;
 }
@@ -325,7 +327,8 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
     return argumentError(std::string("k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is ") +
                          compiler::kvCacheFormatName(p.kvCacheFormat));
   for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
-                                      std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale}})
+                                      std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale},
+                                      std::pair{"q_scale", p.qScale}})
     if (support::Status s = checks().pointer(name, pointer, 4, false); !s) return s;
   if (p.lse != 0 && p.lseStrideHead < p.numTokens)
     return argumentError("lse_stride_head (" + std::to_string(p.lseStrideHead) + ") must be at least num_tokens (" +
@@ -380,8 +383,8 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
       splitKvScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments).at(p.workspace);
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  // At most 14: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, ALiBi,
-  // sinks, output scale and LSE (2D), record.
+  // At most 15: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, q
+  // scale, ALiBi, sinks, output scale and LSE (2D), record.
   uint64_t pointers[16];
   int numPointers = 0;
   if (config.splitKv) {
@@ -397,6 +400,7 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
     pointers[numPointers++] = p.kScale;
     pointers[numPointers++] = p.vScale;
   }
+  if (config.queryFp8) pointers[numPointers++] = p.qScale;
   if (config.alibi) pointers[numPointers++] = p.alibiSlopes;
   if (config.sinks) pointers[numPointers++] = p.sinks;
   if (config.outputFp8 && !config.splitKv) pointers[numPointers++] = p.outputScale;

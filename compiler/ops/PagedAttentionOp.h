@@ -97,6 +97,10 @@ struct PagedAttentionParams {
   // e4m3 (one byte per element; its strides still count elements), the output
   // divided by *output_scale and saturated at ±448. Needs an sm_89+ GPU.
   uint64_t outputScale = 0;
+  // f32 scalar in device memory, or 0: fp8 queries. When set, q holds fp8 e4m3
+  // (one byte per element; strides in elements) standing for q · *q_scale
+  // (UnifiedAttentionConfig::queryFp8); dtype stays the compute and out dtype.
+  uint64_t qScale = 0;
   // f32 natural-log LSE per (head, token) at lse[head · lse_stride_head + token], or 0.
   uint64_t lse = 0;
   int64_t lseStrideHead = 0;

@@ -356,6 +356,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"kv_cache_dtype", false, cacheFormatField(&C::kvCacheFormat)},
       {"output_lse", false, boolField("output_lse", &C::outputLse)},
       {"output_fp8", false, boolField("output_fp8", &C::outputFp8)},
+      {"query_fp8", false, boolField("query_fp8", &C::queryFp8)},
       {"per_sequence_causal", false, boolField("per_sequence_causal", &C::perSequenceCausal)},
       {"split_kv", false, boolField("split_kv", &C::splitKv)},
   };
@@ -771,7 +772,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.kvCacheFormat != KvCacheFormat::Auto ? std::string(" kv_cache_dtype=") +
                                                             kvCacheFormatName(config.kvCacheFormat)
                                                       : std::string()) +
-         (config.outputLse ? " output_lse=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") +
+         (config.outputLse ? " output_lse=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") + (config.queryFp8 ? " query_fp8=true" : "") +
          (config.splitKv ? " split_kv=true" : "");
 }
 

@@ -145,6 +145,9 @@ constexpr int32_t kUnusedBlockEntry = std::numeric_limits<int32_t>::max();
 // Per-tensor fp8 scales: inputs in [-1, 1] become values up to 128 and 64, well
 // inside e4m3's and e5m2's range, and the two differ so a swap is caught.
 constexpr float kKeyScale = 1.0f / 128, kValueScale = 1.0f / 64;
+// fp8 queries: e4m3 values standing for q · kQueryScale (inputs in [-1, 1] become
+// e4m3 values up to 32, in its normal range).
+constexpr float kQueryScale = 1.0f / 32;
 
 // A cache of `elements` pointer elements where every byte is 0xFF unless it is an
 // auto-format cache (then the dtype's NaN): NaN in fp8 (both formats) and in an
@@ -293,18 +296,23 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
         keys[i] = ir::roundToFloatKind(keys[i] * (1 + shape.keyRamp * position), dtype);
       }
   });
+  // fp8 queries: each query is what its e4m3 value stands for, so the reference
+  // sees exactly what the kernel reads.
+  if (config.queryFp8)
+    for (double& x : logical.q) x = ir::roundToFloatKind(x / kQueryScale, ScalarKind::F8E4M3) * kQueryScale;
 
   // ---- Device layouts. ----
   const int64_t qStrideToken = Hq * D + kQTokenPadding, qStrideHead = D;
   const int64_t oStrideToken = Hq * Dv + kOutTokenPadding, oStrideHead = Dv;
   data.oStrideToken = oStrideToken;
   data.oStrideHead = oStrideHead;
-  TypedBuffer q(dtype, static_cast<size_t>(numTokens * qStrideToken));
+  TypedBuffer q(config.queryFp8 ? ScalarKind::F8E4M3 : dtype, static_cast<size_t>(numTokens * qStrideToken));
+  const double qStored = config.queryFp8 ? 1.0 / kQueryScale : 1.0;  // exact: a power of two
   for (int64_t t = 0; t < numTokens; ++t)
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t d = 0; d < D; ++d)
         q.set(static_cast<size_t>(t * qStrideToken + h * qStrideHead + d),
-              logical.q[static_cast<size_t>((t * Hq + h) * D + d)]);
+              logical.q[static_cast<size_t>((t * Hq + h) * D + d)] * qStored);
 
   // Cache (num_blocks, 2, block_size, Hkv, row) in the config's format or, when the
   // config names a value head size (DiffKV, equal to head_size included), vLLM's
@@ -416,6 +424,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     for (float scale : {kKeyScale, kValueScale})
       buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", bytesOf(&scale, sizeof scale)});
   }
+  if (config.queryFp8) buffers.push_back({"q_scale", bytesOf(&kQueryScale, sizeof kQueryScale)});
   // Per-head ALiBi slopes and sink logits (f32 [Hq]), from their own random stream
   // so the other inputs do not depend on which features are on. Slopes are
   // positive as in ALiBi, at most 0.25 (a bias of a few units over tens of keys);
@@ -530,7 +539,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
                                   : static_cast<double>(queryLen) * static_cast<double>(seqLen);
   }
   const double outElementBytes = ir::storageBits(outKind) / 8.0;
-  problem->minimumBytes_ = elementBytes * static_cast<double>(numTokens * Hq * D) +
+  problem->minimumBytes_ = (config.queryFp8 ? 1.0 : elementBytes) * static_cast<double>(numTokens * Hq * D) +
                            outElementBytes * static_cast<double>(numTokens * Hq * Dv) +
                            keys * static_cast<double>(Hkv) * cacheRowBytes;
   // 2·Dqk FLOPs per score and 2·Dv per P·V term: 4·D·Hq per visible pair when equal.

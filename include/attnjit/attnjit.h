@@ -243,6 +243,10 @@ typedef struct attnjit_paged_attention_params {
    * sliding window's own (symmetric), r > 0: key j visible iff j - p < r,
    * -1: none (a left-only window) */
   int sliding_window_right;
+  /* f32 scalar in device memory, or 0: fp8 queries. When set, q holds fp8 e4m3
+   * (one byte per element, strides in elements) standing for q * *q_scale;
+   * dtype is then the compute and output dtype. */
+  uint64_t q_scale;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

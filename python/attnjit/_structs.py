@@ -112,6 +112,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("alibi_sqrt", _i32),
         ("output_scale", _u64),
         ("sliding_window_right", _i32),
+        ("q_scale", _u64),
     ]
 
 

@@ -235,7 +235,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
-                    alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0):
+                    alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0,
+                    q_scale=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -256,6 +257,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     by it and saturated, vLLM's fp8 output; sm_89+), lse (float32 [Hq, num_tokens]
     output), workspace (a byte tensor of at least
     paged_attention_workspace_bytes(..., Dv, ...), with max_seq_len: split-KV).
+    q_scale (float32, one element): q is torch.float8_e4m3fn standing for
+    q * q_scale (vLLM's fp8 queries), computed in out's dtype.
     sliding_window_right bounds non-causal rows on the right apart from
     sliding_window (0: the window's own; r > 0: keys j - p < r; -1: none).
     check_bounds runs the bounds-checked kernel (block-table entries against
@@ -269,15 +272,26 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     num_sms is the SM count the split plan fills (0: device 0's)."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
-    dtype = _float_dtype(torch, "q", q)
     device = q.device
     num_tokens, num_query_heads, head_size = q.shape
-    out_dtype = q.dtype if output_scale is None else torch.float8_e4m3fn
+    if q_scale is None:
+        dtype = _float_dtype(torch, "q", q)
+        compute_dtype = q.dtype
+    else:
+        # fp8 queries: the compute dtype is out's.
+        _check_tensor(torch, "q", q, 3, torch.float8_e4m3fn, device)
+        if output_scale is not None:
+            raise ValueError("q_scale (fp8 q) with output_scale (fp8 out) leaves no tensor of the compute dtype; "
+                             "use paged_attention_raw with dtype=")
+        _check_tensor(torch, "out", out, 3, None, device)
+        dtype = _float_dtype(torch, "out", out)
+        compute_dtype = out.dtype
+    out_dtype = compute_dtype if output_scale is None else torch.float8_e4m3fn
     _check_tensor(torch, "out", out, 3, out_dtype, device)
     if tuple(out.shape[:2]) != (num_tokens, num_query_heads):
         raise ValueError("out has shape %s; expected (%d, %d, value_head_size)" % (
             tuple(out.shape), num_tokens, num_query_heads))
-    cache = _paged_cache_layout(torch, kv_cache, device, q.dtype, "kv_cache_format", kv_cache_format, head_size,
+    cache = _paged_cache_layout(torch, kv_cache, device, compute_dtype, "kv_cache_format", kv_cache_format, head_size,
                                 out.shape[2])
     _check_tensor(torch, "block_tables", block_tables, 2, torch.int32, device)
     _check_tensor(torch, "seq_lens", seq_lens, 1, torch.int32, device)
@@ -289,7 +303,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     optional = {}
     for name, tensor, shape in (("k_scale", k_scale, (1,)), ("v_scale", v_scale, (1,)),
                                 ("alibi_slopes", alibi_slopes, (num_query_heads,)),
-                                ("sinks", sinks, (num_query_heads,)), ("output_scale", output_scale, (1,))):
+                                ("sinks", sinks, (num_query_heads,)), ("output_scale", output_scale, (1,)),
+                                ("q_scale", q_scale, (1,))):
         if tensor is not None:
             _check_tensor(torch, name, tensor.reshape(-1), 1, torch.float32, device)
             _check_shape(name, tensor.reshape(-1), shape)

@@ -132,9 +132,9 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-7:]],
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-8:]],
                          ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
-                          "output_scale", "sliding_window_right"])
+                          "output_scale", "sliding_window_right", "q_scale"])
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
         self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-3:]],
@@ -150,6 +150,9 @@ class CpuTests(unittest.TestCase):
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"output_scale \(0x90002\) is not 4-byte aligned"):
             attnjit.ops.paged_attention_raw(validate_only=True, output_scale=0x90002, **PAGED_FIELDS)
         attnjit.ops.paged_attention_raw(validate_only=True, output_scale=0x90000, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"q_scale \(0x90001\) is not 4-byte aligned"):
+            attnjit.ops.paged_attention_raw(validate_only=True, q_scale=0x90001, **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, q_scale=0x90000, **PAGED_FIELDS)
         # sliding_window_right is read: causal kernels refuse it.
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"sliding_window_right \(8\) needs non-causal"):
             attnjit.ops.paged_attention_raw(validate_only=True, sliding_window_right=8, **PAGED_FIELDS)
