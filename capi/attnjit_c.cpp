@@ -224,6 +224,7 @@ attnjit_status toParams(const char* function, const attnjit_cache_write_params& 
   p->valueHeadSize = c.value_head_size;
   p->checkBounds = c.check_bounds != 0;
   p->numBlocks = c.num_blocks;
+  p->perHeadScales = c.per_head_scales != 0;
   return ATTNJIT_OK;
 }
 

@@ -157,6 +157,21 @@ TEST_CASE("ptxas assembles every shipped companion variant for sm_80 and sm_90a"
   CHECK(assembled == total);
 }
 
+TEST_CASE("cache writes with per-head fp8 scales assemble", "[codegen][cache_write][ptxas]") {
+  compiler::CacheWriteConfig config;
+  config.cacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  config.perHeadScales = true;
+  auto kernel = compiler::buildCacheWrite(config);
+  REQUIRE(kernel.isOk());
+  const std::string ptx = compiledFor(**kernel, "sm_90a").ptx;
+  CHECK(ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
+  if (!tests::havePtxas()) return;
+  std::string log;
+  const bool ok = tests::assemblesWithPtxas(ptx, "sm_90a", &log);
+  INFO(log);
+  CHECK(ok);
+}
+
 TEST_CASE("cache writes below 16-byte alignment access rows no wider than promised", "[codegen][cache_write][ptxas]") {
   // The widest vector load or store of the key/value rows (bf16) and of the
   // bf16 cache: 16 bytes at the default alignment, the promised alignment below.

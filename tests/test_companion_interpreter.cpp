@@ -301,6 +301,26 @@ TEST_CASE("reshape_and_cache matches the reference in every cache format", "[cac
               config.kernelName());
 }
 
+TEST_CASE("reshape_and_cache: fp8 with a scale per KV head", "[cache_write]") {
+  for (auto format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2})
+    for (int heads : {3, 13}) {
+      CacheWriteConfig config;
+      config.cacheFormat = format;
+      config.numKvHeads = heads;
+      config.headSize = 64;
+      config.perHeadScales = true;
+      checkResult(validation::runCacheWriteInterpreted(config, raggedBatch(static_cast<uint64_t>(heads))),
+                  config.kernelName());
+    }
+  CacheWriteConfig named;
+  named.cacheFormat = KvCacheFormat::Fp8E4M3;
+  named.perHeadScales = true;
+  CHECK(named.kernelName() == "reshape_and_cache_bf16_fp8_e4m3_kv8_d128_bs16_headscales");
+  named.cacheFormat = KvCacheFormat::Int8PerTokenHead;
+  CHECK(validationError(named) ==
+        "per_head_scales needs a per-tensor fp8 cache (fp8_e4m3 or fp8_e5m2); kv_cache_dtype is int8_per_token_head");
+}
+
 TEST_CASE("reshape_and_cache: odd block and head sizes", "[cache_write]") {
   CacheWriteConfig config;
   config.dtype = ScalarKind::F16;

@@ -75,6 +75,18 @@ TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
       }
 }
 
+TEST_CASE("GPU reshape_and_cache with a fp8 scale per KV head", "[gpu][cache_write]") {
+  if (!tests::gpuPresent()) return;
+  for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2}) {
+    compiler::CacheWriteConfig c;
+    c.cacheFormat = format;
+    c.numKvHeads = 13;
+    c.headSize = 128;
+    c.perHeadScales = true;
+    expectPassed(validation::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
+  }
+}
+
 TEST_CASE("GPU reshape_and_cache with rows below 16-byte alignment", "[gpu][cache_write]") {
   if (!tests::gpuPresent()) return;
   // The harness gives these variants token strides that are an odd multiple of

@@ -198,8 +198,17 @@ class CacheWriteBuilder {
         return;
       case KvCacheFormat::Fp8E4M3:
       case KvCacheFormat::Fp8E5M2: {
-        Value* scale = b_.load(scalePointer, nullptr, nullptr, name + "_scale");
-        Value* scaled = b_.div(xF32, b_.splat(scale, {H, D}), name + "_scaled");
+        Value* scaleTile = nullptr;
+        if (config_.perHeadScales) {
+          // One scale per KV head (1 for padding heads, which store nothing).
+          const Type rowF32 = Type::tile({H}, Type::scalar(F32));
+          Value* headScale = b_.load(b_.addPtr(b_.splat(scalePointer, {H}), head_), headMask_,
+                                     b_.constFloat(1.0, rowF32), name + "_head_scale");
+          scaleTile = asColumn(headScale, D);
+        } else {
+          scaleTile = b_.splat(b_.load(scalePointer, nullptr, nullptr, name + "_scale"), {H, D});
+        }
+        Value* scaled = b_.div(xF32, scaleTile, name + "_scaled");
         b_.store(cachePtrs, b_.cast(scaled, cacheKind, name + "_quantized"), rows.mask);
         return;
       }
@@ -342,6 +351,7 @@ std::string CacheWriteConfig::kernelName() const {
   name += "_bs" + std::to_string(blockSize);
   if (numWarps != CacheWriteConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
   if (checkBounds) name += "_checked";
+  if (perHeadScales) name += "_headscales";
   if (sourceAlign != 16 || cacheAlign != 16)
     name += "_align" + std::to_string(sourceAlign) + "x" + std::to_string(cacheAlign);
   return name;
@@ -367,6 +377,10 @@ support::Status CacheWriteConfig::validate() const {
   if (cacheFormat == KvCacheFormat::Int4PerTokenHead && (headSize % 2 != 0 || headSize < 4))
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
+  if (perHeadScales && !isPerTensorFp8(cacheFormat))
+    return configError(std::string("per_head_scales needs a per-tensor fp8 cache (fp8_e4m3 or fp8_e5m2); "
+                                   "kv_cache_dtype is ") +
+                       kvCacheFormatName(cacheFormat));
   if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > 512))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
                        ") must be between 1 and 512 (0 = head_size)");

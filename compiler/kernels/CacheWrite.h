@@ -57,6 +57,9 @@ struct CacheWriteConfig {
   // 46) runs a variant with narrower accesses instead of failing.
   int sourceAlign = 16;
   int cacheAlign = 16;
+  // Per-tensor fp8 formats: k_scale and v_scale hold one f32 per KV head ([Hkv],
+  // vLLM's kv_scale_type "head") instead of one for the tensor.
+  bool perHeadScales = false;
 
   // The divisibility (in elements) the kernel is compiled to assume of the key
   // strides, the value strides and the cache strides; 1 = none. At alignment 16:
@@ -80,7 +83,8 @@ struct CacheWriteConfig {
   double quantMax() const;
   int headsPerProgram() const;
   // e.g. "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16" ("_d192v128": DiffKV;
-  // "_checked": check_bounds; "_align4x16": source and cache alignments below 16).
+  // "_checked": check_bounds; "_align4x16": source and cache alignments below 16;
+  // "_headscales": per-head fp8 scales).
   std::string kernelName() const;
   support::Status validate() const;
 };

@@ -289,6 +289,7 @@ CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& p) {
   config.valueHeadSize = p.valueHeadSize;
   config.blockSize = p.blockSize;
   config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
+  config.perHeadScales = p.perHeadScales;
   // The widest alignment whose promises the call keeps, for the sources and the
   // cache apart. A call whose pointers miss even the element's alignment keeps
   // the narrowest variant, and argument packing reports the pointer.

@@ -49,6 +49,9 @@ struct CacheWriteParams {
   // CUDA graphs. Requires numBlocks.
   bool checkBounds = false;
   int numBlocks = 0;  // blocks of the KV cache; checked mode only
+  // Per-tensor fp8 formats: kScale and vScale point to one f32 per KV head
+  // ([numKvHeads], vLLM's kv_scale_type "head") instead of one.
+  bool perHeadScales = false;
   // ---- the batch ----
   int64_t numTokens = 0;  // rows of key/value and entries of slot_mapping
   // ---- device pointers (slot_mapping 16-byte aligned; key, value and kv_cache at

@@ -397,6 +397,7 @@ std::vector<ParamField<CacheWriteConfig>> specFields() {
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
       {"source_align", false, positiveField("source_align", &C::sourceAlign)},
       {"cache_align", false, positiveField("cache_align", &C::cacheAlign)},
+      {"per_head_scales", false, boolField("per_head_scales", &C::perHeadScales)},
   };
 }
 
@@ -790,7 +791,8 @@ std::string formatSpecParams(const CacheWriteConfig& config) {
          (config.valueHeadSize != 0 ? " value_head_size=" + std::to_string(config.valueHeadSize) : std::string()) +
          " block_size=" + std::to_string(config.blockSize) + " num_warps=" + std::to_string(config.numWarps) +
          (config.sourceAlign != 16 ? " source_align=" + std::to_string(config.sourceAlign) : std::string()) +
-         (config.cacheAlign != 16 ? " cache_align=" + std::to_string(config.cacheAlign) : std::string());
+         (config.cacheAlign != 16 ? " cache_align=" + std::to_string(config.cacheAlign) : std::string()) +
+         (config.perHeadScales ? " per_head_scales=true" : "");
 }
 
 std::string formatSpecParams(const MergePartialsConfig& config) {

@@ -18,6 +18,12 @@ namespace {
 constexpr int64_t kKeyPadding = 8, kValuePadding = 16;  // after each token's row
 constexpr int kSpareBlocks = 3;                         // never written
 
+// Head h's fp8 scale: the tensor's, or with per-head scales the tensor's times
+// 1 + h/4 (distinct per head, so a kernel reading another head's scale fails).
+float sourceScale(float tensorScale, bool perHead, int64_t head) {
+  return perHead ? tensorScale * (1.0f + static_cast<float>(head) / 4) : tensorScale;
+}
+
 reference::QuantFormat quantFormat(ScalarKind cacheKind) {
   return cacheKind == ScalarKind::I4       ? reference::QuantFormat::Int4
          : cacheKind == ScalarKind::I8     ? reference::QuantFormat::Int8
@@ -136,8 +142,12 @@ support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
   buffers.push_back({"slot_mapping", std::move(slotBytes), false});
   if (compiler::isPerTensorFp8(config.cacheFormat)) {
     for (float scale : {kKeyScale, kValueScale}) {
-      std::vector<uint8_t> bytes(sizeof(float));
-      std::memcpy(bytes.data(), &scale, sizeof scale);
+      const int64_t count = config.perHeadScales ? Hkv : 1;
+      std::vector<uint8_t> bytes(static_cast<size_t>(count) * sizeof(float));
+      for (int64_t h = 0; h < count; ++h) {
+        const float headScale = sourceScale(scale, config.perHeadScales, h);
+        std::memcpy(bytes.data() + h * static_cast<int64_t>(sizeof(float)), &headScale, sizeof headScale);
+      }
       buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", std::move(bytes), false});
     }
   }
@@ -210,7 +220,7 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
           continue;
         }
         const reference::QuantFormat format = quantFormat(cacheKind);
-        float scale = kv == 0 ? kKeyScale : kValueScale;
+        float scale = sourceScale(kv == 0 ? kKeyScale : kValueScale, config.perHeadScales, h);
         if (perTokenHead) {
           const float expectedScale = reference::perTokenHeadScale(x, static_cast<int>(D), format);
           float stored = 0;

@@ -281,6 +281,9 @@ typedef struct attnjit_cache_write_params {
    * the stream: not for CUDA graphs. */
   int check_bounds;
   int num_blocks; /* blocks of the KV cache; required by check_bounds */
+  /* nonzero (fp8_e4m3 / fp8_e5m2): k_scale and v_scale hold one f32 per KV
+   * head, [num_kv_heads], instead of one for the tensor */
+  int per_head_scales;
 } attnjit_cache_write_params;
 
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params);

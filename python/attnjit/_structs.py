@@ -143,6 +143,7 @@ class CacheWriteParams(ctypes.Structure):
         ("value_head_size", _i32),
         ("check_bounds", _i32),
         ("num_blocks", _i32),
+        ("per_head_scales", _i32),
     ]
 
 

@@ -383,8 +383,9 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
     [num_blocks, block_size, Hkv, K row + V row] (DiffKV: any Dv), with the
     keys' dtype for cache_format "auto", one-byte elements otherwise (a row is
     D, or D + 4 bytes for the int8/fp8 per-token-head formats, D/2 + 4 for
-    int4). k_scale and v_scale (float32 tensors of one element) are for
-    "fp8_e4m3" / "fp8_e5m2". check_bounds runs the bounds-checked kernel: a
+    int4). k_scale and v_scale (float32 tensors of one element, or of
+    num_kv_heads elements: a scale per head) are for "fp8_e4m3" / "fp8_e5m2".
+    check_bounds runs the bounds-checked kernel: a
     slot_mapping entry outside the cache raises instead of writing out of
     bounds (synchronizes the stream; debugging, not for CUDA graphs)."""
     torch = _require_torch()
@@ -401,11 +402,16 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
     _check_tensor(torch, "slot_mapping", slot_mapping, 1, torch.int64, device)
     _check_shape("slot_mapping", slot_mapping, (num_tokens,))
     scales = {}
+    per_head = k_scale is not None and k_scale.numel() == num_kv_heads and num_kv_heads > 1
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is not None:
             _check_tensor(torch, name, scale.reshape(-1), 1, torch.float32, device)
-            _check_shape(name, scale.reshape(-1), (1,))
+            _check_shape(name, scale.reshape(-1), (num_kv_heads if per_head else 1,))
+            if not scale.is_contiguous():
+                raise ValueError("%s must be contiguous" % name)
             scales[name] = scale.data_ptr()
+    if per_head:
+        scales["per_head_scales"] = 1
     cache_write_raw(
         jit=jit,
         dtype=dtype,

@@ -137,8 +137,10 @@ class CpuTests(unittest.TestCase):
                           "output_scale", "sliding_window_right", "q_scale"])
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
-        self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-3:]],
-                         ["value_head_size", "check_bounds", "num_blocks"])
+        self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-4:]],
+                         ["value_head_size", "check_bounds", "num_blocks", "per_head_scales"])
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "per_head_scales needs a per-tensor fp8 cache"):
+            attnjit.ops.cache_write_raw(validate_only=True, per_head_scales=1, **CACHE_WRITE_FIELDS)
         # check_bounds is read: the op then needs num_blocks.
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"paged attention: num_blocks \(0\) must be"):
             attnjit.ops.paged_attention_raw(validate_only=True, check_bounds=True, **PAGED_FIELDS)
