@@ -165,11 +165,7 @@ TEST_CASE("cache writes with per-head fp8 scales assemble", "[codegen][cache_wri
   REQUIRE(kernel.isOk());
   const std::string ptx = compiledFor(**kernel, "sm_90a").ptx;
   CHECK(ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
-  if (!tests::havePtxas()) return;
-  std::string log;
-  const bool ok = tests::assemblesWithPtxas(ptx, "sm_90a", &log);
-  INFO(log);
-  CHECK(ok);
+  tests::checkAssembles(ptx, "sm_90a");
 }
 
 TEST_CASE("cache writes below 16-byte alignment access rows no wider than promised", "[codegen][cache_write][ptxas]") {
@@ -195,11 +191,7 @@ TEST_CASE("cache writes below 16-byte alignment access rows no wider than promis
     }
     if (align >= 4 && ptx.find("ld.global.b32") != std::string::npos) widest = std::max(widest, 4);
     CHECK(widest == align);
-    if (tests::havePtxas()) {
-      std::string log;
-      INFO(log);
-      CHECK(tests::assemblesWithPtxas(ptx, "sm_90a", &log));
-    }
+    tests::checkAssembles(ptx, "sm_90a");
   }
 }
 
@@ -213,12 +205,7 @@ TEST_CASE("merge_attn_states with fp8 output and a context limit assembles, and 
   const std::string ptx = compiledFor(**kernel, "sm_90a").ptx;
   CHECK(ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
   CHECK(ptx.find(".param .u32 " + config.kernelName() + "_param_8") != std::string::npos);  // prefill_tokens_with_context
-  if (tests::havePtxas()) {
-    std::string log;
-    const bool ok = tests::assemblesWithPtxas(ptx, "sm_90a", &log);
-    INFO(log);
-    CHECK(ok);
-  }
+  tests::checkAssembles(ptx, "sm_90a");
   compiler::CompileOptions options;
   options.target = "sm_80";
   auto refused = compiler::compileKernel(**kernel, options);

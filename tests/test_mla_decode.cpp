@@ -48,6 +48,18 @@ void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bo
   CHECK(result->passed);
 }
 
+// `config`'s kernel compiled to PTX for sm_90a.
+std::string mlaPtx(const MlaDecodeConfig& config) {
+  auto kernel = compiler::buildMlaDecode(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return compiled->ptx;
+}
+
 std::string errorOf(const MlaDecodeConfig& config) {
   const support::Status s = config.validate();
   return s ? std::string() : s.diagnostic().message;
@@ -154,18 +166,7 @@ TEST_CASE("mla decode over cache blocks of 1, 5 and 24 tokens", "[mla][blocksize
     config.blockSize = blockSize;
     INFO("block_size " << blockSize);
     expectPasses(config, batchOf({1, 37, 100}, blockSize == 5 ? 2 : 1));
-    if (!tests::havePtxas()) continue;
-    auto kernel = compiler::buildMlaDecode(config);
-    REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = compiler::compileKernel(**kernel, options);
-    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-    REQUIRE(compiled.isOk());
-    std::string log;
-    const bool ok = tests::assemblesWithPtxas(compiled->ptx, "sm_90a", &log);
-    INFO(log);
-    CHECK(ok);
+    if (tests::havePtxas()) tests::checkAssembles(mlaPtx(config), "sm_90a");
   }
 }
 
@@ -287,18 +288,8 @@ TEST_CASE("ptxas assembles every variant of specs/mla_decode.yaml for sm_80 and 
 TEST_CASE("f32 mla decode compiles without tensor cores and assembles", "[mla][f32][ptxas]") {
   MlaDecodeConfig config = smallConfig();
   config.dtype = ir::ScalarKind::F32;
-  auto kernel = compiler::buildMlaDecode(config);
-  REQUIRE(kernel.isOk());
-  compiler::CompileOptions options;
-  options.target = "sm_90a";
-  auto compiled = compiler::compileKernel(**kernel, options);
-  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-  REQUIRE(compiled.isOk());
-  CHECK(compiled->ptx.find("mma.sync") == std::string::npos);
-  CHECK(compiled->ptx.find("fma.rn.f32") != std::string::npos);
-  if (!tests::havePtxas()) return;
-  std::string log;
-  const bool ok = tests::assemblesWithPtxas(compiled->ptx, "sm_90a", &log);
-  INFO(log);
-  CHECK(ok);
+  const std::string ptx = mlaPtx(config);
+  CHECK(ptx.find("mma.sync") == std::string::npos);
+  CHECK(ptx.find("fma.rn.f32") != std::string::npos);
+  tests::checkAssembles(ptx, "sm_90a");
 }

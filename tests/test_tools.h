@@ -47,6 +47,15 @@ inline bool assemblesWithPtxas(const std::string& ptx, const std::string& arch, 
   return code == 0;
 }
 
+// Checks that ptxas assembles `ptx` for `arch`; without ptxas there is nothing to check.
+inline void checkAssembles(const std::string& ptx, const std::string& arch) {
+  if (!havePtxas()) return;
+  std::string log;
+  const bool ok = assemblesWithPtxas(ptx, arch, &log);
+  INFO(log);
+  CHECK(ok);
+}
+
 // A test that cannot run here says why and stops. Under ctest, which sets
 // ATTNJIT_TEST_SKIP_EXIT_CODE (tests/CMakeLists.txt), the process exits with that
 // code so ctest reports the case as skipped, not passed; run directly, the
