@@ -290,6 +290,9 @@ CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& p) {
   config.blockSize = p.blockSize;
   config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
   config.perHeadScales = p.perHeadScales;
+  // A call whose variant is invalid fails validation with its own message; the
+  // alignments are derived from valid sizes only.
+  if (!config.validate()) return config;
   // The widest alignment whose promises the call keeps, for the sources and the
   // cache apart. A call whose pointers miss even the element's alignment keeps
   // the narrowest variant, and argument packing reports the pointer.
