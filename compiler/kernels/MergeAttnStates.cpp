@@ -88,16 +88,17 @@ class MergeBuilder {
       hasContext = b_.cmp(CmpPredicate::Lt, token, b_.splat(tokensWithContext_, {T}), "has_context");
       prefixMask = b_.andOp(tokenMask, hasContext, "prefix_mask");
     }
-    Value* sLseRaw = nullptr;
-    auto loadLse = [&](Value* base, Value* mask, Value* other, const std::string& name) {
-      Value* raw = b_.load(b_.addPtr(b_.splat(base, {T}), lseIndex), mask, other, name + "_raw");
-      if (base == suffixLse_) sLseRaw = raw;
-      // +inf (FA2's LSE of an empty key set) means no keys, like -inf.
+    auto loadRawLse = [&](Value* base, Value* mask, Value* other, const std::string& name) {
+      return b_.load(b_.addPtr(b_.splat(base, {T}), lseIndex), mask, other, name + "_raw");
+    };
+    // +inf (FA2's LSE of an empty key set) means no keys, like -inf.
+    auto emptyAsNegInf = [&](Value* raw, const std::string& name) {
       return b_.select(b_.cmp(CmpPredicate::Eq, raw, posInfRow), negInfRow, raw, name);
     };
     // A token without context has an empty prefix.
-    Value* pLse = loadLse(prefixLse_, prefixMask, hasContext ? negInfRow : zeroRow, "p_lse");
-    Value* sLse = loadLse(suffixLse_, tokenMask, zeroRow, "s_lse");
+    Value* pLse = emptyAsNegInf(loadRawLse(prefixLse_, prefixMask, hasContext ? negInfRow : zeroRow, "p_lse"), "p_lse");
+    Value* sLseRaw = loadRawLse(suffixLse_, tokenMask, zeroRow, "s_lse");
+    Value* sLse = emptyAsNegInf(sLseRaw, "s_lse");
     Value* maxLse = b_.max(pLse, sLse, "max_lse");
     Value* bothEmpty = b_.cmp(CmpPredicate::Eq, maxLse, negInfRow, "both_empty");
     Value* shift = b_.select(bothEmpty, zeroRow, maxLse, "shift");
