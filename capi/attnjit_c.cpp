@@ -196,6 +196,7 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->outputScale = c.output_scale;
   p->slidingWindowRight = c.sliding_window_right;
   p->qScale = c.q_scale;
+  p->runtimeScratch = c.no_runtime_scratch == 0;
   return ATTNJIT_OK;
 }
 
@@ -337,6 +338,7 @@ attnjit_status toParams(const char* function, const attnjit_mla_decode_params& c
   p->kvStrideBlock = c.kv_stride_block;
   p->kvStrideToken = c.kv_stride_token;
   p->stream = c.stream;
+  p->runtimeScratch = c.no_runtime_scratch == 0;
   return ATTNJIT_OK;
 }
 

@@ -41,12 +41,14 @@ struct CUfunc_st;
 struct CUstream_st;
 struct CUevent_st;
 struct CUlinkState_st;
+struct CUmemPoolHandle_st;
 using CUcontext = CUctx_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
 using CUlinkState = CUlinkState_st*;
+using CUmemoryPool = CUmemPoolHandle_st*;
 
 // CUdevice_attribute (only the ones we read).
 enum CUdevice_attribute : int {
@@ -60,6 +62,7 @@ enum CUdevice_attribute : int {
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
+  CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
 };
 
 // CUfunction_attribute.
@@ -105,6 +108,25 @@ enum CUdriverProcAddressQueryResult : int {
   CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
   CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
 };
+
+// Stream-ordered allocation (CUmemPoolProps_v1 and the values we set in it).
+inline constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 0x1;
+inline constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 0x1;
+inline constexpr int CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4;  // value type cuuint64_t
+struct CUmemLocation {
+  int type;  // CUmemLocationType
+  int id;    // the device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
+};
+struct CUmemPoolProps {
+  int allocType;    // CUmemAllocationType
+  int handleTypes;  // CUmemAllocationHandleType: 0, no export
+  CUmemLocation location;
+  void* win32SecurityAttributes;
+  std::size_t maxSize;  // 0: the system's default
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps_v1 is 88 bytes in cuda.h");
 
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
@@ -158,6 +180,11 @@ struct DriverApi {
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);                         // v2000
   CUresult (*cuEventSynchronize)(CUevent event);                                     // v2000
   CUresult (*cuEventElapsedTime)(float* milliseconds, CUevent start, CUevent end);   // v2000
+  CUresult (*cuMemPoolCreate)(CUmemoryPool* pool, const CUmemPoolProps* props);     // v11020
+  CUresult (*cuMemPoolSetAttribute)(CUmemoryPool pool, int attribute, void* value);  // v11020
+  CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr* pointer, std::size_t bytes, CUmemoryPool pool,
+                                      CUstream stream);                             // v11020
+  CUresult (*cuMemFreeAsync)(CUdeviceptr pointer, CUstream stream);                 // v11020
 };
 
 }  // namespace attnjit::runtime::cuda

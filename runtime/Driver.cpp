@@ -102,6 +102,10 @@ LoadedDriver loadDriver(const char* libraryName) {
   ATTNJIT_RESOLVE(cuEventRecord)
   ATTNJIT_RESOLVE(cuEventSynchronize)
   ATTNJIT_RESOLVE(cuEventElapsedTime)
+  ATTNJIT_RESOLVE(cuMemPoolCreate)
+  ATTNJIT_RESOLVE(cuMemPoolSetAttribute)
+  ATTNJIT_RESOLVE(cuMemAllocFromPoolAsync)
+  ATTNJIT_RESOLVE(cuMemFreeAsync)
 #undef ATTNJIT_RESOLVE
 
   CUresult result = api.cuInit(0);

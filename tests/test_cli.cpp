@@ -239,6 +239,12 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
        "bench --op: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'; bench --op "
        "takes unified_attention (ops::pagedAttention)"},
       {{"bench", f32, "--op=yes"}, "attnjit bench: error: ", "option '--op' takes no value"},
+      {{"bench", kSourceDir + "/bench/decode.yaml", "--op", "--op-call=bogus"},
+       "attnjit bench: error: ",
+       "--op-call takes engine, no-workspace or plain, with --op; got 'bogus'"},
+      {{"bench", kSourceDir + "/bench/decode.yaml", "--op-call=plain"},
+       "attnjit bench: error: ",
+       "--op-call takes engine, no-workspace or plain, with --op; got 'plain'"},
       {{"plan", specPath("merge_attn_states.yaml")},
        specPath("merge_attn_states.yaml") + ":",
        "plan: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'"},
@@ -269,7 +275,12 @@ TEST_CASE("cli: plan prints the kernel and split-KV plan the op would launch, wi
   CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum: 3 segments of 48 tiles (3072 "
                    "keys), grid 80x8x3\n") != std::string::npos);
   std::vector<std::string> noWorkspace = uneven;
-  noWorkspace.push_back("--no-workspace");
+  noWorkspace.push_back("--no-workspace");  // the runtime's scratch takes the same plan
+  r = runCli(noWorkspace);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("workspace: none (split-KV into the runtime's scratch)") != std::string::npos);
+  CHECK(r.out.find("_3d_t64_rowsum: 3 segments of 48 tiles (3072 keys), grid 80x8x3\n") != std::string::npos);
+  noWorkspace.push_back("--no-runtime-scratch");
   r = runCli(noWorkspace);
   CHECK(r.exitCode == 0);
   CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum: 2D, grid 80x8x1\n") !=

@@ -55,12 +55,21 @@ TEST_CASE("mla op: the balanced split rule cuts only what the GPU waits on", "[m
   ops::MlaDecodeParams mixed = decodeParams(64, 8192);
   mixed.sumSeqLens = 64 * 600;  // mostly short sequences, one long
   CHECK(ops::mlaDecodeSplitPlan(mixed).numSegments > 1);
-  // Batch invariance and no workspace: never split.
+  // Batch invariance, and no workspace without the runtime's scratch: never split.
   longContext.batchInvariant = true;
   CHECK(ops::mlaDecodeSplitPlan(longContext).numSegments == 1);
   ops::MlaDecodeParams noWorkspace = decodeParams(8, 131072);
   noWorkspace.workspace = 0;
+  noWorkspace.runtimeScratch = false;
   CHECK_FALSE(ops::selectMlaDecodeVariant(noWorkspace).splitKv);
+  // No workspace: the runtime's scratch holds the plan a large workspace would.
+  noWorkspace.runtimeScratch = true;
+  CHECK(ops::mlaDecodeSplitPlan(noWorkspace).numSegments == plan.numSegments);
+  CHECK(ops::mlaDecodeSplitPlan(noWorkspace).segmentTiles == plan.segmentTiles);
+  // A workspace too small for two segments: unsplit, not the runtime's scratch.
+  noWorkspace.workspace = 0x20000;
+  noWorkspace.workspaceBytes = 64;
+  CHECK(ops::mlaDecodeSplitPlan(noWorkspace).numSegments == 1);
 }
 
 TEST_CASE("mla op: validation names the argument", "[mla_op]") {
@@ -106,12 +115,15 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
     bool withWorkspace;
     bool headMajorLse;  // [H, B] instead of vLLM's [B, H]
     ops::MlaSplitRule rule = ops::MlaSplitRule::Balanced;
+    bool runtimeScratch = false;  // without a workspace: split into the runtime's scratch
   } cases[] = {
       {compiler::KvCacheFormat::Auto, 512, 128, {1000, 37, 2049, 0, 300}, false, false},
       {compiler::KvCacheFormat::Auto, 512, 128, {3000, 37, 2049, 0, 300}, true, false},
       {compiler::KvCacheFormat::Auto, 512, 16, {3000, 1, 700}, true, true},
       {compiler::KvCacheFormat::Fp8E4M3, 512, 128, {2500, 90}, true, false, ops::MlaSplitRule::Vllm},
       {compiler::KvCacheFormat::Auto, 256, 64, {1500, 513}, true, true},
+      {compiler::KvCacheFormat::Auto, 512, 128, {3000, 37, 2049, 0, 300}, false, true, ops::MlaSplitRule::Balanced,
+       true},
   };
   for (const Case& c : cases) {
     compiler::MlaDecodeConfig config;
@@ -195,6 +207,8 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
       workspace = std::move(*w);
       CHECK(ops::selectMlaDecodeVariant(p).splitKv);
     }
+    p.runtimeScratch = c.runtimeScratch;
+    if (c.runtimeScratch) CHECK(ops::selectMlaDecodeVariant(p).splitKv);
     INFO(ops::selectMlaDecodeVariant(p).kernelName() << " segments " << ops::mlaDecodeSplitPlan(p).numSegments);
     support::Status launched = ops::mlaDecode(p);
     INFO((launched ? std::string() : launched.diagnostic().str()));

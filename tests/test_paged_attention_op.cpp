@@ -180,11 +180,23 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
         "unified_attention_bf16_h32kv8_d128_bs16_causal_sw128_sinks_seqcausal_outfp8_lse_t64");
 
-  // Split-KV: a decode batch too small to fill the GPU is split when a workspace is given.
+  // Split-KV: a decode batch too small to fill the GPU is split, into the
+  // caller's workspace or, without one, the runtime's scratch.
   p = validParams();  // 4 sequences x 8 KV heads: 32 programs in 2D
   p.maxSeqLen = 4096;
   p.numSms = 132;
-  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);  // no workspace: 2D
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 8);  // no workspace: the runtime's scratch
+  CHECK(ops::selectPagedAttentionVariant(p).splitKv);
+  CHECK(validationMessage(p) == "ok");
+  p.runtimeScratch = false;  // no workspace and no runtime scratch: 2D
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  CHECK_FALSE(ops::selectPagedAttentionVariant(p).splitKv);
+  p.runtimeScratch = true;
+  p.maxSeqLen = 0;  // no maxSeqLen hint: nothing to size segments by, 2D
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.maxSeqLen = 1 << 20;  // the runtime's scratch holds any plan: 9 segments, as with a large workspace
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 9);
+  p.maxSeqLen = 4096;
   const uint64_t bytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096).value();
   CHECK(bytes == 64ull * 32 * 8 * 128 * 4 + 2 * (64ull * 32 * 8 * 4));  // 8 segments of 512 keys
   p.workspace = 0xB0000;
@@ -366,7 +378,10 @@ TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA 
   CHECK_FALSE(mixed.deferRowSum);  // 640 CTAs of uneven work: the third CTA per SM balances it
   CHECK(mixed.kernelName().find("_rowsum") != std::string::npos);
   p.numSeqs = p.numTokens = 8;
+  p.runtimeScratch = false;  // unsplit:
   CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // fewer CTAs than two per SM
+  p.runtimeScratch = true;   // split into 5 segments, 320 CTAs: the third CTA per SM balances them
+  CHECK_FALSE(ops::selectPagedAttentionVariant(p).deferRowSum);
   p.numSeqs = p.numTokens = 64;
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
   CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // 128-key fp8 tiles run two per SM anyway
@@ -436,6 +451,7 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     bool sinksAndLse = false;
     bool withWorkspace = false;  // split-KV where the plan says so
     bool lengthsHint = false;    // minSeqLen given: a uniform batch runs at two CTAs per SM
+    bool runtimeScratch = false; // without a workspace: split-KV into the runtime's scratch
   } cases[] = {
       {ScalarKind::BF16, true, {1, 1, 1, 1, 1}, {300, 17, 1000, 0, 64}},      // decode: tile 64
       {ScalarKind::F16, false, {1, 40, 3, 77}, {50, 0, 130, 9}},              // prefill-like: 128 rows
@@ -452,6 +468,11 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       // mixed-length rule splits them into three segments of 24 tiles.
       {ScalarKind::BF16, true, std::vector<int>(40, 1), unevenLengths(40, 4000), compiler::KvCacheFormat::Auto, false,
        true, true},
+      // Split-KV without a workspace: stream-ordered scratch the runtime allocates and frees.
+      {ScalarKind::BF16, true, {1, 1, 1, 1}, {5000, 17, 2100, 1024}, compiler::KvCacheFormat::Auto, false, false, false,
+       true},
+      {ScalarKind::F16, true, {1, 1, 2}, {3000, 900, 4000}, compiler::KvCacheFormat::Int8PerTokenHead, true, false,
+       false, true},
   };
   for (const auto& c : cases) {
     compiler::UnifiedAttentionConfig config;
@@ -540,6 +561,11 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       workspace = std::move(*w);
       p.workspace = workspace->address();
       p.workspaceBytes = bytes;
+      CHECK(ops::selectPagedAttentionVariant(p).splitKv);
+    }
+    p.runtimeScratch = c.runtimeScratch;
+    if (c.runtimeScratch) {
+      p.numSms = 132;
       CHECK(ops::selectPagedAttentionVariant(p).splitKv);
     }
     INFO(ops::selectPagedAttentionVariant(p).kernelName());

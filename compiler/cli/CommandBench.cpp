@@ -66,6 +66,16 @@ int runBench(const ParsedArguments& args) {
       reportError(s.diagnostic());
       return kExitUserError;
     }
+  using OpCall = validation::GpuRunOptions::OpCall;
+  OpCall opCall = OpCall::Engine;
+  if (args.has("--op-call")) {
+    const std::string call = args.value("--op-call");
+    if (!throughOp || (call != "engine" && call != "no-workspace" && call != "plain")) {
+      reportUsageError("bench", "--op-call takes engine, no-workspace or plain, with --op; got '" + call + "'");
+      return kExitUserError;
+    }
+    opCall = call == "engine" ? OpCall::Engine : call == "no-workspace" ? OpCall::NoWorkspace : OpCall::Plain;
+  }
   if (!runtime::driverAvailable()) {
     reportUsageError("bench", runtime::driverStatus().diagnostic().message);
     return kExitUserError;
@@ -86,6 +96,7 @@ int runBench(const ParsedArguments& args) {
     }
     options.timedIterations = n;
   }
+  options.opCall = opCall;
   std::printf("batch: %s\n", shape.str().c_str());
   if (throughOp) return benchThroughOp(*selected, shape, options);
   std::printf("%-52s %9s %9s %8s %7s %8s %7s | %7s %7s %7s %7s | %4s %6s %s\n", "variant", "median ms", "GB/s",
@@ -134,13 +145,16 @@ Command benchCommand() {
       "With --op, each unified_attention variant runs through the op API (ops::pagedAttention)\n"
       "as an engine calls it: its static parameters, the batch's min/max seq_len hints and a\n"
       "workspace, so the op picks the kernel and the split-KV plan, which are printed; the\n"
-      "variant's tiling options are ignored, and the time includes the op's host work.\n",
+      "variant's tiling options are ignored, and the time includes the op's host work.\n"
+      "--op-call=no-workspace leaves the workspace out (split-KV into the runtime's scratch);\n"
+      "--op-call=plain leaves out the workspace and the seq_len hints too.\n",
       {
           {"--variant", "NAME", false, "only this variant"},
           {"--shape", "KEY=VALUE", true,
            "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats), seed=N, check_stride=N"},
           {"--iterations", "N", false, "timed launches (default 50)"},
           {"--op", "", false, "run through the op API (unified_attention): its kernel and split choice"},
+          {"--op-call", "STYLE", false, "with --op: engine (default), no-workspace or plain"},
           {"--help", "", false, "show this help"},
       },
       runBench,

@@ -56,13 +56,17 @@ int runPlan(const ParsedArguments& args) {
     sms = deviceZeroSmCount();
     smsOrigin = "device 0's";
   }
-  const bool withWorkspace = !args.has("--no-workspace");
+  const bool runtimeScratch = !args.has("--no-runtime-scratch");
+  const bool withWorkspace = !args.has("--no-workspace") && runtimeScratch;
   std::printf("batch: %s\n", shape->str().c_str());
   std::printf("SMs: %d (%s); workspace: %s\n", sms, smsOrigin.c_str(),
-              withWorkspace ? "pagedAttentionWorkspaceBytes for this batch" : "none (2D launches only)");
+              withWorkspace    ? "pagedAttentionWorkspaceBytes for this batch"
+              : runtimeScratch ? "none (split-KV into the runtime's scratch)"
+                               : "none, no runtime scratch (2D launches only)");
   for (const Variant* variant : *selected) {
     ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(variant->attention, *shape);
     p.numSms = sms;
+    p.runtimeScratch = runtimeScratch;
     if (withWorkspace) {
       auto bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads,
                                                      variant->attention.effectiveValueHeadSize(), p.maxSeqLen);
@@ -95,10 +99,12 @@ Command planCommand() {
   return Command{
       "plan",
       "Show what the paged-attention op would launch for a batch: kernel, split-KV plan, occupancy; no GPU needed.",
-      "attnjit plan <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--sms=N] [--no-workspace]",
+      "attnjit plan <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--sms=N] [--no-workspace]\n"
+      "             [--no-runtime-scratch]",
       "For each unified_attention variant, the call an engine would make for the batch (the\n"
       "variant's static parameters; the batch's min and max seq_len as hints; a workspace from\n"
-      "pagedAttentionWorkspaceBytes unless --no-workspace) goes through the op's host-side\n"
+      "pagedAttentionWorkspaceBytes unless --no-workspace, which leaves split-KV to the runtime's\n"
+      "scratch, or --no-runtime-scratch, which leaves the call 2D) goes through the op's host-side\n"
       "choices, which are printed: the kernel (selectPagedAttentionVariant), the split-KV plan\n"
       "(pagedAttentionSplitPlan: 2D, or N segments of T KV tiles), the grid and the CTAs-per-SM\n"
       "cap of equal-length batches. The variant's own tiling options are ignored, as the op\n"
@@ -110,7 +116,8 @@ Command planCommand() {
           {"--variant", "NAME", false, "only this variant"},
           {"--shape", "KEY=VALUE", true, "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats)"},
           {"--sms", "N", false, "SMs to plan for (default: device 0's, else 132)"},
-          {"--no-workspace", "", false, "no split-KV workspace: 2D launches only"},
+          {"--no-workspace", "", false, "no split-KV workspace: splits use the runtime's scratch"},
+          {"--no-runtime-scratch", "", false, "no workspace and no runtime scratch: 2D launches only"},
           {"--help", "", false, "show this help"},
       },
       runPlan,

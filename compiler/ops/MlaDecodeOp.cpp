@@ -13,6 +13,7 @@
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
+#include "runtime/StreamScratch.h"
 
 namespace attnjit::ops {
 
@@ -52,7 +53,9 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
 }
 
 MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& config) {
-  if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || p.numSeqs < 1 || p.numHeads < 1) return {};
+  if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || p.maxSeqLen <= 0 || p.numSeqs < 1 ||
+      p.numHeads < 1)
+    return {};
   const int64_t sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   if (sms <= 0) return {};
   int64_t segments = 1;
@@ -70,7 +73,9 @@ MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& confi
     segments = ceilDiv(p.maxSeqLen, segmentKeys);
   }
   segments = std::min<int64_t>(segments, kMlaMaxSegments);
-  while (segments >= 2 && splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, segments).totalBytes() > p.workspaceBytes)
+  // A caller's workspace bounds the split; the runtime's scratch holds any.
+  while (p.workspace != 0 && segments >= 2 &&
+         splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, segments).totalBytes() > p.workspaceBytes)
     --segments;
   if (segments < 2) return {};
   const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
@@ -154,9 +159,10 @@ support::Expected<uint64_t> mlaDecodeWorkspaceBytes(int maxNumSeqs, int numHeads
 
 support::Status validateMlaDecode(const MlaDecodeParams& p) { return validateFor(p, planCall(p).first); }
 
-support::Status mlaDecode(const MlaDecodeParams& p) {
-  const auto [config, plan] = planCall(p);
-  if (support::Status s = validateFor(p, config); !s) return s;
+namespace {
+
+// Launches a validated call whose split-KV scratch, if it splits, is in p.workspace.
+support::Status launchPlanned(const MlaDecodeParams& p, const MlaDecodeConfig& config, const MlaSplitPlan& plan) {
   auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildMlaDecode(config); });
   if (!ready) return ready.status();
   const SplitKvScratch::Pointers scratch =
@@ -214,6 +220,30 @@ support::Status mlaDecode(const MlaDecodeParams& p) {
                                .lseStrideHead = p.lseStrideHead,
                                .lseStrideToken = p.lseStrideBatch,
                                .stream = p.stream});
+}
+
+}  // namespace
+
+support::Status mlaDecode(const MlaDecodeParams& p) {
+  const auto [config, plan] = planCall(p);
+  if (support::Status s = validateFor(p, config); !s) return s;
+  if (!config.splitKv || p.workspace != 0) return launchPlanned(p, config, plan);
+  // A split without the caller's workspace: the runtime's stream-ordered
+  // scratch (as in pagedAttention); without one the call runs unsplit.
+  const uint64_t bytes = splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, plan.numSegments).totalBytes();
+  auto scratch = runtime::allocateStreamScratch(bytes, p.stream);
+  if (!scratch) {
+    MlaDecodeParams unsplit = p;
+    unsplit.runtimeScratch = false;
+    const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
+    return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
+  }
+  MlaDecodeParams withScratch = p;
+  withScratch.workspace = *scratch;
+  withScratch.workspaceBytes = bytes;
+  const support::Status launched = launchPlanned(withScratch, config, plan);
+  const support::Status released = runtime::releaseStreamScratch(*scratch, p.stream);
+  return launched ? released : launched;
 }
 
 }  // namespace attnjit::ops

@@ -13,10 +13,12 @@
 //
 // Split-KV. Stage 1 walks segments of each sequence's keys and writes f32
 // partials into the caller's workspace; stage 2 (reduce_segments) combines them
-// by their LSEs in a fixed order. Ask mlaDecodeWorkspaceBytes once for the
-// largest batch, allocate, and pass it to every call: calls never allocate and
-// never synchronize (CUDA-graph-capturable). Without a workspace, or in
-// batch-invariant mode, calls run unsplit (2D).
+// by their LSEs in a fixed order. Splitting needs the maxSeqLen hint. Ask
+// mlaDecodeWorkspaceBytes once for the largest batch, allocate, and pass it to
+// every call: such calls never allocate. Without a workspace a split call takes
+// stream-ordered scratch the runtime owns (runtime/StreamScratch.h). Calls never
+// synchronize (CUDA-graph-capturable). With runtimeScratch = false and no
+// workspace, or in batch-invariant mode, calls run unsplit (2D).
 #pragma once
 
 #include <cstdint>
@@ -64,7 +66,10 @@ struct MlaDecodeParams {
   uint64_t kvScale = 0;  // f32 scalar in device memory (fp8_e4m3 only)
   uint64_t lse = 0;      // f32, or 0: no LSE
   int64_t lseStrideBatch = 0, lseStrideHead = 0;
-  uint64_t workspace = 0, workspaceBytes = 0;  // split-KV scratch; 0 = unsplit only
+  // Split-KV scratch; a smaller one only limits the split. 0: the runtime's
+  // scratch (runtimeScratch) or unsplit only.
+  uint64_t workspace = 0, workspaceBytes = 0;
+  bool runtimeScratch = true;
   // ---- strides, in elements ----
   int64_t qStrideBatch = 0, qStrideHead = 0, oStrideBatch = 0, oStrideHead = 0;
   int64_t blockTableStride = 0, kvStrideBlock = 0, kvStrideToken = 0;

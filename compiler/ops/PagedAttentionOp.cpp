@@ -17,6 +17,7 @@
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
+#include "runtime/StreamScratch.h"
 
 namespace attnjit::ops {
 
@@ -129,14 +130,17 @@ bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
 
 // The split plan for `p` whose variant before splitting is `config` (baseVariant).
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
-  if (p.batchInvariant || p.workspace == 0 || p.maxSeqLen <= 0 || config.blockMRows != 0) return {};
+  if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || p.maxSeqLen <= 0 || config.blockMRows != 0)
+    return {};
   if (!batchInRange(p) || p.numKvHeads < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
   const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
+  // Without a workspace the runtime's scratch holds any plan.
   const auto fitsWorkspace = [&](int64_t segments) {
-    return workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
+    return p.workspace == 0 ||
+           workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
   };
   const auto planOf = [&](int64_t segmentTiles) {
     return SplitKvPlan{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
@@ -372,9 +376,11 @@ support::Status validatePagedAttention(const PagedAttentionParams& p) {
   return validateFor(p, config, plan);
 }
 
-support::Status pagedAttention(const PagedAttentionParams& p) {
-  const auto [config, plan] = planCall(p);
-  if (support::Status s = validateFor(p, config, plan); !s) return s;
+namespace {
+
+// Launches a validated call whose split-KV scratch, if it splits, is in p.workspace.
+support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttentionConfig& config,
+                              const SplitKvPlan& plan) {
   auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
@@ -469,6 +475,31 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
   const compiler::BoundsCheckContext context{"paged attention", p.numBlocks, p.blockSize, p.blockTableStride,
                                              p.numTokens};
   return runBoundsChecked(context, p.stream, launchStages);
+}
+
+}  // namespace
+
+support::Status pagedAttention(const PagedAttentionParams& p) {
+  const auto [config, plan] = planCall(p);
+  if (support::Status s = validateFor(p, config, plan); !s) return s;
+  if (!config.splitKv || p.workspace != 0) return launchPlanned(p, config, plan);
+  // A split without the caller's workspace: the runtime's stream-ordered
+  // scratch, returned after stage 2. Where there is none (no memory pools, out
+  // of memory) the call runs unsplit, as it would have without the scratch.
+  const uint64_t bytes = workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments);
+  auto scratch = runtime::allocateStreamScratch(bytes, p.stream);
+  if (!scratch) {
+    PagedAttentionParams unsplit = p;
+    unsplit.runtimeScratch = false;
+    const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
+    return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
+  }
+  PagedAttentionParams withScratch = p;
+  withScratch.workspace = *scratch;
+  withScratch.workspaceBytes = bytes;
+  const support::Status launched = launchPlanned(withScratch, config, plan);
+  const support::Status released = runtime::releaseStreamScratch(*scratch, p.stream);
+  return launched ? released : launched;
 }
 
 }  // namespace attnjit::ops

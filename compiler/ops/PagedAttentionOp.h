@@ -11,8 +11,8 @@
 // selectPagedAttentionVariant), JIT-compiles it on first use or loads it from the
 // disk cache, and launches it on the caller's stream. After the first call for a
 // variant in a context, a call costs a hash lookup, parameter packing and
-// cuLaunchKernel: no allocation and no host synchronization, so it can be captured
-// in a CUDA graph.
+// cuLaunchKernel (and, for a split without a workspace, a stream-ordered scratch
+// allocation): no host synchronization, so it can be captured in a CUDA graph.
 //
 // Layouts are vLLM's (compiler/kernels/UnifiedAttention.h): q and out
 // [num_tokens, Hq, D], the KV cache (num_blocks, 2, block_size, Hkv, D), block
@@ -22,10 +22,13 @@
 //
 // Split-KV. When a decode-like batch has too few (sequence, KV head) programs to
 // fill the GPU, the call splits each sequence's keys into segments (3D launch,
-// then a reduce kernel) so that about two CTAs per SM have work. The partial
-// results need a float32 workspace: ask pagedAttentionWorkspaceBytes once for
-// the largest batch and pass it in; without one (or with batch_invariant) every
-// call is 2D.
+// then a reduce kernel) so that about two CTAs per SM have work. Splitting
+// needs the maxSeqLen hint. The partial results need a float32 workspace:
+// either the caller's (ask pagedAttentionWorkspaceBytes once for the largest
+// batch and pass it in), or, without one, scratch the runtime allocates
+// stream-ordered for the call and frees after it (runtime/StreamScratch.h:
+// no host synchronization, CUDA-graph capturable as allocation nodes).
+// runtimeScratch = false or batch_invariant: calls without a workspace are 2D.
 #pragma once
 
 #include <cstdint>
@@ -104,9 +107,11 @@ struct PagedAttentionParams {
   // f32 natural-log LSE per (head, token) at lse[head · lse_stride_head + token], or 0.
   uint64_t lse = 0;
   int64_t lseStrideHead = 0;
-  // Split-KV scratch (16-byte aligned) and its size; 0 = 2D launches only.
+  // Split-KV scratch (16-byte aligned) and its size; a smaller one only limits
+  // the split. 0: the runtime's scratch (runtimeScratch) or 2D launches only.
   uint64_t workspace = 0;
   uint64_t workspaceBytes = 0;
+  bool runtimeScratch = true;
   // ---- strides, in elements ----
   int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0;
   int64_t blockTableStride = 0;
@@ -140,9 +145,9 @@ compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentio
 //   segments) at every batch size and cache format measured; thirds of the
 //   longest gain about half as much and halves lose to 2D (measured:
 //   docs/perf-log.md, 2026-12-01).
-// The workspace bounds both: a plan it cannot hold falls back to fewer
-// segments (the fill rule) or 2D. (vLLM: 16 segments for every sequence, when
-// num_seqs <= 128 / Hkv.)
+// A caller's workspace bounds both (the runtime's scratch holds any plan): a
+// plan it cannot hold falls back to fewer segments (the fill rule) or 2D.
+// (vLLM: 16 segments for every sequence, when num_seqs <= 128 / Hkv.)
 struct SplitKvPlan {
   int numSegments = 1;
   int segmentTiles = 0;

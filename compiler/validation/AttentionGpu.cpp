@@ -241,11 +241,12 @@ support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::Un
   p.kvStrideKv = layout.kvStrideKv;
   p.kvStrideToken = layout.kvStrideToken;
   p.kvStrideHead = layout.kvStrideHead;
+  if (options.opCall == GpuRunOptions::OpCall::Plain) p.minSeqLen = p.maxSeqLen = 0;
   std::optional<runtime::DeviceBuffer> workspace;
   auto workspaceBytes =
       ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads, config.effectiveValueHeadSize(), p.maxSeqLen);
   if (!workspaceBytes) return workspaceBytes.status();
-  if (const uint64_t bytes = *workspaceBytes) {
+  if (const uint64_t bytes = *workspaceBytes; bytes > 0 && options.opCall == GpuRunOptions::OpCall::Engine) {
     auto w = runtime::DeviceBuffer::allocate(bytes);
     if (!w) return w.status();
     workspace = std::move(*w);

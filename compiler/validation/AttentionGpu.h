@@ -17,6 +17,13 @@ struct GpuRunOptions {
   // target's PTX is JIT-compiled by the driver for the device, so a newer GPU
   // runs the code generated for, e.g., sm_80 (paths taken only there).
   std::string target;
+  // runPagedAttentionOpGpu: what the call passes besides the batch.
+  enum class OpCall {
+    Engine,       // minSeqLen/maxSeqLen hints and a workspace from pagedAttentionWorkspaceBytes
+    NoWorkspace,  // the hints, no workspace: split-KV into the runtime's scratch
+    Plain,        // neither hints nor workspace
+  };
+  OpCall opCall = OpCall::Engine;
 };
 
 struct GpuRunResult {
@@ -44,8 +51,9 @@ support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAt
 // The same problem run through the op API (ops::pagedAttention), as an engine
 // calls it: the variant's static parameters (dtype, heads, head sizes, block
 // size, cache format, score modifiers) with the batch's minSeqLen and maxSeqLen
-// hints and a workspace from pagedAttentionWorkspaceBytes, so the op picks the
-// tiling and the split plan itself (the variant's tiling options are ignored).
+// hints and a workspace from pagedAttentionWorkspaceBytes (options.opCall: or
+// without them), so the op picks the tiling and the split plan itself (the
+// variant's tiling options are ignored).
 // Timed calls include the op's host work (validation, kernel lookup, launches).
 struct PagedAttentionOpRun {
   GpuRunResult run;          // check, timing; compile fields stay 0 (the op compiles inside)

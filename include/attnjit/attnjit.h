@@ -206,7 +206,7 @@ typedef struct attnjit_paged_attention_params {
   uint64_t alibi_slopes, sinks;   /* f32 [Hq] or 0 (off) */
   uint64_t lse;                   /* f32 LSE out at lse[head * lse_stride_head + token], or 0 */
   int64_t lse_stride_head;
-  uint64_t workspace;             /* split-KV scratch, or 0 (2D launches only) */
+  uint64_t workspace;             /* split-KV scratch, or 0 (see no_runtime_scratch) */
   uint64_t workspace_bytes;       /* see attnjit_paged_attention_workspace_bytes */
   /* strides, in elements */
   int64_t q_stride_token, q_stride_head, o_stride_token, o_stride_head;
@@ -247,6 +247,11 @@ typedef struct attnjit_paged_attention_params {
    * (one byte per element, strides in elements) standing for q * *q_scale;
    * dtype is then the compute and output dtype. */
   uint64_t q_scale;
+  /* Without a workspace, a call that splits (it needs max_seq_len) takes its
+   * scratch from a stream-ordered pool the runtime owns, allocated and freed on
+   * `stream` (no synchronization; graph capture records allocation nodes).
+   * Nonzero: such calls run unsplit instead. */
+  int no_runtime_scratch;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);
@@ -400,12 +405,15 @@ typedef struct attnjit_mla_decode_params {
    * 0: [B, H] is strides (H, 1), the merge kernels' [H, B] is (1, B) */
   uint64_t lse;
   int64_t lse_stride_batch, lse_stride_head;
-  uint64_t workspace;       /* split-KV scratch, or 0 (unsplit only) */
+  uint64_t workspace;       /* split-KV scratch, or 0 (see no_runtime_scratch) */
   uint64_t workspace_bytes; /* see attnjit_mla_decode_workspace_bytes */
   /* strides, in elements */
   int64_t q_stride_batch, q_stride_head, o_stride_batch, o_stride_head;
   int64_t block_table_stride, kv_stride_block, kv_stride_token;
   void* stream;
+  /* added later (older callers' struct_size leaves them at their defaults) */
+  /* as attnjit_paged_attention_params' no_runtime_scratch */
+  int no_runtime_scratch;
 } attnjit_mla_decode_params;
 
 void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params);

@@ -113,6 +113,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("output_scale", _u64),
         ("sliding_window_right", _i32),
         ("q_scale", _u64),
+        ("no_runtime_scratch", _i32),
     ]
 
 
@@ -251,4 +252,5 @@ class MlaDecodeParams(ctypes.Structure):
         ("kv_stride_block", _i64),
         ("kv_stride_token", _i64),
         ("stream", _ptr),
+        ("no_runtime_scratch", _i32),
     ]

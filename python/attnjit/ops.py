@@ -236,7 +236,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
                     alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0,
-                    q_scale=None):
+                    q_scale=None, runtime_scratch=True):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -255,8 +255,11 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     -slope * sqrt(p - j) for keys at or before the query), output_scale
     (float32, one element: out is then torch.float8_e4m3fn, the output divided
     by it and saturated, vLLM's fp8 output; sm_89+), lse (float32 [Hq, num_tokens]
-    output), workspace (a byte tensor of at least
-    paged_attention_workspace_bytes(..., Dv, ...), with max_seq_len: split-KV).
+    output). Split-KV needs max_seq_len (the longest seq_lens entry, as vLLM's
+    max_seqlen_k); its scratch is workspace (a byte tensor of at least
+    paged_attention_workspace_bytes(..., Dv, ...)) or, without one, memory the
+    library allocates stream-ordered for the call (runtime_scratch=False: such
+    calls run unsplit).
     q_scale (float32, one element): q is torch.float8_e4m3fn standing for
     q * q_scale (vLLM's fp8 queries), computed in out's dtype.
     sliding_window_right bounds non-causal rows on the right apart from
@@ -344,6 +347,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         min_seq_len=int(min_seq_len),
         num_sms=int(num_sms),
         alibi_sqrt=int(bool(alibi_sqrt)),
+        no_runtime_scratch=int(not runtime_scratch),
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
         out=out.data_ptr(),
         q=q.data_ptr(),
@@ -616,7 +620,7 @@ def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", sca
 
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
                kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
-               num_sms=0, stream=None, jit=None):
+               num_sms=0, stream=None, jit=None, runtime_scratch=True):
     """out = MLA latent decode of q over the latent cache (vLLM's TRITON_MLA decode).
 
     q [B, H, L + R] and out [B, H, L] of one dtype (float32, float16 or bfloat16; L =
@@ -626,8 +630,10 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
     block_tables [B, max_blocks] and seq_lens [B], int32. scale defaults to
     1/sqrt(L + R) (pass the model's). Optional: lse, a float32 [B, H] view
     (any strides: lse.t() of an [H, B] tensor gives the merge kernels' layout)
-    that receives the natural-log LSE; workspace (a tensor of at least
-    mla_decode_workspace_bytes bytes) with max_seq_len: split-KV; sum_seq_lens
+    that receives the natural-log LSE. Split-KV needs max_seq_len; its scratch
+    is workspace (a tensor of at least mla_decode_workspace_bytes bytes) or,
+    without one, memory the library allocates stream-ordered for the call
+    (runtime_scratch=False: such calls run unsplit); sum_seq_lens
     (the batch's total keys, when known on the host) refines the "balanced"
     split rule; "vllm" is vLLM's rule."""
     torch = _require_torch()
@@ -684,6 +690,7 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
         max_seq_len=int(max_seq_len),
         sum_seq_lens=int(sum_seq_lens),
         num_sms=int(num_sms),
+        no_runtime_scratch=int(not runtime_scratch),
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(q_width),
         out=out.data_ptr(),
         q=q.data_ptr(),

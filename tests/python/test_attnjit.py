@@ -132,9 +132,10 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-8:]],
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-9:]],
                          ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
-                          "output_scale", "sliding_window_right", "q_scale"])
+                          "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch"])
+        self.assertEqual(_structs.MlaDecodeParams._fields_[-1][0], "no_runtime_scratch")
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
         self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-4:]],
@@ -607,6 +608,55 @@ class GpuTests(unittest.TestCase):
                                         torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
                                         torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens),
                                         causal_flags=flags.int())
+
+    def test_split_without_a_workspace_matches_float64_and_replays_in_a_cuda_graph(self):
+        # Three long decodes on 2 KV heads fill 6 programs: the op splits them
+        # into segments whose partials live in the runtime's stream-ordered
+        # scratch (no workspace given). Captured in a CUDA graph, the scratch
+        # becomes the graph's allocation nodes; replays see new queries.
+        torch.manual_seed(5)
+        heads, kv_heads, d, block = 8, 2, 64, 16
+        seq_lens_host = [3000, 1700, 2600]
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block)
+        cache = torch.randn(num_blocks, 2, block, kv_heads, d, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(3, heads, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.full((3, heads, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        tables = tables_host.cuda()
+        seq_lens = torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda")
+        cu = torch.arange(4, dtype=torch.int32, device="cuda")
+        scale = 1.0 / math.sqrt(d)
+
+        def call(runtime_scratch=True):
+            attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, scale=scale,
+                                        max_seq_len=max(seq_lens_host), num_sms=132,
+                                        runtime_scratch=runtime_scratch)
+
+        def check(label):
+            torch.cuda.synchronize()
+            for b, seq_len in enumerate(seq_lens_host):
+                positions = torch.arange(seq_len)
+                rows = (tables_host[b, positions // block].long() * block + positions % block).cuda()
+                k = cache[:, 0].reshape(-1, kv_heads, d)[rows].double()
+                v = cache[:, 1].reshape(-1, kv_heads, d)[rows].double()
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    expected = torch.softmax(k[:, g] @ q[b, h].double() * scale, dim=0) @ v[:, g]
+                    error = (out[b, h].double() - expected).abs().max().item()
+                    self.assertLess(error, 1e-2, (label, b, h))
+
+        call()
+        check("eager")
+        out.fill_(float("nan"))
+        call(runtime_scratch=False)  # unsplit: the same numbers within bf16 rounding
+        check("unsplit")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        for replay in range(3):
+            q.copy_(torch.randn_like(q))
+            out.fill_(float("nan"))
+            graph.replay()
+            check("replay %d" % replay)
 
     def test_diffkv_and_mla_cache_write_shapes_raise(self):
         q = torch.zeros(4, 8, 192, device="cuda", dtype=torch.bfloat16)
