@@ -235,7 +235,8 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(message("seed=-3") == "seed: '-3' is not a non-negative integer");
   CHECK(
       message("batch=4") ==
-      "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials, key_ramp or output_scale)");
+      "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_segments, "
+      "num_partials, key_ramp or output_scale)");
   CHECK(message("key_ramp=-1") == "key_ramp: '-1' is not a number between 0 and 1000");
   CHECK(message("key_ramp=0.5x") == "key_ramp: '0.5x' is not a number between 0 and 1000");
   CHECK(message("key_ramp=nan") == "key_ramp: 'nan' is not a number between 0 and 1000");

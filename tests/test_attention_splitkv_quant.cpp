@@ -138,6 +138,30 @@ TEST_CASE("split-KV: segments of 1, 2 and 8 tiles agree with the reference", "[a
   }
 }
 
+TEST_CASE("split-KV: segments cut per sequence on the GPU agree with the reference", "[attention][splitkv]") {
+  // num_segments per sequence of at least segment_tiles tiles (the kernel's
+  // segment_tiles = -minimum): what the op launches when it knows no
+  // max_seq_len. More segments than a short sequence has tiles leave the rest
+  // empty; a sliding window cuts only the tiles it keeps.
+  for (const auto& [numSegments, minimumTiles] : {std::pair{3, 1}, std::pair{5, 2}, std::pair{64, 1}}) {
+    BatchShape shape = mixedAttentionBatch(12);
+    shape.numSegments = numSegments;
+    shape.segmentTiles = minimumTiles;
+    INFO(shape.str());
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Auto);
+    c.splitKv = true;
+    runAndCheck(c, shape);
+    c.outputLse = true;
+    c.sinks = true;
+    c.slidingWindow = 45;
+    runAndCheck(c, shape, /*afterPasses=*/true);
+    UnifiedAttentionConfig quantized = smallConfig(ScalarKind::F16, KvCacheFormat::Int8PerTokenHead, false);
+    quantized.splitKv = true;
+    quantized.outputLse = true;
+    runAndCheck(quantized, shape);
+  }
+}
+
 TEST_CASE("split-KV: with every feature and quantized caches", "[attention][splitkv]") {
   BatchShape shape = mixedAttentionBatch(10);
   shape.segmentTiles = 2;

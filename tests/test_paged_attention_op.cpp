@@ -192,8 +192,20 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
   CHECK_FALSE(ops::selectPagedAttentionVariant(p).splitKv);
   p.runtimeScratch = true;
-  p.maxSeqLen = 0;  // no maxSeqLen hint: nothing to size segments by, 2D
+  p.maxSeqLen = 0;  // no maxSeqLen hint: 264 / 32 = 9 segments per sequence, cut on the GPU,
+  const ops::SplitKvPlan unsized = ops::pagedAttentionSplitPlan(p);  // of at least 512 keys (8 tiles of 64)
+  CHECK(unsized.numSegments == 9);
+  CHECK(unsized.segmentTiles == -8);
+  CHECK(validationMessage(p) == "ok");
+  p.workspace = 0xB0000;  // a caller's workspace bounds them as it bounds sized segments
+  p.workspaceBytes = 4ull * 32 * 3 * (128 + 2) * 4 + 64;
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 3);
+  p.workspaceBytes = 1000;
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.workspace = p.workspaceBytes = 0;
+  p.numSeqs = p.numTokens = 64;  // 512 programs fill the GPU: 2D
+  CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);
+  p.numSeqs = p.numTokens = 4;
   p.maxSeqLen = 1 << 20;  // the runtime's scratch holds any plan: 9 segments, as with a large workspace
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 9);
   p.maxSeqLen = 4096;
@@ -452,6 +464,7 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
     bool withWorkspace = false;  // split-KV where the plan says so
     bool lengthsHint = false;    // minSeqLen given: a uniform batch runs at two CTAs per SM
     bool runtimeScratch = false; // without a workspace: split-KV into the runtime's scratch
+    bool noMaxSeqLen = false;    // no length hints: segments cut per sequence on the GPU
   } cases[] = {
       {ScalarKind::BF16, true, {1, 1, 1, 1, 1}, {300, 17, 1000, 0, 64}},      // decode: tile 64
       {ScalarKind::F16, false, {1, 40, 3, 77}, {50, 0, 130, 9}},              // prefill-like: 128 rows
@@ -473,6 +486,11 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
        true},
       {ScalarKind::F16, true, {1, 1, 2}, {3000, 900, 4000}, compiler::KvCacheFormat::Int8PerTokenHead, true, false,
        false, true},
+      // ... and without max_seq_len: each sequence cut evenly on the GPU.
+      {ScalarKind::BF16, true, {1, 1, 1, 1}, {5000, 17, 2100, 1024}, compiler::KvCacheFormat::Auto, false, false, false,
+       true, true},
+      {ScalarKind::F16, true, {1, 1, 2}, {3000, 900, 4000}, compiler::KvCacheFormat::Fp8E4M3, true, false, false, true,
+       true},
   };
   for (const auto& c : cases) {
     compiler::UnifiedAttentionConfig config;
@@ -564,9 +582,11 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       CHECK(ops::selectPagedAttentionVariant(p).splitKv);
     }
     p.runtimeScratch = c.runtimeScratch;
+    if (c.noMaxSeqLen) p.maxSeqLen = p.minSeqLen = 0;
     if (c.runtimeScratch) {
       p.numSms = 132;
       CHECK(ops::selectPagedAttentionVariant(p).splitKv);
+      CHECK((ops::pagedAttentionSplitPlan(p).segmentTiles < 0) == c.noMaxSeqLen);
     }
     INFO(ops::selectPagedAttentionVariant(p).kernelName());
     support::Status launched = ops::pagedAttention(p);

@@ -32,7 +32,8 @@ int benchThroughOp(const std::vector<const Variant*>& variants, const BatchShape
     failures += run.check.passed ? 0 : 1;
     char plan[64] = "2D";
     if (r->numSegments > 1)
-      std::snprintf(plan, sizeof plan, "%d segments of %d tiles", r->numSegments, r->segmentTiles);
+      std::snprintf(plan, sizeof plan, r->segmentTiles > 0 ? "%d segments of %d tiles" : "%d even segments of >= %d tiles",
+                    r->numSegments, r->segmentTiles > 0 ? r->segmentTiles : -r->segmentTiles);
     std::printf("%-52s %9.4f %9.1f %8.1f %6.1f%% %8.1f | %s, %s, %.1f ms; %s (err %.2e)\n", variant->name.c_str(),
                 run.medianMs, run.gbPerSecond, run.tflops,
                 run.copyGbPerSecond > 0 ? 100.0 * run.gbPerSecond / run.copyGbPerSecond : 0.0, run.copyGbPerSecond,

@@ -82,8 +82,11 @@ int runPlan(const ParsedArguments& args) {
     const int ctasPerSm = ops::pagedAttentionCtasPerSm(p);
     std::string planText = "2D";
     if (plan.numSegments > 1)
-      planText = std::to_string(plan.numSegments) + " segments of " + std::to_string(plan.segmentTiles) +
-                 " tiles (" + std::to_string(int64_t{plan.segmentTiles} * chosen.tileSize) + " keys)";
+      planText = plan.segmentTiles > 0
+                     ? std::to_string(plan.numSegments) + " segments of " + std::to_string(plan.segmentTiles) +
+                           " tiles (" + std::to_string(int64_t{plan.segmentTiles} * chosen.tileSize) + " keys)"
+                     : std::to_string(plan.numSegments) + " segments per sequence, cut on the GPU (at least " +
+                           std::to_string(int64_t{-plan.segmentTiles} * chosen.tileSize) + " keys each)";
     std::string occupancy = ctasPerSm > 0 ? ", at most " + std::to_string(ctasPerSm) + " CTAs per SM" : "";
     std::printf("%s\n  -> %s: %s, grid %lldx%dx%d%s\n", variant->name.c_str(), chosen.kernelName().c_str(),
                 planText.c_str(),

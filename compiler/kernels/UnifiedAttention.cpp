@@ -608,14 +608,24 @@ void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
     if (p_.seqCausal) p_.tileEnd = b_.select(p_.seqCausal, p_.numTiles, p_.tileEnd, "tile_end_flagged");
   }
 
-  // Split-KV: program z walks only the tiles of segment z, [z, z + 1)·segment_tiles,
-  // of the range above (possibly none: it then reports an empty segment).
+  // Split-KV: program z walks only the tiles of segment z of the range above
+  // (possibly none: it then reports an empty segment). segment_tiles > 0: the
+  // segments are [z, z + 1)·segment_tiles for every sequence (the host sized
+  // them by max_seq_len). segment_tiles = -m: the host knows no lengths, so each
+  // sequence's own range is cut into num_segments equal segments of at least m
+  // tiles, starting at its first tile.
   p_.segmentIdx = nullptr;
   if (config_.splitKv) {
     p_.segmentIdx = b_.programId(2, "segment_idx");
-    Value* segmentFirst = b_.mul(p_.segmentIdx, segmentTiles_, "segment_first_tile");
+    Value* fixedLength = b_.cmp(CmpPredicate::Gt, segmentTiles_, zeroI32_, "fixed_segments");
+    Value* span = b_.max(b_.sub(p_.tileEnd, p_.tileStart), zeroI32_, "range_tiles");
+    Value* evenLength = b_.max(b_.div(b_.sub(b_.add(span, numSegments_), oneI32_), numSegments_),
+                               b_.sub(zeroI32_, segmentTiles_), "even_segment_tiles");
+    Value* segmentLength = b_.select(fixedLength, segmentTiles_, evenLength, "segment_length");
+    Value* segmentOrigin = b_.select(fixedLength, zeroI32_, p_.tileStart, "segment_origin");
+    Value* segmentFirst = b_.add(segmentOrigin, b_.mul(p_.segmentIdx, segmentLength), "segment_first_tile");
     p_.tileStart = b_.max(p_.tileStart, segmentFirst, "segment_tile_start");
-    p_.tileEnd = b_.min(p_.tileEnd, b_.add(segmentFirst, segmentTiles_), "segment_tile_end");
+    p_.tileEnd = b_.min(p_.tileEnd, b_.add(segmentFirst, segmentLength), "segment_tile_end");
   }
 }
 

@@ -130,18 +130,25 @@ bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
 
 // The split plan for `p` whose variant before splitting is `config` (baseVariant).
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
-  if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || p.maxSeqLen <= 0 || config.blockMRows != 0)
-    return {};
+  if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || config.blockMRows != 0) return {};
   if (!batchInRange(p) || p.numKvHeads < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
-  const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
   // Without a workspace the runtime's scratch holds any plan.
   const auto fitsWorkspace = [&](int64_t segments) {
     return p.workspace == 0 ||
            workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
   };
+  if (p.maxSeqLen <= 0) {
+    // No lengths known: the fill rule's segment count, each sequence's range
+    // cut evenly on the GPU into segments of at least kSplitKvMinSegmentKeys.
+    int64_t segments = std::min<int64_t>(ceilDiv(2 * int64_t{sms}, programs), kSplitKvMaxSegments);
+    while (segments >= 2 && !fitsWorkspace(segments)) --segments;
+    if (segments < 2) return {};
+    return {static_cast<int>(segments), -static_cast<int>(ceilDiv(kSplitKvMinSegmentKeys, config.tileSize))};
+  }
+  const int64_t tiles = ceilDiv(p.maxSeqLen, config.tileSize);
   const auto planOf = [&](int64_t segmentTiles) {
     return SplitKvPlan{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
   };

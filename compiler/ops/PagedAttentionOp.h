@@ -22,8 +22,9 @@
 //
 // Split-KV. When a decode-like batch has too few (sequence, KV head) programs to
 // fill the GPU, the call splits each sequence's keys into segments (3D launch,
-// then a reduce kernel) so that about two CTAs per SM have work. Splitting
-// needs the maxSeqLen hint. The partial results need a float32 workspace:
+// then a reduce kernel) so that about two CTAs per SM have work. With the
+// maxSeqLen hint the host sizes the segments; without it each sequence's keys
+// are cut evenly on the GPU. The partial results need a float32 workspace:
 // either the caller's (ask pagedAttentionWorkspaceBytes once for the largest
 // batch and pass it in), or, without one, scratch the runtime allocates
 // stream-ordered for the call and frees after it (runtime/StreamScratch.h:
@@ -127,13 +128,19 @@ struct PagedAttentionParams {
 compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& params);
 
 // The split-KV plan of a call: num_segments segments of segment_tiles KV tiles
-// each (num_segments = 1: a 2D launch). Two rules, for decode-like batches:
+// each (num_segments = 1: a 2D launch), or, when segmentTiles < 0, num_segments
+// segments per sequence cut evenly on the GPU from its own length, each at
+// least -segmentTiles tiles (the kernel's segment_tiles convention). Two rules,
+// for decode-like batches:
 // - Fill the GPU. A batch of S sequences has S·Hkv programs in 2D; when that is
 //   less than two per SM, each sequence is cut into ceil(2·SMs / (S·Hkv))
 //   segments, but never into segments shorter than kSplitKvMinSegmentKeys keys,
 //   never more than kSplitKvMaxSegments, and never more than the workspace holds
-//   for this batch. A batch of equal lengths that already fills the GPU stays
-//   2D: splitting it is slower (measured: docs/perf-log.md, 2026-11-29).
+//   for this batch. Without the maxSeqLen hint the segment count is the same
+//   (short sequences then leave later segments empty) and segmentTiles is
+//   -(kSplitKvMinSegmentKeys / tile). A batch of equal lengths that already
+//   fills the GPU stays 2D: splitting it is slower (measured: docs/perf-log.md,
+//   2026-11-29).
 // - Uneven lengths. When the hints say the lengths differ (minSeqLen known and
 //   below 90% of maxSeqLen, maxSeqLen at least kUnevenSplitMinMaxSeqLen, f16 or
 //   bf16 queries, no sliding window), no segment is longer than 3/8 of the
@@ -150,7 +157,7 @@ compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentio
 // (vLLM: 16 segments for every sequence, when num_seqs <= 128 / Hkv.)
 struct SplitKvPlan {
   int numSegments = 1;
-  int segmentTiles = 0;
+  int segmentTiles = 0;  // < 0: per sequence, at least -segmentTiles tiles
 };
 // CTAs of a 2D decode launch an SM may hold (0: as many as fit). A batch whose
 // sequences all have about the same length (minSeqLen >= 90% of maxSeqLen) and

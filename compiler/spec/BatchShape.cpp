@@ -14,6 +14,7 @@ support::Status shapeError(const std::string& message) { return support::Status:
 
 // Partials of a merge_partials run batch (keeps host data for the reference small).
 constexpr int kMaxShapePartials = 1024;
+constexpr int kMaxShapeSegments = 64;  // the op splits into at most kSplitKvMaxSegments
 
 template <typename Int>
 bool parseInteger(std::string_view text, Int& out) {
@@ -80,6 +81,14 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
     segmentTiles = static_cast<int>(parsed);
     return support::Status::ok();
   }
+  if (key == "num_segments") {
+    uint64_t parsed = 0;
+    if (!parseInteger(value, parsed) || parsed > static_cast<uint64_t>(kMaxShapeSegments))
+      return shapeError("num_segments: '" + support::excerpt(value) + "' is not an integer between 0 and " +
+                        std::to_string(kMaxShapeSegments));
+    numSegments = static_cast<int>(parsed);
+    return support::Status::ok();
+  }
   if (key == "num_partials") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed) || parsed < 1 || parsed > static_cast<uint64_t>(kMaxShapePartials))
@@ -121,14 +130,15 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
     return support::Status::ok();
   }
   return shapeError("unknown shape key '" + support::excerpt(key) +
-                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_partials, key_ramp "
-                    "or output_scale)");
+                    "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_segments, num_partials, "
+                    "key_ramp or output_scale)");
 }
 
 std::string BatchShape::str() const {
   return "query_lens=" + joinInts(queryLens) + " context_lens=" + joinInts(contextLens) +
          " seed=" + std::to_string(seed) + (checkStride != 1 ? " check_stride=" + std::to_string(checkStride) : "") +
          (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "") +
+         (numSegments != 0 ? " num_segments=" + std::to_string(numSegments) : "") +
          (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "") +
          (keyRamp != 0 ? " key_ramp=" + numberText(keyRamp) : "") +
          (outputScale != kDefaultOutputScale ? " output_scale=" + numberText(outputScale) : "");

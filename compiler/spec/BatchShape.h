@@ -25,6 +25,11 @@ struct BatchShape {
   // Split-KV (3D) launches: KV tiles per segment (the kernel's segment_tiles); the
   // segment count follows from the longest sequence. 1 splits the most.
   int segmentTiles = 1;
+  // Unified attention split-KV with num_segments > 0: that many segments per
+  // sequence, each sequence's key range cut evenly on the GPU into segments of
+  // at least segmentTiles tiles (the op's split when it knows no max_seq_len;
+  // the kernel's segment_tiles is then -segmentTiles). 0: as above.
+  int numSegments = 0;
   // merge_partials: the number of partial results merged per token (ranks of a
   // context-parallel group); the kernel takes it at run time.
   int numPartials = 2;
@@ -38,7 +43,8 @@ struct BatchShape {
   static constexpr double kDefaultOutputScale = 1.0 / 256;
   double outputScale = kDefaultOutputScale;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
-  // check_stride=N, segment_tiles=N, num_partials=N, key_ramp=X, output_scale=X); a list entry "VxN" repeats V N times
+  // check_stride=N, segment_tiles=N, num_segments=N, num_partials=N, key_ramp=X, output_scale=X); a list entry
+  // "VxN" repeats V N times
   // (query_lens=1x64). The error names the key.
   support::Status set(const std::string& keyEqualsValue);
   // "query_lens=1,17,40 context_lens=33,0,70 seed=1" (each part accepted by set();

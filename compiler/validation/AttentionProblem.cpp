@@ -463,12 +463,16 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   attention.scalars.insert(attention.scalars.end(),
                            {blockTableStride, kvStrideBlock, kvStrideKv, kvStrideToken, kvStrideHead});
   if (config.splitKv) {
-    // Segments of segment_tiles KV tiles; enough for the longest sequence.
+    // Segments of segment_tiles KV tiles, enough for the longest sequence; or
+    // num_segments per sequence, cut on the GPU (segment_tiles = -minimum).
     const int64_t maxSeqLen = *std::max_element(logical.seqLens.begin(), logical.seqLens.end());
     const int64_t tiles = (maxSeqLen + config.tileSize - 1) / config.tileSize;
-    const int64_t numSegments = (tiles + shape.segmentTiles - 1) / shape.segmentTiles;
+    const bool perSequence = shape.numSegments > 0;
+    const int64_t numSegments =
+        perSequence ? shape.numSegments : (tiles + shape.segmentTiles - 1) / shape.segmentTiles;
     attention.gridZ = numSegments;
-    attention.scalars.insert(attention.scalars.end(), {numSegments, int64_t{shape.segmentTiles}});
+    attention.scalars.insert(attention.scalars.end(),
+                             {numSegments, int64_t{perSequence ? -shape.segmentTiles : shape.segmentTiles}});
     const int64_t rows = numTokens * Hq * numSegments;
     const size_t segmOutput = buffers.size();
     auto poisonedF32 = [&](const char* label, int64_t n) {

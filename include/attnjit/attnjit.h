@@ -196,7 +196,8 @@ typedef struct attnjit_paged_attention_params {
   int num_seqs;
   int64_t num_tokens; /* total query tokens (cu_seqlens_q[num_seqs]) */
   int max_query_len;  /* longest query of the batch (picks the tiling) */
-  int max_seq_len;    /* longest seq_len of the batch; 0: unknown (no split-KV) */
+  int max_seq_len;    /* longest seq_len of the batch; 0: unknown (split-KV then
+                       * cuts each sequence's keys evenly on the GPU) */
   float scale;        /* softmax scale, usually 1/sqrt(head_size) */
   /* device pointers, 16-byte aligned: out, q [num_tokens, Hq, D]; kv_cache
    * (num_blocks, 2, block_size, Hkv, row); block_tables [num_seqs, max_blocks]
@@ -247,7 +248,7 @@ typedef struct attnjit_paged_attention_params {
    * (one byte per element, strides in elements) standing for q * *q_scale;
    * dtype is then the compute and output dtype. */
   uint64_t q_scale;
-  /* Without a workspace, a call that splits (it needs max_seq_len) takes its
+  /* Without a workspace, a call that splits takes its
    * scratch from a stream-ordered pool the runtime owns, allocated and freed on
    * `stream` (no synchronization; graph capture records allocation nodes).
    * Nonzero: such calls run unsplit instead. */

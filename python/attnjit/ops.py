@@ -255,8 +255,10 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     -slope * sqrt(p - j) for keys at or before the query), output_scale
     (float32, one element: out is then torch.float8_e4m3fn, the output divided
     by it and saturated, vLLM's fp8 output; sm_89+), lse (float32 [Hq, num_tokens]
-    output). Split-KV needs max_seq_len (the longest seq_lens entry, as vLLM's
-    max_seqlen_k); its scratch is workspace (a byte tensor of at least
+    output). Split-KV (decode batches too small to fill the GPU) sizes its
+    segments by max_seq_len (the longest seq_lens entry, as vLLM's
+    max_seqlen_k), or, with max_seq_len=0, cuts each sequence evenly on the
+    GPU; its scratch is workspace (a byte tensor of at least
     paged_attention_workspace_bytes(..., Dv, ...)) or, without one, memory the
     library allocates stream-ordered for the call (runtime_scratch=False: such
     calls run unsplit).

@@ -626,10 +626,9 @@ class GpuTests(unittest.TestCase):
         cu = torch.arange(4, dtype=torch.int32, device="cuda")
         scale = 1.0 / math.sqrt(d)
 
-        def call(runtime_scratch=True):
+        def call(runtime_scratch=True, max_seq_len=max(seq_lens_host)):
             attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, scale=scale,
-                                        max_seq_len=max(seq_lens_host), num_sms=132,
-                                        runtime_scratch=runtime_scratch)
+                                        max_seq_len=max_seq_len, num_sms=132, runtime_scratch=runtime_scratch)
 
         def check(label):
             torch.cuda.synchronize()
@@ -649,14 +648,18 @@ class GpuTests(unittest.TestCase):
         out.fill_(float("nan"))
         call(runtime_scratch=False)  # unsplit: the same numbers within bf16 rounding
         check("unsplit")
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            call()
-        for replay in range(3):
-            q.copy_(torch.randn_like(q))
-            out.fill_(float("nan"))
-            graph.replay()
-            check("replay %d" % replay)
+        out.fill_(float("nan"))
+        call(max_seq_len=0)  # no lengths: each sequence cut evenly on the GPU
+        check("unsized segments")
+        for max_seq_len in (max(seq_lens_host), 0):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call(max_seq_len=max_seq_len)
+            for replay in range(2):
+                q.copy_(torch.randn_like(q))
+                out.fill_(float("nan"))
+                graph.replay()
+                check("max_seq_len %d, replay %d" % (max_seq_len, replay))
 
     def test_diffkv_and_mla_cache_write_shapes_raise(self):
         q = torch.zeros(4, 8, 192, device="cuda", dtype=torch.bfloat16)
