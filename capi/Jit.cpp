@@ -315,6 +315,12 @@ support::Status Jit::pagedAttention(const PagedAttentionParams& params) {
   return ops::pagedAttention(params);
 }
 
+support::Expected<int> Jit::warmupPagedAttention(const PagedAttentionParams& params, int threads) {
+  if (support::Status s = checkOpDevice(device()); !s) return s;
+  if (support::Status s = state_->activate(); !s) return s;
+  return ops::warmupPagedAttention(params, threads);
+}
+
 support::Status Jit::cacheWrite(const CacheWriteParams& params) {
   if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateCacheWrite(params); !s) return s;

@@ -663,6 +663,29 @@ ATTNJIT_C_OP_ENTRY_POINTS(mla_cache_write, mlaCacheWrite, validateMlaCacheWrite)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_decode, mlaDecode, validateMlaDecode)
 #undef ATTNJIT_C_OP_ENTRY_POINTS
 
+attnjit_status attnjit_paged_attention_warmup(attnjit_jit* jit, const attnjit_paged_attention_params* params,
+                                              int threads, int* kernels_ready) {
+  return guarded([&] {
+    constexpr const char* function = "attnjit_paged_attention_warmup";
+    if (kernels_ready != nullptr) *kernels_ready = 0;
+    if (jit == nullptr) return nullArgument(function, "jit");
+    attnjit_paged_attention_params defaults;
+    attnjit_paged_attention_params_init(&defaults);
+    if (attnjit_status s = readVersioned(function, "params", params, &defaults); s != ATTNJIT_OK) return s;
+    attnjit::PagedAttentionParams cpp;
+    if (attnjit_status s = toParams(function, defaults, &cpp); s != ATTNJIT_OK) return s;
+    if (auto listed = attnjit::ops::pagedAttentionWarmupKernels(cpp); !listed)
+      return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, listed.status());
+    if (threads < 0)
+      return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": threads (" + std::to_string(threads) +
+                                                      ") must be 0 (every core) or positive");
+    auto ready = jit->jit.warmupPagedAttention(cpp, threads);
+    if (!ready) return gpuFailure(ready.status());
+    if (kernels_ready != nullptr) *kernels_ready = *ready;
+    return succeed();
+  });
+}
+
 attnjit_status attnjit_mla_decode_workspace_bytes(int max_num_seqs, int num_heads, int kv_lora_rank, int max_seq_len,
                                                   uint64_t* bytes) {
   return guarded([&] {

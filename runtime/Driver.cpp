@@ -293,6 +293,14 @@ support::Expected<ContextHandle> currentOrPrimaryContext() {
   return activatePrimaryContext(0);
 }
 
+support::Status makeContextCurrent(ContextHandle context) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  CUresult result = (*apiOr)->cuCtxSetCurrent(static_cast<CUcontext>(context));
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuCtxSetCurrent");
+  return support::Status::ok();
+}
+
 support::Status synchronizeContext() {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();

@@ -87,6 +87,10 @@ support::Expected<ContextHandle> activatePrimaryContext(int ordinal);
 // context (what the CUDA runtime does on first use).
 support::Expected<ContextHandle> currentOrPrimaryContext();
 
+// Makes `context` (from currentOrPrimaryContext on another thread, say) current on
+// the calling thread.
+support::Status makeContextCurrent(ContextHandle context);
+
 // cuCtxSynchronize on the current context; reports asynchronous kernel faults.
 support::Status synchronizeContext();
 

@@ -11,7 +11,7 @@
 
 #include "compiler/validation/AttentionProblem.h"
 #include "compiler/validation/HostBudget.h"
-#include "compiler/validation/ParallelFor.h"
+#include "support/ParallelFor.h"
 #include "ir/Interpreter.h"
 #include "compiler/spec/VariantKernel.h"
 #include "compiler/validation/VariantRuns.h"
@@ -415,7 +415,7 @@ TEST_CASE("harness: a worker's exception reaches parallelFor's caller, the other
   // a loaded two-core machine.
   std::atomic<int> ran{0};
   std::atomic<bool> thrown{false};
-  CHECK_THROWS_AS(attnjit::validation::parallelFor(100000,
+  CHECK_THROWS_AS(attnjit::support::parallelFor(100000,
                                                    [&](int i) {
                                                      ++ran;
                                                      if (i == 3) {
@@ -429,9 +429,9 @@ TEST_CASE("harness: a worker's exception reaches parallelFor's caller, the other
                   std::bad_alloc);
   CHECK(ran.load() < 100000);
   std::atomic<int> all{0};
-  attnjit::validation::parallelFor(1000, [&](int) { ++all; });
+  attnjit::support::parallelFor(1000, [&](int) { ++all; });
   CHECK(all.load() == 1000);
-  attnjit::validation::parallelFor(0, [&](int) { FAIL("no index for an empty range"); });
+  attnjit::support::parallelFor(0, [&](int) { FAIL("no index for an empty range"); });
 }
 
 TEST_CASE("harness: host memory and work are estimated and bounded before a run", "[interpreter][limits]") {

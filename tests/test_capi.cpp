@@ -297,6 +297,20 @@ TEST_CASE("C op structs reach the op validators field by field", "[capi]") {
   paged.kv_stride_token = 8 * 128;
   paged.kv_stride_head = 128;
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // Warm-up reads the static fields: a bad one is named before any GPU work.
+  int kernelsReady = -1;
+  CHECK(attnjit_paged_attention_warmup(nullptr, &paged, 0, &kernelsReady) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kernelsReady == 0);
+  paged.head_size = 600;
+  CHECK(attnjit_paged_attention_warmup(runtime, &paged, 0, &kernelsReady) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(attnjit_last_error_message(), Catch::Contains("head_size (600)"));
+  paged.head_size = 128;
+  CHECK(attnjit_paged_attention_warmup(runtime, &paged, -1, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(attnjit_last_error_message(), Catch::Contains("threads (-1) must be 0 (every core) or positive"));
+  if (!attnjit::runtime::driverAvailable()) {
+    CHECK(attnjit_paged_attention_warmup(runtime, &paged, 2, &kernelsReady) == ATTNJIT_ERROR_NO_DRIVER);
+    CHECK(kernelsReady == 0);
+  }
   paged.cu_seqlens_q = 0x6004;
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(attnjit_last_error_message(), Catch::Contains("cu_seqlens_q") && Catch::Contains("16-byte aligned"));

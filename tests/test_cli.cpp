@@ -249,6 +249,9 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
        specPath("merge_attn_states.yaml") + ":",
        "plan: variant 'merge_attn_states_f32_h4_d64_lse' is of family 'merge_attn_states'"},
       {{"plan", f32, "--sms=0"}, "attnjit plan: error: ", "--sms must be 1..100000, got '0'"},
+      {{"warmup", f32, "--threads=0"}, "attnjit warmup: error: ", "--threads must be 1..1024, got '0'"},
+      {{"warmup", f32, "--threads=4x"}, "attnjit warmup: error: ", "--threads must be 1..1024, got '4x'"},
+      {{"warmup"}, "attnjit warmup: error: ", "missing the spec file"},
       {{"plan", f32, "--sms=12x"}, "attnjit plan: error: ", "--sms must be 1..100000, got '12x'"},
       {{"plan", f32, "--shape", "query_lens=1,2"}, "attnjit plan: error: ", "context_lens"},
   };
@@ -303,6 +306,10 @@ TEST_CASE("cli: run without a CUDA driver points to --interpret", "[cli]") {
   CHECK(r.exitCode == 2);
   CHECK(startsWith(r.err, "attnjit run: error: CUDA driver not available"));
   CHECK(r.err.find("use --interpret") != std::string::npos);
+  r = runCli({"warmup", kSourceDir + "/bench/decode.yaml"});
+  CHECK(r.exitCode == 2);
+  CHECK(startsWith(r.err, "attnjit warmup: error: CUDA driver not available"));
+  CHECK(r.err.find("it needs the GPU the cache is for") != std::string::npos);
 }
 
 TEST_CASE("cli: help and version", "[cli]") {

@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <numeric>
+#include <random>
+#include <set>
+#include <tuple>
 #include <optional>
 #include <string>
 
@@ -11,6 +14,7 @@
 #include "compiler/validation/AttentionGpu.h"
 #include "compiler/validation/AttentionProblem.h"
 #include "compiler/driver/DeviceTarget.h"
+#include "compiler/kernels/ReduceSegments.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
@@ -639,4 +643,48 @@ TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through 
   const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
   CHECK(run.numSegments == 1);
   CHECK(run.kernelName.find("_m128") != std::string::npos);
+}
+
+TEST_CASE("paged attention op: warm-up lists every kernel the planner picks", "[op]") {
+  // Batches of every size class and hint combination: the kernels they get
+  // (and the reduce kernel of a split) are all in the warm-up list.
+  for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3,
+                                         compiler::KvCacheFormat::Int8PerTokenHead}) {
+    for (const auto& [queryHeads, kvHeads, headSize] : {std::tuple{32, 8, 128}, std::tuple{8, 8, 64},
+                                                        std::tuple{64, 4, 256}, std::tuple{16, 1, 96}}) {
+      ops::PagedAttentionParams p;
+      p.numQueryHeads = queryHeads;
+      p.numKvHeads = kvHeads;
+      p.headSize = headSize;
+      p.blockSize = 16;
+      p.kvCacheFormat = format;
+      p.numSms = 132;
+      auto listed = ops::pagedAttentionWarmupKernels(p);
+      REQUIRE(listed.isOk());
+      std::set<std::string> names;
+      for (const ops::WarmupKernel& kernel : *listed) CHECK(names.insert(kernel.name).second);  // no duplicates
+      std::mt19937 random(static_cast<unsigned>(queryHeads * 31 + headSize));
+      for (int trial = 0; trial < 400; ++trial) {
+        ops::PagedAttentionParams call = p;
+        call.numSeqs = 1 + static_cast<int>(random() % 400);
+        call.maxQueryLen = trial % 3 == 0 ? 1 + static_cast<int>(random() % 3000) : 1 + static_cast<int>(random() % 8);
+        call.numTokens = int64_t{call.numSeqs} * call.maxQueryLen;
+        call.maxSeqLen = trial % 4 == 0 ? 0 : call.maxQueryLen + static_cast<int>(random() % 100000);
+        call.minSeqLen = call.maxSeqLen == 0 || trial % 2 ? 0 : 1 + static_cast<int>(random() % call.maxSeqLen);
+        const compiler::UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(call);
+        INFO(chosen.kernelName() << " for " << call.numSeqs << " sequences, max query " << call.maxQueryLen
+                                 << ", seq_len " << call.minSeqLen << ".." << call.maxSeqLen);
+        CHECK(names.count(chosen.kernelName()) == 1);
+        if (chosen.splitKv) CHECK(names.count(compiler::reduceSegmentsFor(chosen).kernelName()) == 1);
+      }
+    }
+  }
+  ops::PagedAttentionParams bad;
+  bad.numQueryHeads = 32;
+  bad.numKvHeads = 8;
+  bad.headSize = 600;
+  bad.blockSize = 16;
+  auto refused = ops::pagedAttentionWarmupKernels(bad);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().message.find("head_size (600)") != std::string::npos);
 }

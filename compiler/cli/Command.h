@@ -36,6 +36,7 @@ Command inspectCommand();
 Command benchCommand();
 Command aotCommand();
 Command planCommand();
+Command warmupCommand();
 
 // Prints `d` to stderr as "file:line:col: error: message".
 void reportError(const support::Diagnostic& d);

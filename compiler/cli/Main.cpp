@@ -18,7 +18,7 @@ namespace {
 
 const std::vector<Command>& commandTable() {
   static const std::vector<Command> table = {listCommand(), compileCommand(), inspectCommand(), runCommand(),
-                                             benchCommand(), planCommand(), aotCommand()};
+                                             benchCommand(), planCommand(), warmupCommand(), aotCommand()};
   return table;
 }
 

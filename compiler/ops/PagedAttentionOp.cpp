@@ -378,6 +378,72 @@ namespace {
 
 }  // namespace
 
+namespace {
+
+// The kernels the planner picks for `p`'s static parameters over batches that
+// reach each of its rules, by name (with their factories).
+support::Expected<std::vector<WarmupKernel>> warmupKernels(const PagedAttentionParams& p) {
+  std::vector<WarmupKernel> kernels;
+  const int sms = p.numSms > 0 ? p.numSms : std::max(compiler::deviceZeroSmCount(), 1);
+  const int kvHeads = std::max(p.numKvHeads, 1);
+  const int fullBatch = static_cast<int>(std::min<int64_t>(ceilDiv(4 * int64_t{sms}, kvHeads), 1 << 16));
+  const int fillingBatch = std::max(1, sms / kvHeads);
+  struct Batch {
+    int numSeqs, maxQueryLen, maxSeqLen, minSeqLen;
+  };
+  const Batch batches[] = {
+      {fullBatch, 1, 4096, 4096},      // decode filling the GPU, equal lengths: 2D, two CTAs per SM
+      {fullBatch, 1, 8192, 1},         // ... uneven lengths: 2D with a third CTA, or the 3/8 split
+      {fullBatch, 1, 0, 0},            // ... lengths unknown: 2D, every CTA that fits
+      {fillingBatch, 1, 8192, 1},      // uneven, about one program per SM: the 3/8 split
+      {1, 1, 65536, 65536},            // one long decode: the fill rule's split
+      {1, 1, 0, 0},                    // ... without max_seq_len: segments cut on the GPU
+      {8, 16, 4096, 64},               // short chunks and decodes: the decode tiling
+      {8, 2048, 2048, 2048},           // prefill: the 128-row tiling
+  };
+  PagedAttentionParams call = p;
+  if (call.workspace == 0 && !call.runtimeScratch) {
+    // Calls will bring a workspace: plan as if it held every split.
+    call.workspace = kFeaturePlaceholder;
+    call.workspaceBytes = std::numeric_limits<uint64_t>::max();
+  }
+  call.numSms = sms;
+  auto add = [&](std::string name, compiler::KernelFactory build) {
+    for (const auto& [known, factory] : kernels)
+      if (known == name) return;
+    kernels.push_back({std::move(name), std::move(build)});
+  };
+  for (const Batch& batch : batches) {
+    call.numSeqs = batch.numSeqs;
+    call.numTokens = int64_t{batch.numSeqs} * batch.maxQueryLen;
+    call.maxQueryLen = batch.maxQueryLen;
+    call.maxSeqLen = batch.maxSeqLen;
+    call.minSeqLen = batch.minSeqLen;
+    const auto [config, plan] = planCall(call);
+    if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
+    add(config.kernelName(), [config] { return compiler::buildUnifiedAttention(config); });
+    if (config.splitKv) {
+      const ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
+      add(reduce.kernelName(), [reduce] { return compiler::buildReduceSegments(reduce); });
+    }
+  }
+  return kernels;
+}
+
+}  // namespace
+
+support::Expected<std::vector<WarmupKernel>> pagedAttentionWarmupKernels(const PagedAttentionParams& p) {
+  if (p.alibiSqrt && p.alibiSlopes == 0) return argumentError("alibi_sqrt needs alibi_slopes (its slopes)");
+  return warmupKernels(p);
+}
+
+support::Expected<int> warmupPagedAttention(const PagedAttentionParams& p, int threads) {
+  if (threads < 0) return argumentError("threads (" + std::to_string(threads) + ") must be 0 (every core) or positive");
+  auto kernels = pagedAttentionWarmupKernels(p);
+  if (!kernels) return kernels.status();
+  return readyKernels(*kernels, threads);
+}
+
 support::Status validatePagedAttention(const PagedAttentionParams& p) {
   const auto [config, plan] = planCall(p);
   return validateFor(p, config, plan);

@@ -33,8 +33,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "compiler/kernels/UnifiedAttention.h"
+#include "compiler/ops/ReadyKernels.h"
 #include "support/Diagnostics.h"
 #include "runtime/Driver.h"
 
@@ -203,6 +206,22 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
 inline constexpr uint64_t kFeaturePlaceholder = 0x100;
 PagedAttentionParams pagedAttentionBatchParams(const compiler::UnifiedAttentionConfig& config,
                                                const compiler::BatchShape& shape);
+
+// Warm-up: the kernels pagedAttention may launch for calls with `params`'s
+// static parameters (dtype, heads, head sizes, block size, cache format, score
+// modifiers, and the optional pointers that select features: ALiBi slopes,
+// sinks, LSE, output and q scales, causal flags; any nonzero value) and its
+// workspace policy, found by running the planner over batches that reach each
+// of its rules (full and small decode batches with equal, uneven and unknown
+// lengths, short chunks, prefill) on numSms SMs (0: device 0's). The batch and
+// pointer fields are otherwise ignored. reduce_segments kernels are included.
+// An invalid static configuration is an error naming the field.
+support::Expected<std::vector<WarmupKernel>> pagedAttentionWarmupKernels(const PagedAttentionParams& params);
+// Makes those kernels ready (compiled, or loaded from the disk cache, into the
+// calling thread's current context) on up to `threads` threads at once (0: every
+// core), so that an engine's first steps launch without compiling: call it once
+// per model configuration at start-up. Returns how many kernels are ready.
+support::Expected<int> warmupPagedAttention(const PagedAttentionParams& params, int threads = 0);
 
 // Checks the arguments without touching the GPU: the variant is supported, the
 // batch is consistent, no pointer is null or misaligned, strides are positive

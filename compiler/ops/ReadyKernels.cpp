@@ -1,10 +1,13 @@
 #include "compiler/ops/ReadyKernels.h"
 
+#include <algorithm>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "compiler/driver/DeviceTarget.h"
 #include "runtime/Module.h"
+#include "support/ParallelFor.h"
 
 namespace attnjit::ops {
 
@@ -15,21 +18,45 @@ support::Expected<ReadyKernel> readyKernel(const std::string& name, const compil
   auto context = runtime::currentOrPrimaryContext();
   if (!context) return context.status();
   const std::string key = name + "@" + std::to_string(reinterpret_cast<uintptr_t>(*context));
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = ready.find(key); it != ready.end()) return it->second;
-  if (target.empty()) {
-    auto deviceZero = compiler::deviceTarget(0);
-    if (!deviceZero) return deviceZero.status();
-    target = *deviceZero;
-  }
   compiler::CompileOptions options;
-  options.target = target;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = ready.find(key); it != ready.end()) return it->second;
+    if (target.empty()) {
+      auto deviceZero = compiler::deviceTarget(0);
+      if (!deviceZero) return deviceZero.status();
+      target = *deviceZero;
+    }
+    options.target = target;
+  }
+  // Compiled outside the lock, so that first calls of different kernels (a
+  // warm-up on several threads) compile in parallel; the kernel cache makes
+  // concurrent requests for one kernel wait for a single compile.
   if (auto ptxIsa = runtime::driverMaxPtxIsa()) options.driverMaxPtx = ptxIsa->asNumber();
   auto jit = compiler::jitKernel(build, options);
   if (!jit) return jit.status();
-  ReadyKernel loaded{jit->loaded, jit->numThreads, jit->sharedMemoryBytes};
-  ready.emplace(key, loaded);
-  return loaded;
+  std::lock_guard<std::mutex> lock(mutex);
+  return ready.try_emplace(key, ReadyKernel{jit->loaded, jit->numThreads, jit->sharedMemoryBytes}).first->second;
+}
+
+support::Expected<int> readyKernels(const std::vector<WarmupKernel>& kernels, int threads) {
+  auto context = runtime::currentOrPrimaryContext();
+  if (!context) return context.status();
+  std::vector<support::Status> outcomes(kernels.size(), support::Status::ok());
+  const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  support::parallelFor(
+      static_cast<int>(kernels.size()),
+      [&](int i) {
+        const auto& [name, build] = kernels[static_cast<size_t>(i)];
+        support::Status& outcome = outcomes[static_cast<size_t>(i)];
+        if (outcome = runtime::makeContextCurrent(*context); !outcome) return;
+        if (auto ready = readyKernel(name, build); !ready)
+          outcome = support::Status::error({}, "warming up '" + name + "': " + ready.diagnostic().message);
+      },
+      workers);
+  for (const support::Status& outcome : outcomes)
+    if (!outcome) return outcome;
+  return static_cast<int>(kernels.size());
 }
 
 }  // namespace attnjit::ops

@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/driver/Jit.h"
 
@@ -21,5 +23,17 @@ struct ReadyKernel {
 // `name` must identify what `build` makes (a kernel name does: it spells every
 // option). Thread-safe; the first call for a name and context compiles or loads.
 support::Expected<ReadyKernel> readyKernel(const std::string& name, const compiler::KernelFactory& build);
+
+// A kernel a warm-up makes ready: its name and what builds it.
+struct WarmupKernel {
+  std::string name;
+  compiler::KernelFactory build;
+};
+
+// readyKernel for each kernel on up to `threads` threads (0: every core),
+// in the calling thread's current context (device 0's primary when none is):
+// what the ops' warm-up functions run. The number made ready, or the first
+// error (by index) with the kernel's name.
+support::Expected<int> readyKernels(const std::vector<WarmupKernel>& kernels, int threads);
 
 }  // namespace attnjit::ops

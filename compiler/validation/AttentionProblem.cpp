@@ -16,7 +16,7 @@
 
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
-#include "compiler/validation/ParallelFor.h"
+#include "support/ParallelFor.h"
 #include "ir/Interpreter.h"
 #include "ir/KernelAttributes.h"
 #include "ir/Numeric.h"
@@ -276,7 +276,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   logical.q.resize(static_cast<size_t>(numTokens * Hq * D));
   logical.keys.resize(static_cast<size_t>(numSeqs));
   logical.values.resize(static_cast<size_t>(numSeqs));
-  parallelFor(numSeqs, [&](int s) {
+  support::parallelFor(numSeqs, [&](int s) {
     RandomValues sequenceRandom(shape.seed * 0x100000001B3ull + static_cast<uint64_t>(s) + 1, dtype);
     for (int64_t t = logical.cuSeqlensQ[static_cast<size_t>(s)]; t < logical.cuSeqlensQ[static_cast<size_t>(s) + 1];
          ++t)
@@ -347,7 +347,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     for (int b = 0; b < blocksPerSeq[static_cast<size_t>(s)]; ++b)
       blockTables[static_cast<size_t>(s * blockTableStride + b)] = physicalOrder[nextPhysical++];
   // Sequences own disjoint blocks: their rows are encoded in parallel.
-  parallelFor(numSeqs, [&](int s) {
+  support::parallelFor(numSeqs, [&](int s) {
     for (int64_t pos = 0; pos < logical.seqLens[static_cast<size_t>(s)]; ++pos) {
       const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
       const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;

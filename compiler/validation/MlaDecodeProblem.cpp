@@ -10,7 +10,7 @@
 #include "compiler/passes/Pipeline.h"
 #include "compiler/validation/ProblemData.h"
 #include "compiler/kernels/ReduceSegments.h"
-#include "compiler/validation/ParallelFor.h"
+#include "support/ParallelFor.h"
 #include "ir/Interpreter.h"
 #include "ir/KernelAttributes.h"
 #include "ir/Numeric.h"
@@ -171,7 +171,7 @@ support::Expected<std::unique_ptr<MlaDecodeProblem>> MlaDecodeProblem::create(co
   std::vector<uint8_t> q = poisonedBuffer(dtype, static_cast<size_t>(numSeqs * qStrideBatch));
   // Each sequence's data comes from its own stream; only the sequences the check
   // samples keep their logical latent rows (a benchmark batch is gigabytes).
-  parallelFor(numSeqs, [&](int b) {
+  support::parallelFor(numSeqs, [&](int b) {
     RandomStream random(batch.seed * 0x100000001B3ull + static_cast<uint64_t>(b) + 1);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < W; ++d) {

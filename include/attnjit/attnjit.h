@@ -265,6 +265,13 @@ attnjit_status attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, i
                                                        int max_seq_len, uint64_t* bytes);
 attnjit_status attnjit_paged_attention_validate(attnjit_jit* jit, const attnjit_paged_attention_params* params);
 attnjit_status attnjit_paged_attention(attnjit_jit* jit, const attnjit_paged_attention_params* params);
+/* Compiles or loads, on up to `threads` threads (0: every core), every kernel
+ * attnjit_paged_attention may launch for calls with these static fields (dtype,
+ * heads, head sizes, block size, cache format, window, softcap, the feature
+ * pointers' presence; batch fields and pointer values are ignored), so that the
+ * first steps do not compile; *kernels_ready = how many (may be NULL). */
+attnjit_status attnjit_paged_attention_warmup(attnjit_jit* jit, const attnjit_paged_attention_params* params,
+                                              int threads, int* kernels_ready);
 
 typedef struct attnjit_cache_write_params {
   size_t struct_size;

@@ -161,6 +161,10 @@ class Jit {
   // compiler/ops/PagedAttentionOp.h). validate*: the checks without the GPU.
   support::Status pagedAttention(const PagedAttentionParams& params);
   support::Status validatePagedAttention(const PagedAttentionParams& params) const;
+  // Compiles or loads, on up to `threads` threads (0: every core), every kernel
+  // pagedAttention may launch for calls with these static parameters
+  // (ops::warmupPagedAttention); the number ready.
+  support::Expected<int> warmupPagedAttention(const PagedAttentionParams& params, int threads = 0);
   support::Status cacheWrite(const CacheWriteParams& params);
   support::Status validateCacheWrite(const CacheWriteParams& params) const;
   support::Status mergeAttnStates(const MergeAttnStatesParams& params);

@@ -89,6 +89,8 @@ _PROTOTYPES = {
                                                             ctypes.c_int, _p(ctypes.c_uint64)]),
     "attnjit_paged_attention_validate": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
     "attnjit_paged_attention": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
+    "attnjit_paged_attention_warmup": (_c_status, [_jit, _p(s.PagedAttentionParams), ctypes.c_int,
+                                                   _p(ctypes.c_int)]),
     "attnjit_cache_write_params_init": (None, [_p(s.CacheWriteParams)]),
     "attnjit_cache_write_validate": (_c_status, [_jit, _p(s.CacheWriteParams)]),
     "attnjit_cache_write": (_c_status, [_jit, _p(s.CacheWriteParams)]),

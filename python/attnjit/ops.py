@@ -102,6 +102,22 @@ def paged_attention_raw(jit=None, validate_only=False, **fields):
          lib.attnjit_paged_attention_validate, jit, validate_only, fields)
 
 
+def paged_attention_warmup(threads=0, jit=None, **fields):
+    """Compiles or loads every kernel paged_attention may launch for calls with
+    these static fields of the C struct (dtype, num_query_heads, num_kv_heads,
+    head_size, value_head_size, block_size, causal, kv_cache_format,
+    sliding_window, softcap, ...; a nonzero alibi_slopes, sinks, lse,
+    output_scale, q_scale or causal_flags selects that feature), on up to
+    `threads` threads (0: every core): call once at start-up so that the first
+    steps do not compile. Returns how many kernels are ready."""
+    jit = jit or default_jit()
+    params = _fill(s.PagedAttentionParams, lib.attnjit_paged_attention_params_init, fields)
+    ready = ctypes.c_int(0)
+    check(lib.attnjit_paged_attention_warmup(jit._handle, ctypes.byref(params),
+                                             _checked_integer("threads", threads, ctypes.c_int), ctypes.byref(ready)))
+    return ready.value
+
+
 def cache_write_raw(jit=None, validate_only=False, **fields):
     """KV-cache write from the C struct's fields (pointers as ints)."""
     _run(s.CacheWriteParams, lib.attnjit_cache_write_params_init, lib.attnjit_cache_write,

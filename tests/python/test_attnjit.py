@@ -165,6 +165,13 @@ class CpuTests(unittest.TestCase):
             attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, **CACHE_WRITE_FIELDS)
         attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)
 
+    def test_warmup_names_a_bad_static_field(self):
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"head_size \(600\)"):
+            attnjit.ops.paged_attention_warmup(num_query_heads=32, num_kv_heads=8, head_size=600, block_size=16)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"threads \(-2\) must be 0"):
+            attnjit.ops.paged_attention_warmup(threads=-2, num_query_heads=32, num_kv_heads=8, head_size=128,
+                                               block_size=16)
+
     def test_integers_outside_their_c_type_raise_before_the_library(self):
         # ctypes would pass 2**32 + 32 as 32 and -16 as a huge pointer.
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_query_heads \(4294967328\) is outside"):
@@ -660,6 +667,16 @@ class GpuTests(unittest.TestCase):
                 out.fill_(float("nan"))
                 graph.replay()
                 check("max_seq_len %d, replay %d" % (max_seq_len, replay))
+
+    def test_warmup_readies_the_kernels_a_model_config_needs(self):
+        # bf16 32/8 heads of 128, block 16, with LSE: the decode tilings (2D with
+        # and without the row-sum register, split with and without lengths),
+        # prefill and the reduce kernel.
+        ready = attnjit.ops.paged_attention_warmup(num_query_heads=32, num_kv_heads=8, head_size=128, block_size=16,
+                                                   lse=1, threads=4)
+        self.assertGreaterEqual(ready, 5)
+        self.assertEqual(attnjit.ops.paged_attention_warmup(num_query_heads=32, num_kv_heads=8, head_size=128,
+                                                            block_size=16, lse=1), ready)
 
     def test_diffkv_and_mla_cache_write_shapes_raise(self):
         q = torch.zeros(4, 8, 192, device="cuda", dtype=torch.bfloat16)

@@ -1,4 +1,4 @@
-#include "compiler/validation/ParallelFor.h"
+#include "support/ParallelFor.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,11 +7,12 @@
 #include <thread>
 #include <vector>
 
-namespace attnjit::validation {
+namespace attnjit::support {
 
-void parallelFor(int n, const std::function<void(int)>& body) {
+void parallelFor(int n, const std::function<void(int)>& body, int maxWorkers) {
   if (n <= 0) return;
-  const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(n, 32));
+  const int workers =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, std::min(n, maxWorkers)));
   std::atomic<int> next{0};
   std::mutex failureMutex;
   std::exception_ptr failure;
@@ -31,4 +32,4 @@ void parallelFor(int n, const std::function<void(int)>& body) {
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace attnjit::validation
+}  // namespace attnjit::support
