@@ -13,7 +13,6 @@
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
-#include "runtime/StreamScratch.h"
 
 namespace attnjit::ops {
 
@@ -228,22 +227,13 @@ support::Status mlaDecode(const MlaDecodeParams& p) {
   const auto [config, plan] = planCall(p);
   if (support::Status s = validateFor(p, config); !s) return s;
   if (!config.splitKv || p.workspace != 0) return launchPlanned(p, config, plan);
-  // A split without the caller's workspace: the runtime's stream-ordered
-  // scratch (as in pagedAttention); without one the call runs unsplit.
-  const uint64_t bytes = splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, plan.numSegments).totalBytes();
-  auto scratch = runtime::allocateStreamScratch(bytes, p.stream);
-  if (!scratch) {
-    MlaDecodeParams unsplit = p;
-    unsplit.runtimeScratch = false;
-    const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
-    return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
-  }
-  MlaDecodeParams withScratch = p;
-  withScratch.workspace = *scratch;
-  withScratch.workspaceBytes = bytes;
-  const support::Status launched = launchPlanned(withScratch, config, plan);
-  const support::Status released = runtime::releaseStreamScratch(*scratch, p.stream);
-  return launched ? released : launched;
+  return launchWithRuntimeScratch(
+      p, splitScratch(p.numSeqs, p.numHeads, p.kvLoraRank, plan.numSegments).totalBytes(),
+      [&](const MlaDecodeParams& withScratch) { return launchPlanned(withScratch, config, plan); },
+      [](const MlaDecodeParams& unsplit) {
+        const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
+        return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
+      });
 }
 
 }  // namespace attnjit::ops

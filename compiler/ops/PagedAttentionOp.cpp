@@ -17,7 +17,6 @@
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
-#include "runtime/StreamScratch.h"
 
 namespace attnjit::ops {
 
@@ -556,23 +555,13 @@ support::Status pagedAttention(const PagedAttentionParams& p) {
   const auto [config, plan] = planCall(p);
   if (support::Status s = validateFor(p, config, plan); !s) return s;
   if (!config.splitKv || p.workspace != 0) return launchPlanned(p, config, plan);
-  // A split without the caller's workspace: the runtime's stream-ordered
-  // scratch, returned after stage 2. Where there is none (no memory pools, out
-  // of memory) the call runs unsplit, as it would have without the scratch.
-  const uint64_t bytes = workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments);
-  auto scratch = runtime::allocateStreamScratch(bytes, p.stream);
-  if (!scratch) {
-    PagedAttentionParams unsplit = p;
-    unsplit.runtimeScratch = false;
-    const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
-    return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
-  }
-  PagedAttentionParams withScratch = p;
-  withScratch.workspace = *scratch;
-  withScratch.workspaceBytes = bytes;
-  const support::Status launched = launchPlanned(withScratch, config, plan);
-  const support::Status released = runtime::releaseStreamScratch(*scratch, p.stream);
-  return launched ? released : launched;
+  return launchWithRuntimeScratch(
+      p, workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments),
+      [&](const PagedAttentionParams& withScratch) { return launchPlanned(withScratch, config, plan); },
+      [](const PagedAttentionParams& unsplit) {
+        const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
+        return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
+      });
 }
 
 }  // namespace attnjit::ops

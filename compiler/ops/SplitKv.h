@@ -1,12 +1,14 @@
-// Split-KV's two halves that the paged-attention and MLA decode ops share: the
-// scratch layout in a caller's workspace, and the stage-2 launch of
-// reduce_segments (compiler/kernels/ReduceSegments.h) that combines the segments.
+// What split-KV's paged-attention and MLA decode ops share: the scratch layout
+// in a workspace, the runtime's scratch for calls without one, and the stage-2
+// launch of reduce_segments (compiler/kernels/ReduceSegments.h) that combines
+// the segments.
 #pragma once
 
 #include <cstdint>
 
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Driver.h"
+#include "runtime/StreamScratch.h"
 #include "support/Diagnostics.h"
 
 namespace attnjit::ops {
@@ -41,5 +43,26 @@ struct ReduceSegmentsLaunch {
   runtime::StreamHandle stream = nullptr;
 };
 support::Status launchReduceSegments(const ReduceSegmentsLaunch& launch);
+
+// A split call that brought no workspace (params.workspace == 0): `bytes` of the
+// runtime's stream-ordered scratch (runtime/StreamScratch.h) become its
+// workspace for `split`, and are returned on its stream after the launches.
+// Where there is none (no memory pools, out of memory) `unsplit` runs the call
+// with runtimeScratch off, which its planner turns into an unsplit launch.
+template <typename Params, typename Split, typename Unsplit>
+support::Status launchWithRuntimeScratch(const Params& params, uint64_t bytes, Split split, Unsplit unsplit) {
+  auto scratch = runtime::allocateStreamScratch(bytes, params.stream);
+  if (!scratch) {
+    Params withoutScratch = params;
+    withoutScratch.runtimeScratch = false;
+    return unsplit(withoutScratch);
+  }
+  Params withScratch = params;
+  withScratch.workspace = *scratch;
+  withScratch.workspaceBytes = bytes;
+  const support::Status launched = split(withScratch);
+  const support::Status released = runtime::releaseStreamScratch(*scratch, params.stream);
+  return launched ? released : launched;
+}
 
 }  // namespace attnjit::ops
