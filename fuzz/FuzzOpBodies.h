@@ -131,8 +131,11 @@ inline std::string checkPagedAttentionPlan(const ops::PagedAttentionParams& para
   const ops::SplitKvPlan split = ops::pagedAttentionSplitPlan(params);
   if (split.numSegments < 1 || split.numSegments > ops::kSplitKvMaxSegments)
     return "accepted call plans " + std::to_string(split.numSegments) + " segments";
-  if (split.numSegments > 1 && split.segmentTiles < 1)
-    return "a split plan with " + std::to_string(split.segmentTiles) + " tiles per segment";
+  // Segments sized by max_seq_len have a positive length; without it (0) the
+  // kernel cuts each sequence itself, into pieces of at least -segmentTiles tiles.
+  if (split.numSegments > 1 && (params.maxSeqLen > 0 ? split.segmentTiles < 1 : split.segmentTiles > -1))
+    return "a split plan with " + std::to_string(split.segmentTiles) + " tiles per segment for max_seq_len " +
+           std::to_string(params.maxSeqLen);
   if (ops::pagedAttentionCtasPerSm(params) < 0) return "a negative CTAs-per-SM cap";
   return "";
 }
