@@ -103,36 +103,45 @@ std::vector<compiler::UnifiedAttentionConfig> decodeAndPrefill(int prefillTileSi
 }  // namespace
 
 TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds", "[codegen]") {
-  for (const auto& config : attentionConfigs()) {
-    INFO(config.kernelName());
-    auto kernel = compiler::buildUnifiedAttention(config);
-    REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = compiler::compileKernel(**kernel, options);
-    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-    REQUIRE(compiled.isOk());
-    const std::string& ptx = compiled->ptx;
-    CHECK(ptx.find(".target sm_90a") != std::string::npos);
-    CHECK(ptx.find(".maxntid " + std::to_string(config.numWarps * 32) + ", 1, 1") != std::string::npos);
-    CHECK(ptx.find(".entry " + config.kernelName()) != std::string::npos);
-    bool halfPrecision = config.dtype != ir::ScalarKind::F32;
-    CHECK((ptx.find("mma.sync.aligned.m16n8k16.row.col.f32") != std::string::npos) == halfPrecision);
-    if (halfPrecision) {
-      // Tensor-core operands come out of swizzled shared tiles through ldmatrix:
-      // K (pairs along the contiguous head dimension) plain, V transposed; the
-      // tiles go in with 16-byte stores, never element by element.
-      CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);
-      CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
-      CHECK(ptx.find("st.shared.v4.b32") != std::string::npos);
-      CHECK(ptx.find("st.shared.b16") == std::string::npos);
-      CHECK(ptx.find("ld.shared.b16") == std::string::npos);
-      CHECK(ptx.find("ld.shared.u16") == std::string::npos);
+  // sm_90 runs the mma.sync path (sm_80-class), sm_90a puts the dots whose B
+  // operand is a cp.async tile on wgmma (codegen/lower/WarpgroupMma.cpp).
+  for (const char* target : {"sm_90", "sm_90a"})
+    for (const auto& config : attentionConfigs()) {
+      INFO(config.kernelName() << " " << target);
+      auto kernel = compiler::buildUnifiedAttention(config);
+      REQUIRE(kernel.isOk());
+      compiler::CompileOptions options;
+      options.target = target;
+      auto compiled = compiler::compileKernel(**kernel, options);
+      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+      REQUIRE(compiled.isOk());
+      const std::string& ptx = compiled->ptx;
+      const bool hopper = std::string(target) == "sm_90a";
+      CHECK(ptx.find(std::string(".target ") + target + "\n") != std::string::npos);
+      CHECK(ptx.find(".maxntid " + std::to_string(config.numWarps * 32) + ", 1, 1") != std::string::npos);
+      CHECK(ptx.find(".entry " + config.kernelName()) != std::string::npos);
+      bool halfPrecision = config.dtype != ir::ScalarKind::F32;
+      const bool mmaSync = ptx.find("mma.sync.aligned.m16n8k16.row.col.f32") != std::string::npos;
+      const bool wgmma = ptx.find("wgmma.mma_async.sync.aligned.m64n") != std::string::npos;
+      CHECK((mmaSync || wgmma) == halfPrecision);
+      if (!hopper) CHECK_FALSE(wgmma);
+      if (halfPrecision && !hopper) {
+        // Tensor-core operands come out of swizzled shared tiles through ldmatrix:
+        // K (pairs along the contiguous head dimension) plain, V transposed; the
+        // tiles go in with 16-byte stores, never element by element.
+        CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);
+        CHECK(ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
+        CHECK(ptx.find("st.shared.v4.b32") != std::string::npos);
+      }
+      if (halfPrecision) {
+        CHECK(ptx.find("st.shared.b16") == std::string::npos);
+        CHECK(ptx.find("ld.shared.b16") == std::string::npos);
+        CHECK(ptx.find("ld.shared.u16") == std::string::npos);
+      }
+      // The optimized tile IR shows every layout decision.
+      CHECK((compiled->tirOptimized.find("#mma") != std::string::npos) == halfPrecision);
+      CHECK(compiled->tirOptimized.find("#blocked") != std::string::npos);
     }
-    // The optimized tile IR shows every layout decision.
-    CHECK((compiled->tirOptimized.find("#mma") != std::string::npos) == halfPrecision);
-    CHECK(compiled->tirOptimized.find("#blocked") != std::string::npos);
-  }
 }
 
 TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[codegen][cp_async]") {
@@ -268,7 +277,7 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers, slot reads 
   config.blockMRows = 128;
   config.numWarps = 8;
   config.tileSize = 64;
-  const std::string ptx = compileAttention(config, "sm_90a").ptx;
+  const std::string ptx = compileAttention(config, "sm_90").ptx;
   // Every shared-memory address (the first operand of a shared access or copy) is
   // a 32-bit register, and the swizzled offsets of one tile differ from a few
   // per-phase registers by immediates: each KV loop's 64 ldmatrix go through at
@@ -307,7 +316,7 @@ TEST_CASE("shared tiles are addressed in 32 bits with few registers, slot reads 
   compiler::UnifiedAttentionConfig unsunk = config;
   unsunk.sinkSlotReads = false;
   CHECK(unsunk.kernelName() == config.kernelName() + "_nosink");
-  const std::string unsunkLoop = kvLoopPtx(compileAttention(unsunk, "sm_90a").ptx);
+  const std::string unsunkLoop = kvLoopPtx(compileAttention(unsunk, "sm_90").ptx);
   CHECK(countOf(unsunkLoop, "ldmatrix") == 64);
   CHECK(last(unsunkLoop, trans) < first(unsunkLoop, "ex2.approx"));
   CHECK(between(unsunkLoop, "mma.sync") == 0);
@@ -353,7 +362,7 @@ std::string kvLoopPtx(const std::string& ptx) {
 TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") {
   for (const auto& config : decodeAndPrefill(64)) {
     INFO(config.kernelName());
-    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90");
     // The K and V copies need a tile's block numbers in their layouts: loaded in
     // those layouts, never converted through shared memory (two barriers each).
     // Prefill's threads each need 4 of the 64; decode's 8, keys t, t + 8, ...,
@@ -381,7 +390,7 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
     if (!prefillTiling) {  // defer_row_sum: false sums each tile's rows across the warps
       compiler::UnifiedAttentionConfig perTile = config;
       perTile.deferRowSum = false;
-      CHECK(countOf(kvLoopPtx(compileAttention(perTile, "sm_90a").ptx), "bar.sync") == 1 + 3 * 2);
+      CHECK(countOf(kvLoopPtx(compileAttention(perTile, "sm_90").ptx), "bar.sync") == 1 + 3 * 2);
     }
 
     // With the pass off (kernel attribute remove_redundant_sync = 0) the lowering's
@@ -390,7 +399,7 @@ TEST_CASE("the KV loop synchronizes once per iteration", "[codegen][cp_async]") 
     REQUIRE(unprunedKernel.isOk());
     (*unprunedKernel)->attrs().set("remove_redundant_sync", int64_t{0});
     compiler::CompileOptions options;
-    options.target = "sm_90a";
+    options.target = "sm_90";
     auto unpruned = compiler::compileKernel(**unprunedKernel, options);
     INFO((unpruned.isOk() ? std::string() : unpruned.diagnostic().str()));
     REQUIRE(unpruned.isOk());
@@ -407,8 +416,8 @@ TEST_CASE("q_in_shared reads Q's fragments from shared memory in the KV loop, ea
   CHECK(config.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal_m128_qs");
   compiler::UnifiedAttentionConfig inRegisters = config;
   inRegisters.qInShared = false;
-  const compiler::CompiledKernel shared = compileAttention(config, "sm_90a");
-  const compiler::CompiledKernel registers = compileAttention(inRegisters, "sm_90a");
+  const compiler::CompiledKernel shared = compileAttention(config, "sm_90");
+  const compiler::CompiledKernel registers = compileAttention(inRegisters, "sm_90");
   CHECK(shared.tirOptimized.find("shared_invariant_operands = 1") != std::string::npos);
   // Q's buffer of its own: 128 rows × 128 dims of bf16.
   CHECK(shared.sharedMemoryBytes == registers.sharedMemoryBytes + 128 * 128 * 2);
@@ -432,8 +441,8 @@ TEST_CASE("q_in_shared reads Q's fragments from shared memory in the KV loop, ea
   wide.tileSize = 64;
   compiler::UnifiedAttentionConfig wideInRegisters = wide;
   wideInRegisters.qInShared = false;
-  const compiler::CompiledKernel wideShared = compileAttention(wide, "sm_90a");
-  CHECK(wideShared.sharedMemoryBytes == compileAttention(wideInRegisters, "sm_90a").sharedMemoryBytes);
+  const compiler::CompiledKernel wideShared = compileAttention(wide, "sm_90");
+  CHECK(wideShared.sharedMemoryBytes == compileAttention(wideInRegisters, "sm_90").sharedMemoryBytes);
   CHECK(wideShared.ptx.find("cp.async.cg.shared.global") != std::string::npos);
 
   // mma order: k outermost, m innermost, so consecutive mma of the two m-tiles
@@ -455,7 +464,7 @@ TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that s
     compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[1];
     config.causal = causal;
     INFO(config.kernelName());
-    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90");
     // Two KV loops: tiles [start, unmasked_tile_end) without the score mask, then
     // the rest with it. Only the second compares key positions with the rows' limits.
     const std::string& tir = compiled.tirOptimized;
@@ -472,7 +481,7 @@ TEST_CASE("prefill tiles split the KV loop into unmasked and masked tiles that s
     CHECK(compiled.sharedMemoryBytes == 32768 + 32768 + 32768);
   }
   // The split is for prefill tiles only; decode keeps one loop.
-  const compiler::CompiledKernel decode = compileAttention(decodeAndPrefill(32)[0], "sm_90a");
+  const compiler::CompiledKernel decode = compileAttention(decodeAndPrefill(32)[0], "sm_90");
   CHECK(decode.tirOptimized.find("unmasked_tile_end") == std::string::npos);
 }
 
@@ -484,7 +493,7 @@ TEST_CASE("the output store's masks are computed after the KV loops, not kept th
   // after it too.
   for (const compiler::UnifiedAttentionConfig& config : decodeAndPrefill(32)) {
     INFO(config.kernelName());
-    const std::string ptx = compileAttention(config, "sm_90a").ptx;
+    const std::string ptx = compileAttention(config, "sm_90").ptx;
     const size_t lastMma = ptx.rfind("mma.sync");
     REQUIRE(lastMma != std::string::npos);
     const std::string epilogue = ptx.substr(lastMma);
@@ -513,7 +522,7 @@ TEST_CASE("a head size below its power of two skips the zero mma steps and their
     compiler::UnifiedAttentionConfig config = decodeAndPrefill(32)[1];
     config.headSize = headSize;
     INFO(config.kernelName());
-    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90");
     const int kSteps = (headSize + 15) / 16, nTiles = headSize / 8;
     CHECK(countOf(compiled.ptx, "mma.sync") == 2 * (2 * 4 * kSteps + 2 * nTiles * 2));
     if (headSize == 128) {
@@ -529,7 +538,7 @@ TEST_CASE("a head size below its power of two skips the zero mma steps and their
   compiler::UnifiedAttentionConfig d128 = decodeAndPrefill(32)[0];
   compiler::UnifiedAttentionConfig d80 = d128;
   d80.headSize = 80;
-  const compiler::CompiledKernel full = compileAttention(d128, "sm_90a"), padded = compileAttention(d80, "sm_90a");
+  const compiler::CompiledKernel full = compileAttention(d128, "sm_90"), padded = compileAttention(d80, "sm_90");
   CHECK(countOf(padded.ptx, "mma.sync") == countOf(full.ptx, "mma.sync"));
   CHECK(padded.tirOptimized.find("_extent") == std::string::npos);
   // f32 (FMAs): Q·Kᵀ stops at k = 80.
@@ -537,8 +546,8 @@ TEST_CASE("a head size below its power of two skips the zero mma steps and their
   f32.dtype = ir::ScalarKind::F32;
   compiler::UnifiedAttentionConfig f32Full = d128;
   f32Full.dtype = ir::ScalarKind::F32;
-  const int fmaPadded = countOf(compileAttention(f32, "sm_90a").ptx, "fma.rn.f32");
-  const int fmaFull = countOf(compileAttention(f32Full, "sm_90a").ptx, "fma.rn.f32");
+  const int fmaPadded = countOf(compileAttention(f32, "sm_90").ptx, "fma.rn.f32");
+  const int fmaFull = countOf(compileAttention(f32Full, "sm_90").ptx, "fma.rn.f32");
   CHECK(fmaPadded < fmaFull);
 }
 
@@ -547,7 +556,7 @@ TEST_CASE("prefill tiles of 32 rows per warp branch around the accumulator's res
   // the 128 multiplies of its accumulator when all are; V's slot reads still sink
   // past that branch to their mma. Decode's tiling multiplies without a branch.
   const auto configs = decodeAndPrefill(32);
-  const std::string prefill = kvLoopPtx(compileAttention(configs[1], "sm_90a").ptx);
+  const std::string prefill = kvLoopPtx(compileAttention(configs[1], "sm_90").ptx);
   REQUIRE_FALSE(prefill.empty());
   CHECK(countOf(prefill, "setp.eq.f32") == 4);  // rows g and g + 8 of two m16 tiles
   CHECK(countOf(prefill, ", 0f3F800000;") == 4);
@@ -562,7 +571,7 @@ TEST_CASE("prefill tiles of 32 rows per warp branch around the accumulator's res
   CHECK(firstTrans > prefill.find("ex2.approx"));
   CHECK(countOf(prefill.substr(firstTrans), "mma.sync") > 0);
   CHECK(countOf(prefill, "mul.f32") >= 128);
-  const std::string decode = kvLoopPtx(compileAttention(configs[0], "sm_90a").ptx);
+  const std::string decode = kvLoopPtx(compileAttention(configs[0], "sm_90").ptx);
   CHECK(countOf(decode, ", 0f3F800000;") == 0);
 }
 
@@ -935,7 +944,7 @@ TEST_CASE("mma operands are packed once per dot and ldmatrix words pass straight
   // has that much less to clean up.
   for (const auto& config : decodeAndPrefill(compiler::UnifiedAttentionConfig{}.tileSize)) {
     INFO(config.kernelName());
-    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
+    const compiler::CompiledKernel compiled = compileAttention(config, "sm_90");
     const int mmas = countOf(compiled.llvmIr, "call { float, float, float, float } @llvm.nvvm.mma.m16n8k16");
     const int pairs = countOf(compiled.llvmIr, "insertelement <2 x bfloat> poison");
     CHECK(mmas >= 32);
@@ -1052,7 +1061,9 @@ TEST_CASE("attention with head sizes from 1 to 512 compiles and assembles", "[co
       INFO(config.kernelName());
       const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
       // A one-element head has no dot product to put on tensor cores.
-      if (headSize > 1) CHECK(compiled.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      if (headSize > 1)
+        CHECK((compiled.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos ||
+               compiled.ptx.find("wgmma.mma_async") != std::string::npos));
       tests::checkAssembles(compiled.ptx, "sm_90a");
     }
 }

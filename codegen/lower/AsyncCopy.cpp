@@ -44,6 +44,7 @@
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/SwizzledShared.h"
+#include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
 
@@ -52,6 +53,8 @@ using namespace ir;
 namespace {
 
 using Uses = UseMap;
+
+int64_t alignTo(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 bool isZeroConstant(const Value* v) {
   const Operation* def = v ? v->definingOp() : nullptr;
@@ -131,6 +134,7 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   if (!tile) return std::nullopt;
   // A 2D transpose of the tile is a view of the same slot (its readers read the
   // slot with the coordinates swapped back).
+  std::vector<const Operation*> descriptorConverts;
   std::function<bool(const Value*, bool)> readable = [&](const Value* value, bool transposed) {
     for (const Operation* reader : usesOf(value)) {
       if (reader->parentBlock() != &body || reader->opcode() == Opcode::Yield) return false;
@@ -139,6 +143,7 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
         continue;
       }
       if (reader->opcode() != Opcode::ConvertLayout) continue;
+      if (feedsOnlyWarpgroupDots(ctx, *reader, uses, 1)) descriptorConverts.push_back(reader);
       LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
       if (transposed) to = to.transposed({1, 0});
       std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
@@ -149,7 +154,13 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   if (!readable(carried, false)) return std::nullopt;
   const int copy = copyBytes(ctx, *prologueLoad, layout, *tile);
   if (copy == 0 || copyBytes(ctx, *bodyLoad, layout, *tile) != copy) return std::nullopt;
+  // wgmma reads the slot itself when it is stored in column blocks.
+  const int64_t rows = layout.shape[static_cast<size_t>(1 - tile->contigDim)];
+  const bool warpgroupOperand = !descriptorConverts.empty() && descriptorCompatible(*tile, rows);
+  if (warpgroupOperand) tile->useColumnBlocks(rows);
   AsyncBuffer buffer{*tile, layout};
+  buffer.warpgroupOperand = warpgroupOperand;
+  if (warpgroupOperand) buffer.descriptorConverts = std::move(descriptorConverts);
   buffer.copyBytes = copy;
   buffer.slotBytes = tile->bytes(layout);
   buffer.loop = &loop;
@@ -187,6 +198,11 @@ void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, Async
       buffer.committedAfter = std::min(laterInBody, laterInPrologue);
     }
     for (AsyncBuffer& buffer : found) {
+      if (buffer.warpgroupOperand) {
+        ctx.asyncBufferBytes = alignTo(ctx.asyncBufferBytes, kWarpgroupOperandAlign);
+        ctx.warpgroupOperands = true;
+        for (const Operation* convert : buffer.descriptorConverts) plan.descriptorConverts.insert(convert);
+      }
       buffer.offset = ctx.asyncBufferBytes;
       ctx.asyncBufferBytes += 2 * buffer.slotBytes;
       const int id = static_cast<int>(plan.buffers.size());
@@ -230,7 +246,7 @@ std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
     text += "%" + buffer.carried->name() + ": " + buffer.carried->type().str() + ", 2 slots of " +
             std::to_string(buffer.slotBytes) + " B at byte " + std::to_string(buffer.offset) + ", " +
             std::to_string(buffer.copyBytes) + "-byte copies, " + std::to_string(buffer.tile.maxPhase) +
-            " swizzle phases\n";
+            " swizzle phases" + (buffer.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") + "\n";
   }
   text += "cp.async buffers: " + std::to_string(ctx.asyncBufferBytes) + " B\n";
   return text;
@@ -310,6 +326,35 @@ std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in,
 
 }  // namespace
 
+std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const Operation& op, const Lowered& in,
+                                                   const LinearLayout& to) {
+  if (!ctx.async || !ctx.async->descriptorConverts.count(&op)) return std::nullopt;
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
+  ATTNJIT_CHECK(buffer.warpgroupOperand, "codegen: descriptor convert of a buffer without column blocks");
+  llvm::IRBuilder<>& b = ctx.b;
+  const int pending = buffer.committedAfter + ctx.async->bodyCommits[buffer.loop];
+  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
+  // cp.async writes through the generic proxy, wgmma reads through the async one.
+  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta, llvm::ArrayRef<llvm::Value*>{});
+  ctx.barrier();
+  Lowered out = in;
+  out.layout = to;
+  out.warpgroupOperand = true;
+  return out;
+}
+
+const SwizzledTile& asyncBufferTile(const LoweringContext& ctx, const Lowered& value) {
+  return ctx.async->buffers.at(static_cast<size_t>(value.asyncBuffer)).tile;
+}
+
+const LinearLayout& asyncBufferLayout(const LoweringContext& ctx, const Lowered& value) {
+  return ctx.async->buffers.at(static_cast<size_t>(value.asyncBuffer)).layout;
+}
+
+llvm::Value* asyncSlotAddress(LoweringContext& ctx, const Lowered& value) {
+  return slotBase(ctx, ctx.async->buffers.at(static_cast<size_t>(value.asyncBuffer)), value.regs.at(0));
+}
+
 std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const Operation& op, const Lowered& in,
                                             const LinearLayout& to) {
   return readAsyncTile(ctx, in, to, ctx.elementType(op.operand(0)->type().elementType()));
@@ -328,7 +373,7 @@ void materializeAsyncTiles(LoweringContext& ctx, const Operation& op) {
   }
   for (const Value* operand : op.operands()) {
     const Lowered& in = ctx.get(operand);
-    if (!in.isAsync()) continue;
+    if (!in.isAsync() || in.warpgroupOperand) continue;
     const LinearLayout layout = *in.layout;
     std::vector<llvm::Value*> regs = readAsyncTile(ctx, in, layout, ctx.elementType(operand->type().elementType()));
     ctx.set(operand, Lowered{std::move(regs), layout});

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/lower/LoweringContext.h"
@@ -24,6 +25,10 @@ struct AsyncBuffer {
   // Groups the previous round (the prologue, or the previous iteration) commits
   // after this buffer's: a lower bound, so waits never stop early.
   int committedAfter = 0;
+  // Read by wgmma through matrix descriptors (codegen/lower/WarpgroupMma.h):
+  // the tile is stored in 128-byte column blocks, 1024-byte aligned.
+  bool warpgroupOperand = false;
+  std::vector<const ir::Operation*> descriptorConverts = {};  // the converts wgmma reads instead
 };
 
 // Every async buffer of a kernel and which loads fill them.
@@ -32,11 +37,26 @@ struct AsyncCopyPlan {
   std::unordered_map<const ir::Operation*, int> loads;        // planned load → its buffer
   std::unordered_map<const ir::Operation*, int> bodyCommits;  // loop → groups committed so far in its body
   std::unordered_map<int, llvm::Value*> currentSlot;  // buffer → the slot phi of its loop's iteration
+  // Converts of warpgroup-operand buffers into a wgmma B operand: lowered to a
+  // wait and a proxy fence, their result naming the slot (Lowered::warpgroupOperand).
+  std::unordered_set<const ir::Operation*> descriptorConverts;
 };
 
 // Chooses the loads that become cp.async copies and reserves their buffers at the
 // start of dynamic shared memory (ctx.asyncBufferBytes); sets ctx.async when any do.
 void planAsyncCopies(LoweringContext& ctx);
+
+// A convert of a planned tile that wgmma reads from its slot: waits for the
+// slot's copies, fences them for the async proxy, and returns the slot as a
+// descriptor operand; nullopt for any other convert.
+std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const ir::Operation& op, const Lowered& in,
+                                                   const ir::LinearLayout& to);
+
+// For a descriptor operand (or any async tile): its buffer's swizzled tile, its
+// load layout (the stored tile's shape) and the address of its current slot.
+const SwizzledTile& asyncBufferTile(const LoweringContext& ctx, const Lowered& value);
+const ir::LinearLayout& asyncBufferLayout(const LoweringContext& ctx, const Lowered& value);
+llvm::Value* asyncSlotAddress(LoweringContext& ctx, const Lowered& value);
 
 // The plan in words, one line per buffer (for --print-after=plan-async-copies).
 std::string describeAsyncCopyPlan(const LoweringContext& ctx);

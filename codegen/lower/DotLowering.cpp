@@ -1,5 +1,6 @@
-// dot: tensor cores (mma.sync m16n8k16, f16/bf16 operands, f32 accumulators)
-// when the result has an #mma layout, else FMAs in f32. Fragments are gathered
+// dot: tensor cores (wgmma on sm_90a where codegen/lower/WarpgroupMma.cpp
+// applies, else mma.sync m16n8k16; f16/bf16 operands, f32 accumulators) when
+// the result has an #mma layout, else FMAs in f32. Fragments are gathered
 // from the operands' registers by coordinate (ir/LinearLayout.h), so the
 // operand layouts' register order is free.
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
 
@@ -183,6 +185,7 @@ void lowerDot(LoweringContext& ctx, const Operation& op) {
       ctx.set(op.result(), acc);
       return;
     }
+    if (lowerWarpgroupDot(ctx, op)) return;
     lowerMma(ctx, op, a, bOp, acc, *layout);
     return;
   }

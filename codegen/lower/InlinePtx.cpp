@@ -16,6 +16,11 @@ InlinePtx& InlinePtx::input(const std::string& constraint, llvm::Value* value) {
   return *this;
 }
 
+InlinePtx& InlinePtx::withText(std::string text) {
+  text_ = std::move(text);
+  return *this;
+}
+
 InlinePtx& InlinePtx::sideEffects() {
   sideEffects_ = true;
   return *this;

@@ -1,6 +1,6 @@
 // The one place inline PTX is written: for instructions NVVM has no intrinsic for
-// (tanh.approx, predicated vector loads and stores with fallback values, wgmma
-// later). Operands are numbered outputs first, then inputs, in call order;
+// (tanh.approx, predicated vector loads and stores with fallback values,
+// wgmma.mma_async). Operands are numbered outputs first, then inputs, in call order;
 // constraints follow LLVM's NVPTX inline asm: "b" pred, "h" 16-bit, "r" 32-bit,
 // "l" 64-bit, "f" f32, "d" f64; a tied input uses its output's number ("0").
 #pragma once
@@ -17,6 +17,8 @@ class InlinePtx {
   InlinePtx(llvm::IRBuilder<>& b, std::string text) : b_(b), text_(std::move(text)) {}
   InlinePtx& output(const std::string& constraint, llvm::Type* type);
   InlinePtx& input(const std::string& constraint, llvm::Value* value);
+  // Replaces the text (for text written after its operands were numbered).
+  InlinePtx& withText(std::string text);
   // Marks the asm as touching memory (stores).
   InlinePtx& sideEffects();
   // Emits the call; returns the outputs (none, one, or several in order).

@@ -2,6 +2,7 @@
 // transpose, reshape and convert_layout. With linear layouts most of them only
 // renumber registers; data crosses threads only through shared memory
 // (convertThroughShared), when the thread mappings differ.
+#include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/LoweringContext.h"
 #include "codegen/lower/SharedOperands.h"
 
@@ -199,6 +200,10 @@ void lowerConvertLayout(LoweringContext& ctx, const Operation& op) {
   const Lowered& in = ctx.get(op.operand(0));
   LinearLayout to = ctx.linearLayout(op.result()->type(), op);
   if (in.isAsync()) {
+    if (std::optional<Lowered> descriptor = lowerAsyncDescriptorConvert(ctx, op, in, to)) {
+      ctx.set(op.result(), std::move(*descriptor));
+      return;
+    }
     ctx.set(op.result(), Lowered{lowerAsyncConvert(ctx, op, in, to), to});
     return;
   }

@@ -115,7 +115,7 @@ llvm::Value* LoweringContext::sharedStart() {
     auto* type = llvm::ArrayType::get(b.getInt8Ty(), 0);
     shared_ = new llvm::GlobalVariable(module, type, false, llvm::GlobalValue::ExternalLinkage, nullptr,
                                        "attnjit_shared", nullptr, llvm::GlobalVariable::NotThreadLocal, 3);
-    shared_->setAlignment(llvm::Align(16));
+    shared_->setAlignment(llvm::Align(warpgroupOperands ? 1024 : 16));
   }
   return shared_;
 }

@@ -31,6 +31,9 @@ struct Lowered {
   // shared-memory buffer `asyncBuffer`, regs holds one i32, the buffer slot.
   int asyncBuffer = -1;
   bool asyncTransposed = false;  // a 2D transpose of the tile in the slot
+  // A cp.async slot that wgmma reads through a matrix descriptor
+  // (codegen/lower/WarpgroupMma.h): no registers, only the slot index.
+  bool warpgroupOperand = false;
   // A loop-invariant mma operand kept in shared memory (codegen/lower/SharedOperands.h):
   // regs is empty, each use reads operand `sharedOperand` of the plan.
   int sharedOperand = -1;
@@ -67,6 +70,8 @@ class LoweringContext {
   int64_t asyncBufferBytes = 0;
   bool allowAsyncCopy = true;  // false: every load takes the register path
   bool allowSharedOperands = true;  // false: loop-invariant operands stay in registers
+  // A buffer is read by wgmma: dynamic shared memory is 1024-byte aligned.
+  bool warpgroupOperands = false;
   // Which loads become cp.async copies (planAsyncCopies); null where none do.
   std::unique_ptr<AsyncCopyPlan> async;
   // Which conversions keep their operand in shared memory (planSharedOperands);

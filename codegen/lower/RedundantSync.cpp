@@ -60,6 +60,9 @@ bool mayTouchShared(const llvm::Instruction& inst) {
     return !global || text.contains("shared");
   }
   const llvm::Intrinsic::ID id = call->getIntrinsicID();
+  // A proxy fence orders the thread's own earlier writes for the async proxy
+  // (wgmma); it accesses nothing itself.
+  if (id == llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta) return false;
   // Warp shuffles exchange registers; LLVM models them as touching memory only to
   // keep them in place.
   return id == llvm::Intrinsic::not_intrinsic || !llvm::Intrinsic::getBaseName(id).starts_with("llvm.nvvm.shfl.sync.");

@@ -22,7 +22,10 @@
 
 #include <algorithm>
 
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
 #include "codegen/lower/SinkSlotReads.h"
+#include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
 
@@ -60,7 +63,15 @@ std::optional<SharedOperand> planConvert(LoweringContext& ctx, const Operation& 
   LinearLayout operand = ctx.linearLayout(to, op);
   std::optional<SwizzledTile> tile = swizzledTileFor(from, operand, 2);
   if (!tile) return std::nullopt;
-  return SharedOperand{*tile, std::move(from), std::move(operand)};
+  SharedOperand planned{*tile, std::move(from), std::move(operand)};
+  // An A operand that every use reads through wgmma: K-major column blocks.
+  const int64_t rows = to.shape()[0];
+  UseMap single{{op.result(), uses}};
+  if (tile->contigDim == 1 && feedsOnlyWarpgroupDots(ctx, op, single, 0) && descriptorCompatible(*tile, rows)) {
+    planned.tile.useColumnBlocks(rows);
+    planned.warpgroupOperand = true;
+  }
+  return planned;
 }
 
 void planBlock(LoweringContext& ctx, const Block& block, const UseMap& uses, SharedOperandPlan& plan) {
@@ -71,6 +82,11 @@ void planBlock(LoweringContext& ctx, const Block& block, const UseMap& uses, Sha
     if (found == uses.end()) continue;
     std::optional<SharedOperand> operand = planConvert(ctx, *op, found->second);
     if (!operand) continue;
+    if (operand->warpgroupOperand) {
+      ctx.asyncBufferBytes = (ctx.asyncBufferBytes + kWarpgroupOperandAlign - 1) / kWarpgroupOperandAlign *
+                             kWarpgroupOperandAlign;
+      ctx.warpgroupOperands = true;
+    }
     operand->offset = ctx.asyncBufferBytes;
     ctx.asyncBufferBytes += operand->tile.bytes(operand->from);
     plan.converts[op.get()] = static_cast<int>(plan.operands.size());
@@ -126,6 +142,10 @@ bool lowerSharedOperandConvert(LoweringContext& ctx, const Operation& op) {
   // may still read in other warps.
   ctx.barrier();
   storeSwizzledTile(ctx, in.regs, operand.from, operand.tile, elementType, bufferBase(ctx, operand));
+  // wgmma reads the buffer through the async proxy.
+  if (operand.warpgroupOperand)
+    ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta,
+                          llvm::ArrayRef<llvm::Value*>{});
   ctx.barrier();
   Lowered out;
   out.layout = operand.to;
@@ -134,11 +154,22 @@ bool lowerSharedOperandConvert(LoweringContext& ctx, const Operation& op) {
   return true;
 }
 
+const SwizzledTile& sharedOperandTile(const LoweringContext& ctx, const Lowered& value) {
+  return ctx.sharedOperands->operands.at(static_cast<size_t>(value.sharedOperand)).tile;
+}
+
+llvm::Value* sharedOperandAddress(LoweringContext& ctx, const Lowered& value) {
+  return bufferBase(ctx, ctx.sharedOperands->operands.at(static_cast<size_t>(value.sharedOperand)));
+}
+
 SharedOperandReads::SharedOperandReads(LoweringContext& ctx, const Operation& op) : ctx_(ctx) {
   if (!ctx.sharedOperands) return;
+  // A dot lowered with wgmma reads a column-blocked A operand through its descriptor.
+  const bool warpgroupDot = op.opcode() == Opcode::Dot && ctx.get(op.operand(1)).warpgroupOperand;
   for (const Value* value : op.operands()) {
     const Lowered& in = ctx.get(value);
     if (!in.isSharedOperand()) continue;
+    if (warpgroupDot && value == op.operand(0) && sharedOperandTile(ctx, in).blockRows > 0) continue;
     if (std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == value; })) continue;
     const SharedOperand& operand = ctx.sharedOperands->operands[static_cast<size_t>(in.sharedOperand)];
     llvm::IRBuilder<>& b = ctx.b;

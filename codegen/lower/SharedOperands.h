@@ -15,6 +15,9 @@ struct SharedOperand {
   ir::LinearLayout from;  // of the converted tile's registers
   ir::LinearLayout to;    // the operand layout its uses read
   int64_t offset = 0;     // bytes from the start of dynamic shared memory
+  // Every use is a dot that can read it through a wgmma matrix descriptor
+  // (codegen/lower/WarpgroupMma.h): stored in 128-byte column blocks, aligned.
+  bool warpgroupOperand = false;
 };
 
 struct SharedOperandPlan {
@@ -34,6 +37,10 @@ std::string describeSharedOperandPlan(const LoweringContext& ctx);
 // Lowers a planned convert (stores its tile into the buffer) and returns true;
 // false when `op` is not planned.
 bool lowerSharedOperandConvert(LoweringContext& ctx, const ir::Operation& op);
+
+// A shared operand's tile and the address of its buffer (for wgmma descriptors).
+const SwizzledTile& sharedOperandTile(const LoweringContext& ctx, const Lowered& value);
+llvm::Value* sharedOperandAddress(LoweringContext& ctx, const Lowered& value);
 
 // Before `op`: each operand that lives in a shared buffer is read (ldmatrix) into
 // registers for `op` alone. restore() gives the operands back their buffers, so

@@ -169,7 +169,7 @@ std::vector<llvm::Value*> readVectors(LoweringContext& ctx, const LinearLayout& 
 SwizzledOffsets::SwizzledOffsets(LoweringContext& ctx, const LinearLayout& layout, const SwizzledTile& tile)
     : ctx_(ctx), layout_(layout), tile_(tile) {
   const int rowDim = 1 - tile.contigDim;
-  thread_ = tile.offset(ctx.b, ctx.coordinate(layout, 0, rowDim), ctx.coordinate(layout, 0, tile.contigDim));
+  thread_ = swizzledOffset(ctx.b, tile, ctx.coordinate(layout, 0, rowDim), ctx.coordinate(layout, 0, tile.contigDim));
   for (const std::vector<Coord>* bases : {&layout.lane, &layout.warp})
     for (const Coord& basis : *bases) threadBits_ |= tile.offsetOf(basis[static_cast<size_t>(rowDim)],
                                                                    basis[static_cast<size_t>(tile.contigDim)]);
@@ -205,7 +205,26 @@ std::optional<SwizzledTile> swizzledTileFor(const LinearLayout& from, const Line
   return SwizzledTile(contigDim, rowElements, elemBytes);
 }
 
-int64_t SwizzledTile::bytes(const LinearLayout& layout) const { return layout.shape[0] * layout.shape[1] * elemBytes; }
+llvm::Value* swizzledOffset(llvm::IRBuilder<>& b, const SwizzledTile& tile, llvm::Value* row, llvm::Value* col) {
+  llvm::Value* chunk = b.CreateLShr(col, static_cast<uint64_t>(ir::log2Exact(tile.chunkElements)));
+  llvm::Value* within = b.CreateAnd(col, static_cast<uint64_t>(tile.chunkElements - 1));
+  llvm::Value* phase = b.CreateAnd(b.CreateLShr(row, static_cast<uint64_t>(ir::log2Exact(tile.perPhase))),
+                                   static_cast<uint64_t>(tile.maxPhase - 1));
+  if (tile.blockRows > 0) {
+    // chunk = (block, chunk within the block's 8); phase = row % 8 (perPhase 1).
+    llvm::Value* block = b.CreateLShr(chunk, uint64_t{3});
+    llvm::Value* swizzled = b.CreateShl(b.CreateXor(b.CreateAnd(chunk, uint64_t{7}), phase),
+                                        static_cast<uint64_t>(ir::log2Exact(tile.chunkElements)));
+    llvm::Value* rowStart = b.CreateShl(row, static_cast<uint64_t>(ir::log2Exact(tile.blockElements())));
+    llvm::Value* blockStart =
+        b.CreateShl(block, static_cast<uint64_t>(ir::log2Exact(tile.blockRows * tile.blockElements())));
+    return b.CreateOr(b.CreateOr(blockStart, rowStart), b.CreateOr(swizzled, within));
+  }
+  llvm::Value* swizzled =
+      b.CreateShl(b.CreateXor(chunk, phase), static_cast<uint64_t>(ir::log2Exact(tile.chunkElements)));
+  llvm::Value* rowStart = b.CreateShl(row, static_cast<uint64_t>(ir::log2Exact(tile.rowElements)));
+  return b.CreateOr(rowStart, b.CreateOr(swizzled, within));
+}
 
 std::vector<llvm::Value*> readSwizzledTile(LoweringContext& ctx, const LinearLayout& to, const SwizzledTile& tile,
                                            llvm::Type* elementType, llvm::Value* base) {

@@ -8,48 +8,13 @@
 #include <vector>
 
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/SwizzledTile.h"
 
 namespace attnjit::codegen {
 
-inline constexpr int64_t kSwizzleChunkBytes = 16;
-
-// Rows of 16-byte chunks along `contigDim`; chunk c of row r at c ^ phase(r)
-// (the file comment of SwizzledShared.cpp says why).
-struct SwizzledTile {
-  int contigDim;
-  int64_t rowElements;    // extent of contigDim
-  int64_t chunkElements;  // elements per 16-byte chunk
-  int64_t perPhase;       // rows sharing one swizzle phase (rows shorter than 128 bytes)
-  int64_t maxPhase;       // distinct phases
-  int64_t elemBytes;
-
-  SwizzledTile(int dim, int64_t rowElems, int64_t elementBytes)
-      : contigDim(dim), rowElements(rowElems), elemBytes(elementBytes) {
-    chunkElements = kSwizzleChunkBytes / elemBytes;
-    int64_t rowBytes = rowElems * elemBytes;
-    perPhase = std::max<int64_t>(1, 128 / rowBytes);
-    maxPhase = std::min<int64_t>(8, rowBytes / kSwizzleChunkBytes);
-  }
-
-  // Element offset of (row, col) where col runs along contigDim; row and col i32.
-  llvm::Value* offset(llvm::IRBuilder<>& b, llvm::Value* row, llvm::Value* col) const {
-    llvm::Value* chunk = b.CreateLShr(col, static_cast<uint64_t>(ir::log2Exact(chunkElements)));
-    llvm::Value* within = b.CreateAnd(col, static_cast<uint64_t>(chunkElements - 1));
-    llvm::Value* phase = b.CreateAnd(b.CreateLShr(row, static_cast<uint64_t>(ir::log2Exact(perPhase))),
-                                     static_cast<uint64_t>(maxPhase - 1));
-    llvm::Value* swizzled = b.CreateShl(b.CreateXor(chunk, phase), static_cast<uint64_t>(ir::log2Exact(chunkElements)));
-    llvm::Value* rowStart = b.CreateShl(row, static_cast<uint64_t>(ir::log2Exact(rowElements)));
-    return b.CreateOr(rowStart, b.CreateOr(swizzled, within));
-  }
-  // offset() of a constant coordinate.
-  int64_t offsetOf(int64_t row, int64_t col) const {
-    const int64_t chunk = col / chunkElements;
-    const int64_t phase = (row / perPhase) & (maxPhase - 1);
-    return row * rowElements + ((chunk ^ phase) * chunkElements) + (col & (chunkElements - 1));
-  }
-  // Bytes of a tile of `layout`'s shape.
-  int64_t bytes(const ir::LinearLayout& layout) const;
-};
+// swizzledOffset(): the element offset of (row, col) in `tile` as LLVM values
+// (i32; col runs along contigDim); the same function as SwizzledTile::offsetOf.
+llvm::Value* swizzledOffset(llvm::IRBuilder<>& b, const SwizzledTile& tile, llvm::Value* row, llvm::Value* col);
 
 // The element offsets in `tile` of the registers of `layout`, split for addressing
 // modes. offset() only shifts, masks and XORs bit fields, so it is XOR-linear in

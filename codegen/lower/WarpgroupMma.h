@@ -1,0 +1,45 @@
+// Warpgroup MMA (wgmma.mma_async, sm_90a) for the tile IR's `dot`: the file
+// comment of WarpgroupMma.cpp says when a dot takes it and how its operands are
+// laid out. Internal to codegen/.
+#pragma once
+
+#include <optional>
+
+#include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/SwizzledShared.h"
+
+namespace attnjit::codegen {
+
+// wgmma reads shared-memory operands in the hardware's 128-byte swizzle, which
+// it applies to absolute addresses and which repeats every 1024 bytes: buffers
+// it reads start at multiples of this (and so does dynamic shared memory).
+inline constexpr int64_t kWarpgroupOperandAlign = 1024;
+
+// The geometry of a dot that can lower to wgmma, judged on the IR alone.
+struct WarpgroupDotShape {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t warpsM = 0;  // all warps along M, a multiple of 4 (warpgroups)
+};
+
+// Whether `dot` can lower to wgmma: the target has it, the kernel attribute
+// warpgroup_mma is on, 16-bit operands, an #mma accumulator with every warp
+// along M (each warpgroup then owns 64-row slices), 16 ≤ k a multiple of 16,
+// 8 ≤ n ≤ 256 a multiple of 8, no thread-major renumbering.
+std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, const ir::Operation& dot);
+
+// Whether every use of convert_layout `convert` is such a dot reading it as
+// operand `index` (0: A, 1: B).
+bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const ir::Operation& convert, const UseMap& uses,
+                            size_t index);
+
+// Whether a swizzled tile of `rows` rows can be stored in column blocks that a
+// matrix descriptor describes: 16-bit elements, rows of a power-of-two multiple
+// of 128 bytes, a power-of-two row count of at least 8.
+bool descriptorCompatible(const SwizzledTile& tile, int64_t rows);
+
+// Lowers `dot` with wgmma when its B operand is a descriptor operand (a
+// cp.async slot planned for it: Lowered::warpgroupOperand) and returns true;
+// false otherwise (the caller lowers it with mma.sync).
+bool lowerWarpgroupDot(LoweringContext& ctx, const ir::Operation& dot);
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,131 @@
+// Warpgroup MMA on sm_90a (codegen/lower/WarpgroupMma.cpp): which dots take it,
+// the shared-memory layout its descriptors read, and that ptxas accepts every
+// kernel that uses it. Numerics run on the GPU ([gpu] prefill tests compile
+// for the device's sm_90a and so run these kernels).
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+
+#include "codegen/lower/SwizzledTile.h"
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/UnifiedAttention.h"
+#include "ir/KernelAttributes.h"
+#include "tests/test_tools.h"
+
+using namespace attnjit;
+
+namespace {
+
+int countOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string compilePtx(const compiler::UnifiedAttentionConfig& config, const std::string& target,
+                       int warpgroupMma = 1) {
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  ir::setKernelAttribute(**kernel, ir::KernelAttribute::WarpgroupMma, warpgroupMma);
+  compiler::CompileOptions options;
+  options.target = target;
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return compiled->ptx;
+}
+
+// The op API's prefill tiling: 128 rows over 4 warps, Q in shared memory.
+compiler::UnifiedAttentionConfig prefill(int headSize, int tileSize, int numWarps, bool qInShared) {
+  compiler::UnifiedAttentionConfig c;
+  c.headSize = headSize;
+  c.blockMRows = 128;
+  c.numWarps = numWarps;
+  c.tileSize = tileSize;
+  c.qInShared = qInShared;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("column-blocked swizzled tiles are the hardware's 128-byte swizzle", "[codegen][wgmma]") {
+  // The PTX ISA's 128-byte swizzle of a byte address: bits 4-6 XOR bits 7-9.
+  auto hardware = [](int64_t byte) { return byte ^ (((byte >> 7) & 7) << 4); };
+  for (int64_t rowElements : {64, 128, 256})
+    for (int64_t rows : {8, 32, 128}) {
+      codegen::SwizzledTile tile(1, rowElements, 2);
+      tile.useColumnBlocks(rows);
+      std::set<int64_t> seen;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < rowElements; ++c) {
+          INFO("row " << r << " col " << c << " of " << rows << " x " << rowElements);
+          const int64_t byte = tile.offsetOf(r, c) * 2;
+          // Column block c / 64 holds the tile's rows 128 bytes apart, swizzled.
+          const int64_t block = c / 64, inBlock = (c % 64) * 2;
+          CHECK(byte == block * rows * 128 + hardware(r * 128 + inBlock));
+          seen.insert(byte);
+        }
+      CHECK(static_cast<int64_t>(seen.size()) == rows * rowElements);  // a permutation
+    }
+  // Rows of 128 bytes are already the pattern: column blocks change nothing.
+  codegen::SwizzledTile plain(1, 64, 2), blocked(1, 64, 2);
+  blocked.useColumnBlocks(32);
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t c = 0; c < 64; c += 8) CHECK(plain.offsetOf(r, c) == blocked.offsetOf(r, c));
+}
+
+TEST_CASE("prefill on sm_90a runs both dots on wgmma, sm_90 and the switch keep mma.sync", "[codegen][wgmma]") {
+  for (int headSize : {64, 128, 256})
+    for (int tileSize : {16, 32, 64})
+      for (int numWarps : {4, 8})
+        for (bool qInShared : {true, false}) {
+          if (headSize == 256 && tileSize == 64) continue;  // beyond shared memory with two slots each
+          const compiler::UnifiedAttentionConfig config = prefill(headSize, tileSize, numWarps, qInShared);
+          INFO(config.kernelName());
+          const std::string ptx = compilePtx(config, "sm_90a");
+          // Per KV loop (unmasked and masked): Q·Kᵀ has k = D in 16-steps, P·V k =
+          // tile in 16-steps, each once per 64-row slice a warpgroup owns.
+          const int perLoop = (headSize / 16 + tileSize / 16) * 128 / 64 / (numWarps / 4);
+          CHECK(countOf(ptx, "wgmma.mma_async") == 2 * perLoop);
+          CHECK(countOf(ptx, "mma.sync") == 0);
+          CHECK(ptx.find("m64n" + std::to_string(tileSize) + "k16") != std::string::npos);
+          CHECK(ptx.find("m64n" + std::to_string(headSize) + "k16") != std::string::npos);
+          CHECK(ptx.find(".extern .shared .align 1024") != std::string::npos);
+          CHECK(countOf(ptx, "fence.proxy.async.shared::cta") >= 2);
+          // Q from shared memory is read through its descriptor, not ldmatrix.
+          if (qInShared) CHECK(countOf(ptx, "ldmatrix") == 0);
+          tests::checkAssembles(ptx, "sm_90a");
+
+          const std::string sm90 = compilePtx(config, "sm_90");
+          CHECK(countOf(sm90, "wgmma") == 0);
+          CHECK(countOf(sm90, "mma.sync") > 0);
+          const std::string off = compilePtx(config, "sm_90a", 0);
+          CHECK(countOf(off, "wgmma") == 0);
+          CHECK(countOf(off, "fence.proxy") == 0);
+          CHECK(off.find(".extern .shared .align 16 ") != std::string::npos);
+        }
+}
+
+TEST_CASE("dots that wgmma cannot take stay on mma.sync on sm_90a", "[codegen][wgmma]") {
+  // Decode: 16 rows, the warps split the keys (not all along M).
+  compiler::UnifiedAttentionConfig decode;
+  decode.tileSize = 64;
+  const std::string decodePtx = compilePtx(decode, "sm_90a");
+  CHECK(countOf(decodePtx, "wgmma") == 0);
+  CHECK(countOf(decodePtx, "mma.sync") > 0);
+  tests::checkAssembles(decodePtx, "sm_90a");
+  // f32 has no 16-bit operands; fp8 caches are dequantized in registers.
+  compiler::UnifiedAttentionConfig f32 = prefill(128, 32, 4, true);
+  f32.dtype = ir::ScalarKind::F32;
+  CHECK(countOf(compilePtx(f32, "sm_90a"), "wgmma") == 0);
+  compiler::UnifiedAttentionConfig fp8 = prefill(128, 32, 4, true);
+  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  const std::string fp8Ptx = compilePtx(fp8, "sm_90a");
+  CHECK(countOf(fp8Ptx, "wgmma") == 0);
+  tests::checkAssembles(fp8Ptx, "sm_90a");
+  // Head size 80 pads to 128: Q·Kᵀ stops at k = 80 (five k-steps per slice).
+  const std::string padded = compilePtx(prefill(80, 32, 4, true), "sm_90a");
+  CHECK(countOf(padded, "wgmma.mma_async") == 2 * (5 * 2 + 2 * 2));
+  tests::checkAssembles(padded, "sm_90a");
+}
