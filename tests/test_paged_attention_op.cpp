@@ -264,8 +264,15 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.maxQueryLen = 32;  // 32 tokens x 4 heads = 128 rows
   auto prefill = ops::selectPagedAttentionVariant(p);
   CHECK(prefill.blockM() == 128);
-  CHECK(prefill.numWarps == 4);  // FlashAttention-2's 32 rows per warp, Q read from shared memory
-  CHECK(prefill.qInShared);
+  if (compiler::deviceZeroHasWarpgroupMma()) {
+    // wgmma: a warpgroup per 64 rows, 64-key tiles, Q in registers.
+    CHECK(prefill.numWarps == 8);
+    CHECK(prefill.tileSize == 64);
+    CHECK_FALSE(prefill.qInShared);
+  } else {
+    CHECK(prefill.numWarps == 4);  // FlashAttention-2's 32 rows per warp, Q read from shared memory
+    CHECK(prefill.qInShared);
+  }
   p.headSize = 256;  // the accumulator of 32 rows would not fit in registers
   auto widePrefill = ops::selectPagedAttentionVariant(p);
   CHECK(widePrefill.numWarps == 8);

@@ -36,6 +36,15 @@ SharedMemoryLimits deviceZeroSharedMemoryLimits() {
   return limits;
 }
 
+bool deviceZeroHasWarpgroupMma() {
+  static const bool has = [] {
+    auto name = deviceTarget(0);
+    auto target = codegen::lookupTarget(name ? *name : "sm_90a");
+    return target && target->hasWgmma;
+  }();
+  return has;
+}
+
 int deviceZeroSmCount() {
   static const int count = [] {
     auto info = runtime::deviceInfo(0);

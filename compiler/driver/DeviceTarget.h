@@ -19,6 +19,11 @@ support::Expected<std::string> deviceTarget(int ordinal);
 // its target (deviceTarget(0)): for tools that run kernels on "the GPU here".
 support::Expected<std::string> localTarget();
 
+// Whether the ops' target (device 0's; sm_90a, the CLI's default, without a
+// GPU) runs dots on warpgroup MMAs (wgmma): the tilings that pay off differ.
+// Queried once per process.
+bool deviceZeroHasWarpgroupMma();
+
 // Device 0's SM count, queried once per process (what the ops fill when they
 // split work); 0 without a driver or GPU.
 int deviceZeroSmCount();

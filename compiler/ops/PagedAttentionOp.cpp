@@ -90,7 +90,15 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // not timed on the GPU. DiffKV 192/128 keeps 8 warps of 16 rows too: faster
     // than 4 warps (with or without Q in shared memory) and than 8 warps with Q
     // in shared memory (measured: docs/perf-log.md, 2026-11-30).
-    if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
+    // With warpgroup MMAs (sm_90a) each warpgroup owns 64 rows and reads K and
+    // V from their cp.async slots: 8 warps of 16 rows on 64-key tiles, Q in
+    // registers, beat the 4-warp tiling by 5% causal and 9% non-causal at D=128
+    // (docs/perf-log.md, 2026-12-02).
+    if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto &&
+        compiler::deviceZeroHasWarpgroupMma()) {
+      config.numWarps = 8;
+      config.tileSize = 64;
+    } else if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
       config.numWarps = 4;
       config.qInShared = true;
     } else {
