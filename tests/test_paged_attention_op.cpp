@@ -273,10 +273,14 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
     CHECK(prefill.numWarps == 4);  // FlashAttention-2's 32 rows per warp, Q read from shared memory
     CHECK(prefill.qInShared);
   }
+  p.headSize = 96;  // below 128 the 4-warp tiling wins on either tensor-core path
+  CHECK(ops::selectPagedAttentionVariant(p).numWarps == 4);
+  CHECK(ops::selectPagedAttentionVariant(p).qInShared);
   p.headSize = 256;  // the accumulator of 32 rows would not fit in registers
   auto widePrefill = ops::selectPagedAttentionVariant(p);
   CHECK(widePrefill.numWarps == 8);
   CHECK_FALSE(widePrefill.qInShared);
+  CHECK(widePrefill.tileSize == (compiler::deviceZeroHasWarpgroupMma() ? 64 : 32));
   p.headSize = 128;
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;  // K/V converted in registers: 8 warps
   auto quantizedPrefill = ops::selectPagedAttentionVariant(p);

@@ -90,19 +90,21 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // not timed on the GPU. DiffKV 192/128 keeps 8 warps of 16 rows too: faster
     // than 4 warps (with or without Q in shared memory) and than 8 warps with Q
     // in shared memory (measured: docs/perf-log.md, 2026-11-30).
+    //
     // With warpgroup MMAs (sm_90a) each warpgroup owns 64 rows and reads K and
-    // V from their cp.async slots: 8 warps of 16 rows on 64-key tiles, Q in
-    // registers, beat the 4-warp tiling by 5% causal and 9% non-causal at D=128
-    // (docs/perf-log.md, 2026-12-02).
-    if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto &&
-        compiler::deviceZeroHasWarpgroupMma()) {
-      config.numWarps = 8;
-      config.tileSize = 64;
-    } else if (halfPrecision && widestHead <= 128 && p.kvCacheFormat == KvCacheFormat::Auto) {
+    // V from their cp.async slots. Then 8 warps of 16 rows on 64-key tiles, Q in
+    // registers, beat the 4-warp tiling at D=128 (5% causal, 9% non-causal),
+    // and 64-key tiles beat 32 at D=256 (12%) and DiffKV 192/128 (14%); below
+    // 128 (80, 96, 112) the 4-warp tiling stays 3-4% ahead (docs/perf-log.md,
+    // 2026-12-02).
+    const bool sameDtypeCache = halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto;
+    const bool warpgroupMma = sameDtypeCache && compiler::deviceZeroHasWarpgroupMma();
+    if (sameDtypeCache && (widestHead < 128 || (widestHead == 128 && !warpgroupMma))) {
       config.numWarps = 4;
       config.qInShared = true;
     } else {
       config.numWarps = 8;
+      if (warpgroupMma && widestHead <= 256) config.tileSize = 64;
     }
   } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
