@@ -846,6 +846,29 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
     }
   }
 
+  // The op API's prefill tiling on sm_90a runs its dots on warpgroup MMAs, counted apart.
+  CliResult prefill = runCli({"inspect", kSourceDir + "/bench/prefill.yaml", "--arch=sm_90a"});
+  INFO(prefill.err);
+  REQUIRE(prefill.exitCode == 0);
+  int wgmmaKernels = 0;
+  for (const std::string& line : splitLines(prefill.out)) {
+    std::vector<std::string> words = splitWords(line);
+    if (words.size() < 6 || words[0] == "kernel" || words[0] == "target") continue;
+    std::map<std::string, std::string> prefillRow = inspectRow(prefill.out, words[0]);
+    REQUIRE(!prefillRow.empty());
+    if (std::stoi(prefillRow["wgmma"]) == 0) continue;
+    ++wgmmaKernels;
+    CliResult ptx = runCli({"compile", kSourceDir + "/bench/prefill.yaml", "--variant=" + words[0],
+                            "--emit=ptx", "--arch=sm_90a"});
+    REQUIRE(ptx.exitCode == 0);
+    int counted = 0;
+    for (size_t at = ptx.out.find("wgmma.mma_async"); at != std::string::npos;
+         at = ptx.out.find("wgmma.mma_async", at + 1))
+      ++counted;
+    CHECK(prefillRow["wgmma"] == std::to_string(counted));
+  }
+  CHECK(wgmmaKernels > 0);
+
   // f32 has no tensor-core path.
   CliResult f32 = runCli({"inspect", specPath("unified_attention_f32.yaml"), "--arch=sm_80",
                           "--variant=unified_attention_f32_h4kv4_d80_bs32_causal"});
@@ -855,6 +878,7 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   std::map<std::string, std::string> row = inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_causal");
   REQUIRE(!row.empty());
   CHECK(row["mma"] == "0");
+  CHECK(row["wgmma"] == "0");
   CHECK(inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_noncausal").empty());
 }
 

@@ -16,15 +16,16 @@ namespace {
 using Row = std::vector<std::string>;
 
 Row headerRow(bool withPtxas) {
-  Row header = {"kernel",    "threads",   "smem",      "mma",       "ldmatrix", "cp.async", "shfl", "bar.sync",
-                "ld.global", "ld.g.vec",  "st.global", "ld.shared", "st.shared", "ex2"};
+  Row header = {"kernel",   "threads",  "smem",     "mma",       "wgmma",     "ldmatrix",  "cp.async", "shfl",
+                "bar.sync", "ld.global", "ld.g.vec", "st.global", "ld.shared", "st.shared", "ex2"};
   if (withPtxas) header.insert(header.end(), {"regs", "spill.st", "spill.ld", "stack"});
   return header;
 }
 
 Row kernelRow(const CompiledKernel& compiled, const PtxInstructionMix& mix, const PtxasResources* resources) {
   auto n = [](int value) { return std::to_string(value); };
-  Row row = {compiled.name, n(compiled.numThreads), n(compiled.sharedMemoryBytes), n(mix.mma), n(mix.ldmatrix),
+  Row row = {compiled.name, n(compiled.numThreads), n(compiled.sharedMemoryBytes), n(mix.mma), n(mix.wgmma),
+             n(mix.ldmatrix),
              n(mix.cpAsync), n(mix.shfl), n(mix.barSync), n(mix.ldGlobal), n(mix.ldGlobalVector), n(mix.stGlobal),
              n(mix.ldShared), n(mix.stShared), n(mix.ex2)};
   if (resources != nullptr) {
@@ -102,7 +103,7 @@ Command inspectCommand() {
       "one row per kernel:\n"
       "  threads    block size (num_warps x 32)\n"
       "  smem       dynamic shared memory in bytes\n"
-      "  mma .. ex2 static counts of PTX instructions: mma (mma.sync, wgmma), ldmatrix,\n"
+      "  mma .. ex2 static counts of PTX instructions: mma.sync, wgmma.mma_async, ldmatrix,\n"
       "             cp.async copies, shfl, bar.sync, ld.global (ld.g.vec: of those, the .v2/.v4\n"
       "             vector loads), st.global, ld.shared, st.shared, ex2\n"
       "  regs, spill.st, spill.ld, stack\n"

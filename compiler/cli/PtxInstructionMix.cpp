@@ -41,8 +41,10 @@ std::string_view opcodeOf(std::string_view statement) {
 }
 
 void count(std::string_view op, PtxInstructionMix& mix) {
-  if (startsWith(op, "mma.") || startsWith(op, "wgmma.mma_async")) {
+  if (startsWith(op, "mma.")) {
     ++mix.mma;
+  } else if (startsWith(op, "wgmma.mma_async")) {
+    ++mix.wgmma;
   } else if (startsWith(op, "ldmatrix.")) {
     ++mix.ldmatrix;
   } else if (startsWith(op, "cp.async.")) {

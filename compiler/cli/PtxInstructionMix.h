@@ -1,5 +1,5 @@
 // Counts of the PTX instructions that tell how a kernel uses the GPU: tensor cores
-// (mma, ldmatrix), asynchronous copies, warp shuffles, barriers, global and shared
+// (mma.sync, wgmma, ldmatrix), asynchronous copies, warp shuffles, barriers, global and shared
 // memory traffic (and how much of the global loads is vectorized), exp2.
 #pragma once
 
@@ -8,7 +8,8 @@
 namespace attnjit::compiler::cli {
 
 struct PtxInstructionMix {
-  int mma = 0;             // mma.sync and wgmma.mma_async
+  int mma = 0;             // mma.sync
+  int wgmma = 0;           // wgmma.mma_async (warpgroup MMAs, sm_90a)
   int ldmatrix = 0;
   int cpAsync = 0;         // cp.async copies (not commit_group / wait_group)
   int shfl = 0;
