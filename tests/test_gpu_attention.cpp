@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include "tests/test_tools.h"
+#include "compiler/driver/CompileDriver.h"
 #include "compiler/driver/DeviceTarget.h"
 #include "compiler/validation/AttentionGpu.h"
 #include "compiler/driver/Jit.h"
+#include "compiler/kernels/UnifiedAttention.h"
 #include "compiler/spec/VariantKernel.h"
 #include "compiler/validation/VariantRuns.h"
 #include "runtime/DiskCache.h"
@@ -180,6 +182,65 @@ TEST_CASE("GPU prefill tilings: Q in shared memory, 4 warps of 32 rows and 8 of 
       c.qInShared = true;
       checkOnGpu(c, growing);
     }
+}
+
+TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head sizes, GQA and features", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  // 8 warps of 16 rows, 64-key tiles, Q in registers: both dots run as wgmma on
+  // sm_90a (codegen/lower/WarpgroupMma.cpp); elsewhere the same kernels take
+  // mma.sync. Fresh and chunked prefills after context, lengths that are not
+  // multiples of any tile, and decode rows in one batch.
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129};
+  mixed.contextLens = {0, 91, 300, 5, 64};
+  mixed.seed = 31;
+  auto hopperTiling = [] {
+    compiler::UnifiedAttentionConfig c;
+    c.blockMRows = 128;
+    c.numWarps = 8;
+    c.tileSize = 64;
+    return c;
+  };
+  for (bool causal : {true, false})
+    for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{32, 2}})
+      for (int headSize : {64, 80, 96, 128, 256}) {
+        compiler::UnifiedAttentionConfig c = hopperTiling();
+        c.causal = causal;
+        c.numQueryHeads = hq;
+        c.numKvHeads = hkv;
+        c.headSize = headSize;
+        checkOnGpu(c, mixed);
+      }
+  compiler::UnifiedAttentionConfig diffKv = hopperTiling();
+  diffKv.headSize = 192;
+  diffKv.valueHeadSize = 128;
+  checkOnGpu(diffKv, mixed);
+  // The score modifiers and outputs of the family, one at a time.
+  std::vector<compiler::UnifiedAttentionConfig> features(8, hopperTiling());
+  features[0].slidingWindow = 64;
+  features[1].softcap = 30.0;
+  features[2].alibi = true;
+  features[3].sinks = true;
+  features[4].outputLse = true;
+  features[5].perSequenceCausal = true;
+  features[6].dtype = ir::ScalarKind::F16;
+  features[7].alibi = true;
+  features[7].alibiSqrt = true;
+  for (const auto& c : features) checkOnGpu(c, mixed);
+  // Where the device is sm_90a these kernels did run on wgmma.
+  auto target = compiler::deviceTarget(0);
+  REQUIRE(target.isOk());
+  if (*target == "sm_90a") {
+    auto kernel = compiler::buildUnifiedAttention(hopperTiling());
+    REQUIRE(kernel.isOk());
+    compiler::CompileOptions options;
+    options.target = *target;
+    auto compiled = compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    CHECK(compiled->ptx.find("wgmma.mma_async") != std::string::npos);
+  } else {
+    WARN("device 0 is " << *target << ": the wgmma path is not exercised here");
+  }
 }
 
 TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {
