@@ -468,3 +468,47 @@ TEST_CASE("unified attention features: fp8 queries with their scale", "[attentio
   named.queryFp8 = true;
   CHECK(named.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_qfp8");
 }
+
+TEST_CASE("unified attention reads head-major (HND) caches through the same strides", "[attention][interpreter]") {
+  // vLLM's HND layout, [blocks, 2, heads, block_size, D]: the kernels take the
+  // cache's four strides, so the same kernels read it; the decode tiling, the
+  // prefill tiling, a per-tensor fp8 cache and a sliding window, each on both
+  // layouts.
+  BatchShape headMajor = mixedAttentionBatch(41);
+  headMajor.headMajorCache = true;
+  REQUIRE(headMajor.str().find("kv_layout=hnd") != std::string::npos);
+  std::vector<UnifiedAttentionConfig> configs(4);
+  configs[1].blockMRows = 128;
+  configs[1].numWarps = 8;
+  configs[1].tileSize = 64;
+  configs[2].kvCacheFormat = attnjit::compiler::KvCacheFormat::Fp8E4M3;
+  configs[3].slidingWindow = 24;
+  configs[3].blockSize = 8;
+  for (const auto& config : configs) {
+    runAndCheck(config, headMajor, /*afterPasses=*/true);
+    BatchShape tokenMajor = headMajor;
+    tokenMajor.headMajorCache = false;
+    runAndCheck(config, tokenMajor, /*afterPasses=*/true);
+  }
+  // The strides the kernels get are the head-major ones (D = 128, block 16, 8 KV heads).
+  auto problem = validation::UnifiedAttentionProblem::create(UnifiedAttentionConfig{}, headMajor);
+  REQUIRE(problem.isOk());
+  const auto& layout = (*problem)->deviceLayout();
+  CHECK(layout.kvStrideToken == 128);
+  CHECK(layout.kvStrideHead == 16 * 128);
+  CHECK(layout.kvStrideKv == 8 * 16 * 128);
+  CHECK(layout.kvStrideBlock == 2 * 8 * 16 * 128);
+  // The key is parsed and printed; DiffKV's packed cache has no HND form.
+  BatchShape parsed;
+  CHECK(parsed.set("kv_layout=hnd"));
+  CHECK(parsed.headMajorCache);
+  CHECK(parsed.set("kv_layout=nhd"));
+  CHECK_FALSE(parsed.headMajorCache);
+  CHECK(parsed.set("kv_layout=khd").diagnostic().message == "kv_layout: 'khd' is not nhd or hnd");
+  UnifiedAttentionConfig diffKv;
+  diffKv.headSize = 192;
+  diffKv.valueHeadSize = 128;
+  auto refused = validation::runUnifiedAttentionInterpreted(diffKv, headMajor, false);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().message == "kv_layout=hnd: DiffKV's packed cache has only the NHD layout");
+}

@@ -236,7 +236,7 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(
       message("batch=4") ==
       "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_segments, "
-      "num_partials, key_ramp or output_scale)");
+      "num_partials, key_ramp, output_scale or kv_layout)");
   CHECK(message("key_ramp=-1") == "key_ramp: '-1' is not a number between 0 and 1000");
   CHECK(message("key_ramp=0.5x") == "key_ramp: '0.5x' is not a number between 0 and 1000");
   CHECK(message("key_ramp=nan") == "key_ramp: 'nan' is not a number between 0 and 1000");

@@ -129,9 +129,15 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
     outputScale = parsed;
     return support::Status::ok();
   }
+  if (key == "kv_layout") {
+    if (value != "nhd" && value != "hnd")
+      return shapeError("kv_layout: '" + support::excerpt(value) + "' is not nhd or hnd");
+    headMajorCache = value == "hnd";
+    return support::Status::ok();
+  }
   return shapeError("unknown shape key '" + support::excerpt(key) +
                     "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_segments, num_partials, "
-                    "key_ramp or output_scale)");
+                    "key_ramp, output_scale or kv_layout)");
 }
 
 std::string BatchShape::str() const {
@@ -141,7 +147,8 @@ std::string BatchShape::str() const {
          (numSegments != 0 ? " num_segments=" + std::to_string(numSegments) : "") +
          (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "") +
          (keyRamp != 0 ? " key_ramp=" + numberText(keyRamp) : "") +
-         (outputScale != kDefaultOutputScale ? " output_scale=" + numberText(outputScale) : "");
+         (outputScale != kDefaultOutputScale ? " output_scale=" + numberText(outputScale) : "") +
+         (headMajorCache ? " kv_layout=hnd" : "");
 }
 
 support::Status BatchShape::validate() const {

@@ -37,13 +37,19 @@ struct BatchShape {
   // so scores grow along the keys and a row's running maximum keeps moving (the
   // online softmax's rescaling under test). 0: plain random keys.
   double keyRamp = 0;
+  // Unified attention: the KV cache's layout. false: NHD, vLLM's flash layout
+  // ([blocks, 2, block_size, heads, D]); true: HND, head-major
+  // ([blocks, 2, heads, block_size, D]). The kernels take the four strides either
+  // way; DiffKV's packed cache is NHD only.
+  bool headMajorCache = false;
   // Unified attention with fp8 output: the output_scale passed (rounded to f32).
   // The default turns outputs in (-1, 1) into e4m3 values in (-256, 256), the
   // top of its range short of saturation (448); smaller scales saturate.
   static constexpr double kDefaultOutputScale = 1.0 / 256;
   double outputScale = kDefaultOutputScale;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
-  // check_stride=N, segment_tiles=N, num_segments=N, num_partials=N, key_ramp=X, output_scale=X); a list entry
+  // check_stride=N, segment_tiles=N, num_segments=N, num_partials=N, key_ramp=X, output_scale=X,
+  // kv_layout=nhd|hnd); a list entry
   // "VxN" repeats V N times
   // (query_lens=1x64). The error names the key.
   support::Status set(const std::string& keyEqualsValue);

@@ -333,9 +333,15 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     usedBlocks += blocksPerSeq.back();
   }
   const int numBlocks = usedBlocks + kSpareBlocks;
-  const int64_t kvStrideHead = packedLayout ? rowElements + valueRowElements : rowElements;
-  const int64_t kvStrideToken = Hkv * kvStrideHead;
-  const int64_t kvStrideKv = packedLayout ? rowElements : blockSize * kvStrideToken;
+  // NHD (vLLM's flash layout): [blocks, 2, block_size, Hkv, row]; HND (head-major):
+  // [blocks, 2, Hkv, block_size, row]; DiffKV: [blocks, block_size, Hkv, D + Dv].
+  if (shape.headMajorCache && packedLayout)
+    return support::Diagnostic{{}, "kv_layout=hnd: DiffKV's packed cache has only the NHD layout"};
+  const bool headMajor = shape.headMajorCache;
+  const int64_t kvStrideHead =
+      packedLayout ? rowElements + valueRowElements : headMajor ? blockSize * rowElements : rowElements;
+  const int64_t kvStrideToken = headMajor ? rowElements : Hkv * kvStrideHead;
+  const int64_t kvStrideKv = packedLayout ? rowElements : blockSize * Hkv * rowElements;
   const int64_t kvStrideBlock = packedLayout ? blockSize * kvStrideToken : 2 * kvStrideKv;
   std::vector<uint8_t> kvCache = poisonedCache(format, dtype, static_cast<size_t>(numBlocks * kvStrideBlock));
   const int64_t blockTableStride =
