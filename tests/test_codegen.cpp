@@ -108,14 +108,8 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
   for (const char* target : {"sm_90", "sm_90a"})
     for (const auto& config : attentionConfigs()) {
       INFO(config.kernelName() << " " << target);
-      auto kernel = compiler::buildUnifiedAttention(config);
-      REQUIRE(kernel.isOk());
-      compiler::CompileOptions options;
-      options.target = target;
-      auto compiled = compiler::compileKernel(**kernel, options);
-      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-      REQUIRE(compiled.isOk());
-      const std::string& ptx = compiled->ptx;
+      const compiler::CompiledKernel compiled = compileAttention(config, target);
+      const std::string& ptx = compiled.ptx;
       const bool hopper = std::string(target) == "sm_90a";
       CHECK(ptx.find(std::string(".target ") + target + "\n") != std::string::npos);
       CHECK(ptx.find(".maxntid " + std::to_string(config.numWarps * 32) + ", 1, 1") != std::string::npos);
@@ -139,8 +133,8 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
         CHECK(ptx.find("ld.shared.u16") == std::string::npos);
       }
       // The optimized tile IR shows every layout decision.
-      CHECK((compiled->tirOptimized.find("#mma") != std::string::npos) == halfPrecision);
-      CHECK(compiled->tirOptimized.find("#blocked") != std::string::npos);
+      CHECK((compiled.tirOptimized.find("#mma") != std::string::npos) == halfPrecision);
+      CHECK(compiled.tirOptimized.find("#blocked") != std::string::npos);
     }
 }
 
