@@ -54,8 +54,6 @@ namespace {
 
 using Uses = UseMap;
 
-int64_t alignTo(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
-
 bool isZeroConstant(const Value* v) {
   const Operation* def = v ? v->definingOp() : nullptr;
   if (!def) return false;
@@ -143,7 +141,7 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
         continue;
       }
       if (reader->opcode() != Opcode::ConvertLayout) continue;
-      if (feedsOnlyWarpgroupDots(ctx, *reader, uses, 1)) descriptorConverts.push_back(reader);
+      if (feedsOnlyWarpgroupDots(ctx, *reader, usesOf(reader->result()), 1)) descriptorConverts.push_back(reader);
       LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
       if (transposed) to = to.transposed({1, 0});
       std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
@@ -199,8 +197,7 @@ void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, Async
     }
     for (AsyncBuffer& buffer : found) {
       if (buffer.warpgroupOperand) {
-        ctx.asyncBufferBytes = alignTo(ctx.asyncBufferBytes, kWarpgroupOperandAlign);
-        ctx.warpgroupOperands = true;
+        alignForWarpgroupOperand(ctx);
         for (const Operation* convert : buffer.descriptorConverts) plan.descriptorConverts.insert(convert);
       }
       buffer.offset = ctx.asyncBufferBytes;
@@ -301,14 +298,20 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
 
 namespace {
 
+// Waits until this thread's copies of `buffer`'s current tile are complete: the
+// groups committed after them are counted at compile time.
+void waitForOwnCopies(LoweringContext& ctx, const AsyncBuffer& buffer) {
+  const int pending = buffer.committedAfter + ctx.async->bodyCommits[buffer.loop];
+  ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
+}
+
 // Waits for the copies of the tile in `in`'s slot (and every thread's, through the
 // barrier), then reads it into layout `to`.
 std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in, const LinearLayout& to,
                                         llvm::Type* elementType) {
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
   llvm::IRBuilder<>& b = ctx.b;
-  const int pending = buffer.committedAfter + ctx.async->bodyCommits[buffer.loop];
-  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
+  waitForOwnCopies(ctx, buffer);
   ctx.barrier();
   const LinearLayout read = in.asyncTransposed ? to.transposed({1, 0}) : to;
   llvm::Value* base = slotBase(ctx, buffer, in.regs[0]);
@@ -331,11 +334,8 @@ std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const O
   if (!ctx.async || !ctx.async->descriptorConverts.count(&op)) return std::nullopt;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
   ATTNJIT_CHECK(buffer.warpgroupOperand, "codegen: descriptor convert of a buffer without column blocks");
-  llvm::IRBuilder<>& b = ctx.b;
-  const int pending = buffer.committedAfter + ctx.async->bodyCommits[buffer.loop];
-  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_group, {ctx.i32(pending)});
-  // cp.async writes through the generic proxy, wgmma reads through the async one.
-  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta, llvm::ArrayRef<llvm::Value*>{});
+  waitForOwnCopies(ctx, buffer);
+  fenceForAsyncProxy(ctx);  // cp.async writes through the generic proxy, wgmma reads through the async one
   ctx.barrier();
   Lowered out = in;
   out.layout = to;

@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "codegen/lower/DotFragments.h"
 #include "codegen/lower/LoweringContext.h"
 #include "codegen/lower/WarpgroupMma.h"
 
@@ -17,19 +18,6 @@ namespace attnjit::codegen {
 using namespace ir;
 
 namespace {
-
-// dot's k_extent / n_extent: the operands are zero past them (a padded head
-// dimension), so the products there need not be computed. The whole extent
-// when the attribute is absent.
-int64_t extentOf(const Operation& op, const char* name, int64_t whole) {
-  return op.attrs().has(name) ? std::min(op.attrs().getInt(name), whole) : whole;
-}
-
-std::map<Coord, size_t> registerIndex(const LinearLayout& l) {
-  std::map<Coord, size_t> index;
-  for (int64_t r = 0; r < l.numRegisters(); ++r) index.emplace(l.registerCoord(static_cast<uint64_t>(r)), r);
-  return index;
-}
 
 const Layout& layoutOf(const Operation& op, size_t operand) { return *op.operand(operand)->type().layout(); }
 
@@ -62,8 +50,8 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   // their k (or n) coordinates are renumbered, so the zeros past an extent are
   // no longer the last k-steps (n-tiles): all of them are computed.
   const bool kRenumbered = layoutOf(op, 0).threadMajor, nRenumbered = layoutOf(op, 2).threadMajor;
-  const int64_t kTiles = ((kRenumbered ? k : extentOf(op, "k_extent", k)) + 15) / 16;
-  const int64_t nExtent = nRenumbered ? n : extentOf(op, "n_extent", n);
+  const int64_t kTiles = ((kRenumbered ? k : dotExtent(op, "k_extent", k)) + 15) / 16;
+  const int64_t nExtent = nRenumbered ? n : dotExtent(op, "n_extent", n);
   auto aIndex = registerIndex(mmaView(op, 0, *a.layout)), bIndex = registerIndex(mmaView(op, 1, *bOp.layout)),
        cIndex = registerIndex(mmaView(op, 2, *acc.layout));
   auto reg = [&](const std::map<Coord, size_t>& index, const Lowered& v, int64_t row, int64_t col) -> llvm::Value* {
@@ -140,8 +128,8 @@ void lowerFmaDot(LoweringContext& ctx, const Operation& op, const Lowered& a, co
   llvm::IRBuilder<>& b = ctx.b;
   bool tf32 = op.attrs().has("input_precision") && op.attrs().getString("input_precision") == "tf32";
   ScalarKind kind = op.operand(0)->type().scalarKind();
-  const int64_t k = extentOf(op, "k_extent", a.layout->shape[1]);
-  const int64_t nExtent = extentOf(op, "n_extent", bOp.layout->shape[1]);
+  const int64_t k = dotExtent(op, "k_extent", a.layout->shape[1]);
+  const int64_t nExtent = dotExtent(op, "n_extent", bOp.layout->shape[1]);
   auto aIndex = registerIndex(*a.layout), bIndex = registerIndex(*bOp.layout);
   auto toF32 = [&](llvm::Value* v) -> llvm::Value* {
     llvm::Value* f = v;

@@ -22,8 +22,6 @@
 
 #include <algorithm>
 
-#include <llvm/IR/IntrinsicsNVPTX.h>
-
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/WarpgroupMma.h"
 
@@ -66,8 +64,7 @@ std::optional<SharedOperand> planConvert(LoweringContext& ctx, const Operation& 
   SharedOperand planned{*tile, std::move(from), std::move(operand)};
   // An A operand that every use reads through wgmma: K-major column blocks.
   const int64_t rows = to.shape()[0];
-  UseMap single{{op.result(), uses}};
-  if (tile->contigDim == 1 && feedsOnlyWarpgroupDots(ctx, op, single, 0) && descriptorCompatible(*tile, rows)) {
+  if (tile->contigDim == 1 && feedsOnlyWarpgroupDots(ctx, op, uses, 0) && descriptorCompatible(*tile, rows)) {
     planned.tile.useColumnBlocks(rows);
     planned.warpgroupOperand = true;
   }
@@ -82,11 +79,7 @@ void planBlock(LoweringContext& ctx, const Block& block, const UseMap& uses, Sha
     if (found == uses.end()) continue;
     std::optional<SharedOperand> operand = planConvert(ctx, *op, found->second);
     if (!operand) continue;
-    if (operand->warpgroupOperand) {
-      ctx.asyncBufferBytes = (ctx.asyncBufferBytes + kWarpgroupOperandAlign - 1) / kWarpgroupOperandAlign *
-                             kWarpgroupOperandAlign;
-      ctx.warpgroupOperands = true;
-    }
+    if (operand->warpgroupOperand) alignForWarpgroupOperand(ctx);
     operand->offset = ctx.asyncBufferBytes;
     ctx.asyncBufferBytes += operand->tile.bytes(operand->from);
     plan.converts[op.get()] = static_cast<int>(plan.operands.size());
@@ -142,10 +135,7 @@ bool lowerSharedOperandConvert(LoweringContext& ctx, const Operation& op) {
   // may still read in other warps.
   ctx.barrier();
   storeSwizzledTile(ctx, in.regs, operand.from, operand.tile, elementType, bufferBase(ctx, operand));
-  // wgmma reads the buffer through the async proxy.
-  if (operand.warpgroupOperand)
-    ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta,
-                          llvm::ArrayRef<llvm::Value*>{});
+  if (operand.warpgroupOperand) fenceForAsyncProxy(ctx);  // wgmma reads it through the async proxy
   ctx.barrier();
   Lowered out;
   out.layout = operand.to;

@@ -37,9 +37,8 @@
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
-#include <map>
-
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/DotFragments.h"
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/SharedOperands.h"
 
@@ -49,17 +48,7 @@ using namespace ir;
 
 namespace {
 
-int64_t extentOf(const Operation& op, const char* name, int64_t whole) {
-  return op.attrs().has(name) ? std::min(op.attrs().getInt(name), whole) : whole;
-}
-
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
-std::map<Coord, size_t> registerIndex(const LinearLayout& l) {
-  std::map<Coord, size_t> index;
-  for (int64_t r = 0; r < l.numRegisters(); ++r) index.emplace(l.registerCoord(static_cast<uint64_t>(r)), r);
-  return index;
-}
 
 // A 64-bit wgmma matrix descriptor: start address (bits 0-13, in 16-byte
 // units), leading-dimension byte offset (16-29), stride-dimension byte offset
@@ -138,16 +127,26 @@ std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, c
   return shape;
 }
 
-bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const Operation& convert, const UseMap& uses, size_t index) {
-  if (convert.opcode() != Opcode::ConvertLayout) return false;
-  auto found = uses.find(convert.result());
-  if (found == uses.end() || found->second.empty()) return false;
-  for (const Operation* use : found->second) {
+bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const Operation& convert,
+                            const std::vector<const Operation*>& uses, size_t index) {
+  if (convert.opcode() != Opcode::ConvertLayout || uses.empty()) return false;
+  for (const Operation* use : uses) {
     if (use->opcode() != Opcode::Dot || use->operand(index) != convert.result()) return false;
     if (use->operand(1 - index) == convert.result() || use->operand(2) == convert.result()) return false;
     if (!warpgroupDotShape(ctx, *use)) return false;
   }
   return true;
+}
+
+void alignForWarpgroupOperand(LoweringContext& ctx) {
+  ctx.asyncBufferBytes =
+      (ctx.asyncBufferBytes + kWarpgroupOperandAlign - 1) / kWarpgroupOperandAlign * kWarpgroupOperandAlign;
+  ctx.warpgroupOperands = true;
+}
+
+void fenceForAsyncProxy(LoweringContext& ctx) {
+  ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta,
+                        llvm::ArrayRef<llvm::Value*>{});
 }
 
 bool descriptorCompatible(const SwizzledTile& tile, int64_t rows) {
@@ -164,8 +163,8 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   ATTNJIT_CHECK(shape.has_value(), "codegen: a descriptor operand feeds a dot that cannot use wgmma");
   llvm::IRBuilder<>& b = ctx.b;
   const bool isBf16 = op.operand(0)->type().scalarKind() == ScalarKind::BF16;
-  const int64_t kTiles = (extentOf(op, "k_extent", shape->k) + 15) / 16;
-  const int64_t nInstr = (extentOf(op, "n_extent", shape->n) + 7) / 8 * 8;
+  const int64_t kTiles = (dotExtent(op, "k_extent", shape->k) + 15) / 16;
+  const int64_t nInstr = (dotExtent(op, "n_extent", shape->n) + 7) / 8 * 8;
   const int64_t mTiles = shape->m / (16 * shape->warpsM);
   const int64_t warpgroupRows = 64;
 

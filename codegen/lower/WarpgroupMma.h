@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "codegen/lower/LoweringContext.h"
 #include "codegen/lower/SwizzledShared.h"
@@ -27,10 +28,20 @@ struct WarpgroupDotShape {
 // 8 ≤ n ≤ 256 a multiple of 8, no thread-major renumbering.
 std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, const ir::Operation& dot);
 
-// Whether every use of convert_layout `convert` is such a dot reading it as
-// operand `index` (0: A, 1: B).
-bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const ir::Operation& convert, const UseMap& uses,
-                            size_t index);
+// Whether every use of convert_layout `convert` (`uses`, its result's users) is
+// such a dot reading it as operand `index` (0: A, 1: B).
+bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const ir::Operation& convert,
+                            const std::vector<const ir::Operation*>& uses, size_t index);
+
+// Before planning a buffer wgmma reads: rounds the buffer offset
+// (ctx.asyncBufferBytes) up to kWarpgroupOperandAlign and marks the kernel's
+// dynamic shared memory to be aligned as much.
+void alignForWarpgroupOperand(LoweringContext& ctx);
+
+// fence.proxy.async.shared::cta: orders the thread's generic-proxy writes to
+// shared memory (stores, cp.async) before wgmma's async-proxy reads; each
+// writer fences before the barrier that publishes its writes.
+void fenceForAsyncProxy(LoweringContext& ctx);
 
 // Whether a swizzled tile of `rows` rows can be stored in column blocks that a
 // matrix descriptor describes: 16-bit elements, rows of a power-of-two multiple
