@@ -197,6 +197,11 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->slidingWindowRight = c.sliding_window_right;
   p->qScale = c.q_scale;
   p->runtimeScratch = c.no_runtime_scratch == 0;
+  p->attentionChunkSize = c.attention_chunk_size;
+  p->mmPrefixRange = c.mm_prefix_range;
+  p->mmPrefixRanges = c.mm_prefix_ranges;
+  p->qqBias = c.qq_bias;
+  p->qqBiasStride = c.qq_bias_stride;
   return ATTNJIT_OK;
 }
 

@@ -179,6 +179,11 @@ inline ops::PagedAttentionParams readPagedAttentionParams(ParamReader& in) {
   p.blockTableStride = in.integer<std::int64_t>();
   p.kvStrideBlock = in.integer<std::int64_t>(), p.kvStrideKv = in.integer<std::int64_t>();
   p.kvStrideToken = in.integer<std::int64_t>(), p.kvStrideHead = in.integer<std::int64_t>();
+  p.attentionChunkSize = in.flag() ? 0 : in.integer<int>();
+  if (in.flag()) p.mmPrefixRange = in.pointer();
+  p.mmPrefixRanges = in.flag() ? 0 : in.integer<int>();
+  if (in.flag()) p.qqBias = in.pointer();
+  p.qqBiasStride = in.flag() ? 0 : in.integer<std::int64_t>();
   return p;
 }
 

@@ -260,6 +260,54 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(ops::pagedAttentionWorkspaceBytes(64, 32, 128, 512).value() == 0);  // one segment: never split
 }
 
+TEST_CASE("paged attention op: chunked local attention, ranges and qq_bias select and validate", "[op][masks]") {
+  auto unsplit = [](ops::PagedAttentionParams params) {
+    params.runtimeScratch = false;
+    return ops::selectPagedAttentionVariant(params).kernelName();
+  };
+  ops::PagedAttentionParams p = validParams();
+  p.attentionChunkSize = 8192;
+  p.mmPrefixRange = 0xB0000;
+  p.mmPrefixRanges = 4;
+  p.qqBias = 0xE0000;
+  p.qqBiasStride = 5;
+  CHECK(validationMessage(p) == "ok");
+  CHECK(unsplit(p) == "unified_attention_bf16_h32kv8_d128_bs16_causal_chunk8192_mm4_qqbias_t64");
+  p.mmPrefixRanges = 0;
+  CHECK(validationMessage(p) ==
+        "paged attention: mm_prefix_ranges (0) must be the ranges per sequence of mm_prefix_range, 1 to 32");
+  p.mmPrefixRanges = 33;
+  CHECK(validationMessage(p) == "paged attention: mm_prefix_ranges (33) must be between 0 (off) and 32 ranges per sequence");
+  p.mmPrefixRange = 0;
+  CHECK(validationMessage(p) ==
+        "paged attention: mm_prefix_ranges (33) is set but mm_prefix_range is null: pass the ranges or leave both 0");
+  p.mmPrefixRanges = 0;
+  p.qqBiasStride = 0;
+  CHECK(validationMessage(p) ==
+        "paged attention: qq_bias_stride (0) must be the bias's row stride and size n (qq_bias is [n, n]), 1 to "
+        "2147483647");
+  p.qqBiasStride = int64_t{1} << 31;
+  CHECK(validationMessage(p).find("qq_bias_stride (2147483648) must be") != std::string::npos);
+  p.qqBias = 0xE0002;
+  p.qqBiasStride = 4;
+  CHECK(validationMessage(p) ==
+        "paged attention: qq_bias (0xe0002) is not 4-byte aligned, as the kernel is compiled to assume");
+  p.qqBias = 0;
+  CHECK(validationMessage(p) ==
+        "paged attention: qq_bias_stride (4) is set but qq_bias is null: pass the bias or leave both 0");
+  p.qqBiasStride = 0;
+  p.attentionChunkSize = -2;
+  CHECK(validationMessage(p) ==
+        "paged attention: attention_chunk_size (-2) must not be negative (0 turns chunked local attention off)");
+  // A chunk caps each sequence's work like a window: uneven lengths say nothing
+  // about the tail, so no 3/8 segments (the fill rule still splits small batches).
+  ops::PagedAttentionParams uneven = fullDecodeBatch(8192);
+  uneven.minSeqLen = 100;
+  CHECK(ops::pagedAttentionSplitPlan(uneven).numSegments > 1);
+  uneven.attentionChunkSize = 2048;
+  CHECK(ops::pagedAttentionSplitPlan(uneven).numSegments == 1);
+}
+
 TEST_CASE("paged attention op: decode-like and prefill-like batches get their tilings", "[op]") {
   auto p = validParams();
   auto decode = ops::selectPagedAttentionVariant(p);
@@ -660,6 +708,31 @@ TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through 
   const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
   CHECK(run.numSegments == 1);
   CHECK(run.kernelName.find("_m128") != std::string::npos);
+}
+
+TEST_CASE("paged attention op: chunked local attention, ranges and qq_bias on the GPU", "[gpu][op][masks]") {
+  if (!tests::gpuPresent()) return;
+  // bf16, 32/8 heads, D=128, block 16, through the op's own tilings: split
+  // decode, the prefill tiling (warpgroup MMAs on sm_90a) and short chunks.
+  compiler::UnifiedAttentionConfig config;
+  config.attentionChunkSize = 1024;
+  config.mmPrefixRanges = 3;
+  config.qqBias = true;
+  const validation::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
+  CHECK(split.kernelName.find("_chunk1024_mm3_qqbias") != std::string::npos);
+  for (bool causal : {true, false}) {
+    config.causal = causal;
+    config.attentionChunkSize = 48;
+    const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
+    CHECK(run.kernelName.find("_m128") != std::string::npos);
+  }
+  // Speculative decoding: a tree of 6 queries after each context, biased.
+  compiler::BatchShape speculative;
+  speculative.queryLens = std::vector<int>(24, 6);
+  speculative.contextLens = unevenLengths(24, 3000);
+  config = compiler::UnifiedAttentionConfig{};
+  config.qqBias = true;
+  runOpChecked(config, speculative);
 }
 
 TEST_CASE("paged attention op: warm-up lists every kernel the planner picks", "[op]") {

@@ -18,6 +18,9 @@ namespace attnjit::compiler {
 // (BLOCK_M = next_pow2 of them, at most 256).
 inline constexpr int kMaxAttentionHeads = 1024;
 inline constexpr int kMaxQueriesPerKvHead = 256;
+// Bidirectional (mm_prefix_range) ranges per sequence an attention kernel takes:
+// each is tested against every key of every tile, unrolled.
+inline constexpr int kMaxMmPrefixRanges = 32;
 
 inline int nextPowerOfTwo(int x) { return x <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(x))); }
 inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }

@@ -201,8 +201,13 @@ class AttentionBuilder {
     // Key range.
     Value *seqLen = nullptr, *contextLen = nullptr, *maxSeqPrefixLen = nullptr, *seqCausal = nullptr,
           *tileSize = nullptr, *numTiles = nullptr, *tileStart = nullptr, *tileEnd = nullptr,
-          *firstAllowedKey = nullptr, *window = nullptr, *rightWindow = nullptr, *segmentIdx = nullptr;
+          *firstAllowedKey = nullptr, *window = nullptr, *rightWindow = nullptr, *segmentIdx = nullptr,
+          *chunkSize = nullptr, *queryAbsPos = nullptr;
     bool mayBeCausal = false, mayBeNonCausal = false;
+    // mm_prefix_ranges: each range's first and last position (last = -1 for a
+    // range the program does not use), as scalars and splat along the keys,
+    // and whether each row's query lies in it.
+    std::vector<Value*> rangeFirst, rangeLast, rangeFirstKeys, rangeLastKeys, rowInRange2d;
     // K/V addressing.
     Value *blockSizeN = nullptr, *offsN = nullptr, *blockTableRow = nullptr, *kBase = nullptr, *vBase = nullptr,
           *dimMaskCol = nullptr;
@@ -210,7 +215,8 @@ class AttentionBuilder {
     Value *keyFloor2d = nullptr, *keyLimit2d = nullptr, *rowMask2d = nullptr, *qkScaleTile = nullptr,
           *qkScaleRow = nullptr, *capOutputScaleTile = nullptr, *vScaleValue = nullptr, *alibiSlope2d = nullptr,
           *alibiQueryPos = nullptr, *zeroDistance2d = nullptr, *negInfTile = nullptr, *zeroScores = nullptr,
-          *negInfRow = nullptr;
+          *negInfRow = nullptr, *qqBiasRowOffset2d = nullptr, *qqBiasRowMask2d = nullptr, *qqBiasLog2e = nullptr,
+          *qqBiasColumns = nullptr;
     // Online softmax state and loop choices.
     Value *rescaleThresholdRow = nullptr, *zeroRow = nullptr, *noBlock = nullptr, *zeroKTile = nullptr,
           *zeroVTile = nullptr;
@@ -229,6 +235,8 @@ class AttentionBuilder {
   Value *out_ = nullptr, *q_ = nullptr, *kvCache_ = nullptr, *blockTables_ = nullptr, *seqLens_ = nullptr,
         *cuSeqlensQ_ = nullptr, *scale_ = nullptr, *numSeqs_ = nullptr, *seqSearchSteps_ = nullptr;
   Value *alibiSlopes_ = nullptr, *sinks_ = nullptr;  // present only with their feature
+  Value *qqBias_ = nullptr, *qqBiasStride_ = nullptr;  // qq_bias
+  Value* mmPrefixRange_ = nullptr;                    // mm_prefix_ranges
   Value* outputScale_ = nullptr;                      // 2D with output_fp8
   Value *kScale_ = nullptr, *vScale_ = nullptr;       // per-tensor fp8 caches
   Value* causalFlags_ = nullptr;                      // per-sequence causal flags
@@ -271,6 +279,9 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   if (config_.queryFp8) qScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "q_scale");
   if (config_.alibi) alibiSlopes_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "alibi_slopes");
   if (config_.sinks) sinks_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "sinks");
+  if (config_.qqBias) qqBias_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "qq_bias");
+  if (config_.mmPrefixRanges > 0)
+    mmPrefixRange_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "mm_prefix_range");
   if (config_.outputFp8 && !config_.splitKv)
     outputScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "output_scale");
   if (config_.outputLse && !config_.splitKv) lse_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "lse");
@@ -301,6 +312,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   kvStrideToken_ = kernel.addParameter(i64(), "kv_stride_token", cacheStride);
   kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head", cacheStride);
   if (lse_) lseStrideHead_ = kernel.addParameter(i64(), "lse_stride_head");
+  if (config_.qqBias) qqBiasStride_ = kernel.addParameter(i64(), "qq_bias_stride");
   if (config_.splitKv) {
     numSegments_ = kernel.addParameter(i32(), "num_segments");
     segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
@@ -578,6 +590,39 @@ void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
     if (p_.seqCausal)
       p_.maxSeqPrefixLen = b_.select(p_.seqCausal, p_.maxSeqPrefixLen, p_.seqLen, "max_seq_prefix_len_flagged");
   }
+  // The absolute positions of the program's first and last valid rows.
+  Value* firstRowPos = b_.add(p_.contextLen, p_.qBlockFirstPos, "first_row_pos");
+  Value* lastRow = b_.min(b_.add(p_.qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
+                          b_.sub(queryLen, oneI32_), "qpos_hi");
+  Value* lastRowPos = b_.add(p_.contextLen, lastRow, "last_row_pos");
+  // mm_prefix_range: the ranges that hold one of the program's rows open their
+  // keys to it (a range holding none changes none of its scores, so it is
+  // turned off for the program: its keys are neither walked nor read). The
+  // program then reaches the end of those ranges, and starts at their first key.
+  p_.rangeFirst.clear();
+  p_.rangeLast.clear();
+  Value *rangeFloor = nullptr, *rangeReach = nullptr;
+  if (mmPrefixRange_) {
+    const int ranges = config_.mmPrefixRanges;
+    Value* rangeRow = b_.mul(seqIdx, constI32(2 * ranges, "range_row_ints"), "range_row");
+    rangeReach = zeroI32_;
+    rangeFloor = p_.seqLen;
+    for (int r = 0; r < ranges; ++r) {
+      const std::string suffix = std::to_string(r);
+      Value* first = loadScalar(mmPrefixRange_, b_.add(rangeRow, constI32(2 * r)), "range_first" + suffix);
+      Value* last = loadScalar(mmPrefixRange_, b_.add(rangeRow, constI32(2 * r + 1)), "range_last" + suffix);
+      Value* holdsRow = b_.andOp(b_.andOp(b_.cmp(CmpPredicate::Lt, first, last),
+                                          b_.cmp(CmpPredicate::Le, first, lastRowPos)),
+                                 b_.cmp(CmpPredicate::Ge, last, firstRowPos), "range_holds_row" + suffix);
+      rangeReach = b_.select(holdsRow, b_.max(rangeReach, b_.min(b_.add(last, oneI32_), p_.seqLen)), rangeReach,
+                             "range_reach" + suffix);
+      rangeFloor = b_.select(holdsRow, b_.min(rangeFloor, b_.max(first, zeroI32_)), rangeFloor,
+                             "range_floor" + suffix);
+      p_.rangeFirst.push_back(first);
+      p_.rangeLast.push_back(b_.select(holdsRow, last, constI32(-1), "range_last_used" + suffix));
+    }
+    p_.maxSeqPrefixLen = b_.max(p_.maxSeqPrefixLen, rangeReach, "max_seq_prefix_len_ranges");
+  }
   p_.tileSize = b_.constexprValue("TILE_SIZE", ScalarKind::I32, "tile_size");
   p_.numTiles = b_.div(b_.sub(b_.add(p_.maxSeqPrefixLen, p_.tileSize), oneI32_), p_.tileSize, "num_tiles");
   // Sliding window: vLLM's tile pruning. The first row of the program sees keys
@@ -589,23 +634,42 @@ void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
   p_.firstAllowedKey = nullptr;
   p_.window = nullptr;
   p_.rightWindow = nullptr;
+  p_.chunkSize = nullptr;
   if (config_.slidingWindow > 0) {
     p_.window = b_.constexprValue("SLIDING_WINDOW", ScalarKind::I32, "sliding_window");
-    p_.firstAllowedKey = b_.max(b_.add(b_.sub(b_.add(p_.contextLen, p_.qBlockFirstPos), p_.window), oneI32_), zeroI32_,
-                             "first_allowed_key");
-    p_.tileStart = b_.div(p_.firstAllowedKey, p_.tileSize, "tile_start");
+    p_.firstAllowedKey =
+        b_.max(b_.add(b_.sub(firstRowPos, p_.window), oneI32_), zeroI32_, "first_allowed_key");
   }
-  if (p_.mayBeNonCausal && config_.rightWindow() > 0) {
-    // A non-causal window also ends r - 1 keys after the program's last valid row.
-    p_.rightWindow = config_.slidingWindowRight > 0
-                         ? b_.constexprValue("SLIDING_WINDOW_RIGHT", ScalarKind::I32, "sliding_window_right")
-                         : p_.window;
-    Value* lastRow = b_.min(b_.add(p_.qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
-                            b_.sub(queryLen, oneI32_), "qpos_hi");
-    Value* lastAllowedKey =
-        b_.add(b_.add(p_.contextLen, lastRow), b_.sub(p_.rightWindow, oneI32_), "last_allowed_key");
+  Value* chunkEndKey = nullptr;  // the last key of the last row's chunk
+  if (config_.attentionChunkSize > 0) {
+    // Local chunks: no row sees a key before the first row's chunk.
+    p_.chunkSize = b_.constexprValue("ATTENTION_CHUNK_SIZE", ScalarKind::I32, "attention_chunk_size");
+    Value* chunkStart = b_.mul(b_.div(firstRowPos, p_.chunkSize), p_.chunkSize, "first_row_chunk_start");
+    p_.firstAllowedKey =
+        p_.firstAllowedKey ? b_.max(p_.firstAllowedKey, chunkStart, "first_allowed_key_chunk") : chunkStart;
+    chunkEndKey = b_.sub(b_.mul(b_.add(b_.div(lastRowPos, p_.chunkSize), oneI32_), p_.chunkSize), oneI32_,
+                         "last_row_chunk_end");
+  }
+  if (p_.firstAllowedKey) {
+    Value* firstKey = rangeFloor ? b_.min(p_.firstAllowedKey, rangeFloor, "first_walked_key") : p_.firstAllowedKey;
+    p_.tileStart = b_.div(firstKey, p_.tileSize, "tile_start");
+  }
+  if (p_.mayBeNonCausal && (config_.rightWindow() > 0 || chunkEndKey)) {
+    // A non-causal window also ends r - 1 keys after the program's last valid
+    // row, and a chunk at its end (causal rows end at their own key anyway).
+    Value* lastAllowedKey = chunkEndKey;
+    if (config_.rightWindow() > 0) {
+      p_.rightWindow = config_.slidingWindowRight > 0
+                           ? b_.constexprValue("SLIDING_WINDOW_RIGHT", ScalarKind::I32, "sliding_window_right")
+                           : p_.window;
+      Value* windowEnd = b_.add(lastRowPos, b_.sub(p_.rightWindow, oneI32_), "last_allowed_key");
+      lastAllowedKey = lastAllowedKey ? b_.min(lastAllowedKey, windowEnd, "last_allowed_key_chunk") : windowEnd;
+    }
     p_.tileEnd = b_.min(b_.add(b_.div(lastAllowedKey, p_.tileSize), oneI32_), p_.numTiles, "tile_end");
     if (p_.seqCausal) p_.tileEnd = b_.select(p_.seqCausal, p_.numTiles, p_.tileEnd, "tile_end_flagged");
+    if (rangeReach)
+      p_.tileEnd = b_.max(p_.tileEnd, b_.div(b_.sub(b_.add(rangeReach, p_.tileSize), oneI32_), p_.tileSize),
+                          "tile_end_ranges");
   }
 
   // Split-KV: program z walks only the tiles of segment z of the range above
@@ -655,12 +719,33 @@ void AttentionBuilder::buildScoreModifiers() {
       p_.mayBeCausal ? b_.add(splatTo(b_.add(p_.contextLen, oneI32_), {M}), p_.queryPos, "key_limit_causal") : nullptr;
   Value* nonCausalLimit = p_.mayBeNonCausal ? splatTo(p_.seqLen, {M}, "key_limit_all") : nullptr;
   p_.keyFloor2d = nullptr;
-  if (config_.slidingWindow > 0 || p_.rightWindow) {
+  p_.rangeFirstKeys.clear();
+  p_.rangeLastKeys.clear();
+  p_.rowInRange2d.clear();
+  if (config_.slidingWindow > 0 || p_.rightWindow || p_.chunkSize || !p_.rangeFirst.empty()) {
     Value* queryAbsPos = b_.add(splatTo(p_.contextLen, {M}), p_.queryPos, "query_abs_pos");
     if (nonCausalLimit && p_.rightWindow)
       nonCausalLimit = b_.min(nonCausalLimit, b_.add(queryAbsPos, splatTo(p_.rightWindow, {M})), "key_limit_window");
-    if (config_.slidingWindow > 0)
-      p_.keyFloor2d = asColumn(b_.sub(queryAbsPos, splatTo(p_.window, {M}), "key_floor"), N, "key_floor_2d");
+    Value* keyFloor = config_.slidingWindow > 0 ? b_.sub(queryAbsPos, splatTo(p_.window, {M}), "key_floor") : nullptr;
+    if (p_.chunkSize) {
+      // Chunked local attention: keys from the row's chunk start on, and
+      // (non-causal) before the next chunk's.
+      Value* chunk = splatTo(p_.chunkSize, {M});
+      Value* rowChunkStart = b_.mul(b_.div(queryAbsPos, chunk), chunk, "row_chunk_start");
+      Value* chunkFloor = b_.sub(rowChunkStart, splatTo(oneI32_, {M}), "key_floor_chunk");
+      keyFloor = keyFloor ? b_.max(keyFloor, chunkFloor, "key_floor_window_chunk") : chunkFloor;
+      if (nonCausalLimit) nonCausalLimit = b_.min(nonCausalLimit, b_.add(rowChunkStart, chunk), "key_limit_chunk");
+    }
+    if (keyFloor) p_.keyFloor2d = asColumn(keyFloor, N, "key_floor_2d");
+    for (size_t r = 0; r < p_.rangeFirst.size(); ++r) {
+      const std::string suffix = std::to_string(r);
+      p_.rangeFirstKeys.push_back(splatTo(p_.rangeFirst[r], {N}, "range_first_keys" + suffix));
+      p_.rangeLastKeys.push_back(splatTo(p_.rangeLast[r], {N}, "range_last_keys" + suffix));
+      Value* rowInRange = b_.andOp(b_.cmp(CmpPredicate::Ge, queryAbsPos, splatTo(p_.rangeFirst[r], {M})),
+                                   b_.cmp(CmpPredicate::Le, queryAbsPos, splatTo(p_.rangeLast[r], {M})),
+                                   "row_in_range" + suffix);
+      p_.rowInRange2d.push_back(asColumn(rowInRange, N, "row_in_range_2d" + suffix));
+    }
   }
   Value* keyLimit = p_.seqCausal ? b_.select(splatTo(p_.seqCausal, {M}), causalLimit, nonCausalLimit, "key_limit")
                     : causalLimit ? causalLimit
@@ -694,6 +779,16 @@ void AttentionBuilder::buildScoreModifiers() {
     Value* slopes = b_.load(b_.addPtr(splatTo(alibiSlopes_, {M}), p_.queryHead), p_.queryHeadMask,
                             b_.constFloat(0.0, Type::tile({M}, f32())), "alibi_slope");
     p_.alibiSlope2d = asColumn(b_.mul(slopes, splatTo(b_.f32(log2e), {M})), N, "alibi_slope_log2");
+  }
+  // qq_bias: row i of the bias for query index i < n, log2(e) to the score's units.
+  p_.qqBiasRowOffset2d = p_.qqBiasRowMask2d = p_.qqBiasLog2e = p_.qqBiasColumns = nullptr;
+  if (qqBias_) {
+    p_.qqBiasColumns = b_.cast(qqBiasStride_, ScalarKind::I32, "qq_bias_columns");
+    p_.qqBiasRowMask2d =
+        asColumn(b_.cmp(CmpPredicate::Lt, p_.queryPos, splatTo(p_.qqBiasColumns, {M})), N, "qq_bias_row_mask");
+    p_.qqBiasRowOffset2d = asColumn(b_.mul(b_.cast(p_.queryPos, ScalarKind::I64), splatTo(qqBiasStride_, {M})), N,
+                                    "qq_bias_row_offset");
+    p_.qqBiasLog2e = splatTo(b_.f32(log2e), {M, N}, "qq_bias_log2e");
   }
   // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos
   // (a row vector, broadcast along the keys where the loop uses it).
@@ -795,9 +890,18 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
 
   Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, p_.tileSize), {N}), p_.offsN, "seq_offset");
   Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(p_.maxSeqPrefixLen, {N}), "tile_mask");
-  if (p_.firstAllowedKey)
-    tileMask = b_.andOp(tileMask, b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(p_.firstAllowedKey, {N})),
-                        "tile_mask_window");
+  // mm_prefix_range: the keys of each range the program uses.
+  std::vector<Value*> keyInRange;
+  for (size_t r = 0; r < p_.rangeFirstKeys.size(); ++r)
+    keyInRange.push_back(b_.andOp(b_.cmp(CmpPredicate::Ge, seqOffset, p_.rangeFirstKeys[r]),
+                                  b_.cmp(CmpPredicate::Le, seqOffset, p_.rangeLastKeys[r]),
+                                  "key_in_range" + std::to_string(r)));
+  if (p_.firstAllowedKey) {
+    // Keys before the window or chunk are read only where a range opens them.
+    Value* afterFloor = b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(p_.firstAllowedKey, {N}), "key_after_floor");
+    for (Value* inRange : keyInRange) afterFloor = b_.orOp(afterFloor, inRange, "key_after_floor_or_range");
+    tileMask = b_.andOp(tileMask, afterFloor, "tile_mask_window");
+  }
   Value* blockTableIdx =
       b_.add(splatTo(p_.blockTableRow, {N}), b_.cast(b_.div(seqOffset, p_.blockSizeN), I64), "block_table_idx");
   Value* physicalBlock32 =
@@ -857,6 +961,9 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     Value* keyPos2d = asRow(seqOffset, M);
     Value* visible = b_.cmp(CmpPredicate::Lt, keyPos2d, p_.keyLimit2d, "key_visible");
     if (p_.keyFloor2d) visible = b_.andOp(visible, b_.cmp(CmpPredicate::Gt, keyPos2d, p_.keyFloor2d), "key_in_window");
+    // (causal, window, chunk) OR both in one range, as vLLM.
+    for (size_t r = 0; r < keyInRange.size(); ++r)
+      visible = b_.orOp(visible, b_.andOp(p_.rowInRange2d[r], asRow(keyInRange[r], M)), "key_visible_range");
     if (blockValid) visible = b_.andOp(visible, asRow(blockValid, M), "key_in_cache");
     return b_.select(b_.andOp(p_.rowMask2d, visible, "score_mask"), unmasked, p_.negInfTile, name);
   };
@@ -889,6 +996,17 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(p_.contextLen, {N})), ScalarKind::F32, "alibi_distance");
     scores = b_.add(scores, b_.mul(p_.alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
   }
+  if (qqBias_) {
+    // qq_bias[i·n + k] for the keys of query index k = j - context_len < n.
+    Value* keyQueryIdx = b_.sub(seqOffset, splatTo(p_.contextLen, {N}), "key_query_idx");
+    Value* keyHasBias = b_.andOp(b_.cmp(CmpPredicate::Ge, keyQueryIdx, p_.noBlock),
+                                 b_.cmp(CmpPredicate::Lt, keyQueryIdx, splatTo(p_.qqBiasColumns, {N})),
+                                 "key_has_qq_bias");
+    Value* biasOffset = b_.add(p_.qqBiasRowOffset2d, asRow(b_.cast(keyQueryIdx, I64), M), "qq_bias_offset");
+    Value* bias = b_.load(b_.addPtr(splatTo(qqBias_, {M, N}), biasOffset),
+                          b_.andOp(p_.qqBiasRowMask2d, asRow(keyHasBias, M)), p_.zeroScores, "qq_bias_tile");
+    scores = b_.add(scores, b_.mul(bias, p_.qqBiasLog2e), "s_qq_bias");
+  }
 
   // Lazy rescaling (as FlashAttention-4; `lazyRescale`): the running maximum m
   // is a reference that moves only when a row's tile maximum passes it by more
@@ -899,7 +1017,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // and the LSE (m + log2 l) are exact in any reference. Elsewhere m is the
   // running maximum.
   Value* tileRowMax =
-      unscaledForMax && !p_.alibiSlope2d
+      unscaledForMax && !p_.alibiSlope2d && !qqBias_
           ? b_.mul(b_.reduce(Opcode::ReduceMax, unscaledForMax, 1, "qk_row_max"), p_.qkScaleRow, "tile_row_max")
           : b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max");
   Value* mCandidate = nullptr;
@@ -962,8 +1080,8 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
   // the program (which makes ptxas spill), ran 9-17% slower on prefill
   // (docs/perf-log.md, 2026-11-30).
   const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 &&
-                                config_.slidingWindowRight == 0 && !config_.checkBounds &&
-                                !config_.splitKv;
+                                config_.slidingWindowRight == 0 && config_.attentionChunkSize == 0 &&
+                                !config_.checkBounds && !config_.splitKv;
   std::vector<Value*> results;
   if (splitMaskedTiles) {
     Value* seenByAll = p_.seqLen;
@@ -1097,9 +1215,12 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (slidingWindow != 0) name += "_sw" + std::to_string(slidingWindow);
   if (slidingWindowRight != 0)
     name += "_swr" + (slidingWindowRight < 0 ? std::string("inf") : std::to_string(slidingWindowRight));
+  if (attentionChunkSize != 0) name += "_chunk" + std::to_string(attentionChunkSize);
+  if (mmPrefixRanges != 0) name += "_mm" + std::to_string(mmPrefixRanges);
   if (softcap != 0) name += "_softcap" + softcapNameText(softcap);
   if (alibi) name += alibiSqrt ? "_alibisqrt" : "_alibi";
   if (sinks) name += "_sinks";
+  if (qqBias) name += "_qqbias";
   if (perSequenceCausal) name += "_seqcausal";
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
   if (outputFp8) name += "_outfp8";
@@ -1163,6 +1284,12 @@ support::Status UnifiedAttentionConfig::validate() const {
                        "is already unbounded");
   if (!std::isfinite(softcap) || softcap < 0)
     return configError("softcap (" + numberText(softcap) + ") must be a finite number >= 0 (0 turns it off)");
+  if (attentionChunkSize < 0)
+    return configError("attention_chunk_size (" + std::to_string(attentionChunkSize) +
+                       ") must not be negative (0 turns chunked local attention off)");
+  if (mmPrefixRanges < 0 || mmPrefixRanges > kMaxMmPrefixRanges)
+    return configError("mm_prefix_ranges (" + std::to_string(mmPrefixRanges) + ") must be between 0 (off) and " +
+                       std::to_string(kMaxMmPrefixRanges) + " ranges per sequence");
   if (alibiSqrt && !alibi) return configError("alibi_sqrt needs alibi: true (it changes the ALiBi bias's form)");
   if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && headSize % 2 != 0)
     return configError("head_size (" + std::to_string(headSize) +
@@ -1224,6 +1351,8 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   if (config.slidingWindow > 0) cx.push_back({"SLIDING_WINDOW", int64_t{config.slidingWindow}});
   if (config.slidingWindowRight > 0) cx.push_back({"SLIDING_WINDOW_RIGHT", int64_t{config.slidingWindowRight}});
   if (config.softcap > 0) cx.push_back({"SOFTCAP", config.softcap});
+  if (config.attentionChunkSize > 0) cx.push_back({"ATTENTION_CHUNK_SIZE", int64_t{config.attentionChunkSize}});
+  if (config.mmPrefixRanges > 0) cx.push_back({"MAX_MM_RANGES", int64_t{config.mmPrefixRanges}});
 
   Builder builder(*kernel);
   AttentionBuilder attention(builder, config, constants);

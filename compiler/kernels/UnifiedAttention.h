@@ -86,6 +86,27 @@ struct UnifiedAttentionConfig {
   // window). Causal rows never see keys after p, so causal kernels refuse it;
   // per-sequence causal kernels apply it to their non-causal sequences.
   int slidingWindowRight = 0;
+  // Chunked local attention (Llama 4's attention_chunk_size; vLLM serves it by
+  // cutting each sequence into virtual batches): 0 = off; C > 0: the sequence is
+  // cut into chunks of C positions and the query at p sees key j only in its own
+  // chunk, j / C == p / C (causal rows: j <= p too). ANDed with a sliding
+  // window; keys before the first row's chunk are never read.
+  int attentionChunkSize = 0;
+  // Bidirectional ranges (vLLM's PrefixLM / multimodal mm_prefix_range): up to
+  // this many [start, end] position ranges per sequence (inclusive; parameter
+  // mm_prefix_range, i32 [num_seqs, ranges, 2]; a range with start >= end is
+  // unused). A key j is then also visible to the query at p when both lie in one
+  // range: visible = (causal, window and chunk rules) OR (p, j in a range), the
+  // order of vLLM and FlexAttention. Each program walks the keys its rows' ranges
+  // reach, not the whole sequence. 0 = off.
+  int mmPrefixRanges = 0;
+  // Query-query bias (vLLM's qq_bias, e.g. tree attention for speculative
+  // decoding): parameter qq_bias, f32 [n, n] with row stride qq_bias_stride = n
+  // (run time). The score of a query at index i of its sequence's queries and
+  // the key of query index k (key position context_len + k, 0 <= k < n) gains
+  // qq_bias[i·n + k] after masking, in the units of s; -inf hides the key. Rows
+  // i >= n and other keys get no bias.
+  bool qqBias = false;
   // Softcap c: 0 = off; else s = c·tanh(s / c), before masking (vLLM's order).
   double softcap = 0;
   // ALiBi: s += slope[h]·(j - context_len) after masking, with slope[h] from the
@@ -179,10 +200,13 @@ struct UnifiedAttentionConfig {
 // cu_seqlens_q (before scale), present only with their feature: causal_flags
 // ptr<i8> [num_seqs] (per_sequence_causal), k_scale and
 // v_scale ptr<f32> (per-tensor fp8 caches, one f32 each), alibi_slopes ptr<f32>
-// [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), output_scale ptr<f32> (output_fp8,
-// 2D; out is then ptr<f8e4m3>), lse ptr<f32> (output_lse, 2D).
+// [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), qq_bias ptr<f32> (qq_bias),
+// mm_prefix_range ptr<i32> [num_seqs, mm_prefix_ranges, 2] (mm_prefix_ranges),
+// output_scale ptr<f32> (output_fp8, 2D; out is then ptr<f8e4m3>), lse ptr<f32>
+// (output_lse, 2D).
 // Pointers thus stay ahead of scalars, the order the problem harnesses pass
-// arguments in. With output_lse (2D) lse_stride_head i64 follows the strides.
+// arguments in. With output_lse (2D) lse_stride_head i64 follows the strides,
+// then with qq_bias qq_bias_stride i64.
 // Split-KV (3D) replaces out by segm_output, segm_max, segm_expsum (f32), drops
 // o_stride_token and o_stride_head, and ends with num_segments i32 and
 // segment_tiles i32.

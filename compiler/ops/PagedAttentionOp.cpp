@@ -61,6 +61,9 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.kvCacheFormat = p.kvCacheFormat;
   config.slidingWindow = p.slidingWindow;
   config.slidingWindowRight = p.slidingWindowRight;
+  config.attentionChunkSize = p.attentionChunkSize;
+  config.mmPrefixRanges = p.mmPrefixRange != 0 ? p.mmPrefixRanges : 0;
+  config.qqBias = p.qqBias != 0;
   config.softcap = p.softcap;
   config.alibi = p.alibiSlopes != 0;
   config.alibiSqrt = p.alibiSqrt;
@@ -130,11 +133,12 @@ bool lengthsEven(const PagedAttentionParams& p) {
 
 // The hints say the lengths are uneven enough for the uneven-length rule
 // (pagedAttentionSplitPlan); f16/bf16 queries, the tilings it was measured on.
-// A sliding window caps each sequence's work at the window whatever its length,
-// so the lengths say nothing about the tail there: such calls keep the fill rule.
+// A sliding window (or a local chunk) caps each sequence's work whatever its
+// length, so the lengths say nothing about the tail there: such calls keep the
+// fill rule.
 bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
-  return p.dtype != ir::ScalarKind::F32 && p.slidingWindow == 0 && p.slidingWindowRight == 0 && p.minSeqLen > 0 && !lengthsEven(p) &&
-         p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
+  return p.dtype != ir::ScalarKind::F32 && p.slidingWindow == 0 && p.slidingWindowRight == 0 &&
+         p.attentionChunkSize == 0 && p.minSeqLen > 0 && !lengthsEven(p) && p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
 }
 
 // The split plan for `p` whose variant before splitting is `config` (baseVariant).
@@ -199,6 +203,7 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
   p.kvCacheFormat = config.kvCacheFormat;
   p.slidingWindow = config.slidingWindow;
   p.slidingWindowRight = config.slidingWindowRight;
+  p.attentionChunkSize = config.attentionChunkSize;
   p.softcap = config.softcap;
   p.checkBounds = config.checkBounds;
   p.numSeqs = static_cast<int>(std::min(shape.queryLens.size(), shape.contextLens.size()));
@@ -218,6 +223,15 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
   if (config.outputFp8) p.outputScale = kFeaturePlaceholder;
   if (config.queryFp8) p.qScale = kFeaturePlaceholder;
   if (config.perSequenceCausal) p.causalFlags = kFeaturePlaceholder;
+  if (config.mmPrefixRanges > 0) {
+    p.mmPrefixRange = kFeaturePlaceholder;
+    p.mmPrefixRanges = config.mmPrefixRanges;
+  }
+  if (config.qqBias) {
+    // The problem harness's bias: [n, n] for the longest query.
+    p.qqBias = kFeaturePlaceholder;
+    p.qqBiasStride = std::max(p.maxQueryLen, 1);
+  }
   return p;
 }
 
@@ -348,8 +362,22 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
                          compiler::kvCacheFormatName(p.kvCacheFormat));
   for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
                                       std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale},
-                                      std::pair{"q_scale", p.qScale}})
+                                      std::pair{"q_scale", p.qScale}, std::pair{"qq_bias", p.qqBias},
+                                      std::pair{"mm_prefix_range", p.mmPrefixRange}})
     if (support::Status s = checks().pointer(name, pointer, 4, false); !s) return s;
+  if (p.mmPrefixRange != 0 && (p.mmPrefixRanges < 1 || p.mmPrefixRanges > compiler::kMaxMmPrefixRanges))
+    return argumentError("mm_prefix_ranges (" + std::to_string(p.mmPrefixRanges) +
+                         ") must be the ranges per sequence of mm_prefix_range, 1 to " +
+                         std::to_string(compiler::kMaxMmPrefixRanges));
+  if (p.mmPrefixRange == 0 && p.mmPrefixRanges != 0)
+    return argumentError("mm_prefix_ranges (" + std::to_string(p.mmPrefixRanges) +
+                         ") is set but mm_prefix_range is null: pass the ranges or leave both 0");
+  if (p.qqBias != 0 && (p.qqBiasStride < 1 || p.qqBiasStride > std::numeric_limits<int32_t>::max()))
+    return argumentError("qq_bias_stride (" + std::to_string(p.qqBiasStride) +
+                         ") must be the bias's row stride and size n (qq_bias is [n, n]), 1 to 2147483647");
+  if (p.qqBias == 0 && p.qqBiasStride != 0)
+    return argumentError("qq_bias_stride (" + std::to_string(p.qqBiasStride) +
+                         ") is set but qq_bias is null: pass the bias or leave both 0");
   if (p.lse != 0 && p.lseStrideHead < p.numTokens)
     return argumentError("lse_stride_head (" + std::to_string(p.lseStrideHead) + ") must be at least num_tokens (" +
                          std::to_string(p.numTokens) + ")");
@@ -471,9 +499,9 @@ support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttent
       splitKvScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments).at(p.workspace);
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  // At most 15: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, q
-  // scale, ALiBi, sinks, output scale and LSE (2D), record.
-  uint64_t pointers[16];
+  // At most 17: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, q
+  // scale, ALiBi, sinks, qq bias, ranges, output scale and LSE (2D), record.
+  uint64_t pointers[20];
   int numPointers = 0;
   if (config.splitKv) {
     pointers[numPointers++] = scratch.output;
@@ -491,6 +519,8 @@ support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttent
   if (config.queryFp8) pointers[numPointers++] = p.qScale;
   if (config.alibi) pointers[numPointers++] = p.alibiSlopes;
   if (config.sinks) pointers[numPointers++] = p.sinks;
+  if (config.qqBias) pointers[numPointers++] = p.qqBias;
+  if (config.mmPrefixRanges > 0) pointers[numPointers++] = p.mmPrefixRange;
   if (config.outputFp8 && !config.splitKv) pointers[numPointers++] = p.outputScale;
   if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
   const int recordPointer = numPointers;  // bounds_record (checked): filled in by runBoundsChecked
@@ -499,7 +529,7 @@ support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttent
   int32_t numSeqs = p.numSeqs, steps = searchSteps(p.numSeqs);
   int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
   int32_t numBlocks = p.numBlocks, numTokens = static_cast<int32_t>(p.numTokens);
-  int64_t strides[10];
+  int64_t strides[12];
   int numStrides = 0;
   for (int64_t stride : {p.qStrideToken, p.qStrideHead}) strides[numStrides++] = stride;
   if (!config.splitKv) {
@@ -509,7 +539,8 @@ support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttent
   for (int64_t stride : {p.blockTableStride, p.kvStrideBlock, p.kvStrideKv, p.kvStrideToken, p.kvStrideHead})
     strides[numStrides++] = stride;
   if (config.outputLse && !config.splitKv) strides[numStrides++] = p.lseStrideHead;
-  void* params[32];
+  if (config.qqBias) strides[numStrides++] = p.qqBiasStride;
+  void* params[48];
   int numParams = 0;
   for (int i = 0; i < numPointers; ++i) params[numParams++] = &pointers[i];
   params[numParams++] = &scale;

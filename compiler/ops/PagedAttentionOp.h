@@ -66,6 +66,9 @@ struct PagedAttentionParams {
   // Non-causal rows' right bound (UnifiedAttentionConfig::slidingWindowRight):
   // 0 = the window's own, r > 0: keys j - p < r, -1: none.
   int slidingWindowRight = 0;
+  // Chunked local attention (UnifiedAttentionConfig::attentionChunkSize): a
+  // query sees only keys of its own chunk of this many positions; 0 = off.
+  int attentionChunkSize = 0;
   double softcap = 0;
   // Results must not depend on the rest of the batch: one fixed tiling (vLLM's
   // 16 query rows, 64-key tiles) and no split-KV, whatever the batch looks like.
@@ -100,6 +103,17 @@ struct PagedAttentionParams {
   // With alibiSlopes: vLLM's sqrt-ALiBi, s -= slope·sqrt(p - j) for keys at or
   // before the query p (UnifiedAttentionConfig::alibiSqrt).
   bool alibiSqrt = false;
+  // i32 [num_seqs, mmPrefixRanges, 2] in device memory, or 0: vLLM's
+  // mm_prefix_range, bidirectional [first, last] position ranges per sequence
+  // (first >= last: unused); mmPrefixRanges is its second extent, 1 to 32
+  // (UnifiedAttentionConfig::mmPrefixRanges).
+  uint64_t mmPrefixRange = 0;
+  int mmPrefixRanges = 0;
+  // f32 [n, n] in device memory, or 0: vLLM's qq_bias, added to the scores of a
+  // sequence's query i against the key of its query k (i, k < n); qqBiasStride
+  // = n, its row stride (UnifiedAttentionConfig::qqBias).
+  uint64_t qqBias = 0;
+  int64_t qqBiasStride = 0;
   // f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds fp8
   // e4m3 (one byte per element; its strides still count elements), the output
   // divided by *output_scale and saturated at ±448. Needs an sm_89+ GPU.

@@ -349,6 +349,9 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
       {"sliding_window", false, slidingWindowField<C>()},
       {"sliding_window_right", false, slidingWindowRightField<C>()},
+      {"attention_chunk_size", false, positiveField("attention_chunk_size", &C::attentionChunkSize)},
+      {"mm_prefix_ranges", false, positiveField("mm_prefix_ranges", &C::mmPrefixRanges)},
+      {"qq_bias", false, boolField("qq_bias", &C::qqBias)},
       {"softcap", false, softcapField<C>()},
       {"alibi", false, boolField("alibi", &C::alibi)},
       {"alibi_sqrt", false, boolField("alibi_sqrt", &C::alibiSqrt)},
@@ -766,6 +769,10 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.slidingWindowRight != 0 ? " sliding_window_right=" + std::to_string(config.slidingWindowRight)
                                          : std::string()) +
+         (config.attentionChunkSize != 0 ? " attention_chunk_size=" + std::to_string(config.attentionChunkSize)
+                                         : std::string()) +
+         (config.mmPrefixRanges != 0 ? " mm_prefix_ranges=" + std::to_string(config.mmPrefixRanges) : std::string()) +
+         (config.qqBias ? " qq_bias=true" : "") +
          (config.softcap != 0 ? " softcap=" + softcapText(config.softcap) : std::string()) +
          (config.alibi ? " alibi=true" : "") + (config.alibiSqrt ? " alibi_sqrt=true" : "") +
          (config.sinks ? " sinks=true" : "") +

@@ -231,6 +231,9 @@ support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::Un
   p.sinks = address("sinks");
   p.lse = address("lse");
   p.outputScale = address("output_scale");
+  p.qScale = address("q_scale");
+  p.qqBias = address("qq_bias");
+  p.mmPrefixRange = address("mm_prefix_range");
   if (p.lse) p.lseStrideHead = layout.lseStrideHead;
   p.qStrideToken = layout.qStrideToken;
   p.qStrideHead = layout.qStrideHead;

@@ -262,6 +262,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   logical.slidingWindowRight = config.slidingWindowRight;
   logical.softcap = config.softcap;
   logical.alibiSqrt = config.alibiSqrt;
+  logical.attentionChunkSize = config.attentionChunkSize;
   logical.cuSeqlensQ.push_back(0);
   for (int s = 0; s < numSeqs; ++s) {
     logical.cuSeqlensQ.push_back(logical.cuSeqlensQ.back() + shape.queryLens[static_cast<size_t>(s)]);
@@ -370,19 +371,59 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
       }
     }
   });
+  // Bidirectional ranges (mm_prefix_ranges per sequence), from their own
+  // stream: every third unused (first >= last, as padding is), the others over
+  // [0, seq_len). The first of each sequence holds its first query and starts
+  // a third of the sequence or more before it, so that queries see later keys
+  // and keys tiles before their window or chunk.
+  if (config.mmPrefixRanges > 0) {
+    uint64_t state = shape.seed ^ 0xA24BAED4963EE407ull;
+    auto nextInt = [&state](int64_t bound) {  // splitmix64, in [0, bound)
+      state += 0x9E3779B97F4A7C15ull;
+      uint64_t z = state;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return bound <= 0 ? int64_t{0} : static_cast<int64_t>((z ^ (z >> 31)) % static_cast<uint64_t>(bound));
+    };
+    for (int s = 0; s < numSeqs; ++s) {
+      const int64_t seqLen = logical.seqLens[static_cast<size_t>(s)];
+      const int64_t contextLen = seqLen - shape.queryLens[static_cast<size_t>(s)];
+      std::vector<std::pair<int, int>> ranges;
+      for (int r = 0; r < config.mmPrefixRanges; ++r) {
+        if (r % 3 == 2) {
+          ranges.push_back({r % 2 == 0 ? 0 : -1, r % 2 == 0 ? 0 : -1});
+          continue;
+        }
+        const int64_t queryLen = seqLen - contextLen;
+        const int64_t first = r == 0 ? std::max<int64_t>(0, contextLen - seqLen / 3 - nextInt(seqLen / 4 + 1))
+                                     : nextInt(seqLen);
+        const int64_t last = r == 0 ? std::min(seqLen - 1, contextLen + 1 + nextInt(std::max<int64_t>(queryLen, 2)))
+                                    : std::min(seqLen - 1, first + 1 + nextInt(std::max<int64_t>(seqLen / 3, 2)));
+        ranges.push_back({static_cast<int>(first), static_cast<int>(last)});
+      }
+      logical.mmPrefixRanges.push_back(std::move(ranges));
+    }
+  }
   // A sliding window hides keys j <= context_len - sw from every query of the
-  // sequence (the first query, at context_len, sees the latest keys). vLLM may free
-  // such blocks and reuse their slots: poison the hidden rows with NaN and drop the
+  // sequence (the first query, at context_len, sees the latest keys), and local
+  // chunks the keys before the first query's chunk. vLLM may free such blocks
+  // and reuse their slots: poison the hidden rows with NaN and drop the
   // block-table entries of blocks that hold only hidden keys, so a kernel that
-  // reads any of them fails.
-  if (config.slidingWindow > 0) {
+  // reads any of them fails. A bidirectional range keeps its keys.
+  if (config.slidingWindow > 0 || config.attentionChunkSize > 0) {
     const std::vector<uint8_t> poisonRow =
         poisonedCache(format, dtype, static_cast<size_t>(std::max(rowElements, valueRowElements)));
     for (int s = 0; s < numSeqs; ++s) {
       const int64_t contextLen =
           logical.seqLens[static_cast<size_t>(s)] - (logical.cuSeqlensQ[static_cast<size_t>(s) + 1] -
                                                      logical.cuSeqlensQ[static_cast<size_t>(s)]);
-      const int64_t hiddenKeys = std::max<int64_t>(0, contextLen - config.slidingWindow + 1);
+      int64_t hiddenKeys = 0;
+      if (config.slidingWindow > 0) hiddenKeys = std::max<int64_t>(0, contextLen - config.slidingWindow + 1);
+      if (config.attentionChunkSize > 0)
+        hiddenKeys = std::max<int64_t>(hiddenKeys, contextLen / config.attentionChunkSize * config.attentionChunkSize);
+      if (!logical.mmPrefixRanges.empty())
+        for (const auto& [first, last] : logical.mmPrefixRanges[static_cast<size_t>(s)])
+          if (first < last) hiddenKeys = std::min<int64_t>(hiddenKeys, std::max(first, 0));
       for (int64_t pos = 0; pos < hiddenKeys; ++pos) {
         const int64_t block = blockTables[static_cast<size_t>(s * blockTableStride + pos / blockSize)];
         const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
@@ -447,6 +488,31 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   };
   if (config.alibi) perHeadBuffer("alibi_slopes", 0.25, /*positive=*/true, logical.alibiSlopes);
   if (config.sinks) perHeadBuffer("sinks", 2.0, /*positive=*/false, logical.sinks);
+  // qq_bias: [n, n] for the longest query n, values in [-1, 1] with -inf at
+  // some earlier keys (never a query's own), as a tree mask hides non-ancestors.
+  const int64_t qqBiasColumns =
+      config.qqBias ? *std::max_element(shape.queryLens.begin(), shape.queryLens.end()) : 0;
+  if (config.qqBias) {
+    std::vector<float> bias(static_cast<size_t>(qqBiasColumns * qqBiasColumns));
+    for (int64_t i = 0; i < qqBiasColumns; ++i)
+      for (int64_t k = 0; k < qqBiasColumns; ++k) {
+        const double r = featureRandom.next();
+        bias[static_cast<size_t>(i * qqBiasColumns + k)] =
+            k != i && (i + 2 * k) % 5 == 3 ? -std::numeric_limits<float>::infinity() : static_cast<float>(r);
+      }
+    logical.qqBias.assign(bias.begin(), bias.end());
+    logical.qqBiasColumns = static_cast<int>(qqBiasColumns);
+    buffers.push_back({"qq_bias", bytesOf(bias.data(), bias.size() * sizeof(float))});
+  }
+  if (config.mmPrefixRanges > 0) {
+    std::vector<int32_t> ranges;
+    for (const auto& sequenceRanges : logical.mmPrefixRanges)
+      for (const auto& [first, last] : sequenceRanges) {
+        ranges.push_back(first);
+        ranges.push_back(last);
+      }
+    buffers.push_back({"mm_prefix_range", bytesOf(ranges.data(), ranges.size() * sizeof(int32_t))});
+  }
   if (config.outputFp8) {
     data.outputScaleBuffer = static_cast<int>(buffers.size());
     const float outputScale = static_cast<float>(shape.outputScale);
@@ -468,6 +534,8 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   if (!config.splitKv) attention.scalars.insert(attention.scalars.end(), {oStrideToken, oStrideHead});
   attention.scalars.insert(attention.scalars.end(),
                            {blockTableStride, kvStrideBlock, kvStrideKv, kvStrideToken, kvStrideHead});
+  if (config.outputLse && !config.splitKv) attention.scalars.push_back(lseStrideHead);
+  if (config.qqBias) attention.scalars.push_back(qqBiasColumns);
   if (config.splitKv) {
     // Segments of segment_tiles KV tiles, enough for the longest sequence; or
     // num_segments per sequence, cut on the GPU (segment_tiles = -minimum).
@@ -505,7 +573,6 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     problem->launches_ = {attention, reduce};
   } else {
     for (size_t i = 0; i < attentionPointers; ++i) attention.pointers.push_back(i);
-    if (config.outputLse) attention.scalars.push_back(lseStrideHead);
     problem->launches_ = {attention};
   }
   data.lseStrideHead = lseStrideHead;
@@ -533,14 +600,27 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     keys += static_cast<double>(seqLen);
     const bool causal =
         logical.causalPerSequence.empty() ? config.causal : logical.causalPerSequence[static_cast<size_t>(s)];
-    if (config.slidingWindow > 0 || config.rightWindow() > 0) {
+    if (config.slidingWindow > 0 || config.rightWindow() > 0 || config.attentionChunkSize > 0 ||
+        config.mmPrefixRanges > 0) {
+      const int64_t chunk = config.attentionChunkSize;
       for (int64_t position = contextLen; position < seqLen; ++position) {
-        const int64_t firstKey =
-            config.slidingWindow > 0 ? std::max<int64_t>(0, position + 1 - config.slidingWindow) : 0;
-        const int64_t endKey =
-            causal ? position + 1
-                   : (config.rightWindow() > 0 ? std::min(seqLen, position + config.rightWindow()) : seqLen);
-        visiblePairs += static_cast<double>(endKey - firstKey);
+        int64_t firstKey = config.slidingWindow > 0 ? std::max<int64_t>(0, position + 1 - config.slidingWindow) : 0;
+        int64_t endKey = causal ? position + 1
+                                : (config.rightWindow() > 0 ? std::min(seqLen, position + config.rightWindow()) : seqLen);
+        if (chunk > 0) {
+          firstKey = std::max(firstKey, position / chunk * chunk);
+          endKey = std::min(endKey, (position / chunk + 1) * chunk);
+        }
+        visiblePairs += static_cast<double>(std::max<int64_t>(0, endKey - firstKey));
+        if (config.mmPrefixRanges == 0) continue;
+        for (int64_t key = 0; key < seqLen; ++key) {
+          if (key >= firstKey && key < endKey) continue;
+          for (const auto& [first, last] : logical.mmPrefixRanges[static_cast<size_t>(s)])
+            if (first < last && position >= first && position <= last && key >= first && key <= last) {
+              visiblePairs += 1;
+              break;
+            }
+        }
       }
       continue;
     }

@@ -253,6 +253,20 @@ typedef struct attnjit_paged_attention_params {
    * `stream` (no synchronization; graph capture records allocation nodes).
    * Nonzero: such calls run unsplit instead. */
   int no_runtime_scratch;
+  /* chunked local attention (Llama 4's attention_chunk_size; compiled into the
+   * kernel): a query sees only keys of its own chunk of this many positions;
+   * 0: off */
+  int attention_chunk_size;
+  /* i32 [num_seqs, mm_prefix_ranges, 2], or 0: vLLM's mm_prefix_range,
+   * bidirectional [first, last] position ranges per sequence (first >= last:
+   * unused): a query inside a range also sees the range's keys.
+   * mm_prefix_ranges: the tensor's second extent, 1 to 32. */
+  uint64_t mm_prefix_range;
+  int mm_prefix_ranges;
+  /* f32 [n, n], or 0: vLLM's qq_bias, added to the score of a sequence's
+   * query i against the key of its query k (i, k < n); qq_bias_stride = n */
+  uint64_t qq_bias;
+  int64_t qq_bias_stride;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

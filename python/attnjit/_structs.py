@@ -114,6 +114,11 @@ class PagedAttentionParams(ctypes.Structure):
         ("sliding_window_right", _i32),
         ("q_scale", _u64),
         ("no_runtime_scratch", _i32),
+        ("attention_chunk_size", _i32),
+        ("mm_prefix_range", _u64),
+        ("mm_prefix_ranges", _i32),
+        ("qq_bias", _u64),
+        ("qq_bias_stride", _i64),
     ]
 
 

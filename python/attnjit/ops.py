@@ -252,7 +252,8 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
                     alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0,
-                    q_scale=None, runtime_scratch=True):
+                    q_scale=None, runtime_scratch=True, attention_chunk_size=0, mm_prefix_range=None,
+                    qq_bias=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -290,7 +291,13 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     uneven lengths, which a call with a workspace splits into segments of at
     most 3/8 of the longest sequence. causal_flags (int8 or bool [num_seqs],
     nonzero = causal) makes causality per sequence and overrides causal.
-    num_sms is the SM count the split plan fills (0: device 0's)."""
+    num_sms is the SM count the split plan fills (0: device 0's).
+    attention_chunk_size > 0: chunked local attention (Llama 4), a query sees
+    only keys of its own chunk of that many positions. mm_prefix_range (int32
+    [num_seqs, ranges, 2], vLLM's PrefixLM ranges, [first, last] inclusive,
+    first >= last unused): a query inside a range also sees its keys.
+    qq_bias (float32 [n, n], vLLM's tree-attention bias): added to the score
+    of query i of a sequence against the key of its query k, for i, k < n."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     device = q.device
@@ -342,6 +349,20 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         _check_tensor(torch, "causal_flags", causal_flags, 1, None, device)
         _check_shape("causal_flags", causal_flags, (num_seqs,))
         optional["causal_flags"] = causal_flags.data_ptr()
+    if mm_prefix_range is not None:
+        _check_tensor(torch, "mm_prefix_range", mm_prefix_range, 3, torch.int32, device)
+        if mm_prefix_range.shape[0] != num_seqs or mm_prefix_range.shape[2] != 2:
+            raise ValueError("mm_prefix_range has shape %s; expected (%d, ranges, 2)" % (
+                tuple(mm_prefix_range.shape), num_seqs))
+        if not mm_prefix_range.is_contiguous():
+            raise ValueError("mm_prefix_range must be contiguous")
+        optional.update(mm_prefix_range=mm_prefix_range.data_ptr(), mm_prefix_ranges=mm_prefix_range.shape[1])
+    if qq_bias is not None:
+        _check_tensor(torch, "qq_bias", qq_bias, 2, torch.float32, device)
+        if qq_bias.shape[0] != qq_bias.shape[1] or qq_bias.stride(0) != qq_bias.shape[1]:
+            raise ValueError("qq_bias must be a contiguous square [n, n] tensor, got shape %s strides %s" % (
+                tuple(qq_bias.shape), qq_bias.stride()))
+        optional.update(qq_bias=qq_bias.data_ptr(), qq_bias_stride=qq_bias.stride(0))
     if workspace is not None:
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),
@@ -355,6 +376,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         kv_cache_format=kv_cache_format,
         sliding_window=int(sliding_window),
         sliding_window_right=int(sliding_window_right),
+        attention_chunk_size=int(attention_chunk_size),
         softcap=float(softcap),
         batch_invariant=bool(batch_invariant),
         check_bounds=bool(check_bounds),

@@ -132,9 +132,11 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-9:]],
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-14:]],
                          ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
-                          "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch"])
+                          "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch",
+                          "attention_chunk_size", "mm_prefix_range", "mm_prefix_ranges", "qq_bias",
+                          "qq_bias_stride"])
         self.assertEqual(_structs.MlaDecodeParams._fields_[-1][0], "no_runtime_scratch")
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
@@ -161,6 +163,16 @@ class CpuTests(unittest.TestCase):
             attnjit.ops.paged_attention_raw(validate_only=True, sliding_window_right=8, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"value_head_size \(600\)"):
             attnjit.ops.paged_attention_raw(validate_only=True, value_head_size=600, **PAGED_FIELDS)
+        # The mask fields are read: chunk size, ranges and the bias.
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"attention_chunk_size \(-1\) must not be"):
+            attnjit.ops.paged_attention_raw(validate_only=True, attention_chunk_size=-1, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"mm_prefix_ranges \(0\) must be the ranges"):
+            attnjit.ops.paged_attention_raw(validate_only=True, mm_prefix_range=0x90000, **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, mm_prefix_range=0x90000, mm_prefix_ranges=2,
+                                        **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"qq_bias_stride \(0\) must be"):
+            attnjit.ops.paged_attention_raw(validate_only=True, qq_bias=0x90000, **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, qq_bias=0x90000, qq_bias_stride=4, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_blocks \(0\) must be"):
             attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, **CACHE_WRITE_FIELDS)
         attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)
@@ -615,6 +627,64 @@ class GpuTests(unittest.TestCase):
                                         torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
                                         torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens),
                                         causal_flags=flags.int())
+
+    def test_chunked_local_attention_ranges_and_qq_bias_match_float64(self):
+        # Chunks of 16 positions, vLLM's mm_prefix_range ([num_seqs, 2, 2]
+        # int32, inclusive, the second unused) and qq_bias over the queries.
+        torch.manual_seed(13)
+        heads, kv_heads, d, block, chunk = 8, 2, 64, 16, 16
+        query_lens, seq_lens_host = [5, 12, 1], [40, 12, 70]
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block)
+        cache = torch.randn(num_blocks, 2, block, kv_heads, d, device="cuda", dtype=torch.bfloat16)
+        num_tokens = sum(query_lens)
+        q = torch.randn(num_tokens, heads, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.full((num_tokens, heads, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ranges = torch.tensor([[[20, 37], [0, 0]], [[2, 9], [-1, -1]], [[30, 69], [5, 5]]], dtype=torch.int32)
+        n = max(query_lens)
+        bias = torch.randn(n, n)
+        bias[torch.rand(n, n) < 0.2] = float("-inf")
+        bias.fill_diagonal_(0.0)
+        cu_host = cumulative(query_lens)
+        scale = 1.0 / math.sqrt(d)
+        attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                    torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                    torch.tensor(cu_host, dtype=torch.int32, device="cuda"), n, scale=scale,
+                                    attention_chunk_size=chunk, mm_prefix_range=ranges.cuda(), qq_bias=bias.cuda())
+        torch.cuda.synchronize()
+        for b, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens_host)):
+            positions = torch.arange(seq_len)
+            rows = tables_host[b, positions // block].long() * block + positions % block
+            k = cache[:, 0].reshape(-1, kv_heads, d)[rows.cuda()].double()
+            v = cache[:, 1].reshape(-1, kv_heads, d)[rows.cuda()].double()
+            context = seq_len - query_len
+            for i in range(query_len):
+                p = context + i
+                keys = torch.arange(seq_len)
+                visible = (keys <= p) & (keys // chunk == p // chunk)
+                for first, last in ranges[b].tolist():
+                    if first < last and first <= p <= last:
+                        visible |= (keys >= first) & (keys <= last)
+                extra = torch.zeros(seq_len, dtype=torch.float64)
+                if i < n:
+                    extra[context:context + n] = bias[i, :seq_len - context].double()
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    scores = k[:, g] @ q[cu_host[b] + i, h].double() * scale
+                    scores = torch.where(visible.cuda(), scores, torch.tensor(float("-inf"), device="cuda"))
+                    scores = scores + extra.cuda()
+                    expected = torch.softmax(scores, dim=0) @ v[:, g]
+                    error = (out[cu_host[b] + i, h].double() - expected).abs().max().item()
+                    self.assertLess(error, 2e-2, (b, i, h))
+        with self.assertRaisesRegex(ValueError, "qq_bias must be a contiguous square"):
+            attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                        torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                        torch.tensor(cu_host, dtype=torch.int32, device="cuda"), n,
+                                        qq_bias=bias.cuda()[:, :3])
+        with self.assertRaisesRegex(ValueError, r"mm_prefix_range has shape \(3, 2\)|mm_prefix_range must have 3"):
+            attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                        torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                        torch.tensor(cu_host, dtype=torch.int32, device="cuda"), n,
+                                        mm_prefix_range=ranges.cuda()[:, 0])
 
     def test_split_without_a_workspace_matches_float64_and_replays_in_a_cuda_graph(self):
         # Three long decodes on 2 KV heads fill 6 programs: the op splits them

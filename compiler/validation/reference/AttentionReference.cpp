@@ -44,6 +44,13 @@ std::string checkAttentionInputs(const AttentionInputs& in) {
       return describeMismatch("values of a sequence", in.values[s].size(), valuesSize);
   }
   if (in.slidingWindow < 0) return "slidingWindow must not be negative";
+  if (in.attentionChunkSize < 0) return "attentionChunkSize must not be negative";
+  if (!in.mmPrefixRanges.empty() && in.mmPrefixRanges.size() != numSeqs)
+    return describeMismatch("mmPrefixRanges", in.mmPrefixRanges.size(), numSeqs);
+  if (in.qqBiasColumns < 0 ||
+      in.qqBias.size() != static_cast<size_t>(in.qqBiasColumns) * static_cast<size_t>(in.qqBiasColumns))
+    return describeMismatch("qqBias", in.qqBias.size(),
+                            static_cast<size_t>(in.qqBiasColumns) * static_cast<size_t>(std::max(in.qqBiasColumns, 0)));
   if (!(in.softcap >= 0) || !std::isfinite(in.softcap)) return "softcap must be a finite number >= 0";
   if (!in.alibiSlopes.empty() && in.alibiSlopes.size() != static_cast<size_t>(in.numQueryHeads))
     return describeMismatch("alibiSlopes", in.alibiSlopes.size(), static_cast<size_t>(in.numQueryHeads));
@@ -81,7 +88,7 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
         std::fill(&out[token * Hq * Dv], &out[(token + 1) * Hq * Dv], std::numeric_limits<double>::quiet_NaN());
         continue;
       }
-      // The visible keys are the interval [firstKey, endKey).
+      // The rules give the interval [firstKey, endKey); a range may add keys.
       const size_t position = contextLen + i;
       size_t firstKey = 0;
       const bool causal = in.causalPerSequence.empty() ? in.causal : in.causalPerSequence[s];
@@ -92,12 +99,27 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
       }
       const int right = in.slidingWindowRight != 0 ? in.slidingWindowRight : in.slidingWindow;
       if (!causal && right > 0) endKey = std::min(seqLen, position + static_cast<size_t>(right));
+      if (in.attentionChunkSize > 0) {
+        const size_t chunk = static_cast<size_t>(in.attentionChunkSize);
+        firstKey = std::max(firstKey, position / chunk * chunk);
+        endKey = std::min(endKey, (position / chunk + 1) * chunk);
+      }
+      auto visible = [&](size_t j) {
+        if (j >= firstKey && j < endKey) return true;
+        if (in.mmPrefixRanges.empty()) return false;
+        const auto p = static_cast<long long>(position), key = static_cast<long long>(j);
+        for (const auto& [first, last] : in.mmPrefixRanges[s])
+          if (first < last && p >= first && p <= last && key >= first && key <= last) return true;
+        return false;
+      };
       for (size_t h = 0; h < Hq; ++h) {
         const size_t kvHead = h / queriesPerKv;
         const double* q = &in.q[(token * Hq + h) * D];
-        scores.assign(endKey - firstKey, 0.0);
+        // Invisible keys keep -inf (weight 0).
+        scores.assign(seqLen, -std::numeric_limits<double>::infinity());
         double maxScore = in.sinks.empty() ? -std::numeric_limits<double>::infinity() : in.sinks[h];
-        for (size_t j = firstKey; j < endKey; ++j) {
+        for (size_t j = 0; j < seqLen; ++j) {
+          if (!visible(j)) continue;
           const double* k = &in.keys[s][(j * Hkv + kvHead) * D];
           double dot = 0;
           for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
@@ -107,19 +129,23 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
             score -= j <= position ? in.alibiSlopes[h] * std::sqrt(static_cast<double>(position - j)) : 0.0;
           else if (!in.alibiSlopes.empty())
             score += in.alibiSlopes[h] * (static_cast<double>(j) - static_cast<double>(contextLen));
-          scores[j - firstKey] = score;
+          const size_t n = static_cast<size_t>(in.qqBiasColumns);
+          if (!in.qqBias.empty() && i < n && j >= contextLen && j - contextLen < n)
+            score += in.qqBias[i * n + (j - contextLen)];
+          scores[j] = score;
           maxScore = std::max(maxScore, score);
         }
         double denominator = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - maxScore);
         for (double& score : scores) {
-          score = std::exp(score - maxScore);
+          score = std::isinf(score) && score < 0 ? 0.0 : std::exp(score - maxScore);
           denominator += score;
         }
         if (lse) (*lse)[token * Hq + h] = maxScore + std::log(denominator);
         double* o = &out[(token * Hq + h) * Dv];
-        for (size_t j = firstKey; j < endKey; ++j) {
+        for (size_t j = 0; j < seqLen; ++j) {
+          if (scores[j] == 0.0) continue;
           const double* v = &in.values[s][(j * Hkv + kvHead) * Dv];
-          const double weight = scores[j - firstKey] / denominator;
+          const double weight = scores[j] / denominator;
           for (size_t d = 0; d < Dv; ++d) o[d] += weight * v[d];
         }
       }

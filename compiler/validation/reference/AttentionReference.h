@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnjit::validation::reference {
@@ -35,6 +36,19 @@ struct AttentionInputs {
   // - slidingWindowRight (non-causal rows): r > 0 sees keys with j - p < r; 0 the
   //   window's own extent (slidingWindow, or none without one); -1 no right bound.
   int slidingWindowRight = 0;
+  // - attentionChunkSize > 0 (chunked local attention): only keys of the query's
+  //   own chunk, j / attentionChunkSize == p / attentionChunkSize.
+  int attentionChunkSize = 0;
+  // - mmPrefixRanges (empty = off, else num_seqs lists): [first, last] position
+  //   ranges (inclusive; first >= last: unused). A key outside the rules above is
+  //   still visible when p and j lie in one range of the sequence.
+  std::vector<std::vector<std::pair<int, int>>> mmPrefixRanges;
+  // - qqBias (qqBiasColumns² entries, row-major; empty = off): query index i of
+  //   its sequence's queries gets qqBias[i·n + k] added to its score for the key
+  //   of query index k (position context_len + k), for i, k < n, after the
+  //   modifiers below; -inf hides the key.
+  std::vector<double> qqBias;
+  int qqBiasColumns = 0;
   // - softcap > 0: the score s = scale·q·k becomes softcap·tanh(s / softcap).
   double softcap = 0;
   // - alibiSlopes (numQueryHeads entries, empty = off): adds slope[h]·(j - c) to the
