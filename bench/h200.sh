@@ -86,6 +86,12 @@ run "op API: ALiBi / sqrt-ALiBi, bf16 / fp8 output, prefill causal 8x2048" bench
   "${prefill[@]}"
 run "op API: ALiBi / sqrt-ALiBi, bf16 / fp8 output, decode B=64 ctx 4096" bench/alibi_fp8_output.yaml --op \
   "${decode[@]}"
+# Bidirectional ranges, qq_bias and chunked local attention through the op API
+# (their cost on causal prefill and decode).
+run "op API: mm_prefix ranges / + qq_bias, prefill causal 8x2048" bench/masks.yaml --op "${prefill[@]}"
+run "op API: mm_prefix ranges / + qq_bias, decode B=64 ctx 4096" bench/masks.yaml --op "${decode[@]}"
+run "op API: chunked local attention 1024 / 8192, prefill causal 8x2048" bench/chunked_local.yaml --op "${prefill[@]}"
+run "op API: chunked local attention 1024 / 8192, decode B=64 ctx 4096" bench/chunked_local.yaml --op "${decode[@]}"
 # Companion kernels, 16384 tokens (vLLM 0.345 ms merge, 0.055 ms cache write).
 tokens=(--shape query_lens=16384 --shape context_lens=0)
 run "merge_attn_states T=16384 32 heads D=128 (op API: 4 warps)" bench/merge_attn_states.yaml \

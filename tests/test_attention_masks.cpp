@@ -167,6 +167,27 @@ TEST_CASE("chunked local attention: chunk sizes around tiles and blocks, every t
   runAndCheck(c, mixedAttentionBatch(81), /*afterPasses=*/true);
 }
 
+TEST_CASE("chunked local attention: prefill tiles skip the mask on tiles every row sees", "[attention][masks]") {
+  // Chunks that are multiples of the 64-key tile: programs inside one chunk run
+  // its leading tiles unmasked; programs straddling a chunk start mask all.
+  BatchShape longer;
+  longer.queryLens = {300, 1, 130};
+  longer.contextLens = {0, 500, 200};
+  longer.seed = 83;
+  for (int chunk : {128, 256}) {
+    for (bool causal : {true, false}) {
+      UnifiedAttentionConfig c = prefillTiles(gqaConfig(ScalarKind::BF16, causal));
+      c.attentionChunkSize = chunk;
+      runAndCheck(c, longer, /*afterPasses=*/chunk == 128);
+    }
+  }
+  UnifiedAttentionConfig flagged = prefillTiles(gqaConfig(ScalarKind::BF16, false));
+  flagged.perSequenceCausal = true;
+  flagged.attentionChunkSize = 128;
+  flagged.mmPrefixRanges = 2;
+  runAndCheck(flagged, longer);
+}
+
 TEST_CASE("chunked local attention: decode reads nothing before its chunk, split or not", "[attention][masks]") {
   // The harness drops the block-table entries of blocks wholly before the
   // first query's chunk and fills the other hidden keys with NaN.

@@ -168,10 +168,15 @@ class AttentionBuilder {
   // lazy rescaling, the per-column row sum, masking before the scale, padding skipped.
   void buildSoftmaxState();
   // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
-  // out the per-score mask (tiles whose every key each row of the program sees).
-  std::vector<Value*> buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits, bool masked);
-  // The KV loop, or an unmasked loop then a masked one (prefill tiles).
+  // out the per-score mask (tiles whose every key each row of the program sees),
+  // `biased` = false the qq_bias (tiles before the first query's key).
+  std::vector<Value*> buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits, bool masked,
+                                  bool biased = true);
+  // The KV loop, or an unmasked loop then a masked one (prefill tiles); each
+  // cut where qq_bias's keys begin.
   std::vector<Value*> buildKvLoops();
+  // The tile of the sequence's first query key (context_len), where qq_bias begins.
+  Value* qqBiasFirstTile() { return b_.div(p_.contextLen, p_.tileSize, "qq_bias_tile"); }
   // Split-KV stage 1: the segment's unnormalized output, maximum and sum.
   void storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
   // acc / l cast to the output type, and the LSE.
@@ -202,7 +207,7 @@ class AttentionBuilder {
     Value *seqLen = nullptr, *contextLen = nullptr, *maxSeqPrefixLen = nullptr, *seqCausal = nullptr,
           *tileSize = nullptr, *numTiles = nullptr, *tileStart = nullptr, *tileEnd = nullptr,
           *firstAllowedKey = nullptr, *window = nullptr, *rightWindow = nullptr, *segmentIdx = nullptr,
-          *chunkSize = nullptr, *queryAbsPos = nullptr;
+          *chunkSize = nullptr, *firstRowPos = nullptr, *lastRowPos = nullptr;
     bool mayBeCausal = false, mayBeNonCausal = false;
     // mm_prefix_ranges: each range's first and last position (last = -1 for a
     // range the program does not use), as scalars and splat along the keys,
@@ -595,6 +600,8 @@ void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
   Value* lastRow = b_.min(b_.add(p_.qBlockFirstPos, constI32((c_.blockM - 1) / c_.queriesPerKv)),
                           b_.sub(queryLen, oneI32_), "qpos_hi");
   Value* lastRowPos = b_.add(p_.contextLen, lastRow, "last_row_pos");
+  p_.firstRowPos = firstRowPos;
+  p_.lastRowPos = lastRowPos;
   // mm_prefix_range: the ranges that hold one of the program's rows open their
   // keys to it (a range holding none changes none of its scores, so it is
   // turned off for the program: its keys are neither walked nor read). The
@@ -783,11 +790,12 @@ void AttentionBuilder::buildScoreModifiers() {
   // qq_bias: row i of the bias for query index i < n, log2(e) to the score's units.
   p_.qqBiasRowOffset2d = p_.qqBiasRowMask2d = p_.qqBiasLog2e = p_.qqBiasColumns = nullptr;
   if (qqBias_) {
+    // 32-bit offsets (the op keeps n·n below 2^31): half the registers of a
+    // 64-bit offset tile.
     p_.qqBiasColumns = b_.cast(qqBiasStride_, ScalarKind::I32, "qq_bias_columns");
     p_.qqBiasRowMask2d =
         asColumn(b_.cmp(CmpPredicate::Lt, p_.queryPos, splatTo(p_.qqBiasColumns, {M})), N, "qq_bias_row_mask");
-    p_.qqBiasRowOffset2d = asColumn(b_.mul(b_.cast(p_.queryPos, ScalarKind::I64), splatTo(qqBiasStride_, {M})), N,
-                                    "qq_bias_row_offset");
+    p_.qqBiasRowOffset2d = asColumn(b_.mul(p_.queryPos, splatTo(p_.qqBiasColumns, {M})), N, "qq_bias_row_offset");
     p_.qqBiasLog2e = splatTo(b_.f32(log2e), {M, N}, "qq_bias_log2e");
   }
   // sqrt-ALiBi measures each key from its row's query, p = context_len + query_pos
@@ -878,7 +886,7 @@ void AttentionBuilder::buildSoftmaxState() {
 }
 
 std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits,
-                                                  bool masked) {
+                                                  bool masked, bool biased) {
   const int G = groups();
   // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
   const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
@@ -996,14 +1004,15 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     Value* keyDistance = b_.cast(b_.sub(seqOffset, splatTo(p_.contextLen, {N})), ScalarKind::F32, "alibi_distance");
     scores = b_.add(scores, b_.mul(p_.alibiSlope2d, asRow(keyDistance, M)), "s_alibi");
   }
-  if (qqBias_) {
+  Value* qqBias = biased ? qqBias_ : nullptr;
+  if (qqBias) {
     // qq_bias[i·n + k] for the keys of query index k = j - context_len < n.
     Value* keyQueryIdx = b_.sub(seqOffset, splatTo(p_.contextLen, {N}), "key_query_idx");
     Value* keyHasBias = b_.andOp(b_.cmp(CmpPredicate::Ge, keyQueryIdx, p_.noBlock),
                                  b_.cmp(CmpPredicate::Lt, keyQueryIdx, splatTo(p_.qqBiasColumns, {N})),
                                  "key_has_qq_bias");
-    Value* biasOffset = b_.add(p_.qqBiasRowOffset2d, asRow(b_.cast(keyQueryIdx, I64), M), "qq_bias_offset");
-    Value* bias = b_.load(b_.addPtr(splatTo(qqBias_, {M, N}), biasOffset),
+    Value* biasOffset = b_.add(p_.qqBiasRowOffset2d, asRow(keyQueryIdx, M), "qq_bias_offset");
+    Value* bias = b_.load(b_.addPtr(splatTo(qqBias, {M, N}), biasOffset),
                           b_.andOp(p_.qqBiasRowMask2d, asRow(keyHasBias, M)), p_.zeroScores, "qq_bias_tile");
     scores = b_.add(scores, b_.mul(bias, p_.qqBiasLog2e), "s_qq_bias");
   }
@@ -1017,7 +1026,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // and the LSE (m + log2 l) are exact in any reference. Elsewhere m is the
   // running maximum.
   Value* tileRowMax =
-      unscaledForMax && !p_.alibiSlope2d && !qqBias_
+      unscaledForMax && !p_.alibiSlope2d && !qqBias
           ? b_.mul(b_.reduce(Opcode::ReduceMax, unscaledForMax, 1, "qk_row_max"), p_.qkScaleRow, "tile_row_max")
           : b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max");
   Value* mCandidate = nullptr;
@@ -1080,8 +1089,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
   // the program (which makes ptxas spill), ran 9-17% slower on prefill
   // (docs/perf-log.md, 2026-11-30).
   const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 &&
-                                config_.slidingWindowRight == 0 && config_.attentionChunkSize == 0 &&
-                                !config_.checkBounds && !config_.splitKv;
+                                config_.slidingWindowRight == 0 && !config_.checkBounds && !config_.splitKv;
   std::vector<Value*> results;
   if (splitMaskedTiles) {
     Value* seenByAll = p_.seqLen;
@@ -1091,7 +1099,30 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
           p_.seqCausal ? b_.select(p_.seqCausal, firstRowLimit, p_.seqLen, "keys_seen_by_all_flagged") : firstRowLimit;
     }
     Value* fullTiles = b_.min(b_.max(b_.div(seenByAll, p_.tileSize), p_.tileStart), p_.tileEnd, "unmasked_tile_end");
-    results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(p_.tileStart, fullTiles, p_.loopInits, false), true);
+    if (p_.chunkSize) {
+      // Local chunks: every row sees the keys from the last row's chunk start
+      // on (to its own key, or, non-causal, to the chunk's end, where tile_end
+      // already stops). Unmasked tiles need that start at or before the first
+      // tile's first key (a program inside one chunk, the chunk a multiple of
+      // the tile); otherwise every tile is masked.
+      Value* lastChunkStart = b_.mul(b_.div(p_.lastRowPos, p_.chunkSize), p_.chunkSize, "last_row_chunk_start");
+      Value* unmaskedFromStart =
+          b_.cmp(CmpPredicate::Ge, b_.mul(p_.tileStart, p_.tileSize), lastChunkStart, "chunk_tiles_unmasked");
+      fullTiles = b_.select(unmaskedFromStart, fullTiles, p_.tileStart, "unmasked_tile_end_chunk");
+    }
+    if (qqBias_) {
+      // qq_bias: the unmasked tiles before the first query's key skip it.
+      Value* biasFrom = b_.min(b_.max(qqBiasFirstTile(), p_.tileStart), fullTiles, "qq_bias_first_unmasked_tile");
+      results = buildKvLoop(p_.tileStart, biasFrom, p_.loopInits, false, false);
+      results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(biasFrom, fullTiles, results, false), true);
+    } else {
+      results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(p_.tileStart, fullTiles, p_.loopInits, false), true);
+    }
+  } else if (qqBias_) {
+    // qq_bias: the tiles before the first query's key (a decode's context)
+    // skip the bias's gather: 21% of a speculative decode step otherwise.
+    Value* biasFrom = b_.min(b_.max(qqBiasFirstTile(), p_.tileStart), p_.tileEnd, "qq_bias_first_tile");
+    results = buildKvLoop(biasFrom, p_.tileEnd, buildKvLoop(p_.tileStart, biasFrom, p_.loopInits, true, false), true);
   } else {
     results = buildKvLoop(p_.tileStart, p_.tileEnd, p_.loopInits, true);
   }

@@ -372,9 +372,11 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
   if (p.mmPrefixRange == 0 && p.mmPrefixRanges != 0)
     return argumentError("mm_prefix_ranges (" + std::to_string(p.mmPrefixRanges) +
                          ") is set but mm_prefix_range is null: pass the ranges or leave both 0");
-  if (p.qqBias != 0 && (p.qqBiasStride < 1 || p.qqBiasStride > std::numeric_limits<int32_t>::max()))
+  // The kernel indexes the bias with 32-bit offsets: n·n < 2^31.
+  if (p.qqBias != 0 && (p.qqBiasStride < 1 || p.qqBiasStride > kMaxQqBiasSize))
     return argumentError("qq_bias_stride (" + std::to_string(p.qqBiasStride) +
-                         ") must be the bias's row stride and size n (qq_bias is [n, n]), 1 to 2147483647");
+                         ") must be the bias's row stride and size n (qq_bias is [n, n]), 1 to " +
+                         std::to_string(kMaxQqBiasSize));
   if (p.qqBias == 0 && p.qqBiasStride != 0)
     return argumentError("qq_bias_stride (" + std::to_string(p.qqBiasStride) +
                          ") is set but qq_bias is null: pass the bias or leave both 0");

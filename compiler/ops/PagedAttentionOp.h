@@ -113,7 +113,7 @@ struct PagedAttentionParams {
   // sequence's query i against the key of its query k (i, k < n); qqBiasStride
   // = n, its row stride (UnifiedAttentionConfig::qqBias).
   uint64_t qqBias = 0;
-  int64_t qqBiasStride = 0;
+  int64_t qqBiasStride = 0;  // 1 to kMaxQqBiasSize
   // f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds fp8
   // e4m3 (one byte per element; its strides still count elements), the output
   // divided by *output_scale and saturated at ±448. Needs an sm_89+ GPU.
@@ -192,6 +192,9 @@ int pagedAttentionCtasPerSm(const PagedAttentionParams& params);
 // would need more than maxPerBlock or would not leave room for ctasPerSm.
 int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
                                 int64_t reservedPerBlock, int64_t maxPerBlock);
+
+// The largest qq_bias [n, n] the kernels index (32-bit offsets: n·n < 2^31).
+inline constexpr int64_t kMaxQqBiasSize = 46340;
 
 inline constexpr int kSplitKvMinSegmentKeys = 512;
 inline constexpr int kUnevenSplitSegmentEighths = 3;

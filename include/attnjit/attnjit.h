@@ -264,7 +264,8 @@ typedef struct attnjit_paged_attention_params {
   uint64_t mm_prefix_range;
   int mm_prefix_ranges;
   /* f32 [n, n], or 0: vLLM's qq_bias, added to the score of a sequence's
-   * query i against the key of its query k (i, k < n); qq_bias_stride = n */
+   * query i against the key of its query k (i, k < n); qq_bias_stride = n,
+   * at most 46340 (32-bit offsets) */
   uint64_t qq_bias;
   int64_t qq_bias_stride;
 } attnjit_paged_attention_params;
