@@ -9,6 +9,18 @@
 
 namespace attnjit::tests {
 
+// The score-modifier tests' kernel: 8 query heads over 2 KV heads, block 16.
+inline compiler::UnifiedAttentionConfig gqaAttentionConfig(ir::ScalarKind dtype, bool causal, int headSize) {
+  compiler::UnifiedAttentionConfig c;
+  c.dtype = dtype;
+  c.numQueryHeads = 8;
+  c.numKvHeads = 2;
+  c.headSize = headSize;
+  c.blockSize = 16;
+  c.causal = causal;
+  return c;
+}
+
 // A decode far past a tile, a chunked prefill, a short context and a fresh
 // prefill; no length is a multiple of the tile (32) or block (16) size.
 inline compiler::BatchShape mixedAttentionBatch(uint64_t seed) {

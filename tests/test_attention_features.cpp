@@ -27,15 +27,9 @@ using attnjit::tests::runAndCheck;
 
 namespace {
 
+// Head size 80: padded to 128 and masked.
 UnifiedAttentionConfig gqaConfig(ScalarKind dtype, bool causal) {
-  UnifiedAttentionConfig c;
-  c.dtype = dtype;
-  c.numQueryHeads = 8;
-  c.numKvHeads = 2;
-  c.headSize = 80;  // padded to 128 and masked
-  c.blockSize = 16;
-  c.causal = causal;
-  return c;
+  return attnjit::tests::gqaAttentionConfig(dtype, causal, 80);
 }
 
 std::string validationError(const UnifiedAttentionConfig& c) {

@@ -28,14 +28,7 @@ using attnjit::tests::runAndCheck;
 namespace {
 
 UnifiedAttentionConfig gqaConfig(ScalarKind dtype, bool causal) {
-  UnifiedAttentionConfig c;
-  c.dtype = dtype;
-  c.numQueryHeads = 8;
-  c.numKvHeads = 2;
-  c.headSize = 64;
-  c.blockSize = 16;
-  c.causal = causal;
-  return c;
+  return attnjit::tests::gqaAttentionConfig(dtype, causal, 64);
 }
 
 // The op API's prefill tiling (128 rows over 8 warps, 64-key tiles).
