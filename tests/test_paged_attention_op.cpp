@@ -737,6 +737,29 @@ TEST_CASE("paged attention op: chunked local attention, ranges and qq_bias on th
   runOpChecked(config, speculative);
 }
 
+TEST_CASE("paged attention op: head-major (HND) caches through the strides on the GPU", "[gpu][op][hnd]") {
+  if (!tests::gpuPresent()) return;
+  // vLLM's HND layout, [num_blocks, 2, Hkv, block_size, D]: only the strides
+  // differ (kv_stride_token = D, kv_stride_head = block_size · D). Split decode,
+  // the prefill tiling (warpgroup MMAs on sm_90a), an fp8 cache and a window.
+  compiler::BatchShape decode = unevenDecodes();
+  decode.headMajorCache = true;
+  compiler::BatchShape prefill = prefillAndChunk();
+  prefill.headMajorCache = true;
+  compiler::UnifiedAttentionConfig config;
+  const validation::PagedAttentionOpRun split = runOpChecked(config, decode);
+  CHECK(split.numSegments > 1);
+  CHECK(runOpChecked(config, prefill).kernelName.find("_m128") != std::string::npos);
+  config.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  runOpChecked(config, decode);
+  runOpChecked(config, prefill);
+  config = compiler::UnifiedAttentionConfig{};
+  config.slidingWindow = 100;
+  config.blockSize = 32;
+  runOpChecked(config, decode);
+  runOpChecked(config, prefill);
+}
+
 TEST_CASE("paged attention op: warm-up lists every kernel the planner picks", "[op]") {
   // Batches of every size class and hint combination: the kernels they get
   // (and the reduce kernel of a split) are all in the warm-up list.

@@ -1,0 +1,108 @@
+"""attnjit's per-layer ops as PyTorch custom operators, torch.ops.attnjit.*.
+
+    import attnjit.torch_ops  # registers them (needs torch 2.4 or newer)
+    torch.ops.attnjit.paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len)
+
+Each operator is attnjit.ops' function of the same name with the same
+arguments (minus `stream` and `jit`: they launch on torch's current stream
+through the default JIT), declared with the tensors it writes (its outputs, and
+a split-KV workspace) and with a fake implementation, so that torch.compile
+traces a model that calls them without graph breaks (fullgraph=True), and CUDA
+graph capture records their launches (their split-KV scratch comes from the
+runtime's stream-ordered pool, which capture turns into allocation nodes). They
+return nothing: results are written into the tensors passed in, as vLLM's ops
+do."""
+
+from typing import Optional
+
+import torch
+
+from . import ops
+
+_LIBRARY = "attnjit"
+
+
+@torch.library.custom_op(_LIBRARY + "::paged_attention", mutates_args=("out", "lse", "workspace"))
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
+                    seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, max_query_len: int,
+                    scale: Optional[float] = None, causal: bool = True, kv_cache_format: str = "auto",
+                    k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
+                    sliding_window: int = 0, softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                    sinks: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                    workspace: Optional[torch.Tensor] = None, max_seq_len: int = 0, batch_invariant: bool = False,
+                    min_seq_len: int = 0, alibi_sqrt: bool = False, output_scale: Optional[torch.Tensor] = None,
+                    causal_flags: Optional[torch.Tensor] = None, num_sms: int = 0, sliding_window_right: int = 0,
+                    q_scale: Optional[torch.Tensor] = None, runtime_scratch: bool = True,
+                    attention_chunk_size: int = 0, mm_prefix_range: Optional[torch.Tensor] = None,
+                    qq_bias: Optional[torch.Tensor] = None) -> None:
+    ops.paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=scale,
+                        causal=causal, kv_cache_format=kv_cache_format, k_scale=k_scale, v_scale=v_scale,
+                        sliding_window=sliding_window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                        lse=lse, workspace=workspace, max_seq_len=max_seq_len, batch_invariant=batch_invariant,
+                        min_seq_len=min_seq_len, alibi_sqrt=alibi_sqrt, output_scale=output_scale,
+                        causal_flags=causal_flags, num_sms=num_sms, sliding_window_right=sliding_window_right,
+                        q_scale=q_scale, runtime_scratch=runtime_scratch, attention_chunk_size=attention_chunk_size,
+                        mm_prefix_range=mm_prefix_range, qq_bias=qq_bias)
+
+
+@paged_attention.register_fake
+def _(*args, **kwargs):
+    return None
+
+
+@torch.library.custom_op(_LIBRARY + "::cache_write", mutates_args=("kv_cache",))
+def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                cache_format: str = "auto", k_scale: Optional[torch.Tensor] = None,
+                v_scale: Optional[torch.Tensor] = None) -> None:
+    ops.cache_write(key, value, kv_cache, slot_mapping, cache_format=cache_format, k_scale=k_scale, v_scale=v_scale)
+
+
+@cache_write.register_fake
+def _(*args, **kwargs):
+    return None
+
+
+@torch.library.custom_op(_LIBRARY + "::merge_attn_states", mutates_args=("output", "output_lse"))
+def merge_attn_states(output: torch.Tensor, prefix_output: torch.Tensor, prefix_lse: torch.Tensor,
+                      suffix_output: torch.Tensor, suffix_lse: torch.Tensor,
+                      output_lse: Optional[torch.Tensor] = None, prefill_tokens_with_context: Optional[int] = None,
+                      output_scale: Optional[torch.Tensor] = None) -> None:
+    ops.merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=output_lse,
+                          prefill_tokens_with_context=prefill_tokens_with_context, output_scale=output_scale)
+
+
+@merge_attn_states.register_fake
+def _(*args, **kwargs):
+    return None
+
+
+@torch.library.custom_op(_LIBRARY + "::mla_cache_write", mutates_args=("kv_cache",))
+def mla_cache_write(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                    cache_format: str = "auto", scale: Optional[torch.Tensor] = None) -> None:
+    ops.mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format=cache_format, scale=scale)
+
+
+@mla_cache_write.register_fake
+def _(*args, **kwargs):
+    return None
+
+
+@torch.library.custom_op(_LIBRARY + "::mla_decode", mutates_args=("out", "lse", "workspace"))
+def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
+               seq_lens: torch.Tensor, max_seq_len: int = 0, scale: Optional[float] = None,
+               kv_cache_format: str = "auto", kv_scale: Optional[torch.Tensor] = None,
+               lse: Optional[torch.Tensor] = None, workspace: Optional[torch.Tensor] = None, sum_seq_lens: int = 0,
+               batch_invariant: bool = False, split_rule: str = "balanced", num_sms: int = 0,
+               runtime_scratch: bool = True) -> None:
+    ops.mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=max_seq_len, scale=scale,
+                   kv_cache_format=kv_cache_format, kv_scale=kv_scale, lse=lse, workspace=workspace,
+                   sum_seq_lens=sum_seq_lens, batch_invariant=batch_invariant, split_rule=split_rule, num_sms=num_sms,
+                   runtime_scratch=runtime_scratch)
+
+
+@mla_decode.register_fake
+def _(*args, **kwargs):
+    return None
+
+
+__all__ = ["cache_write", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention"]
