@@ -307,6 +307,9 @@ support::Status Jit::validateMlaCacheWrite(const MlaCacheWriteParams& params) co
   return ops::validateMlaCacheWrite(params);
 }
 support::Status Jit::validateMlaDecode(const MlaDecodeParams& params) const { return ops::validateMlaDecode(params); }
+support::Status Jit::validateGatherCache(const GatherCacheParams& params) const {
+  return ops::validateGatherCache(params);
+}
 
 support::Status Jit::pagedAttention(const PagedAttentionParams& params) {
   if (support::Status s = checkOpDevice(device()); !s) return s;
@@ -341,6 +344,14 @@ support::Status Jit::mergePartials(const MergePartialsParams& params) {
   if (params.numTokens == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
   if (support::Status s = state_->activate(); !s) return s;
   return ops::mergePartials(params);
+}
+
+support::Status Jit::gatherCache(const GatherCacheParams& params) {
+  if (support::Status s = checkOpDevice(device()); !s) return s;
+  if (support::Status s = ops::validateGatherCache(params); !s) return s;
+  if (params.numTokens == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
+  if (support::Status s = state_->activate(); !s) return s;
+  return ops::gatherCache(params);
 }
 
 support::Status Jit::mlaCacheWrite(const MlaCacheWriteParams& params) {

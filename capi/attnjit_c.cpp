@@ -300,6 +300,27 @@ attnjit_status toParams(const char* function, const attnjit_mla_cache_write_para
   return ATTNJIT_OK;
 }
 
+attnjit_status toParams(const char* function, const attnjit_gather_cache_params& c, attnjit::GatherCacheParams* p) {
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.cache_format), &p->cacheFormat); s != ATTNJIT_OK) return s;
+  p->entrySize = c.entry_size;
+  p->blockSize = c.block_size;
+  p->numSeqs = c.num_seqs;
+  p->numTokens = c.num_tokens;
+  p->dst = c.dst;
+  p->cache = c.cache;
+  p->blockTable = c.block_table;
+  p->cuSeqLens = c.cu_seq_lens;
+  p->seqStarts = c.seq_starts;
+  p->scale = c.scale;
+  p->dstStrideToken = c.dst_stride_token;
+  p->blockTableStride = c.block_table_stride;
+  p->cacheStrideBlock = c.cache_stride_block;
+  p->cacheStrideToken = c.cache_stride_token;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
 attnjit_status toSplitRule(const char* function, int rule, attnjit::MlaSplitRule* out) {
   switch (rule) {
     case ATTNJIT_MLA_SPLIT_BALANCED: *out = attnjit::MlaSplitRule::Balanced; return ATTNJIT_OK;
@@ -619,6 +640,17 @@ void attnjit_merge_partials_params_init(attnjit_merge_partials_params* params) {
   params->dtype = ATTNJIT_DTYPE_BF16;
 }
 
+// The entry width defaults to the kernel's (compiler/kernels/GatherCache.h):
+// DeepSeek's latent row, 512 + 64.
+void attnjit_gather_cache_params_init(attnjit_gather_cache_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_gather_cache_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+  params->cache_format = ATTNJIT_KV_CACHE_AUTO;
+  params->entry_size = attnjit::compiler::GatherCacheConfig{}.entrySize;
+}
+
 // The latent widths default to the kernel's (compiler/kernels/MlaCacheWrite.h):
 // DeepSeek's L = 512, R = 64, as attnjit_mla_decode_params_init's.
 void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params) {
@@ -665,6 +697,7 @@ ATTNJIT_C_OP_ENTRY_POINTS(cache_write, cacheWrite, validateCacheWrite)
 ATTNJIT_C_OP_ENTRY_POINTS(merge_attn_states, mergeAttnStates, validateMergeAttnStates)
 ATTNJIT_C_OP_ENTRY_POINTS(merge_partials, mergePartials, validateMergePartials)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_cache_write, mlaCacheWrite, validateMlaCacheWrite)
+ATTNJIT_C_OP_ENTRY_POINTS(gather_cache, gatherCache, validateGatherCache)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_decode, mlaDecode, validateMlaDecode)
 #undef ATTNJIT_C_OP_ENTRY_POINTS
 

@@ -23,7 +23,7 @@ namespace {
 
 std::vector<compiler::Variant> shippedCompanionVariants() {
   std::vector<compiler::Variant> variants;
-  for (const char* file : {"merge_attn_states.yaml", "reshape_and_cache.yaml"}) {
+  for (const char* file : {"merge_attn_states.yaml", "reshape_and_cache.yaml", "gather_cache.yaml"}) {
     auto spec = compiler::loadSpecFile(tests::sourceDir() + "/specs/" + file);
     REQUIRE(spec.isOk());
     variants.insert(variants.end(), spec->variants.begin(), spec->variants.end());

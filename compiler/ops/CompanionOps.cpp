@@ -3,6 +3,7 @@
 #include "compiler/ops/ArgumentChecks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -261,6 +262,46 @@ support::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& 
   return call;
 }
 
+support::Expected<PreparedCall> prepareGatherCache(const GatherCacheParams& p) {
+  const ArgumentChecks checks("gather cache");
+  const compiler::GatherCacheConfig config = selectGatherCacheVariant(p);
+  auto started = startCall(checks, config, p.numTokens, [config] { return compiler::buildGatherCache(config); });
+  if (!started) return started.status();
+  if (p.numSeqs < 1)
+    return checks.error("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
+  PreparedCall call = std::move(*started);
+  if (call.empty) return call;
+  const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
+  if (!scaled && p.scale != 0)
+    return checks.error(std::string("scale is given, but the cache format ") +
+                        compiler::kvCacheFormatName(config.cacheFormat) +
+                        " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
+  if (support::Status s = checks.strides({{"dst_stride_token", p.dstStrideToken},
+                                           {"block_table_stride", p.blockTableStride},
+                                           {"cache_stride_block", p.cacheStrideBlock},
+                                           {"cache_stride_token", p.cacheStrideToken}});
+      !s)
+    return s;
+  if (p.dstStrideToken < p.entrySize || p.cacheStrideToken < p.entrySize)
+    return checks.error("dst_stride_token (" + std::to_string(p.dstStrideToken) + ") and cache_stride_token (" +
+                        std::to_string(p.cacheStrideToken) + ") must be at least entry_size (" +
+                        std::to_string(p.entrySize) + "): rows would overlap");
+  // Parameters in the kernel's order (compiler/kernels/GatherCache.h).
+  std::vector<KernelArgument> arguments = {
+      KernelArgument::devicePointer(p.dst), KernelArgument::devicePointer(p.cache),
+      KernelArgument::devicePointer(p.blockTable), KernelArgument::devicePointer(p.cuSeqLens)};
+  if (config.seqStarts) arguments.push_back(KernelArgument::devicePointer(p.seqStarts));
+  if (scaled) arguments.push_back(KernelArgument::devicePointer(p.scale));
+  arguments.push_back(KernelArgument::integerValue(p.numSeqs));
+  arguments.push_back(KernelArgument::integerValue(std::bit_width(static_cast<unsigned>(p.numSeqs))));
+  arguments.push_back(KernelArgument::integerValue(p.numTokens));
+  for (int64_t stride : {p.dstStrideToken, p.blockTableStride, p.cacheStrideBlock, p.cacheStrideToken})
+    arguments.push_back(KernelArgument::integerValue(stride));
+  if (support::Status s = packArguments(checks, call, arguments); !s) return s;
+  call.grid = {static_cast<unsigned>(compiler::gatherCacheGridX(config, p.numTokens)), 1, 1};
+  return call;
+}
+
 support::Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream) {
   if (call.empty) return support::Status::ok();
   auto ready = readyKernel(call.kernelName, call.build);
@@ -358,6 +399,30 @@ MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& p) {
   config.ropeDim = p.ropeDim;
   config.blockSize = p.blockSize;
   return config;
+}
+
+compiler::GatherCacheConfig selectGatherCacheVariant(const GatherCacheParams& p) {
+  compiler::GatherCacheConfig config;
+  config.dtype = p.dtype;
+  config.cacheFormat = p.cacheFormat;
+  config.entrySize = p.entrySize;
+  config.blockSize = p.blockSize;
+  config.seqStarts = p.seqStarts != 0;
+  // The widest divisibility the row strides keep (vectors of up to 16 bytes).
+  config.strideDivisibility = 16;
+  while (config.strideDivisibility > 1 &&
+         (p.dstStrideToken % config.strideDivisibility != 0 || p.cacheStrideToken % config.strideDivisibility != 0 ||
+          p.cacheStrideBlock % config.strideDivisibility != 0))
+    config.strideDivisibility /= 2;
+  return config;
+}
+
+support::Status validateGatherCache(const GatherCacheParams& params) { return prepareGatherCache(params).status(); }
+
+support::Status gatherCache(const GatherCacheParams& params) {
+  auto call = prepareGatherCache(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
 }
 
 support::Status validateCacheWrite(const CacheWriteParams& params) { return prepareCacheWrite(params).status(); }

@@ -25,6 +25,7 @@
 #include "compiler/kernels/CacheWrite.h"
 #include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/MergePartials.h"
+#include "compiler/kernels/GatherCache.h"
 #include "compiler/kernels/MlaCacheWrite.h"
 #include "support/Diagnostics.h"
 #include "runtime/Driver.h"
@@ -126,22 +127,46 @@ struct MlaCacheWriteParams {
   runtime::StreamHandle stream = nullptr;  // null: the default stream
 };
 
+// vLLM's cp_gather_cache (auto) and gather_and_maybe_dequant_cache (fp8): a
+// batch's cached rows gathered into dst (compiler/kernels/GatherCache.h).
+struct GatherCacheParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // dst (and the cache for auto): f32, f16 or bf16
+  compiler::KvCacheFormat cacheFormat = compiler::KvCacheFormat::Auto;  // auto, fp8_e4m3 or fp8_e5m2
+  int entrySize = 0;  // elements of a cache row, e.g. 576 (kv_lora_rank + rope_dim)
+  int blockSize = 0;
+  // ---- the batch ----
+  int numSeqs = 0;
+  int64_t numTokens = 0;  // rows of dst: cu_seq_lens[num_seqs]
+  // ---- device pointers (16-byte aligned; block_table [num_seqs, max_blocks],
+  //      cu_seq_lens [num_seqs + 1] and seq_starts [num_seqs] int32; seq_starts
+  //      optional: each sequence's first position, else 0; scale: one f32 in
+  //      device memory, per-tensor fp8 only) ----
+  uint64_t dst = 0, cache = 0, blockTable = 0, cuSeqLens = 0, seqStarts = 0, scale = 0;
+  // ---- strides, in elements (of the cache's element type for the cache) ----
+  int64_t dstStrideToken = 0, blockTableStride = 0, cacheStrideBlock = 0, cacheStrideToken = 0;
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
 // The kernel variants the calls run.
 compiler::CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& params);
 compiler::MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& params);
 compiler::MergePartialsConfig selectMergePartialsVariant(const MergePartialsParams& params);
 compiler::MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& params);
+compiler::GatherCacheConfig selectGatherCacheVariant(const GatherCacheParams& params);
 
 // Checks the arguments without touching the GPU.
 support::Status validateCacheWrite(const CacheWriteParams& params);
 support::Status validateMergeAttnStates(const MergeAttnStatesParams& params);
 support::Status validateMergePartials(const MergePartialsParams& params);
 support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params);
+support::Status validateGatherCache(const GatherCacheParams& params);
 
 // Validate, then launch (compiling or loading the kernel on first use).
 support::Status cacheWrite(const CacheWriteParams& params);
 support::Status mergeAttnStates(const MergeAttnStatesParams& params);
 support::Status mergePartials(const MergePartialsParams& params);
 support::Status mlaCacheWrite(const MlaCacheWriteParams& params);
+support::Status gatherCache(const GatherCacheParams& params);
 
 }  // namespace attnjit::ops

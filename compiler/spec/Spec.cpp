@@ -410,6 +410,21 @@ std::vector<ParamField<MergePartialsConfig>> specFields() {
 }
 
 template <>
+std::vector<ParamField<GatherCacheConfig>> specFields() {
+  using C = GatherCacheConfig;
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"kv_cache_dtype", false, cacheFormatField(&C::cacheFormat)},
+      {"entry_size", true, positiveField("entry_size", &C::entrySize)},
+      {"block_size", true, positiveField("block_size", &C::blockSize)},
+      {"seq_starts", false, boolField("seq_starts", &C::seqStarts)},
+      {"block_tokens", false, positiveField("block_tokens", &C::blockTokens)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+      {"stride_divisibility", false, positiveField("stride_divisibility", &C::strideDivisibility)},
+  };
+}
+
+template <>
 std::vector<ParamField<MlaCacheWriteConfig>> specFields() {
   using C = MlaCacheWriteConfig;
   return {
@@ -813,6 +828,15 @@ std::string formatSpecParams(const MlaCacheWriteConfig& config) {
          kvCacheFormatName(config.cacheFormat) + " kv_lora_rank=" + std::to_string(config.kvLoraRank) +
          " rope_dim=" + std::to_string(config.ropeDim) + " block_size=" + std::to_string(config.blockSize) +
          " num_warps=" + std::to_string(config.numWarps);
+}
+
+std::string formatSpecParams(const GatherCacheConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " kv_cache_dtype=" +
+         kvCacheFormatName(config.cacheFormat) + " entry_size=" + std::to_string(config.entrySize) +
+         " block_size=" + std::to_string(config.blockSize) + (config.seqStarts ? " seq_starts=true" : "") +
+         " block_tokens=" + std::to_string(config.blockTokens) + " num_warps=" + std::to_string(config.numWarps) +
+         (config.strideDivisibility != 16 ? " stride_divisibility=" + std::to_string(config.strideDivisibility)
+                                          : std::string());
 }
 
 std::string formatSpecParams(const ReduceSegmentsConfig& config) {

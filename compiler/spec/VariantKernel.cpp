@@ -36,6 +36,7 @@ std::optional<ReduceSegmentsConfig> splitKvStage2(const Variant& variant) {
     case Family::ReshapeAndCache:
     case Family::MergePartials:
     case Family::MlaCacheWrite:
+    case Family::GatherCache:
     case Family::ReduceSegments: return std::nullopt;
   }
   return std::nullopt;

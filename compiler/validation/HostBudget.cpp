@@ -152,6 +152,14 @@ HostEstimate estimateHostWork(const compiler::Variant& variant, const compiler::
       multiplyAdds = batch.queries * c.numKvHeads * rowElements;
       break;
     }
+    case Family::GatherCache: {
+      // The cache (all of it is poisoned and uploaded), dst and its expectation.
+      const auto& c = variant.gatherCache;
+      const double cacheRows = batch.keys + (batch.sequences + kSpareBlocks) * c.blockSize;
+      elements = cacheRows * c.entrySize + 2 * batch.keys * c.entrySize;
+      multiplyAdds = batch.keys * c.entrySize;
+      break;
+    }
     case Family::MlaCacheWrite: {
       const auto& c = variant.mlaCacheWrite;
       const double W = c.cacheRowElements();

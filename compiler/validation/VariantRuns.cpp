@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/validation/GatherCacheProblem.h"
 #include "compiler/validation/HostBudget.h"
 #include "compiler/validation/MergeAttnStatesProblem.h"
 #include "compiler/validation/MergePartialsProblem.h"
@@ -27,6 +28,7 @@ support::Expected<AttentionRunResult> interpretFamily(const compiler::Variant& v
     case Family::ReshapeAndCache: return runCacheWriteInterpreted(variant.cacheWrite, shape);
     case Family::MergePartials: return runMergePartialsInterpreted(variant.mergePartials, shape);
     case Family::MlaCacheWrite: return runMlaCacheWriteInterpreted(variant.mlaCacheWrite, shape);
+    case Family::GatherCache: return runGatherCacheInterpreted(variant.gatherCache, shape);
     case Family::MlaDecode: return runMlaDecodeInterpreted(variant.mla, shape);
     case Family::ReduceSegments: return runReduceSegmentsInterpreted(variant.reduceSegments, shape);
   }
@@ -42,6 +44,7 @@ support::Expected<GpuRunResult> runFamilyGpu(const compiler::Variant& variant, c
     case Family::ReshapeAndCache: return runCacheWriteGpu(variant.cacheWrite, shape, options);
     case Family::MergePartials: return runMergePartialsGpu(variant.mergePartials, shape, options);
     case Family::MlaCacheWrite: return runMlaCacheWriteGpu(variant.mlaCacheWrite, shape, options);
+    case Family::GatherCache: return runGatherCacheGpu(variant.gatherCache, shape, options);
     case Family::MlaDecode: return runMlaDecodeGpu(variant.mla, shape, options);
     case Family::ReduceSegments: return runReduceSegmentsGpu(variant.reduceSegments, shape, options);
   }

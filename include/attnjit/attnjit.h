@@ -391,6 +391,32 @@ attnjit_status attnjit_mla_cache_write_validate(attnjit_jit* jit,
                                                 const attnjit_mla_cache_write_params* params);
 attnjit_status attnjit_mla_cache_write(attnjit_jit* jit, const attnjit_mla_cache_write_params* params);
 
+/* The gather of a batch's cached rows (vLLM's cp_gather_cache and, for the
+ * FP8 formats, gather_and_maybe_dequant_cache; compiler/kernels/GatherCache.h):
+ * dst[cu_seq_lens[s] + i] = cache row of position seq_starts[s] + i of sequence
+ * s (through block_table), times scale for FP8 caches. */
+typedef struct attnjit_gather_cache_params {
+  size_t struct_size;
+  attnjit_dtype dtype;                  /* dst, and the cache for AUTO (default BF16) */
+  attnjit_kv_cache_format cache_format; /* AUTO (copy), FP8_E4M3 or FP8_E5M2 (dequantize) */
+  int entry_size;                       /* elements of a cache row (default 576 = 512 + 64) */
+  int block_size;
+  int num_seqs;
+  int64_t num_tokens; /* rows of dst: cu_seq_lens[num_seqs] (0: nothing to do) */
+  /* device pointers, 16-byte aligned: dst [num_tokens, entry]; cache (num_blocks,
+   * block_size, entry); block_table [num_seqs, max_blocks] i32; cu_seq_lens
+   * [num_seqs + 1] i32; seq_starts [num_seqs] i32 or 0 (every sequence from
+   * position 0); scale: f32 scalar, for the FP8 formats only */
+  uint64_t dst, cache, block_table, cu_seq_lens, seq_starts, scale;
+  int64_t dst_stride_token, block_table_stride;
+  int64_t cache_stride_block, cache_stride_token; /* in cache elements */
+  void* stream;
+} attnjit_gather_cache_params;
+
+void attnjit_gather_cache_params_init(attnjit_gather_cache_params* params);
+attnjit_status attnjit_gather_cache_validate(attnjit_jit* jit, const attnjit_gather_cache_params* params);
+attnjit_status attnjit_gather_cache(attnjit_jit* jit, const attnjit_gather_cache_params* params);
+
 /* MLA latent decode (vLLM's TRITON_MLA decode; compiler/ops/MlaDecodeOp.h). */
 
 /* How the MLA decode chooses its number of KV splits. */

@@ -54,6 +54,7 @@ using CacheWriteParams = ops::CacheWriteParams;
 using MergeAttnStatesParams = ops::MergeAttnStatesParams;
 using MergePartialsParams = ops::MergePartialsParams;
 using MlaCacheWriteParams = ops::MlaCacheWriteParams;
+using GatherCacheParams = ops::GatherCacheParams;
 using MlaDecodeParams = ops::MlaDecodeParams;
 using MlaSplitRule = ops::MlaSplitRule;
 // Split-KV workspace bytes for pagedAttention and mlaDecode.
@@ -173,6 +174,8 @@ class Jit {
   support::Status validateMergePartials(const MergePartialsParams& params) const;
   support::Status mlaCacheWrite(const MlaCacheWriteParams& params);
   support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params) const;
+  support::Status gatherCache(const GatherCacheParams& params);
+  support::Status validateGatherCache(const GatherCacheParams& params) const;
   support::Status mlaDecode(const MlaDecodeParams& params);
   support::Status validateMlaDecode(const MlaDecodeParams& params) const;
 

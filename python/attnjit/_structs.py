@@ -222,6 +222,29 @@ class MlaCacheWriteParams(ctypes.Structure):
     ]
 
 
+class GatherCacheParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("cache_format", _i32),
+        ("entry_size", _i32),
+        ("block_size", _i32),
+        ("num_seqs", _i32),
+        ("num_tokens", _i64),
+        ("dst", _u64),
+        ("cache", _u64),
+        ("block_table", _u64),
+        ("cu_seq_lens", _u64),
+        ("seq_starts", _u64),
+        ("scale", _u64),
+        ("dst_stride_token", _i64),
+        ("block_table_stride", _i64),
+        ("cache_stride_block", _i64),
+        ("cache_stride_token", _i64),
+        ("stream", _ptr),
+    ]
+
+
 class MlaDecodeParams(ctypes.Structure):
     _fields_ = [
         ("struct_size", _size),

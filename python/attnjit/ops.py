@@ -658,6 +658,75 @@ def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", sca
     return kv_cache
 
 
+def gather_cache_raw(jit=None, validate_only=False, **fields):
+    """The cache gather from the C struct's fields (pointers as ints)."""
+    _run(s.GatherCacheParams, lib.attnjit_gather_cache_params_init, lib.attnjit_gather_cache,
+         lib.attnjit_gather_cache_validate, jit, validate_only, fields)
+
+
+def gather_cache(cache, dst, block_table, cu_seq_lens, cache_format="auto", scale=None, seq_starts=None,
+                 stream=None, jit=None):
+    """Gathers a batch's cached rows into dst (vLLM's cp_gather_cache; with an
+    fp8 cache_format and scale, gather_and_maybe_dequant_cache): dst[cu_seq_lens[s]
+    + i] = the cache row of position seq_starts[s] + i of sequence s, through
+    its block_table row, times scale for fp8 caches.
+
+    cache [num_blocks, block_size, entry] (dst's dtype for "auto", one-byte
+    elements for "fp8_e4m3" / "fp8_e5m2"); dst [num_tokens, entry] of a float
+    dtype, num_tokens = cu_seq_lens[-1] (dst's rows); block_table [num_seqs,
+    max_blocks], cu_seq_lens [num_seqs + 1] and seq_starts [num_seqs] int32
+    (seq_starts: each sequence's first position, default 0); scale: a float32
+    tensor of one element, read on the device."""
+    torch = _require_torch()
+    _check_tensor(torch, "dst", dst, 2)
+    dtype = _float_dtype(torch, "dst", dst)
+    device = dst.device
+    _check_tensor(torch, "cache", cache, 3, None, device)
+    if cache_format not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        raise ValueError("cache_format %r is not one the gather takes (auto, fp8_e4m3, fp8_e5m2)" % (cache_format,))
+    if cache_format == "auto" and cache.dtype != dst.dtype:
+        raise TypeError("cache has dtype %s; cache_format 'auto' copies into dst's %s" % (cache.dtype, dst.dtype))
+    if cache_format != "auto" and cache.element_size() != 1:
+        raise TypeError("cache has dtype %s; cache_format %r reads one-byte elements (uint8 or float8)" % (
+            cache.dtype, cache_format))
+    if dst.shape[1] != cache.shape[2]:
+        raise ValueError("dst has shape %s; expected (num_tokens, %d): the cache's row width" % (
+            tuple(dst.shape), cache.shape[2]))
+    _check_tensor(torch, "block_table", block_table, 2, torch.int32, device)
+    _check_tensor(torch, "cu_seq_lens", cu_seq_lens, 1, torch.int32, device)
+    num_seqs = block_table.shape[0]
+    _check_shape("cu_seq_lens", cu_seq_lens, (num_seqs + 1,))
+    optional = {}
+    if seq_starts is not None:
+        _check_tensor(torch, "seq_starts", seq_starts, 1, torch.int32, device)
+        _check_shape("seq_starts", seq_starts, (num_seqs,))
+        optional["seq_starts"] = seq_starts.data_ptr()
+    if scale is not None:
+        _check_tensor(torch, "scale", scale.reshape(-1), 1, torch.float32, device)
+        _check_shape("scale", scale.reshape(-1), (1,))
+        optional["scale"] = scale.data_ptr()
+    gather_cache_raw(
+        jit=jit,
+        dtype=dtype,
+        cache_format=cache_format,
+        entry_size=cache.shape[2],
+        block_size=cache.shape[1],
+        num_seqs=num_seqs,
+        num_tokens=dst.shape[0],
+        dst=dst.data_ptr(),
+        cache=cache.data_ptr(),
+        block_table=block_table.data_ptr(),
+        cu_seq_lens=cu_seq_lens.data_ptr(),
+        dst_stride_token=dst.stride(0),
+        block_table_stride=block_table.stride(0),
+        cache_stride_block=cache.stride(0),
+        cache_stride_token=cache.stride(1),
+        stream=stream_handle(stream, device).value,
+        **optional,
+    )
+    return dst
+
+
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
                kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
                num_sms=0, stream=None, jit=None, runtime_scratch=True):

@@ -87,6 +87,19 @@ def _(*args, **kwargs):
     return None
 
 
+@torch.library.custom_op(_LIBRARY + "::gather_cache", mutates_args=("dst",))
+def gather_cache(cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
+                 cache_format: str = "auto", scale: Optional[torch.Tensor] = None,
+                 seq_starts: Optional[torch.Tensor] = None) -> None:
+    ops.gather_cache(cache, dst, block_table, cu_seq_lens, cache_format=cache_format, scale=scale,
+                     seq_starts=seq_starts)
+
+
+@gather_cache.register_fake
+def _(*args, **kwargs):
+    return None
+
+
 @torch.library.custom_op(_LIBRARY + "::mla_decode", mutates_args=("out", "lse", "workspace"))
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
                seq_lens: torch.Tensor, max_seq_len: int = 0, scale: Optional[float] = None,
@@ -105,4 +118,4 @@ def _(*args, **kwargs):
     return None
 
 
-__all__ = ["cache_write", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention"]
+__all__ = ["cache_write", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention"]

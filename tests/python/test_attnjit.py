@@ -129,6 +129,7 @@ class CpuTests(unittest.TestCase):
             (_structs.MergePartialsParams, _library.lib.attnjit_merge_partials_params_init),
             (_structs.MlaCacheWriteParams, _library.lib.attnjit_mla_cache_write_params_init),
             (_structs.MlaDecodeParams, _library.lib.attnjit_mla_decode_params_init),
+            (_structs.GatherCacheParams, _library.lib.attnjit_gather_cache_params_init),
         ):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
@@ -256,6 +257,16 @@ class CpuTests(unittest.TestCase):
         if not GPU:
             with self.assertRaisesRegex(attnjit.NoDriverError, "CUDA driver not available"):
                 attnjit.ops.mla_cache_write_raw(**MLA_CACHE_WRITE_FIELDS)
+
+    def test_gather_cache_raw_errors_carry_the_c_message(self):
+        fields = dict(block_size=16, num_seqs=2, num_tokens=10, dst=0x10000, cache=0x20000, block_table=0x30000,
+                      cu_seq_lens=0x40000, dst_stride_token=576, cache_stride_token=576, cache_stride_block=16 * 576,
+                      block_table_stride=8)
+        attnjit.ops.gather_cache_raw(validate_only=True, **fields)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"gather cache: num_seqs \(0\) must be at least 1"):
+            attnjit.ops.gather_cache_raw(validate_only=True, **dict(fields, num_seqs=0))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"entry_size \(5000\) must be between 1 and 4096"):
+            attnjit.ops.gather_cache_raw(validate_only=True, **dict(fields, entry_size=5000))
 
     def test_merge_partials_raw_errors_carry_the_c_message(self):
         attnjit.ops.merge_partials_raw(validate_only=True, **MERGE_PARTIALS_FIELDS)
@@ -686,6 +697,37 @@ class GpuTests(unittest.TestCase):
                                         torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
                                         torch.tensor(cu_host, dtype=torch.int32, device="cuda"), n,
                                         mm_prefix_range=ranges.cuda()[:, 0])
+
+    def test_gather_cache_matches_the_cache_rows(self):
+        # cp_gather_cache (auto) and gather_and_maybe_dequant_cache (fp8 · scale)
+        # of 576-wide latent rows, from position 0 and from unaligned starts.
+        torch.manual_seed(19)
+        block, entry = 16, 576
+        lengths, starts_host = [37, 5, 70], [3, 0, 21]
+        tables_host, num_blocks = random_block_tables(torch, [n + s for n, s in zip(lengths, starts_host)], block)
+        tables = tables_host.cuda()
+        cu = torch.tensor(cumulative(lengths), dtype=torch.int32, device="cuda")
+        starts = torch.tensor(starts_host, dtype=torch.int32, device="cuda")
+        for cache_format in ("auto", "fp8_e4m3"):
+            if cache_format == "auto":
+                cache = torch.randn(num_blocks, block, entry, device="cuda", dtype=torch.bfloat16)
+                scale = None
+            else:
+                cache = (torch.randn(num_blocks, block, entry, device="cuda") * 8).to(torch.float8_e4m3fn)
+                scale = torch.tensor([0.25], device="cuda")
+            for use_starts in (False, True):
+                dst = torch.full((sum(lengths), entry), float("nan"), device="cuda", dtype=torch.bfloat16)
+                attnjit.ops.gather_cache(cache, dst, tables, cu, cache_format=cache_format, scale=scale,
+                                         seq_starts=starts if use_starts else None)
+                torch.cuda.synchronize()
+                rows = []
+                for b, n in enumerate(lengths):
+                    positions = torch.arange(n) + (starts_host[b] if use_starts else 0)
+                    flat = cache.reshape(-1, entry)[(tables_host[b, positions // block].long() * block
+                                                     + positions % block).cuda()]
+                    rows.append(flat.float() * (scale.item() if scale is not None else 1.0))
+                expected = torch.cat(rows).to(torch.bfloat16)
+                self.assertTrue(torch.equal(dst, expected), (cache_format, use_starts))
 
     def test_custom_ops_trace_without_graph_breaks_and_replay_in_cuda_graphs(self):
         # torch.ops.attnjit.*: a layer's cache write and attention traced whole by

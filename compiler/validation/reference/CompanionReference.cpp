@@ -83,6 +83,17 @@ MergeOutputs referenceMergePartials(const MergePartialsInputs& in) {
   return out;
 }
 
+std::vector<double> referenceGatherCache(const GatherCacheInputs& in) {
+  std::vector<double> out;
+  const size_t width = static_cast<size_t>(in.entrySize);
+  for (size_t s = 0; s < in.rows.size(); ++s)
+    for (int i = 0; i < in.counts[s]; ++i) {
+      const size_t position = static_cast<size_t>(in.starts[s] + i);
+      for (size_t e = 0; e < width; ++e) out.push_back(in.rows[s][position * width + e] * in.scale);
+    }
+  return out;
+}
+
 MlaCacheRows referenceMlaCacheWrite(const MlaCacheWriteInputs& in) {
   const size_t L = static_cast<size_t>(in.kvLoraRank), R = static_cast<size_t>(in.ropeDim), W = L + R;
   MlaCacheRows rows;

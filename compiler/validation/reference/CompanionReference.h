@@ -56,6 +56,18 @@ struct MlaCacheRows {
 };
 MlaCacheRows referenceMlaCacheWrite(const MlaCacheWriteInputs& inputs);
 
+// vLLM's cp_gather_cache / gather_and_maybe_dequant_cache over the logical
+// cache: sequence s contributes its rows at positions starts[s] ..
+// starts[s] + counts[s] - 1, in sequence order, each value times `scale`
+// (1 for a plain copy). The result is [Σ counts][entrySize].
+struct GatherCacheInputs {
+  int entrySize = 0;
+  std::vector<std::vector<double>> rows;  // per sequence: [positions][entrySize], as stored
+  std::vector<int> starts, counts;
+  double scale = 1;
+};
+std::vector<double> referenceGatherCache(const GatherCacheInputs& inputs);
+
 // OCP fp8 decoding: e4m3fn (bias 7, no infinities, S.1111.111 = NaN) and e5m2
 // (bias 15, IEEE-like).
 double decodeFp8E4M3(uint8_t bits);
