@@ -228,6 +228,14 @@ support::Expected<PreparedCall> prepareMergePartials(const MergePartialsParams& 
   return call;
 }
 
+// A per-tensor scale is only read by the fp8 formats: one given with another
+// format is a caller's mistake, not ignored.
+support::Status checkScaleUse(const ArgumentChecks& checks, compiler::KvCacheFormat format, uint64_t scale) {
+  if (compiler::isPerTensorFp8(format) || scale == 0) return support::Status::ok();
+  return checks.error(std::string("scale is given, but the cache format ") + compiler::kvCacheFormatName(format) +
+                      " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
+}
+
 support::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& p) {
   const ArgumentChecks checks("mla cache write");
   const MlaCacheWriteConfig config = selectMlaCacheWriteVariant(p);
@@ -236,10 +244,7 @@ support::Expected<PreparedCall> prepareMlaCacheWrite(const MlaCacheWriteParams& 
   PreparedCall call = std::move(*started);
   if (call.empty) return call;
   const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
-  if (!scaled && p.scale != 0)
-    return checks.error(std::string("scale is given, but the cache format ") +
-                                 compiler::kvCacheFormatName(config.cacheFormat) +
-                                 " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
+  if (support::Status s = checkScaleUse(checks, config.cacheFormat, p.scale); !s) return s;
   if (support::Status s = checks.strides({{"kv_c_stride_token", p.kvCStrideToken},
                                            {"k_pe_stride_token", p.kPeStrideToken},
                                            {"cache_stride_block", p.cacheStrideBlock},
@@ -272,10 +277,7 @@ support::Expected<PreparedCall> prepareGatherCache(const GatherCacheParams& p) {
   PreparedCall call = std::move(*started);
   if (call.empty) return call;
   const bool scaled = compiler::isPerTensorFp8(config.cacheFormat);
-  if (!scaled && p.scale != 0)
-    return checks.error(std::string("scale is given, but the cache format ") +
-                        compiler::kvCacheFormatName(config.cacheFormat) +
-                        " has no per-tensor scale (only fp8_e4m3 and fp8_e5m2 do)");
+  if (support::Status s = checkScaleUse(checks, config.cacheFormat, p.scale); !s) return s;
   if (support::Status s = checks.strides({{"dst_stride_token", p.dstStrideToken},
                                            {"block_table_stride", p.blockTableStride},
                                            {"cache_stride_block", p.cacheStrideBlock},
