@@ -346,6 +346,18 @@ support::Status Jit::mergePartials(const MergePartialsParams& params) {
   return ops::mergePartials(params);
 }
 
+support::Status Jit::validateSwapBlocks(const SwapBlocksParams& params) const {
+  return ops::validateSwapBlocks(params);
+}
+
+support::Status Jit::swapBlocks(const SwapBlocksParams& params) {
+  if (support::Status s = checkOpDevice(device()); !s) return s;
+  if (support::Status s = ops::validateSwapBlocks(params); !s) return s;
+  if (params.numPairs == 0) return support::Status::ok();  // copies nothing: needs no context (nor a driver)
+  if (support::Status s = state_->activate(); !s) return s;
+  return ops::swapBlocks(params);
+}
+
 support::Status Jit::gatherCache(const GatherCacheParams& params) {
   if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateGatherCache(params); !s) return s;

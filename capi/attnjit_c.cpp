@@ -321,6 +321,20 @@ attnjit_status toParams(const char* function, const attnjit_gather_cache_params&
   return ATTNJIT_OK;
 }
 
+attnjit_status toParams(const char*, const attnjit_swap_blocks_params& c, attnjit::SwapBlocksParams* p) {
+  p->blockBytes = c.block_bytes;
+  p->srcBlockStride = c.src_block_stride;
+  p->dstBlockStride = c.dst_block_stride;
+  p->srcNumBlocks = c.src_num_blocks;
+  p->dstNumBlocks = c.dst_num_blocks;
+  p->src = c.src;
+  p->dst = c.dst;
+  p->blockMapping = c.block_mapping;
+  p->numPairs = c.num_pairs;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
 attnjit_status toSplitRule(const char* function, int rule, attnjit::MlaSplitRule* out) {
   switch (rule) {
     case ATTNJIT_MLA_SPLIT_BALANCED: *out = attnjit::MlaSplitRule::Balanced; return ATTNJIT_OK;
@@ -651,6 +665,12 @@ void attnjit_gather_cache_params_init(attnjit_gather_cache_params* params) {
   params->entry_size = attnjit::compiler::GatherCacheConfig{}.entrySize;
 }
 
+void attnjit_swap_blocks_params_init(attnjit_swap_blocks_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_swap_blocks_params{};
+  params->struct_size = sizeof *params;
+}
+
 // The latent widths default to the kernel's (compiler/kernels/MlaCacheWrite.h):
 // DeepSeek's L = 512, R = 64, as attnjit_mla_decode_params_init's.
 void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params) {
@@ -698,6 +718,7 @@ ATTNJIT_C_OP_ENTRY_POINTS(merge_attn_states, mergeAttnStates, validateMergeAttnS
 ATTNJIT_C_OP_ENTRY_POINTS(merge_partials, mergePartials, validateMergePartials)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_cache_write, mlaCacheWrite, validateMlaCacheWrite)
 ATTNJIT_C_OP_ENTRY_POINTS(gather_cache, gatherCache, validateGatherCache)
+ATTNJIT_C_OP_ENTRY_POINTS(swap_blocks, swapBlocks, validateSwapBlocks)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_decode, mlaDecode, validateMlaDecode)
 #undef ATTNJIT_C_OP_ENTRY_POINTS
 

@@ -172,6 +172,8 @@ struct DriverApi {
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, std::size_t bytes);           // v3020
   CUresult (*cuMemcpyDtoD)(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);     // v3020
   CUresult (*cuMemsetD8)(CUdeviceptr dst, unsigned char value, std::size_t count);   // v3020
+  // Unified addressing: host or device on either side, the kind inferred from the pointers.
+  CUresult (*cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream);  // v4000
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);                      // v2000
   CUresult (*cuStreamDestroy)(CUstream stream);                                      // v4000
   CUresult (*cuStreamSynchronize)(CUstream stream);                                  // v2000

@@ -94,6 +94,7 @@ LoadedDriver loadDriver(const char* libraryName) {
   ATTNJIT_RESOLVE(cuMemcpyDtoH)
   ATTNJIT_RESOLVE(cuMemcpyDtoD)
   ATTNJIT_RESOLVE(cuMemsetD8)
+  ATTNJIT_RESOLVE(cuMemcpyAsync)
   ATTNJIT_RESOLVE(cuStreamCreate)
   ATTNJIT_RESOLVE(cuStreamDestroy)
   ATTNJIT_RESOLVE(cuStreamSynchronize)

@@ -14,6 +14,14 @@ support::Status synchronizeStream(StreamHandle stream) {
   return support::Status::ok();
 }
 
+support::Status copyAsync(std::uint64_t destination, std::uint64_t source, std::size_t bytes, StreamHandle stream) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  CUresult result = (*apiOr)->cuMemcpyAsync(destination, source, bytes, static_cast<CUstream>(stream));
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyAsync");
+  return support::Status::ok();
+}
+
 support::Expected<Stream> Stream::create() {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();

@@ -2,12 +2,21 @@
 // stream the embedding engine owns: StreamHandle is just its CUstream.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "runtime/Driver.h"
 
 namespace attnjit::runtime {
 
 // Waits for all work queued on `stream` (null = the default stream).
 support::Status synchronizeStream(StreamHandle stream);
+
+// Queues a copy of `bytes` bytes from `source` to `destination` on `stream`
+// (cuMemcpyAsync): each side is device memory or host memory (pinned host memory
+// for a copy that overlaps other work and for CUDA-graph capture; pageable memory
+// makes the driver stage the copy and return once the host side is read).
+support::Status copyAsync(std::uint64_t destination, std::uint64_t source, std::size_t bytes, StreamHandle stream);
 
 // A non-blocking stream (does not synchronize with the default stream).
 class Stream {

@@ -417,6 +417,28 @@ void attnjit_gather_cache_params_init(attnjit_gather_cache_params* params);
 attnjit_status attnjit_gather_cache_validate(attnjit_jit* jit, const attnjit_gather_cache_params* params);
 attnjit_status attnjit_gather_cache(attnjit_jit* jit, const attnjit_gather_cache_params* params);
 
+/* Whole cache blocks copied between two caches, host or device on either side,
+ * or inside one (vLLM's swap_blocks and copy_blocks; compiler/ops/SwapBlocks.h):
+ * for each pair i in order, block block_mapping[2i + 1] of dst = block
+ * block_mapping[2i] of src, block b being the block_bytes bytes at base + b *
+ * stride. No kernel: cuMemcpyAsync on the stream, runs of consecutive blocks
+ * merged into one copy. Host memory should be pinned (required under CUDA-graph
+ * capture). */
+typedef struct attnjit_swap_blocks_params {
+  size_t struct_size;
+  int64_t block_bytes;                        /* bytes of one block */
+  int64_t src_block_stride, dst_block_stride; /* bytes between blocks; 0 = block_bytes */
+  int64_t src_num_blocks, dst_num_blocks;     /* every mapped index must be below them */
+  uint64_t src, dst;                          /* base addresses, device or host */
+  const int64_t* block_mapping;               /* host memory: num_pairs (src, dst) pairs */
+  int64_t num_pairs;                          /* 0: nothing to do */
+  void* stream;
+} attnjit_swap_blocks_params;
+
+void attnjit_swap_blocks_params_init(attnjit_swap_blocks_params* params);
+attnjit_status attnjit_swap_blocks_validate(attnjit_jit* jit, const attnjit_swap_blocks_params* params);
+attnjit_status attnjit_swap_blocks(attnjit_jit* jit, const attnjit_swap_blocks_params* params);
+
 /* MLA latent decode (vLLM's TRITON_MLA decode; compiler/ops/MlaDecodeOp.h). */
 
 /* How the MLA decode chooses its number of KV splits. */

@@ -34,6 +34,7 @@
 #include "compiler/driver/KernelArguments.h"
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/ops/SwapBlocks.h"
 #include "compiler/spec/Spec.h"
 #include "support/Diagnostics.h"
 #include "runtime/Driver.h"
@@ -55,6 +56,7 @@ using MergeAttnStatesParams = ops::MergeAttnStatesParams;
 using MergePartialsParams = ops::MergePartialsParams;
 using MlaCacheWriteParams = ops::MlaCacheWriteParams;
 using GatherCacheParams = ops::GatherCacheParams;
+using SwapBlocksParams = ops::SwapBlocksParams;
 using MlaDecodeParams = ops::MlaDecodeParams;
 using MlaSplitRule = ops::MlaSplitRule;
 // Split-KV workspace bytes for pagedAttention and mlaDecode.
@@ -176,6 +178,9 @@ class Jit {
   support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params) const;
   support::Status gatherCache(const GatherCacheParams& params);
   support::Status validateGatherCache(const GatherCacheParams& params) const;
+  // Block copies between caches (ops::swapBlocks): no kernel, no compilation.
+  support::Status swapBlocks(const SwapBlocksParams& params);
+  support::Status validateSwapBlocks(const SwapBlocksParams& params) const;
   support::Status mlaDecode(const MlaDecodeParams& params);
   support::Status validateMlaDecode(const MlaDecodeParams& params) const;
 

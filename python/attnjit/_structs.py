@@ -245,6 +245,22 @@ class GatherCacheParams(ctypes.Structure):
     ]
 
 
+class SwapBlocksParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("block_bytes", _i64),
+        ("src_block_stride", _i64),
+        ("dst_block_stride", _i64),
+        ("src_num_blocks", _i64),
+        ("dst_num_blocks", _i64),
+        ("src", _u64),
+        ("dst", _u64),
+        ("block_mapping", _ptr),
+        ("num_pairs", _i64),
+        ("stream", _ptr),
+    ]
+
+
 class MlaDecodeParams(ctypes.Structure):
     _fields_ = [
         ("struct_size", _size),

@@ -727,6 +727,81 @@ def gather_cache(cache, dst, block_table, cu_seq_lens, cache_format="auto", scal
     return dst
 
 
+def swap_blocks_raw(jit=None, validate_only=False, **fields):
+    """Block copies from the C struct's fields (addresses as ints; block_mapping
+    a ctypes pointer to int64 pairs in host memory)."""
+    _run(s.SwapBlocksParams, lib.attnjit_swap_blocks_params_init, lib.attnjit_swap_blocks,
+         lib.attnjit_swap_blocks_validate, jit, validate_only, fields)
+
+
+def _block_cache(torch, name, cache):
+    if not isinstance(cache, torch.Tensor):
+        raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(cache).__name__))
+    if cache.dim() < 1 or cache.shape[0] == 0:
+        raise ValueError("%s must have a block dimension first, got shape %s" % (name, tuple(cache.shape)))
+    if not cache[0].is_contiguous():
+        raise ValueError("%s's blocks must each be contiguous (strides %s)" % (name, cache.stride()))
+    if cache.device.type not in ("cuda", "cpu"):
+        raise ValueError("%s is on %s; block copies take CUDA or CPU tensors" % (name, cache.device))
+
+
+def swap_blocks(src, dst, block_mapping, block_size_in_bytes=None, stream=None, jit=None):
+    """Copies whole cache blocks (vLLM's swap_blocks): for each row (s, d) of
+    block_mapping, in order, dst[d] = src[s].
+
+    src and dst: caches with the block index first, each block contiguous, on
+    the GPU or on the host (pinned host memory for a copy that overlaps other
+    work and for CUDA-graph capture; at least one side on the GPU); src may be
+    dst (a copy inside one cache). block_mapping: int64 [num_pairs, 2] on the
+    CPU (vLLM keeps it there too: reading a GPU tensor would synchronize).
+    block_size_in_bytes defaults to one src block; vLLM's argument of that name
+    is accepted. Runs of consecutive blocks become one copy."""
+    torch = _require_torch()
+    _block_cache(torch, "src", src)
+    _block_cache(torch, "dst", dst)
+    if src.device.type == "cpu" and dst.device.type == "cpu":
+        raise ValueError("src and dst are both on the CPU; one side must be a CUDA tensor")
+    if src.device.type == "cuda" and dst.device.type == "cuda" and src.device != dst.device:
+        raise ValueError("src is on %s and dst on %s; copies between GPUs are not supported" % (src.device, dst.device))
+    if not isinstance(block_mapping, torch.Tensor):
+        block_mapping = torch.tensor(block_mapping, dtype=torch.int64).reshape(-1, 2)
+    if block_mapping.device.type != "cpu":
+        raise ValueError("block_mapping is on %s; it must be on the CPU" % (block_mapping.device,))
+    if block_mapping.dtype != torch.int64 or block_mapping.dim() != 2 or block_mapping.shape[1] != 2:
+        raise ValueError("block_mapping must be int64 [num_pairs, 2], got %s %s" % (
+            block_mapping.dtype, tuple(block_mapping.shape)))
+    block_mapping = block_mapping.contiguous()
+    src_block_bytes = src[0].numel() * src.element_size()
+    dst_block_bytes = dst[0].numel() * dst.element_size()
+    block_bytes = src_block_bytes if block_size_in_bytes is None else int(block_size_in_bytes)
+    if block_bytes > min(src_block_bytes, dst_block_bytes):
+        raise ValueError("block_size_in_bytes %d exceeds a block of src (%d bytes) or dst (%d bytes)" % (
+            block_bytes, src_block_bytes, dst_block_bytes))
+    device = src.device if src.device.type == "cuda" else dst.device
+    swap_blocks_raw(
+        jit=jit,
+        block_bytes=block_bytes,
+        src_block_stride=src.stride(0) * src.element_size(),
+        dst_block_stride=dst.stride(0) * dst.element_size(),
+        src_num_blocks=src.shape[0],
+        dst_num_blocks=dst.shape[0],
+        src=src.data_ptr(),
+        dst=dst.data_ptr(),
+        block_mapping=block_mapping.data_ptr(),
+        num_pairs=block_mapping.shape[0],
+        stream=stream_handle(stream, device).value,
+    )
+    return dst
+
+
+def copy_blocks(key_caches, value_caches, block_mapping, stream=None, jit=None):
+    """vLLM's copy_blocks: inside every layer's key and value cache, block d =
+    block s for each row (s, d) of block_mapping (int64 [num_pairs, 2] on the CPU),
+    in order."""
+    for cache in list(key_caches) + list(value_caches):
+        swap_blocks(cache, cache, block_mapping, stream=stream, jit=jit)
+
+
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
                kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
                num_sms=0, stream=None, jit=None, runtime_scratch=True):

@@ -100,6 +100,17 @@ def _(*args, **kwargs):
     return None
 
 
+@torch.library.custom_op(_LIBRARY + "::swap_blocks", mutates_args=("dst",))
+def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor,
+                block_size_in_bytes: Optional[int] = None) -> None:
+    ops.swap_blocks(src, dst, block_mapping, block_size_in_bytes=block_size_in_bytes)
+
+
+@swap_blocks.register_fake
+def _(*args, **kwargs):
+    return None
+
+
 @torch.library.custom_op(_LIBRARY + "::mla_decode", mutates_args=("out", "lse", "workspace"))
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
                seq_lens: torch.Tensor, max_seq_len: int = 0, scale: Optional[float] = None,
@@ -118,4 +129,4 @@ def _(*args, **kwargs):
     return None
 
 
-__all__ = ["cache_write", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention"]
+__all__ = ["cache_write", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention", "swap_blocks"]

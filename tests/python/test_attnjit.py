@@ -130,6 +130,7 @@ class CpuTests(unittest.TestCase):
             (_structs.MlaCacheWriteParams, _library.lib.attnjit_mla_cache_write_params_init),
             (_structs.MlaDecodeParams, _library.lib.attnjit_mla_decode_params_init),
             (_structs.GatherCacheParams, _library.lib.attnjit_gather_cache_params_init),
+            (_structs.SwapBlocksParams, _library.lib.attnjit_swap_blocks_params_init),
         ):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
@@ -267,6 +268,16 @@ class CpuTests(unittest.TestCase):
             attnjit.ops.gather_cache_raw(validate_only=True, **dict(fields, num_seqs=0))
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"entry_size \(5000\) must be between 1 and 4096"):
             attnjit.ops.gather_cache_raw(validate_only=True, **dict(fields, entry_size=5000))
+
+    def test_swap_blocks_raw_checks_the_mapping(self):
+        mapping = (ctypes.c_int64 * 4)(0, 1, 2, 9)
+        fields = dict(block_bytes=64, src_num_blocks=4, dst_num_blocks=4, src=0x10000, dst=0x20000,
+                      block_mapping=ctypes.addressof(mapping), num_pairs=2)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError,
+                                    r"swap_blocks: block_mapping\[1\]: destination block 9 is outside dst's 4 blocks"):
+            attnjit.ops.swap_blocks_raw(validate_only=True, **fields)
+        attnjit.ops.swap_blocks_raw(validate_only=True, **dict(fields, dst_num_blocks=10))
+        attnjit.ops.swap_blocks_raw(**dict(fields, num_pairs=0))  # copies nothing
 
     def test_merge_partials_raw_errors_carry_the_c_message(self):
         attnjit.ops.merge_partials_raw(validate_only=True, **MERGE_PARTIALS_FIELDS)
@@ -728,6 +739,43 @@ class GpuTests(unittest.TestCase):
                     rows.append(flat.float() * (scale.item() if scale is not None else 1.0))
                 expected = torch.cat(rows).to(torch.bfloat16)
                 self.assertTrue(torch.equal(dst, expected), (cache_format, use_starts))
+
+    def test_swap_blocks_moves_blocks_between_host_and_device(self):
+        # vLLM's swap_blocks both ways (pinned host memory) and copy_blocks inside
+        # each layer's caches, against the same pairs applied one at a time.
+        import attnjit.torch_ops  # noqa: F401  (registers the operators)
+        torch.manual_seed(23)
+        shape = (10, 16, 2, 72)  # num_blocks, block_size, kv heads, head size
+        gpu = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        host = torch.randn(shape, dtype=torch.bfloat16).pin_memory()
+        mapping = torch.tensor([[1, 7], [2, 8], [3, 9], [6, 0]], dtype=torch.int64)
+        expected = gpu.clone()
+        for s, d in mapping.tolist():
+            expected[d] = host[s].cuda()
+        attnjit.ops.swap_blocks(host, gpu, mapping)
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(gpu, expected))
+        out = torch.zeros(shape, dtype=torch.bfloat16).pin_memory()
+        torch.ops.attnjit.swap_blocks(gpu, out, torch.tensor([[0, 4], [9, 5]], dtype=torch.int64))
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(out[4], gpu[0].cpu()) and torch.equal(out[5], gpu[9].cpu()))
+        self.assertEqual(int(torch.count_nonzero(out[:4].float())), 0)
+        # copy_blocks: a chain inside one cache carries block 0 on to block 2.
+        layers = [torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(2)]
+        values = [torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(2)]
+        chain = torch.tensor([[0, 1], [1, 2], [5, 6]], dtype=torch.int64)
+        expected = [cache.clone() for cache in layers + values]
+        for cache in expected:
+            for s, d in chain.tolist():
+                cache[d] = cache[s].clone()
+        attnjit.ops.copy_blocks(layers, values, chain)
+        torch.cuda.synchronize()
+        for got, want in zip(layers + values, expected):
+            self.assertTrue(torch.equal(got, want))
+        with self.assertRaisesRegex(ValueError, "block_mapping is on cuda"):
+            attnjit.ops.swap_blocks(host, gpu, mapping.cuda())
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, "source block 10 is outside src's 10 blocks"):
+            attnjit.ops.swap_blocks(host, gpu, torch.tensor([[10, 0]], dtype=torch.int64))
 
     def test_custom_ops_trace_without_graph_breaks_and_replay_in_cuda_graphs(self):
         # torch.ops.attnjit.*: a layer's cache write and attention traced whole by

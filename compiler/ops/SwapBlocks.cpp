@@ -1,0 +1,110 @@
+#include "compiler/ops/SwapBlocks.h"
+
+#include <string>
+
+#include "compiler/ops/ArgumentChecks.h"
+#include "runtime/Stream.h"
+
+namespace attnjit::ops {
+
+namespace {
+
+// [begin, end) byte ranges of the two sides; meaningful only when src and dst
+// may share memory, i.e. always (two caches may be views of one allocation).
+bool rangesOverlap(uint64_t aBegin, uint64_t aEnd, uint64_t bBegin, uint64_t bEnd) {
+  return aBegin < bEnd && bBegin < aEnd;
+}
+
+}  // namespace
+
+support::Expected<std::vector<BlockCopy>> planSwapBlocks(const SwapBlocksParams& p) {
+  const ArgumentChecks checks("swap_blocks");
+  if (p.blockBytes <= 0) return checks.error("block_bytes (" + std::to_string(p.blockBytes) + ") must be positive");
+  const int64_t srcStride = p.srcBlockStride == 0 ? p.blockBytes : p.srcBlockStride;
+  const int64_t dstStride = p.dstBlockStride == 0 ? p.blockBytes : p.dstBlockStride;
+  if (srcStride < p.blockBytes || dstStride < p.blockBytes)
+    return checks.error("block strides (src " + std::to_string(srcStride) + ", dst " + std::to_string(dstStride) +
+                        ") must be at least block_bytes (" + std::to_string(p.blockBytes) +
+                        "): blocks may not overlap");
+  if (p.numPairs < 0) return checks.error("num_pairs (" + std::to_string(p.numPairs) + ") must not be negative");
+  if (p.srcNumBlocks < 0 || p.dstNumBlocks < 0)
+    return checks.error("block counts (src " + std::to_string(p.srcNumBlocks) + ", dst " +
+                        std::to_string(p.dstNumBlocks) + ") must not be negative");
+  std::vector<BlockCopy> copies;
+  if (p.numPairs == 0) return copies;
+  if (p.blockMapping == nullptr) return checks.error("block_mapping is null with " + std::to_string(p.numPairs) + " pairs");
+  if (p.src == 0) return checks.error("src is null");
+  if (p.dst == 0) return checks.error("dst is null");
+  // The last byte of each cache must be addressable: (num_blocks - 1) · stride +
+  // block_bytes fits in 63 bits, and so does every offset below it.
+  auto extent = [](int64_t numBlocks, int64_t stride, int64_t blockBytes, int64_t* bytes) {
+    int64_t last = 0;
+    return numBlocks == 0 || (!__builtin_mul_overflow(numBlocks - 1, stride, &last) &&
+                              !__builtin_add_overflow(last, blockBytes, bytes));
+  };
+  int64_t srcBytes = 0, dstBytes = 0;
+  if (!extent(p.srcNumBlocks, srcStride, p.blockBytes, &srcBytes) ||
+      !extent(p.dstNumBlocks, dstStride, p.blockBytes, &dstBytes))
+    return checks.error("a cache of that many blocks at that stride exceeds the 64-bit address space");
+  if (p.src + static_cast<uint64_t>(srcBytes) < p.src || p.dst + static_cast<uint64_t>(dstBytes) < p.dst)
+    return checks.error("a cache of that many blocks at that stride exceeds the 64-bit address space");
+
+  // Consecutive pairs merge while both sides advance by one block, the blocks are
+  // back to back, and the merged ranges stay apart.
+  const bool srcDense = srcStride == p.blockBytes, dstDense = dstStride == p.blockBytes;
+  bool extendable = false;  // the last copy ends with the previous pair's blocks
+  int64_t previousSrc = 0, previousDst = 0;
+  for (int64_t i = 0; i < p.numPairs; ++i) {
+    const int64_t srcBlock = p.blockMapping[2 * i], dstBlock = p.blockMapping[2 * i + 1];
+    if (srcBlock < 0 || srcBlock >= p.srcNumBlocks)
+      return checks.error("block_mapping[" + std::to_string(i) + "]: source block " + std::to_string(srcBlock) +
+                          " is outside src's " + std::to_string(p.srcNumBlocks) + " blocks");
+    if (dstBlock < 0 || dstBlock >= p.dstNumBlocks)
+      return checks.error("block_mapping[" + std::to_string(i) + "]: destination block " + std::to_string(dstBlock) +
+                          " is outside dst's " + std::to_string(p.dstNumBlocks) + " blocks");
+    const BlockCopy copy{srcBlock * srcStride, dstBlock * dstStride, p.blockBytes};
+    const uint64_t srcBegin = p.src + static_cast<uint64_t>(copy.srcOffset);
+    const uint64_t dstBegin = p.dst + static_cast<uint64_t>(copy.dstOffset);
+    if (srcBegin == dstBegin) {  // a block onto itself
+      extendable = false;
+      continue;
+    }
+    if (rangesOverlap(srcBegin, srcBegin + p.blockBytes, dstBegin, dstBegin + p.blockBytes))
+      return checks.error("block_mapping[" + std::to_string(i) + "]: source block " + std::to_string(srcBlock) +
+                          " and destination block " + std::to_string(dstBlock) + " overlap in memory");
+    if (extendable && srcDense && dstDense && srcBlock == previousSrc + 1 && dstBlock == previousDst + 1) {
+      BlockCopy& run = copies.back();
+      const uint64_t runSrc = p.src + static_cast<uint64_t>(run.srcOffset);
+      const uint64_t runDst = p.dst + static_cast<uint64_t>(run.dstOffset);
+      const uint64_t merged = static_cast<uint64_t>(run.bytes + p.blockBytes);
+      if (!rangesOverlap(runSrc, runSrc + merged, runDst, runDst + merged)) {
+        run.bytes += p.blockBytes;
+        previousSrc = srcBlock;
+        previousDst = dstBlock;
+        continue;
+      }
+    }
+    copies.push_back(copy);
+    extendable = true;
+    previousSrc = srcBlock;
+    previousDst = dstBlock;
+  }
+  return copies;
+}
+
+support::Status validateSwapBlocks(const SwapBlocksParams& params) { return planSwapBlocks(params).status(); }
+
+support::Status swapBlocks(const SwapBlocksParams& params) {
+  auto copies = planSwapBlocks(params);
+  if (!copies) return copies.status();
+  for (const BlockCopy& copy : *copies) {
+    if (support::Status s = runtime::copyAsync(params.dst + static_cast<uint64_t>(copy.dstOffset),
+                                               params.src + static_cast<uint64_t>(copy.srcOffset),
+                                               static_cast<std::size_t>(copy.bytes), params.stream);
+        !s)
+      return s;
+  }
+  return support::Status::ok();
+}
+
+}  // namespace attnjit::ops

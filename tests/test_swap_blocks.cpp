@@ -1,0 +1,206 @@
+// swap_blocks (vLLM's swap_blocks and copy_blocks): the copy plan (runs merged
+// only where stream order is kept), the argument checks, the C entry points, and
+// copies on the GPU host to device, device to host and inside one cache, against
+// a byte-for-byte emulation of the pairs applied one at a time.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnjit/attnjit.h"
+#include "compiler/ops/SwapBlocks.h"
+#include "runtime/DeviceBuffer.h"
+#include "runtime/Stream.h"
+#include "tests/test_tools.h"
+
+using namespace attnjit;
+using ops::BlockCopy;
+using ops::SwapBlocksParams;
+
+namespace {
+
+SwapBlocksParams denseParams(const std::vector<int64_t>& mapping, int64_t blockBytes = 100) {
+  SwapBlocksParams p;
+  p.blockBytes = blockBytes;
+  p.srcNumBlocks = 16;
+  p.dstNumBlocks = 16;
+  p.src = 0x100000;
+  p.dst = 0x900000;
+  p.blockMapping = mapping.data();
+  p.numPairs = static_cast<int64_t>(mapping.size() / 2);
+  return p;
+}
+
+std::vector<BlockCopy> plan(const SwapBlocksParams& p) {
+  auto copies = ops::planSwapBlocks(p);
+  if (!copies) FAIL(copies.diagnostic().str());
+  return *copies;
+}
+
+std::string message(const SwapBlocksParams& p) {
+  support::Status s = ops::validateSwapBlocks(p);
+  return s ? std::string("ok") : s.diagnostic().message;
+}
+
+// The pairs applied one at a time to host images of the two caches (the same
+// image when src is dst).
+void emulate(const std::vector<int64_t>& mapping, const std::vector<uint8_t>& src, std::vector<uint8_t>& dst,
+             bool sameCache, int64_t blockBytes, int64_t srcStride, int64_t dstStride) {
+  for (size_t i = 0; i + 1 < mapping.size(); i += 2) {
+    const uint8_t* from = (sameCache ? dst.data() : src.data()) + mapping[i] * srcStride;
+    std::vector<uint8_t> block(from, from + blockBytes);
+    std::memcpy(dst.data() + mapping[i + 1] * dstStride, block.data(), static_cast<size_t>(blockBytes));
+  }
+}
+
+std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(n);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() & 0xFF);
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("swap_blocks: consecutive pairs become one copy, gaps and turns start another", "[swap_blocks]") {
+  const std::vector<int64_t> mapping{3, 0, 4, 1, 5, 2, 9, 7, 10, 8, 2, 9, 1, 10};
+  CHECK(plan(denseParams(mapping)) ==
+        std::vector<BlockCopy>{{300, 0, 300}, {900, 700, 200}, {200, 900, 100}, {100, 1000, 100}});
+}
+
+TEST_CASE("swap_blocks: inside one cache, a run never reads what it writes", "[swap_blocks]") {
+  // 0 -> 1, 1 -> 2: block 2 must receive the old block 0 (through block 1), so
+  // the two pairs stay two copies; 5 -> 9, 6 -> 10 merge (the ranges stay apart).
+  const std::vector<int64_t> mapping{0, 1, 1, 2, 5, 9, 6, 10};
+  SwapBlocksParams p = denseParams(mapping);
+  p.dst = p.src;
+  CHECK(plan(p) == std::vector<BlockCopy>{{0, 100, 100}, {100, 200, 100}, {500, 900, 200}});
+  // A block onto itself copies nothing and ends the run before it.
+  const std::vector<int64_t> self{3, 3, 4, 4, 7, 2, 8, 3};
+  p.blockMapping = self.data();
+  p.numPairs = 4;
+  CHECK(plan(p) == std::vector<BlockCopy>{{700, 200, 200}});
+}
+
+TEST_CASE("swap_blocks: strided blocks copy one block at a time", "[swap_blocks]") {
+  const std::vector<int64_t> mapping{0, 0, 1, 1, 2, 2};
+  SwapBlocksParams p = denseParams(mapping);
+  p.srcBlockStride = 256;
+  CHECK(plan(p) == std::vector<BlockCopy>{{0, 0, 100}, {256, 100, 100}, {512, 200, 100}});
+  p.srcBlockStride = 0;
+  p.dstBlockStride = 100;  // equal to block_bytes: dense
+  CHECK(plan(p) == std::vector<BlockCopy>{{0, 0, 300}});
+}
+
+TEST_CASE("swap_blocks: argument errors name the pair and the block", "[swap_blocks]") {
+  std::vector<int64_t> mapping{0, 1, 16, 2};
+  SwapBlocksParams p = denseParams(mapping);
+  CHECK(message(p) == "swap_blocks: block_mapping[1]: source block 16 is outside src's 16 blocks");
+  mapping = {0, 1, 2, -1};
+  CHECK(message(p) == "swap_blocks: block_mapping[1]: destination block -1 is outside dst's 16 blocks");
+  mapping = {0, 1, 2, 3};
+  CHECK(message(p) == "ok");
+  p.blockBytes = 0;
+  CHECK(message(p) == "swap_blocks: block_bytes (0) must be positive");
+  p.blockBytes = 100;
+  p.dstBlockStride = 64;
+  CHECK(message(p).find("must be at least block_bytes (100)") != std::string::npos);
+  p.dstBlockStride = 0;
+  p.blockMapping = nullptr;
+  CHECK(message(p) == "swap_blocks: block_mapping is null with 2 pairs");
+  p.blockMapping = mapping.data();
+  p.src = 0;
+  CHECK(message(p) == "swap_blocks: src is null");
+  p.src = 0x100000;
+  p.srcNumBlocks = int64_t{1} << 62;
+  CHECK(message(p).find("exceeds the 64-bit address space") != std::string::npos);
+  p.srcNumBlocks = 16;
+  // Two views of one allocation whose blocks overlap.
+  p.dst = p.src + 50;
+  mapping = {0, 0};
+  p.numPairs = 1;
+  CHECK(message(p) == "swap_blocks: block_mapping[0]: source block 0 and destination block 0 overlap in memory");
+  p.numPairs = 0;  // nothing to copy: nothing else to check
+  p.src = 0;
+  CHECK(message(p) == "ok");
+}
+
+TEST_CASE("swap_blocks through the C API checks its struct", "[swap_blocks][capi]") {
+  attnjit_jit* jit = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &jit) == ATTNJIT_OK);
+  attnjit_swap_blocks_params params;
+  attnjit_swap_blocks_params_init(&params);
+  const int64_t mapping[] = {0, 3};
+  params.block_bytes = 64;
+  params.src_num_blocks = 4;
+  params.dst_num_blocks = 2;
+  params.src = 0x1000;
+  params.dst = 0x2000;
+  params.block_mapping = mapping;
+  params.num_pairs = 1;
+  CHECK(attnjit_swap_blocks_validate(jit, &params) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(attnjit_last_error_message()).find("destination block 3 is outside dst's 2 blocks") !=
+        std::string::npos);
+  params.dst_num_blocks = 4;
+  CHECK(attnjit_swap_blocks_validate(jit, &params) == ATTNJIT_OK);
+  params.num_pairs = 0;
+  CHECK(attnjit_swap_blocks(jit, &params) == ATTNJIT_OK);  // nothing to copy: no driver needed
+  attnjit_jit_destroy(jit);
+}
+
+TEST_CASE("swap_blocks on the GPU: host to device, device to host, inside one cache", "[gpu][swap_blocks]") {
+  if (!tests::gpuPresent()) return;
+  REQUIRE(runtime::activatePrimaryContext(0).isOk());
+  constexpr int64_t kBlock = 1000, kBlocks = 12;
+  const std::vector<uint8_t> host = randomBytes(kBlock * kBlocks, 5);
+  auto device = runtime::DeviceBuffer::allocate(kBlock * kBlocks);
+  REQUIRE(device);
+  REQUIRE(device->fill(0xAB).isOk());
+  std::vector<uint8_t> expected(kBlock * kBlocks, 0xAB);
+
+  // Host to device, with a run of three and single blocks.
+  const std::vector<int64_t> swapIn{11, 0, 1, 2, 2, 3, 3, 4, 0, 9};
+  SwapBlocksParams p;
+  p.blockBytes = kBlock;
+  p.srcNumBlocks = p.dstNumBlocks = kBlocks;
+  p.src = reinterpret_cast<uint64_t>(host.data());
+  p.dst = device->address();
+  p.blockMapping = swapIn.data();
+  p.numPairs = static_cast<int64_t>(swapIn.size() / 2);
+  REQUIRE(ops::swapBlocks(p).isOk());
+  emulate(swapIn, host, expected, false, kBlock, kBlock, kBlock);
+  std::vector<uint8_t> back(kBlock * kBlocks);
+  REQUIRE(runtime::synchronizeStream(nullptr).isOk());
+  REQUIRE(device->copyToHost(back.data(), back.size()).isOk());
+  CHECK(back == expected);
+
+  // Inside the device cache: a chain (0 -> 1 -> 2 carries block 0 twice) and a run.
+  const std::vector<int64_t> copyOnWrite{9, 10, 10, 11, 2, 5, 3, 6, 4, 7};
+  p.src = p.dst = device->address();
+  p.blockMapping = copyOnWrite.data();
+  p.numPairs = static_cast<int64_t>(copyOnWrite.size() / 2);
+  REQUIRE(ops::swapBlocks(p).isOk());
+  emulate(copyOnWrite, expected, expected, true, kBlock, kBlock, kBlock);
+  REQUIRE(runtime::synchronizeStream(nullptr).isOk());
+  REQUIRE(device->copyToHost(back.data(), back.size()).isOk());
+  CHECK(back == expected);
+
+  // Device to host into strided host blocks (a block and a 24-byte gap each).
+  constexpr int64_t kHostStride = kBlock + 24;
+  std::vector<uint8_t> swapped(kHostStride * 4, 0x5C);
+  std::vector<uint8_t> swappedExpected = swapped;
+  const std::vector<int64_t> swapOut{3, 0, 4, 1, 11, 3};
+  p.src = device->address();
+  p.dst = reinterpret_cast<uint64_t>(swapped.data());
+  p.dstNumBlocks = 4;
+  p.dstBlockStride = kHostStride;
+  p.blockMapping = swapOut.data();
+  p.numPairs = 3;
+  REQUIRE(ops::swapBlocks(p).isOk());
+  REQUIRE(runtime::synchronizeStream(nullptr).isOk());
+  emulate(swapOut, expected, swappedExpected, false, kBlock, kBlock, kHostStride);
+  CHECK(swapped == swappedExpected);
+}
