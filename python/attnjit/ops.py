@@ -59,14 +59,30 @@ def _checked_integer(what, value, c_type):
     return value
 
 
+# Per struct type: its bytes after the C _init (defaults, struct_size), its
+# field types, and the names a caller may set. Built once: every op call fills
+# one struct, and this is most of its host time.
+_STRUCT_LAYOUTS = {}
+
+
+def _struct_layout(struct_type, init):
+    layout = _STRUCT_LAYOUTS.get(struct_type)
+    if layout is None:
+        template = struct_type()
+        init(ctypes.byref(template))
+        types = dict(struct_type._fields_)
+        del types["struct_size"]
+        layout = _STRUCT_LAYOUTS[struct_type] = (bytes(template), types)
+    return layout
+
+
 def _fill(struct_type, init, fields):
-    params = struct_type()
-    init(ctypes.byref(params))
-    types = dict(struct_type._fields_)
-    names = [name for name, _ in struct_type._fields_ if name != "struct_size"]
+    template, types = _struct_layout(struct_type, init)
+    params = struct_type.from_buffer_copy(template)
     for name, value in fields.items():
-        if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
+        c_type = types.get(name)
+        if c_type is None:
+            close = difflib.get_close_matches(name, list(types), n=1)
             hint = "; did you mean %r?" % close[0] if close else ""
             raise TypeError("%s has no field %r%s" % (struct_type.__name__, name, hint))
         if name == "dtype" and isinstance(value, str):
@@ -83,8 +99,9 @@ def _fill(struct_type, init, fields):
             value = SPLIT_RULES[value]
         elif name == "stream":
             value = stream_handle(value) if value is not None else ctypes.c_void_p(None)
-        if types[name] in _INTEGER_RANGES:
-            value = _checked_integer(name, value, types[name])
+        limits = _INTEGER_RANGES.get(c_type)
+        if limits is not None and not (type(value) is int and limits[0] <= value <= limits[1]):
+            value = _checked_integer(name, value, c_type)
         setattr(params, name, value)
     return params
 
