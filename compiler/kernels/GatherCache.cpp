@@ -9,6 +9,7 @@
 
 #include "compiler/kernels/Broadcasts.h"
 #include "compiler/kernels/ConfigChecks.h"
+#include "compiler/kernels/SequenceSearch.h"
 #include "ir/Builder.h"
 #include "ir/KernelAttributes.h"
 
@@ -52,28 +53,22 @@ class GatherCacheBuilder {
     const ScalarKind I32 = ScalarKind::I32, I64 = ScalarKind::I64;
     const Type rowsI32 = Type::tile({T}, Type::scalar(I32));
     Value* zeroRows = b_.constInt(0, rowsI32, "zero_rows");
-    Value* oneRows = b_.constInt(1, rowsI32, "one_rows");
     Value* token = b_.add(b_.splat(b_.mul(b_.programId(0, "program"), b_.constexprValue("BLOCK_TOKENS", I32)), {T}),
                           b_.arange(0, T), "token");
     Value* rowValid = b_.cmp(CmpPredicate::Lt, token, b_.splat(numTokens_, {T}), "row_valid");
 
-    // The largest s in [0, num_seqs) with cu_seq_lens[s] <= t, per row; the
-    // interval [lo, hi) shrinks while lo < hi, so a fixed number of steps is exact.
-    Value* zero = b_.constInt(0, Type::scalar(I32));
-    Value* one = b_.constInt(1, Type::scalar(I32));
-    auto loop = b_.beginFor(zero, searchSteps_, one, {zeroRows, b_.splat(numSeqs_, {T})}, "search_step", {"lo", "hi"});
-    Value* lo = loop.iterArgs[0];
-    Value* hi = loop.iterArgs[1];
-    Value* searching = b_.cmp(CmpPredicate::Lt, lo, hi, "searching");
-    Value* mid = b_.div(b_.add(lo, hi), b_.constInt(2, rowsI32), "mid");
-    // mid <= num_seqs: cu_seq_lens has num_seqs + 1 entries.
-    Value* midStart = b_.load(b_.addPtr(b_.splat(cuSeqLens_, {T}), mid), searching, zeroRows, "mid_start");
-    Value* notAfter = b_.cmp(CmpPredicate::Le, midStart, token, "mid_not_after");
-    Value* newLo = b_.select(b_.andOp(searching, notAfter), b_.add(mid, oneRows), lo, "lo_next");
-    Value* newHi = b_.select(b_.andOp(searching, b_.cmp(CmpPredicate::Gt, midStart, token)), mid, hi, "hi_next");
-    std::vector<Value*> bounds = b_.endFor({newLo, newHi}, {"lo_final", "hi_final"});
+    // The largest s in [0, num_seqs) with cu_seq_lens[s] <= t, per row.
+    const SequenceSearch search{token, searchSteps_, numSeqs_, b_.constInt(0, Type::scalar(I32)),
+                                b_.constInt(1, Type::scalar(I32))};
+    Value* found = searchSequence(
+        b_, search,
+        [&](Value* mid, Value* searching) {
+          // mid <= num_seqs: cu_seq_lens has num_seqs + 1 entries.
+          return b_.load(b_.addPtr(b_.splat(cuSeqLens_, {T}), mid), searching, zeroRows, "mid_start");
+        },
+        "seq_found");
     // Rows past num_tokens (or before every start) use sequence 0, masked.
-    Value* seq = b_.max(b_.sub(bounds[0], oneRows), zeroRows, "seq");
+    Value* seq = b_.max(found, zeroRows, "seq");
     Value* seqStart = b_.load(b_.addPtr(b_.splat(cuSeqLens_, {T}), seq), rowValid, zeroRows, "seq_first_token");
     Value* position = b_.sub(token, seqStart, "position_in_gather");
     if (seqStarts_)

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "compiler/kernels/BoundsCheck.h"
+#include "compiler/kernels/SequenceSearch.h"
 #include "compiler/kernels/Broadcasts.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/KvDequantization.h"
@@ -399,26 +400,17 @@ void AttentionBuilder::checkBlockTableEntries(Value* seqIdx, Value* blockTableRo
 }
 
 // vLLM's find_seq_idx in query-block mode: the largest s in [0, num_seqs) with
-// cu_seqlens_q[s] / BLOCK_Q + s <= q_block_global_idx. The search interval [lo, hi)
-// shrinks while lo < hi; once empty, further iterations leave it unchanged, so
-// running a fixed ceil(log2(num_seqs + 1)) iterations is exact.
+// cu_seqlens_q[s] / BLOCK_Q + s <= q_block_global_idx.
 Value* AttentionBuilder::findSequence(Value* qBlockGlobalIdx) {
-  Value* two = constI32(2, "two");
-  auto loop = b_.beginFor(zeroI32_, seqSearchSteps_, oneI32_, {zeroI32_, numSeqs_}, "search_step", {"lo", "hi"});
-  Value* lo = loop.iterArgs[0];
-  Value* hi = loop.iterArgs[1];
-  Value* searching = b_.cmp(CmpPredicate::Lt, lo, hi, "searching");
-  Value* mid = b_.div(b_.add(lo, hi), two, "mid");
-  // mid <= num_seqs always (lo <= hi <= num_seqs), and cu_seqlens_q has num_seqs + 1 entries.
-  Value* midStart = loadScalar(cuSeqlensQ_, mid, "mid_query_start");
-  Value* midBlock = b_.add(b_.div(midStart, blockQ_), mid, "mid_q_block");
-  Value* midNotAfter = b_.cmp(CmpPredicate::Le, midBlock, qBlockGlobalIdx, "mid_not_after");
-  Value* goRight = b_.andOp(searching, midNotAfter, "go_right");
-  Value* goLeft = b_.andOp(searching, b_.cmp(CmpPredicate::Gt, midBlock, qBlockGlobalIdx, "mid_after"), "go_left");
-  Value* newLo = b_.select(goRight, b_.add(mid, oneI32_), lo, "lo_next");
-  Value* newHi = b_.select(goLeft, mid, hi, "hi_next");
-  std::vector<Value*> bounds = b_.endFor({newLo, newHi}, {"lo_final", "hi_final"});
-  return b_.sub(bounds[0], oneI32_, "seq_idx");
+  const SequenceSearch search{qBlockGlobalIdx, seqSearchSteps_, numSeqs_, zeroI32_, oneI32_};
+  return searchSequence(
+      b_, search,
+      [&](Value* mid, Value*) {
+        // mid <= num_seqs always (lo <= hi <= num_seqs), and cu_seqlens_q has num_seqs + 1 entries.
+        Value* midStart = loadScalar(cuSeqlensQ_, mid, "mid_query_start");
+        return b_.add(b_.div(midStart, blockQ_), mid, "mid_q_block");
+      },
+      "seq_idx");
 }
 
 void AttentionBuilder::build() {
