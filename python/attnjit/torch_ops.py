@@ -11,55 +11,68 @@ traces a model that calls them without graph breaks (fullgraph=True), and CUDA
 graph capture records their launches (their split-KV scratch comes from the
 runtime's stream-ordered pool, which capture turns into allocation nodes). They
 return nothing: results are written into the tensors passed in, as vLLM's ops
-do."""
+do.
+
+paged_attention and cache_write are C++ operators when attnjit's torch
+extension builds (NATIVE is then True; attnjit/_torch_extension.py), else Python
+ones like the rest."""
 
 from typing import Optional
 
 import torch
 
-from . import ops
+from . import _torch_extension, ops
 
 _LIBRARY = "attnjit"
 
 
-@torch.library.custom_op(_LIBRARY + "::paged_attention", mutates_args=("out", "lse", "workspace"))
-def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
-                    seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, max_query_len: int,
-                    scale: Optional[float] = None, causal: bool = True, kv_cache_format: str = "auto",
-                    k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
-                    sliding_window: int = 0, softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
-                    sinks: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
-                    workspace: Optional[torch.Tensor] = None, max_seq_len: int = 0, batch_invariant: bool = False,
-                    min_seq_len: int = 0, alibi_sqrt: bool = False, output_scale: Optional[torch.Tensor] = None,
-                    causal_flags: Optional[torch.Tensor] = None, num_sms: int = 0, sliding_window_right: int = 0,
-                    q_scale: Optional[torch.Tensor] = None, runtime_scratch: bool = True,
-                    attention_chunk_size: int = 0, mm_prefix_range: Optional[torch.Tensor] = None,
-                    qq_bias: Optional[torch.Tensor] = None) -> None:
-    ops.paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=scale,
-                        causal=causal, kv_cache_format=kv_cache_format, k_scale=k_scale, v_scale=v_scale,
-                        sliding_window=sliding_window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                        lse=lse, workspace=workspace, max_seq_len=max_seq_len, batch_invariant=batch_invariant,
-                        min_seq_len=min_seq_len, alibi_sqrt=alibi_sqrt, output_scale=output_scale,
-                        causal_flags=causal_flags, num_sms=num_sms, sliding_window_right=sliding_window_right,
-                        q_scale=q_scale, runtime_scratch=runtime_scratch, attention_chunk_size=attention_chunk_size,
-                        mm_prefix_range=mm_prefix_range, qq_bias=qq_bias)
-
-
-@paged_attention.register_fake
-def _(*args, **kwargs):
+def _writes_only(*args, **kwargs):
+    """The fake implementation of every operator here: each returns nothing and
+    only writes into tensors it is given, so fake tensors need no computation."""
     return None
 
 
-@torch.library.custom_op(_LIBRARY + "::cache_write", mutates_args=("kv_cache",))
-def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                cache_format: str = "auto", k_scale: Optional[torch.Tensor] = None,
-                v_scale: Optional[torch.Tensor] = None) -> None:
-    ops.cache_write(key, value, kv_cache, slot_mapping, cache_format=cache_format, k_scale=k_scale, v_scale=v_scale)
+# paged_attention and cache_write, called once per layer, are C++ operators
+# where the extension builds (attnjit/_torch_extension.py): a call then costs
+# the dispatcher and the C API, not the Python function of attnjit/ops.py. Their
+# errors are then RuntimeErrors with the same messages.
+NATIVE = _torch_extension.load(torch, ops.default_jit())
 
+if not NATIVE:
+    @torch.library.custom_op(_LIBRARY + "::paged_attention", mutates_args=("out", "lse", "workspace"))
+    def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
+                        seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, max_query_len: int,
+                        scale: Optional[float] = None, causal: bool = True, kv_cache_format: str = "auto",
+                        k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
+                        sliding_window: int = 0, softcap: float = 0.0,
+                        alibi_slopes: Optional[torch.Tensor] = None,
+                        sinks: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                        workspace: Optional[torch.Tensor] = None, max_seq_len: int = 0,
+                        batch_invariant: bool = False, min_seq_len: int = 0, alibi_sqrt: bool = False,
+                        output_scale: Optional[torch.Tensor] = None, causal_flags: Optional[torch.Tensor] = None,
+                        num_sms: int = 0, sliding_window_right: int = 0,
+                        q_scale: Optional[torch.Tensor] = None, runtime_scratch: bool = True,
+                        attention_chunk_size: int = 0, mm_prefix_range: Optional[torch.Tensor] = None,
+                        qq_bias: Optional[torch.Tensor] = None) -> None:
+        ops.paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=scale,
+                            causal=causal, kv_cache_format=kv_cache_format, k_scale=k_scale, v_scale=v_scale,
+                            sliding_window=sliding_window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                            lse=lse, workspace=workspace, max_seq_len=max_seq_len, batch_invariant=batch_invariant,
+                            min_seq_len=min_seq_len, alibi_sqrt=alibi_sqrt, output_scale=output_scale,
+                            causal_flags=causal_flags, num_sms=num_sms, sliding_window_right=sliding_window_right,
+                            q_scale=q_scale, runtime_scratch=runtime_scratch,
+                            attention_chunk_size=attention_chunk_size, mm_prefix_range=mm_prefix_range,
+                            qq_bias=qq_bias)
 
-@cache_write.register_fake
-def _(*args, **kwargs):
-    return None
+    @torch.library.custom_op(_LIBRARY + "::cache_write", mutates_args=("kv_cache",))
+    def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                    cache_format: str = "auto", k_scale: Optional[torch.Tensor] = None,
+                    v_scale: Optional[torch.Tensor] = None) -> None:
+        ops.cache_write(key, value, kv_cache, slot_mapping, cache_format=cache_format, k_scale=k_scale,
+                        v_scale=v_scale)
+else:
+    paged_attention = torch.ops.attnjit.paged_attention
+    cache_write = torch.ops.attnjit.cache_write
 
 
 @torch.library.custom_op(_LIBRARY + "::merge_attn_states", mutates_args=("output", "output_lse"))
@@ -71,20 +84,10 @@ def merge_attn_states(output: torch.Tensor, prefix_output: torch.Tensor, prefix_
                           prefill_tokens_with_context=prefill_tokens_with_context, output_scale=output_scale)
 
 
-@merge_attn_states.register_fake
-def _(*args, **kwargs):
-    return None
-
-
 @torch.library.custom_op(_LIBRARY + "::mla_cache_write", mutates_args=("kv_cache",))
 def mla_cache_write(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                     cache_format: str = "auto", scale: Optional[torch.Tensor] = None) -> None:
     ops.mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format=cache_format, scale=scale)
-
-
-@mla_cache_write.register_fake
-def _(*args, **kwargs):
-    return None
 
 
 @torch.library.custom_op(_LIBRARY + "::gather_cache", mutates_args=("dst",))
@@ -95,20 +98,10 @@ def gather_cache(cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tens
                      seq_starts=seq_starts)
 
 
-@gather_cache.register_fake
-def _(*args, **kwargs):
-    return None
-
-
 @torch.library.custom_op(_LIBRARY + "::swap_blocks", mutates_args=("dst",))
 def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor,
                 block_size_in_bytes: Optional[int] = None) -> None:
     ops.swap_blocks(src, dst, block_mapping, block_size_in_bytes=block_size_in_bytes)
-
-
-@swap_blocks.register_fake
-def _(*args, **kwargs):
-    return None
 
 
 @torch.library.custom_op(_LIBRARY + "::mla_decode", mutates_args=("out", "lse", "workspace"))
@@ -124,9 +117,9 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block
                    runtime_scratch=runtime_scratch)
 
 
-@mla_decode.register_fake
-def _(*args, **kwargs):
-    return None
+for _operator in ((paged_attention, cache_write) if not NATIVE else ()) + (
+        merge_attn_states, mla_cache_write, gather_cache, swap_blocks, mla_decode):
+    _operator.register_fake(_writes_only)
 
-
-__all__ = ["cache_write", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention", "swap_blocks"]
+__all__ = ["cache_write", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention",
+           "swap_blocks"]

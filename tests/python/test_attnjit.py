@@ -856,6 +856,43 @@ class GpuTests(unittest.TestCase):
             torch.cuda.synchronize()
             print("\nattnjit: paged_attention through %s: %.1f us of host time per call" % (label, host))
 
+    def test_torch_operators_check_their_arguments(self):
+        # The per-layer operators (C++ where attnjit's torch extension builds) refuse
+        # what attnjit.ops refuses, with its messages; the C API's own checks
+        # come through too.
+        import attnjit.torch_ops
+        print("\nattnjit: torch.ops.attnjit.paged_attention is %s" % (
+            "C++" if attnjit.torch_ops.NATIVE else "Python"))
+        errors = (RuntimeError, ValueError, TypeError, attnjit.InvalidArgumentError)
+        cache = torch.randn(8, 2, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(3, 8, 64, device="cuda", dtype=torch.bfloat16)
+        tables = torch.zeros(3, 4, device="cuda", dtype=torch.int32)
+        seq_lens = torch.full((3,), 5, device="cuda", dtype=torch.int32)
+        cu = torch.arange(4, device="cuda", dtype=torch.int32)
+        with self.assertRaisesRegex(errors, r"block_tables has 2 rows for 3 sequences"):
+            torch.ops.attnjit.paged_attention(q, cache, torch.empty_like(q), tables[:2], seq_lens, cu, 1)
+        with self.assertRaisesRegex(errors, r"out has dtype torch.float16; expected torch.bfloat16"):
+            torch.ops.attnjit.paged_attention(q, cache, q.half(), tables, seq_lens, cu, 1)
+        with self.assertRaisesRegex(errors, r"kv_cache_format 'fp9' is not one of"):
+            torch.ops.attnjit.paged_attention(q, cache, torch.empty_like(q), tables, seq_lens, cu, 1,
+                                              kv_cache_format="fp9")
+        with self.assertRaisesRegex(errors, r"sliding_window"):
+            torch.ops.attnjit.paged_attention(q, cache, torch.empty_like(q), tables, seq_lens, cu, 1,
+                                              sliding_window=-3)
+        key = torch.randn(2, 2, 64, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(errors, r"slot_mapping has dtype torch.int32; expected torch.int64"):
+            torch.ops.attnjit.cache_write(key, key, cache, torch.zeros(2, device="cuda", dtype=torch.int32))
+        with self.assertRaisesRegex(errors, r"kv_cache has shape \(8, 2, 16, 2, 64\) with 2 KV heads; the keys have 4"):
+            wide = torch.randn(2, 4, 64, device="cuda", dtype=torch.bfloat16)
+            torch.ops.attnjit.cache_write(wide, wide, cache, torch.zeros(2, device="cuda", dtype=torch.int64))
+        # A valid call after the refusals: the outputs are attnjit.ops'.
+        out, expected = torch.empty_like(q), torch.empty_like(q)
+        tables = torch.arange(12, device="cuda", dtype=torch.int32).reshape(3, 4) % 8
+        torch.ops.attnjit.paged_attention(q, cache, out, tables, seq_lens, cu, 1, max_seq_len=5)
+        attnjit.ops.paged_attention(q, cache, expected, tables, seq_lens, cu, 1, max_seq_len=5)
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(out, expected))
+
     def test_split_without_a_workspace_matches_float64_and_replays_in_a_cuda_graph(self):
         # Three long decodes on 2 KV heads fill 6 programs: the op splits them
         # into segments whose partials live in the runtime's stream-ordered
