@@ -45,22 +45,27 @@ def cases(torch):
         yield "nvfp4 kv D=%d 3d=%d" % (head_size, threshold), dict(test="nvfp4")
 
 
-def reference(torch, query, key_cache, value_cache, query_lens, kv_lens, block_tables, scale, window, softcap):
+def reference(torch, query, key_cache, value_cache, query_lens, kv_lens, block_tables, scale, window, softcap,
+              causal=None):
     """vLLM's ref_paged_attn in float64: causal with the queries at the end of
-    their sequence, an optional sliding window and softcap, GQA by repetition."""
+    their sequence (or, where causal[i] is False, every key visible), an
+    optional sliding window and softcap, GQA by repetition."""
     _, block_size, num_kv_heads, head_size = key_cache.shape
     outputs, start = [], 0
     for i, (query_len, kv_len) in enumerate(zip(query_lens, kv_lens)):
         q = query[start:start + query_len].double() * scale
         blocks = block_tables[i, :(kv_len + block_size - 1) // block_size].long()
         k = key_cache[blocks].reshape(-1, num_kv_heads, head_size)[:kv_len].double()
-        v = value_cache[blocks].reshape(-1, num_kv_heads, head_size)[:kv_len].double()
+        v = value_cache[blocks].reshape(-1, num_kv_heads, value_cache.shape[-1])[:kv_len].double()
         if q.shape[1] != k.shape[1]:
             k = torch.repeat_interleave(k, q.shape[1] // k.shape[1], dim=1)
             v = torch.repeat_interleave(v, q.shape[1] // v.shape[1], dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k)
         ones = torch.ones(query_len, kv_len, device=query.device)
-        mask = torch.triu(ones, diagonal=kv_len - query_len + 1).bool()
+        if causal is None or causal[i]:
+            mask = torch.triu(ones, diagonal=kv_len - query_len + 1).bool()
+        else:
+            mask = torch.zeros(query_len, kv_len, device=query.device).bool()
         if window is not None:
             mask |= torch.triu(ones, diagonal=kv_len - (query_len + window) + 1).bool().logical_not()
         if softcap is not None and softcap > 0:
