@@ -176,6 +176,23 @@ CacheLayout pagedCacheLayout(const at::Tensor& cache, const at::Tensor& device, 
   return layout;
 }
 
+int narrow(const char* name, int64_t value) {
+  CHECK_ARGUMENT(value >= INT32_MIN && value <= INT32_MAX, name, " (", value, ") does not fit in 32 bits");
+  return static_cast<int>(value);
+}
+
+// The cache's shape and strides into either op's C struct (same field names).
+template <typename Params>
+void setCacheFields(Params& p, const CacheLayout& cache) {
+  p.num_blocks = narrow("num_blocks", cache.numBlocks);
+  p.block_size = narrow("block_size", cache.blockSize);
+  p.num_kv_heads = narrow("num_kv_heads", cache.heads);
+  p.kv_stride_block = cache.strideBlock;
+  p.kv_stride_kv = cache.strideKv;
+  p.kv_stride_token = cache.strideToken;
+  p.kv_stride_head = cache.strideHead;
+}
+
 // A float32 tensor of `elements` elements (any shape) on q's device: its address.
 uint64_t scalarTensor(const char* name, const std::optional<at::Tensor>& t, int64_t elements,
                       const at::Tensor& device) {
@@ -198,10 +215,6 @@ void checkLoaded() {
 
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
 
-int narrow(const char* name, int64_t value) {
-  CHECK_ARGUMENT(value >= INT32_MIN && value <= INT32_MAX, name, " (", value, ") does not fit in 32 bits");
-  return static_cast<int>(value);
-}
 
 void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Tensor& out,
                     const at::Tensor& blockTables, const at::Tensor& seqLens, const at::Tensor& cuSeqlensQ,
@@ -321,14 +334,8 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
   p.o_stride_token = out.stride(0);
   p.o_stride_head = out.stride(1);
   p.block_table_stride = blockTables.stride(0);
-  p.num_blocks = narrow("num_blocks", cache.numBlocks);
-  p.block_size = narrow("block_size", cache.blockSize);
-  p.num_kv_heads = narrow("num_kv_heads", cache.heads);
+  setCacheFields(p, cache);
   p.value_head_size = out.size(2) != headSize ? narrow("value_head_size", out.size(2)) : 0;
-  p.kv_stride_block = cache.strideBlock;
-  p.kv_stride_kv = cache.strideKv;
-  p.kv_stride_token = cache.strideToken;
-  p.kv_stride_head = cache.strideHead;
   const c10::cuda::CUDAGuard guard(q.device());
   p.stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
   raiseOnError(entry.pagedAttention(entry.jit, &p));
@@ -364,11 +371,9 @@ void cacheWrite(const at::Tensor& key, const at::Tensor& value, const at::Tensor
   p.per_head_scales = perHead ? 1 : 0;
   p.dtype = dtype;
   p.cache_format = format;
-  p.num_kv_heads = narrow("num_kv_heads", numKvHeads);
   p.head_size = narrow("head_size", headSize);
   p.value_head_size = value.size(2) != headSize ? narrow("value_head_size", value.size(2)) : 0;
-  p.block_size = narrow("block_size", cache.blockSize);
-  p.num_blocks = narrow("num_blocks", cache.numBlocks);
+  setCacheFields(p, cache);
   p.num_tokens = numTokens;
   p.key = address(key);
   p.value = address(value);
@@ -378,10 +383,6 @@ void cacheWrite(const at::Tensor& key, const at::Tensor& value, const at::Tensor
   p.key_stride_head = key.stride(1);
   p.value_stride_token = value.stride(0);
   p.value_stride_head = value.stride(1);
-  p.kv_stride_block = cache.strideBlock;
-  p.kv_stride_kv = cache.strideKv;
-  p.kv_stride_token = cache.strideToken;
-  p.kv_stride_head = cache.strideHead;
   const c10::cuda::CUDAGuard guard(key.device());
   p.stream = c10::cuda::getCurrentCUDAStream(key.device().index()).stream();
   raiseOnError(entry.cacheWrite(entry.jit, &p));
