@@ -26,8 +26,9 @@ def _header_dir():
     include/ (package used from the repository), or the install prefix's."""
     candidates = [os.environ.get("ATTNJIT_INCLUDE_DIR"),
                   os.path.join(_PACKAGE_DIR, "..", "..", "include"),
-                  os.path.join(_PACKAGE_DIR, "..", "..", "..", "..", "include"),
-                  os.path.join(os.path.dirname(_library.path), "..", "include")]
+                  os.path.join(_PACKAGE_DIR, "..", "..", "..", "..", "include")]
+    if os.path.dirname(_library.path):  # not a bare name the system loader resolved
+        candidates.append(os.path.join(os.path.dirname(_library.path), "..", "include"))
     for candidate in candidates:
         if candidate and os.path.isfile(os.path.join(candidate, "attnjit", "attnjit.h")):
             return os.path.normpath(candidate)
