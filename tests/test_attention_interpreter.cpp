@@ -136,9 +136,9 @@ TEST_CASE("unified attention: validate names the bad field and value", "[attenti
   CHECK(validationError(c) == "dtype (f8e4m3) is not supported; use f32, f16 or bf16");
   c = ok;
   c.headSize = 0;
-  CHECK(validationError(c) == "head_size (0) must be between 1 and 512");
-  c.headSize = 513;
-  CHECK(validationError(c) == "head_size (513) must be between 1 and 512");
+  CHECK(validationError(c) == "head_size (0) must be between 1 and 1024");
+  c.headSize = 1025;
+  CHECK(validationError(c) == "head_size (1025) must be between 1 and 1024");
   c = ok;
   c.blockSize = 0;
   CHECK(validationError(c) == "block_size (0) must be between 1 and 256");
@@ -321,12 +321,18 @@ TEST_CASE("unified attention: tiles smaller and larger than cache blocks", "[att
   }
 }
 
-TEST_CASE("unified attention: head sizes from 1 to 512", "[attention][headsize]") {
-  for (int headSize : {1, 8, 24, 40, 72, 320, 512}) {
+TEST_CASE("unified attention: head sizes from 1 to 1024", "[attention][headsize]") {
+  for (int headSize : {1, 8, 24, 40, 72, 320, 512, 1024}) {
     auto config = makeConfig(ScalarKind::BF16, 4, 2, headSize, 16, headSize % 2 == 0);
+    if (headSize > 256) config.tileSize = 16;
     INFO("head_size " << headSize);
     runAndCheck(config, mixedBatch(static_cast<uint64_t>(headSize)));
   }
+  // MLA's latent rows read as DiffKV attention: QK over all 576, V 512 wide.
+  auto latent = makeConfig(ScalarKind::BF16, 4, 1, 576, 16, true);
+  latent.valueHeadSize = 512;
+  latent.tileSize = 16;
+  runAndCheck(latent, mixedBatch(576));
 }
 
 TEST_CASE("unified attention: block sizes that are not multiples of 16, down to 1", "[attention][blocksize]") {

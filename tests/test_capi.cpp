@@ -301,9 +301,9 @@ TEST_CASE("C op structs reach the op validators field by field", "[capi]") {
   int kernelsReady = -1;
   CHECK(attnjit_paged_attention_warmup(nullptr, &paged, 0, &kernelsReady) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(kernelsReady == 0);
-  paged.head_size = 600;
+  paged.head_size = 1100;
   CHECK(attnjit_paged_attention_warmup(runtime, &paged, 0, &kernelsReady) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(attnjit_last_error_message(), Catch::Contains("head_size (600)"));
+  CHECK_THAT(attnjit_last_error_message(), Catch::Contains("head_size (1100)"));
   paged.head_size = 128;
   CHECK(attnjit_paged_attention_warmup(runtime, &paged, -1, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(attnjit_last_error_message(), Catch::Contains("threads (-1) must be 0 (every core) or positive"));
@@ -363,9 +363,9 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   paged.num_blocks = 40;
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
   // value_head_size reaches the kernel's config.
-  paged.value_head_size = 600;
+  paged.value_head_size = 1100;
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(lastError(), Catch::Contains("value_head_size (600) must be between 1 and 512"));
+  CHECK_THAT(lastError(), Catch::Contains("value_head_size (1100) must be between 1 and 1024"));
   // A caller built before the three fields: they are not read (the bad values
   // above stay beyond its struct_size), so the defaults apply and it validates.
   paged.num_blocks = 0;
@@ -374,7 +374,7 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   // One that ends inside them: value_head_size read, check_bounds not.
   paged.struct_size = offsetof(attnjit_paged_attention_params, check_bounds);
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(lastError(), Catch::Contains("value_head_size (600)"));
+  CHECK_THAT(lastError(), Catch::Contains("value_head_size (1100)"));
   paged.struct_size = sizeof(attnjit_paged_attention_params) + sizeof(int);
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
@@ -389,9 +389,9 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   CHECK_THAT(lastError(), Catch::Contains("num_blocks (0) must be the KV cache's block count"));
   write.num_blocks = 40;
   CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_OK);
-  write.value_head_size = 1000;
+  write.value_head_size = 2000;
   CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(lastError(), Catch::Contains("value_head_size (1000) must be between 1 and 512"));
+  CHECK_THAT(lastError(), Catch::Contains("value_head_size (2000) must be between 1 and 1024"));
   write.num_blocks = 0;
   write.struct_size = offsetof(attnjit_cache_write_params, value_head_size);
   if (!boundsFromEnvironment) CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_OK);

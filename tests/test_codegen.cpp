@@ -12,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
@@ -1028,24 +1029,34 @@ TEST_CASE("ATTNJIT_LLVM_PIPELINE picks the LLVM pipeline when the options do not
   CHECK(compiler::jitCacheKey(*afterPasses, options).find("llvm-pipeline fast\n") != std::string::npos);
 }
 
-TEST_CASE("attention with head sizes from 1 to 512 compiles and assembles", "[codegen][ptxas][headsize]") {
-  // The tilings the op picks for these head sizes, then the two families of tiles.
-  for (int headSize : {24, 512})
+TEST_CASE("attention with head sizes from 1 to 1024 compiles and assembles", "[codegen][ptxas][headsize]") {
+  // The tilings the op picks for these head sizes (576/512: MLA's latent rows
+  // read as DiffKV attention; f32 at 1024: no room for cp.async slots), then the
+  // two families of tiles.
+  const std::tuple<ir::ScalarKind, int, int> heads[] = {{ir::ScalarKind::BF16, 24, 0},
+                                                        {ir::ScalarKind::BF16, 512, 0},
+                                                        {ir::ScalarKind::BF16, 576, 512},
+                                                        {ir::ScalarKind::BF16, 1024, 0},
+                                                        {ir::ScalarKind::F32, 1024, 0}};
+  for (const auto& [dtype, headSize, valueHeadSize] : heads)
     for (int queryLen : {1, 300}) {
       ops::PagedAttentionParams p;
+      p.dtype = dtype;
       p.numQueryHeads = 32;
       p.numKvHeads = 8;
       p.headSize = headSize;
+      p.valueHeadSize = valueHeadSize;
       p.blockSize = 16;
       p.numSeqs = 4;
       p.numTokens = 4 * queryLen;
       p.maxQueryLen = queryLen;
       const compiler::UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(p);
       INFO(chosen.kernelName());
+      if (std::max(headSize, valueHeadSize) > 256) CHECK(chosen.tileSize == 16);
       const compiler::CompiledKernel compiled = compileAttention(chosen, "sm_90a");
-      CHECK_FALSE(compiled.ptx.empty());
+      tests::checkAssembles(compiled.ptx, "sm_90a");
     }
-  for (int headSize : {1, 8, 24, 72, 320, 512})
+  for (int headSize : {1, 8, 24, 72, 320, 512, 1024})
     for (int blockMRows : {0, 128}) {
       compiler::UnifiedAttentionConfig config;
       config.headSize = headSize;

@@ -99,7 +99,7 @@ TEST_CASE("merge_attn_states: names, validation and interface", "[merge]") {
   CHECK(validationError(bad) == "block_tokens (12) must be a power of two between 1 and 256");
   bad = {};
   bad.headSize = 0;
-  CHECK(validationError(bad) == "head_size (0) must be between 1 and 512");
+  CHECK(validationError(bad) == "head_size (0) must be between 1 and 1024");
   bad = {};
   bad.numHeads = 0;
   CHECK(validationError(bad) == "num_heads (0) must be between 1 and 65535");
@@ -510,9 +510,9 @@ TEST_CASE("spec families merge_attn_states and reshape_and_cache", "[merge][cach
   CHECK(unknownField.diagnostic().message.find("unknown field 'causal' in 'params' of family merge_attn_states") !=
         std::string::npos);
   auto invalid = compiler::loadSpecText(
-      "family: merge_attn_states\nparams:\n  dtype: bf16\n  num_heads: 8\n  head_size: [64, 1000]\n", "bad.yaml");
+      "family: merge_attn_states\nparams:\n  dtype: bf16\n  num_heads: 8\n  head_size: [64, 2000]\n", "bad.yaml");
   REQUIRE_FALSE(invalid);
   CHECK(invalid.diagnostic().str() ==
-        "bad.yaml:5:19: error: invalid variant (dtype=bf16 num_heads=8 head_size=1000): head_size (1000) must be "
-        "between 1 and 512");
+        "bad.yaml:5:19: error: invalid variant (dtype=bf16 num_heads=8 head_size=2000): head_size (2000) must be "
+        "between 1 and 1024");
 }

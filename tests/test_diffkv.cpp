@@ -203,9 +203,9 @@ TEST_CASE("DiffKV: names, parameters, stride promises and validation", "[diffkv]
   CHECK(odd.validate().diagnostic().message ==
         "value_head_size (35) must be even for kv_cache_dtype int4_per_token_head (two values per byte)");
   odd.kvCacheFormat = KvCacheFormat::Auto;
-  odd.valueHeadSize = 600;
+  odd.valueHeadSize = 1100;
   CHECK(odd.validate().diagnostic().message ==
-        "value_head_size (600) must be between 1 and 512 (0 = head_size: equal QK and V head sizes)");
+        "value_head_size (1100) must be between 1 and 1024 (0 = head_size: equal QK and V head sizes)");
   odd.valueHeadSize = 16;
   CHECK(odd.validate().isOk());
   odd.valueHeadSize = -1;
@@ -288,9 +288,9 @@ TEST_CASE("DiffKV spec: value_head_size loads, names the variants and reads back
   const std::string base =
       "family: unified_attention\nparams:\n  dtype: bf16\n  num_query_heads: 8\n  num_kv_heads: 2\n"
       "  head_size: 192\n  block_size: 16\n  causal: true\n";
-  auto bad = compiler::loadSpecText(base + "  value_head_size: 1024\n", "d.yaml");
+  auto bad = compiler::loadSpecText(base + "  value_head_size: 2048\n", "d.yaml");
   REQUIRE_FALSE(bad.isOk());
-  CHECK(bad.diagnostic().str().find("value_head_size (1024) must be between 1 and 512") != std::string::npos);
+  CHECK(bad.diagnostic().str().find("value_head_size (2048) must be between 1 and 1024") != std::string::npos);
   auto text = compiler::loadSpecText(base + "  value_head_size: wide\n", "d.yaml");
   REQUIRE_FALSE(text.isOk());
   CHECK(text.diagnostic().str() == "d.yaml:9:20: error: 'value_head_size' must be an integer, got 'wide'");
@@ -387,8 +387,8 @@ TEST_CASE("DiffKV op API: value head size validated, workspace sized by Dv", "[d
   narrow.oStrideHead = 64;
   CHECK(unsplit(narrow) == "unified_attention_bf16_h32kv8_d128v64_bs16_causal_t64");
   auto bad = p;
-  bad.valueHeadSize = 1000;
-  CHECK(message(bad).find("value_head_size (1000) must be between 1 and 512") != std::string::npos);
+  bad.valueHeadSize = 2000;
+  CHECK(message(bad).find("value_head_size (2000) must be between 1 and 1024") != std::string::npos);
   bad = p;
   bad.valueHeadSize = 100;
   bad.oStrideHead = 100;

@@ -72,7 +72,7 @@ TEST_CASE("GPU attention over cache blocks of 1, 5 and 24 tokens, decode and pre
     }
 }
 
-TEST_CASE("GPU attention with one-sided windows, fp8 queries and head sizes 24 and 512", "[gpu]") {
+TEST_CASE("GPU attention with one-sided windows, fp8 queries and head sizes 24 to 1024", "[gpu]") {
   if (!tests::gpuPresent()) return;
   compiler::BatchShape mixed;
   mixed.queryLens = {1, 37, 1, 130, 5};
@@ -100,11 +100,13 @@ TEST_CASE("GPU attention with one-sided windows, fp8 queries and head sizes 24 a
     config.kvCacheFormat = format;
     checkOnGpu(config, mixed);
   }
-  for (int headSize : {24, 512}) {
+  const std::pair<int, int> heads[] = {{24, 0}, {512, 0}, {576, 512}, {1024, 0}};
+  for (const auto& [headSize, valueHeadSize] : heads) {
     compiler::UnifiedAttentionConfig config;
     config.numQueryHeads = 8;
     config.numKvHeads = 2;
     config.headSize = headSize;
+    config.valueHeadSize = valueHeadSize;
     config.tileSize = headSize > 256 ? 16 : 32;
     checkOnGpu(config, mixed);
   }

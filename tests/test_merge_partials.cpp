@@ -134,8 +134,8 @@ TEST_CASE("merge_partials: names, validation and interface", "[merge_partials]")
   bad.blockTokens = 12;
   CHECK(validationError(bad) == "block_tokens (12) must be a power of two between 1 and 256");
   bad = {};
-  bad.headSize = 513;
-  CHECK(validationError(bad) == "head_size (513) must be between 1 and 512");
+  bad.headSize = 1025;
+  CHECK(validationError(bad) == "head_size (1025) must be between 1 and 1024");
   bad = {};
   bad.numHeads = 0;
   auto refused = compiler::buildMergePartials(bad);
@@ -349,8 +349,8 @@ TEST_CASE("merge_partials op: arguments are validated before the GPU is touched"
   bad.partialOutputs = 0x30008;
   CHECK(message(bad).find("partial_outputs") != std::string::npos);
   bad = p;
-  bad.headSize = 1024;
-  CHECK(message(bad) == "merge_partials: head_size (1024) must be between 1 and 512");
+  bad.headSize = 2048;
+  CHECK(message(bad) == "merge_partials: head_size (2048) must be between 1 and 1024");
   bad = p;
   bad.outputLse = 0;  // selects the variant without the LSE output
   CHECK(message(bad) == "ok");

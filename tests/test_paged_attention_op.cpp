@@ -101,8 +101,8 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
   p.scale = 0;
   CHECK(validationMessage(p).find("scale") != std::string::npos);
   p = validParams();
-  p.headSize = 600;
-  CHECK(validationMessage(p) == "paged attention: head_size (600) must be between 1 and 512");
+  p.headSize = 1100;
+  CHECK(validationMessage(p) == "paged attention: head_size (1100) must be between 1 and 1024");
   p = validParams();
   p.dtype = ScalarKind::I8;
   CHECK(validationMessage(p).find("dtype (i8) is not supported") != std::string::npos);
@@ -797,9 +797,9 @@ TEST_CASE("paged attention op: warm-up lists every kernel the planner picks", "[
   ops::PagedAttentionParams bad;
   bad.numQueryHeads = 32;
   bad.numKvHeads = 8;
-  bad.headSize = 600;
+  bad.headSize = 1100;
   bad.blockSize = 16;
   auto refused = ops::pagedAttentionWarmupKernels(bad);
   REQUIRE_FALSE(refused.isOk());
-  CHECK(refused.diagnostic().message.find("head_size (600)") != std::string::npos);
+  CHECK(refused.diagnostic().message.find("head_size (1100)") != std::string::npos);
 }

@@ -446,9 +446,9 @@ TEST_CASE("spec: reduce_segments errors are located and name the field", "[spec]
       {"missing head size", with("  head_size: 128\n", ""), 2, 1, "missing required field 'head_size' in 'params'"},
       {"unsupported dtype", with("dtype: bf16", "dtype: f8"), 3, 10,
        "'dtype' must be one of f32, f16, bf16 (also fp32/float32, fp16/float16, bfloat16), got 'f8'"},
-      {"head size too large", with("head_size: 128", "head_size: [128, 1024]"), 5, 20,
-       "invalid variant (dtype=bf16 num_query_heads=32 head_size=1024 output_lse=false): head_size (1024) must be "
-       "between 1 and 512"},
+      {"head size too large", with("head_size: 128", "head_size: [128, 2048]"), 5, 20,
+       "invalid variant (dtype=bf16 num_query_heads=32 head_size=2048 output_lse=false): head_size (2048) must be "
+       "between 1 and 1024"},
       {"warps not a power of two", base + "  num_warps: 6\n", 7, 14,
        "invalid variant (dtype=bf16 num_query_heads=32 head_size=128 output_lse=false num_warps=6): num_warps (6) "
        "must be a power of two between 1 and 16"},

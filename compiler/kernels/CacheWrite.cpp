@@ -368,8 +368,8 @@ support::Status CacheWriteConfig::validate() const {
                        std::to_string(cacheBytes) + " (the cache element) and 16");
   if (numKvHeads < 1 || numKvHeads > 256)
     return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be between 1 and 256");
-  if (headSize < 1 || headSize > 512)
-    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
+  if (headSize < 1 || headSize > kMaxHeadSize)
+    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(kMaxHeadSize));
   if (blockSize < 1 || blockSize > 4096)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 4096");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
@@ -381,9 +381,9 @@ support::Status CacheWriteConfig::validate() const {
     return configError(std::string("per_head_scales needs a per-tensor fp8 cache (fp8_e4m3 or fp8_e5m2); "
                                    "kv_cache_dtype is ") +
                        kvCacheFormatName(cacheFormat));
-  if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > 512))
+  if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > kMaxHeadSize))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
-                       ") must be between 1 and 512 (0 = head_size)");
+                       ") must be between 1 and " + std::to_string(kMaxHeadSize) + " (0 = head_size)");
   if (cacheFormat == KvCacheFormat::Int4PerTokenHead && valueHeadSize != 0 &&
       (valueHeadSize % 2 != 0 || valueHeadSize < 4))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +

@@ -18,6 +18,10 @@ namespace attnjit::compiler {
 // (BLOCK_M = next_pow2 of them, at most 256).
 inline constexpr int kMaxAttentionHeads = 1024;
 inline constexpr int kMaxQueriesPerKvHead = 256;
+// Head sizes (QK and V) the attention, cache and merge kernels accept: up to
+// DeepSeek MLA's 576-wide latent rows read as plain attention (512 + 64), with room
+// for wider experiments. Heads over 256 take 16- or 32-key tiles (shared memory).
+inline constexpr int kMaxHeadSize = 1024;
 // Bidirectional (mm_prefix_range) ranges per sequence an attention kernel takes:
 // each is tested against every key of every tile, unrolled.
 inline constexpr int kMaxMmPrefixRanges = 32;

@@ -1278,11 +1278,11 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (queriesPerKv() > kMaxQueriesPerKvHead)
     return configError("num_query_heads / num_kv_heads (" + std::to_string(queriesPerKv()) + ") must be at most " +
                        std::to_string(kMaxQueriesPerKvHead) + " (one program's query tile packs them)");
-  if (headSize < 1 || headSize > 512)
-    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
-  if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > 512))
+  if (headSize < 1 || headSize > kMaxHeadSize)
+    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(kMaxHeadSize));
+  if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > kMaxHeadSize))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +
-                       ") must be between 1 and 512 (0 = head_size: equal QK and V head sizes)");
+                       ") must be between 1 and " + std::to_string(kMaxHeadSize) + " (0 = head_size: equal QK and V head sizes)");
   if (blockSize < 1 || blockSize > 256)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
   if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))

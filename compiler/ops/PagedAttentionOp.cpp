@@ -82,6 +82,17 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   // 2026-11-29 and 2026-11-30).
   const bool halfPrecision = p.dtype != ir::ScalarKind::F32;
   const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
+  if (widestHead > 256) {
+    // Wide heads (MLA's 576/512 latent rows read as attention, 512): 16-key
+    // tiles. A 64-key bf16 tile of K and V would take 128 KiB or more per
+    // stage, too much for cp.async slots, and its register path spills
+    // kilobytes; at 16 keys both stages fit and the four warps, each owning a
+    // quarter of the V columns, spill little. Prefill keeps this tiling too: a
+    // 128-row query tile holds an accumulator of Dv columns per row, 256 or
+    // more registers per thread at any warp count.
+    config.tileSize = 16;
+    return config;
+  }
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     // FlashAttention-2's tiling where it fits in registers: 4 warps of 32 rows,
@@ -267,8 +278,8 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
   if (numQueryHeads < 1 || numQueryHeads > compiler::kMaxAttentionHeads)
     return workspaceChecks.error("num_query_heads (" + std::to_string(numQueryHeads) + ") must be between 1 and " +
                                  std::to_string(compiler::kMaxAttentionHeads));
-  if (headSize < 1 || headSize > 512)
-    return workspaceChecks.error("head_size (" + std::to_string(headSize) + ") must be between 1 and 512");
+  if (headSize < 1 || headSize > compiler::kMaxHeadSize)
+    return workspaceChecks.error("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(compiler::kMaxHeadSize));
   if (maxSeqLen < 0)
     return workspaceChecks.error("max_seq_len (" + std::to_string(maxSeqLen) + ") must not be negative");
   if (maxNumTokens == 0) return uint64_t{0};

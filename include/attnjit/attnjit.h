@@ -274,7 +274,7 @@ void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params)
 /* *bytes = the split-KV workspace for batches of at most max_num_tokens query
  * tokens and sequences of at most max_seq_len keys (0 when such batches never
  * split): allocate once, pass to every call. Sizes out of range (negative, more
- * than 2^31 - 1 tokens, more than 1024 heads, head_size above 512) are
+ * than 2^31 - 1 tokens, more than 1024 heads, head_size above 1024) are
  * ATTNJIT_ERROR_INVALID_ARGUMENT. */
 attnjit_status attnjit_paged_attention_workspace_bytes(int64_t max_num_tokens, int num_query_heads, int head_size,
                                                        int max_seq_len, uint64_t* bytes);

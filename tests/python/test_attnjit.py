@@ -164,8 +164,8 @@ class CpuTests(unittest.TestCase):
         # sliding_window_right is read: causal kernels refuse it.
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"sliding_window_right \(8\) needs non-causal"):
             attnjit.ops.paged_attention_raw(validate_only=True, sliding_window_right=8, **PAGED_FIELDS)
-        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"value_head_size \(600\)"):
-            attnjit.ops.paged_attention_raw(validate_only=True, value_head_size=600, **PAGED_FIELDS)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"value_head_size \(1100\)"):
+            attnjit.ops.paged_attention_raw(validate_only=True, value_head_size=1100, **PAGED_FIELDS)
         # The mask fields are read: chunk size, ranges and the bias.
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"attention_chunk_size \(-1\) must not be"):
             attnjit.ops.paged_attention_raw(validate_only=True, attention_chunk_size=-1, **PAGED_FIELDS)
@@ -181,8 +181,8 @@ class CpuTests(unittest.TestCase):
         attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)
 
     def test_warmup_names_a_bad_static_field(self):
-        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"head_size \(600\)"):
-            attnjit.ops.paged_attention_warmup(num_query_heads=32, num_kv_heads=8, head_size=600, block_size=16)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"head_size \(1100\)"):
+            attnjit.ops.paged_attention_warmup(num_query_heads=32, num_kv_heads=8, head_size=1100, block_size=16)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"threads \(-2\) must be 0"):
             attnjit.ops.paged_attention_warmup(threads=-2, num_query_heads=32, num_kv_heads=8, head_size=128,
                                                block_size=16)
