@@ -369,7 +369,7 @@ support::Status CacheWriteConfig::validate() const {
   if (numKvHeads < 1 || numKvHeads > 256)
     return configError("num_kv_heads (" + std::to_string(numKvHeads) + ") must be between 1 and 256");
   if (headSize < 1 || headSize > kMaxHeadSize)
-    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(kMaxHeadSize));
+    return configError(headSizeOutOfRange("head_size", headSize));
   if (blockSize < 1 || blockSize > 4096)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 4096");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
@@ -382,8 +382,7 @@ support::Status CacheWriteConfig::validate() const {
                                    "kv_cache_dtype is ") +
                        kvCacheFormatName(cacheFormat));
   if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > kMaxHeadSize))
-    return configError("value_head_size (" + std::to_string(valueHeadSize) +
-                       ") must be between 1 and " + std::to_string(kMaxHeadSize) + " (0 = head_size)");
+    return configError(headSizeOutOfRange("value_head_size", valueHeadSize) + " (0 = head_size)");
   if (cacheFormat == KvCacheFormat::Int4PerTokenHead && valueHeadSize != 0 &&
       (valueHeadSize % 2 != 0 || valueHeadSize < 4))
     return configError("value_head_size (" + std::to_string(valueHeadSize) +

@@ -22,6 +22,10 @@ inline constexpr int kMaxQueriesPerKvHead = 256;
 // DeepSeek MLA's 576-wide latent rows read as plain attention (512 + 64), with room
 // for wider experiments. Heads over 256 take 16- or 32-key tiles (shared memory).
 inline constexpr int kMaxHeadSize = 1024;
+// "<field> (<value>) must be between 1 and kMaxHeadSize": every head-size check's message.
+inline std::string headSizeOutOfRange(const std::string& field, int value) {
+  return field + " (" + std::to_string(value) + ") must be between 1 and " + std::to_string(kMaxHeadSize);
+}
 // Bidirectional (mm_prefix_range) ranges per sequence an attention kernel takes:
 // each is tested against every key of every tile, unrolled.
 inline constexpr int kMaxMmPrefixRanges = 32;

@@ -184,7 +184,7 @@ support::Status MergePartialsConfig::validate() const {
   if (numHeads < 1 || numHeads > 65535)
     return configError("num_heads (" + std::to_string(numHeads) + ") must be between 1 and 65535");
   if (headSize < 1 || headSize > kMaxHeadSize)
-    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(kMaxHeadSize));
+    return configError(headSizeOutOfRange("head_size", headSize));
   if (!isPowerOfTwo(blockTokens) || blockTokens > 256)
     return configError("block_tokens (" + std::to_string(blockTokens) + ") must be a power of two between 1 and 256");
   if (!isPowerOfTwo(numWarps) || numWarps > 16)

@@ -166,7 +166,7 @@ support::Status ReduceSegmentsConfig::validate() const {
     return configError("num_query_heads (" + std::to_string(numQueryHeads) + ") must be between 1 and " +
                        std::to_string(kMaxAttentionHeads));
   if (headSize < 1 || headSize > kMaxHeadSize)
-    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(kMaxHeadSize));
+    return configError(headSizeOutOfRange("head_size", headSize));
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
   if (lseTokenStride && !outputLse)

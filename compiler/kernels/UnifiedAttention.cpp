@@ -1279,10 +1279,10 @@ support::Status UnifiedAttentionConfig::validate() const {
     return configError("num_query_heads / num_kv_heads (" + std::to_string(queriesPerKv()) + ") must be at most " +
                        std::to_string(kMaxQueriesPerKvHead) + " (one program's query tile packs them)");
   if (headSize < 1 || headSize > kMaxHeadSize)
-    return configError("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(kMaxHeadSize));
+    return configError(headSizeOutOfRange("head_size", headSize));
   if (valueHeadSize != 0 && (valueHeadSize < 1 || valueHeadSize > kMaxHeadSize))
-    return configError("value_head_size (" + std::to_string(valueHeadSize) +
-                       ") must be between 1 and " + std::to_string(kMaxHeadSize) + " (0 = head_size: equal QK and V head sizes)");
+    return configError(headSizeOutOfRange("value_head_size", valueHeadSize) +
+                       " (0 = head_size: equal QK and V head sizes)");
   if (blockSize < 1 || blockSize > 256)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
   if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))

@@ -279,7 +279,7 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
     return workspaceChecks.error("num_query_heads (" + std::to_string(numQueryHeads) + ") must be between 1 and " +
                                  std::to_string(compiler::kMaxAttentionHeads));
   if (headSize < 1 || headSize > compiler::kMaxHeadSize)
-    return workspaceChecks.error("head_size (" + std::to_string(headSize) + ") must be between 1 and " + std::to_string(compiler::kMaxHeadSize));
+    return workspaceChecks.error(compiler::headSizeOutOfRange("head_size", headSize));
   if (maxSeqLen < 0)
     return workspaceChecks.error("max_seq_len (" + std::to_string(maxSeqLen) + ") must not be negative");
   if (maxNumTokens == 0) return uint64_t{0};
