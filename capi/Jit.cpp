@@ -310,6 +310,9 @@ support::Status Jit::validateMlaDecode(const MlaDecodeParams& params) const { re
 support::Status Jit::validateGatherCache(const GatherCacheParams& params) const {
   return ops::validateGatherCache(params);
 }
+support::Status Jit::validateConvertCache(const ConvertCacheParams& params) const {
+  return ops::validateConvertCache(params);
+}
 
 support::Status Jit::pagedAttention(const PagedAttentionParams& params) {
   if (support::Status s = checkOpDevice(device()); !s) return s;
@@ -364,6 +367,14 @@ support::Status Jit::gatherCache(const GatherCacheParams& params) {
   if (params.numTokens == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
   if (support::Status s = state_->activate(); !s) return s;
   return ops::gatherCache(params);
+}
+
+support::Status Jit::convertCache(const ConvertCacheParams& params) {
+  if (support::Status s = checkOpDevice(device()); !s) return s;
+  if (support::Status s = ops::validateConvertCache(params); !s) return s;
+  if (params.numElements == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
+  if (support::Status s = state_->activate(); !s) return s;
+  return ops::convertCache(params);
 }
 
 support::Status Jit::mlaCacheWrite(const MlaCacheWriteParams& params) {

@@ -335,6 +335,18 @@ attnjit_status toParams(const char*, const attnjit_swap_blocks_params& c, attnji
   return ATTNJIT_OK;
 }
 
+attnjit_status toParams(const char* function, const attnjit_convert_cache_params& c, attnjit::ConvertCacheParams* p) {
+  if (attnjit_status s = toScalarKind(function, enumValue(c.dtype), &p->dtype); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toCacheFormat(function, enumValue(c.cache_format), &p->cacheFormat); s != ATTNJIT_OK) return s;
+  p->toFp8 = c.to_fp8 != 0;
+  p->numElements = c.num_elements;
+  p->src = c.src;
+  p->dst = c.dst;
+  p->scale = c.scale;
+  p->stream = c.stream;
+  return ATTNJIT_OK;
+}
+
 attnjit_status toSplitRule(const char* function, int rule, attnjit::MlaSplitRule* out) {
   switch (rule) {
     case ATTNJIT_MLA_SPLIT_BALANCED: *out = attnjit::MlaSplitRule::Balanced; return ATTNJIT_OK;
@@ -671,6 +683,16 @@ void attnjit_swap_blocks_params_init(attnjit_swap_blocks_params* params) {
   params->struct_size = sizeof *params;
 }
 
+void attnjit_convert_cache_params_init(attnjit_convert_cache_params* params) {
+  if (params == nullptr) return;
+  *params = attnjit_convert_cache_params{};
+  params->struct_size = sizeof *params;
+  params->dtype = ATTNJIT_DTYPE_BF16;
+  params->cache_format = ATTNJIT_KV_CACHE_FP8_E4M3;
+  params->to_fp8 = 1;
+  params->scale = 1.0f;
+}
+
 // The latent widths default to the kernel's (compiler/kernels/MlaCacheWrite.h):
 // DeepSeek's L = 512, R = 64, as attnjit_mla_decode_params_init's.
 void attnjit_mla_cache_write_params_init(attnjit_mla_cache_write_params* params) {
@@ -718,6 +740,7 @@ ATTNJIT_C_OP_ENTRY_POINTS(merge_attn_states, mergeAttnStates, validateMergeAttnS
 ATTNJIT_C_OP_ENTRY_POINTS(merge_partials, mergePartials, validateMergePartials)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_cache_write, mlaCacheWrite, validateMlaCacheWrite)
 ATTNJIT_C_OP_ENTRY_POINTS(gather_cache, gatherCache, validateGatherCache)
+ATTNJIT_C_OP_ENTRY_POINTS(convert_cache, convertCache, validateConvertCache)
 ATTNJIT_C_OP_ENTRY_POINTS(swap_blocks, swapBlocks, validateSwapBlocks)
 ATTNJIT_C_OP_ENTRY_POINTS(mla_decode, mlaDecode, validateMlaDecode)
 #undef ATTNJIT_C_OP_ENTRY_POINTS

@@ -652,6 +652,40 @@ attnjit::runtime::DeviceBuffer uploadBytes(const void* data, size_t bytes) {
 
 }  // namespace
 
+TEST_CASE("C convert cache: defaults and argument errors with the op's message", "[capi][convert_cache]") {
+  attnjit_jit* runtime = nullptr;
+  REQUIRE(attnjit_jit_create(nullptr, &runtime) == ATTNJIT_OK);
+  attnjit_convert_cache_params convert;
+  attnjit_convert_cache_params_init(&convert);
+  CHECK(convert.struct_size == sizeof convert);
+  CHECK(convert.dtype == ATTNJIT_DTYPE_BF16);
+  CHECK(convert.cache_format == ATTNJIT_KV_CACHE_FP8_E4M3);
+  CHECK(convert.to_fp8 == 1);
+  CHECK(convert.scale == 1.0f);
+  CHECK(convert.num_elements == 0);
+  CHECK(attnjit_convert_cache_validate(runtime, &convert) == ATTNJIT_OK);  // nothing to convert
+  CHECK(attnjit_convert_cache_validate(runtime, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_convert_cache_validate: params is NULL");
+  convert.num_elements = 1000;
+  convert.src = 0x10000;
+  convert.dst = 0x20000;
+  CHECK(attnjit_convert_cache_validate(runtime, &convert) == ATTNJIT_OK);
+  convert.dst = 0x10100;
+  CHECK(attnjit_convert_cache_validate(runtime, &convert) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::StartsWith("convert cache: src and dst overlap"));
+  convert.dst = 0x20000;
+  convert.to_fp8 = 0;
+  convert.cache_format = ATTNJIT_KV_CACHE_AUTO;
+  CHECK(attnjit_convert_cache_validate(runtime, &convert) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() ==
+        "convert cache: kv_cache_dtype auto is not supported by convert_cache; use fp8_e4m3 or fp8_e5m2");
+  convert.cache_format = ATTNJIT_KV_CACHE_FP8_E5M2;
+  convert.scale = -0.0f;
+  CHECK(attnjit_convert_cache_validate(runtime, &convert) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("must be finite and not zero"));
+  attnjit_jit_destroy(runtime);
+}
+
 TEST_CASE("C MLA cache write on the GPU matches the float64 reference", "[capi][gpu]") {
   if (!attnjit::tests::gpuPresent()) return;
   REQUIRE(attnjit::runtime::activatePrimaryContext(0).isOk());  // for the test's own buffers

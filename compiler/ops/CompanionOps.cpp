@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -304,6 +306,42 @@ support::Expected<PreparedCall> prepareGatherCache(const GatherCacheParams& p) {
   return call;
 }
 
+// The most elements one call converts: the grid's x extent stays below 2^31 at
+// the smallest block (256), and every byte offset below 2^63.
+constexpr int64_t kMaxConvertElements = int64_t{1} << 39;
+
+support::Expected<PreparedCall> prepareConvertCache(const ConvertCacheParams& p) {
+  const ArgumentChecks checks("convert cache");
+  const compiler::ConvertCacheConfig config = selectConvertCacheVariant(p);
+  if (support::Status s = config.validate(); !s) return checks.error(s.diagnostic().message);
+  if (p.numElements < 0 || p.numElements > kMaxConvertElements)
+    return checks.error("num_elements (" + std::to_string(p.numElements) + ") must be between 0 and 2^39");
+  if (!std::isfinite(p.scale) || p.scale == 0)
+    return checks.error("scale (" + std::to_string(p.scale) + ") must be finite and not zero");
+  PreparedCall call;
+  call.kernelName = config.kernelName();
+  call.build = [config] { return compiler::buildConvertCache(config); };
+  call.empty = p.numElements == 0;
+  if (call.empty) return call;
+  const auto bytes = [&](ir::ScalarKind kind) {
+    return static_cast<uint64_t>(p.numElements) * static_cast<uint64_t>(ir::storageBits(kind) / 8);
+  };
+  const uint64_t srcBytes = bytes(config.srcElement()), dstBytes = bytes(config.dstElement());
+  if (p.src != 0 && p.dst != 0 && p.src < p.dst + dstBytes && p.dst < p.src + srcBytes)
+    return checks.error("src and dst overlap; the conversion changes the element size, so it cannot run in place");
+  for (const auto& [name, address, kind] : {std::tuple{"src", p.src, config.srcElement()},
+                                            std::tuple{"dst", p.dst, config.dstElement()}})
+    if (support::Status s = checks.pointer(name, address, static_cast<uint64_t>(ir::storageBits(kind) / 8), true); !s)
+      return s;
+  // Parameters in the kernel's order (compiler/kernels/ConvertCache.h).
+  const std::vector<KernelArgument> arguments = {
+      KernelArgument::devicePointer(p.src), KernelArgument::devicePointer(p.dst),
+      KernelArgument::realValue(p.scale), KernelArgument::integerValue(p.numElements)};
+  if (support::Status s = packArguments(checks, call, arguments); !s) return s;
+  call.grid = {static_cast<unsigned>(compiler::convertCacheGridX(config, p.numElements)), 1, 1};
+  return call;
+}
+
 support::Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream) {
   if (call.empty) return support::Status::ok();
   auto ready = readyKernel(call.kernelName, call.build);
@@ -420,6 +458,35 @@ compiler::GatherCacheConfig selectGatherCacheVariant(const GatherCacheParams& p)
 }
 
 support::Status validateGatherCache(const GatherCacheParams& params) { return prepareGatherCache(params).status(); }
+
+compiler::ConvertCacheConfig selectConvertCacheVariant(const ConvertCacheParams& p) {
+  compiler::ConvertCacheConfig config;
+  config.dtype = p.dtype;
+  config.cacheFormat = p.cacheFormat;
+  config.toFp8 = p.toFp8;
+  // The widest vectors the call keeps: pointer alignment in bytes, and the
+  // element count's divisibility (masks constant over a vector), both up to 16.
+  config.alignment = 16;
+  while (config.alignment > 1 && ((p.src | p.dst) % static_cast<uint64_t>(config.alignment)) != 0)
+    config.alignment /= 2;
+  config.countDivisibility = 16;
+  while (config.countDivisibility > 1 && p.numElements % config.countDivisibility != 0) config.countDivisibility /= 2;
+  // Narrower accesses hold one element per register and convert their tile's
+  // layout through shared memory between the load and the store: 1024-element
+  // blocks keep that at 8 elements a thread (94 registers, not 232).
+  if (config.alignment < 16 || config.countDivisibility < 16) config.blockElements = 1024;
+  return config;
+}
+
+support::Status validateConvertCache(const ConvertCacheParams& params) {
+  return prepareConvertCache(params).status();
+}
+
+support::Status convertCache(const ConvertCacheParams& params) {
+  auto call = prepareConvertCache(params);
+  if (!call) return call.status();
+  return launchPrepared(*call, params.stream);
+}
 
 support::Status gatherCache(const GatherCacheParams& params) {
   auto call = prepareGatherCache(params);

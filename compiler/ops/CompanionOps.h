@@ -26,6 +26,7 @@
 #include "compiler/kernels/MergeAttnStates.h"
 #include "compiler/kernels/MergePartials.h"
 #include "compiler/kernels/GatherCache.h"
+#include "compiler/kernels/ConvertCache.h"
 #include "compiler/kernels/MlaCacheWrite.h"
 #include "support/Diagnostics.h"
 #include "runtime/Driver.h"
@@ -148,12 +149,28 @@ struct GatherCacheParams {
   runtime::StreamHandle stream = nullptr;  // null: the default stream
 };
 
+// vLLM's convert_fp8: num_elements contiguous elements converted between dtype
+// and a per-tensor fp8 format (compiler/kernels/ConvertCache.h). src and dst must
+// not overlap (their element sizes differ).
+struct ConvertCacheParams {
+  // ---- static: select the kernel ----
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;                               // the wide side: f32, f16 or bf16
+  compiler::KvCacheFormat cacheFormat = compiler::KvCacheFormat::Fp8E4M3;  // fp8_e4m3 or fp8_e5m2
+  bool toFp8 = true;  // src dtype -> dst fp8 (else src fp8 -> dst dtype)
+  // ---- the call ----
+  int64_t numElements = 0;
+  uint64_t src = 0, dst = 0;  // device pointers (any alignment of their element type)
+  float scale = 1.0f;         // to fp8: x / scale; from fp8: x * scale (finite, not 0)
+  runtime::StreamHandle stream = nullptr;  // null: the default stream
+};
+
 // The kernel variants the calls run.
 compiler::CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& params);
 compiler::MergeAttnStatesConfig selectMergeAttnStatesVariant(const MergeAttnStatesParams& params);
 compiler::MergePartialsConfig selectMergePartialsVariant(const MergePartialsParams& params);
 compiler::MlaCacheWriteConfig selectMlaCacheWriteVariant(const MlaCacheWriteParams& params);
 compiler::GatherCacheConfig selectGatherCacheVariant(const GatherCacheParams& params);
+compiler::ConvertCacheConfig selectConvertCacheVariant(const ConvertCacheParams& params);
 
 // Checks the arguments without touching the GPU.
 support::Status validateCacheWrite(const CacheWriteParams& params);
@@ -161,6 +178,7 @@ support::Status validateMergeAttnStates(const MergeAttnStatesParams& params);
 support::Status validateMergePartials(const MergePartialsParams& params);
 support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params);
 support::Status validateGatherCache(const GatherCacheParams& params);
+support::Status validateConvertCache(const ConvertCacheParams& params);
 
 // Validate, then launch (compiling or loading the kernel on first use).
 support::Status cacheWrite(const CacheWriteParams& params);
@@ -168,5 +186,6 @@ support::Status mergeAttnStates(const MergeAttnStatesParams& params);
 support::Status mergePartials(const MergePartialsParams& params);
 support::Status mlaCacheWrite(const MlaCacheWriteParams& params);
 support::Status gatherCache(const GatherCacheParams& params);
+support::Status convertCache(const ConvertCacheParams& params);
 
 }  // namespace attnjit::ops

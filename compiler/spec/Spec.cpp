@@ -425,6 +425,20 @@ std::vector<ParamField<GatherCacheConfig>> specFields() {
 }
 
 template <>
+std::vector<ParamField<ConvertCacheConfig>> specFields() {
+  using C = ConvertCacheConfig;
+  return {
+      {"dtype", true, dtypeField<C>()},
+      {"kv_cache_dtype", true, cacheFormatField(&C::cacheFormat)},
+      {"to_fp8", true, boolField("to_fp8", &C::toFp8)},
+      {"block_elements", false, positiveField("block_elements", &C::blockElements)},
+      {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+      {"alignment", false, positiveField("alignment", &C::alignment)},
+      {"count_divisibility", false, positiveField("count_divisibility", &C::countDivisibility)},
+  };
+}
+
+template <>
 std::vector<ParamField<MlaCacheWriteConfig>> specFields() {
   using C = MlaCacheWriteConfig;
   return {
@@ -837,6 +851,15 @@ std::string formatSpecParams(const GatherCacheConfig& config) {
          " block_tokens=" + std::to_string(config.blockTokens) + " num_warps=" + std::to_string(config.numWarps) +
          (config.strideDivisibility != 16 ? " stride_divisibility=" + std::to_string(config.strideDivisibility)
                                           : std::string());
+}
+
+std::string formatSpecParams(const ConvertCacheConfig& config) {
+  return "dtype=" + std::string(ir::scalarName(config.dtype)) + " kv_cache_dtype=" +
+         kvCacheFormatName(config.cacheFormat) + " to_fp8=" + (config.toFp8 ? "true" : "false") +
+         " block_elements=" + std::to_string(config.blockElements) + " num_warps=" + std::to_string(config.numWarps) +
+         (config.alignment != 16 ? " alignment=" + std::to_string(config.alignment) : std::string()) +
+         (config.countDivisibility != 16 ? " count_divisibility=" + std::to_string(config.countDivisibility)
+                                         : std::string());
 }
 
 std::string formatSpecParams(const ReduceSegmentsConfig& config) {

@@ -14,6 +14,7 @@
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/MergePartials.h"
 #include "compiler/kernels/GatherCache.h"
+#include "compiler/kernels/ConvertCache.h"
 #include "compiler/kernels/MlaCacheWrite.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/kernels/UnifiedAttention.h"
@@ -49,6 +50,7 @@ std::string formatSpecParams(const MlaDecodeConfig& config);
 std::string formatSpecParams(const MergePartialsConfig& config);
 std::string formatSpecParams(const MlaCacheWriteConfig& config);
 std::string formatSpecParams(const GatherCacheConfig& config);
+std::string formatSpecParams(const ConvertCacheConfig& config);
 std::string formatSpecParams(const ReduceSegmentsConfig& config);
 support::Expected<Spec> loadSpecText(const std::string& text, const std::string& path);
 

@@ -37,6 +37,7 @@ std::optional<ReduceSegmentsConfig> splitKvStage2(const Variant& variant) {
     case Family::MergePartials:
     case Family::MlaCacheWrite:
     case Family::GatherCache:
+    case Family::ConvertCache:
     case Family::ReduceSegments: return std::nullopt;
   }
   return std::nullopt;

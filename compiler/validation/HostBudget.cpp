@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "compiler/validation/ConvertCacheProblem.h"
+
 namespace attnjit::validation {
 
 using compiler::Family;
@@ -158,6 +160,13 @@ HostEstimate estimateHostWork(const compiler::Variant& variant, const compiler::
       const double cacheRows = batch.keys + (batch.sequences + kSpareBlocks) * c.blockSize;
       elements = cacheRows * c.entrySize + 2 * batch.keys * c.entrySize;
       multiplyAdds = batch.keys * c.entrySize;
+      break;
+    }
+    case Family::ConvertCache: {
+      // Source, destination and the expectation (ConvertCacheProblem's element count).
+      const double n = static_cast<double>(ConvertCacheProblem::elementsFor(static_cast<int64_t>(batch.keys), variant.convertCache.countDivisibility));
+      elements = 3 * n;
+      multiplyAdds = n;
       break;
     }
     case Family::MlaCacheWrite: {

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compiler/validation/CacheWriteProblem.h"
+#include "compiler/validation/ConvertCacheProblem.h"
 #include "compiler/validation/GatherCacheProblem.h"
 #include "compiler/validation/HostBudget.h"
 #include "compiler/validation/MergeAttnStatesProblem.h"
@@ -29,6 +30,7 @@ support::Expected<AttentionRunResult> interpretFamily(const compiler::Variant& v
     case Family::MergePartials: return runMergePartialsInterpreted(variant.mergePartials, shape);
     case Family::MlaCacheWrite: return runMlaCacheWriteInterpreted(variant.mlaCacheWrite, shape);
     case Family::GatherCache: return runGatherCacheInterpreted(variant.gatherCache, shape);
+    case Family::ConvertCache: return runConvertCacheInterpreted(variant.convertCache, shape);
     case Family::MlaDecode: return runMlaDecodeInterpreted(variant.mla, shape);
     case Family::ReduceSegments: return runReduceSegmentsInterpreted(variant.reduceSegments, shape);
   }
@@ -45,6 +47,7 @@ support::Expected<GpuRunResult> runFamilyGpu(const compiler::Variant& variant, c
     case Family::MergePartials: return runMergePartialsGpu(variant.mergePartials, shape, options);
     case Family::MlaCacheWrite: return runMlaCacheWriteGpu(variant.mlaCacheWrite, shape, options);
     case Family::GatherCache: return runGatherCacheGpu(variant.gatherCache, shape, options);
+    case Family::ConvertCache: return runConvertCacheGpu(variant.convertCache, shape, options);
     case Family::MlaDecode: return runMlaDecodeGpu(variant.mla, shape, options);
     case Family::ReduceSegments: return runReduceSegmentsGpu(variant.reduceSegments, shape, options);
   }

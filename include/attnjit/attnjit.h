@@ -439,6 +439,25 @@ void attnjit_swap_blocks_params_init(attnjit_swap_blocks_params* params);
 attnjit_status attnjit_swap_blocks_validate(attnjit_jit* jit, const attnjit_swap_blocks_params* params);
 attnjit_status attnjit_swap_blocks(attnjit_jit* jit, const attnjit_swap_blocks_params* params);
 
+/* A whole cache (any contiguous tensor) converted to or from per-tensor FP8
+ * (vLLM's convert_fp8; compiler/kernels/ConvertCache.h): to FP8, dst[i] =
+ * fp8(src[i] / scale), rounded to nearest even and saturated; from FP8, dst[i] =
+ * src[i] * scale in dtype. src and dst must not overlap. */
+typedef struct attnjit_convert_cache_params {
+  size_t struct_size;
+  attnjit_dtype dtype;                  /* the wide side: F32, F16 or BF16 (default BF16) */
+  attnjit_kv_cache_format cache_format; /* FP8_E4M3 (default) or FP8_E5M2 */
+  int to_fp8;                           /* 1 (default): dtype -> FP8; 0: FP8 -> dtype */
+  int64_t num_elements;                 /* 0: nothing to do */
+  uint64_t src, dst;                    /* device pointers, aligned to their element size */
+  float scale;                          /* finite, not 0 (default 1) */
+  void* stream;
+} attnjit_convert_cache_params;
+
+void attnjit_convert_cache_params_init(attnjit_convert_cache_params* params);
+attnjit_status attnjit_convert_cache_validate(attnjit_jit* jit, const attnjit_convert_cache_params* params);
+attnjit_status attnjit_convert_cache(attnjit_jit* jit, const attnjit_convert_cache_params* params);
+
 /* MLA latent decode (vLLM's TRITON_MLA decode; compiler/ops/MlaDecodeOp.h). */
 
 /* How the MLA decode chooses its number of KV splits. */

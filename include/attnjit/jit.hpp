@@ -56,6 +56,7 @@ using MergeAttnStatesParams = ops::MergeAttnStatesParams;
 using MergePartialsParams = ops::MergePartialsParams;
 using MlaCacheWriteParams = ops::MlaCacheWriteParams;
 using GatherCacheParams = ops::GatherCacheParams;
+using ConvertCacheParams = ops::ConvertCacheParams;
 using SwapBlocksParams = ops::SwapBlocksParams;
 using MlaDecodeParams = ops::MlaDecodeParams;
 using MlaSplitRule = ops::MlaSplitRule;
@@ -178,6 +179,8 @@ class Jit {
   support::Status validateMlaCacheWrite(const MlaCacheWriteParams& params) const;
   support::Status gatherCache(const GatherCacheParams& params);
   support::Status validateGatherCache(const GatherCacheParams& params) const;
+  support::Status convertCache(const ConvertCacheParams& params);
+  support::Status validateConvertCache(const ConvertCacheParams& params) const;
   // Block copies between caches (ops::swapBlocks): no kernel, no compilation.
   support::Status swapBlocks(const SwapBlocksParams& params);
   support::Status validateSwapBlocks(const SwapBlocksParams& params) const;

@@ -109,6 +109,9 @@ _PROTOTYPES = {
     "attnjit_swap_blocks_params_init": (None, [_p(s.SwapBlocksParams)]),
     "attnjit_swap_blocks_validate": (_c_status, [_jit, _p(s.SwapBlocksParams)]),
     "attnjit_swap_blocks": (_c_status, [_jit, _p(s.SwapBlocksParams)]),
+    "attnjit_convert_cache_params_init": (None, [_p(s.ConvertCacheParams)]),
+    "attnjit_convert_cache_validate": (_c_status, [_jit, _p(s.ConvertCacheParams)]),
+    "attnjit_convert_cache": (_c_status, [_jit, _p(s.ConvertCacheParams)]),
     "attnjit_mla_decode_params_init": (None, [_p(s.MlaDecodeParams)]),
     "attnjit_mla_decode_workspace_bytes": (_c_status, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                        _p(ctypes.c_uint64)]),
@@ -141,6 +144,7 @@ def check_struct_layouts():
         (s.MergePartialsParams, lib.attnjit_merge_partials_params_init),
         (s.MlaCacheWriteParams, lib.attnjit_mla_cache_write_params_init),
         (s.GatherCacheParams, lib.attnjit_gather_cache_params_init),
+        (s.ConvertCacheParams, lib.attnjit_convert_cache_params_init),
         (s.SwapBlocksParams, lib.attnjit_swap_blocks_params_init),
         (s.MlaDecodeParams, lib.attnjit_mla_decode_params_init),
     ):

@@ -261,6 +261,20 @@ class SwapBlocksParams(ctypes.Structure):
     ]
 
 
+class ConvertCacheParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("dtype", _i32),
+        ("cache_format", _i32),
+        ("to_fp8", _i32),
+        ("num_elements", _i64),
+        ("src", _u64),
+        ("dst", _u64),
+        ("scale", _f32),
+        ("stream", _ptr),
+    ]
+
+
 class MlaDecodeParams(ctypes.Structure):
     _fields_ = [
         ("struct_size", _size),

@@ -819,6 +819,60 @@ def copy_blocks(key_caches, value_caches, block_mapping, stream=None, jit=None):
         swap_blocks(cache, cache, block_mapping, stream=stream, jit=jit)
 
 
+def convert_cache_raw(jit=None, validate_only=False, **fields):
+    """The fp8 conversion from the C struct's fields (pointers as ints)."""
+    _run(s.ConvertCacheParams, lib.attnjit_convert_cache_params_init, lib.attnjit_convert_cache,
+         lib.attnjit_convert_cache_validate, jit, validate_only, fields)
+
+
+def convert_fp8(dst, src, scale=1.0, kv_dtype="fp8", stream=None, jit=None):
+    """vLLM's convert_fp8: converts a whole cache (any contiguous tensor) to or
+    from per-tensor fp8. With a one-byte dst (uint8 or a float8 dtype) and a
+    float src: dst = fp8(src / scale), rounded to nearest even and saturated;
+    with a one-byte src and a float dst: dst = src * scale. kv_dtype: "fp8" or
+    "fp8_e4m3" (e4m3fn), or "fp8_e5m2"; a float8 tensor must be of that format.
+    src and dst: CUDA tensors of equal element counts, contiguous, not
+    overlapping; scale: a Python float (finite, not 0). Returns dst."""
+    torch = _require_torch()
+    formats = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+    if kv_dtype not in formats:
+        raise ValueError("kv_dtype %r is not one convert_fp8 takes (fp8, fp8_e4m3, fp8_e5m2)" % (kv_dtype,))
+    cache_format = formats[kv_dtype]
+    for name, tensor in (("dst", dst), ("src", src)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
+        if tensor.device.type != "cuda":
+            raise ValueError("%s is on %s; attnjit ops take CUDA tensors" % (name, tensor.device))
+        if not tensor.is_contiguous():
+            raise ValueError("%s must be contiguous (convert_fp8 walks both tensors as one flat range)" % name)
+        float8 = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}.get(tensor.dtype)
+        if float8 is not None and float8 != cache_format:
+            raise TypeError("%s has dtype %s, but kv_dtype %r is %s" % (name, tensor.dtype, kv_dtype, cache_format))
+    if src.device != dst.device:
+        raise ValueError("src is on %s, dst on %s" % (src.device, dst.device))
+    if src.numel() != dst.numel():
+        raise ValueError("src has %d elements, dst %d" % (src.numel(), dst.numel()))
+    if dst.element_size() == 1 and src.element_size() != 1:
+        to_fp8, wide = True, src
+    elif src.element_size() == 1 and dst.element_size() != 1:
+        to_fp8, wide = False, dst
+    else:
+        raise TypeError("convert_fp8 converts between a float tensor and a one-byte one; got src %s and dst %s" % (
+            src.dtype, dst.dtype))
+    convert_cache_raw(
+        jit=jit,
+        dtype=_float_dtype(torch, "src" if to_fp8 else "dst", wide),
+        cache_format=cache_format,
+        to_fp8=int(to_fp8),
+        num_elements=src.numel(),
+        src=src.data_ptr(),
+        dst=dst.data_ptr(),
+        scale=float(scale),
+        stream=stream_handle(stream, dst.device).value,
+    )
+    return dst
+
+
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
                kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
                num_sms=0, stream=None, jit=None, runtime_scratch=True):

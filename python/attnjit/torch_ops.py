@@ -98,6 +98,11 @@ def gather_cache(cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tens
                      seq_starts=seq_starts)
 
 
+@torch.library.custom_op(_LIBRARY + "::convert_fp8", mutates_args=("dst",))
+def convert_fp8(dst: torch.Tensor, src: torch.Tensor, scale: float = 1.0, kv_dtype: str = "fp8") -> None:
+    ops.convert_fp8(dst, src, scale=scale, kv_dtype=kv_dtype)
+
+
 @torch.library.custom_op(_LIBRARY + "::swap_blocks", mutates_args=("dst",))
 def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor,
                 block_size_in_bytes: Optional[int] = None) -> None:
@@ -118,8 +123,8 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block
 
 
 for _operator in ((paged_attention, cache_write) if not NATIVE else ()) + (
-        merge_attn_states, mla_cache_write, gather_cache, swap_blocks, mla_decode):
+        merge_attn_states, mla_cache_write, gather_cache, convert_fp8, swap_blocks, mla_decode):
     _operator.register_fake(_writes_only)
 
-__all__ = ["cache_write", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention",
+__all__ = ["cache_write", "convert_fp8", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention",
            "swap_blocks"]

@@ -23,7 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
-FAMILIES = ["unified_attention", "diffkv", "mixed_causal", "decode_attention", "mla_decode", "merge_attn_states", "reshape_and_cache_flash", "swap_blocks"]
+FAMILIES = ["unified_attention", "diffkv", "mixed_causal", "decode_attention", "mla_decode", "merge_attn_states",
+            "reshape_and_cache_flash", "swap_blocks", "convert_fp8"]
 
 
 def main():

@@ -269,6 +269,16 @@ class CpuTests(unittest.TestCase):
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"entry_size \(5000\) must be between 1 and 4096"):
             attnjit.ops.gather_cache_raw(validate_only=True, **dict(fields, entry_size=5000))
 
+    def test_convert_cache_raw_errors_carry_the_c_message(self):
+        fields = dict(num_elements=4096, src=0x100000, dst=0x800000, scale=0.5)
+        attnjit.ops.convert_cache_raw(validate_only=True, **fields)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"convert cache: src and dst overlap"):
+            attnjit.ops.convert_cache_raw(validate_only=True, **dict(fields, dst=0x100100))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"scale \(0\.000000\) must be finite and not zero"):
+            attnjit.ops.convert_cache_raw(validate_only=True, **dict(fields, scale=0.0))
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"kv_cache_dtype auto is not supported"):
+            attnjit.ops.convert_cache_raw(validate_only=True, **dict(fields, cache_format="auto"))
+
     def test_swap_blocks_raw_checks_the_mapping(self):
         mapping = (ctypes.c_int64 * 4)(0, 1, 2, 9)
         fields = dict(block_bytes=64, src_num_blocks=4, dst_num_blocks=4, src=0x10000, dst=0x20000,
@@ -739,6 +749,35 @@ class GpuTests(unittest.TestCase):
                     rows.append(flat.float() * (scale.item() if scale is not None else 1.0))
                 expected = torch.cat(rows).to(torch.bfloat16)
                 self.assertTrue(torch.equal(dst, expected), (cache_format, use_starts))
+
+    def test_convert_fp8_round_trips_and_matches_torch(self):
+        # vLLM's convert_fp8 both ways, e4m3 and e5m2, with a scale, on a cache
+        # view that starts one element in and has an odd element count (the op's
+        # narrow variant), against torch's own float8 casts (in range: torch's
+        # e4m3fn cast does not saturate, vLLM's and attnjit's do).
+        import attnjit.torch_ops  # noqa: F401  (registers the operators)
+        torch.manual_seed(29)
+        base = torch.randn(3 * 16 * 8 * 64 + 1, device="cuda", dtype=torch.bfloat16) * 40
+        for kv_dtype, float8 in (("fp8", torch.float8_e4m3fn), ("fp8_e5m2", torch.float8_e5m2)):
+            for source in (base[:-1].view(3, 16, 8, 64), base[1:-2]):
+                scale = 0.5
+                quantized = torch.empty(source.shape, device="cuda", dtype=torch.uint8)
+                attnjit.ops.convert_fp8(quantized, source, scale=scale, kv_dtype=kv_dtype)
+                expected = (source.float() / scale).to(float8).view(torch.uint8)
+                self.assertTrue(torch.equal(quantized, expected), (kv_dtype, source.shape))
+                back = torch.full(source.shape, float("nan"), device="cuda", dtype=torch.float32)
+                torch.ops.attnjit.convert_fp8(back, quantized, scale, kv_dtype)
+                torch.cuda.synchronize()
+                self.assertTrue(torch.equal(back, quantized.view(float8).float() * scale), (kv_dtype, source.shape))
+        # Saturation: beyond e4m3's 448 the largest finite value, never NaN.
+        big = torch.tensor([1000.0, -1e6, 448.0, 464.0] * 4, device="cuda")
+        out = torch.empty(big.shape, device="cuda", dtype=torch.float8_e4m3fn)
+        attnjit.ops.convert_fp8(out, big)
+        self.assertEqual(out.float().tolist(), [448.0, -448.0, 448.0, 448.0] * 4)
+        with self.assertRaisesRegex(TypeError, "kv_dtype 'fp8_e5m2' is fp8_e5m2"):
+            attnjit.ops.convert_fp8(out, big, kv_dtype="fp8_e5m2")
+        with self.assertRaisesRegex(ValueError, "src has 16 elements, dst 15"):
+            attnjit.ops.convert_fp8(out[:15], big)
 
     def test_swap_blocks_moves_blocks_between_host_and_device(self):
         # vLLM's swap_blocks both ways (pinned host memory) and copy_blocks inside

@@ -94,6 +94,8 @@ std::vector<double> referenceGatherCache(const GatherCacheInputs& in) {
   return out;
 }
 
+double referenceConvertFp8(double x, double scale, bool toFp8) { return toFp8 ? x / scale : x * scale; }
+
 MlaCacheRows referenceMlaCacheWrite(const MlaCacheWriteInputs& in) {
   const size_t L = static_cast<size_t>(in.kvLoraRank), R = static_cast<size_t>(in.ropeDim), W = L + R;
   MlaCacheRows rows;

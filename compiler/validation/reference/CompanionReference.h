@@ -68,6 +68,11 @@ struct GatherCacheInputs {
 };
 std::vector<double> referenceGatherCache(const GatherCacheInputs& inputs);
 
+// vLLM's convert_fp8 of one element before any rounding: x / scale on the way
+// to fp8, x · scale on the way back (the kernel then rounds to f32 and to the
+// destination type; fp8 saturates).
+double referenceConvertFp8(double x, double scale, bool toFp8);
+
 // OCP fp8 decoding: e4m3fn (bias 7, no infinities, S.1111.111 = NaN) and e5m2
 // (bias 15, IEEE-like).
 double decodeFp8E4M3(uint8_t bits);
