@@ -35,6 +35,12 @@ inline bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 inline support::Status configError(const std::string& message) {
   return support::Status::error(support::Location{}, message);
 }
+// "<field> (<value>) must be a power of two between <low> and <high>" unless it is one.
+inline support::Status checkPowerOfTwo(const std::string& field, int value, int low, int high) {
+  if (isPowerOfTwo(value) && value >= low && value <= high) return support::Status::ok();
+  return configError(field + " (" + std::to_string(value) + ") must be a power of two between " +
+                     std::to_string(low) + " and " + std::to_string(high));
+}
 
 // A number in a message or a shape's text, as short as reads back exactly (30,
 // 2.5, 0.25, -1, nan).

@@ -6,6 +6,7 @@
 #include "compiler/kernels/ConvertCache.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "compiler/kernels/ConfigChecks.h"
 #include "ir/Builder.h"
@@ -75,16 +76,10 @@ support::Status ConvertCacheConfig::validate() const {
   if (!isPerTensorFp8(cacheFormat))
     return configError(std::string("kv_cache_dtype ") + kvCacheFormatName(cacheFormat) +
                        " is not supported by convert_cache; use fp8_e4m3 or fp8_e5m2");
-  if (!isPowerOfTwo(blockElements) || blockElements < 256 || blockElements > 65536)
-    return configError("block_elements (" + std::to_string(blockElements) +
-                       ") must be a power of two between 256 and 65536");
-  if (!isPowerOfTwo(numWarps) || numWarps > 16)
-    return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  if (!isPowerOfTwo(alignment) || alignment > 16)
-    return configError("alignment (" + std::to_string(alignment) + ") must be a power of two between 1 and 16");
-  if (!isPowerOfTwo(countDivisibility) || countDivisibility > 16)
-    return configError("count_divisibility (" + std::to_string(countDivisibility) +
-                       ") must be a power of two between 1 and 16");
+  for (const auto& [field, value, low, high] :
+       {std::tuple{"block_elements", blockElements, 256, 65536}, std::tuple{"num_warps", numWarps, 1, 16},
+        std::tuple{"alignment", alignment, 1, 16}, std::tuple{"count_divisibility", countDivisibility, 1, 16}})
+    if (support::Status s = checkPowerOfTwo(field, value, low, high); !s) return s;
   return support::Status::ok();
 }
 

@@ -7,6 +7,8 @@
 // the entry width are masked.
 #include "compiler/kernels/GatherCache.h"
 
+#include <tuple>
+
 #include "compiler/kernels/Broadcasts.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/SequenceSearch.h"
@@ -138,13 +140,10 @@ support::Status GatherCacheConfig::validate() const {
     return configError("entry_size (" + std::to_string(entrySize) + ") must be between 1 and 4096");
   if (blockSize < 1 || blockSize > 4096)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 4096");
-  if (!isPowerOfTwo(blockTokens) || blockTokens > 64)
-    return configError("block_tokens (" + std::to_string(blockTokens) + ") must be a power of two between 1 and 64");
-  if (!isPowerOfTwo(numWarps) || numWarps > 16)
-    return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  if (!isPowerOfTwo(strideDivisibility) || strideDivisibility > 16)
-    return configError("stride_divisibility (" + std::to_string(strideDivisibility) +
-                       ") must be a power of two between 1 and 16");
+  for (const auto& [field, value, high] : {std::tuple{"block_tokens", blockTokens, 64},
+                                           std::tuple{"num_warps", numWarps, 16},
+                                           std::tuple{"stride_divisibility", strideDivisibility, 16}})
+    if (support::Status s = checkPowerOfTwo(field, value, 1, high); !s) return s;
   return support::Status::ok();
 }
 

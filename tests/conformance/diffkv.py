@@ -26,7 +26,7 @@ attnjit's op picks the tiling, and splits when the longest sequence is known
 
 import itertools
 
-from conformance import assert_close
+from conformance import assert_close, split_options
 
 NUM_HEADS = [(4, 4), (8, 2), (5, 1)]
 HEAD_SIZES = [(128, 128), (192, 128)]
@@ -110,13 +110,7 @@ def attend(torch, attnjit, query, cache, d_v, block_tables, query_lens, kv_lens,
         options.update(softcap=softcap)
     if sinks is not None:
         options.update(sinks=sinks)
-    # vLLM's seq_threshold_3D 0 keeps every batch in one launch; a positive one
-    # lets small batches split their keys, which attnjit does when it knows the
-    # longest sequence.
-    if split:
-        options.update(max_seq_len=max(kv_lens))
-    else:
-        options.update(runtime_scratch=False)
+    options.update(split_options(split, kv_lens))
     attnjit.ops.paged_attention(query, cache, out, block_tables, seq_lens, cu, max(query_lens), scale=scale,
                                 **options)
     torch.cuda.synchronize()

@@ -19,7 +19,7 @@ float64 on the unquantized inputs; tolerances are vLLM's: atol 1.5e-2 / rtol
 
 import itertools
 
-from conformance import Unsupported, assert_close
+from conformance import Unsupported, assert_close, split_options
 
 SEQ_LENS = [[(1, 1328), (5, 18), (129, 463)], [(1, 523), (1, 37), (1, 2011)]]
 NUM_HEADS = [(4, 4), (8, 2), (5, 1)]
@@ -110,13 +110,7 @@ def run(torch, attnjit, test, seq_lens=None, heads=None, head_size=None, window=
         options.update(sliding_window=window)
     if softcap is not None:
         options.update(softcap=softcap)
-    # vLLM's seq_threshold_3D: 0 keeps decode batches in one launch; 8 lets
-    # batches of up to 8 sequences split their keys (attnjit splits when the
-    # longest sequence is known and the GPU would otherwise idle).
-    if threshold:
-        options.update(max_seq_len=max(kv_lens))
-    else:
-        options.update(runtime_scratch=False)
+    options.update(split_options(threshold > 0, kv_lens))
     attnjit.ops.paged_attention(q_in, kv_in, output, block_tables, seq_lens_t, cu, max(query_lens), scale=scale,
                                 **options)
     torch.cuda.synchronize()
