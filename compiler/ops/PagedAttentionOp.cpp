@@ -252,6 +252,11 @@ namespace {
 int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (!lengthsEven(p) || !config.validate() || !batchInRange(p)) return 0;
   if (config.splitKv || config.blockMRows != 0) return 0;  // split-KV and prefill tilings: not measured
+  // The cap gains at head sizes 96 and 128 (14% and 11% at B=64 ctx 4096) and
+  // loses at 64 (23%: smaller CTAs want more than two per SM) and 192 (4%;
+  // bench/decode_grid.py, docs/perf-log.md 2026-12-02).
+  const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
+  if (widestHead <= 64 || widestHead > 128) return 0;
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
   return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
@@ -283,8 +288,19 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
   if (maxSeqLen < 0)
     return workspaceChecks.error("max_seq_len (" + std::to_string(maxSeqLen) + ") must not be negative");
   if (maxNumTokens == 0) return uint64_t{0};
-  const int64_t segments = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
-  return segments < 2 ? uint64_t{0} : workspaceFor(maxNumTokens, numQueryHeads, headSize, segments);
+  const int64_t keySegments = ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys);
+  const int64_t perToken = std::min<int64_t>(16, keySegments);
+  uint64_t bytes = perToken < 2 ? uint64_t{0} : workspaceFor(maxNumTokens, numQueryHeads, headSize, perToken);
+  // Small decode batches: the fill rule (splitPlanFor) cuts s sequences of one
+  // KV head into up to ceil(2·SMs / s) segments; a workspace sized for 16 would
+  // cap a long-context batch of a few sequences at 16 segments, fewer CTAs than
+  // SMs (measured: MQA B=3 ctx 128k, 2.3x slower than the runtime's scratch).
+  const int sms = compiler::deviceZeroSmCount() > 0 ? compiler::deviceZeroSmCount() : kWorkspaceSmsWithoutDevice;
+  for (int64_t s = 1; s <= std::min<int64_t>(maxNumTokens, 2 * int64_t{sms}); ++s) {
+    const int64_t segments = std::min({ceilDiv(2 * int64_t{sms}, s), keySegments, int64_t{kSplitKvMaxSegments}});
+    if (segments >= 2) bytes = std::max(bytes, workspaceFor(s, numQueryHeads, headSize, segments));
+  }
+  return bytes;
 }
 
 namespace {

@@ -202,10 +202,15 @@ inline constexpr int kUnevenSplitMinMaxSeqLen = 3 * 1024;
 inline constexpr int kSplitKvMaxSegments = 64;
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
 
+// SMs a workspace is sized for where no device says (the H200's).
+inline constexpr int kWorkspaceSmsWithoutDevice = 132;
+
 // Workspace bytes (headSize: the value head size Dv for DiffKV, the scratch's
 // row width) for batches of at most maxNumTokens query tokens with
 // sequences of at most maxSeqLen keys: room for 16 segments per token (or
-// fewer, when maxSeqLen has fewer 512-key segments). Call once, allocate, pass
+// fewer, when maxSeqLen has fewer 512-key segments), and for the finer splits
+// the fill rule gives small decode batches (s sequences of one KV head: up to
+// ceil(2 SMs / s) segments, at most kSplitKvMaxSegments; device 0's SMs). Call once, allocate, pass
 // workspace/workspaceBytes to every call; a smaller workspace only limits how
 // finely a batch is split (a batch it cannot split at all runs 2D). 0 when such batches never split; an error for sizes
 // out of range (negative, or beyond what the op accepts).
