@@ -234,6 +234,22 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(plan.segmentTiles == 1821);
   p.numSeqs = p.numTokens = 64;  // 512 programs fill 132 SMs: 2D
   CHECK_FALSE(ops::selectPagedAttentionVariant(p).splitKv);
+  {
+    // A workspace from pagedAttentionWorkspaceBytes holds the fill rule's plan for
+    // a few long sequences: 3 MQA sequences take 64 segments (192 CTAs), as with
+    // the runtime's scratch, not the 16 (48 CTAs on 132 SMs) of 16 per token.
+    ops::PagedAttentionParams mqa = validParams();
+    mqa.numKvHeads = 1;
+    mqa.numSeqs = mqa.numTokens = 3;
+    mqa.maxSeqLen = 131072;
+    mqa.numSms = 132;
+    CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 64);
+    mqa.workspace = 0xB0000;
+    mqa.workspaceBytes = ops::pagedAttentionWorkspaceBytes(3, 32, 128, 131072).value();
+    CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 64);
+    mqa.workspaceBytes = ops::pagedAttentionWorkspaceBytes(4096, 32, 128, 131072).value();  // an engine's max tokens
+    CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 64);
+  }
   p.numSeqs = p.numTokens = 4;
   p.maxSeqLen = 700;  // two 512-key segments at most
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 2);
@@ -372,6 +388,14 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
   p.minSeqLen = 3686;
   CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // mixed lengths keep every CTA that fits
   p.minSeqLen = 4096;
+  // The cap gains at head sizes 96 and 128 only; smaller CTAs (64) and wider
+  // heads (192, 256) keep every CTA that fits.
+  for (int headSize : {64, 96, 192, 256}) {
+    p.headSize = headSize;
+    INFO("head_size " << headSize);
+    CHECK(ops::pagedAttentionCtasPerSm(p) == (headSize == 96 ? 2 : 0));
+  }
+  p.headSize = 128;
   p.numSms = 320;
   CHECK(ops::pagedAttentionCtasPerSm(p) == 0);  // at most two per SM anyway
   p.numSms = 132;
