@@ -155,6 +155,10 @@ TEST_CASE("convert_cache op: variants follow the pointers and the count, argumen
   p.dst = 0x100010;  // inside the source's 2002 bytes
   CHECK(message(p) == "convert cache: src and dst overlap; the conversion changes the element size, so it cannot "
                       "run in place");
+  p.src = 0xFFFFFFFFFFFFFC00ull;  // both ranges end past 2^64: they overlap, no wrap hides it
+  p.dst = 0xFFFFFFFFFFFFFF00ull;
+  CHECK(message(p).find("overlap") != std::string::npos);
+  p.src = 0x100000;
   p.dst = 0x800000;
   p.scale = 0;
   CHECK(message(p) == "convert cache: scale (0.000000) must be finite and not zero");

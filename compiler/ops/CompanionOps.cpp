@@ -326,8 +326,12 @@ support::Expected<PreparedCall> prepareConvertCache(const ConvertCacheParams& p)
   const auto bytes = [&](ir::ScalarKind kind) {
     return static_cast<uint64_t>(p.numElements) * static_cast<uint64_t>(ir::storageBits(kind) / 8);
   };
-  const uint64_t srcBytes = bytes(config.srcElement()), dstBytes = bytes(config.dstElement());
-  if (p.src != 0 && p.dst != 0 && p.src < p.dst + dstBytes && p.dst < p.src + srcBytes)
+  // The ranges' ends, saturated: an address near 2^64 cannot wrap past the other.
+  const auto end = [](uint64_t start, uint64_t size) {
+    return size > std::numeric_limits<uint64_t>::max() - start ? std::numeric_limits<uint64_t>::max() : start + size;
+  };
+  const uint64_t srcEnd = end(p.src, bytes(config.srcElement())), dstEnd = end(p.dst, bytes(config.dstElement()));
+  if (p.src != 0 && p.dst != 0 && p.src < dstEnd && p.dst < srcEnd)
     return checks.error("src and dst overlap; the conversion changes the element size, so it cannot run in place");
   for (const auto& [name, address, kind] : {std::tuple{"src", p.src, config.srcElement()},
                                             std::tuple{"dst", p.dst, config.dstElement()}})
