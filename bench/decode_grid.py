@@ -47,9 +47,6 @@ AXES = dict(
     dtype=["f32", "f16", "bf16"],
     cache=["auto", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"],
 )
-# Bytes of one stored K or V row element and the inline per-row scale.
-ROW_BYTES = {"auto": None, "fp8_e4m3": 1, "int8_per_token_head": 1, "fp8_per_token_head": 1,
-             "int4_per_token_head": 0.5}
 
 
 def points(random_count, quick):
@@ -63,14 +60,14 @@ def points(random_count, quick):
 
     add(dict(BASE))
     for axis, values in AXES.items():
+        if quick and axis == "lengths":
+            continue
         for value in values:
             point = dict(BASE)
             if axis == "heads":
                 point["query_heads"], point["kv_heads"] = value
             else:
                 point[axis] = value
-            if quick and axis in ("lengths",):
-                continue
             add(point)
     rng = random.Random(1234)
     product = list(itertools.product(*AXES.values()))
@@ -125,14 +122,17 @@ def copy_rate(torch):
     return 2 * src.numel() * 4 / (ms * 1e-3)
 
 
+def torch_dtype(torch, name):
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
 def fill_cache(torch, point, num_blocks, width):
     """A random cache of the point's format: values for auto, finite fp8 bytes,
     int8/int4 bytes, and per-row float32 scales of 0.01 for the per-token-head
     formats."""
-    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
     shape = (num_blocks, 2, point["block"], point["kv_heads"], width)
     if point["cache"] == "auto":
-        return torch.randn(shape, device="cuda", dtype=dtypes[point["dtype"]])
+        return torch.randn(shape, device="cuda", dtype=torch_dtype(torch, point["dtype"]))
     cache = torch.randint(0, 256, shape, device="cuda", dtype=torch.uint8)
     if point["cache"] in ("fp8_e4m3", "fp8_per_token_head"):
         cache &= 0xF7  # clears the exponent's low bit: never S.1111.111 (NaN)
@@ -143,8 +143,7 @@ def fill_cache(torch, point, num_blocks, width):
 
 
 def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng):
-    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-    dtype = dtypes[point["dtype"]]
+    dtype = torch_dtype(torch, point["dtype"])
     element = torch.tensor([], dtype=dtype).element_size()
     if point["cache"] != "auto" and point["dtype"] == "f32":
         return None  # quantized caches decode into f16/bf16 queries in vLLM's backends

@@ -49,6 +49,11 @@ uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_
   return splitKvScratch(numTokens, numQueryHeads, headSize, numSegments).totalBytes();
 }
 
+// The wider of the QK and V head sizes: what tiles and registers scale with.
+int widestHeadSize(const UnifiedAttentionConfig& config) {
+  return std::max(config.headSize, config.effectiveValueHeadSize());
+}
+
 UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config;
   config.dtype = p.dtype;
@@ -81,7 +86,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   // every quantized format at head sizes up to 128 (measured: docs/perf-log.md,
   // 2026-11-29 and 2026-11-30).
   const bool halfPrecision = p.dtype != ir::ScalarKind::F32;
-  const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
+  const int widestHead = widestHeadSize(config);
   if (widestHead > 256) {
     // Wide heads (MLA's 576/512 latent rows read as attention, 512): 16-key
     // tiles. A 64-key bf16 tile of K and V would take 128 KiB or more per
@@ -130,6 +135,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+
 // A batch whose sizes the kernels take (validateFor reports the others): plans are
 // derived only from these, so no product of caller-given sizes can overflow.
 bool batchInRange(const PagedAttentionParams& p) {
@@ -152,6 +158,14 @@ bool unevenLengthRuleApplies(const PagedAttentionParams& p) {
          p.attentionChunkSize == 0 && p.minSeqLen > 0 && !lengthsEven(p) && p.maxSeqLen >= kUnevenSplitMinMaxSeqLen;
 }
 
+// The fill rule's segment count: about two CTAs per SM over `programs`
+// (sequences x KV heads), at most kSplitKvMaxSegments, and, when maxSeqLen is
+// known (> 0), no more segments than it has kSplitKvMinSegmentKeys-key pieces.
+int64_t fillRuleSegments(int sms, int64_t programs, int maxSeqLen) {
+  const int64_t segments = std::min<int64_t>(ceilDiv(2 * int64_t{sms}, programs), kSplitKvMaxSegments);
+  return maxSeqLen > 0 ? std::min(segments, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys)) : segments;
+}
+
 // The split plan for `p` whose variant before splitting is `config` (baseVariant).
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || config.blockMRows != 0) return {};
@@ -167,7 +181,7 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
   if (p.maxSeqLen <= 0) {
     // No lengths known: the fill rule's segment count, each sequence's range
     // cut evenly on the GPU into segments of at least kSplitKvMinSegmentKeys.
-    int64_t segments = std::min<int64_t>(ceilDiv(2 * int64_t{sms}, programs), kSplitKvMaxSegments);
+    int64_t segments = fillRuleSegments(sms, programs, 0);
     while (segments >= 2 && !fitsWorkspace(segments)) --segments;
     if (segments < 2) return {};
     return {static_cast<int>(segments), -static_cast<int>(ceilDiv(kSplitKvMinSegmentKeys, config.tileSize))};
@@ -177,8 +191,7 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
     return SplitKvPlan{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
   };
   // Fill the GPU: about two CTAs per SM.
-  const int64_t fillSegments = std::min<int64_t>(
-      {ceilDiv(2 * int64_t{sms}, programs), ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys), kSplitKvMaxSegments});
+  const int64_t fillSegments = fillRuleSegments(sms, programs, p.maxSeqLen);
   if (unevenLengthRuleApplies(p)) {
     // Uneven lengths: no segment longer than 3/8 of the longest sequence.
     const int64_t segmentTiles =
@@ -255,8 +268,7 @@ int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& co
   // The cap gains at head sizes 96 and 128 (14% and 11% at B=64 ctx 4096) and
   // loses at 64 (23%: smaller CTAs want more than two per SM) and 192 (4%;
   // bench/decode_grid.py, docs/perf-log.md 2026-12-02).
-  const int widestHead = std::max(config.headSize, config.effectiveValueHeadSize());
-  if (widestHead <= 64 || widestHead > 128) return 0;
+  if (widestHeadSize(config) <= 64 || widestHeadSize(config) > 128) return 0;
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
   return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
@@ -288,16 +300,16 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
   if (maxSeqLen < 0)
     return workspaceChecks.error("max_seq_len (" + std::to_string(maxSeqLen) + ") must not be negative");
   if (maxNumTokens == 0) return uint64_t{0};
-  const int64_t keySegments = ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys);
-  const int64_t perToken = std::min<int64_t>(16, keySegments);
-  uint64_t bytes = perToken < 2 ? uint64_t{0} : workspaceFor(maxNumTokens, numQueryHeads, headSize, perToken);
+  const int64_t perToken = std::min<int64_t>(16, ceilDiv(maxSeqLen, kSplitKvMinSegmentKeys));
+  if (perToken < 2) return uint64_t{0};  // one 512-key segment at most: never split
+  uint64_t bytes = workspaceFor(maxNumTokens, numQueryHeads, headSize, perToken);
   // Small decode batches: the fill rule (splitPlanFor) cuts s sequences of one
   // KV head into up to ceil(2·SMs / s) segments; a workspace sized for 16 would
   // cap a long-context batch of a few sequences at 16 segments, fewer CTAs than
   // SMs (measured: MQA B=3 ctx 128k, 2.3x slower than the runtime's scratch).
   const int sms = compiler::deviceZeroSmCount() > 0 ? compiler::deviceZeroSmCount() : kWorkspaceSmsWithoutDevice;
   for (int64_t s = 1; s <= std::min<int64_t>(maxNumTokens, 2 * int64_t{sms}); ++s) {
-    const int64_t segments = std::min({ceilDiv(2 * int64_t{sms}, s), keySegments, int64_t{kSplitKvMaxSegments}});
+    const int64_t segments = fillRuleSegments(sms, s, maxSeqLen);
     if (segments >= 2) bytes = std::max(bytes, workspaceFor(s, numQueryHeads, headSize, segments));
   }
   return bytes;
