@@ -174,11 +174,12 @@ Value* Builder::dot(Value* a, Value* b, Value* acc, bool tf32, std::string name)
   return create(Opcode::Dot, {a, b, acc}, {acc->type()}, std::move(at), {std::move(name)})->result();
 }
 
-Value* Builder::dot(Value* a, Value* b, Value* acc, DotExtents extents, std::string name) {
+Value* Builder::dot(Value* a, Value* b, Value* acc, DotOptions options, std::string name) {
   Attributes at;
   at.set("acc", std::string("f32"));
-  if (extents.k > 0) at.set("k_extent", extents.k);
-  if (extents.n > 0) at.set("n_extent", extents.n);
+  if (options.tf32) at.set("input_precision", std::string("tf32"));
+  if (options.k > 0) at.set("k_extent", options.k);
+  if (options.n > 0) at.set("n_extent", options.n);
   return create(Opcode::Dot, {a, b, acc}, {acc->type()}, std::move(at), {std::move(name)})->result();
 }
 

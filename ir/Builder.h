@@ -71,12 +71,13 @@ class Builder {
   Value* dot(Value* a, Value* b, Value* acc, bool tf32 = false, std::string name = {});
   // The same with the zero products the caller guarantees (dot's k_extent /
   // n_extent, ir/Ops.def; 0 = the whole dimension, no attribute): every
-  // a[m, k]·b[k, n] with k >= extents.k or n >= extents.n is 0.
-  struct DotExtents {
+  // a[m, k]·b[k, n] with k >= options.k or n >= options.n is 0; and tf32 as above.
+  struct DotOptions {
     int64_t k = 0;
     int64_t n = 0;
+    bool tf32 = false;
   };
-  Value* dot(Value* a, Value* b, Value* acc, DotExtents extents, std::string name = {});
+  Value* dot(Value* a, Value* b, Value* acc, DotOptions options, std::string name = {});
   Value* reduce(Opcode op, Value* tile, int axis, std::string name = {});
 
   // ---- control flow ----

@@ -542,7 +542,7 @@ TEST_CASE("dot's k_extent and n_extent promises are checked, and kept ones chang
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n)
       if (k >= 12 || n >= 6) b[k * N + n] = 0;
-  auto run = [&](Builder::DotExtents extents, const std::vector<double>& bValues) {
+  auto run = [&](Builder::DotOptions extents, const std::vector<double>& bValues) {
     std::vector<float> c(M * N, 0.5f);
     return interpretDot(ScalarKind::BF16, a, bValues, c, M, N, K, [&](Builder& bl, Value* va, Value* vb, Value* acc) {
       return bl.dot(va, vb, acc, extents);

@@ -563,7 +563,7 @@ TEST_CASE("verifier rejects ill-typed dot and reductions", "[verifier]") {
     CHECK(f.error() == "'dot': attribute 'input_precision' must be ieee or tf32, got fast");
   }
   SECTION("k_extent past K and n_extent below 1") {
-    b.dot(half({16, 32}), half({32, 8}), f.f32Tile({16, 8}), Builder::DotExtents{33, 0});
+    b.dot(half({16, 32}), half({32, 8}), f.f32Tile({16, 8}), Builder::DotOptions{33, 0});
     CHECK(f.error() == "'dot': attribute 'k_extent' must be in [1, K = 32], got 33");
   }
   SECTION("n_extent below 1") {

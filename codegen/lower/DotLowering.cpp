@@ -1,8 +1,9 @@
 // dot: tensor cores (wgmma on sm_90a where codegen/lower/WarpgroupMma.cpp
-// applies, else mma.sync m16n8k16; f16/bf16 operands, f32 accumulators) when
-// the result has an #mma layout, else FMAs in f32. Fragments are gathered
-// from the operands' registers by coordinate (ir/LinearLayout.h), so the
-// operand layouts' register order is free.
+// applies, else mma.sync m16n8k16 for f16/bf16 operands, or two m16n8k8 for
+// f32 operands as tf32; f32 accumulators) when the result has an #mma layout,
+// else FMAs in f32. Fragments are gathered from the operands' registers by
+// coordinate (ir/LinearLayout.h), so the operand layouts' register order is
+// free.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   llvm::IRBuilder<>& b = ctx.b;
   ScalarKind kind = op.operand(0)->type().scalarKind();
   bool isBf16 = kind == ScalarKind::BF16;
+  bool isTf32 = kind == ScalarKind::F32;
   const auto& shapeA = a.layout->shape;
   int64_t m = shapeA[0], k = shapeA[1], n = bOp.layout->shape[1];
   int64_t wm = mma.warpsPerCta[0], wn = mma.warpsPerCta[1];
@@ -90,7 +92,16 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
     return slot = asOperand(v);
   };
   auto id = isBf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
+  if (isTf32) id = llvm::Intrinsic::nvvm_mma_m16n8k8_row_col_tf32;
   llvm::Function* mmaFn = llvm::Intrinsic::getOrInsertDeclaration(&ctx.module, id);
+  // tf32 operands: each f32 register rounded once (cvt.rna.tf32.f32), not once
+  // per mma that reads it.
+  std::map<llvm::Value*, llvm::Value*> rounded;
+  auto asTf32 = [&](llvm::Value* f) -> llvm::Value* {
+    llvm::Value*& slot = rounded[f];
+    if (!slot) slot = b.CreateIntrinsic(b.getInt32Ty(), llvm::Intrinsic::nvvm_f2tf32_rna, {f});
+    return slot;
+  };
   Lowered out = acc;
   // k outermost, m innermost: each B fragment (a K or V tile read from shared
   // memory) feeds the warp's m-tiles back to back and is then dead, and the A
@@ -108,6 +119,25 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
         int64_t row = mi * 16 * wm;
         size_t c[4] = {cIndex.at({row, col, 0}), cIndex.at({row, col + 1, 0}), cIndex.at({row + 8, col, 0}),
                        cIndex.at({row + 8, col + 1, 0})};
+        if (isTf32) {
+          // The fragments are the m16n8k16 ones (kWidth 2: thread t of a quad
+          // holds k = 2t, 2t+1, 2t+8, 2t+9 of the step) read as two k8 steps
+          // over a permutation of k, the same for A and B: the first takes
+          // k = 2t and 2t+8 as its columns t and t+4, the second 2t+1 and
+          // 2t+9. A sum over k does not depend on its order.
+          for (int64_t half = 0; half < 2; ++half) {
+            llvm::Value* args[10] = {asTf32(reg(aIndex, a, row, kk + half)),
+                                     asTf32(reg(aIndex, a, row + 8, kk + half)),
+                                     asTf32(reg(aIndex, a, row, kk + 8 + half)),
+                                     asTf32(reg(aIndex, a, row + 8, kk + 8 + half)),
+                                     asTf32(reg(bIndex, bOp, kk + half, col)),
+                                     asTf32(reg(bIndex, bOp, kk + 8 + half, col))};
+            for (int i = 0; i < 4; ++i) args[6 + i] = out.regs[c[i]];
+            llvm::Value* d = b.CreateCall(mmaFn, args);
+            for (unsigned i = 0; i < 4; ++i) out.regs[c[i]] = b.CreateExtractValue(d, i);
+          }
+          continue;
+        }
         llvm::Value* args[10];
         args[0] = pack(reg(aIndex, a, row, kk), reg(aIndex, a, row, kk + 1));
         args[1] = pack(reg(aIndex, a, row + 8, kk), reg(aIndex, a, row + 8, kk + 1));
@@ -168,7 +198,9 @@ void lowerDot(LoweringContext& ctx, const Operation& op) {
   const LayoutRef& layout = op.result()->type().layout();
   if (layout && layout->kind == LayoutKind::Mma) {
     ScalarKind kind = op.operand(0)->type().scalarKind();
-    if ((kind != ScalarKind::F16 && kind != ScalarKind::BF16) || !ctx.target.hasMmaSync) {
+    const bool tf32 = kind == ScalarKind::F32 && op.attrs().has("input_precision") &&
+                      op.attrs().getString("input_precision") == "tf32";
+    if ((kind != ScalarKind::F16 && kind != ScalarKind::BF16 && !tf32) || !ctx.target.hasMmaSync) {
       ctx.unsupported(op, std::string("mma with ") + scalarName(kind) + " operands");
       ctx.set(op.result(), acc);
       return;
