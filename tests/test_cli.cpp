@@ -869,7 +869,8 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   }
   CHECK(wgmmaKernels > 0);
 
-  // f32 has no tensor-core path.
+  // f32 dots run on the TF32 tensor cores (mma.m16n8k8, two per k16 step) by
+  // default; fp32_precision: ieee keeps them exact, as FMAs.
   CliResult f32 = runCli({"inspect", specPath("unified_attention_f32.yaml"), "--arch=sm_80",
                           "--variant=unified_attention_f32_h4kv4_d80_bs32_causal"});
   INFO(f32.err);
@@ -877,9 +878,31 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   CHECK(startsWith(f32.out, "target sm_80,"));
   std::map<std::string, std::string> row = inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_causal");
   REQUIRE(!row.empty());
-  CHECK(row["mma"] == "0");
+  CliResult f32Ptx = runCli({"compile", specPath("unified_attention_f32.yaml"), "--emit=ptx", "--arch=sm_80",
+                             "--variant=unified_attention_f32_h4kv4_d80_bs32_causal"});
+  REQUIRE(f32Ptx.exitCode == 0);
+  int tf32Mmas = 0;
+  for (size_t at = f32Ptx.out.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"); at != std::string::npos;
+       at = f32Ptx.out.find("mma.sync.aligned.m16n8k8", at + 1))
+    ++tf32Mmas;
+  CHECK(tf32Mmas > 0);
+  CHECK(row["mma"] == std::to_string(tf32Mmas));
   CHECK(row["wgmma"] == "0");
   CHECK(inspectRow(f32.out, "unified_attention_f32_h4kv4_d80_bs32_noncausal").empty());
+
+  TempDir dir;
+  const fs::path exactSpec = dir.path() / "exact.yaml";
+  std::string exactText = readFile(specPath("unified_attention_f32.yaml"));
+  REQUIRE(exactText.find("params:\n") != std::string::npos);
+  exactText.replace(exactText.find("params:\n"), 8, "params:\n  fp32_precision: ieee\n");
+  writeFile(exactSpec, exactText);
+  CliResult exact = runCli({"inspect", exactSpec.string(), "--arch=sm_80"});
+  INFO(exact.err);
+  REQUIRE(exact.exitCode == 0);
+  std::map<std::string, std::string> exactRow = inspectRow(exact.out, "unified_attention_f32_h4kv4_d80_bs32_causal_ieee");
+  REQUIRE(!exactRow.empty());
+  CHECK(exactRow["mma"] == "0");
+  CHECK(exactRow["wgmma"] == "0");
 }
 
 TEST_CASE("cli: sizes past the documented limits are located errors, never a crash or a runaway", "[cli][limits]") {

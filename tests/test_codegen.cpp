@@ -39,6 +39,10 @@ std::vector<compiler::UnifiedAttentionConfig> attentionConfigs() {
       c.causal = causal;
       configs.push_back(c);
     }
+  compiler::UnifiedAttentionConfig exactF32;  // f32 dots as FMAs, no TF32 rounding
+  exactF32.dtype = ir::ScalarKind::F32;
+  exactF32.fp32Precision = compiler::Fp32Precision::Ieee;
+  configs.push_back(exactF32);
   compiler::UnifiedAttentionConfig odd;  // non-power-of-two head, MHA, block 32
   odd.numQueryHeads = 4;
   odd.numKvHeads = 4;
@@ -115,11 +119,17 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
       CHECK(ptx.find(std::string(".target ") + target + "\n") != std::string::npos);
       CHECK(ptx.find(".maxntid " + std::to_string(config.numWarps * 32) + ", 1, 1") != std::string::npos);
       CHECK(ptx.find(".entry " + config.kernelName()) != std::string::npos);
-      bool halfPrecision = config.dtype != ir::ScalarKind::F32;
+      const bool halfPrecision = config.dtype != ir::ScalarKind::F32;
+      const bool tf32 = !halfPrecision && config.fp32Precision == compiler::Fp32Precision::Tf32;
       const bool mmaSync = ptx.find("mma.sync.aligned.m16n8k16.row.col.f32") != std::string::npos;
       const bool wgmma = ptx.find("wgmma.mma_async.sync.aligned.m64n") != std::string::npos;
       CHECK((mmaSync || wgmma) == halfPrecision);
       if (!hopper) CHECK_FALSE(wgmma);
+      // f32 dots run on the TF32 tensor cores (operands rounded by cvt.rna.tf32)
+      // unless the config asks for exact f32.
+      const bool tf32Mma = ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") != std::string::npos;
+      CHECK(tf32Mma == tf32);
+      CHECK((ptx.find("cvt.rna.tf32.f32") != std::string::npos) == tf32);
       if (halfPrecision && !hopper) {
         // Tensor-core operands come out of swizzled shared tiles through ldmatrix:
         // K (pairs along the contiguous head dimension) plain, V transposed; the
@@ -134,7 +144,7 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
         CHECK(ptx.find("ld.shared.u16") == std::string::npos);
       }
       // The optimized tile IR shows every layout decision.
-      CHECK((compiled.tirOptimized.find("#mma") != std::string::npos) == halfPrecision);
+      CHECK((compiled.tirOptimized.find("#mma") != std::string::npos) == (halfPrecision || tf32));
       CHECK(compiled.tirOptimized.find("#blocked") != std::string::npos);
     }
 }
@@ -536,11 +546,13 @@ TEST_CASE("a head size below its power of two skips the zero mma steps and their
   const compiler::CompiledKernel full = compileAttention(d128, "sm_90"), padded = compileAttention(d80, "sm_90");
   CHECK(countOf(padded.ptx, "mma.sync") == countOf(full.ptx, "mma.sync"));
   CHECK(padded.tirOptimized.find("_extent") == std::string::npos);
-  // f32 (FMAs): Q·Kᵀ stops at k = 80.
+  // Exact f32 (FMAs): Q·Kᵀ stops at k = 80.
   compiler::UnifiedAttentionConfig f32 = d80;
   f32.dtype = ir::ScalarKind::F32;
+  f32.fp32Precision = compiler::Fp32Precision::Ieee;
   compiler::UnifiedAttentionConfig f32Full = d128;
   f32Full.dtype = ir::ScalarKind::F32;
+  f32Full.fp32Precision = compiler::Fp32Precision::Ieee;
   const int fmaPadded = countOf(compileAttention(f32, "sm_90").ptx, "fma.rn.f32");
   const int fmaFull = countOf(compileAttention(f32Full, "sm_90").ptx, "fma.rn.f32");
   CHECK(fmaPadded < fmaFull);
@@ -916,6 +928,7 @@ TEST_CASE("a broadcast row converts as a row, never as the broadcast tile", "[co
   merge.headSize = 128;
   compiler::UnifiedAttentionConfig fmaAttention;
   fmaAttention.dtype = ir::ScalarKind::F32;
+  fmaAttention.fp32Precision = compiler::Fp32Precision::Ieee;
   std::vector<std::pair<std::string, support::Expected<std::unique_ptr<ir::Kernel>>>> kernels;
   kernels.emplace_back("merge", compiler::buildMergeAttnStates(merge));
   kernels.emplace_back("f32 attention", compiler::buildUnifiedAttention(fmaAttention));

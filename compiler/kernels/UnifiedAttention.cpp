@@ -229,7 +229,7 @@ class AttentionBuilder {
     std::vector<Value*> zeroKPieceTiles, loopInits;
     std::vector<std::string> loopNames;
     bool lazyRescale = false, deferRowSum = false, maskBeforeScale = false, rowScales = false;
-    Builder::DotExtents qkExtents{0, 0}, pvExtents{0, 0};
+    Builder::DotOptions qkDot{0, 0}, pvDot{0, 0};
   };
 
   Builder& b_;
@@ -850,7 +850,7 @@ void AttentionBuilder::buildSoftmaxState() {
   // Such programs keep the sum per column instead: each thread adds its P
   // elements to a running partial rescaled like acc, reduced once after the
   // loop (l itself then carries only the initial 1, rescaled).
-  p_.deferRowSum = config_.deferRowSum && dt != ScalarKind::F32 && M / 16 < config_.numWarps;
+  p_.deferRowSum = config_.deferRowSum && config_.tensorCoreDots() && M / 16 < config_.numWarps;
   if (p_.deferRowSum) {
     p_.loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, f32()), "l_partial_init"));
     p_.loopNames.push_back("l_partial");
@@ -870,11 +870,12 @@ void AttentionBuilder::buildSoftmaxState() {
   // DiffKV's pieces are exact widths. It pays on prefill tiles (compute-bound:
   // D=80/96/112 prefill 5-15% faster) and on the f32 FMA path (the k loop
   // shrinks); half-precision decode, memory-bound, ran slower with it (same
-  // copies and barriers, worse schedules), so it keeps the padded steps
-  // (docs/perf-log.md, 2026-11-30).
-  const bool skipPadding = c_.prefillTiles() || dt == ScalarKind::F32;
-  p_.qkExtents = Builder::DotExtents{skipPadding && p_.pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0};
-  p_.pvExtents = Builder::DotExtents{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0};
+  // copies and barriers, worse schedules), so tensor-core decode keeps the
+  // padded steps (docs/perf-log.md, 2026-11-30).
+  const bool skipPadding = c_.prefillTiles() || !config_.tensorCoreDots();
+  const bool tf32 = dt == ScalarKind::F32 && config_.fp32Precision == Fp32Precision::Tf32;
+  p_.qkDot = Builder::DotOptions{skipPadding && p_.pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0, tf32};
+  p_.pvDot = Builder::DotOptions{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0, tf32};
 }
 
 std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits,
@@ -953,7 +954,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   Value* qk = p_.zeroScores;
   const size_t qkOperands = p_.qTiles.size();
   for (size_t g = 0; g < qkOperands; ++g)
-    qk = b_.dot(p_.qTiles[g], kGroups[g], qk, p_.qkExtents, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
+    qk = b_.dot(p_.qTiles[g], kGroups[g], qk, p_.qkDot, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
   // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
   if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
   auto maskScores = [&](Value* unmasked, const std::string& name) {
@@ -1061,7 +1062,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     const std::string suffix = G == 1 ? "" : std::to_string(g);
     Value* accScaled = p_.lazyRescale ? b_.mulSkipOnes(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix)
                                    : b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
-    yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, p_.pvExtents, "acc_new" + suffix));
+    yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, p_.pvDot, "acc_new" + suffix));
     finalNames.push_back("acc_final" + suffix);
   }
   if (p_.deferRowSum) {
@@ -1248,6 +1249,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
   if (outputFp8) name += "_outfp8";
   if (queryFp8) name += "_qfp8";
+  if (dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Ieee) name += "_ieee";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
   if (checkBounds) name += "_checked";

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "compiler/kernels/Fp32Precision.h"
 #include "compiler/kernels/KvCacheFormat.h"
 #include "ir/IR.h"
 
@@ -26,6 +27,9 @@ namespace attnjit::compiler {
 
 struct UnifiedAttentionConfig {
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, kv cache and output (f32, f16, bf16)
+  // f32 dtype: the dots' operand precision (Fp32Precision.h): tf32 tensor cores
+  // (vLLM's numerics, the default) or exact f32 FMAs. Ignored for f16/bf16.
+  Fp32Precision fp32Precision = Fp32Precision::Tf32;
   int numQueryHeads = 32;
   int numKvHeads = 8;
   int headSize = 128;   // of q and k (Dqk)
@@ -167,6 +171,9 @@ struct UnifiedAttentionConfig {
   bool checkBounds = false;
 
   int queriesPerKv() const { return numQueryHeads / numKvHeads; }
+  // Whether Q·Kᵀ and P·V run on the tensor cores (where the target has them):
+  // f16/bf16, and f32 as tf32.
+  bool tensorCoreDots() const { return dtype != ir::ScalarKind::F32 || fp32Precision == Fp32Precision::Tf32; }
   // Rows of the query tile: blockMRows when set, else 16, or next_pow2(Hq/Hkv) when
   // that is larger.
   int blockM() const;

@@ -281,6 +281,18 @@ FieldParser<Config> cacheFormatField(KvCacheFormat Config::* member) {
   };
 }
 
+template <typename Config>
+FieldParser<Config> fp32PrecisionField(Fp32Precision Config::* member) {
+  return [member](const YAML::Node& node, Config& config) -> support::Status {
+    std::optional<Fp32Precision> precision = isQuoted(node) ? std::nullopt : parseFp32Precision(node.Scalar());
+    if (!precision)
+      return support::Status::error({}, "'fp32_precision' must be tf32 or ieee, got '" +
+                                            support::excerpt(node.Scalar()) + "'");
+    config.*member = *precision;
+    return support::Status::ok();
+  };
+}
+
 // Score modifiers (off by default): the window is an integer >= 0 and the
 // softcap a plain decimal number >= 0; 0 turns either off.
 template <typename Config>
@@ -333,6 +345,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
   using C = UnifiedAttentionConfig;
   return {
       {"dtype", true, dtypeField<C>()},
+      {"fp32_precision", false, fp32PrecisionField(&C::fp32Precision)},
       {"num_query_heads", true, positiveField("num_query_heads", &C::numQueryHeads)},
       {"num_kv_heads", true, positiveField("num_kv_heads", &C::numKvHeads)},
       {"head_size", true, positiveField("head_size", &C::headSize)},
@@ -810,6 +823,8 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
                                                             kvCacheFormatName(config.kvCacheFormat)
                                                       : std::string()) +
          (config.outputLse ? " output_lse=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") + (config.queryFp8 ? " query_fp8=true" : "") +
+         (config.dtype == ir::ScalarKind::F32 && config.fp32Precision == Fp32Precision::Ieee ? " fp32_precision=ieee"
+                                                                                            : "") +
          (config.splitKv ? " split_kv=true" : "");
 }
 

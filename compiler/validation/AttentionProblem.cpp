@@ -44,9 +44,12 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 //   most |S|·u32 with |S| <= sqrt(D)·log2(e) < 25) and sums over at most a few
 //   hundred keys, all far below the two terms above for f16/bf16.
 // u is 2^-11 for f16 and 2^-8 for bf16 (unit roundoff), so the bound is 2u; we allow
-// 4u for the GPU's approximate exp2 and reordered sums. f32 keeps P in f32: its error
-// is a few hundred u32 at worst, ~2e-5.
-double attentionTolerance(ScalarKind dtype) {
+// 4u for the GPU's approximate exp2 and reordered sums. f32 with tf32 dots: the
+// reference rounds q, k and v as the kernel does (reference::AttentionInputs),
+// P's rounding to tf32 (u = 2^-11) remains, and the output is not rounded: as
+// f16. Exact f32 keeps P in f32: its error is a few hundred u32 at worst, ~2e-5.
+double attentionTolerance(ScalarKind dtype, bool tf32) {
+  if (tf32) return 4 * std::ldexp(1.0, -11);
   switch (dtype) {
     case ScalarKind::F16:
       return 4 * std::ldexp(1.0, -11);  // 1.95e-3
@@ -263,6 +266,9 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   logical.softcap = config.softcap;
   logical.alibiSqrt = config.alibiSqrt;
   logical.attentionChunkSize = config.attentionChunkSize;
+  const bool tf32 = dtype == ScalarKind::F32 && config.fp32Precision == compiler::Fp32Precision::Tf32;
+  logical.tf32Queries = tf32;
+  logical.tf32Cache = tf32 && config.kvCacheFormat == compiler::KvCacheFormat::Auto;
   logical.cuSeqlensQ.push_back(0);
   for (int s = 0; s < numSeqs; ++s) {
     logical.cuSeqlensQ.push_back(logical.cuSeqlensQ.back() + shape.queryLens[static_cast<size_t>(s)]);
@@ -654,7 +660,8 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
   const ScalarKind dtype = data.config.dtype;
   const ScalarKind outKind = data.config.outputFp8 ? ScalarKind::F8E4M3 : dtype;
   const int64_t Hq = data.config.numQueryHeads, D = data.config.effectiveValueHeadSize();  // output rows are V-sized
-  result.tolerance = attentionTolerance(dtype);
+  result.tolerance =
+      attentionTolerance(dtype, dtype == ScalarKind::F32 && data.config.fp32Precision == compiler::Fp32Precision::Tf32);
   result.outputStrideToken = data.oStrideToken;
   result.maxAbsError = 0;
   result.maxRelError = 0;

@@ -12,6 +12,15 @@ namespace {
 std::string describeMismatch(const char* what, size_t got, size_t expected) {
   return std::string(what) + " has " + std::to_string(got) + " elements, expected " + std::to_string(expected);
 }
+
+// x (an f32 value) to tf32's 11 significant bits, to nearest with ties away
+// from zero (std::round's rule) — PTX cvt.rna.tf32.f32 for normal numbers.
+double roundToTf32(double x) {
+  if (!std::isfinite(x) || x == 0) return x;
+  int exponent = 0;
+  const double mantissa = std::frexp(x, &exponent);  // |mantissa| in [0.5, 1)
+  return std::ldexp(std::round(std::ldexp(mantissa, 11)), exponent - 11);
+}
 }  // namespace
 
 std::string checkAttentionInputs(const AttentionInputs& in) {
@@ -76,8 +85,22 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
   std::vector<double> out(in.q.size() / D * Dv, 0.0);
   if (lse) lse->assign(in.q.size() / D, std::numeric_limits<double>::quiet_NaN());
   std::vector<double> scores;
+  auto roundedToTf32 = [](const std::vector<double>& values) {
+    std::vector<double> rounded(values.size());
+    for (size_t i = 0; i < values.size(); ++i) rounded[i] = roundToTf32(values[i]);
+    return rounded;
+  };
+  const std::vector<double> tf32Q = in.tf32Queries ? roundedToTf32(in.q) : std::vector<double>();
+  const std::vector<double>& queries = in.tf32Queries ? tf32Q : in.q;
+  std::vector<double> tf32Keys, tf32Values;
 
   for (size_t s = 0; s + 1 < in.cuSeqlensQ.size(); ++s) {
+    if (in.tf32Cache) {
+      tf32Keys = roundedToTf32(in.keys[s]);
+      tf32Values = roundedToTf32(in.values[s]);
+    }
+    const std::vector<double>& keys = in.tf32Cache ? tf32Keys : in.keys[s];
+    const std::vector<double>& values = in.tf32Cache ? tf32Values : in.values[s];
     const size_t firstToken = static_cast<size_t>(in.cuSeqlensQ[s]);
     const size_t queryLen = static_cast<size_t>(in.cuSeqlensQ[s + 1]) - firstToken;
     const size_t seqLen = static_cast<size_t>(in.seqLens[s]);
@@ -114,13 +137,13 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
       };
       for (size_t h = 0; h < Hq; ++h) {
         const size_t kvHead = h / queriesPerKv;
-        const double* q = &in.q[(token * Hq + h) * D];
+        const double* q = &queries[(token * Hq + h) * D];
         // Invisible keys keep -inf (weight 0).
         scores.assign(seqLen, -std::numeric_limits<double>::infinity());
         double maxScore = in.sinks.empty() ? -std::numeric_limits<double>::infinity() : in.sinks[h];
         for (size_t j = 0; j < seqLen; ++j) {
           if (!visible(j)) continue;
-          const double* k = &in.keys[s][(j * Hkv + kvHead) * D];
+          const double* k = &keys[(j * Hkv + kvHead) * D];
           double dot = 0;
           for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
           double score = dot * in.scale;
@@ -144,7 +167,7 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
         double* o = &out[(token * Hq + h) * Dv];
         for (size_t j = 0; j < seqLen; ++j) {
           if (scores[j] == 0.0) continue;
-          const double* v = &in.values[s][(j * Hkv + kvHead) * Dv];
+          const double* v = &values[(j * Hkv + kvHead) * Dv];
           const double weight = scores[j] / denominator;
           for (size_t d = 0; d < Dv; ++d) o[d] += weight * v[d];
         }

@@ -62,6 +62,13 @@ struct AttentionInputs {
   // - sinks (numQueryHeads entries, empty = off): a logit that joins the softmax's
   //   denominator as exp(sink[h]) but contributes no value.
   std::vector<double> sinks;
+  // tf32 dots (f32 kernels on the tensor cores): the operands the kernel rounds
+  // to tf32 (11 significant bits, to nearest, ties away) are rounded here
+  // too, before the float64 math: q for the scores, and keys and values when
+  // the cache holds f32 (quantized caches hold values tf32 represents
+  // exactly). The kernel's rounding of P before P·V is left to the tolerance.
+  bool tf32Queries = false;
+  bool tf32Cache = false;
   std::vector<double> q;  // [num_tokens][numQueryHeads][headSize]
   // Per sequence, [seqLens[s]][numKvHeads][headSize] (keys) and
   // [seqLens[s]][numKvHeads][value head size] (values).
