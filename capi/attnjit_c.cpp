@@ -142,6 +142,17 @@ attnjit_status toCacheFormat(const char* function, int format, attnjit::compiler
                                                   " is not an attnjit_kv_cache_format");
 }
 
+attnjit_status toFp32Precision(const char* function, int precision, attnjit::compiler::Fp32Precision* out) {
+  using attnjit::compiler::Fp32Precision;
+  switch (precision) {
+    case ATTNJIT_FP32_TF32: *out = Fp32Precision::Tf32; return ATTNJIT_OK;
+    case ATTNJIT_FP32_IEEE: *out = Fp32Precision::Ieee; return ATTNJIT_OK;
+  }
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": fp32_precision " +
+                                                  std::to_string(precision) +
+                                                  " is not an attnjit_fp32_precision (TF32, IEEE)");
+}
+
 // ---- C structs → op parameters: one line per field ----
 
 attnjit_status toParams(const char* function, const attnjit_paged_attention_params& c,
@@ -202,6 +213,8 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->mmPrefixRanges = c.mm_prefix_ranges;
   p->qqBias = c.qq_bias;
   p->qqBiasStride = c.qq_bias_stride;
+  if (attnjit_status s = toFp32Precision(function, enumValue(c.fp32_precision), &p->fp32Precision); s != ATTNJIT_OK)
+    return s;
   return ATTNJIT_OK;
 }
 

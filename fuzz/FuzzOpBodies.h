@@ -184,6 +184,7 @@ inline ops::PagedAttentionParams readPagedAttentionParams(ParamReader& in) {
   p.mmPrefixRanges = in.flag() ? 0 : in.integer<int>();
   if (in.flag()) p.qqBias = in.pointer();
   p.qqBiasStride = in.flag() ? 0 : in.integer<std::int64_t>();
+  p.fp32Precision = in.flag() ? compiler::Fp32Precision::Ieee : compiler::Fp32Precision::Tf32;
   return p;
 }
 

@@ -378,6 +378,18 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   paged.struct_size = sizeof(attnjit_paged_attention_params) + sizeof(int);
   CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Catch::Contains("built against a newer attnjit.h"));
+  // fp32_precision: TF32 by default, read and checked like every enum.
+  paged = validPagedAttention();
+  CHECK(paged.fp32_precision == ATTNJIT_FP32_TF32);
+  paged.fp32_precision = static_cast<attnjit_fp32_precision>(9);
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() ==
+        "attnjit_paged_attention_validate: fp32_precision 9 is not an attnjit_fp32_precision (TF32, IEEE)");
+  paged.struct_size = offsetof(attnjit_paged_attention_params, fp32_precision);  // a caller without the field
+  if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  paged.struct_size = sizeof paged;
+  paged.fp32_precision = ATTNJIT_FP32_IEEE;
+  if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
 
   attnjit_cache_write_params write = validCacheWrite();
   CHECK(write.value_head_size == 0);

@@ -57,6 +57,7 @@ int widestHeadSize(const UnifiedAttentionConfig& config) {
 UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config;
   config.dtype = p.dtype;
+  config.fp32Precision = p.fp32Precision;
   config.numQueryHeads = p.numQueryHeads;
   config.numKvHeads = p.numKvHeads;
   config.headSize = p.headSize;
@@ -218,6 +219,7 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
                                                const compiler::BatchShape& shape) {
   PagedAttentionParams p;
   p.dtype = config.dtype;
+  p.fp32Precision = config.fp32Precision;
   p.numQueryHeads = config.numQueryHeads;
   p.numKvHeads = config.numKvHeads;
   p.headSize = config.headSize;

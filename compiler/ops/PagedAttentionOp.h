@@ -50,6 +50,10 @@ namespace attnjit::ops {
 struct PagedAttentionParams {
   // ---- static: select the kernel ----
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, out and the cache: f32, f16 or bf16
+  // f32 dtype only: Q·Kᵀ and P·V on the TF32 tensor cores (operands rounded to
+  // 11 significant bits, f32 accumulation: vLLM's numerics, the default) or
+  // exact f32 FMAs (Ieee). Ignored for f16/bf16.
+  compiler::Fp32Precision fp32Precision = compiler::Fp32Precision::Tf32;
   int numQueryHeads = 0;
   int numKvHeads = 0;
   int headSize = 0;       // of q and k

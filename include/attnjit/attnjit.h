@@ -64,6 +64,14 @@ typedef enum attnjit_kv_cache_format {
   ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD = 5  /* two values per byte, inline f32 scale per row */
 } attnjit_kv_cache_format;
 
+/* How f32 attention computes its dots (dtype F32 only). */
+typedef enum attnjit_fp32_precision {
+  /* Q·K^T and P·V on the TF32 tensor cores: operands rounded to 11
+   * significant bits (to nearest, ties away), f32 sums; vLLM's numerics */
+  ATTNJIT_FP32_TF32 = 0,
+  ATTNJIT_FP32_IEEE = 1 /* exact f32 products (FMAs) */
+} attnjit_fp32_precision;
+
 /* ---- JIT handle ------------------------------------------------------- */
 
 typedef struct attnjit_jit attnjit_jit;
@@ -268,6 +276,9 @@ typedef struct attnjit_paged_attention_params {
    * at most 46340 (32-bit offsets) */
   uint64_t qq_bias;
   int64_t qq_bias_stride;
+  /* dtype F32: TF32 tensor-core dots (default) or exact IEEE f32; ignored
+   * for F16 and BF16 */
+  attnjit_fp32_precision fp32_precision;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

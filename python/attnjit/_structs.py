@@ -119,6 +119,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("mm_prefix_ranges", _i32),
         ("qq_bias", _u64),
         ("qq_bias_stride", _i64),
+        ("fp32_precision", _i32),
     ]
 
 

@@ -32,6 +32,7 @@ CACHE_FORMATS = {
     "int4_per_token_head": 5,
 }
 SPLIT_RULES = {"balanced": 0, "vllm": 1}
+FP32_PRECISIONS = {"tf32": 0, "ieee": 1}
 
 
 # The C integer types' ranges: ctypes would wrap a value outside them silently
@@ -93,6 +94,10 @@ def _fill(struct_type, init, fields):
             if value not in CACHE_FORMATS:
                 raise ValueError("%s %r is not one of %s" % (name, value, ", ".join(CACHE_FORMATS)))
             value = CACHE_FORMATS[value]
+        elif name == "fp32_precision" and isinstance(value, str):
+            if value not in FP32_PRECISIONS:
+                raise ValueError("fp32_precision %r is not one of %s" % (value, ", ".join(FP32_PRECISIONS)))
+            value = FP32_PRECISIONS[value]
         elif name == "split_rule" and isinstance(value, str):
             if value not in SPLIT_RULES:
                 raise ValueError("split_rule %r is not one of %s" % (value, ", ".join(SPLIT_RULES)))
@@ -270,7 +275,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
                     alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0,
                     q_scale=None, runtime_scratch=True, attention_chunk_size=0, mm_prefix_range=None,
-                    qq_bias=None):
+                    qq_bias=None, fp32_precision="tf32"):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -314,7 +319,10 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     [num_seqs, ranges, 2], vLLM's PrefixLM ranges, [first, last] inclusive,
     first >= last unused): a query inside a range also sees its keys.
     qq_bias (float32 [n, n], vLLM's tree-attention bias): added to the score
-    of query i of a sequence against the key of its query k, for i, k < n."""
+    of query i of a sequence against the key of its query k, for i, k < n.
+    fp32_precision (float32 q only): "tf32" runs the dots on the TF32 tensor
+    cores (operands rounded to 11 significant bits, float32 sums: vLLM's
+    numerics), "ieee" in exact float32."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     device = q.device
@@ -391,6 +399,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         head_size=head_size,
         causal=bool(causal),
         kv_cache_format=kv_cache_format,
+        fp32_precision=fp32_precision,
         sliding_window=int(sliding_window),
         sliding_window_right=int(sliding_window_right),
         attention_chunk_size=int(attention_chunk_size),

@@ -135,11 +135,11 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-14:]],
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-15:]],
                          ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
                           "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch",
                           "attention_chunk_size", "mm_prefix_range", "mm_prefix_ranges", "qq_bias",
-                          "qq_bias_stride"])
+                          "qq_bias_stride", "fp32_precision"])
         self.assertEqual(_structs.MlaDecodeParams._fields_[-1][0], "no_runtime_scratch")
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
@@ -176,6 +176,12 @@ class CpuTests(unittest.TestCase):
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"qq_bias_stride \(0\) must be"):
             attnjit.ops.paged_attention_raw(validate_only=True, qq_bias=0x90000, **PAGED_FIELDS)
         attnjit.ops.paged_attention_raw(validate_only=True, qq_bias=0x90000, qq_bias_stride=4, **PAGED_FIELDS)
+        # fp32_precision is read: values outside the enum are refused by name.
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"fp32_precision 7 is not an attnjit_fp32_precision"):
+            attnjit.ops.paged_attention_raw(validate_only=True, fp32_precision=7, **PAGED_FIELDS)
+        with self.assertRaisesRegex(ValueError, r"fp32_precision 'fast' is not one of tf32, ieee"):
+            attnjit.ops.paged_attention_raw(validate_only=True, fp32_precision="fast", **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, fp32_precision="ieee", **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_blocks \(0\) must be"):
             attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, **CACHE_WRITE_FIELDS)
         attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)

@@ -124,6 +124,13 @@ attnjit_kv_cache_format cacheFormat(const char* argument, const std::string& nam
   return ATTNJIT_KV_CACHE_AUTO;  // not reached
 }
 
+attnjit_fp32_precision fp32Precision(const std::string& name) {
+  if (name == "tf32") return ATTNJIT_FP32_TF32;
+  if (name == "ieee") return ATTNJIT_FP32_IEEE;
+  CHECK_ARGUMENT(false, "fp32_precision '", name, "' is not one of tf32, ieee");
+  return ATTNJIT_FP32_TF32;  // not reached
+}
+
 // Elements of one (token, head) K or V row: D, then the inline f32 scale of the
 // per-token-head formats (4 bytes; int4 packs two values per byte).
 int64_t rowElements(attnjit_kv_cache_format format, int64_t headSize) {
@@ -226,7 +233,8 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
                     int64_t minSeqLen, bool alibiSqrt, const std::optional<at::Tensor>& outputScale,
                     const std::optional<at::Tensor>& causalFlags, int64_t numSms, int64_t slidingWindowRight,
                     const std::optional<at::Tensor>& qScale, bool runtimeScratch, int64_t attentionChunkSize,
-                    const std::optional<at::Tensor>& mmPrefixRange, const std::optional<at::Tensor>& qqBias) {
+                    const std::optional<at::Tensor>& mmPrefixRange, const std::optional<at::Tensor>& qqBias,
+                    c10::string_view fp32PrecisionText) {
   checkLoaded();
   CHECK_ARGUMENT(q.dim() == 3, "q must have 3 dimensions, got shape ", shapeText(q));
   CHECK_ARGUMENT(q.is_cuda(), "q is on ", q.device(), "; attnjit ops take CUDA tensors");
@@ -309,6 +317,7 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
   p.head_size = narrow("head_size", headSize);
   p.causal = causal ? 1 : 0;
   p.kv_cache_format = format;
+  p.fp32_precision = fp32Precision(std::string(fp32PrecisionText.data(), fp32PrecisionText.size()));
   p.sliding_window = narrow("sliding_window", slidingWindow);
   p.sliding_window_right = narrow("sliding_window_right", slidingWindowRight);
   p.attention_chunk_size = narrow("attention_chunk_size", attentionChunkSize);
@@ -397,7 +406,7 @@ void pagedAttentionMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t, bool,
                         int64_t, bool, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t,
                         int64_t, const std::optional<at::Tensor>&, bool, int64_t,
-                        const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {}
+                        const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view) {}
 void cacheWriteMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {}
 
@@ -415,7 +424,8 @@ TORCH_LIBRARY_FRAGMENT(attnjit, m) {
         "Tensor(c!)? workspace=None, int max_seq_len=0, bool batch_invariant=False, int min_seq_len=0, "
         "bool alibi_sqrt=False, Tensor? output_scale=None, Tensor? causal_flags=None, int num_sms=0, "
         "int sliding_window_right=0, Tensor? q_scale=None, bool runtime_scratch=True, "
-        "int attention_chunk_size=0, Tensor? mm_prefix_range=None, Tensor? qq_bias=None) -> ()");
+        "int attention_chunk_size=0, Tensor? mm_prefix_range=None, Tensor? qq_bias=None, "
+        "str fp32_precision=\"tf32\") -> ()");
   m.def("cache_write(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, "
         "str cache_format=\"auto\", Tensor? k_scale=None, Tensor? v_scale=None) -> ()");
 }
