@@ -113,6 +113,21 @@ TEST_CASE("f32 attention on TF32 dots matches the float64 reference with tf32-ro
   split.splitKv = true;
   split.softcap = 30;
   runAndCheck(split, shape, true);
+  // Exact f32 tiles hold one token's heads, not 16 rows: 1 row per program for
+  // MHA, 4 at GQA 4 (prefill-like chunks then take many programs).
+  UnifiedAttentionConfig mha = f32Config(Fp32Precision::Ieee, 64, 64);
+  mha.numQueryHeads = mha.numKvHeads = 4;
+  mha.numWarps = 2;
+  CHECK(mha.blockM() == 1);
+  runAndCheck(mha, shape, true);
+  CHECK(f32Config(Fp32Precision::Ieee, 64, 64).blockM() == 4);
+  CHECK(f32Config(Fp32Precision::Tf32, 64, 64).blockM() == 16);
+  UnifiedAttentionConfig tooFew = f32Config(Fp32Precision::Ieee, 64, 64);
+  tooFew.blockMRows = 2;  // half a token's heads
+  auto refused = compiler::buildUnifiedAttention(tooFew);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK_THAT(refused.diagnostic().str(),
+             Catch::Contains("block_m (2) must be a power of two between 4 (one token's 4 query heads) and 256"));
   // A per-token-head int8 cache under f32 queries: only q is rounded.
   UnifiedAttentionConfig quantized = f32Config(Fp32Precision::Tf32, 64, 32);
   quantized.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
@@ -168,6 +183,8 @@ TEST_CASE("GPU: f32 attention on TF32 tensor cores and in exact f32", "[gpu]") {
     for (int headSize : {64, 80, 128}) {
       for (int tile : {16, 32, 64}) {
         UnifiedAttentionConfig config = f32Config(precision, headSize, tile);
+        if (precision == Fp32Precision::Ieee && tile == 64) config.numWarps = 2;  // the op's exact-f32 decode
+        if (precision == Fp32Precision::Ieee && headSize == 64) config.numQueryHeads = config.numKvHeads = 4;  // 1 row
         for (const BatchShape& shape : shapes) {
           INFO(config.kernelName() << " on " << shape.str());
           auto result = validation::runUnifiedAttentionGpu(config, shape, {});

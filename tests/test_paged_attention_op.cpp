@@ -364,18 +364,22 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);
   p.dtype = ScalarKind::F32;
   p.maxQueryLen = 1;
-  // f32 decode keeps vLLM's 32-key tile on either precision (TF32 tensor cores
-  // at 32: the copy rate, docs/perf-log.md 2026-12-02); the precision reaches
-  // the kernel and its name.
+  // TF32 decode keeps vLLM's 32-key tile (the copy rate there, docs/perf-log.md
+  // 2026-12-03); the precision reaches the kernel and its name.
   const compiler::UnifiedAttentionConfig tf32Decode = ops::selectPagedAttentionVariant(p);
   CHECK(tf32Decode.tileSize == 32);
   CHECK(tf32Decode.fp32Precision == compiler::Fp32Precision::Tf32);
   CHECK(tf32Decode.tensorCoreDots());
   p.fp32Precision = compiler::Fp32Precision::Ieee;
+  // Exact f32 decode: FMA dots over one token's heads (4 rows at GQA 4, not
+  // 16), 64-key tiles over 2 warps.
   const compiler::UnifiedAttentionConfig exactDecode = ops::selectPagedAttentionVariant(p);
-  CHECK(exactDecode.tileSize == 32);
   CHECK_FALSE(exactDecode.tensorCoreDots());
-  CHECK(exactDecode.kernelName() == tf32Decode.kernelName() + "_ieee");
+  CHECK(exactDecode.blockM() == 4);
+  CHECK(exactDecode.tileSize == 64);
+  CHECK(exactDecode.numWarps == 2);
+  CHECK(exactDecode.kernelName().find("_ieee") != std::string::npos);
+  CHECK(tf32Decode.blockM() == 16);
   p.fp32Precision = compiler::Fp32Precision::Tf32;
   // Quantized caches: raw tiles go by cp.async, so wide tiles pay (measured,
   // compiler/ops/PagedAttentionOp.cpp), for every format up to head size 128.

@@ -1193,8 +1193,12 @@ void AttentionBuilder::normalizeAndStore(const std::vector<Value*>& results, Val
 }  // namespace
 
 int UnifiedAttentionConfig::minimumBlockM() const {
-  if (numKvHeads < 1) return 16;
-  return std::max(16, nextPowerOfTwo(queriesPerKv()));
+  // Exact f32 computes every row on FMAs: rows past one token's heads would be
+  // work on padding (decode at GQA 4 ran 2.1x faster at 4 rows than at 16,
+  // docs/perf-log.md 2026-12-03).
+  const int floor = tensorCoreDots() ? 16 : 1;
+  if (numKvHeads < 1) return floor;
+  return std::max(floor, nextPowerOfTwo(queriesPerKv()));
 }
 
 int UnifiedAttentionConfig::blockM() const { return blockMRows > 0 ? blockMRows : minimumBlockM(); }
@@ -1325,7 +1329,7 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (blockMRows != 0 && (!isPowerOfTwo(blockMRows) || blockMRows < minimumBlockM() || blockMRows > 256))
     return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
                        std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +
-                       " query heads, at least 16) and 256");
+                       " query heads" + (tensorCoreDots() ? ", at least 16" : "") + ") and 256");
   return support::Status::ok();
 }
 

@@ -45,7 +45,8 @@ struct UnifiedAttentionConfig {
   bool causal = true;
   int tileSize = 32;    // KV tokens per loop iteration
   int numWarps = 4;
-  // Query rows per program (BLOCK_M); 0 picks vLLM's max(16, next_pow2(Hq/Hkv)).
+  // Query rows per program (BLOCK_M); 0 picks vLLM's max(16, next_pow2(Hq/Hkv)),
+  // or next_pow2(Hq/Hkv) alone for exact f32 (FMA dots have no 16-row shape).
   // Prefill wants more (64, 128): K/V tiles are then read once for BLOCK_M / (Hq/Hkv)
   // tokens instead of a handful, and the warps split M so P stays in registers.
   int blockMRows = 0;
@@ -174,10 +175,12 @@ struct UnifiedAttentionConfig {
   // Whether Q·Kᵀ and P·V run on the tensor cores (where the target has them):
   // f16/bf16, and f32 as tf32.
   bool tensorCoreDots() const { return dtype != ir::ScalarKind::F32 || fp32Precision == Fp32Precision::Tf32; }
-  // Rows of the query tile: blockMRows when set, else 16, or next_pow2(Hq/Hkv) when
+  // Rows of the query tile: blockMRows when set, else minimumBlockM().
   // that is larger.
   int blockM() const;
-  int minimumBlockM() const;  // max(16, next_pow2(Hq/Hkv)): one token's heads fit
+  // One token's heads, next_pow2(Hq/Hkv), at least 16 (an MMA's rows) when the
+  // dots run on tensor cores.
+  int minimumBlockM() const;
   // Query tokens per program: BLOCK_M / (Hq/Hkv).
   int blockQ() const;
   int headSizePadded() const;  // next power of two >= headSize

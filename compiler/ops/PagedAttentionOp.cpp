@@ -128,6 +128,13 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     }
   } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
+  } else if (!config.tensorCoreDots() && widestHead <= 128) {
+    // Exact f32 decode (FMA dots, one token's heads per program): 64-key tiles
+    // over 2 warps, 2.1x faster than 32-key tiles over 4 (B=64 ctx 4096, 32/8,
+    // D=128: 1.258 against 2.631 ms; 8 warps 2-4x slower; docs/perf-log.md
+    // 2026-12-03). TF32 keeps 32-key tiles: at the copy rate there.
+    config.tileSize = 64;
+    config.numWarps = 2;
   } else if (halfPrecision) {
     config.tileSize = widestHead <= 128 ? 128 : 64;
   }
