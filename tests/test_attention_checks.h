@@ -4,7 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/UnifiedAttention.h"
 #include "compiler/validation/AttentionProblem.h"
 
 namespace attnjit::tests {
@@ -29,6 +33,19 @@ inline compiler::BatchShape mixedAttentionBatch(uint64_t seed) {
   s.contextLens = {101, 37, 5, 0};
   s.seed = seed;
   return s;
+}
+
+// The unified attention kernel of `config`, compiled to PTX for `target`.
+inline compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentionConfig& config,
+                                                 const std::string& target) {
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = target;
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return std::move(*compiled);
 }
 
 // `config` on the CPU interpreter (after the tile-IR passes with `afterPasses`)

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "compiler/driver/CompileDriver.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "compiler/spec/Spec.h"
 #include "compiler/validation/AttentionGpu.h"
@@ -22,6 +21,8 @@ using attnjit::compiler::BatchShape;
 using attnjit::compiler::Fp32Precision;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
+using attnjit::tests::compileAttention;
+using attnjit::tests::countOf;
 using attnjit::tests::gqaAttentionConfig;
 using attnjit::tests::mixedAttentionBatch;
 using attnjit::tests::runAndCheck;
@@ -39,12 +40,6 @@ std::vector<float> outputFloats(const validation::AttentionRunResult& r) {
   std::vector<float> values(r.output.size() / sizeof(float));
   std::memcpy(values.data(), r.output.data(), values.size() * sizeof(float));
   return values;
-}
-
-int countOf(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
@@ -150,14 +145,7 @@ TEST_CASE("TF32 attention kernels assemble for sm_80 and sm_90a", "[codegen][tf3
   for (const UnifiedAttentionConfig& config : configs) {
     for (const char* target : {"sm_80", "sm_90a"}) {
       INFO(config.kernelName() << " for " << target);
-      auto kernel = compiler::buildUnifiedAttention(config);
-      REQUIRE(kernel.isOk());
-      compiler::CompileOptions options;
-      options.target = target;
-      auto compiled = compiler::compileKernel(**kernel, options);
-      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-      REQUIRE(compiled.isOk());
-      const std::string& ptx = compiled->ptx;
+      const std::string ptx = compileAttention(config, target).ptx;
       // Two m16n8k8 per k16 step of each dot; no f32 FMA dot remains (the
       // softmax's own FMAs are few: far fewer than one per product).
       const int tf32Mmas = countOf(ptx, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32");

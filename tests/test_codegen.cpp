@@ -14,6 +14,7 @@
 #include <string>
 #include <tuple>
 
+#include "tests/test_attention_checks.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
 #include "compiler/driver/CompileDriver.h"
@@ -27,6 +28,8 @@
 #include "ir/Parser.h"
 
 using namespace attnjit;
+using attnjit::tests::compileAttention;
+using attnjit::tests::countOf;
 
 namespace {
 
@@ -71,25 +74,6 @@ std::vector<compiler::UnifiedAttentionConfig> attentionConfigs() {
   blocksOf24.numWarps = 8;
   configs.push_back(blocksOf24);
   return configs;
-}
-
-// How many times `what` occurs in `text`.
-int countOf(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// The unified attention kernel of `config`, compiled to PTX for `target`.
-compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentionConfig& config, const std::string& target) {
-  auto kernel = compiler::buildUnifiedAttention(config);
-  REQUIRE(kernel.isOk());
-  compiler::CompileOptions options;
-  options.target = target;
-  auto compiled = compiler::compileKernel(**kernel, options);
-  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-  REQUIRE(compiled.isOk());
-  return std::move(*compiled);
 }
 
 // The op API's decode tiling (16 rows, 64-key tiles) and its prefill tiling

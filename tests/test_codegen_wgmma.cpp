@@ -14,14 +14,10 @@
 #include "tests/test_tools.h"
 
 using namespace attnjit;
+using attnjit::tests::countOf;
 
 namespace {
 
-int countOf(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 std::string compilePtx(const compiler::UnifiedAttentionConfig& config, const std::string& target,
                        int warpgroupMma = 1) {

@@ -18,6 +18,7 @@
 #include "tests/test_paths.h"
 
 using namespace attnjit;
+using attnjit::tests::countOf;
 
 namespace {
 
@@ -55,11 +56,6 @@ std::string ptxFor(const compiler::Variant& variant, const std::string& arch) {
   return compiledFor(**kernel, arch).ptx;
 }
 
-int countOf(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 }  // namespace
 

@@ -16,6 +16,13 @@
 
 namespace attnjit::tests {
 
+// How many times `what` occurs in `text` (overlapping matches count).
+inline int countOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // Runs `command` with stderr folded into stdout; returns the output.
 inline std::string runShell(const std::string& command, int* exitCode) {
   std::string output;
