@@ -70,6 +70,16 @@ TEST_CASE("spec: fp32_precision picks TF32 tensor cores or exact f32 dots", "[sp
   auto bad = compiler::loadSpecText(base + "  fp32_precision: tf16\n", "p.yaml");
   REQUIRE_FALSE(bad.isOk());
   CHECK(bad.diagnostic().str() == "p.yaml:9:19: error: 'fp32_precision' must be tf32 or ieee, got 'tf16'");
+  // MLA decode takes the field too.
+  auto mla = compiler::loadSpecText(
+      "family: mla_decode\nparams:\n  dtype: f32\n  fp32_precision: [tf32, ieee]\n  num_heads: 16\n"
+      "  kv_lora_rank: 256\n  rope_dim: 64\n  block_size: 16\n",
+      "m.yaml");
+  INFO((mla.isOk() ? std::string() : mla.diagnostic().str()));
+  REQUIRE(mla.isOk());
+  REQUIRE(mla->variants.size() == 2);
+  CHECK(mla->variants[0].name == "mla_decode_f32_h16_l256_r64_bs16");
+  CHECK(mla->variants[1].name == "mla_decode_f32_h16_l256_r64_bs16_ieee");
   auto nested = compiler::loadSpecText(base + "  fp32_precision: {a: 1}\n", "p.yaml");
   REQUIRE_FALSE(nested.isOk());
   CHECK_THAT(nested.diagnostic().str(), Catch::StartsWith("p.yaml:9:"));

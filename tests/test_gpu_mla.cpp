@@ -76,15 +76,17 @@ TEST_CASE("GPU mla_decode in f32 and over blocks of 1 and 24 tokens", "[gpu][mla
   validation::MlaDecodeBatch batch;
   batch.seqLens = {0, 1, 700, 129};
   batch.seed = 9;
-  for (bool split : {false, true}) {
-    compiler::MlaDecodeConfig c;
-    c.dtype = ir::ScalarKind::F32;
-    c.numHeads = 16;
-    c.splitKv = split;
-    c.outputLse = true;
-    batch.segmentTiles = 4;
-    expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
-  }
+  for (bool split : {false, true})
+    for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee}) {
+      compiler::MlaDecodeConfig c;
+      c.dtype = ir::ScalarKind::F32;
+      c.fp32Precision = precision;
+      c.numHeads = 16;
+      c.splitKv = split;
+      c.outputLse = true;
+      batch.segmentTiles = 4;
+      expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
+    }
   for (int blockSize : {1, 24}) {
     compiler::MlaDecodeConfig c;
     c.numHeads = 16;

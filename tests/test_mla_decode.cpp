@@ -149,15 +149,17 @@ TEST_CASE("mla decode handles odd lengths across tile and block edges", "[mla]")
   expectPasses(c, batchOf({15, 17, 31, 33, 47, 65}, 1, 11));
 }
 
-TEST_CASE("mla decode in f32", "[mla][f32]") {
-  for (int kvLoraRank : {512, 256}) {
-    MlaDecodeConfig config = smallConfig();
-    config.dtype = ir::ScalarKind::F32;
-    config.kvLoraRank = kvLoraRank;
-    expectPasses(config, batchOf({1, 37, 100}));
-    config.splitKv = true;
-    expectPasses(config, batchOf({1, 37, 100}, 2));
-  }
+TEST_CASE("mla decode in f32, on TF32 dots and exact", "[mla][f32]") {
+  for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee})
+    for (int kvLoraRank : {512, 256}) {
+      MlaDecodeConfig config = smallConfig();
+      config.dtype = ir::ScalarKind::F32;
+      config.fp32Precision = precision;
+      config.kvLoraRank = kvLoraRank;
+      expectPasses(config, batchOf({1, 37, 100}));
+      config.splitKv = true;
+      expectPasses(config, batchOf({1, 37, 100}, 2));
+    }
 }
 
 TEST_CASE("mla decode over cache blocks of 1, 5 and 24 tokens", "[mla][blocksize]") {
@@ -285,11 +287,18 @@ TEST_CASE("ptxas assembles every variant of specs/mla_decode.yaml for sm_80 and 
   CHECK(assembled == total);
 }
 
-TEST_CASE("f32 mla decode compiles without tensor cores and assembles", "[mla][f32][ptxas]") {
+TEST_CASE("f32 mla decode runs TF32 tensor cores, or FMAs when exact, and assembles", "[mla][f32][tf32][ptxas]") {
   MlaDecodeConfig config = smallConfig();
   config.dtype = ir::ScalarKind::F32;
-  const std::string ptx = mlaPtx(config);
-  CHECK(ptx.find("mma.sync") == std::string::npos);
-  CHECK(ptx.find("fma.rn.f32") != std::string::npos);
-  tests::checkAssembles(ptx, "sm_90a");
+  const std::string tf32 = mlaPtx(config);
+  CHECK(tf32.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") != std::string::npos);
+  CHECK(tf32.find("cvt.rna.tf32.f32") != std::string::npos);
+  tests::checkAssembles(tf32, "sm_90a");
+  config.fp32Precision = compiler::Fp32Precision::Ieee;
+  CHECK(config.kernelName().find("_ieee") != std::string::npos);
+  const std::string exact = mlaPtx(config);
+  CHECK(exact.find("mma.sync") == std::string::npos);
+  CHECK(exact.find("cvt.rna.tf32") == std::string::npos);
+  CHECK(exact.find("fma.rn.f32") != std::string::npos);
+  tests::checkAssembles(exact, "sm_90a");
 }

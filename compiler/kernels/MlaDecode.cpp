@@ -248,11 +248,11 @@ void MlaDecodeBuilder::build() {
   for (int64_t c = 0; c < numChunks; ++c) {
     const std::string suffix = std::to_string(c);
     Value* qChunk = loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix);
-    qk = b_.dot(qChunk, b_.transpose(latent[static_cast<size_t>(c)], {1, 0}, "kv_c_t" + suffix), qk, false,
+    qk = b_.dot(qChunk, b_.transpose(latent[static_cast<size_t>(c)], {1, 0}, "kv_c_t" + suffix), qk, config_.tf32Dots(),
                 "qk_nope" + suffix);
   }
   Value* qPe = loadRows(q_, qRow, L, R, nullptr, dt, "q_pe");
-  qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, false, "qk");
+  qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, config_.tf32Dots(), "qk");
   Value* scores =
       b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
   Value* mCandidate = b_.max(mOld, b_.reduce(Opcode::ReduceMax, scores, 1, "tile_row_max"), "m_candidate");
@@ -268,7 +268,7 @@ void MlaDecodeBuilder::build() {
   for (int64_t c = 0; c < numChunks; ++c) {
     const std::string suffix = std::to_string(c);
     Value* accScaled = b_.mul(loop.iterArgs[static_cast<size_t>(2 + c)], asColumn(alpha, C), "acc_scaled" + suffix);
-    yields.push_back(b_.dot(pOperand, latent[static_cast<size_t>(c)], accScaled, false, "acc_new" + suffix));
+    yields.push_back(b_.dot(pOperand, latent[static_cast<size_t>(c)], accScaled, config_.tf32Dots(), "acc_new" + suffix));
     finalNames.push_back("acc_final" + suffix);
   }
   std::vector<Value*> results = b_.endFor(yields, finalNames);
@@ -330,6 +330,7 @@ std::string MlaDecodeConfig::kernelName() const {
   std::string name = std::string("mla_decode_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) + "_l" +
                      std::to_string(kvLoraRank) + "_r" + std::to_string(ropeDim) + "_bs" + std::to_string(blockSize);
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
+  if (dtype == ScalarKind::F32 && fp32Precision == Fp32Precision::Ieee) name += "_ieee";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
   const MlaDecodeConfig defaults;

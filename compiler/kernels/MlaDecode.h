@@ -22,13 +22,17 @@
 #include <memory>
 #include <string>
 
+#include "compiler/kernels/Fp32Precision.h"
 #include "compiler/kernels/KvCacheFormat.h"
 #include "ir/IR.h"
 
 namespace attnjit::compiler {
 
 struct MlaDecodeConfig {
-  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, out and (auto) the cache: f16 or bf16
+  ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, out and (auto) the cache: f32, f16 or bf16
+  // f32 dtype: both dots on the TF32 tensor cores (the default, vLLM's numerics)
+  // or exact f32 FMAs (Fp32Precision.h).
+  Fp32Precision fp32Precision = Fp32Precision::Tf32;
   // auto (the cache holds dtype) or fp8_e4m3 with one per-tensor f32 scale in
   // device memory (kv_scale): a cache value x stands for x · kv_scale, for the key
   // and the value alike (they are the same row).
@@ -56,7 +60,8 @@ struct MlaDecodeConfig {
   int64_t headBlocks() const { return (numHeads + blockH - 1) / blockH; }  // grid y
   // The divisibility promised for the cache strides, in cache elements (16-byte rows).
   int kvStrideDivisibility() const;
-  // e.g. "mla_decode_bf16_h128_l512_r64_bs16" (+ "_fp8_e4m3", "_lse", "_3d", tuning knobs).
+  bool tf32Dots() const { return dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Tf32; }
+  // e.g. "mla_decode_bf16_h128_l512_r64_bs16" (+ "_fp8_e4m3", "_ieee", "_lse", "_3d", tuning knobs).
   std::string kernelName() const;
   // User-facing check: the latent widths served (576 and 320), the dtype, the cache
   // format, the tiling knobs, and no score modifier.

@@ -471,6 +471,7 @@ std::vector<ParamField<MlaDecodeConfig>> specFields() {
   // MlaDecodeConfig::validate rejects them by name rather than as unknown fields.
   return {
       {"dtype", true, dtypeField<C>()},
+      {"fp32_precision", false, fp32PrecisionField(&C::fp32Precision)},
       {"num_heads", true, positiveField("num_heads", &C::numHeads)},
       {"kv_lora_rank", true, positiveField("kv_lora_rank", &C::kvLoraRank)},
       {"rope_dim", true, positiveField("rope_dim", &C::ropeDim)},
@@ -894,6 +895,8 @@ std::string formatSpecParams(const MlaDecodeConfig& config) {
          (config.kvCacheFormat != KvCacheFormat::Auto
               ? std::string(" kv_cache_dtype=") + kvCacheFormatName(config.kvCacheFormat)
               : std::string()) +
+         (config.dtype == ir::ScalarKind::F32 && config.fp32Precision == Fp32Precision::Ieee ? " fp32_precision=ieee"
+                                                                                            : "") +
          (config.outputLse ? " output_lse=true" : "") + (config.splitKv ? " split_kv=true" : "");
 }
 

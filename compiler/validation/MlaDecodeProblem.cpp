@@ -50,9 +50,12 @@ const double kSoftmaxScale = 1.0 / std::sqrt(192.0);
 // Same bound as unified attention (AttentionProblem.cpp): inputs are rounded to
 // the dtype before kernel and reference see them; P rounded to the dtype for P·V
 // and the rounded output give 2u; 4u leaves room for exp2.approx and summation order.
-// f16/bf16: 4u of the output dtype (as unified attention's); f32 keeps every
-// product and P in f32 (FMA dots, no tensor cores): a few hundred f32 ulps.
-double mlaTolerance(ScalarKind dtype) {
+// f16/bf16: 4u of the output dtype (as unified attention's). f32 on TF32 dots:
+// the reference rounds q and the latent as the kernel does, P's tf32 rounding
+// remains: f16's bound. Exact f32 keeps every product and P in f32: a few
+// hundred f32 ulps.
+double mlaTolerance(ScalarKind dtype, bool tf32) {
+  if (tf32) return 4 * std::ldexp(1.0, -11);
   if (dtype == ScalarKind::F32) return 2e-5;
   return 4 * std::ldexp(1.0, dtype == ScalarKind::F16 ? -11 : -8);
 }
@@ -133,6 +136,8 @@ support::Expected<std::unique_ptr<MlaDecodeProblem>> MlaDecodeProblem::create(co
   logical.kvLoraRank = config.kvLoraRank;
   logical.ropeDim = config.ropeDim;
   logical.scale = kSoftmaxScale;
+  logical.tf32Queries = config.tf32Dots();
+  logical.tf32Latent = config.tf32Dots() && !fp8;
   logical.q.resize(static_cast<size_t>(numSeqs * H * W));
   logical.latent.resize(static_cast<size_t>(numSeqs));
 
@@ -280,7 +285,7 @@ void MlaDecodeProblem::check(const std::vector<Buffer>& after, AttentionRunResul
   const Data& data = *data_;
   const ScalarKind dtype = data.config.dtype;
   const int64_t H = data.config.numHeads, L = data.config.kvLoraRank;
-  result.tolerance = mlaTolerance(dtype);
+  result.tolerance = mlaTolerance(dtype, data.config.tf32Dots());
   result.outputStrideToken = data.oStrideBatch;
   result.maxAbsError = 0;
   result.maxRelError = 0;

@@ -1,4 +1,5 @@
 #include "compiler/validation/reference/AttentionReference.h"
+#include "compiler/validation/reference/Tf32.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,15 +12,6 @@ namespace attnjit::validation::reference {
 namespace {
 std::string describeMismatch(const char* what, size_t got, size_t expected) {
   return std::string(what) + " has " + std::to_string(got) + " elements, expected " + std::to_string(expected);
-}
-
-// x (an f32 value) to tf32's 11 significant bits, to nearest with ties away
-// from zero (std::round's rule) — PTX cvt.rna.tf32.f32 for normal numbers.
-double roundToTf32(double x) {
-  if (!std::isfinite(x) || x == 0) return x;
-  int exponent = 0;
-  const double mantissa = std::frexp(x, &exponent);  // |mantissa| in [0.5, 1)
-  return std::ldexp(std::round(std::ldexp(mantissa, 11)), exponent - 11);
 }
 }  // namespace
 
@@ -85,11 +77,6 @@ std::vector<double> referenceAttention(const AttentionInputs& in, int tokenStrid
   std::vector<double> out(in.q.size() / D * Dv, 0.0);
   if (lse) lse->assign(in.q.size() / D, std::numeric_limits<double>::quiet_NaN());
   std::vector<double> scores;
-  auto roundedToTf32 = [](const std::vector<double>& values) {
-    std::vector<double> rounded(values.size());
-    for (size_t i = 0; i < values.size(); ++i) rounded[i] = roundToTf32(values[i]);
-    return rounded;
-  };
   const std::vector<double> tf32Q = in.tf32Queries ? roundedToTf32(in.q) : std::vector<double>();
   const std::vector<double>& queries = in.tf32Queries ? tf32Q : in.q;
   std::vector<double> tf32Keys, tf32Values;

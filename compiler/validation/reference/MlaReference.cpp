@@ -1,4 +1,5 @@
 #include "compiler/validation/reference/MlaReference.h"
+#include "compiler/validation/reference/Tf32.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,13 +14,17 @@ MlaDecodeOutputs referenceMlaDecode(const MlaDecodeInputs& inputs, int checkStri
   MlaDecodeOutputs result;
   result.output.assign(B * H * L, nan);
   result.lse.assign(B * H, nan);
+  const std::vector<double> tf32Q = inputs.tf32Queries ? roundedToTf32(inputs.q) : std::vector<double>();
+  const std::vector<double>& queries = inputs.tf32Queries ? tf32Q : inputs.q;
+  std::vector<double> tf32Latent;
   for (size_t b = 0; b < B; ++b) {
     if (b % static_cast<size_t>(std::max(1, checkStride)) != 0 && b + 1 != B) continue;
-    const std::vector<double>& latent = inputs.latent[b];
+    if (inputs.tf32Latent) tf32Latent = roundedToTf32(inputs.latent[b]);
+    const std::vector<double>& latent = inputs.tf32Latent ? tf32Latent : inputs.latent[b];
     const size_t keys = latent.size() / W;
     std::vector<double> scores(keys);
     for (size_t h = 0; h < H; ++h) {
-      const double* q = &inputs.q[(b * H + h) * W];
+      const double* q = &queries[(b * H + h) * W];
       double* out = &result.output[(b * H + h) * L];
       if (keys == 0) {
         std::fill(out, out + L, 0.0);

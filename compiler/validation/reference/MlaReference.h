@@ -16,6 +16,10 @@ struct MlaDecodeInputs {
   double scale = 0;
   std::vector<double> q;                    // [B][H][L + R]
   std::vector<std::vector<double>> latent;  // per sequence: [seq_len][L + R]
+  // f32 kernels on TF32 dots: q and an f32 latent cache are rounded to tf32
+  // (reference/Tf32.h) before the float64 math, as the kernel rounds them
+  // (an fp8 cache holds values tf32 represents).
+  bool tf32Queries = false, tf32Latent = false;
 };
 struct MlaDecodeOutputs {
   std::vector<double> output;  // [B][H][L]
