@@ -404,6 +404,8 @@ attnjit_status toParams(const char* function, const attnjit_mla_decode_params& c
   p->kvStrideToken = c.kv_stride_token;
   p->stream = c.stream;
   p->runtimeScratch = c.no_runtime_scratch == 0;
+  if (attnjit_status s = toFp32Precision(function, enumValue(c.fp32_precision), &p->fp32Precision); s != ATTNJIT_OK)
+    return s;
   return ATTNJIT_OK;
 }
 

@@ -484,6 +484,14 @@ TEST_CASE("C MLA decode: defaults and argument errors with the op's message", "[
   CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
   CHECK(lastError() == "mla decode: num_seqs (0) must be at least 1");
   mla.struct_size = sizeof mla;
+  // fp32_precision: TF32 by default, checked like every enum.
+  CHECK(mla.fp32_precision == ATTNJIT_FP32_TF32);
+  mla.fp32_precision = static_cast<attnjit_fp32_precision>(-1);
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(lastError() == "attnjit_mla_decode_validate: fp32_precision -1 is not an attnjit_fp32_precision (TF32, IEEE)");
+  mla.fp32_precision = ATTNJIT_FP32_IEEE;
+  CHECK(attnjit_mla_decode_validate(runtime, &mla) == ATTNJIT_OK);
+  mla.fp32_precision = ATTNJIT_FP32_TF32;
 
   if (attnjit_driver_status() != ATTNJIT_OK) {
     CHECK(attnjit_mla_decode(runtime, &mla) == ATTNJIT_ERROR_NO_DRIVER);

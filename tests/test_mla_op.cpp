@@ -39,6 +39,19 @@ ops::MlaDecodeParams decodeParams(int numSeqs, int maxSeqLen) {
 
 }  // namespace
 
+TEST_CASE("mla op: f32 calls choose TF32 or exact dots by fp32_precision", "[mla_op][tf32]") {
+  ops::MlaDecodeParams p = decodeParams(64, 4096);
+  p.dtype = ir::ScalarKind::F32;
+  const compiler::MlaDecodeConfig tf32 = ops::selectMlaDecodeVariant(p);
+  CHECK(tf32.tf32Dots());
+  p.fp32Precision = compiler::Fp32Precision::Ieee;
+  const compiler::MlaDecodeConfig exact = ops::selectMlaDecodeVariant(p);
+  CHECK_FALSE(exact.tf32Dots());
+  CHECK(exact.kernelName() == tf32.kernelName() + "_ieee");
+  p.dtype = ir::ScalarKind::BF16;  // the field concerns f32 only
+  CHECK(ops::selectMlaDecodeVariant(p).kernelName().find("_ieee") == std::string::npos);
+}
+
 TEST_CASE("mla op: the balanced split rule cuts only what the GPU waits on", "[mla_op]") {
   // B=64 x 128 heads: 512 programs already fill 132 SMs: no split (vLLM: 8).
   ops::MlaDecodeParams full = decodeParams(64, 4096);

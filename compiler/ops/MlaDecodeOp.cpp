@@ -42,6 +42,7 @@ SplitKvScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64
 MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   MlaDecodeConfig config;
   config.dtype = p.dtype;
+  config.fp32Precision = p.fp32Precision;
   config.kvCacheFormat = p.kvCacheFormat;
   config.kvLoraRank = p.kvLoraRank;
   config.ropeDim = p.ropeDim;

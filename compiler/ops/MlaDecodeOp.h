@@ -47,6 +47,8 @@ enum class MlaSplitRule {
 struct MlaDecodeParams {
   // ---- static: select the kernel ----
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q and out: f32, f16 or bf16
+  // f32: TF32 tensor-core dots (default) or exact f32 (PagedAttentionParams's).
+  compiler::Fp32Precision fp32Precision = compiler::Fp32Precision::Tf32;
   compiler::KvCacheFormat kvCacheFormat = compiler::KvCacheFormat::Auto;  // auto (dtype) or fp8_e4m3
   int kvLoraRank = 512;  // L: 512 or 256
   int ropeDim = 64;      // R: 64

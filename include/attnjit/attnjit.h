@@ -483,7 +483,7 @@ typedef enum attnjit_mla_split_rule {
 typedef struct attnjit_mla_decode_params {
   size_t struct_size;
   /* static: select the kernel */
-  attnjit_dtype dtype;                     /* q and out: F16 or BF16 (default BF16) */
+  attnjit_dtype dtype;                     /* q and out: F32, F16 or BF16 (default BF16) */
   attnjit_kv_cache_format kv_cache_format; /* AUTO (dtype) or FP8_E4M3 */
   int kv_lora_rank;                        /* L: 512 (default) or 256 */
   int rope_dim;                            /* R: 64 (default) */
@@ -515,6 +515,8 @@ typedef struct attnjit_mla_decode_params {
   /* added later (older callers' struct_size leaves them at their defaults) */
   /* as attnjit_paged_attention_params' no_runtime_scratch */
   int no_runtime_scratch;
+  /* dtype F32: TF32 tensor-core dots (default) or exact IEEE f32 */
+  attnjit_fp32_precision fp32_precision;
 } attnjit_mla_decode_params;
 
 void attnjit_mla_decode_params_init(attnjit_mla_decode_params* params);

@@ -312,4 +312,5 @@ class MlaDecodeParams(ctypes.Structure):
         ("kv_stride_token", _i64),
         ("stream", _ptr),
         ("no_runtime_scratch", _i32),
+        ("fp32_precision", _i32),
     ]

@@ -884,7 +884,7 @@ def convert_fp8(dst, src, scale=1.0, kv_dtype="fp8", stream=None, jit=None):
 
 def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=None, kv_cache_format="auto",
                kv_scale=None, lse=None, workspace=None, sum_seq_lens=0, batch_invariant=False, split_rule="balanced",
-               num_sms=0, stream=None, jit=None, runtime_scratch=True):
+               num_sms=0, stream=None, jit=None, runtime_scratch=True, fp32_precision="tf32"):
     """out = MLA latent decode of q over the latent cache (vLLM's TRITON_MLA decode).
 
     q [B, H, L + R] and out [B, H, L] of one dtype (float32, float16 or bfloat16; L =
@@ -899,7 +899,8 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
     without one, memory the library allocates stream-ordered for the call
     (runtime_scratch=False: such calls run unsplit); sum_seq_lens
     (the batch's total keys, when known on the host) refines the "balanced"
-    split rule; "vllm" is vLLM's rule."""
+    split rule; "vllm" is vLLM's rule. fp32_precision (float32 q): "tf32"
+    (the default, vLLM's numerics) or "ieee", as paged_attention's."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     dtype = _float_dtype(torch, "q", q)
@@ -954,6 +955,7 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
         max_seq_len=int(max_seq_len),
         sum_seq_lens=int(sum_seq_lens),
         num_sms=int(num_sms),
+        fp32_precision=fp32_precision,
         no_runtime_scratch=int(not runtime_scratch),
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(q_width),
         out=out.data_ptr(),

@@ -115,11 +115,11 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block
                kv_cache_format: str = "auto", kv_scale: Optional[torch.Tensor] = None,
                lse: Optional[torch.Tensor] = None, workspace: Optional[torch.Tensor] = None, sum_seq_lens: int = 0,
                batch_invariant: bool = False, split_rule: str = "balanced", num_sms: int = 0,
-               runtime_scratch: bool = True) -> None:
+               runtime_scratch: bool = True, fp32_precision: str = "tf32") -> None:
     ops.mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=max_seq_len, scale=scale,
                    kv_cache_format=kv_cache_format, kv_scale=kv_scale, lse=lse, workspace=workspace,
                    sum_seq_lens=sum_seq_lens, batch_invariant=batch_invariant, split_rule=split_rule, num_sms=num_sms,
-                   runtime_scratch=runtime_scratch)
+                   runtime_scratch=runtime_scratch, fp32_precision=fp32_precision)
 
 
 for _operator in ((paged_attention, cache_write) if not NATIVE else ()) + (

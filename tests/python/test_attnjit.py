@@ -140,7 +140,8 @@ class CpuTests(unittest.TestCase):
                           "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch",
                           "attention_chunk_size", "mm_prefix_range", "mm_prefix_ranges", "qq_bias",
                           "qq_bias_stride", "fp32_precision"])
-        self.assertEqual(_structs.MlaDecodeParams._fields_[-1][0], "no_runtime_scratch")
+        self.assertEqual([name for name, _ in _structs.MlaDecodeParams._fields_[-2:]],
+                         ["no_runtime_scratch", "fp32_precision"])
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
         self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-4:]],
