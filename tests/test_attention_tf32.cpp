@@ -133,6 +133,10 @@ TEST_CASE("f32 attention on TF32 dots matches the float64 reference with tf32-ro
   REQUIRE_FALSE(refused.isOk());
   CHECK_THAT(refused.diagnostic().str(),
              Catch::Contains("block_m (2) must be a power of two between 4 (one token's 4 query heads) and 256"));
+  // The op's exact-f32 prefill tiling: 32 rows over 4 warps, 16-key tiles.
+  UnifiedAttentionConfig exactPrefill = f32Config(Fp32Precision::Ieee, 128, 16);
+  exactPrefill.blockMRows = 32;
+  runAndCheck(exactPrefill, shape, true);
   // A per-token-head int8 cache under f32 queries: only q is rounded.
   UnifiedAttentionConfig quantized = f32Config(Fp32Precision::Tf32, 64, 32);
   quantized.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;

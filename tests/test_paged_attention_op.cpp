@@ -380,7 +380,18 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(exactDecode.numWarps == 2);
   CHECK(exactDecode.kernelName().find("_ieee") != std::string::npos);
   CHECK(tf32Decode.blockM() == 16);
+  // Prefill: TF32 takes the 8-warp 128-row tiling, exact f32 32 spill-free rows
+  // over 4 warps on 16-key tiles.
+  p.maxQueryLen = 2048;
+  const compiler::UnifiedAttentionConfig exactPrefill = ops::selectPagedAttentionVariant(p);
+  CHECK(exactPrefill.blockM() == 32);
+  CHECK(exactPrefill.numWarps == 4);
+  CHECK(exactPrefill.tileSize == 16);
   p.fp32Precision = compiler::Fp32Precision::Tf32;
+  const compiler::UnifiedAttentionConfig tf32Prefill = ops::selectPagedAttentionVariant(p);
+  CHECK(tf32Prefill.blockM() == 128);
+  CHECK(tf32Prefill.numWarps == 8);
+  p.maxQueryLen = 1;
   // Quantized caches: raw tiles go by cp.async, so wide tiles pay (measured,
   // compiler/ops/PagedAttentionOp.cpp), for every format up to head size 128.
   p.dtype = ScalarKind::BF16;

@@ -99,12 +99,22 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     config.tileSize = 16;
     return config;
   }
+  if (prefillLike(p, config) && !config.tensorCoreDots() && widestHead <= 128) {
+    // Exact f32 prefill: the FMA dot keeps whole operand rows per thread, so a
+    // 128-row tile spills tens of KB (ptxas). 32 rows over 4 warps on 16-key
+    // tiles, spill-free: 24.1 ms against 82.0 for the 8-warp 128-row tiling
+    // (8 x 2048 causal, 32/8, D=128; TF32 2.98 ms; docs/perf-log.md 2026-12-03).
+    config.blockMRows = 32;
+    config.numWarps = 4;
+    config.tileSize = 16;
+    return config;
+  }
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     // FlashAttention-2's tiling where it fits in registers: 4 warps of 32 rows,
     // Q re-read from shared memory each KV tile (faster than 8 warps of 16 rows
     // at D=128). Wider heads (the accumulator alone would take 256 registers at
-    // D=256), f32 (no ldmatrix) and quantized caches keep 8 warps of 16 rows:
+    // D=256), f32 on TF32 (no ldmatrix) and quantized caches keep 8 warps of 16 rows:
     // converting K and V in registers next to a 32-row accumulator spills
     // hundreds of bytes (ptxas, sm_90a; none at 8 warps), and that tiling was
     // not timed on the GPU. DiffKV 192/128 keeps 8 warps of 16 rows too: faster

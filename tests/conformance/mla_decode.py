@@ -5,7 +5,9 @@ drawn from normal(256, 128) clipped at 2 (varlen), 16 query heads, block size
 16, float32, float16 and bfloat16. The cache past each sequence's end is NaN,
 so a read out of bounds shows. vLLM's reference is SDPA in the test's dtype;
 here float64. float32 keeps vLLM's tolerance (torch.testing.assert_close's
-default). For float16 and bfloat16 that default (atol 1e-5) holds a kernel to
+default), which holds the kernel to exact float32 products, as the CPU kernel
+under test computes them: those cases ask for fp32_precision="ieee" (attnjit's
+default for float32, like vLLM's Triton kernels, is TF32). For float16 and bfloat16 that default (atol 1e-5) holds a kernel to
 the rounded exact result, which a CPU kernel with float32 probabilities meets;
 attnjit's GPU kernel, like vLLM's Triton MLA decode and FlashMLA, rounds the
 probabilities to the 16-bit type for the tensor cores' P·V (measured: up to
@@ -53,7 +55,9 @@ def run(torch, attnjit, dtype, varlen):
     expected = reference(torch, q, kv_cache, scale, block_table, seq_lens.tolist()).to(dtype)
     for options in (dict(runtime_scratch=False), dict(max_seq_len=max_seq_len)):
         out = torch.full((BATCH, HEADS, DV), float("nan"), dtype=dtype, device="cuda")
-        attnjit.ops.mla_decode(q, kv_cache, out, block_table, seq_lens_gpu, scale=scale, **options)
+        precision = "ieee" if dtype == torch.float32 else "tf32"
+        attnjit.ops.mla_decode(q, kv_cache, out, block_table, seq_lens_gpu, scale=scale, fp32_precision=precision,
+                               **options)
         torch.cuda.synchronize()
         assert not out.isnan().any(), "NaN in the output (%s): a read past a sequence's end?" % options
         if dtype == torch.float32:
