@@ -202,4 +202,10 @@ Kernel* Module::findKernel(std::string_view name) const {
   return nullptr;
 }
 
+bool dotTakesTf32(const Operation& dot) {
+  const AttrValue* precision = dot.attrs().find("input_precision");
+  const auto* name = precision ? std::get_if<std::string>(precision) : nullptr;
+  return name && *name == "tf32";
+}
+
 }  // namespace attnjit::ir

@@ -174,6 +174,10 @@ class Operation {
   Block* parent_ = nullptr;
 };
 
+// Whether a dot rounds its f32 operands to tf32 (input_precision = tf32,
+// ir/Ops.def) rather than multiplying them exactly.
+bool dotTakesTf32(const Operation& dot);
+
 // A named compile-time constant of a kernel (BLOCK_M = 16, HEAD_SIZE = 128, ...).
 struct Constexpr {
   std::string name;

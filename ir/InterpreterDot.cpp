@@ -122,9 +122,7 @@ support::Status interpretDot(ProgramContext& ctx, const CompiledOp& op) {
           out.floats[m * N + n] = std::fma(a.floats[m * K + k], b.floats[k * N + n], out.floats[m * N + n]);
     return support::Status::ok();
   }
-  const AttrValue* precision = op.op->attrs().find("input_precision");
-  const auto* precisionName = precision ? std::get_if<std::string>(precision) : nullptr;
-  const bool tf32 = precisionName && *precisionName == "tf32";
+  const bool tf32 = dotTakesTf32(*op.op);
   const bool exactProducts =
       productExactInFloat(aType.scalarKind(), tf32) && productExactInFloat(bType.scalarKind(), tf32);
   // Scratch kept across calls: dots run in loops, and the buffers' sizes repeat.

@@ -156,7 +156,7 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
 
 void lowerFmaDot(LoweringContext& ctx, const Operation& op, const Lowered& a, const Lowered& bOp, const Lowered& acc) {
   llvm::IRBuilder<>& b = ctx.b;
-  bool tf32 = op.attrs().has("input_precision") && op.attrs().getString("input_precision") == "tf32";
+  const bool tf32 = dotTakesTf32(op);
   ScalarKind kind = op.operand(0)->type().scalarKind();
   const int64_t k = dotExtent(op, "k_extent", a.layout->shape[1]);
   const int64_t nExtent = dotExtent(op, "n_extent", bOp.layout->shape[1]);
@@ -198,8 +198,7 @@ void lowerDot(LoweringContext& ctx, const Operation& op) {
   const LayoutRef& layout = op.result()->type().layout();
   if (layout && layout->kind == LayoutKind::Mma) {
     ScalarKind kind = op.operand(0)->type().scalarKind();
-    const bool tf32 = kind == ScalarKind::F32 && op.attrs().has("input_precision") &&
-                      op.attrs().getString("input_precision") == "tf32";
+    const bool tf32 = kind == ScalarKind::F32 && dotTakesTf32(op);
     if ((kind != ScalarKind::F16 && kind != ScalarKind::BF16 && !tf32) || !ctx.target.hasMmaSync) {
       ctx.unsupported(op, std::string("mma with ") + scalarName(kind) + " operands");
       ctx.set(op.result(), acc);

@@ -12,8 +12,6 @@ namespace attnjit::compiler {
 // keeps the operands exact (f32 FMAs). Both accumulate in f32.
 enum class Fp32Precision { Tf32, Ieee };
 
-inline const char* fp32PrecisionName(Fp32Precision p) { return p == Fp32Precision::Ieee ? "ieee" : "tf32"; }
-
 inline std::optional<Fp32Precision> parseFp32Precision(std::string_view text) {
   if (text == "tf32") return Fp32Precision::Tf32;
   if (text == "ieee") return Fp32Precision::Ieee;

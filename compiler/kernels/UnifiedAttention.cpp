@@ -873,7 +873,7 @@ void AttentionBuilder::buildSoftmaxState() {
   // copies and barriers, worse schedules), so tensor-core decode keeps the
   // padded steps (docs/perf-log.md, 2026-11-30).
   const bool skipPadding = c_.prefillTiles() || !config_.tensorCoreDots();
-  const bool tf32 = dt == ScalarKind::F32 && config_.fp32Precision == Fp32Precision::Tf32;
+  const bool tf32 = config_.tf32Dots();
   p_.qkDot = Builder::DotOptions{skipPadding && p_.pieces.empty() && c_.headSize / G < D ? c_.headSize / G : 0, 0, tf32};
   p_.pvDot = Builder::DotOptions{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0, tf32};
 }

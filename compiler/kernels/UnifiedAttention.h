@@ -174,7 +174,9 @@ struct UnifiedAttentionConfig {
   int queriesPerKv() const { return numQueryHeads / numKvHeads; }
   // Whether Q·Kᵀ and P·V run on the tensor cores (where the target has them):
   // f16/bf16, and f32 as tf32.
-  bool tensorCoreDots() const { return dtype != ir::ScalarKind::F32 || fp32Precision == Fp32Precision::Tf32; }
+  bool tensorCoreDots() const { return dtype != ir::ScalarKind::F32 || tf32Dots(); }
+  // f32 dots on the TF32 tensor cores (false for f16/bf16 and exact f32).
+  bool tf32Dots() const { return dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Tf32; }
   // Rows of the query tile: blockMRows when set, else minimumBlockM().
   // that is larger.
   int blockM() const;

@@ -418,9 +418,7 @@ class LayoutAssigner {
     ScalarKind k = a.scalarKind();
     // f32 operands with input_precision = tf32 take mma m16n8k8 (two per k16
     // step of the same fragments, codegen/lower/DotLowering.cpp).
-    const AttrValue* precision = dot.attrs().find("input_precision");
-    const std::string* precisionName = precision ? std::get_if<std::string>(precision) : nullptr;
-    const bool tf32 = k == ScalarKind::F32 && precisionName && *precisionName == "tf32";
+    const bool tf32 = k == ScalarKind::F32 && ir::dotTakesTf32(dot);
     return options_.hasMmaSync && (k == ScalarKind::F16 || k == ScalarKind::BF16 || tf32) && out.shape()[0] >= 16 &&
            out.shape()[1] >= 8 && a.shape()[1] >= 16;
   }

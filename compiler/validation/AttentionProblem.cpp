@@ -266,9 +266,8 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   logical.softcap = config.softcap;
   logical.alibiSqrt = config.alibiSqrt;
   logical.attentionChunkSize = config.attentionChunkSize;
-  const bool tf32 = dtype == ScalarKind::F32 && config.fp32Precision == compiler::Fp32Precision::Tf32;
-  logical.tf32Queries = tf32;
-  logical.tf32Cache = tf32 && config.kvCacheFormat == compiler::KvCacheFormat::Auto;
+  logical.tf32Queries = config.tf32Dots();
+  logical.tf32Cache = config.tf32Dots() && config.kvCacheFormat == compiler::KvCacheFormat::Auto;
   logical.cuSeqlensQ.push_back(0);
   for (int s = 0; s < numSeqs; ++s) {
     logical.cuSeqlensQ.push_back(logical.cuSeqlensQ.back() + shape.queryLens[static_cast<size_t>(s)]);
@@ -660,8 +659,7 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
   const ScalarKind dtype = data.config.dtype;
   const ScalarKind outKind = data.config.outputFp8 ? ScalarKind::F8E4M3 : dtype;
   const int64_t Hq = data.config.numQueryHeads, D = data.config.effectiveValueHeadSize();  // output rows are V-sized
-  result.tolerance =
-      attentionTolerance(dtype, dtype == ScalarKind::F32 && data.config.fp32Precision == compiler::Fp32Precision::Tf32);
+  result.tolerance = attentionTolerance(dtype, data.config.tf32Dots());
   result.outputStrideToken = data.oStrideToken;
   result.maxAbsError = 0;
   result.maxRelError = 0;
