@@ -149,6 +149,60 @@ TEST_CASE("mla decode handles odd lengths across tile and block edges", "[mla]")
   expectPasses(c, batchOf({15, 17, 31, 33, 47, 65}, 1, 11));
 }
 
+TEST_CASE("mla decode with q kept in shared memory", "[mla][q_in_shared]") {
+  // The op's tilings: 16, 32 and 64 heads per program, 32- and 64-key tiles, 4
+  // and 8 warps, both widths, fp8 latents, split-KV with the LSE; through the
+  // pass pipeline too, whose layouts put 64 heads on 4 x 2 warps.
+  struct Tiling {
+    int blockH, tileSize, numWarps, kvLoraRank;
+    KvCacheFormat format;
+  } tilings[] = {
+      {16, 64, 4, 512, KvCacheFormat::Auto},    {32, 64, 4, 512, KvCacheFormat::Auto},
+      {64, 64, 4, 256, KvCacheFormat::Auto},    {64, 32, 8, 512, KvCacheFormat::Fp8E4M3},
+  };
+  for (const Tiling& t : tilings) {
+    MlaDecodeConfig c = smallConfig();
+    c.numHeads = 40;  // the last head block is partly padding
+    c.qInShared = true;
+    c.blockH = t.blockH;
+    c.tileSize = t.tileSize;
+    c.numWarps = t.numWarps;
+    c.kvLoraRank = t.kvLoraRank;
+    c.kvCacheFormat = t.format;
+    CHECK(c.kernelName().ends_with("_qs"));
+    expectPasses(c, batchOf({1, 70, 129}));
+    expectPasses(c, batchOf({1, 70, 129}), /*afterPasses=*/true);
+    c.splitKv = true;
+    expectPasses(c, batchOf({0, 70, 129}, 1));
+  }
+}
+
+TEST_CASE("q_in_shared moves q into its own shared memory and assembles", "[mla][q_in_shared][ptxas]") {
+  // Codegen's shared operand buffer holds all of q once: BLOCK_H x 576 bf16.
+  for (int blockH : {16, 64}) {
+    MlaDecodeConfig c;
+    c.blockH = blockH;
+    c.tileSize = 32;
+    c.numWarps = blockH == 64 ? 8 : 4;
+    auto compiledWith = [&](bool qInShared) {
+      c.qInShared = qInShared;
+      auto kernel = compiler::buildMlaDecode(c);
+      REQUIRE(kernel.isOk());
+      compiler::CompileOptions options;
+      options.target = "sm_90a";
+      auto compiled = compiler::compileKernel(**kernel, options);
+      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+      REQUIRE(compiled.isOk());
+      return *compiled;
+    };
+    const compiler::CompiledKernel fromL1 = compiledWith(false);
+    const compiler::CompiledKernel resident = compiledWith(true);
+    INFO("block_h " << blockH);
+    CHECK(resident.sharedMemoryBytes - fromL1.sharedMemoryBytes == blockH * 576 * 2);
+    if (tests::havePtxas()) tests::checkAssembles(resident.ptx, "sm_90a");
+  }
+}
+
 TEST_CASE("mla decode in f32, on TF32 dots and exact", "[mla][f32]") {
   for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee})
     for (int kvLoraRank : {512, 256}) {

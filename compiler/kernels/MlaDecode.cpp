@@ -14,12 +14,18 @@
 //   online softmax in log2 units (scale·log2(e) folded into S), as the unified kernel
 //   acc_c = acc_c·α + P·kv_c[:, c]                      [BLOCK_H, 128] per chunk, f32
 //
-// Registers. The mma layout puts the warps along N when BLOCK_H = 16 (layout
-// assignment: warps along M only up to M / 16), so every warp needs all of q's
-// rows as A fragments: held across the loop, q_nope alone is 128 registers per
-// thread. q is therefore re-read per tile and chunk (L1 hits after the first
-// tile, unmasked: rows of heads >= H read head H - 1), and the chunks keep each
-// product's operands small. The accumulator is 64 f32 per thread (L = 512, 4 warps).
+// Registers and q. Layout assignment puts warps along M only up to M / 16 and the
+// rest along N, so with BLOCK_H = 16 every warp needs all of q's rows as A
+// fragments (with 64 heads on 8 warps, 4 x 2, each warp needs 16 rows): held
+// across the loop, q_nope alone would be 128 registers per thread at BLOCK_H =
+// 16. So q is either re-read per tile and chunk from global memory (L1 hits after
+// the first tile, unmasked: rows of heads >= H read head H - 1), or, with
+// q_in_shared, loaded once before the loop and kept by codegen in a shared-memory
+// buffer (BLOCK_H x W x 2 bytes) that each dot reads with ldmatrix, next to
+// its mma (codegen/lower/SharedOperands.cpp): 2.7x faster at 32 or 64 heads per
+// program (docs/perf-log.md 2026-12-03). The chunks keep each product's operands
+// small. The accumulator is BLOCK_H x L f32 spread over the warps (64 per thread
+// at 16 heads on 4 warps, 128 at 32 heads on 4 or 64 on 8).
 //
 // Keys at or beyond seq_len are masked (-inf) and their rows never read; a
 // sequence with no key leaves M = -inf, L = 1 and acc = 0: output 0, LSE -inf
@@ -223,6 +229,14 @@ void MlaDecodeBuilder::build() {
     inits.push_back(b_.constFloat(0.0, Type::tile({BH, C}, f32()), "acc_init" + std::to_string(c)));
     names.push_back("acc" + std::to_string(c));
   }
+  // q_in_shared: q loaded once, its chunks kept in shared memory by codegen
+  // (q_nope's chunks, then q_pe).
+  std::vector<Value*> qResident;
+  if (config_.qInShared) {
+    for (int64_t c = 0; c < numChunks; ++c)
+      qResident.push_back(loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + std::to_string(c)));
+    qResident.push_back(loadRows(q_, qRow, L, R, nullptr, dt, "q_pe"));
+  }
   auto loop = b_.beginFor(tileStart, tileEnd, one, inits, "tile_idx", names);
   Value* mOld = loop.iterArgs[0];
   Value* lOld = loop.iterArgs[1];
@@ -243,15 +257,16 @@ void MlaDecodeBuilder::build() {
   }
   Value* rope = decodeLatent(loadRows(kvCache_, slot, L, R, keyMask, cacheKind, "k_pe"), "k_pe");
 
-  // q is read again for every tile, one chunk at a time (file comment: registers).
+  // q's chunks: loaded before the loop (q_in_shared), or again for every tile.
   Value* qk = zeroScores;
   for (int64_t c = 0; c < numChunks; ++c) {
     const std::string suffix = std::to_string(c);
-    Value* qChunk = loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix);
+    Value* qChunk = qResident.empty() ? loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix)
+                                      : qResident[static_cast<size_t>(c)];
     qk = b_.dot(qChunk, b_.transpose(latent[static_cast<size_t>(c)], {1, 0}, "kv_c_t" + suffix), qk, config_.tf32Dots(),
                 "qk_nope" + suffix);
   }
-  Value* qPe = loadRows(q_, qRow, L, R, nullptr, dt, "q_pe");
+  Value* qPe = qResident.empty() ? loadRows(q_, qRow, L, R, nullptr, dt, "q_pe") : qResident.back();
   qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, config_.tf32Dots(), "qk");
   Value* scores =
       b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
@@ -338,6 +353,7 @@ std::string MlaDecodeConfig::kernelName() const {
   if (tileSize != defaults.tileSize) name += "_t" + std::to_string(tileSize);
   if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
   if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
+  if (qInShared) name += "_qs";
   return name;
 }
 
@@ -382,6 +398,7 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeCon
                                ": grid = (num_seqs, ceil(H / BLOCK_H)" + (config.splitKv ? ", num_segments)." : ")."));
   ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumStages, config.numStages);
+  if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_H", int64_t{config.blockH}});
   cx.push_back({"NUM_HEADS", int64_t{config.numHeads}});

@@ -480,6 +480,7 @@ std::vector<ParamField<MlaDecodeConfig>> specFields() {
       {"tile_size", false, positiveField("tile_size", &C::tileSize)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
       {"num_stages", false, positiveField("num_stages", &C::numStages)},
+      {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
       {"kv_cache_dtype", false, cacheFormatField(&C::kvCacheFormat)},
       {"split_kv", false, boolField("split_kv", &C::splitKv)},
       {"output_lse", false, boolField("output_lse", &C::outputLse)},
@@ -891,7 +892,7 @@ std::string formatSpecParams(const MlaDecodeConfig& config) {
          " kv_lora_rank=" + std::to_string(config.kvLoraRank) + " rope_dim=" + std::to_string(config.ropeDim) +
          " block_size=" + std::to_string(config.blockSize) + " block_h=" + std::to_string(config.blockH) +
          " tile_size=" + std::to_string(config.tileSize) + " num_warps=" + std::to_string(config.numWarps) +
-         " num_stages=" + std::to_string(config.numStages) +
+         " num_stages=" + std::to_string(config.numStages) + (config.qInShared ? " q_in_shared=true" : "") +
          (config.kvCacheFormat != KvCacheFormat::Auto
               ? std::string(" kv_cache_dtype=") + kvCacheFormatName(config.kvCacheFormat)
               : std::string()) +
