@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "compiler/driver/CompileDriver.h"
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/validation/MlaDecodeProblem.h"
 #include "runtime/DeviceBuffer.h"
@@ -47,13 +48,62 @@ TEST_CASE("mla op: f32 calls choose TF32 or exact dots by fp32_precision", "[mla
   p.fp32Precision = compiler::Fp32Precision::Ieee;
   const compiler::MlaDecodeConfig exact = ops::selectMlaDecodeVariant(p);
   CHECK_FALSE(exact.tf32Dots());
-  CHECK(exact.kernelName() == tf32.kernelName() + "_ieee");
+  CHECK(exact.kernelName().ends_with("_ieee"));
+  CHECK(tf32.kernelName().find("_ieee") == std::string::npos);
   p.dtype = ir::ScalarKind::BF16;  // the field concerns f32 only
   CHECK(ops::selectMlaDecodeVariant(p).kernelName().find("_ieee") == std::string::npos);
 }
 
+TEST_CASE("mla op: the tiling follows the heads, the width and the cache format", "[mla_op]") {
+  // Without a GPU the ops' target is sm_90a, whose blocks take the resident-q tilings.
+  struct Expected {
+    int numHeads, kvLoraRank;
+    compiler::KvCacheFormat format;
+    ir::ScalarKind dtype;
+    int blockH, tileSize, numWarps;
+    bool qInShared;
+  } cases[] = {
+      {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
+      {64, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F16, 32, 64, 4, true},
+      {16, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
+      {10, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
+      {128, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 4, true},
+      {20, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
+      {128, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 32, 8, true},
+      {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 16, 32, 8, true},
+      {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F32, 64, 32, 8, false},
+  };
+  for (const Expected& e : cases) {
+    ops::MlaDecodeParams p = decodeParams(64, 4096);
+    p.numHeads = e.numHeads;
+    p.kvLoraRank = e.kvLoraRank;
+    p.kvCacheFormat = e.format;
+    p.dtype = e.dtype;
+    const compiler::MlaDecodeConfig c = ops::selectMlaDecodeVariant(p);
+    INFO(c.kernelName());
+    CHECK(c.blockH == e.blockH);
+    CHECK(c.tileSize == e.tileSize);
+    CHECK(c.numWarps == e.numWarps);
+    CHECK(c.qInShared == e.qInShared);
+    if (tests::havePtxas()) {
+      auto kernel = compiler::buildMlaDecode(c);
+      REQUIRE(kernel.isOk());
+      compiler::CompileOptions options;
+      options.target = "sm_90a";
+      auto compiled = compiler::compileKernel(**kernel, options);
+      REQUIRE(compiled.isOk());
+      tests::checkAssembles(compiled->ptx, "sm_90a");
+    }
+  }
+  // Exact f32 keeps the kernel's default tiling (FMA dots).
+  ops::MlaDecodeParams exact = decodeParams(64, 4096);
+  exact.dtype = ir::ScalarKind::F32;
+  exact.fp32Precision = compiler::Fp32Precision::Ieee;
+  CHECK(ops::selectMlaDecodeVariant(exact).blockH == compiler::MlaDecodeConfig{}.blockH);
+}
+
 TEST_CASE("mla op: the balanced split rule cuts only what the GPU waits on", "[mla_op]") {
-  // B=64 x 128 heads: 512 programs already fill 132 SMs: no split (vLLM: 8).
+  // B=64 x 128 heads: 256 programs already fill 132 SMs: no split (vLLM: 8).
   ops::MlaDecodeParams full = decodeParams(64, 4096);
   CHECK(ops::mlaDecodeSplitPlan(full).numSegments == 1);
   full.splitRule = ops::MlaSplitRule::Vllm;
@@ -133,6 +183,7 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
       {compiler::KvCacheFormat::Auto, 512, 128, {1000, 37, 2049, 0, 300}, false, false},
       {compiler::KvCacheFormat::Auto, 512, 128, {3000, 37, 2049, 0, 300}, true, false},
       {compiler::KvCacheFormat::Auto, 512, 16, {3000, 1, 700}, true, true},
+      {compiler::KvCacheFormat::Auto, 512, 40, {1200, 65, 0, 31}, true, false},
       {compiler::KvCacheFormat::Fp8E4M3, 512, 128, {2500, 90}, true, false, ops::MlaSplitRule::Vllm},
       {compiler::KvCacheFormat::Auto, 256, 64, {1500, 513}, true, true},
       {compiler::KvCacheFormat::Auto, 512, 128, {3000, 37, 2049, 0, 300}, false, true, ops::MlaSplitRule::Balanced,

@@ -38,7 +38,14 @@ SplitKvScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64
   return splitKvScratch(numSeqs, numHeads, kvLoraRank, numSegments);
 }
 
-// The tiling. Measured choices live here (docs/perf-log.md).
+// The op's tilings beyond the kernel's default keep q and two latent stages in
+// shared memory: up to 188 KB a program (q_in_shared with 64-key tiles), which
+// H100/H200-class GPUs (227 KB a block) have and sm_80/86/89/120 do not.
+constexpr int64_t kResidentQSharedBytes = 190 * 1024;
+
+// The tiling. Measured on the H200 at B=64, ctx 4096 (2D kernels; docs/perf-log.md
+// 2026-12-03); the kernel's default (16 heads, 16-key tiles, 4 warps, q re-read
+// from L1 every tile: 1.036 ms at H=128) stays where the others do not fit.
 MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   MlaDecodeConfig config;
   config.dtype = p.dtype;
@@ -49,7 +56,44 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   config.numHeads = p.numHeads;
   config.blockSize = p.blockSize;
   config.outputLse = p.lse != 0;
+  const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
+  if (limits.maxPerBlock != 0 && limits.maxPerBlock < kResidentQSharedBytes) return config;
+  const int headBlock = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint32_t>(p.numHeads)), 16, 64));
+  if (p.dtype == ir::ScalarKind::F32) {
+    // TF32: 64 heads on 8 warps (4 along the heads), 32-key tiles: 1.526 ms
+    // against 3.257 (H=128). Exact f32 (FMA dots) keeps the default.
+    if (config.tf32Dots()) {
+      config.blockH = headBlock;
+      config.tileSize = 32;
+      config.numWarps = 8;
+    }
+    return config;
+  }
+  // 16-bit q: q stays in shared memory for the whole loop, each warp reading its
+  // fragments there (ldmatrix) instead of from L1 every tile.
+  config.qInShared = true;
+  if (p.kvCacheFormat != KvCacheFormat::Auto) {
+    // fp8 latents, cast in registers: 8 warps, 32-key tiles (fewer warps spill):
+    // 0.808 ms against 1.550 (H=128; 32 and 64 heads within 1%).
+    config.blockH = headBlock;
+    config.tileSize = 32;
+    config.numWarps = 8;
+    return config;
+  }
+  // bf16/f16 latents: 64-key tiles on 4 warps. 32 heads per program at L = 512:
+  // H=128 0.393 ms (64 heads on 8 warps, 32-key tiles: 0.389), H=64 0.204
+  // (0.384), H=32 0.202 (8 warps: 0.215); H=16 0.144 (32-key tiles: 0.188). At L =
+  // 256 the accumulator is half as large and 64 heads fit: 0.164 ms against 0.177.
+  config.tileSize = 64;
+  config.blockH = std::min(headBlock, p.kvLoraRank <= 256 ? 64 : 32);
   return config;
+}
+
+// Programs resident on one SM at once: two of the default tiling; one of the
+// others, which fill the register file (8 warps at up to 255 registers) or take
+// over half of the shared memory (q resident).
+int64_t programsPerSm(const MlaDecodeConfig& config) {
+  return config.qInShared || config.numWarps >= 8 || config.tileSize > MlaDecodeConfig{}.tileSize ? 1 : 2;
 }
 
 MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& config) {
@@ -62,15 +106,18 @@ MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& confi
   if (p.splitRule == MlaSplitRule::Vllm) {
     segments = std::min<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max(1, p.maxSeqLen / 512))), 2 * sms);
   } else {
-    // Key work in (sequence, head block) programs; about two programs per SM
-    // should each get an equal share of it.
+    // Key work in (sequence, head block) programs; the programs resident at once
+    // (programsPerSm on every SM) should each get an equal share of it. A
+    // sequence is cut only where it holds at least two shares, so a batch that
+    // already fills the GPU stays unsplit.
     // Capped at 2^56 keys (no batch comes near), so that the work below stays
     // far from int64's range whatever the caller passed.
     const int64_t allKeys = std::min(int64_t{p.numSeqs} * p.maxSeqLen, int64_t{1} << 56);
     const int64_t keys = p.sumSeqLens > 0 ? std::min(p.sumSeqLens, allKeys) : allKeys;
     const int64_t work = keys * config.headBlocks();
-    const int64_t segmentKeys = std::max<int64_t>(kMlaMinSegmentKeys, ceilDiv(work, 2 * sms));
-    segments = ceilDiv(p.maxSeqLen, segmentKeys);
+    const int64_t segmentKeys =
+        std::max<int64_t>(kMlaMinSegmentKeys, ceilDiv(work, programsPerSm(config) * sms));
+    segments = p.maxSeqLen / segmentKeys;
   }
   segments = std::min<int64_t>(segments, kMlaMaxSegments);
   // A caller's workspace bounds the split; the runtime's scratch holds any.

@@ -32,7 +32,8 @@ namespace attnjit::ops {
 // How mlaDecode chooses the number of KV splits.
 enum class MlaSplitRule {
   // Cut only where the GPU would otherwise wait on a few long programs: each
-  // program gets about (total key work) / (2 · SMs) keys, so a batch that fills
+  // program gets about (total key work) / (resident programs) keys, and a
+  // sequence is cut only where it holds two such shares or more, so a batch that fills
   // the GPU stays unsplit, a small batch of long sequences is cut finely, and in
   // a mixed batch only the long sequences are cut (their extra segments past a
   // short sequence's end are empty programs). Uses sumSeqLens when the caller
