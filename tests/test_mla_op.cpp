@@ -63,7 +63,8 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     int blockH, tileSize, numWarps;
     bool qInShared;
   } cases[] = {
-      {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
+      {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 32, 8, true},
+      {100, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 32, 8, true},
       {64, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F16, 32, 64, 4, true},
       {16, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
       {10, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
@@ -103,7 +104,7 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
 }
 
 TEST_CASE("mla op: the balanced split rule cuts only what the GPU waits on", "[mla_op]") {
-  // B=64 x 128 heads: 256 programs already fill 132 SMs: no split (vLLM: 8).
+  // B=64 x 128 heads: 128 programs already fill 132 SMs: no split (vLLM: 8).
   ops::MlaDecodeParams full = decodeParams(64, 4096);
   CHECK(ops::mlaDecodeSplitPlan(full).numSegments == 1);
   full.splitRule = ops::MlaSplitRule::Vllm;

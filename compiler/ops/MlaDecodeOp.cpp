@@ -80,10 +80,19 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     config.numWarps = 8;
     return config;
   }
-  // bf16/f16 latents: 64-key tiles on 4 warps. 32 heads per program at L = 512:
-  // H=128 0.393 ms (64 heads on 8 warps, 32-key tiles: 0.389), H=64 0.204
-  // (0.384), H=32 0.202 (8 warps: 0.215); H=16 0.144 (32-key tiles: 0.188). At L =
-  // 256 the accumulator is half as large and 64 heads fit: 0.164 ms against 0.177.
+  // bf16/f16 latents. H=128 at L = 512: 64 heads on 8 warps, 32-key tiles, 0.389
+  // ms (op API 0.386), as fast as 32 heads on 4 warps with 64-key tiles (0.393;
+  // op 0.392) and half its spec -> PTX time (35 against 63 ms). Fewer heads: 64-key
+  // tiles on 4 warps, 32 heads per program: H=64 0.204 ms (64 heads on 8 warps: 0.384,
+  // half the programs), H=32 0.202 (8 warps: 0.215); H=16 0.144 (32-key tiles:
+  // 0.188). At L = 256 the accumulator is half as large and 64 heads fit on 4 warps:
+  // 0.164 ms against 0.177.
+  if (p.kvLoraRank > 256 && p.numHeads > 64) {
+    config.blockH = 64;
+    config.tileSize = 32;
+    config.numWarps = 8;
+    return config;
+  }
   config.tileSize = 64;
   config.blockH = std::min(headBlock, p.kvLoraRank <= 256 ? 64 : 32);
   return config;
