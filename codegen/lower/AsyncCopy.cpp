@@ -42,7 +42,6 @@
 #include <functional>
 
 #include "codegen/lower/AsyncCopy.h"
-#include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/SwizzledShared.h"
 #include "codegen/lower/WarpgroupMma.h"
 
@@ -310,21 +309,10 @@ void waitForOwnCopies(LoweringContext& ctx, const AsyncBuffer& buffer) {
 std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in, const LinearLayout& to,
                                         llvm::Type* elementType) {
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
-  llvm::IRBuilder<>& b = ctx.b;
   waitForOwnCopies(ctx, buffer);
   ctx.barrier();
   const LinearLayout read = in.asyncTransposed ? to.transposed({1, 0}) : to;
-  llvm::Value* base = slotBase(ctx, buffer, in.regs[0]);
-  // The reads are emitted at the end of the block: tag the new ones for
-  // sinkSlotReads, which moves them next to their uses after optimization.
-  llvm::BasicBlock* block = b.GetInsertBlock();
-  const bool atEnd = b.GetInsertPoint() == block->end();
-  llvm::Instruction* before = block->empty() ? nullptr : &block->back();
-  std::vector<llvm::Value*> regs = readSwizzledTile(ctx, read, buffer.tile, elementType, base);
-  if (atEnd && b.GetInsertBlock() == block)
-    for (llvm::Instruction* inst = before ? before->getNextNode() : &block->front(); inst; inst = inst->getNextNode())
-      if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(*inst);
-  return regs;
+  return readSwizzledTileToSink(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
 }
 
 }  // namespace

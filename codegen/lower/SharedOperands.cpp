@@ -22,7 +22,6 @@
 
 #include <algorithm>
 
-#include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
@@ -162,17 +161,9 @@ SharedOperandReads::SharedOperandReads(LoweringContext& ctx, const Operation& op
     if (warpgroupDot && value == op.operand(0) && sharedOperandTile(ctx, in).blockRows > 0) continue;
     if (std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == value; })) continue;
     const SharedOperand& operand = ctx.sharedOperands->operands[static_cast<size_t>(in.sharedOperand)];
-    llvm::IRBuilder<>& b = ctx.b;
-    llvm::BasicBlock* block = b.GetInsertBlock();
-    const bool atEnd = b.GetInsertPoint() == block->end();
-    llvm::Instruction* before = block->empty() ? nullptr : &block->back();
-    std::vector<llvm::Value*> regs =
-        readSwizzledTile(ctx, operand.to, operand.tile, ctx.elementType(value->type().elementType()),
-                         bufferBase(ctx, operand));
     // Tagged for sinkSlotReads, which moves each read next to its mma.
-    if (atEnd && b.GetInsertBlock() == block)
-      for (llvm::Instruction* inst = before ? before->getNextNode() : &block->front(); inst; inst = inst->getNextNode())
-        if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(*inst);
+    std::vector<llvm::Value*> regs = readSwizzledTileToSink(
+        ctx, operand.to, operand.tile, ctx.elementType(value->type().elementType()), bufferBase(ctx, operand));
     saved_.emplace_back(value, in);
     ctx.set(value, Lowered{std::move(regs), operand.to});
   }

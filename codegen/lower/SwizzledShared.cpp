@@ -19,6 +19,8 @@
 
 #include "codegen/lower/SwizzledShared.h"
 
+#include "codegen/lower/SinkSlotReads.h"
+
 namespace attnjit::codegen {
 
 using namespace ir;
@@ -272,6 +274,20 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
   storeSwizzledTile(ctx, regs, from, tile, elementType, base);
   ctx.barrier();
   return readSwizzledTile(ctx, to, tile, elementType, base);
+}
+
+std::vector<llvm::Value*> readSwizzledTileToSink(LoweringContext& ctx, const LinearLayout& to,
+                                                 const SwizzledTile& tile, llvm::Type* elementType,
+                                                 llvm::Value* base) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::BasicBlock* block = b.GetInsertBlock();
+  const bool atEnd = b.GetInsertPoint() == block->end();
+  llvm::Instruction* before = block->empty() ? nullptr : &block->back();
+  std::vector<llvm::Value*> regs = readSwizzledTile(ctx, to, tile, elementType, base);
+  if (atEnd && b.GetInsertBlock() == block)
+    for (llvm::Instruction* inst = before ? before->getNextNode() : &block->front(); inst; inst = inst->getNextNode())
+      if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(*inst);
+  return regs;
 }
 
 }  // namespace attnjit::codegen
