@@ -10,6 +10,7 @@
 #include "compiler/driver/CompileDriver.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "compiler/validation/AttentionProblem.h"
+#include "tests/test_tools.h"
 
 namespace attnjit::tests {
 
@@ -38,14 +39,7 @@ inline compiler::BatchShape mixedAttentionBatch(uint64_t seed) {
 // The unified attention kernel of `config`, compiled to PTX for `target`.
 inline compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentionConfig& config,
                                                  const std::string& target) {
-  auto kernel = compiler::buildUnifiedAttention(config);
-  REQUIRE(kernel.isOk());
-  compiler::CompileOptions options;
-  options.target = target;
-  auto compiled = compiler::compileKernel(**kernel, options);
-  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-  REQUIRE(compiled.isOk());
-  return std::move(*compiled);
+  return compileBuilt(compiler::buildUnifiedAttention(config), target);
 }
 
 // `config` on the CPU interpreter (after the tile-IR passes with `afterPasses`)

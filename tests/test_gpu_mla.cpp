@@ -44,33 +44,22 @@ TEST_CASE("GPU mla_decode: tiling knobs, q in shared memory, f16, empty sequence
   validation::MlaDecodeBatch batch;
   batch.seqLens = {0, 1, 2000, 777, 64, 0, 1500, 129};
   batch.seed = 5;
+  // q re-read from L1 or kept in shared memory (as the op's tilings keep it).
   for (int blockH : {16, 32, 64})
     for (int tileSize : {16, 32, 64})
-      for (bool split : {false, true}) {
-        compiler::MlaDecodeConfig c;
-        c.numHeads = 128;
-        c.blockH = blockH;
-        c.tileSize = tileSize;
-        c.numWarps = blockH == 64 ? 8 : 4;
-        c.splitKv = split;
-        c.outputLse = true;
-        batch.segmentTiles = 512 / tileSize;
-        expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
-      }
-  // q in shared memory, the op's tilings: 64-key tiles on 4 warps, 32-key tiles on 8.
-  for (int blockH : {16, 32, 64})
-    for (bool split : {false, true}) {
-      compiler::MlaDecodeConfig c;
-      c.numHeads = 128;
-      c.blockH = blockH;
-      c.qInShared = true;
-      c.tileSize = blockH == 64 ? 32 : 64;
-      c.numWarps = blockH == 64 ? 8 : 4;
-      c.splitKv = split;
-      c.outputLse = true;
-      batch.segmentTiles = 512 / c.tileSize;
-      expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
-    }
+      for (bool qInShared : {false, true})
+        for (bool split : {false, true}) {
+          compiler::MlaDecodeConfig c;
+          c.numHeads = 128;
+          c.blockH = blockH;
+          c.tileSize = tileSize;
+          c.numWarps = blockH == 64 ? 8 : 4;
+          c.qInShared = qInShared;
+          c.splitKv = split;
+          c.outputLse = true;
+          batch.segmentTiles = 512 / tileSize;
+          expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
+        }
   for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3})
     for (int segmentTiles : {1, 3, 125}) {
       compiler::MlaDecodeConfig c;

@@ -49,16 +49,7 @@ void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bo
 }
 
 // `config`'s kernel compiled to PTX for sm_90a.
-std::string mlaPtx(const MlaDecodeConfig& config) {
-  auto kernel = compiler::buildMlaDecode(config);
-  REQUIRE(kernel.isOk());
-  compiler::CompileOptions options;
-  options.target = "sm_90a";
-  auto compiled = compiler::compileKernel(**kernel, options);
-  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-  REQUIRE(compiled.isOk());
-  return compiled->ptx;
-}
+std::string mlaPtx(const MlaDecodeConfig& config) { return tests::compileBuilt(compiler::buildMlaDecode(config), "sm_90a").ptx; }
 
 std::string errorOf(const MlaDecodeConfig& config) {
   const support::Status s = config.validate();
@@ -186,14 +177,7 @@ TEST_CASE("q_in_shared moves q into its own shared memory and assembles", "[mla]
     c.numWarps = blockH == 64 ? 8 : 4;
     auto compiledWith = [&](bool qInShared) {
       c.qInShared = qInShared;
-      auto kernel = compiler::buildMlaDecode(c);
-      REQUIRE(kernel.isOk());
-      compiler::CompileOptions options;
-      options.target = "sm_90a";
-      auto compiled = compiler::compileKernel(**kernel, options);
-      INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-      REQUIRE(compiled.isOk());
-      return *compiled;
+      return tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a");
     };
     const compiler::CompiledKernel fromL1 = compiledWith(false);
     const compiler::CompiledKernel resident = compiledWith(true);
@@ -223,23 +207,19 @@ TEST_CASE("a latent chunk in registers is stored once for both of its mma operan
     config.numWarps = 8;
     config.qInShared = true;
     INFO(config.kernelName());
-    auto kernel = compiler::buildMlaDecode(config);
-    REQUIRE(kernel.isOk());
     compiler::CompileOptions options;
     options.target = "sm_90a";
     std::string plan;
     options.pipeline.printAfter = "plan-shared-conversions";
     options.pipeline.dump = [&](const std::string& text) { plan += text; };
-    auto compiled = compiler::compileKernel(**kernel, options);
-    INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
-    REQUIRE(compiled.isOk());
+    const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(config), options);
     INFO(plan);
     int groups = 0;
     for (const char* chunk : {"%kv_c0", "%kv_c1", "%kv_c2", "%kv_c3"})
       if (std::regex_search(plan, std::regex(std::string(chunk) + "[_a-z]*: .* 2 conversions"))) ++groups;
     CHECK(groups == c.groups);
     CHECK(plan.find("%k_pe") == std::string::npos);
-    if (tests::havePtxas()) tests::checkAssembles(compiled->ptx, "sm_90a");
+    if (tests::havePtxas()) tests::checkAssembles(compiled.ptx, "sm_90a");
   }
 }
 

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <optional>
 
-#include "compiler/driver/CompileDriver.h"
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/validation/MlaDecodeProblem.h"
 #include "runtime/DeviceBuffer.h"
@@ -86,15 +85,7 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.tileSize == e.tileSize);
     CHECK(c.numWarps == e.numWarps);
     CHECK(c.qInShared == e.qInShared);
-    if (tests::havePtxas()) {
-      auto kernel = compiler::buildMlaDecode(c);
-      REQUIRE(kernel.isOk());
-      compiler::CompileOptions options;
-      options.target = "sm_90a";
-      auto compiled = compiler::compileKernel(**kernel, options);
-      REQUIRE(compiled.isOk());
-      tests::checkAssembles(compiled->ptx, "sm_90a");
-    }
+    if (tests::havePtxas()) tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
   }
   // Exact f32 keeps the kernel's default tiling (FMA dots).
   ops::MlaDecodeParams exact = decodeParams(64, 4096);

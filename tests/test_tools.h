@@ -12,9 +12,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "compiler/driver/CompileDriver.h"
 #include "runtime/Driver.h"
 
 namespace attnjit::tests {
+
+// A kernel builder's result compiled with `options`; failing to build or to
+// compile fails the test.
+inline compiler::CompiledKernel compileBuilt(support::Expected<std::unique_ptr<ir::Kernel>> kernel,
+                                             const compiler::CompileOptions& options) {
+  INFO((kernel.isOk() ? std::string() : kernel.diagnostic().str()));
+  REQUIRE(kernel.isOk());
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return std::move(*compiled);
+}
+
+inline compiler::CompiledKernel compileBuilt(support::Expected<std::unique_ptr<ir::Kernel>> kernel,
+                                             const std::string& target) {
+  compiler::CompileOptions options;
+  options.target = target;
+  return compileBuilt(std::move(kernel), options);
+}
 
 // How many times `what` occurs in `text` (overlapping matches count).
 inline int countOf(const std::string& text, const std::string& what) {
