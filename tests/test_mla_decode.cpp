@@ -246,6 +246,10 @@ TEST_CASE("mla decode rejects unsupported widths and score modifiers by name", "
   c.blockH = 8;
   CHECK(errorOf(c).find("block_h (8) must be 16, 32 or 64") != std::string::npos);
   c = MlaDecodeConfig{};
+  c.dtype = ir::ScalarKind::F32;
+  c.qInShared = true;
+  CHECK(errorOf(c).find("q_in_shared needs dtype f16 or bf16") != std::string::npos);
+  c = MlaDecodeConfig{};
   c.blockSize = 0;
   CHECK(errorOf(c) == "block_size (0) must be between 1 and 256");
   CHECK_FALSE(compiler::buildMlaDecode(c).isOk());

@@ -385,6 +385,9 @@ support::Status MlaDecodeConfig::validate() const {
     return configError("tile_size (" + std::to_string(tileSize) + ") must be 16, 32 or 64");
   if (numWarps < 1 || numWarps > 8 || !isPowerOfTwo(numWarps))
     return configError("num_warps (" + std::to_string(numWarps) + ") must be 1, 2, 4 or 8");
+  if (qInShared && dtype == ScalarKind::F32)
+    return configError("q_in_shared needs dtype f16 or bf16: shared-memory operands are read with ldmatrix, which "
+                       "f32 (TF32 or exact) does not use");
   if (numStages < 1 || numStages > 2)
     return configError("num_stages (" + std::to_string(numStages) +
                        ") must be 1 (no pipelining) or 2 (next KV tile loaded during this one's compute)");

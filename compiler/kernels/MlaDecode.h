@@ -47,7 +47,7 @@ struct MlaDecodeConfig {
   int numStages = 2;     // 2: the next tile's loads in flight during this tile's compute
   // q (BLOCK_H × W) loaded once before the loop into shared memory, each dot reading
   // its fragments there with ldmatrix (kernel attribute shared_invariant_operands;
-  // 16-bit dtypes); false: q re-read from global memory (L1) every tile.
+  // f16 and bf16 only); false: q re-read from global memory (L1) every tile.
   bool qInShared = false;
   // 3D launch (split-KV), stage 1: program z walks only KV tiles
   // [z, z + 1)·segment_tiles and writes reduce_segments' partials

@@ -38,9 +38,9 @@ SplitKvScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64
   return splitKvScratch(numSeqs, numHeads, kvLoraRank, numSegments);
 }
 
-// The op's tilings beyond the kernel's default keep q and two latent stages in
-// shared memory: up to 188 KB a program (q_in_shared with 64-key tiles), which
-// H100/H200-class GPUs (227 KB a block) have and sm_80/86/89/120 do not.
+// The op's tilings beyond the kernel's default take up to 188 KB of shared memory
+// a program (q and two 64-key latent stages; f32's two 32-key stages 176 KB),
+// which H100/H200-class GPUs (227 KB a block) have and sm_80/86/89/120 do not.
 constexpr int64_t kResidentQSharedBytes = 190 * 1024;
 
 // The tiling. Measured on the H200 at B=64, ctx 4096 (2D kernels; docs/perf-log.md
