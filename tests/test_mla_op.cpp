@@ -87,6 +87,12 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.qInShared == e.qInShared);
     if (tests::havePtxas()) tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
   }
+  // A batch that cannot fill 132 SMs with 64-head programs, however split, takes
+  // 32 heads per program: one sequence of 4096 keys splits into 16 segments.
+  ops::MlaDecodeParams single = decodeParams(1, 4096);
+  CHECK(ops::selectMlaDecodeVariant(single).blockH == 32);
+  single.numSeqs = 5;  // 5 x 2 head blocks x 16 segments fill the GPU
+  CHECK(ops::selectMlaDecodeVariant(single).blockH == 64);
   // Exact f32 keeps the kernel's default tiling (FMA dots).
   ops::MlaDecodeParams exact = decodeParams(64, 4096);
   exact.dtype = ir::ScalarKind::F32;

@@ -82,12 +82,19 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   }
   // bf16/f16 latents. H=128 at L = 512: 64 heads on 8 warps, 32-key tiles, 0.389
   // ms (op API 0.386), as fast as 32 heads on 4 warps with 64-key tiles (0.393;
-  // op 0.392) and half its spec -> PTX time (35 against 63 ms). Fewer heads: 64-key
+  // op 0.392) and half its spec -> PTX time (35 against 63 ms). A batch too small
+  // to give every SM a program even when split as finely as the split rule allows
+  // takes the 32-head tiling, twice the programs: B=1 ctx 4096 0.033 ms against
+  // 0.045 (op API). Fewer heads: 64-key
   // tiles on 4 warps, 32 heads per program: H=64 0.204 ms (64 heads on 8 warps: 0.384,
   // half the programs), H=32 0.202 (8 warps: 0.215); H=16 0.144 (32-key tiles:
   // 0.188). At L = 256 the accumulator is half as large and 64 heads fit on 4 warps:
   // 0.164 ms against 0.177.
-  if (p.kvLoraRank > 256 && p.numHeads > 64) {
+  const int64_t finestSegments =
+      std::clamp<int64_t>(p.maxSeqLen / kMlaMinSegmentKeys, 1, kMlaMaxSegments);
+  const int64_t sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const bool fillsGpu = int64_t{p.numSeqs} * ceilDiv(p.numHeads, 64) * finestSegments >= sms;
+  if (p.kvLoraRank > 256 && p.numHeads > 64 && fillsGpu) {
     config.blockH = 64;
     config.tileSize = 32;
     config.numWarps = 8;
