@@ -58,7 +58,8 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   config.outputLse = p.lse != 0;
   const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
   if (limits.maxPerBlock != 0 && limits.maxPerBlock < kResidentQSharedBytes) return config;
-  const int headBlock = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint32_t>(p.numHeads)), 16, 64));
+  // Any num_heads reaches here (validateFor reports the bad ones), so clamp first.
+  const int headBlock = static_cast<int>(std::bit_ceil(static_cast<uint32_t>(std::clamp(p.numHeads, 16, 64))));
   if (p.dtype == ir::ScalarKind::F32) {
     // TF32: 64 heads on 8 warps (4 along the heads), 32-key tiles: 1.526 ms
     // against 3.257 (H=128). Exact f32 (FMA dots) keeps the default.
