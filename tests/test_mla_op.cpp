@@ -85,7 +85,8 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.tileSize == e.tileSize);
     CHECK(c.numWarps == e.numWarps);
     CHECK(c.qInShared == e.qInShared);
-    if (tests::havePtxas()) tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
+    if (tests::havePtxas())
+      tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
   }
   // A batch that cannot fill 132 SMs with 64-head programs, however split, takes
   // 32 heads per program: one sequence of 4096 keys splits into 16 segments.

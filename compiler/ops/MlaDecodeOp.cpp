@@ -38,6 +38,9 @@ SplitKvScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64
   return splitKvScratch(numSeqs, numHeads, kvLoraRank, numSegments);
 }
 
+// The SMs a call fills: the caller's count, else device 0's (0 without a GPU).
+int64_t smCount(const MlaDecodeParams& p) { return p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount(); }
+
 // The op's tilings beyond the kernel's default take up to 188 KB of shared memory
 // a program (q and two 64-key latent stages; f32's two 32-key stages 176 KB),
 // which H100/H200-class GPUs (227 KB a block) have and sm_80/86/89/120 do not.
@@ -60,15 +63,17 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   if (limits.maxPerBlock != 0 && limits.maxPerBlock < kResidentQSharedBytes) return config;
   // Any num_heads reaches here (validateFor reports the bad ones), so clamp first.
   const int headBlock = static_cast<int>(std::bit_ceil(static_cast<uint32_t>(std::clamp(p.numHeads, 16, 64))));
+  // blockH heads per program on 8 warps, 32-key tiles.
+  auto onEightWarps = [&](int blockH) {
+    config.blockH = blockH;
+    config.tileSize = 32;
+    config.numWarps = 8;
+    return config;
+  };
   if (p.dtype == ir::ScalarKind::F32) {
     // TF32: 64 heads on 8 warps (4 along the heads), 32-key tiles: 1.526 ms
     // against 3.257 (H=128). Exact f32 (FMA dots) keeps the default.
-    if (config.tf32Dots()) {
-      config.blockH = headBlock;
-      config.tileSize = 32;
-      config.numWarps = 8;
-    }
-    return config;
+    return config.tf32Dots() ? onEightWarps(headBlock) : config;
   }
   // 16-bit q: q stays in shared memory for the whole loop, each warp reading its
   // fragments there (ldmatrix) instead of from L1 every tile.
@@ -76,31 +81,22 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   if (p.kvCacheFormat != KvCacheFormat::Auto) {
     // fp8 latents, cast in registers: 8 warps, 32-key tiles (fewer warps spill):
     // 0.808 ms against 1.550 (H=128; 32 and 64 heads within 1%).
-    config.blockH = headBlock;
-    config.tileSize = 32;
-    config.numWarps = 8;
-    return config;
+    return onEightWarps(headBlock);
   }
   // bf16/f16 latents. H=128 at L = 512: 64 heads on 8 warps, 32-key tiles, 0.389
   // ms (op API 0.386), as fast as 32 heads on 4 warps with 64-key tiles (0.393;
   // op 0.392) and half its spec -> PTX time (35 against 63 ms). A batch too small
   // to give every SM a program even when split as finely as the split rule allows
   // takes the 32-head tiling, twice the programs: B=1 ctx 4096 0.033 ms against
-  // 0.045 (op API). Fewer heads: 64-key
-  // tiles on 4 warps, 32 heads per program: H=64 0.204 ms (64 heads on 8 warps: 0.384,
-  // half the programs), H=32 0.202 (8 warps: 0.215); H=16 0.144 (32-key tiles:
-  // 0.188). At L = 256 the accumulator is half as large and 64 heads fit on 4 warps:
-  // 0.164 ms against 0.177.
+  // 0.045 (op API). Fewer heads: 64-key tiles on 4 warps, 32 heads per program:
+  // H=64 0.204 ms (64 heads on 8 warps: 0.384, half the programs), H=32 0.202
+  // (8 warps: 0.215); H=16 0.144 (32-key tiles: 0.188). At L = 256 the
+  // accumulator is half as large and 64 heads fit on 4 warps: 0.164 ms against
+  // 0.177.
   const int64_t finestSegments =
       std::clamp<int64_t>(p.maxSeqLen / kMlaMinSegmentKeys, 1, kMlaMaxSegments);
-  const int64_t sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
-  const bool fillsGpu = int64_t{p.numSeqs} * ceilDiv(p.numHeads, 64) * finestSegments >= sms;
-  if (p.kvLoraRank > 256 && p.numHeads > 64 && fillsGpu) {
-    config.blockH = 64;
-    config.tileSize = 32;
-    config.numWarps = 8;
-    return config;
-  }
+  const bool fillsGpu = int64_t{p.numSeqs} * ceilDiv(p.numHeads, 64) * finestSegments >= smCount(p);
+  if (p.kvLoraRank > 256 && p.numHeads > 64 && fillsGpu) return onEightWarps(64);
   config.tileSize = 64;
   config.blockH = std::min(headBlock, p.kvLoraRank <= 256 ? 64 : 32);
   return config;
@@ -109,15 +105,13 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
 // Programs resident on one SM at once: two of the default tiling; one of the
 // others, which fill the register file (8 warps at up to 255 registers) or take
 // over half of the shared memory (q resident).
-int64_t programsPerSm(const MlaDecodeConfig& config) {
-  return config.qInShared || config.numWarps >= 8 || config.tileSize > MlaDecodeConfig{}.tileSize ? 1 : 2;
-}
+int64_t programsPerSm(const MlaDecodeConfig& config) { return config.qInShared || config.numWarps >= 8 ? 1 : 2; }
 
 MlaSplitPlan splitPlanFor(const MlaDecodeParams& p, const MlaDecodeConfig& config) {
   if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || p.maxSeqLen <= 0 || p.numSeqs < 1 ||
       p.numHeads < 1)
     return {};
-  const int64_t sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int64_t sms = smCount(p);
   if (sms <= 0) return {};
   int64_t segments = 1;
   if (p.splitRule == MlaSplitRule::Vllm) {
