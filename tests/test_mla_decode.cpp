@@ -187,6 +187,42 @@ TEST_CASE("q_in_shared moves q into its own shared memory and assembles", "[mla]
   }
 }
 
+TEST_CASE("a latent chunk in registers is stored once for both of its mma operands", "[mla][codegen]") {
+  // fp8 latents are cast in registers, and without pipelining the bf16 latent is
+  // a register tile too: each kv_c chunk is converted as V and, transposed, as Kᵀ
+  // (k_pe only as Kᵀ), so codegen's plan-shared-conversions gives the four chunks
+  // one shared-memory store each. A pipelined bf16 latent is read from its
+  // cp.async slot instead and has no such group.
+  struct Case {
+    KvCacheFormat format;
+    int numStages;
+    int groups;
+  } cases[] = {{KvCacheFormat::Fp8E4M3, 2, 4}, {KvCacheFormat::Auto, 1, 4}, {KvCacheFormat::Auto, 2, 0}};
+  for (const Case& c : cases) {
+    MlaDecodeConfig config;
+    config.kvCacheFormat = c.format;
+    config.numStages = c.numStages;
+    config.blockH = 64;
+    config.tileSize = 32;
+    config.numWarps = 8;
+    config.qInShared = true;
+    INFO(config.kernelName());
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    std::string plan;
+    options.pipeline.printAfter = "plan-shared-conversions";
+    options.pipeline.dump = [&](const std::string& text) { plan += text; };
+    const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(config), options);
+    INFO(plan);
+    int groups = 0;
+    for (const char* chunk : {"%kv_c0", "%kv_c1", "%kv_c2", "%kv_c3"})
+      if (std::regex_search(plan, std::regex(std::string(chunk) + "[_a-z]*: .* 2 conversions"))) ++groups;
+    CHECK(groups == c.groups);
+    CHECK(plan.find("%k_pe") == std::string::npos);
+    if (tests::havePtxas()) tests::checkAssembles(compiled.ptx, "sm_90a");
+  }
+}
+
 TEST_CASE("mla decode in f32, on TF32 dots and exact", "[mla][f32]") {
   for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee})
     for (int kvLoraRank : {512, 256}) {

@@ -4,6 +4,7 @@
 // (convertThroughShared), when the thread mappings differ.
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/SharedConversions.h"
 #include "codegen/lower/SharedOperands.h"
 
 namespace attnjit::codegen {
@@ -197,6 +198,7 @@ void lowerReshape(LoweringContext& ctx, const Operation& op) {
 
 void lowerConvertLayout(LoweringContext& ctx, const Operation& op) {
   if (lowerSharedOperandConvert(ctx, op)) return;
+  if (lowerSharedConversion(ctx, op)) return;
   const Lowered& in = ctx.get(op.operand(0));
   LinearLayout to = ctx.linearLayout(op.result()->type(), op);
   if (in.isAsync()) {

@@ -10,6 +10,7 @@
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/RedundantSync.h"
+#include "codegen/lower/SharedConversions.h"
 #include "codegen/lower/SharedOperands.h"
 #include "codegen/lower/LoopCrossingPredicates.h"
 #include "codegen/lower/SinkSlotReads.h"
@@ -308,16 +309,20 @@ constexpr CodegenStage kStages[] = {
     {"plan-shared-operands",
      "loop-invariant mma operands kept in shared memory and read next to each mma "
      "(kernel attribute shared_invariant_operands)"},
+    {"plan-shared-conversions",
+     "a register tile converted into several layouts (also through a transpose) stored once into shared memory "
+     "of its own, each conversion reading it back"},
     {"lower", "tile IR to LLVM IR: every tile value becomes the registers of its layout; NVVM intrinsics"},
     {"fit-shared-memory",
-     "slots, operands and scratch must fit the target's shared memory per block; else the plans start again "
-     "with the operands in registers, then with the pipelined tiles in registers"},
+     "slots, operands, conversion buffers and scratch must fit the target's shared memory per block; else the "
+     "plans start again with the operands and conversions in registers, then with the pipelined tiles in registers"},
     {"llvm-pipeline", "LLVM's middle end: the fast pipeline or O3 (ATTNJIT_LLVM_PIPELINE)"},
     {"erase-unused-ldmatrix", "ldmatrix reads of shared slots whose results the middle end left unused"},
     {"rematerialize-loop-crossing-predicates",
      "conditions used after a loop are recomputed there rather than kept live through it"},
     {"sink-slot-reads",
-     "reads of cp.async slots and shared operands moved next to their use (kernel attribute sink_slot_reads)"},
+     "reads of cp.async slots, shared operands and conversion buffers moved next to their use "
+     "(kernel attribute sink_slot_reads)"},
     {"remove-redundant-sync",
      "barriers and cp.async waits that repeat one with nothing in between (kernel attribute remove_redundant_sync)"},
     {"emit-ptx", "the NVPTX backend: instruction selection, register allocation, PTX text"},
@@ -420,12 +425,15 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   stages.printAfter("plan-async-copies", [&] { return describeAsyncCopyPlan(ctx); });
   stages.run("plan-shared-operands", [&] { planSharedOperands(ctx); });
   stages.printAfter("plan-shared-operands", [&] { return describeSharedOperandPlan(ctx); });
+  stages.run("plan-shared-conversions", [&] { planSharedConversions(ctx); });
+  stages.printAfter("plan-shared-conversions", [&] { return describeSharedConversionPlan(ctx); });
   stages.run("lower", [&] { lowerBlock(ctx, kernel.body()); });
   ctx.entryBuilder = nullptr;
   if (!ctx.status) return ctx.status;
   attempt.sharedBytes = ctx.asyncBufferBytes + ctx.sharedBytes;
   // Only the buffers of their own can be given up; the scratch area is the floor.
-  attempt.fits = !(ctx.async || ctx.sharedOperands) || attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;
+  attempt.fits = !(ctx.async || ctx.sharedOperands || ctx.sharedConversions) ||
+                 attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;
   if (attempt.fits) stages.printAfter("lower", [&] { return printModule(*attempt.module); });
   return attempt;
 }
@@ -478,7 +486,8 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
   stages.run("rematerialize-loop-crossing-predicates", [&] { rematerializeLoopCrossingPredicates(*ctx.function); });
   stages.printAfter("rematerialize-loop-crossing-predicates", printIr);
   // After LLVM's passes, which keep the order of calls: see SinkSlotReads.cpp.
-  if ((ctx.async || ctx.sharedOperands) && ir::kernelFlag(kernel, ir::KernelAttribute::SinkSlotReads)) {
+  if ((ctx.async || ctx.sharedOperands || ctx.sharedConversions) &&
+      ir::kernelFlag(kernel, ir::KernelAttribute::SinkSlotReads)) {
     stages.run("sink-slot-reads", [&] { sinkSlotReads(*ctx.function); });
     stages.printAfter("sink-slot-reads", printIr);
   }

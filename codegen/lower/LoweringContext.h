@@ -44,6 +44,7 @@ struct Lowered {
 
 struct AsyncCopyPlan;
 struct SharedOperandPlan;
+struct SharedConversionPlan;
 
 class LoweringContext {
  public:
@@ -77,6 +78,10 @@ class LoweringContext {
   // Which conversions keep their operand in shared memory (planSharedOperands);
   // null where none do. Their buffers follow the cp.async ones, inside asyncBufferBytes.
   std::unique_ptr<SharedOperandPlan> sharedOperands;
+  // Tiles converted into several layouts from one shared-memory store
+  // (planSharedConversions); null where none are. Their buffers follow the
+  // shared operands', inside asyncBufferBytes.
+  std::unique_ptr<SharedConversionPlan> sharedConversions;
 
   // The first unsupported construct met; lowering continues but the result is discarded.
   support::Status status;

@@ -60,9 +60,9 @@ std::vector<llvm::Value*> readSwizzledTile(LoweringContext& ctx, const ir::Linea
                                            llvm::Type* elementType, llvm::Value* base);
 
 // readSwizzledTile for a tile nothing writes again before the end of the block
-// (a cp.async slot, a shared operand): the reads, emitted at the end of the
-// block, are tagged for sinkSlotReads, which moves each next to its first use
-// after optimization.
+// (a cp.async slot, a shared operand, a shared conversion's buffer): the reads,
+// emitted at the end of the block, are tagged for sinkSlotReads, which moves
+// each next to its first use after optimization.
 std::vector<llvm::Value*> readSwizzledTileToSink(LoweringContext& ctx, const ir::LinearLayout& to,
                                                  const SwizzledTile& tile, llvm::Type* elementType,
                                                  llvm::Value* base);
