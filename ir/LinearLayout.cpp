@@ -113,6 +113,20 @@ support::Expected<LinearLayout> blockedLayout(const Layout& enc, const std::vect
   return ll;
 }
 
+}  // namespace
+
+support::Expected<int64_t> mmaWarpColumns(const Layout& enc) {
+  if (enc.instrShape.empty()) return int64_t{8};
+  if (enc.instrShape.size() != 2 || enc.instrShape[0] != 16 || enc.instrShape[1] < 8 ||
+      !isPowerOfTwo(enc.instrShape[1]))
+    return support::Diagnostic{{}, "layout " + enc.str() +
+                                       ": 'instr' must be [16, n] with n a power of two of at least 8 (the columns "
+                                       "each warp owns in a row of warps)"};
+  return enc.instrShape[1];
+}
+
+namespace {
+
 // mma.sync m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"),
 // with g = lane / 4 (group) and t = lane % 4 (thread in group):
 //   accumulator c0..c3: row g (+8 for c2, c3), column 2t + (0|1)
@@ -127,14 +141,17 @@ support::Expected<LinearLayout> mmaLayout(const Layout& enc, const std::vector<i
   if (product(enc.warpsPerCta) != numWarps)
     return support::Diagnostic{
         {}, "layout " + enc.str() + ": 'wpc' must multiply to num_warps (" + std::to_string(numWarps) + ")"};
+  auto columns = mmaWarpColumns(enc);
+  if (!columns) return columns.status();
   int64_t wm = enc.warpsPerCta[0], wn = enc.warpsPerCta[1];
   LinearLayout ll;
   ll.shape = shape;
   ll.lane = {{0, 2, 0}, {0, 4, 0}, {1, 0, 0}, {2, 0, 0}, {4, 0, 0}};
   for (int64_t s = 1; s < wm; s *= 2) ll.warp.push_back({16 * s, 0, 0});
-  for (int64_t s = 1; s < wn; s *= 2) ll.warp.push_back({0, 8 * s, 0});
+  for (int64_t s = 1; s < wn; s *= 2) ll.warp.push_back({0, *columns * s, 0});
   ll.reg = {{0, 1, 0}, {8, 0, 0}};
-  addRepetitions(ll, {16 * wm, 8 * wn}, {1, 0});
+  for (int64_t s = 8; s < *columns; s *= 2) ll.reg.push_back({0, s, 0});
+  addRepetitions(ll, {16 * wm, *columns * wn}, {1, 0});
   fitToShape(ll);
   return ll;
 }
@@ -164,6 +181,8 @@ support::Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::v
     return support::Diagnostic{{}, "layout " + enc.str() + ": only mma version 2 operands are supported"};
   if (product(mma.warpsPerCta) != numWarps)
     return support::Diagnostic{{}, "layout " + enc.str() + ": parent 'wpc' must multiply to num_warps"};
+  auto columns = mmaWarpColumns(mma);
+  if (!columns) return columns.status();
   int64_t wm = mma.warpsPerCta[0], wn = mma.warpsPerCta[1];
   LinearLayout ll;
   ll.shape = shape;
@@ -175,10 +194,11 @@ support::Expected<LinearLayout> dotOperandLayout(const Layout& enc, const std::v
     addRepetitions(ll, {16 * wm, 16}, {1, 0});
   } else if (enc.opIdx == 1) {  // B: [K, N]; warps along M hold the same columns
     ll.reg = {{1, 0, 0}, {8, 0, 0}};
+    for (int64_t s = 8; s < *columns; s *= 2) ll.reg.push_back({0, s, 0});
     ll.lane = {{2, 0, 0}, {4, 0, 0}, {0, 1, 0}, {0, 2, 0}, {0, 4, 0}};
     for (int64_t s = 1; s < wm; s *= 2) ll.warp.push_back({0, 0, 0});
-    for (int64_t s = 1; s < wn; s *= 2) ll.warp.push_back({0, 8 * s, 0});
-    addRepetitions(ll, {16, 8 * wn}, {0, 1});
+    for (int64_t s = 1; s < wn; s *= 2) ll.warp.push_back({0, *columns * s, 0});
+    addRepetitions(ll, {16, *columns * wn}, {0, 1});
   } else {
     return support::Diagnostic{{}, "layout " + enc.str() + ": idx must be 0 (A) or 1 (B)"};
   }
@@ -252,6 +272,8 @@ support::Expected<std::vector<Renumbering>> threadMajorRenumberings(const Layout
   if (mmaEncoding.kind != LayoutKind::Mma || mmaEncoding.version != 2 || shape.size() != 2)
     return support::Diagnostic{
         {}, "layout " + encoding.str() + ": thread_major applies to mma version 2 layouts and their operands"};
+  if (auto columns = mmaWarpColumns(mmaEncoding); !columns || *columns != 8)
+    return support::Diagnostic{{}, "layout " + encoding.str() + ": thread_major needs instr = [16, 8]"};
   Layout b;
   b.kind = LayoutKind::DotOperand;
   b.opIdx = 1;

@@ -80,6 +80,15 @@ support::Expected<LinearLayout> toLinearLayout(const Layout& encoding, const std
 // them. `layout` itself for encodings without thread_major.
 support::Expected<LinearLayout> mmaNumbering(const Layout& encoding, const LinearLayout& layout);
 
+// The columns each warp of an #mma layout owns before the next warp along N
+// takes over: instr = [16, n] (n a power of two of at least 8). n = 8 is
+// mma.sync's own tiling, warps interleaved in 8-column steps; a larger n gives
+// each warp n contiguous columns (n / 8 m16n8 fragments), so four warps along M
+// with two along N split the columns into two warpgroup-contiguous halves, the
+// blocks wgmma's descriptors address (codegen/lower/WarpgroupMma.cpp). No instr
+// means [16, 8].
+support::Expected<int64_t> mmaWarpColumns(const Layout& encoding);
+
 bool isPowerOfTwo(int64_t x);
 int log2Exact(int64_t x);
 

@@ -53,8 +53,10 @@ enum class LayoutKind : uint8_t {
   // warp tile threadsPerWarp, warps tile warpsPerCta; `order` lists dimensions from
   // fastest to slowest varying. The shape is covered cyclically when larger.
   Blocked,
-  // Accumulator of tensor-core mma: version 2 = mma.sync (instrShape [16,8]),
-  // version 3 = wgmma. warpsPerCta tiles warps over the output.
+  // Accumulator of tensor-core mma (version 2: m16n8 fragments). warpsPerCta
+  // tiles warps over the output; instrShape [16, n] gives each warp n
+  // contiguous columns (8: interleaved, mma.sync's own; larger: column blocks,
+  // ir/LinearLayout.h mmaWarpColumns).
   Mma,
   // Operand A (opIdx 0) or B (opIdx 1) of a dot whose result has layout `parent`;
   // kWidth = consecutive k-elements per thread (8 for 16-bit types with ldmatrix).

@@ -60,6 +60,22 @@ TEST_CASE("GPU mla_decode: tiling knobs, q in shared memory, f16, empty sequence
           batch.segmentTiles = 512 / tileSize;
           expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
         }
+  // The op's fp8 tiling: the latent cast in registers, each chunk stored once
+  // for its two conversions, mma.sync over column blocks.
+  for (int tileSize : {32, 64})
+    for (bool split : {false, true}) {
+      compiler::MlaDecodeConfig c;
+      c.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+      c.numHeads = 128;
+      c.blockH = 64;
+      c.tileSize = tileSize;
+      c.numWarps = 8;
+      c.qInShared = true;
+      c.splitKv = split;
+      c.outputLse = true;
+      batch.segmentTiles = 512 / tileSize;
+      expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
+    }
   for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3})
     for (int segmentTiles : {1, 3, 125}) {
       compiler::MlaDecodeConfig c;

@@ -116,6 +116,52 @@ TEST_CASE("mma operand layouts match the PTX fragments and the accumulator reuse
   CHECK(*acc == *a);
 }
 
+TEST_CASE("mma column blocks give each warp along N contiguous columns", "[layout]") {
+  // instr [16, 64] on 4 x 2 warps over [64, 128]: warps 0-3 (one warpgroup)
+  // own columns 0-63, warps 4-7 columns 64-127; inside a block the fragments
+  // are mma.sync's m16n8 ones, eight 8-column tiles a thread holds in order.
+  auto blocks = std::make_shared<Layout>(*mma(4, 2));
+  blocks->instrShape = {16, 64};
+  auto acc = toLinearLayout(*blocks, {64, 128}, 8);
+  REQUIRE(acc.isOk());
+  CHECK(acc->coversShape());
+  CHECK(acc->numRegisters() == 64 * 128 / 256);
+  for (uint64_t warp = 0; warp < 8; ++warp)
+    for (uint64_t lane = 0; lane < 32; ++lane)
+      for (uint64_t r = 0; r < static_cast<uint64_t>(acc->numRegisters()); ++r) {
+        const Coord c = acc->apply(r, lane, warp);
+        CHECK(c[0] / 16 == static_cast<int64_t>(warp % 4));
+        CHECK(c[1] / 64 == static_cast<int64_t>(warp / 4));
+      }
+  CHECK(acc->apply(0, 0, 0) == Coord{0, 0, 0});
+  CHECK(acc->apply(1, 1, 0) == Coord{0, 3, 0});
+  CHECK(acc->apply(2, 0, 0) == Coord{8, 0, 0});
+  CHECK(acc->apply(4, 0, 0) == Coord{0, 8, 0});
+  // B holds the same columns per warp, A the same rows (all columns of k).
+  auto b = toLinearLayout(*dotOp(1, blocks), {32, 128}, 8);
+  auto a = toLinearLayout(*dotOp(0, blocks), {64, 32}, 8);
+  REQUIRE(b.isOk());
+  REQUIRE(a.isOk());
+  for (uint64_t warp = 0; warp < 8; ++warp)
+    for (uint64_t r = 0; r < static_cast<uint64_t>(b->numRegisters()); ++r)
+      CHECK(b->apply(r, 0, warp)[1] / 64 == static_cast<int64_t>(warp / 4));
+  CHECK(a->apply(0, 0, 4) == a->apply(0, 0, 0));
+  // instr [16, 8] is the interleaved tiling, and malformed column counts are named.
+  auto interleaved = toLinearLayout(*mma(4, 2), {64, 128}, 8);
+  REQUIRE(interleaved.isOk());
+  CHECK(interleaved->apply(0, 0, 4) == Coord{0, 8, 0});
+  for (std::vector<int64_t> bad : {std::vector<int64_t>{16, 12}, {16, 4}, {8, 64}, {16}}) {
+    auto l = std::make_shared<Layout>(*blocks);
+    l->instrShape = bad;
+    auto built = toLinearLayout(*l, {64, 128}, 8);
+    REQUIRE_FALSE(built.isOk());
+    CHECK(built.diagnostic().str().find("'instr'") != std::string::npos);
+  }
+  auto threadMajor = std::make_shared<Layout>(*blocks);
+  threadMajor->threadMajor = 1;
+  CHECK_FALSE(toLinearLayout(*threadMajor, {64, 128}, 8).isOk());
+}
+
 TEST_CASE("slices, expansion and broadcast register maps", "[layout]") {
   auto parentEnc = blocked({1, 8}, {2, 16}, {4, 1}, {1, 0});
   auto full = toLinearLayout(*parentEnc, {16, 128}, 4);

@@ -223,6 +223,45 @@ TEST_CASE("a latent chunk in registers is stored once for both of its mma operan
   }
 }
 
+TEST_CASE("64 heads on 8 warps run every mla dot on wgmma, each warpgroup on its column block", "[mla][wgmma]") {
+  // Four warps along the heads, two along the keys (Q·Kᵀ) and the latent
+  // columns (P·V): the accumulators' column blocks (#mma instr [16, n / 2])
+  // give each warpgroup one contiguous half, which its descriptor addresses.
+  for (int tileSize : {16, 32, 64}) {
+    MlaDecodeConfig c;
+    c.blockH = 64;
+    c.tileSize = tileSize;
+    c.numWarps = 8;
+    c.qInShared = true;
+    INFO(c.kernelName());
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(c), options);
+    CHECK(compiled.tirOptimized.find("instr=[16," + std::to_string(tileSize / 2) + "]") != std::string::npos);
+    CHECK(compiled.tirOptimized.find("instr=[16,64]") != std::string::npos);
+    // Per KV loop: Q·Kᵀ takes 576 / 16 k-steps of n = tile / 2, P·V tile / 16
+    // k-steps of n = 64 for each of the four 128-column chunks.
+    const std::string& ptx = compiled.ptx;
+    CHECK(tests::countOf(ptx, "mma.sync") == 0);
+    CHECK(tests::countOf(ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(tileSize / 2) + "k16") %
+              (576 / 16) ==
+          0);
+    CHECK(tests::countOf(ptx, "wgmma.mma_async.sync.aligned.m64n64k16") % (4 * tileSize / 16) == 0);
+    CHECK(tests::countOf(ptx, "wgmma.mma_async.sync.aligned.m64n64k16") > 0);
+    // One asm block each for the Q·Kᵀ chain over the five chunks and for the
+    // four chunks' P·V: two fences and two waits, not nine.
+    CHECK(tests::countOf(ptx, "wgmma.fence") == 2);
+    CHECK(tests::countOf(ptx, "wgmma.wait_group") == 2);
+    if (tests::havePtxas()) tests::checkAssembles(ptx, "sm_90a");
+    // sm_90 keeps mma.sync over the same column blocks.
+    compiler::CompileOptions sm90;
+    sm90.target = "sm_90";
+    const compiler::CompiledKernel plain = tests::compileBuilt(compiler::buildMlaDecode(c), sm90);
+    CHECK(tests::countOf(plain.ptx, "wgmma") == 0);
+    CHECK(plain.tirOptimized.find("instr=[16,8]") != std::string::npos);
+  }
+}
+
 TEST_CASE("mla decode in f32, on TF32 dots and exact", "[mla][f32]") {
   for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee})
     for (int kvLoraRank : {512, 256}) {

@@ -45,9 +45,17 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   const auto& shapeA = a.layout->shape;
   int64_t m = shapeA[0], k = shapeA[1], n = bOp.layout->shape[1];
   int64_t wm = mma.warpsPerCta[0], wn = mma.warpsPerCta[1];
-  int64_t mTiles = std::max<int64_t>(1, m / (16 * wm)), nTiles = std::max<int64_t>(1, n / (8 * wn));
+  auto warpColumns = mmaWarpColumns(mma);
+  ATTNJIT_CHECK(warpColumns.isOk(), "codegen: mma layout");
+  int64_t mTiles = std::max<int64_t>(1, m / (16 * wm));
+  // The first columns of the n-tiles warp 0 holds; warp w's are `columns` · w
+  // further along (interleaved in 8-column steps, or column blocks).
+  std::vector<int64_t> nTileColumns;
+  for (int64_t rep = 0; rep == 0 || rep * *warpColumns * wn < n; ++rep)
+    for (int64_t j = 0; j < *warpColumns / 8; ++j)
+      if (int64_t col = rep * *warpColumns * wn + 8 * j; col == 0 || col < n) nTileColumns.push_back(col);
   // k-steps of 16 up to k_extent (rounded up); n-tiles from n_extent on are
-  // skipped (for every warp: warp w's columns of n-tile ni start at col + 8w).
+  // skipped (for every warp: warp w's columns start at or after warp 0's).
   // Thread-major operands (ir/Types.h) are gathered in the mma's own numbering;
   // their k (or n) coordinates are renumbered, so the zeros past an extent are
   // no longer the last k-steps (n-tiles): all of them are computed.
@@ -112,8 +120,7 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   // to back.
   for (int64_t kj = 0; kj < kTiles; ++kj) {
     int64_t kk = kj * 16;
-    for (int64_t ni = 0; ni < nTiles; ++ni) {
-      int64_t col = ni * 8 * wn;
+    for (int64_t col : nTileColumns) {
       if (col >= nExtent) break;
       for (int64_t mi = 0; mi < mTiles; ++mi) {
         int64_t row = mi * 16 * wm;

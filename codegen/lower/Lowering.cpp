@@ -137,18 +137,21 @@ void collectUses(const Block& block, UseMap& uses) {
   }
 }
 
-void lowerBlock(LoweringContext& ctx, const Block& block) {
-  for (const auto& op : block.operations()) {
-    materializeAsyncTiles(ctx, *op);
-    SharedOperandReads sharedOperandReads(ctx, *op);
-    switch (op->opcode()) {
+void lowerOperation(LoweringContext& ctx, const Operation& op) {
+  materializeAsyncTiles(ctx, op);
+  SharedOperandReads sharedOperandReads(ctx, op);
+  switch (op.opcode()) {
 #define ATTNJIT_OP(Enum, spelling, Family) \
   case Opcode::Enum:                       \
-    lower##Family(ctx, *op);               \
+    lower##Family(ctx, op);                \
     break;
 #include "ir/Ops.def"
-    }
   }
+}
+
+void lowerBlock(LoweringContext& ctx, const Block& block) {
+  for (const auto& op : block.operations())
+    if (!ctx.loweredAhead.erase(op.get())) lowerOperation(ctx, *op);
 }
 
 // ---- grid, constants ----

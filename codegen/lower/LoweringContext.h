@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/Target.h"
@@ -89,6 +90,11 @@ class LoweringContext {
 
   // ---- values ----
   const Lowered& get(const ir::Value* v) const;
+  // Null where `v` is not lowered yet (a wgmma group's chained accumulators).
+  const Lowered* find(const ir::Value* v) const {
+    auto it = values_.find(v);
+    return it == values_.end() ? nullptr : &it->second;
+  }
   llvm::Value* scalar(const ir::Value* v) const { return get(v).regs.at(0); }
   void set(const ir::Value* v, Lowered lowered) { values_[v] = std::move(lowered); }
   // The linear layout of a tile type (its layout must be set).
@@ -118,6 +124,9 @@ class LoweringContext {
 
   // Values yielded by the region just lowered (set by lowerYield).
   std::vector<Lowered> yielded;
+  // Ops already lowered out of order (a wgmma group lowers the ops between its
+  // dots before its asm block): lowerBlock skips them.
+  std::unordered_set<const ir::Operation*> loweredAhead;
   // Builder positioned at the end of the entry block, for values every block may
   // use (thread-geometry terms).
   llvm::IRBuilder<>* entryBuilder = nullptr;
@@ -163,8 +172,11 @@ void materializeAsyncTiles(LoweringContext& ctx, const ir::Operation& op);
 #define ATTNJIT_OP(Enum, spelling, Family) void lower##Family(LoweringContext& ctx, const ir::Operation& op);
 #include "ir/Ops.def"
 
-// Lowers every op of a block in order (used by the kernel body and regions).
+// Lowers every op of a block in order (used by the kernel body and regions),
+// skipping those lowered ahead.
 void lowerBlock(LoweringContext& ctx, const ir::Block& block);
+// Lowers one op as lowerBlock does (async tiles and shared operands read first).
+void lowerOperation(LoweringContext& ctx, const ir::Operation& op);
 
 // Converts a scalar LLVM value between element kinds with the IR's cast
 // semantics (ir/Ops.def, `cast`).

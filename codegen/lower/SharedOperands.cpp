@@ -156,8 +156,9 @@ SharedOperandReads::SharedOperandReads(LoweringContext& ctx, const Operation& op
   // A dot lowered with wgmma reads a column-blocked A operand through its descriptor.
   const bool warpgroupDot = op.opcode() == Opcode::Dot && ctx.get(op.operand(1)).warpgroupOperand;
   for (const Value* value : op.operands()) {
-    const Lowered& in = ctx.get(value);
-    if (!in.isSharedOperand()) continue;
+    const Lowered* lowered = ctx.find(value);
+    if (!lowered || !lowered->isSharedOperand()) continue;
+    const Lowered& in = *lowered;
     if (warpgroupDot && value == op.operand(0) && sharedOperandTile(ctx, in).blockRows > 0) continue;
     if (std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == value; })) continue;
     const SharedOperand& operand = ctx.sharedOperands->operands[static_cast<size_t>(in.sharedOperand)];

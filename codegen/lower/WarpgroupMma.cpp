@@ -24,18 +24,30 @@
 //   shared_invariant_operands, codegen/lower/SharedOperands.cpp) when its
 //   buffer got column blocks, else the registers it already has.
 //
+// Warps along N (MLA's 64 heads on 8 warps: 4 along M × 2 along N) need the
+// accumulator's column blocks (#mma instr [16, n / warpsN]): warpgroup j along
+// N then owns columns [j·n/warpsN, (j+1)·n/warpsN), and its B descriptor starts
+// there.
+//
 // Ordering: the slot's copies complete (cp.async.wait_group), each thread
 // fences its generic-proxy writes against the async proxy wgmma reads through
 // (fence.proxy.async.shared::cta), then a barrier; the Q buffer is fenced the
-// same way after its store. One inline-PTX block per dot issues wgmma.fence,
-// every instruction of the dot, commit and wait_group 0: its accumulators are
-// its outputs, so nothing reads them before the wait and nothing the dot reads
-// is written between the fence and the MMAs. The dot is synchronous (no
-// overlap with the softmax of the same warpgroup; other CTAs on the SM provide
-// it).
+// same way after its store. One inline-PTX block per group of dots (consecutive
+// wgmma dots with nothing between them that reads their results: a chain
+// accumulating into one tile, or independent dots) issues wgmma.fence, every
+// instruction of the group, commit and wait_group 0: the accumulators are its
+// outputs, so nothing reads them before the wait and nothing the dots read is
+// written between the fence and the MMAs. The ops between the group's dots are
+// lowered before the block. A group is synchronous (no overlap with the softmax
+// of the same warpgroup; the other warpgroups and CTAs on the SM provide it).
 #include "codegen/lower/WarpgroupMma.h"
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <algorithm>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/DotFragments.h"
@@ -109,9 +121,12 @@ std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, c
   const Type& result = dot.result()->type();
   const LayoutRef& layout = result.layout();
   if (!result.isTile() || result.rank() != 2 || !layout || layout->kind != LayoutKind::Mma) return std::nullopt;
-  if (layout->threadMajor || layout->warpsPerCta.size() != 2 || layout->warpsPerCta[1] != 1) return std::nullopt;
-  const int64_t warpsM = layout->warpsPerCta[0];
-  if (warpsM % 4 != 0 || warpsM != ctx.numWarps) return std::nullopt;
+  if (layout->threadMajor || layout->warpsPerCta.size() != 2) return std::nullopt;
+  const int64_t warpsM = layout->warpsPerCta[0], warpsN = layout->warpsPerCta[1];
+  if (warpsM % 4 != 0 || warpsM * warpsN != ctx.numWarps) return std::nullopt;
+  auto warpColumns = mmaWarpColumns(*layout);
+  if (!warpColumns) return std::nullopt;
+  if (warpsN > 1 && *warpColumns * warpsN != result.shape()[1]) return std::nullopt;
   for (size_t i = 0; i < 2; ++i) {
     const Type& operand = dot.operand(i)->type();
     if (operand.scalarKind() != ScalarKind::BF16 && operand.scalarKind() != ScalarKind::F16) return std::nullopt;
@@ -123,17 +138,25 @@ std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, c
   shape.n = result.shape()[1];
   shape.k = dot.operand(0)->type().shape()[1];
   shape.warpsM = warpsM;
-  if (shape.m % (16 * warpsM) != 0 || shape.k % 16 != 0 || shape.n % 8 != 0 || shape.n > 256) return std::nullopt;
+  shape.warpsN = warpsN;
+  shape.groupN = shape.n / warpsN;
+  if (shape.m % (16 * warpsM) != 0 || shape.k % 16 != 0 || shape.groupN % 8 != 0 || shape.groupN > 256)
+    return std::nullopt;
   return shape;
 }
 
 bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const Operation& convert,
-                            const std::vector<const Operation*>& uses, size_t index) {
+                            const std::vector<const Operation*>& uses, size_t index, bool kMajor) {
   if (convert.opcode() != Opcode::ConvertLayout || uses.empty()) return false;
   for (const Operation* use : uses) {
     if (use->opcode() != Opcode::Dot || use->operand(index) != convert.result()) return false;
     if (use->operand(1 - index) == convert.result() || use->operand(2) == convert.result()) return false;
-    if (!warpgroupDotShape(ctx, *use)) return false;
+    std::optional<WarpgroupDotShape> shape = warpgroupDotShape(ctx, *use);
+    if (!shape) return false;
+    // An MN-major B split along N: each warpgroup's descriptor starts at a
+    // column block (128 bytes of every row).
+    const int64_t elemBytes = storageBytes(use->operand(index)->type().scalarKind());
+    if (index == 1 && !kMajor && shape->warpsN > 1 && shape->groupN * elemBytes % 128 != 0) return false;
   }
   return true;
 }
@@ -154,124 +177,266 @@ bool descriptorCompatible(const SwizzledTile& tile, int64_t rows) {
   return tile.elemBytes == 2 && rowBytes % 128 == 0 && isPowerOfTwo(rowBytes) && isPowerOfTwo(rows) && rows >= 8;
 }
 
-bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
-  const Lowered& a = ctx.get(op.operand(0));
-  const Lowered& bOp = ctx.get(op.operand(1));
-  const Lowered& acc = ctx.get(op.operand(2));
-  if (!bOp.warpgroupOperand) return false;
-  std::optional<WarpgroupDotShape> shape = warpgroupDotShape(ctx, op);
-  ATTNJIT_CHECK(shape.has_value(), "codegen: a descriptor operand feeds a dot that cannot use wgmma");
-  llvm::IRBuilder<>& b = ctx.b;
-  const bool isBf16 = op.operand(0)->type().scalarKind() == ScalarKind::BF16;
-  const int64_t kTiles = (dotExtent(op, "k_extent", shape->k) + 15) / 16;
-  const int64_t nInstr = (dotExtent(op, "n_extent", shape->n) + 7) / 8 * 8;
-  const int64_t mTiles = shape->m / (16 * shape->warpsM);
-  const int64_t warpgroupRows = 64;
+namespace {
 
-  // B: the slot, K-major when the contraction runs along its stored rows.
-  const SwizzledTile& bTile = asyncBufferTile(ctx, bOp);
-  const LinearLayout& slotLayout = asyncBufferLayout(ctx, bOp);
-  const int kDimInSlot = bOp.asyncTransposed ? 1 : 0;
-  const int64_t bRows = slotLayout.shape[static_cast<size_t>(1 - bTile.contigDim)];
-  const OperandGeometry bGeometry = geometryOf(bTile, bRows, kDimInSlot == bTile.contigDim);
-  llvm::Value* bDescriptor =
-      descriptor(ctx, asyncSlotAddress(ctx, bOp), bGeometry.leadingBytes, bGeometry.strideBytes);
+// Ops a wgmma group may lower ahead of its asm block: no regions, no memory
+// access the group's MMAs could observe (conversions use their own scratch).
+bool liftable(const Operation& op) {
+  switch (op.opcode()) {
+    case Opcode::Load:
+    case Opcode::Store:
+    case Opcode::Dot:
+    case Opcode::ReduceMax:
+    case Opcode::ReduceMin:
+    case Opcode::ReduceSum:
+    case Opcode::For:
+    case Opcode::If:
+    case Opcode::Yield:
+    case Opcode::Return:
+      return false;
+    default:
+      return op.regions().empty();
+  }
+}
 
-  // A: a column-blocked shared operand (K-major, rows = M), else registers.
-  const bool aShared = a.isSharedOperand() && sharedOperandTile(ctx, a).blockRows > 0;
-  llvm::Value* aDescriptor = nullptr;
-  OperandGeometry aGeometry;
+bool readsDescriptor(const LoweringContext& ctx, const Operation& dot) {
+  const Operation* convert = dot.operand(1)->definingOp();
+  return convert && ctx.async && ctx.async->descriptorConverts.count(convert);
+}
+
+// The dots lowered in one asm block with `first` (first among them), and the
+// ops between them, which are lowered before it. A group grows over the dots
+// that follow in the same block while nothing between reads its results: a dot
+// whose accumulator is the only use of a group dot's result continues that
+// dot's chain (Q·Kᵀ summed over MLA's latent chunks), others start their own
+// (P·V of each chunk). One fence, commit and wait then serve the whole group:
+// its MMAs run back to back instead of each dot waiting for its own.
+std::vector<const Operation*> warpgroupGroup(const LoweringContext& ctx, const Operation& first,
+                                             std::vector<const Operation*>& ahead) {
+  std::vector<const Operation*> dots{&first};
+  const Block* block = first.parentBlock();
+  if (!block) return dots;
+  UseMap uses;
+  collectUses(*block, uses);
+  std::unordered_set<const Value*> results{first.result()};
+  std::vector<const Operation*> pending;
+  const auto& ops = block->operations();
+  auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& op) { return op.get() == &first; });
+  if (it == ops.end()) return dots;
+  for (++it; it != ops.end(); ++it) {
+    const Operation& op = **it;
+    const bool readsGroup = std::any_of(op.operands().begin(), op.operands().end(),
+                                        [&](const Value* v) { return results.count(v) > 0; });
+    if (op.opcode() == Opcode::Dot && readsDescriptor(ctx, op) && warpgroupDotShape(ctx, op)) {
+      if (results.count(op.operand(0)) || results.count(op.operand(1))) break;
+      if (results.count(op.operand(2)) && uses[op.operand(2)].size() != 1) break;
+      ahead.insert(ahead.end(), pending.begin(), pending.end());
+      pending.clear();
+      dots.push_back(&op);
+      results.insert(op.result());
+      continue;
+    }
+    if (readsGroup || !liftable(op)) break;
+    pending.push_back(&op);
+  }
+  return dots;
+}
+
+// One dot of a group, ready to print.
+struct PlannedDot {
+  const Operation* op = nullptr;
+  WarpgroupDotShape shape;
+  size_t chain = 0;
+  bool chainHead = false;
+  int64_t kTiles = 0, nInstr = 0, mTiles = 0;
+  OperandGeometry bGeometry, aGeometry;
+  llvm::Value* bDescriptor = nullptr;
+  llvm::Value* aDescriptor = nullptr;  // null: A from registers
   std::map<Coord, size_t> aIndex;
-  if (aShared) {
-    const SwizzledTile& aTile = sharedOperandTile(ctx, a);
-    ATTNJIT_CHECK(aTile.contigDim == 1, "codegen: wgmma A operand must be K-major");
-    aGeometry = geometryOf(aTile, shape->m, true);
-    llvm::Value* address = sharedOperandAddress(ctx, a);
-    if (shape->warpsM > 4) {  // warpgroup g owns rows [64g, 64g + 64) of each m-tile
-      llvm::Value* group = b.CreateLShr(ctx.warpId, ctx.i32(2));
-      address = b.CreateInBoundsGEP(b.getInt8Ty(), address, b.CreateMul(group, ctx.i32(warpgroupRows * 128)));
+  const Lowered* a = nullptr;
+};
+
+// A chain of dots accumulating into the same registers.
+struct AccumulatorChain {
+  const Operation* last = nullptr;
+  Lowered init;
+  bool accumulate = false;            // the initial accumulator is not all zeros
+  std::vector<size_t> outputRegs;     // its registers, in the instruction's fragment order
+  size_t firstOutput = 0;             // asm operand of outputRegs[0]
+};
+
+}  // namespace
+
+bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
+  if (!ctx.get(op.operand(1)).warpgroupOperand) return false;
+  std::vector<const Operation*> ahead;
+  const std::vector<const Operation*> dots = warpgroupGroup(ctx, op, ahead);
+  for (const Operation* lifted : ahead) {
+    lowerOperation(ctx, *lifted);
+    ctx.loweredAhead.insert(lifted);
+  }
+  for (size_t i = 1; i < dots.size(); ++i) ctx.loweredAhead.insert(dots[i]);
+  // Each later dot's shared operands read as lowerBlock would before it.
+  std::vector<std::unique_ptr<SharedOperandReads>> reads;
+  for (size_t i = 1; i < dots.size(); ++i) reads.push_back(std::make_unique<SharedOperandReads>(ctx, *dots[i]));
+
+  llvm::IRBuilder<>& b = ctx.b;
+  const int64_t warpgroupRows = 64;
+  llvm::Value* warpgroup = b.CreateLShr(ctx.warpId, ctx.i32(2));
+  std::vector<PlannedDot> planned;
+  std::vector<AccumulatorChain> chains;
+  std::unordered_map<const Value*, size_t> chainOf;  // a group dot's result → its chain
+  for (const Operation* dot : dots) {
+    PlannedDot d;
+    d.op = dot;
+    std::optional<WarpgroupDotShape> shape = warpgroupDotShape(ctx, *dot);
+    ATTNJIT_CHECK(shape.has_value(), "codegen: a descriptor operand feeds a dot that cannot use wgmma");
+    d.shape = *shape;
+    const Lowered& bOp = ctx.get(dot->operand(1));
+    ATTNJIT_CHECK(bOp.warpgroupOperand, "codegen: a grouped wgmma dot's B operand is not its slot");
+    d.kTiles = (dotExtent(*dot, "k_extent", shape->k) + 15) / 16;
+    // Split along N, every warpgroup issues its whole block (n_extent, a padded
+    // head size, then only saves the zeros' MMAs of the last block).
+    d.nInstr = shape->warpsN > 1 ? shape->groupN : (dotExtent(*dot, "n_extent", shape->n) + 7) / 8 * 8;
+    d.mTiles = shape->m / (16 * shape->warpsM);
+    // The warp bits of the #mma layout: along M first, then along N.
+    const int64_t groupsM = shape->warpsM / 4;
+    llvm::Value* groupM = groupsM > 1 ? b.CreateAnd(warpgroup, ctx.i32(groupsM - 1)) : nullptr;
+    llvm::Value* groupN = shape->warpsN > 1 ? b.CreateUDiv(warpgroup, ctx.i32(groupsM)) : nullptr;
+
+    // B: the slot, K-major when the contraction runs along its stored rows.
+    const SwizzledTile& bTile = asyncBufferTile(ctx, bOp);
+    const LinearLayout& slotLayout = asyncBufferLayout(ctx, bOp);
+    const int kDimInSlot = bOp.asyncTransposed ? 1 : 0;
+    const int64_t bRows = slotLayout.shape[static_cast<size_t>(1 - bTile.contigDim)];
+    d.bGeometry = geometryOf(bTile, bRows, kDimInSlot == bTile.contigDim);
+    llvm::Value* bAddress = asyncSlotAddress(ctx, bOp);
+    if (groupN) {
+      // Warpgroup g's columns start at row g·groupN of a K-major tile (rows 128
+      // bytes apart in each block), or at its column block of an MN-major one.
+      const int64_t groupBytes = d.bGeometry.kMajor ? shape->groupN * 128
+                                                    : shape->groupN * d.bGeometry.elemBytes / 128 * bRows * 128;
+      bAddress = b.CreateInBoundsGEP(b.getInt8Ty(), bAddress, b.CreateMul(groupN, ctx.i32(groupBytes)));
     }
-    aDescriptor = descriptor(ctx, address, aGeometry.leadingBytes, aGeometry.strideBytes);
-  } else {
-    ATTNJIT_CHECK(!a.isSharedOperand() && !a.isAsync(), "codegen: wgmma A operand not in registers");
-    aIndex = registerIndex(*a.layout);
+    d.bDescriptor = descriptor(ctx, bAddress, d.bGeometry.leadingBytes, d.bGeometry.strideBytes);
+
+    // A: a column-blocked shared operand (K-major, rows = M), else registers.
+    const Lowered& a = ctx.get(dot->operand(0));
+    d.a = &a;
+    if (a.isSharedOperand() && sharedOperandTile(ctx, a).blockRows > 0) {
+      const SwizzledTile& aTile = sharedOperandTile(ctx, a);
+      ATTNJIT_CHECK(aTile.contigDim == 1, "codegen: wgmma A operand must be K-major");
+      d.aGeometry = geometryOf(aTile, shape->m, true);
+      llvm::Value* address = sharedOperandAddress(ctx, a);
+      if (groupM)  // warpgroup g along M owns rows [64g, 64g + 64) of each m-tile
+        address = b.CreateInBoundsGEP(b.getInt8Ty(), address, b.CreateMul(groupM, ctx.i32(warpgroupRows * 128)));
+      d.aDescriptor = descriptor(ctx, address, d.aGeometry.leadingBytes, d.aGeometry.strideBytes);
+    } else {
+      ATTNJIT_CHECK(!a.isSharedOperand() && !a.isAsync(), "codegen: wgmma A operand not in registers");
+      d.aIndex = registerIndex(*a.layout);
+    }
+
+    if (auto found = chainOf.find(dot->operand(2)); found != chainOf.end()) {
+      d.chain = found->second;
+    } else {
+      d.chain = chains.size();
+      d.chainHead = true;
+      AccumulatorChain chain;
+      chain.init = ctx.get(dot->operand(2));
+      chain.accumulate = !std::all_of(chain.init.regs.begin(), chain.init.regs.end(), isZero);
+      auto cIndex = registerIndex(*chain.init.layout);
+      for (int64_t mi = 0; mi < d.mTiles; ++mi) {
+        const int64_t row = mi * 16 * shape->warpsM;
+        for (int64_t i = 0; i < d.nInstr / 2; ++i) {
+          const int64_t r = row + 8 * ((i >> 1) & 1), c = 8 * (i >> 2) + (i & 1);
+          auto it = cIndex.find(Coord{r, c, 0});
+          ATTNJIT_CHECK(it != cIndex.end(), "codegen: wgmma accumulator element not held by the thread");
+          chain.outputRegs.push_back(it->second);
+        }
+      }
+      chains.push_back(std::move(chain));
+    }
+    chains[d.chain].last = dot;
+    chainOf[dot->result()] = d.chain;
+    planned.push_back(std::move(d));
   }
 
-  const bool accumulate = !std::all_of(acc.regs.begin(), acc.regs.end(), isZero);
-  auto cIndex = registerIndex(*acc.layout);
-  // Outputs: per m-tile, the instruction's N/2 accumulators in fragment order.
-  std::vector<size_t> outputRegs;
-  for (int64_t mi = 0; mi < mTiles; ++mi) {
-    const int64_t row = mi * 16 * shape->warpsM;
-    for (int64_t i = 0; i < nInstr / 2; ++i) {
-      const int64_t r = row + 8 * ((i >> 1) & 1), c = 8 * (i >> 2) + (i & 1);
-      auto it = cIndex.find(Coord{r, c, 0});
-      ATTNJIT_CHECK(it != cIndex.end(), "codegen: wgmma accumulator element not held by the thread");
-      outputRegs.push_back(it->second);
-    }
-  }
-  const size_t numOutputs = outputRegs.size();
-  const std::string type = isBf16 ? "bf16" : "f16";
-  std::string text = "{\n.reg .pred wgmma_first, wgmma_more;\n.reg .b64 wgmma_a, wgmma_b;\n";
+  // Operands: every chain's outputs, the tied initial accumulators, a zero for
+  // the predicates, then per dot its descriptors and A fragments.
   InlinePtx ptx(b, "");
-  for (size_t i = 0; i < numOutputs; ++i) ptx.output("f", b.getFloatTy());
-  size_t next = numOutputs;
-  if (accumulate)
-    for (size_t i = 0; i < numOutputs; ++i, ++next) ptx.input(std::to_string(i), acc.regs[outputRegs[i]]);
-  const size_t scaleOperand = next++;
-  ptx.input("r", ctx.i32(accumulate ? 1 : 0));
-  const size_t bOperand = next++;
-  ptx.input("l", bDescriptor);
-  size_t aOperand = 0;
-  if (aShared) {
-    aOperand = next++;
-    ptx.input("l", aDescriptor);
+  size_t next = 0;
+  for (AccumulatorChain& chain : chains) {
+    chain.firstOutput = next;
+    for (size_t i = 0; i < chain.outputRegs.size(); ++i, ++next) ptx.output("f", b.getFloatTy());
   }
-  text += "setp.ne.b32 wgmma_first, $" + std::to_string(scaleOperand) + ", 0;\n";
-  text += "setp.eq.b32 wgmma_more, $" + std::to_string(scaleOperand) + ", $" + std::to_string(scaleOperand) + ";\n";
+  for (const AccumulatorChain& chain : chains)
+    if (chain.accumulate)
+      for (size_t i = 0; i < chain.outputRegs.size(); ++i, ++next)
+        ptx.input(std::to_string(chain.firstOutput + i), chain.init.regs[chain.outputRegs[i]]);
+  const size_t zeroOperand = next++;
+  ptx.input("r", ctx.i32(0));
+  std::string text = "{\n.reg .pred wgmma_zero, wgmma_one;\n.reg .b64 wgmma_a, wgmma_b;\n";
+  text += "setp.ne.b32 wgmma_zero, $" + std::to_string(zeroOperand) + ", 0;\n";
+  text += "setp.eq.b32 wgmma_one, $" + std::to_string(zeroOperand) + ", 0;\n";
   text += "wgmma.fence.sync.aligned;\n";
-  auto reg = [&](int64_t row, int64_t col) -> llvm::Value* {
-    auto it = aIndex.find(Coord{row, col, 0});
-    ATTNJIT_CHECK(it != aIndex.end(), "codegen: wgmma A fragment element not held by the thread");
-    return a.regs[it->second];
-  };
-  for (int64_t kj = 0; kj < kTiles; ++kj) {
-    const int64_t kk = kj * 16;
-    text += "add.s64 wgmma_b, $" + std::to_string(bOperand) + ", " + std::to_string(bGeometry.kStepOffset(kk) >> 4) +
-            ";\n";
-    for (int64_t mi = 0; mi < mTiles; ++mi) {
-      std::string outputs;
-      for (int64_t i = 0; i < nInstr / 2; ++i)
-        outputs += (i ? ", $" : "$") + std::to_string(static_cast<size_t>(mi * (nInstr / 2) + i));
-      std::string aText;
-      if (aShared) {
-        const int64_t offset = mi * 16 * shape->warpsM * 128 + aGeometry.kStepOffset(kk);
-        text += "add.s64 wgmma_a, $" + std::to_string(aOperand) + ", " + std::to_string(offset >> 4) + ";\n";
-        aText = "wgmma_a";
-      } else {
-        const int64_t row = mi * 16 * shape->warpsM;
-        llvm::Value* fragment[4] = {packPair(b, reg(row, kk), reg(row, kk + 1)),
-                                    packPair(b, reg(row + 8, kk), reg(row + 8, kk + 1)),
-                                    packPair(b, reg(row, kk + 8), reg(row, kk + 9)),
-                                    packPair(b, reg(row + 8, kk + 8), reg(row + 8, kk + 9))};
-        aText = "{";
-        for (int i = 0; i < 4; ++i) {
-          aText += (i ? ", $" : "$") + std::to_string(next++);
-          ptx.input("r", fragment[i]);
+  for (const PlannedDot& d : planned) {
+    const AccumulatorChain& chain = chains[d.chain];
+    const bool isBf16 = d.op->operand(0)->type().scalarKind() == ScalarKind::BF16;
+    const std::string type = isBf16 ? "bf16" : "f16";
+    const size_t bOperand = next++;
+    ptx.input("l", d.bDescriptor);
+    size_t aOperand = 0;
+    if (d.aDescriptor) {
+      aOperand = next++;
+      ptx.input("l", d.aDescriptor);
+    }
+    auto reg = [&](int64_t row, int64_t col) -> llvm::Value* {
+      auto it = d.aIndex.find(Coord{row, col, 0});
+      ATTNJIT_CHECK(it != d.aIndex.end(), "codegen: wgmma A fragment element not held by the thread");
+      return d.a->regs[it->second];
+    };
+    for (int64_t kj = 0; kj < d.kTiles; ++kj) {
+      const int64_t kk = kj * 16;
+      text += "add.s64 wgmma_b, $" + std::to_string(bOperand) + ", " +
+              std::to_string(d.bGeometry.kStepOffset(kk) >> 4) + ";\n";
+      for (int64_t mi = 0; mi < d.mTiles; ++mi) {
+        std::string outputs;
+        for (int64_t i = 0; i < d.nInstr / 2; ++i)
+          outputs += (i ? ", $" : "$") + std::to_string(chain.firstOutput + static_cast<size_t>(mi * (d.nInstr / 2) + i));
+        std::string aText;
+        if (d.aDescriptor) {
+          const int64_t offset = mi * 16 * d.shape.warpsM * 128 + d.aGeometry.kStepOffset(kk);
+          text += "add.s64 wgmma_a, $" + std::to_string(aOperand) + ", " + std::to_string(offset >> 4) + ";\n";
+          aText = "wgmma_a";
+        } else {
+          const int64_t row = mi * 16 * d.shape.warpsM;
+          llvm::Value* fragment[4] = {packPair(b, reg(row, kk), reg(row, kk + 1)),
+                                      packPair(b, reg(row + 8, kk), reg(row + 8, kk + 1)),
+                                      packPair(b, reg(row, kk + 8), reg(row, kk + 9)),
+                                      packPair(b, reg(row + 8, kk + 8), reg(row + 8, kk + 9))};
+          aText = "{";
+          for (int i = 0; i < 4; ++i) {
+            aText += (i ? ", $" : "$") + std::to_string(next++);
+            ptx.input("r", fragment[i]);
+          }
+          aText += "}";
         }
-        aText += "}";
+        // The chain's first k-step overwrites a zero accumulator; the rest add.
+        const std::string scale = d.chainHead && kj == 0 && !chain.accumulate ? "wgmma_zero" : "wgmma_one";
+        const std::string transB = d.bGeometry.kMajor ? "0" : "1";
+        text += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d.nInstr) + "k16.f32." + type + "." + type +
+                " {" + outputs + "}, " + aText + ", wgmma_b, " + scale + ", 1, 1, " + (d.aDescriptor ? "0, " : "") +
+                transB + ";\n";
       }
-      const std::string scale = kj == 0 ? "wgmma_first" : "wgmma_more";
-      const std::string transB = bGeometry.kMajor ? "0" : "1";
-      text += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(nInstr) + "k16.f32." + type + "." + type + " {" +
-              outputs + "}, " + aText + ", wgmma_b, " + scale + ", 1, 1, " + (aShared ? "0, " : "") + transB + ";\n";
     }
   }
   text += "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}";
   std::vector<llvm::Value*> results = ptx.withText(std::move(text)).sideEffects().emitAll();
-  Lowered out = acc;
-  for (size_t i = 0; i < numOutputs; ++i) out.regs[outputRegs[i]] = results[i];
-  ctx.set(op.result(), std::move(out));
+  for (const AccumulatorChain& chain : chains) {
+    Lowered out = chain.init;
+    for (size_t i = 0; i < chain.outputRegs.size(); ++i) out.regs[chain.outputRegs[i]] = results[chain.firstOutput + i];
+    ctx.set(chain.last->result(), std::move(out));
+  }
   return true;
 }
 

@@ -19,19 +19,26 @@ inline constexpr int64_t kWarpgroupOperandAlign = 1024;
 // The geometry of a dot that can lower to wgmma, judged on the IR alone.
 struct WarpgroupDotShape {
   int64_t m = 0, n = 0, k = 0;
-  int64_t warpsM = 0;  // all warps along M, a multiple of 4 (warpgroups)
+  int64_t warpsM = 0;  // a multiple of 4: warpgroups stacked along M
+  int64_t warpsN = 1;  // warpgroups side by side along N
+  int64_t groupN = 0;  // the contiguous columns each warpgroup owns: n / warpsN
 };
 
 // Whether `dot` can lower to wgmma: the target has it, the kernel attribute
-// warpgroup_mma is on, 16-bit operands, an #mma accumulator with every warp
-// along M (each warpgroup then owns 64-row slices), 16 ≤ k a multiple of 16,
-// 8 ≤ n ≤ 256 a multiple of 8, no thread-major renumbering.
+// warpgroup_mma is on, 16-bit operands, an #mma accumulator whose warps along M
+// form whole warpgroups (each owning 64-row slices) and, with warps along N
+// too, whose column blocks (instr = [16, n / warpsN]) give each warpgroup one
+// contiguous block; 16 ≤ k a multiple of 16, 8 ≤ n / warpsN ≤ 256 a multiple
+// of 8, no thread-major renumbering.
 std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, const ir::Operation& dot);
 
 // Whether every use of convert_layout `convert` (`uses`, its result's users) is
-// such a dot reading it as operand `index` (0: A, 1: B).
+// such a dot reading it as operand `index` (0: A, 1: B). `kMajor`: the operand's
+// contraction runs along the stored tile's rows; a B operand stored the other
+// way (MN-major) can be split between warpgroups along N only at 128-byte
+// column blocks.
 bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const ir::Operation& convert,
-                            const std::vector<const ir::Operation*>& uses, size_t index);
+                            const std::vector<const ir::Operation*>& uses, size_t index, bool kMajor = true);
 
 // Before planning a buffer wgmma reads: rounds the buffer offset
 // (ctx.asyncBufferBytes) up to kWarpgroupOperandAlign and marks the kernel's

@@ -135,6 +135,7 @@ support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const Compil
     PipelineOptions pipeline = options.pipeline;
     pipeline.pass.numWarps = static_cast<int>(ir::kernelAttribute(kernel, ir::KernelAttribute::NumWarps));
     pipeline.pass.hasMmaSync = target->hasMmaSync;
+    pipeline.pass.hasWgmma = target->hasWgmma;
     auto start = std::chrono::steady_clock::now();
     if (support::Status s = runPipeline(kernel, pipeline, &out.passTimings); !s) return s;
     out.passesMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

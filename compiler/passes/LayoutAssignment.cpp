@@ -90,14 +90,16 @@ LayoutRef sliceOf(int64_t dim, LayoutRef parent) {
   return l;
 }
 
-LayoutRef mmaLayout(int64_t m, int numWarps, bool threadMajor = false) {
+// Warps along M first (up to one per 16 rows), the rest along N; each warp
+// owns `warpColumns` contiguous columns before the next along N takes over.
+LayoutRef mmaLayout(int64_t m, int numWarps, bool threadMajor = false, int64_t warpColumns = 8) {
   auto l = std::make_shared<Layout>();
   l->kind = LayoutKind::Mma;
   l->threadMajor = threadMajor ? 1 : 0;
   l->version = 2;
   int64_t wm = std::min<int64_t>(numWarps, std::max<int64_t>(1, m / 16));
   l->warpsPerCta = {wm, numWarps / wm};
-  l->instrShape = {16, 8};
+  l->instrShape = {16, warpColumns};
   return l;
 }
 
@@ -423,6 +425,23 @@ class LayoutAssigner {
            out.shape()[1] >= 8 && a.shape()[1] >= 16;
   }
 
+  // The columns each warp of `dot`'s accumulator owns. 8 (mma.sync's
+  // interleaving) unless the dot can run as wgmma with whole warpgroups along M
+  // and the rest along N (MLA's 64 heads on 8 warps): then each warpgroup owns
+  // one contiguous block of n / warpsN columns, which a wgmma descriptor can
+  // address (codegen/lower/WarpgroupMma.cpp).
+  int64_t warpgroupColumns(const Operation& dot) const {
+    if (!options_.hasWgmma || !kernelFlag(kernel_, KernelAttribute::WarpgroupMma)) return 8;
+    const ScalarKind k = dot.operand(0)->type().scalarKind();
+    if (k != ScalarKind::F16 && k != ScalarKind::BF16) return 8;
+    const std::vector<int64_t>& shape = dot.result()->type().shape();
+    LayoutRef plain = mmaLayout(shape[0], options_.numWarps);
+    const int64_t wm = plain->warpsPerCta[0], wn = plain->warpsPerCta[1];
+    if (wm % 4 != 0 || wn == 1 || shape[1] % wn != 0) return 8;
+    const int64_t columns = shape[1] / wn;
+    return ir::isPowerOfTwo(columns) && columns >= 8 && columns <= 256 ? columns : 8;
+  }
+
   // The layout a non-cheap value would get; nullptr = undecided (cheap, or
   // depends only on a loop-carried value still being inferred).
   LayoutRef infer(const Value* v) {
@@ -454,8 +473,9 @@ class LayoutAssigner {
       case Opcode::Load:
         return accessLayout(op.operand(0));
       case Opcode::Dot:
-        return useMma(op) ? mmaLayout(t.shape()[0], options_.numWarps, byteOperandOf(op) == ByteOperand::AlongN)
-                          : defaultLayout(t);
+        if (!useMma(op)) return defaultLayout(t);
+        if (byteOperandOf(op) == ByteOperand::AlongN) return mmaLayout(t.shape()[0], options_.numWarps, true);
+        return mmaLayout(t.shape()[0], options_.numWarps, false, warpgroupColumns(op));
       case Opcode::Cast:
       case Opcode::Bitcast:
         // The cast of a quantized B operand happens in the operand's layout.

@@ -10,6 +10,7 @@ namespace attnjit::compiler {
 struct PassOptions {
   int numWarps = 4;       // from the kernel's num_warps attribute
   bool hasMmaSync = true; // target supports mma.sync m16n8k16 (sm_80+)
+  bool hasWgmma = false;  // target has wgmma (sm_90a): layouts may take its column blocks
 };
 
 // Removes ops whose results are unused and that have no side effects.
