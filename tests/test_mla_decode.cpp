@@ -169,22 +169,51 @@ TEST_CASE("mla decode with q kept in shared memory", "[mla][q_in_shared]") {
 }
 
 TEST_CASE("q_in_shared moves q into its own shared memory and assembles", "[mla][q_in_shared][ptxas]") {
-  // Codegen's shared operand buffer holds all of q once: BLOCK_H x 576 bf16.
+  // Codegen's shared operand buffers hold all of q once: BLOCK_H x 576 bf16 in
+  // five chunks, one after the other.
   for (int blockH : {16, 64}) {
     MlaDecodeConfig c;
     c.blockH = blockH;
     c.tileSize = 32;
     c.numWarps = blockH == 64 ? 8 : 4;
-    auto compiledWith = [&](bool qInShared) {
-      c.qInShared = qInShared;
-      return tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a");
-    };
-    const compiler::CompiledKernel fromL1 = compiledWith(false);
-    const compiler::CompiledKernel resident = compiledWith(true);
-    INFO("block_h " << blockH);
-    CHECK(resident.sharedMemoryBytes - fromL1.sharedMemoryBytes == blockH * 576 * 2);
+    c.qInShared = true;
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    std::string plan;
+    options.pipeline.printAfter = "plan-shared-operands";
+    options.pipeline.dump = [&](const std::string& text) { plan += text; };
+    const compiler::CompiledKernel resident = tests::compileBuilt(compiler::buildMlaDecode(c), options);
+    INFO("block_h " << blockH << "\n" << plan);
+    std::smatch first, last;
+    REQUIRE(std::regex_search(plan, first, std::regex("%q_nope0_cvt: .* at byte ([0-9]+)")));
+    REQUIRE(std::regex_search(plan, last, std::regex("%q_pe_cvt: .* at byte ([0-9]+)")));
+    CHECK(std::stoll(last[1]) + blockH * 64 * 2 - std::stoll(first[1]) == blockH * 576 * 2);
+    CHECK(resident.sharedMemoryBytes >= std::stoll(last[1]) + blockH * 64 * 2);
     if (tests::havePtxas()) tests::checkAssembles(resident.ptx, "sm_90a");
   }
+}
+
+TEST_CASE("the epilogue's scratch reuses the buffers the loop is done with", "[mla][codegen]") {
+  // 64 heads x 64 keys on 8 warps: two bf16 latent stages (144 KB) and q (72 KB)
+  // leave 11 KB of the 227 KB a block may have, less than the output tile's
+  // conversion (16 KB). After the loop the slots and q are dead, so that
+  // conversion overlaps them and q stays in shared memory.
+  MlaDecodeConfig c;
+  c.blockH = 64;
+  c.tileSize = 64;
+  c.numWarps = 8;
+  c.qInShared = true;
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  std::string fit;
+  options.pipeline.printAfter = "fit-shared-memory";
+  options.pipeline.dump = [&](const std::string& text) { fit += text; };
+  const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(c), options);
+  INFO(fit);
+  CHECK(std::regex_search(fit, std::regex("cp.async slots and shared operands: [0-9]+ B of [0-9]+, fits")));
+  CHECK(compiled.sharedMemoryBytes <= 227 * 1024);
+  CHECK(compiled.sharedMemoryBytes >= 2 * 64 * 576 * 2 + 64 * 576 * 2);
+  if (tests::havePtxas()) tests::checkAssembles(compiled.ptx, "sm_90a");
 }
 
 TEST_CASE("a latent chunk in registers is stored once for both of its mma operands", "[mla][codegen]") {

@@ -122,7 +122,7 @@ llvm::Value* LoweringContext::sharedStart() {
 }
 
 llvm::Value* LoweringContext::sharedBase() {
-  if (asyncBufferBytes == 0) return sharedStart();
+  if (asyncBufferBytes == 0 || buffersReleased) return sharedStart();
   return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), sharedStart(), static_cast<uint64_t>(asyncBufferBytes));
 }
 
@@ -152,6 +152,44 @@ void lowerOperation(LoweringContext& ctx, const Operation& op) {
 void lowerBlock(LoweringContext& ctx, const Block& block) {
   for (const auto& op : block.operations())
     if (!ctx.loweredAhead.erase(op.get())) lowerOperation(ctx, *op);
+}
+
+namespace {
+
+// Whether `op` reads a buffer of the kernel's own: an
+// async tile, a shared operand, or a conversion planned to share a store.
+bool readsOwnBuffer(const LoweringContext& ctx, const Operation& op) {
+  if (ctx.sharedConversions && ctx.sharedConversions->converts.count(&op)) return true;
+  for (const Value* operand : op.operands())
+    if (const Lowered* lowered = ctx.find(operand); lowered && (lowered->isAsync() || lowered->isSharedOperand()))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+void lowerKernelBody(LoweringContext& ctx, const Block& body) {
+  const auto& ops = body.operations();
+  size_t lastLoop = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i]->opcode() == Opcode::For) lastLoop = i;
+  const bool hasBuffers = ctx.async || ctx.sharedOperands || ctx.sharedConversions;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Operation& op = *ops[i];
+    // Checked op by op: a value read below the loop is lowered by then.
+    if (hasBuffers && lastLoop < ops.size() && i > lastLoop && !ctx.buffersReleased) {
+      bool laterReads = false;
+      // Ops with regions may define and read async tiles of their own.
+      for (size_t j = i; j < ops.size() && !laterReads; ++j)
+        laterReads = !ops[j]->regions().empty() || readsOwnBuffer(ctx, *ops[j]);
+      if (!laterReads) {
+        // Every thread is past its last read of the buffers before any thread
+        // writes scratch over them: each scratch use starts with a barrier.
+        ctx.buffersReleased = true;
+      }
+    }
+    if (!ctx.loweredAhead.erase(&op)) lowerOperation(ctx, op);
+  }
 }
 
 // ---- grid, constants ----
@@ -430,10 +468,10 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   stages.printAfter("plan-shared-operands", [&] { return describeSharedOperandPlan(ctx); });
   stages.run("plan-shared-conversions", [&] { planSharedConversions(ctx); });
   stages.printAfter("plan-shared-conversions", [&] { return describeSharedConversionPlan(ctx); });
-  stages.run("lower", [&] { lowerBlock(ctx, kernel.body()); });
+  stages.run("lower", [&] { lowerKernelBody(ctx, kernel.body()); });
   ctx.entryBuilder = nullptr;
   if (!ctx.status) return ctx.status;
-  attempt.sharedBytes = ctx.asyncBufferBytes + ctx.sharedBytes;
+  attempt.sharedBytes = ctx.totalSharedBytes();
   // Only the buffers of their own can be given up; the scratch area is the floor.
   attempt.fits = !(ctx.async || ctx.sharedOperands || ctx.sharedConversions) ||
                  attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;

@@ -12,6 +12,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -117,7 +118,19 @@ class LoweringContext {
   llvm::Value* sharedBase();
   llvm::Value* sharedStart();
   void barrier();
-  void reserveShared(int64_t bytes) { sharedBytes = std::max(sharedBytes, bytes); }
+  void reserveShared(int64_t bytes) {
+    int64_t& reserved = buffersReleased ? releasedScratchBytes : sharedBytes;
+    reserved = std::max(reserved, bytes);
+  }
+  // After the kernel's last top-level loop, when nothing below it reads a
+  // buffer of its own (cp.async slots drained, shared operands and shared
+  // conversions unused), the scratch area starts at the beginning of dynamic
+  // shared memory instead of after the buffers: an epilogue's conversions (the
+  // output tile) then overlap the slots instead of adding to the total.
+  bool buffersReleased = false;
+  int64_t releasedScratchBytes = 0;
+  // Dynamic shared memory the kernel needs.
+  int64_t totalSharedBytes() const { return std::max(asyncBufferBytes + sharedBytes, releasedScratchBytes); }
 
   // ---- helpers ----
   llvm::Value* i32(int64_t v) { return b.getInt32(static_cast<uint32_t>(v)); }
@@ -175,6 +188,10 @@ void materializeAsyncTiles(LoweringContext& ctx, const ir::Operation& op);
 // Lowers every op of a block in order (used by the kernel body and regions),
 // skipping those lowered ahead.
 void lowerBlock(LoweringContext& ctx, const ir::Block& block);
+// Lowers the kernel's body as lowerBlock does, releasing the buffers' shared
+// memory to the scratch area once nothing below reads them
+// (LoweringContext::buffersReleased).
+void lowerKernelBody(LoweringContext& ctx, const ir::Block& block);
 // Lowers one op as lowerBlock does (async tiles and shared operands read first).
 void lowerOperation(LoweringContext& ctx, const ir::Operation& op);
 
