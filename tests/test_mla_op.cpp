@@ -69,7 +69,7 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
       {10, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
       {128, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 4, true},
       {20, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
-      {128, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 32, 8, true},
+      {128, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 64, 8, true},
       {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 16, 32, 8, true},
       {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F32, 64, 32, 8, false},
   };

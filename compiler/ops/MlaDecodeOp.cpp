@@ -45,6 +45,9 @@ int64_t smCount(const MlaDecodeParams& p) { return p.numSms > 0 ? p.numSms : com
 // a program (q and two 64-key latent stages; f32's two 32-key stages 176 KB),
 // which H100/H200-class GPUs (227 KB a block) have and sm_80/86/89/120 do not.
 constexpr int64_t kResidentQSharedBytes = 190 * 1024;
+// fp8 latents on 64-key tiles: q, two fp8 stages and the bf16 chunk each
+// conversion reads (codegen's shared conversions): 224 KB.
+constexpr int64_t kFp8WideTileSharedBytes = 224 * 1024;
 
 // The tiling. Measured on the H200 at B=64, ctx 4096 (2D kernels; docs/perf-log.md
 // 2026-12-03); the kernel's default (16 heads, 16-key tiles, 4 warps, q re-read
@@ -79,13 +82,20 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   // fragments there (ldmatrix) instead of from L1 every tile.
   config.qInShared = true;
   if (p.kvCacheFormat != KvCacheFormat::Auto) {
-    // fp8 latents, cast in registers: 8 warps, 32-key tiles (fewer warps spill):
-    // 0.808 ms against 1.550 (H=128; 32 and 64 heads within 1%).
-    return onEightWarps(headBlock);
+    // fp8 latents, cast in registers and stored once for both conversions: 8
+    // warps (fewer spill). 64 heads take 64-key tiles where shared memory
+    // allows: 0.349 ms against 0.452 for 32-key tiles (H=128; the kernel's
+    // default 1.550); fewer heads keep 32-key tiles (unmeasured at 64).
+    onEightWarps(headBlock);
+    if (headBlock == 64 && (limits.maxPerBlock == 0 || limits.maxPerBlock >= kFp8WideTileSharedBytes))
+      config.tileSize = 64;
+    return config;
   }
-  // bf16/f16 latents. H=128 at L = 512: 64 heads on 8 warps, 32-key tiles, 0.389
-  // ms (op API 0.386), as fast as 32 heads on 4 warps with 64-key tiles (0.393;
-  // op 0.392) and half its spec -> PTX time (35 against 63 ms). A batch too small
+  // bf16/f16 latents. H=128 at L = 512: 64 heads on 8 warps, 32-key tiles: on
+  // sm_90a every dot runs on wgmma, each warpgroup on its half of the keys and
+  // of the latent columns, 0.354 ms (64-key tiles 0.396: they spill; mma.sync
+  // 0.389, as fast as 32 heads on 4 warps with 64-key tiles, 0.393, at half its
+  // spec -> PTX time, 35 against 63 ms). A batch too small
   // to give every SM a program even when split as finely as the split rule allows
   // takes the 32-head tiling, twice the programs: B=1 ctx 4096 0.033 ms against
   // 0.045 (op API). Fewer heads: 64-key tiles on 4 warps, 32 heads per program:
