@@ -62,9 +62,10 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     int blockH, tileSize, numWarps;
     bool qInShared;
   } cases[] = {
-      {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 32, 8, true},
-      {100, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 32, 8, true},
-      {64, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F16, 32, 64, 4, true},
+      {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 8, true},
+      {100, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 8, true},
+      {64, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F16, 64, 64, 8, true},
+      {32, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
       {16, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
       {10, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
       {128, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 4, true},
@@ -107,6 +108,12 @@ TEST_CASE("mla op: the balanced split rule cuts only what the GPU waits on", "[m
   CHECK(ops::mlaDecodeSplitPlan(full).numSegments == 1);
   full.splitRule = ops::MlaSplitRule::Vllm;
   CHECK(ops::mlaDecodeSplitPlan(full).numSegments == 8);
+  // B=64 x 64 heads: one 64-head program per sequence, 64 programs for 132 SMs:
+  // each sequence is cut in two.
+  ops::MlaDecodeParams half = decodeParams(64, 4096);
+  half.numHeads = 64;
+  CHECK(ops::selectMlaDecodeVariant(half).blockH == 64);
+  CHECK(ops::mlaDecodeSplitPlan(half).numSegments == 2);
   // B=8 x 131072 keys: 64 programs; each long sequence is cut.
   ops::MlaDecodeParams longContext = decodeParams(8, 131072);
   const ops::MlaSplitPlan plan = ops::mlaDecodeSplitPlan(longContext);

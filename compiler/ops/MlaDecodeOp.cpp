@@ -45,9 +45,10 @@ int64_t smCount(const MlaDecodeParams& p) { return p.numSms > 0 ? p.numSms : com
 // a program (q and two 64-key latent stages; f32's two 32-key stages 176 KB),
 // which H100/H200-class GPUs (227 KB a block) have and sm_80/86/89/120 do not.
 constexpr int64_t kResidentQSharedBytes = 190 * 1024;
-// fp8 latents on 64-key tiles: q, two fp8 stages and the bf16 chunk each
-// conversion reads (codegen's shared conversions): 224 KB.
-constexpr int64_t kFp8WideTileSharedBytes = 224 * 1024;
+// 64 heads on 64-key tiles: q and two bf16 latent stages (224 KB; the
+// epilogue's scratch reuses them), or q, two fp8 stages and the bf16 chunk
+// each conversion reads (codegen's shared conversions: 216 KB).
+constexpr int64_t kWideTileSharedBytes = 224 * 1024;
 
 // The tiling. Measured on the H200 at B=64, ctx 4096 (2D kernels; docs/perf-log.md
 // 2026-12-03); the kernel's default (16 heads, 16-key tiles, 4 warps, q re-read
@@ -78,6 +79,7 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     // against 3.257 (H=128). Exact f32 (FMA dots) keeps the default.
     return config.tf32Dots() ? onEightWarps(headBlock) : config;
   }
+  const bool wideTilesFit = limits.maxPerBlock == 0 || limits.maxPerBlock >= kWideTileSharedBytes;
   // 16-bit q: q stays in shared memory for the whole loop, each warp reading its
   // fragments there (ldmatrix) instead of from L1 every tile.
   config.qInShared = true;
@@ -87,26 +89,29 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     // allows: 0.349 ms against 0.452 for 32-key tiles (H=128; the kernel's
     // default 1.550); fewer heads keep 32-key tiles (unmeasured at 64).
     onEightWarps(headBlock);
-    if (headBlock == 64 && (limits.maxPerBlock == 0 || limits.maxPerBlock >= kFp8WideTileSharedBytes))
-      config.tileSize = 64;
+    if (headBlock == 64 && wideTilesFit) config.tileSize = 64;
     return config;
   }
-  // bf16/f16 latents. H=128 at L = 512: 64 heads on 8 warps, 32-key tiles: on
-  // sm_90a every dot runs on wgmma, each warpgroup on its half of the keys and
-  // of the latent columns, 0.354 ms (64-key tiles 0.396: they spill; mma.sync
-  // 0.389, as fast as 32 heads on 4 warps with 64-key tiles, 0.393, at half its
-  // spec -> PTX time, 35 against 63 ms). A batch too small
-  // to give every SM a program even when split as finely as the split rule allows
-  // takes the 32-head tiling, twice the programs: B=1 ctx 4096 0.033 ms against
-  // 0.045 (op API). Fewer heads: 64-key tiles on 4 warps, 32 heads per program:
-  // H=64 0.204 ms (64 heads on 8 warps: 0.384, half the programs), H=32 0.202
-  // (8 warps: 0.215); H=16 0.144 (32-key tiles: 0.188). At L = 256 the
-  // accumulator is half as large and 64 heads fit on 4 warps: 0.164 ms against
-  // 0.177.
+  // bf16/f16 latents at L = 512 with H > 32: 64 heads on 8 warps, 64-key tiles.
+  // On sm_90a every dot runs on wgmma, each warpgroup on its half of the keys
+  // and of the latent columns: H=128 0.244 ms (32-key tiles 0.352; mma.sync
+  // 0.389); H=64, split in two by the split rule, 0.126 (32 heads on 4 warps,
+  // the tiling before: 0.200). 64-key tiles need 224 KB of shared memory;
+  // blocks with less take 32-key tiles. A batch too small to give every SM a
+  // program even when split as finely as the split rule allows takes the
+  // 32-head tiling, twice the programs: B=1 ctx 4096 0.033 ms against 0.045
+  // (op API). Fewer heads: 64-key tiles on 4 warps, 32 heads per program: H=32
+  // 0.121 ms (8 warps: 0.215); H=16 0.144 (32-key tiles: 0.188). At L = 256 the
+  // accumulator is half as large and 64 heads fit on 4 warps (all of them along
+  // the heads: wgmma too): 0.160 ms against 0.177.
   const int64_t finestSegments =
       std::clamp<int64_t>(p.maxSeqLen / kMlaMinSegmentKeys, 1, kMlaMaxSegments);
   const bool fillsGpu = int64_t{p.numSeqs} * ceilDiv(p.numHeads, 64) * finestSegments >= smCount(p);
-  if (p.kvLoraRank > 256 && p.numHeads > 64 && fillsGpu) return onEightWarps(64);
+  if (p.kvLoraRank > 256 && p.numHeads > 32 && fillsGpu) {
+    onEightWarps(64);
+    if (wideTilesFit) config.tileSize = 64;
+    return config;
+  }
   config.tileSize = 64;
   config.blockH = std::min(headBlock, p.kvLoraRank <= 256 ? 64 : 32);
   return config;
