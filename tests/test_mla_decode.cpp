@@ -51,6 +51,16 @@ void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bo
 // `config`'s kernel compiled to PTX for sm_90a.
 std::string mlaPtx(const MlaDecodeConfig& config) { return tests::compileBuilt(compiler::buildMlaDecode(config), "sm_90a").ptx; }
 
+// `config`'s kernel compiled for sm_90a, with codegen stage `stage`'s dump
+// (--print-after) appended to `dump`.
+compiler::CompiledKernel compileDumping(const MlaDecodeConfig& config, const char* stage, std::string& dump) {
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  options.pipeline.printAfter = stage;
+  options.pipeline.dump = [&](const std::string& text) { dump += text; };
+  return tests::compileBuilt(compiler::buildMlaDecode(config), options);
+}
+
 std::string errorOf(const MlaDecodeConfig& config) {
   const support::Status s = config.validate();
   return s ? std::string() : s.diagnostic().message;
@@ -177,12 +187,8 @@ TEST_CASE("q_in_shared moves q into its own shared memory and assembles", "[mla]
     c.tileSize = 32;
     c.numWarps = blockH == 64 ? 8 : 4;
     c.qInShared = true;
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
     std::string plan;
-    options.pipeline.printAfter = "plan-shared-operands";
-    options.pipeline.dump = [&](const std::string& text) { plan += text; };
-    const compiler::CompiledKernel resident = tests::compileBuilt(compiler::buildMlaDecode(c), options);
+    const compiler::CompiledKernel resident = compileDumping(c, "plan-shared-operands", plan);
     INFO("block_h " << blockH << "\n" << plan);
     std::smatch first, last;
     REQUIRE(std::regex_search(plan, first, std::regex("%q_nope0_cvt: .* at byte ([0-9]+)")));
@@ -203,12 +209,8 @@ TEST_CASE("the epilogue's scratch reuses the buffers the loop is done with", "[m
   c.tileSize = 64;
   c.numWarps = 8;
   c.qInShared = true;
-  compiler::CompileOptions options;
-  options.target = "sm_90a";
   std::string fit;
-  options.pipeline.printAfter = "fit-shared-memory";
-  options.pipeline.dump = [&](const std::string& text) { fit += text; };
-  const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(c), options);
+  const compiler::CompiledKernel compiled = compileDumping(c, "fit-shared-memory", fit);
   INFO(fit);
   CHECK(std::regex_search(fit, std::regex("cp.async slots and shared operands: [0-9]+ B of [0-9]+, fits")));
   CHECK(compiled.sharedMemoryBytes <= 227 * 1024);
@@ -236,12 +238,8 @@ TEST_CASE("a latent chunk in registers is stored once for both of its mma operan
     config.numWarps = 8;
     config.qInShared = true;
     INFO(config.kernelName());
-    compiler::CompileOptions options;
-    options.target = "sm_90a";
     std::string plan;
-    options.pipeline.printAfter = "plan-shared-conversions";
-    options.pipeline.dump = [&](const std::string& text) { plan += text; };
-    const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(config), options);
+    const compiler::CompiledKernel compiled = compileDumping(config, "plan-shared-conversions", plan);
     INFO(plan);
     int groups = 0;
     for (const char* chunk : {"%kv_c0", "%kv_c1", "%kv_c2", "%kv_c3"})
