@@ -51,9 +51,9 @@ void lowerMma(LoweringContext& ctx, const Operation& op, const Lowered& a, const
   // The first columns of the n-tiles warp 0 holds; warp w's are `columns` · w
   // further along (interleaved in 8-column steps, or column blocks).
   std::vector<int64_t> nTileColumns;
-  for (int64_t rep = 0; rep == 0 || rep * *warpColumns * wn < n; ++rep)
+  for (int64_t rep = 0; rep * *warpColumns * wn < n; ++rep)
     for (int64_t j = 0; j < *warpColumns / 8; ++j)
-      if (int64_t col = rep * *warpColumns * wn + 8 * j; col == 0 || col < n) nTileColumns.push_back(col);
+      if (int64_t col = rep * *warpColumns * wn + 8 * j; col < n) nTileColumns.push_back(col);
   // k-steps of 16 up to k_extent (rounded up); n-tiles from n_extent on are
   // skipped (for every warp: warp w's columns start at or after warp 0's).
   // Thread-major operands (ir/Types.h) are gathered in the mma's own numbering;

@@ -173,22 +173,20 @@ void lowerKernelBody(LoweringContext& ctx, const Block& body) {
   size_t lastLoop = ops.size();
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i]->opcode() == Opcode::For) lastLoop = i;
-  const bool hasBuffers = ctx.async || ctx.sharedOperands || ctx.sharedConversions;
+  size_t release = ops.size();  // the first op that runs with the buffers released
   for (size_t i = 0; i < ops.size(); ++i) {
+    // Every thread is past its last read of the buffers before any thread
+    // writes scratch over them: each scratch use starts with a barrier.
+    if (i == release) ctx.buffersReleased = true;
     const Operation& op = *ops[i];
-    // Checked op by op: a value read below the loop is lowered by then.
-    if (hasBuffers && lastLoop < ops.size() && i > lastLoop && !ctx.buffersReleased) {
-      bool laterReads = false;
-      // Ops with regions may define and read async tiles of their own.
-      for (size_t j = i; j < ops.size() && !laterReads; ++j)
-        laterReads = !ops[j]->regions().empty() || readsOwnBuffer(ctx, *ops[j]);
-      if (!laterReads) {
-        // Every thread is past its last read of the buffers before any thread
-        // writes scratch over them: each scratch use starts with a barrier.
-        ctx.buffersReleased = true;
-      }
-    }
     if (!ctx.loweredAhead.erase(&op)) lowerOperation(ctx, op);
+    if (i != lastLoop || !(ctx.async || ctx.sharedOperands || ctx.sharedConversions)) continue;
+    // Below the last loop: after the last op that reads a buffer. Values defined
+    // down there are never buffers, so the operands lowered by now decide; ops
+    // with regions may define and read async tiles of their own.
+    release = i + 1;
+    for (size_t j = i + 1; j < ops.size(); ++j)
+      if (!ops[j]->regions().empty() || readsOwnBuffer(ctx, *ops[j])) release = j + 1;
   }
 }
 

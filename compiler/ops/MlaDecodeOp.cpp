@@ -72,12 +72,12 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     config.blockH = blockH;
     config.tileSize = 32;
     config.numWarps = 8;
-    return config;
   };
   if (p.dtype == ir::ScalarKind::F32) {
     // TF32: 64 heads on 8 warps (4 along the heads), 32-key tiles: 1.526 ms
     // against 3.257 (H=128). Exact f32 (FMA dots) keeps the default.
-    return config.tf32Dots() ? onEightWarps(headBlock) : config;
+    if (config.tf32Dots()) onEightWarps(headBlock);
+    return config;
   }
   const bool wideTilesFit = limits.maxPerBlock == 0 || limits.maxPerBlock >= kWideTileSharedBytes;
   // 16-bit q: q stays in shared memory for the whole loop, each warp reading its
