@@ -470,21 +470,28 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
   }
   // Prefill tiles put the warps along M, so each warp needs the whole K and V
   // tile: read into its own operand layout, every byte would be converted
-  // once per warp. They keep the conversion through shared memory.
+  // once per warp. They keep the conversion through shared memory (sm_80 and
+  // sm_90 read it with ldmatrix, sm_90a's wgmma through descriptors).
   UnifiedAttentionConfig tall = smallConfig(ScalarKind::BF16, KvCacheFormat::Fp8E4M3);
   tall.numQueryHeads = 32;
   tall.numKvHeads = 8;
   tall.headSize = 128;
   tall.blockMRows = 128;
   tall.numWarps = 8;
-  auto tallKernel = attnjit::compiler::buildUnifiedAttention(tall);
-  REQUIRE(tallKernel.isOk());
-  attnjit::compiler::CompileOptions options;
-  options.target = "sm_90a";
-  auto tallCompiled = attnjit::compiler::compileKernel(**tallKernel, options);
-  REQUIRE(tallCompiled.isOk());
-  CHECK(tallCompiled->tirOptimized.find("thread_major=1") == std::string::npos);
-  CHECK(tallCompiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos);
+  for (const char* target : {"sm_90", "sm_90a"}) {
+    INFO(target);
+    auto tallKernel = attnjit::compiler::buildUnifiedAttention(tall);
+    REQUIRE(tallKernel.isOk());
+    attnjit::compiler::CompileOptions options;
+    options.target = target;
+    auto tallCompiled = attnjit::compiler::compileKernel(**tallKernel, options);
+    REQUIRE(tallCompiled.isOk());
+    CHECK(tallCompiled->tirOptimized.find("thread_major=1") == std::string::npos);
+    if (std::string(target) == "sm_90a")
+      CHECK(tallCompiled->ptx.find("wgmma.mma_async") != std::string::npos);
+    else
+      CHECK(tallCompiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos);
+  }
 }
 
 TEST_CASE("per-sequence causal flags: a batch mixing causal and bidirectional sequences", "[attention][seqcausal]") {

@@ -103,6 +103,21 @@ TEST_CASE("prefill on sm_90a runs both dots on wgmma, sm_90 and the switch keep 
         }
 }
 
+TEST_CASE("fp8 caches dequantized in registers reach wgmma through one store", "[codegen][wgmma]") {
+  // K and V are cast to bf16 in registers; each is stored once, in column
+  // blocks, and both dots read it through descriptors (no ldmatrix of K or V).
+  compiler::UnifiedAttentionConfig fp8 = prefill(128, 32, 4, true);
+  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  const std::string fp8Ptx = compilePtx(fp8, "sm_90a");
+  CHECK(countOf(fp8Ptx, "mma.sync") == 0);
+  CHECK(countOf(fp8Ptx, "wgmma.mma_async") == 2 * (8 * 2 + 2 * 2));
+  CHECK(countOf(fp8Ptx, "ldmatrix") == 0);
+  tests::checkAssembles(fp8Ptx, "sm_90a");
+  const std::string sm90 = compilePtx(fp8, "sm_90");
+  CHECK(countOf(sm90, "wgmma") == 0);
+  CHECK(countOf(sm90, "mma.sync") > 0);
+}
+
 TEST_CASE("dots that wgmma cannot take stay on mma.sync on sm_90a", "[codegen][wgmma]") {
   // Decode: 16 rows, the warps split the keys (not all along M).
   compiler::UnifiedAttentionConfig decode;
@@ -111,15 +126,10 @@ TEST_CASE("dots that wgmma cannot take stay on mma.sync on sm_90a", "[codegen][w
   CHECK(countOf(decodePtx, "wgmma") == 0);
   CHECK(countOf(decodePtx, "mma.sync") > 0);
   tests::checkAssembles(decodePtx, "sm_90a");
-  // f32 has no 16-bit operands; fp8 caches are dequantized in registers.
+  // f32 has no 16-bit operands.
   compiler::UnifiedAttentionConfig f32 = prefill(128, 32, 4, true);
   f32.dtype = ir::ScalarKind::F32;
   CHECK(countOf(compilePtx(f32, "sm_90a"), "wgmma") == 0);
-  compiler::UnifiedAttentionConfig fp8 = prefill(128, 32, 4, true);
-  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
-  const std::string fp8Ptx = compilePtx(fp8, "sm_90a");
-  CHECK(countOf(fp8Ptx, "wgmma") == 0);
-  tests::checkAssembles(fp8Ptx, "sm_90a");
   // Head size 80 pads to 128: Q·Kᵀ stops at k = 80 (five k-steps per slice).
   const std::string padded = compilePtx(prefill(80, 32, 4, true), "sm_90a");
   CHECK(countOf(padded, "wgmma.mma_async") == 2 * (5 * 2 + 2 * 2));

@@ -222,13 +222,20 @@ TEST_CASE("a latent chunk in registers is stored once for both of its mma operan
   // fp8 latents are cast in registers, and without pipelining the bf16 latent is
   // a register tile too: each kv_c chunk is converted as V and, transposed, as Kᵀ
   // (k_pe only as Kᵀ), so codegen's plan-shared-conversions gives the four chunks
-  // one shared-memory store each. A pipelined bf16 latent is read from its
-  // cp.async slot instead and has no such group.
+  // one shared-memory store each. On sm_90a every dot reads them through wgmma
+  // descriptors, so k_pe gets a column-blocked buffer too; on sm_90 (ldmatrix
+  // reads) it stays a single conversion through the scratch area. A pipelined
+  // bf16 latent is read from its cp.async slot instead and has no such group.
   struct Case {
     KvCacheFormat format;
     int numStages;
+    const char* target;
     int groups;
-  } cases[] = {{KvCacheFormat::Fp8E4M3, 2, 4}, {KvCacheFormat::Auto, 1, 4}, {KvCacheFormat::Auto, 2, 0}};
+    bool kPeBuffer;
+  } cases[] = {{KvCacheFormat::Fp8E4M3, 2, "sm_90a", 4, true},
+               {KvCacheFormat::Fp8E4M3, 2, "sm_90", 4, false},
+               {KvCacheFormat::Auto, 1, "sm_90a", 4, true},
+               {KvCacheFormat::Auto, 2, "sm_90a", 0, false}};
   for (const Case& c : cases) {
     MlaDecodeConfig config;
     config.kvCacheFormat = c.format;
@@ -237,16 +244,25 @@ TEST_CASE("a latent chunk in registers is stored once for both of its mma operan
     config.tileSize = 32;
     config.numWarps = 8;
     config.qInShared = true;
-    INFO(config.kernelName());
+    INFO(config.kernelName() << " for " << c.target);
     std::string plan;
-    const compiler::CompiledKernel compiled = compileDumping(config, "plan-shared-conversions", plan);
+    compiler::CompileOptions options;
+    options.target = c.target;
+    options.pipeline.printAfter = "plan-shared-conversions";
+    options.pipeline.dump = [&](const std::string& text) { plan += text; };
+    const compiler::CompiledKernel compiled = tests::compileBuilt(compiler::buildMlaDecode(config), options);
     INFO(plan);
+    const bool wgmma = std::string(c.target) == "sm_90a";
+    const std::string readers = wgmma ? ", 128-byte column blocks read by wgmma" : "";
     int groups = 0;
     for (const char* chunk : {"%kv_c0", "%kv_c1", "%kv_c2", "%kv_c3"})
-      if (std::regex_search(plan, std::regex(std::string(chunk) + "[_a-z]*: .* 2 conversions"))) ++groups;
+      if (std::regex_search(plan, std::regex(std::string(chunk) + "[_a-z]*: .* 2 conversions" + readers + "\n")))
+        ++groups;
     CHECK(groups == c.groups);
-    CHECK(plan.find("%k_pe") == std::string::npos);
-    if (tests::havePtxas()) tests::checkAssembles(compiled.ptx, "sm_90a");
+    CHECK(std::regex_search(plan, std::regex("%k_pe[_a-z]*: .* 1 conversions" + readers)) == c.kPeBuffer);
+    CHECK((tests::countOf(compiled.ptx, "mma.sync") == 0) == wgmma);
+    CHECK((tests::countOf(compiled.ptx, "wgmma.mma_async") > 0) == wgmma);
+    if (tests::havePtxas()) tests::checkAssembles(compiled.ptx, c.target);
   }
 }
 
@@ -254,8 +270,12 @@ TEST_CASE("64 heads on 8 warps run every mla dot on wgmma, each warpgroup on its
   // Four warps along the heads, two along the keys (Q·Kᵀ) and the latent
   // columns (P·V): the accumulators' column blocks (#mma instr [16, n / 2])
   // give each warpgroup one contiguous half, which its descriptor addresses.
+  // bf16 latents are read from their cp.async slots, fp8 ones (cast in
+  // registers) from the shared conversions' buffers.
+  for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3})
   for (int tileSize : {16, 32, 64}) {
     MlaDecodeConfig c;
+    c.kvCacheFormat = format;
     c.blockH = 64;
     c.tileSize = tileSize;
     c.numWarps = 8;

@@ -140,7 +140,10 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
         continue;
       }
       if (reader->opcode() != Opcode::ConvertLayout) continue;
-      if (feedsOnlyWarpgroupDots(ctx, *reader, usesOf(reader->result()), 1)) descriptorConverts.push_back(reader);
+      // B's contraction (its dim 0) lies along the slot's rows: K-major.
+      const bool kMajor = (transposed ? 1 : 0) == tile->contigDim;
+      if (feedsOnlyWarpgroupDots(ctx, *reader, usesOf(reader->result()), 1, kMajor))
+        descriptorConverts.push_back(reader);
       LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
       if (transposed) to = to.transposed({1, 0});
       std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
@@ -311,7 +314,7 @@ std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in,
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
   waitForOwnCopies(ctx, buffer);
   ctx.barrier();
-  const LinearLayout read = in.asyncTransposed ? to.transposed({1, 0}) : to;
+  const LinearLayout read = in.transposedView ? to.transposed({1, 0}) : to;
   return readSwizzledTileToSink(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
 }
 

@@ -137,7 +137,7 @@ void lowerTranspose(LoweringContext& ctx, const Operation& op) {
   if (in.isAsync()) {  // a view of the cp.async slot (2D, planned by AsyncCopy.cpp)
     Lowered view = in;
     view.layout = to;
-    view.asyncTransposed = !in.asyncTransposed;
+    view.transposedView = !in.transposedView;
     ctx.set(op.result(), std::move(view));
     return;
   }

@@ -32,10 +32,15 @@ struct Lowered {
   // A tile loaded with cp.async (codegen/lower/AsyncCopy.h): its elements are in
   // shared-memory buffer `asyncBuffer`, regs holds one i32, the buffer slot.
   int asyncBuffer = -1;
-  bool asyncTransposed = false;  // a 2D transpose of the tile in the slot
-  // A cp.async slot that wgmma reads through a matrix descriptor
-  // (codegen/lower/WarpgroupMma.h): no registers, only the slot index.
+  // A 2D transpose of the tile in the slot (or, for a descriptor operand, in
+  // the shared conversion's buffer).
+  bool transposedView = false;
+  // A tile that wgmma reads through a matrix descriptor
+  // (codegen/lower/WarpgroupMma.h): a cp.async slot (regs holds only the slot
+  // index) or, with sharedConversion ≥ 0, that shared conversion group's buffer
+  // (no registers).
   bool warpgroupOperand = false;
+  int sharedConversion = -1;
   // A loop-invariant mma operand kept in shared memory (codegen/lower/SharedOperands.h):
   // regs is empty, each use reads operand `sharedOperand` of the plan.
   int sharedOperand = -1;

@@ -11,6 +11,12 @@
 // loop may still read it) and before one; reads are tagged for sinkSlotReads,
 // which may move them down to their uses: nothing writes the buffer between the
 // store and the end of the block.
+//
+// On a wgmma target, a conversion whose every use is a dot that can take wgmma,
+// reading it as B, reads nothing: the buffer is stored in 128-byte column blocks
+// (as a cp.async slot wgmma reads is), and the dots read it through matrix
+// descriptors. Then one such conversion is enough for a buffer (a register tile
+// that wgmma reads must go through shared memory anyway).
 #include "codegen/lower/SharedConversions.h"
 
 #include <map>
@@ -18,6 +24,7 @@
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/SharedOperands.h"
 #include "codegen/lower/SwizzledShared.h"
+#include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
 
@@ -68,8 +75,9 @@ void collect(const LoweringContext& ctx, const Block& block, std::map<const Valu
   }
 }
 
-std::optional<SharedConversionGroup> planGroup(LoweringContext& ctx, const Value* source, const Candidate& candidate) {
-  if (candidate.converts.size() < 2) return std::nullopt;
+// `descriptors` receives the conversions wgmma reads through descriptors.
+std::optional<SharedConversionGroup> planGroup(LoweringContext& ctx, const Value* source, const Candidate& candidate,
+                                               const UseMap& uses, std::vector<const Operation*>& descriptors) {
   const Type& type = source->type();
   if (!type.isTile() || type.rank() != 2 || !type.layout() || type.hasPointerElements()) return std::nullopt;
   if (type.scalarKind() == ScalarKind::I1) return std::nullopt;
@@ -86,8 +94,21 @@ std::optional<SharedConversionGroup> planGroup(LoweringContext& ctx, const Value
     if (!to.registerSourceMap(layout, {}).empty()) return std::nullopt;  // a renumbering: no trip through memory
     std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
     if (!readerTile || readerTile->contigDim != tile->contigDim) return std::nullopt;
+    // B's contraction (its dim 0) lies along the stored rows: K-major.
+    const bool kMajor = (transposed ? 1 : 0) == tile->contigDim;
+    auto found = uses.find(convert->result());
+    if (found != uses.end() && feedsOnlyWarpgroupDots(ctx, *convert, found->second, 1, kMajor))
+      descriptors.push_back(convert);
   }
-  return SharedConversionGroup{source, &first, *tile, std::move(layout)};
+  const int64_t rows = layout.shape[static_cast<size_t>(1 - tile->contigDim)];
+  if (!descriptors.empty() && !descriptorCompatible(*tile, rows)) descriptors.clear();
+  if (descriptors.empty() && candidate.converts.size() < 2) return std::nullopt;
+  SharedConversionGroup group{source, &first, *tile, std::move(layout)};
+  if (!descriptors.empty()) {
+    group.tile.useColumnBlocks(rows);
+    group.warpgroupOperand = true;
+  }
+  return group;
 }
 
 llvm::Value* bufferBase(LoweringContext& ctx, const SharedConversionGroup& group) {
@@ -101,15 +122,24 @@ void planSharedConversions(LoweringContext& ctx) {
   std::map<const Value*, Candidate> found;
   std::vector<const Value*> order;
   collect(ctx, ctx.kernel.body(), found, order);
+  UseMap uses;
+  collectUses(ctx.kernel.body(), uses);
   auto plan = std::make_unique<SharedConversionPlan>();
   for (const Value* source : order) {
-    std::optional<SharedConversionGroup> group = planGroup(ctx, source, found[source]);
+    std::vector<const Operation*> descriptors;
+    std::optional<SharedConversionGroup> group = planGroup(ctx, source, found[source], uses, descriptors);
     if (!group) continue;
-    ctx.asyncBufferBytes = (ctx.asyncBufferBytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    if (group->warpgroupOperand)
+      alignForWarpgroupOperand(ctx);
+    else
+      ctx.asyncBufferBytes = (ctx.asyncBufferBytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
     group->offset = ctx.asyncBufferBytes;
     ctx.asyncBufferBytes += group->tile.bytes(group->layout);
     const int id = static_cast<int>(plan->groups.size());
-    for (const auto& [convert, transposed] : found[source].converts) plan->converts[convert] = {id, transposed};
+    for (const auto& [convert, transposed] : found[source].converts) {
+      const bool descriptor = std::find(descriptors.begin(), descriptors.end(), convert) != descriptors.end();
+      plan->converts[convert] = {id, transposed, descriptor};
+    }
     plan->groups.push_back(std::move(*group));
   }
   if (!plan->groups.empty()) ctx.sharedConversions = std::move(plan);
@@ -123,7 +153,8 @@ std::string describeSharedConversionPlan(const LoweringContext& ctx) {
     for (const auto& [convert, read] : ctx.sharedConversions->converts)
       readers += &ctx.sharedConversions->groups[static_cast<size_t>(read.group)] == &group;
     text += "%" + group.source->name() + ": " + group.source->type().str() + " at byte " +
-            std::to_string(group.offset) + ", " + std::to_string(readers) + " conversions\n";
+            std::to_string(group.offset) + ", " + std::to_string(readers) + " conversions" +
+            (group.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") + "\n";
   }
   return text;
 }
@@ -141,12 +172,36 @@ bool lowerSharedConversion(LoweringContext& ctx, const Operation& op) {
                   "codegen: shared conversion source");
     ctx.barrier();  // the previous round of a loop may still read the buffer
     storeSwizzledTile(ctx, source.regs, group.layout, group.tile, elementType, base);
+    if (group.warpgroupOperand) fenceForAsyncProxy(ctx);  // wgmma reads it through the async proxy
     ctx.barrier();
   }
   const LinearLayout to = ctx.linearLayout(op.result()->type(), op);
+  if (found->second.descriptor) {
+    Lowered out;
+    out.layout = to;
+    out.warpgroupOperand = true;
+    out.sharedConversion = found->second.group;
+    out.transposedView = found->second.transposed;
+    ctx.set(op.result(), std::move(out));
+    return true;
+  }
   const LinearLayout read = found->second.transposed ? to.transposed({1, 0}) : to;
   ctx.set(op.result(), Lowered{readSwizzledTileToSink(ctx, read, group.tile, elementType, base), to});
   return true;
+}
+
+bool isSharedConversionDescriptor(const LoweringContext& ctx, const Operation& convert) {
+  if (!ctx.sharedConversions) return false;
+  auto found = ctx.sharedConversions->converts.find(&convert);
+  return found != ctx.sharedConversions->converts.end() && found->second.descriptor;
+}
+
+const SharedConversionGroup& sharedConversionGroup(const LoweringContext& ctx, const Lowered& value) {
+  return ctx.sharedConversions->groups.at(static_cast<size_t>(value.sharedConversion));
+}
+
+llvm::Value* sharedConversionAddress(LoweringContext& ctx, const Lowered& value) {
+  return bufferBase(ctx, sharedConversionGroup(ctx, value));
 }
 
 }  // namespace attnjit::codegen

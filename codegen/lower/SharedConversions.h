@@ -8,7 +8,8 @@
 // (after the cp.async and shared-operand buffers): the first conversion stores
 // it once between two barriers, and every conversion reads its layout back
 // from there (ldmatrix, .trans through the transposed view), as conversions of a
-// cp.async slot do.
+// cp.async slot do. On wgmma targets the buffer may instead be read by wgmma
+// through matrix descriptors (the file comment of SharedConversions.cpp).
 #pragma once
 
 #include <unordered_map>
@@ -25,6 +26,7 @@ struct SharedConversionGroup {
   SwizzledTile tile;
   ir::LinearLayout layout;                    // of the source's registers
   int64_t offset = 0;                         // bytes from the start of dynamic shared memory
+  bool warpgroupOperand = false;              // stored in column blocks, some conversions read by wgmma
 };
 
 struct SharedConversionPlan {
@@ -32,6 +34,7 @@ struct SharedConversionPlan {
   struct Read {
     int group = 0;
     bool transposed = false;  // the convert's input is the source transposed
+    bool descriptor = false;  // every use is a wgmma dot reading the buffer through a descriptor
   };
   std::unordered_map<const ir::Operation*, Read> converts;
 };
@@ -42,7 +45,15 @@ void planSharedConversions(LoweringContext& ctx);
 
 std::string describeSharedConversionPlan(const LoweringContext& ctx);
 
-// Lowers a planned convert_layout; false for any other op.
+// Lowers a planned convert_layout; false for any other op. A descriptor
+// conversion's result is the buffer (Lowered::sharedConversion), no registers.
 bool lowerSharedConversion(LoweringContext& ctx, const ir::Operation& op);
+
+// Whether `convert` is planned as a descriptor conversion.
+bool isSharedConversionDescriptor(const LoweringContext& ctx, const ir::Operation& convert);
+
+// The group of a descriptor conversion's result, and its buffer's address.
+const SharedConversionGroup& sharedConversionGroup(const LoweringContext& ctx, const Lowered& value);
+llvm::Value* sharedConversionAddress(LoweringContext& ctx, const Lowered& value);
 
 }  // namespace attnjit::codegen

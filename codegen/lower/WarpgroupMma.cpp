@@ -11,7 +11,9 @@
 // mma.sync A fragment already.
 //
 // Operands in shared memory:
-// - B is a cp.async slot (codegen/lower/AsyncCopy.cpp) whose tile is stored in
+// - B is a cp.async slot (codegen/lower/AsyncCopy.cpp), or the buffer of a
+//   shared conversion (codegen/lower/SharedConversions.cpp: a tile computed in
+//   registers, such as an fp8 tile cast to bf16), whose tile is stored in
 //   128-byte column blocks (SwizzledTile::useColumnBlocks): block j holds bytes
 //   [128j, 128j + 128) of every row, rows 128 bytes apart, 16-byte chunks XORed
 //   with row % 8 — the hardware's 128-byte swizzle. K in Q·Kᵀ has its
@@ -52,6 +54,7 @@
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/DotFragments.h"
 #include "codegen/lower/InlinePtx.h"
+#include "codegen/lower/SharedConversions.h"
 #include "codegen/lower/SharedOperands.h"
 
 namespace attnjit::codegen {
@@ -201,7 +204,30 @@ bool liftable(const Operation& op) {
 
 bool readsDescriptor(const LoweringContext& ctx, const Operation& dot) {
   const Operation* convert = dot.operand(1)->definingOp();
-  return convert && ctx.async && ctx.async->descriptorConverts.count(convert);
+  if (!convert) return false;
+  if (ctx.async && ctx.async->descriptorConverts.count(convert)) return true;
+  return isSharedConversionDescriptor(ctx, *convert);
+}
+
+// Where a descriptor operand's tile is stored: a cp.async slot or a shared
+// conversion's buffer. `rows` counts the stored tile's rows (not its
+// contiguous dimension).
+struct StoredOperand {
+  const SwizzledTile* tile = nullptr;
+  int64_t rows = 0;
+  llvm::Value* address = nullptr;
+};
+
+StoredOperand storedOperand(LoweringContext& ctx, const Lowered& value) {
+  if (value.isAsync()) {
+    const SwizzledTile& tile = asyncBufferTile(ctx, value);
+    const LinearLayout& layout = asyncBufferLayout(ctx, value);
+    return {&tile, layout.shape[static_cast<size_t>(1 - tile.contigDim)], asyncSlotAddress(ctx, value)};
+  }
+  ATTNJIT_CHECK(value.sharedConversion >= 0, "codegen: a descriptor operand without a buffer");
+  const SharedConversionGroup& group = sharedConversionGroup(ctx, value);
+  return {&group.tile, group.layout.shape[static_cast<size_t>(1 - group.tile.contigDim)],
+          sharedConversionAddress(ctx, value)};
 }
 
 // The dots lowered in one asm block with `first` (first among them), and the
@@ -304,13 +330,12 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     llvm::Value* groupM = groupsM > 1 ? b.CreateAnd(warpgroup, ctx.i32(groupsM - 1)) : nullptr;
     llvm::Value* groupN = shape->warpsN > 1 ? b.CreateUDiv(warpgroup, ctx.i32(groupsM)) : nullptr;
 
-    // B: the slot, K-major when the contraction runs along its stored rows.
-    const SwizzledTile& bTile = asyncBufferTile(ctx, bOp);
-    const LinearLayout& slotLayout = asyncBufferLayout(ctx, bOp);
-    const int kDimInSlot = bOp.asyncTransposed ? 1 : 0;
-    const int64_t bRows = slotLayout.shape[static_cast<size_t>(1 - bTile.contigDim)];
-    d.bGeometry = geometryOf(bTile, bRows, kDimInSlot == bTile.contigDim);
-    llvm::Value* bAddress = asyncSlotAddress(ctx, bOp);
+    // B: its stored tile, K-major when the contraction runs along its rows.
+    const StoredOperand stored = storedOperand(ctx, bOp);
+    const int kDimInStore = bOp.transposedView ? 1 : 0;
+    const int64_t bRows = stored.rows;
+    d.bGeometry = geometryOf(*stored.tile, bRows, kDimInStore == stored.tile->contigDim);
+    llvm::Value* bAddress = stored.address;
     if (groupN) {
       // Warpgroup g's columns start at row g·groupN of a K-major tile (rows 128
       // bytes apart in each block), or at its column block of an MN-major one.

@@ -56,7 +56,8 @@ void fenceForAsyncProxy(LoweringContext& ctx);
 bool descriptorCompatible(const SwizzledTile& tile, int64_t rows);
 
 // Lowers `dot` with wgmma when its B operand is a descriptor operand (a
-// cp.async slot planned for it: Lowered::warpgroupOperand) and returns true;
+// cp.async slot or a shared conversion's buffer planned for it:
+// Lowered::warpgroupOperand) and returns true;
 // false otherwise (the caller lowers it with mma.sync).
 bool lowerWarpgroupDot(LoweringContext& ctx, const ir::Operation& dot);
 
