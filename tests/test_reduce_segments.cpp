@@ -2,8 +2,9 @@
 // float64 reference on a hand-computed case, the configs the JIT derives from
 // split-KV variants (reduceSegmentsFor), the kernel on the CPU interpreter
 // against the reference for every dtype with empty segments and rows with every
-// segment empty, the contract on empty segments' rows (read, weighed by exactly
-// 0: finite garbage vanishes, NaN does not), the shipped specs on the
+// segment empty, the contract on empty segments' rows (between keyed segments:
+// read, weighed by exactly 0, so finite garbage vanishes and NaN does not;
+// before or after them: never read), the shipped specs on the
 // interpreter and through ptxas, and [gpu] runs of the same.
 #include <catch2/catch.hpp>
 
@@ -127,8 +128,9 @@ TEST_CASE("reduce_segments: the stage 2 the JIT derives from split-KV variants",
 
 TEST_CASE("reduce_segments matches the reference in every dtype with empty segments", "[reduce_segments]") {
   const ScalarKind dtype = GENERATE(ScalarKind::F32, ScalarKind::F16, ScalarKind::BF16);
+  // 70 segments: pass 1 reads the maxima 64 segments at a time.
   for (int headSize : {64, 80, 128})
-    for (int numSegments : {1, 2, 5}) {
+    for (int numSegments : {1, 2, 5, 70}) {
       ReduceSegmentsConfig config;
       config.dtype = dtype;
       config.headSize = headSize;
@@ -211,8 +213,9 @@ TEST_CASE("reduce_segments: the problem plants empty segments and rows with no k
 
 TEST_CASE("reduce_segments reads empty segments' rows and weighs them by exactly 0", "[reduce_segments]") {
   // Stage 1 writes its zero accumulator for an empty segment; the kernel reads the
-  // row and multiplies it by weight 0, so finite garbage vanishes (the problem's
-  // data) but a NaN there would not. The check sees it: the harness is not blind.
+  // row of an empty segment between keyed ones and multiplies it by weight 0, so
+  // finite garbage vanishes (the problem's data) but a NaN there would not. The
+  // check sees it: the harness is not blind.
   ReduceSegmentsConfig config;
   config.dtype = ScalarKind::F32;
   config.numQueryHeads = 2;
@@ -237,6 +240,35 @@ TEST_CASE("reduce_segments reads empty segments' rows and weighs them by exactly
   REQUIRE(withNan.isOk());
   CHECK_FALSE(withNan->passed);
   CHECK(std::isinf(withNan->maxAbsError));
+}
+
+TEST_CASE("reduce_segments never reads the segments outside a token's keyed run", "[reduce_segments]") {
+  // Token 0's first and last segments are empty for every head (the problem
+  // plants them): pass 1 finds the run of keyed segments from the maxima alone,
+  // so even NaN in those segments' sums and accumulators leaves the output exact.
+  ReduceSegmentsConfig config;
+  config.dtype = ScalarKind::F32;
+  config.numQueryHeads = 4;
+  config.headSize = 32;
+  config.outputLse = true;
+  auto problem = validation::ReduceSegmentsProblem::create(config, batch(6, 11));
+  REQUIRE(problem.isOk());
+  const reference::ReduceSegmentsInputs& in = (*problem)->inputs();
+  const int64_t H = in.numHeads, S = in.numSegments;
+  REQUIRE((*problem)->buffers()[1].label == "segm_output");
+  REQUIRE((*problem)->buffers()[3].label == "segm_expsum");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t s : {int64_t{0}, S - 1}) {
+      const size_t row = static_cast<size_t>(h * S + s);
+      REQUIRE(std::isinf(in.segmentMaxima[row]));
+      for (int64_t d = 0; d < config.headSizePadded(); ++d)
+        pd::setFloat((*problem)->buffers()[1].bytes, ScalarKind::F32,
+                     row * static_cast<size_t>(config.headSizePadded()) + static_cast<size_t>(d), nan);
+      pd::setFloat((*problem)->buffers()[3].bytes, ScalarKind::F32, row, nan);
+    }
+  auto build = [&] { return compiler::buildReduceSegments(config); };
+  checkResult(validation::runProblemInterpreted(build, **problem), "NaN outside the keyed run");
 }
 
 TEST_CASE("reduce_segments: the check catches a wrong element and a written gap", "[reduce_segments]") {

@@ -1,7 +1,9 @@
 // reduce_segments as tile IR. Program (t, y) handles query heads
-// [y·H, (y + 1)·H) of token t. Two loops over the segments: the first takes the
-// maximum of m_s, the second accumulates w_s·acc_s and w_s·l_s with
-// w_s = exp2(m_s - M). A segment without keys has m_s = -inf and weight 0. Rows
+// [y·H, (y + 1)·H) of token t. Two passes over the segments: the first takes the
+// maximum M of m_s, kSegmentChunk segments per load, and the run of segments
+// that saw a key; the second accumulates w_s·acc_s and w_s·l_s with
+// w_s = exp2(m_s - M) over that run. A segment without keys has m_s = -inf and
+// weight 0, so leaving it out changes nothing. Rows
 // of heads >= Hq are masked (their M is -inf; the guard keeps exp2's argument
 // finite so no NaN is computed even there).
 #include "compiler/kernels/ReduceSegments.h"
@@ -28,6 +30,9 @@ using ir::Type;
 using ir::Value;
 
 namespace {
+
+// Segments whose maxima pass 1 reads with one load.
+constexpr int64_t kSegmentChunk = 64;
 
 class ReduceSegmentsBuilder {
  public:
@@ -79,17 +84,49 @@ class ReduceSegmentsBuilder {
     Value* zero = b_.constInt(0, Type::scalar(I32));
     Value* one = b_.constInt(1, Type::scalar(I32));
 
-    // Pass 1: the overall maximum.
-    auto maxLoop = b_.beginFor(zero, numSegments_, one, {negInfRow}, "segment", {"m"});
-    Value* rowIdx = b_.add(firstRow, b_.splat(b_.cast(maxLoop.inductionVar, I64), {H}), "segment_row");
-    Value* m = b_.load(b_.addPtr(b_.splat(segmMax_, {H}), rowIdx), headMask, negInfRow, "segment_max");
-    std::vector<Value*> maxResult = b_.endFor({b_.max(maxLoop.iterArgs[0], m)}, {"m_overall"});
+    // Pass 1: the overall maximum, and the range of segments that saw a key,
+    // kSegmentChunk segments per load (one load for the op's plans): a loop
+    // of one dependent load per segment made a decode batch with many empty
+    // segments (a plain call's fill rule) wait for each in turn.
+    const int64_t S = kSegmentChunk;
+    Value* chunkStep = b_.i32(S);
+    Value* noSegment = b_.constInt(0, Type::scalar(I32));
+    auto maxLoop = b_.beginFor(zero, numSegments_, chunkStep, {negInfRow, numSegments_, noSegment}, "segment_chunk",
+                               {"m", "first_keyed", "end_keyed"});
+    Value* segment = b_.add(b_.splat(maxLoop.inductionVar, {S}), b_.arange(0, S), "segment");
+    Value* segmentMask = b_.cmp(CmpPredicate::Lt, segment, b_.splat(numSegments_, {S}), "segment_mask");
+    Value* chunkMask = b_.andOp(asColumn(segmentMask, H), asRow(headMask, S), "chunk_mask");
+    Value* chunkRow = b_.add(asRow(firstRow, S), asColumn(b_.cast(segment, I64), H), "chunk_segment_row");
+    const Type chunkF32 = Type::tile({S, H}, Type::scalar(F32));
+    Value* chunkMax = b_.load(b_.addPtr(b_.splat(segmMax_, {S, H}), chunkRow), chunkMask,
+                              b_.constFloat(negInf, chunkF32), "chunk_segment_max");
+    Value* mChunk = b_.max(maxLoop.iterArgs[0], b_.reduce(Opcode::ReduceMax, chunkMax, 0), "m_chunk");
+    // A segment saw a key iff some head's maximum is finite (an empty one
+    // reports -inf for every head); the keyed segments of a sequence are one
+    // run, and the others would only add exp2(-inf) = 0 weights.
+    Value* keyed = b_.cmp(CmpPredicate::Gt, chunkMax, b_.constFloat(negInf, chunkF32), "segment_keyed");
+    Value* segment2d = asColumn(segment, H);
+    const Type chunkI32 = Type::tile({S, H}, Type::scalar(I32));
+    Value* firstKeyed = b_.reduce(
+        Opcode::ReduceMin,
+        b_.reduce(Opcode::ReduceMin, b_.select(keyed, segment2d, b_.splat(numSegments_, {S, H})), 0), 0);
+    Value* endKeyed = b_.reduce(
+        Opcode::ReduceMax,
+        b_.reduce(Opcode::ReduceMax,
+                  b_.select(keyed, b_.add(segment2d, b_.constInt(1, chunkI32)), b_.constInt(0, chunkI32)), 0),
+        0);
+    std::vector<Value*> maxResult =
+        b_.endFor({mChunk, b_.min(maxLoop.iterArgs[1], firstKeyed), b_.max(maxLoop.iterArgs[2], endKeyed)},
+                  {"m_overall", "first_keyed_segment", "end_keyed_segment"});
     // Rows without any key (masked heads only) keep -inf: use 0 so exp2 sees -inf - 0.
     Value* mOverall = b_.select(b_.cmp(CmpPredicate::Gt, maxResult[0], negInfRow), maxResult[0],
                                 b_.constFloat(0.0, rowF32), "m_safe");
+    // No keyed segment: first = num_segments, end = 0, and pass 2 runs no round.
+    Value* sumEnd = maxResult[2];
+    Value* sumStart = b_.min(maxResult[1], sumEnd, "sum_start");
 
     // Pass 2: weighted sums.
-    auto sumLoop = b_.beginFor(zero, numSegments_, one,
+    auto sumLoop = b_.beginFor(sumStart, sumEnd, one,
                                {b_.constFloat(0.0, rowF32), b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32)))},
                                "segment", {"l", "acc"});
     Value* row2 = b_.add(firstRow, b_.splat(b_.cast(sumLoop.inductionVar, I64), {H}), "segment_row");
