@@ -359,6 +359,12 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(quantizedPrefill.blockM() == 128);
   CHECK(quantizedPrefill.numWarps == 8);
   CHECK_FALSE(quantizedPrefill.qInShared);
+  // wgmma reads the dequantized tiles from one store per tile: 64 keys halve
+  // the stores' barriers per key (at D ≤ 128).
+  CHECK(quantizedPrefill.tileSize == (compiler::deviceZeroHasWarpgroupMma() ? 64 : 32));
+  p.headSize = 256;
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
+  p.headSize = 128;
   p.kvCacheFormat = compiler::KvCacheFormat::Auto;
   p.maxQueryLen = 31;
   CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);

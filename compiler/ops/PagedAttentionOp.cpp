@@ -126,15 +126,19 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // registers, beat the 4-warp tiling at D=128 (5% causal, 9% non-causal),
     // and 64-key tiles beat 32 at D=256 (12%) and DiffKV 192/128 (14%); below
     // 128 (80, 96, 112) the 4-warp tiling stays 3-4% ahead (docs/perf-log.md,
-    // 2026-12-02).
+    // 2026-12-02). Quantized caches, dequantized in registers, reach wgmma
+    // through one shared-memory store per tile; 64-key tiles halve those
+    // stores' barriers per key: 18-23% faster than 32 at D=128 for fp8 and
+    // int8 per-token-head, causal and not (docs/perf-log.md, 2026-12-03). Wider
+    // quantized heads keep 32 (untimed; twice the shared memory).
     const bool sameDtypeCache = halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto;
-    const bool warpgroupMma = sameDtypeCache && compiler::deviceZeroHasWarpgroupMma();
+    const bool warpgroupMma = halfPrecision && compiler::deviceZeroHasWarpgroupMma();
     if (sameDtypeCache && (widestHead < 128 || (widestHead == 128 && !warpgroupMma))) {
       config.numWarps = 4;
       config.qInShared = true;
     } else {
       config.numWarps = 8;
-      if (warpgroupMma && widestHead <= 256) config.tileSize = 64;
+      if (warpgroupMma && widestHead <= (sameDtypeCache ? 256 : 128)) config.tileSize = 64;
     }
   } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
