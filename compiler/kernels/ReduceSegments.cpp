@@ -90,8 +90,7 @@ class ReduceSegmentsBuilder {
     // segments (a plain call's fill rule) wait for each in turn.
     const int64_t S = kSegmentChunk;
     Value* chunkStep = b_.i32(S);
-    Value* noSegment = b_.constInt(0, Type::scalar(I32));
-    auto maxLoop = b_.beginFor(zero, numSegments_, chunkStep, {negInfRow, numSegments_, noSegment}, "segment_chunk",
+    auto maxLoop = b_.beginFor(zero, numSegments_, chunkStep, {negInfRow, numSegments_, zero}, "segment_chunk",
                                {"m", "first_keyed", "end_keyed"});
     Value* segment = b_.add(b_.splat(maxLoop.inductionVar, {S}), b_.arange(0, S), "segment");
     Value* segmentMask = b_.cmp(CmpPredicate::Lt, segment, b_.splat(numSegments_, {S}), "segment_mask");
