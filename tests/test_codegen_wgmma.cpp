@@ -116,6 +116,23 @@ TEST_CASE("fp8 caches dequantized in registers reach wgmma through one store", "
   const std::string sm90 = compilePtx(fp8, "sm_90");
   CHECK(countOf(sm90, "wgmma") == 0);
   CHECK(countOf(sm90, "mma.sync") > 0);
+  // Every quantized format on the op's Hopper prefill tiling (8 warps of 16
+  // rows, 64-key tiles), at head sizes 64, 96 (padded to 128) and 128. int4
+  // works on even and odd head dims as two groups of half the padded head size,
+  // so at 64 its rows are 64 bytes, not a 128-byte block: mma.sync.
+  for (compiler::KvCacheFormat format :
+       {compiler::KvCacheFormat::Fp8E5M2, compiler::KvCacheFormat::Int8PerTokenHead,
+        compiler::KvCacheFormat::Fp8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead})
+    for (int headSize : {64, 96, 128}) {
+      compiler::UnifiedAttentionConfig c = prefill(headSize, 64, 8, false);
+      c.kvCacheFormat = format;
+      INFO(c.kernelName());
+      const std::string ptx = compilePtx(c, "sm_90a");
+      const bool wgmma = !(format == compiler::KvCacheFormat::Int4PerTokenHead && headSize == 64);
+      CHECK((countOf(ptx, "mma.sync") == 0) == wgmma);
+      CHECK((countOf(ptx, "wgmma.mma_async") > 0) == wgmma);
+      tests::checkAssembles(ptx, "sm_90a");
+    }
 }
 
 TEST_CASE("dots that wgmma cannot take stay on mma.sync on sm_90a", "[codegen][wgmma]") {

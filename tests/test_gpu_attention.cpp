@@ -229,17 +229,33 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
   features[7].alibi = true;
   features[7].alibiSqrt = true;
   for (const auto& c : features) checkOnGpu(c, mixed);
+  // Quantized caches, dequantized in registers: wgmma reads each K and V tile
+  // from one store of the dequantized tile (codegen/lower/SharedConversions.cpp).
+  for (compiler::KvCacheFormat format :
+       {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2, compiler::KvCacheFormat::Int8PerTokenHead,
+        compiler::KvCacheFormat::Fp8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead})
+    for (int headSize : {64, 128}) {
+      compiler::UnifiedAttentionConfig c = hopperTiling();
+      c.kvCacheFormat = format;
+      c.headSize = headSize;
+      c.causal = headSize == 128;
+      checkOnGpu(c, mixed);
+    }
   // Where the device is sm_90a these kernels did run on wgmma.
   auto target = compiler::deviceTarget(0);
   REQUIRE(target.isOk());
   if (*target == "sm_90a") {
-    auto kernel = compiler::buildUnifiedAttention(hopperTiling());
-    REQUIRE(kernel.isOk());
-    compiler::CompileOptions options;
-    options.target = *target;
-    auto compiled = compiler::compileKernel(**kernel, options);
-    REQUIRE(compiled.isOk());
-    CHECK(compiled->ptx.find("wgmma.mma_async") != std::string::npos);
+    for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Int8PerTokenHead}) {
+      compiler::UnifiedAttentionConfig c = hopperTiling();
+      c.kvCacheFormat = format;
+      auto kernel = compiler::buildUnifiedAttention(c);
+      REQUIRE(kernel.isOk());
+      compiler::CompileOptions options;
+      options.target = *target;
+      auto compiled = compiler::compileKernel(**kernel, options);
+      REQUIRE(compiled.isOk());
+      CHECK(compiled->ptx.find("wgmma.mma_async") != std::string::npos);
+    }
   } else {
     WARN("device 0 is " << *target << ": the wgmma path is not exercised here");
   }

@@ -130,15 +130,18 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // through one shared-memory store per tile; 64-key tiles halve those
     // stores' barriers per key: 18-23% faster than 32 at D=128 for fp8 and
     // int8 per-token-head, causal and not (docs/perf-log.md, 2026-12-03). Wider
-    // quantized heads keep 32 (untimed; twice the shared memory).
+    // quantized heads keep 32 (untimed; twice the shared memory), and so does
+    // int4 at 64 or less, whose half-width dimension groups stay on mma.sync.
     const bool sameDtypeCache = halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto;
     const bool warpgroupMma = halfPrecision && compiler::deviceZeroHasWarpgroupMma();
+    const bool quantizedOnWarpgroupMma =
+        widestHead <= 128 && !(p.kvCacheFormat == KvCacheFormat::Int4PerTokenHead && widestHead <= 64);
     if (sameDtypeCache && (widestHead < 128 || (widestHead == 128 && !warpgroupMma))) {
       config.numWarps = 4;
       config.qInShared = true;
     } else {
       config.numWarps = 8;
-      if (warpgroupMma && widestHead <= (sameDtypeCache ? 256 : 128)) config.tileSize = 64;
+      if (warpgroupMma && (sameDtypeCache ? widestHead <= 256 : quantizedOnWarpgroupMma)) config.tileSize = 64;
     }
   } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
     config.tileSize = 64;
