@@ -61,6 +61,15 @@ void checkResult(const support::Expected<validation::AttentionRunResult>& result
 
 std::vector<std::string> shippedSpecs() { return {"reduce_segments.yaml", "reduce_segments_mla.yaml"}; }
 
+ReduceSegmentsConfig configOf(ScalarKind dtype, int numQueryHeads, int headSize, bool outputLse = false) {
+  ReduceSegmentsConfig config;
+  config.dtype = dtype;
+  config.numQueryHeads = numQueryHeads;
+  config.headSize = headSize;
+  config.outputLse = outputLse;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("reduce_segments reference: weights by maxima, empty segments and empty rows", "[reduce_segments]") {
@@ -216,10 +225,7 @@ TEST_CASE("reduce_segments reads empty segments' rows and weighs them by exactly
   // row of an empty segment between keyed ones and multiplies it by weight 0, so
   // finite garbage vanishes (the problem's data) but a NaN there would not. The
   // check sees it: the harness is not blind.
-  ReduceSegmentsConfig config;
-  config.dtype = ScalarKind::F32;
-  config.numQueryHeads = 2;
-  config.headSize = 32;
+  const ReduceSegmentsConfig config = configOf(ScalarKind::F32, 2, 32);
   auto problem = validation::ReduceSegmentsProblem::create(config, batch(3, 5));
   REQUIRE(problem.isOk());
   auto build = [&] { return compiler::buildReduceSegments(config); };
@@ -246,11 +252,7 @@ TEST_CASE("reduce_segments never reads the segments outside a token's keyed run"
   // Token 0's first and last segments are empty for every head (the problem
   // plants them): pass 1 finds the run of keyed segments from the maxima alone,
   // so even NaN in those segments' sums and accumulators leaves the output exact.
-  ReduceSegmentsConfig config;
-  config.dtype = ScalarKind::F32;
-  config.numQueryHeads = 4;
-  config.headSize = 32;
-  config.outputLse = true;
+  const ReduceSegmentsConfig config = configOf(ScalarKind::F32, 4, 32, true);
   auto problem = validation::ReduceSegmentsProblem::create(config, batch(6, 11));
   REQUIRE(problem.isOk());
   const reference::ReduceSegmentsInputs& in = (*problem)->inputs();
@@ -272,11 +274,7 @@ TEST_CASE("reduce_segments never reads the segments outside a token's keyed run"
 }
 
 TEST_CASE("reduce_segments: the check catches a wrong element and a written gap", "[reduce_segments]") {
-  ReduceSegmentsConfig config;
-  config.dtype = ScalarKind::F16;
-  config.numQueryHeads = 3;
-  config.headSize = 64;
-  config.outputLse = true;
+  const ReduceSegmentsConfig config = configOf(ScalarKind::F16, 3, 64, true);
   auto problem = validation::ReduceSegmentsProblem::create(config, batch(2, 9));
   REQUIRE(problem.isOk());
   auto kernel = compiler::buildReduceSegments(config);
