@@ -368,7 +368,6 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == (compiler::deviceZeroHasWarpgroupMma() ? 64 : 32));
   p.kvCacheFormat = compiler::KvCacheFormat::Int4PerTokenHead;  // half-width groups: mma.sync
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
-  p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;
   p.headSize = 128;
   p.kvCacheFormat = compiler::KvCacheFormat::Auto;
   p.maxQueryLen = 31;
