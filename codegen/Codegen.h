@@ -59,6 +59,19 @@ struct CodegenOptions {
   std::function<void(const std::string&)> dump;
 };
 
+// Where a kernel's dynamic shared memory goes, in bytes: the cp.async slots,
+// the loop-invariant operands kept in shared memory, the shared conversions'
+// buffers (each region with the alignment padding in front of it), and the
+// conversion scratch area after them. An epilogue that reuses the buffers'
+// bytes once the last loop is done may need more than `scratch`: the total is
+// CodegenResult::sharedMemoryBytes.
+struct SharedMemoryUse {
+  int slots = 0;
+  int operands = 0;
+  int conversions = 0;
+  int scratch = 0;
+};
+
 struct CodegenResult {
   std::string kernelName;
   std::string llvmIr;           // as lowered (empty unless printLlvmIr)
@@ -66,6 +79,7 @@ struct CodegenResult {
   std::string ptx;
   int numThreads = 0;           // block size (num_warps × 32)
   int sharedMemoryBytes = 0;    // dynamic shared memory the kernel needs
+  SharedMemoryUse sharedMemoryUse;
   double lowerMs = 0, optimizeMs = 0, emitMs = 0;
   // Every stage that ran, in order (the planning and lowering stages once per
   // attempt when fit-shared-memory lowers again).

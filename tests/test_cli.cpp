@@ -869,6 +869,27 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   }
   CHECK(wgmmaKernels > 0);
 
+  // Where the shared memory goes: MLA's 64 heads x 64 keys keep two stages of
+  // the latent tile in cp.async slots and q in shared memory; fp8 latents
+  // (half the slot bytes) add the cast chunks' buffers, which wgmma reads. The
+  // parts add up to the total.
+  CliResult mla = runCli({"inspect", kSourceDir + "/bench/mla_tilings.yaml", "--arch=sm_90a"});
+  INFO(mla.err);
+  REQUIRE(mla.exitCode == 0);
+  for (const char* format : {"", "_fp8_e4m3"}) {
+    const std::string kernel = std::string("mla_decode_bf16_h128_l512_r64_bs16") + format + "_bh64_t64_w8_qs";
+    std::map<std::string, std::string> mlaRow = inspectRow(mla.out, kernel);
+    REQUIRE(!mlaRow.empty());
+    const bool fp8 = *format != '\0';
+    const int latentTile = 64 * 576;  // keys x latent width
+    CHECK(std::stoi(mlaRow["slots"]) == 2 * latentTile * (fp8 ? 1 : 2));
+    CHECK(std::stoi(mlaRow["operands"]) == 64 * 576 * 2);  // q: 64 heads, bf16
+    CHECK(std::stoi(mlaRow["convs"]) == (fp8 ? latentTile * 2 : 0));
+    CHECK(std::stoi(mlaRow["slots"]) + std::stoi(mlaRow["operands"]) + std::stoi(mlaRow["convs"]) +
+              std::stoi(mlaRow["scratch"]) ==
+          std::stoi(mlaRow["smem"]));
+  }
+
   // f32 dots run on the TF32 tensor cores (mma.m16n8k8, two per k16 step) by
   // default; fp32_precision: ieee keeps them exact, as FMAs.
   CliResult f32 = runCli({"inspect", specPath("unified_attention_f32.yaml"), "--arch=sm_80",

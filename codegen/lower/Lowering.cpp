@@ -416,6 +416,7 @@ struct LoweringAttempt {
   std::unique_ptr<llvm::TargetMachine> tm;
   std::unique_ptr<LoweringContext> ctx;
   int64_t sharedBytes = 0;
+  SharedMemoryUse use;
   bool fits = true;
 };
 
@@ -462,14 +463,18 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
 
   stages.run("plan-async-copies", [&] { planAsyncCopies(ctx); });
   stages.printAfter("plan-async-copies", [&] { return describeAsyncCopyPlan(ctx); });
+  const int64_t slotsEnd = ctx.asyncBufferBytes;
   stages.run("plan-shared-operands", [&] { planSharedOperands(ctx); });
   stages.printAfter("plan-shared-operands", [&] { return describeSharedOperandPlan(ctx); });
+  const int64_t operandsEnd = ctx.asyncBufferBytes;
   stages.run("plan-shared-conversions", [&] { planSharedConversions(ctx); });
   stages.printAfter("plan-shared-conversions", [&] { return describeSharedConversionPlan(ctx); });
   stages.run("lower", [&] { lowerKernelBody(ctx, kernel.body()); });
   ctx.entryBuilder = nullptr;
   if (!ctx.status) return ctx.status;
   attempt.sharedBytes = ctx.totalSharedBytes();
+  attempt.use = {static_cast<int>(slotsEnd), static_cast<int>(operandsEnd - slotsEnd),
+                 static_cast<int>(ctx.asyncBufferBytes - operandsEnd), static_cast<int>(ctx.sharedBytes)};
   // Only the buffers of their own can be given up; the scratch area is the floor.
   attempt.fits = !(ctx.async || ctx.sharedOperands || ctx.sharedConversions) ||
                  attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;
@@ -507,6 +512,7 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
   result.kernelName = kernel.name();
   result.numThreads = ctx.numWarps * 32;
   result.sharedMemoryBytes = static_cast<int>(attempt.sharedBytes);
+  result.sharedMemoryUse = attempt.use;
   if (support::Status s = verifyLlvmModule(module); !s) return s;
   if (options.printLlvmIr) result.llvmIr = printModule(module);
   const auto t1 = Clock::now();

@@ -16,18 +16,21 @@ namespace {
 using Row = std::vector<std::string>;
 
 Row headerRow(bool withPtxas) {
-  Row header = {"kernel",   "threads",  "smem",     "mma",       "wgmma",     "ldmatrix",  "cp.async", "shfl",
-                "bar.sync", "ld.global", "ld.g.vec", "st.global", "ld.shared", "st.shared", "ex2"};
+  Row header = {"kernel",    "threads",  "smem",      "slots",     "operands",  "convs", "scratch",
+                "mma",       "wgmma",    "ldmatrix",  "cp.async",  "shfl",      "bar.sync", "ld.global",
+                "ld.g.vec",  "st.global", "ld.shared", "st.shared", "ex2"};
   if (withPtxas) header.insert(header.end(), {"regs", "spill.st", "spill.ld", "stack"});
   return header;
 }
 
 Row kernelRow(const CompiledKernel& compiled, const PtxInstructionMix& mix, const PtxasResources* resources) {
   auto n = [](int value) { return std::to_string(value); };
-  Row row = {compiled.name, n(compiled.numThreads), n(compiled.sharedMemoryBytes), n(mix.mma), n(mix.wgmma),
-             n(mix.ldmatrix),
-             n(mix.cpAsync), n(mix.shfl), n(mix.barSync), n(mix.ldGlobal), n(mix.ldGlobalVector), n(mix.stGlobal),
-             n(mix.ldShared), n(mix.stShared), n(mix.ex2)};
+  const codegen::SharedMemoryUse& use = compiled.sharedMemoryUse;
+  Row row = {compiled.name,     n(compiled.numThreads), n(compiled.sharedMemoryBytes), n(use.slots),
+             n(use.operands),   n(use.conversions),     n(use.scratch),                n(mix.mma),
+             n(mix.wgmma),      n(mix.ldmatrix),        n(mix.cpAsync),                n(mix.shfl),
+             n(mix.barSync),    n(mix.ldGlobal),        n(mix.ldGlobalVector),         n(mix.stGlobal),
+             n(mix.ldShared),   n(mix.stShared),        n(mix.ex2)};
   if (resources != nullptr) {
     if (resources->found) {
       row.insert(row.end(), {n(resources->registers), n(resources->spillStoreBytes), n(resources->spillLoadBytes),
@@ -102,7 +105,12 @@ Command inspectCommand() {
       "Compiles every kernel to PTX (the target is chosen as for 'attnjit compile') and prints\n"
       "one row per kernel:\n"
       "  threads    block size (num_warps x 32)\n"
-      "  smem       dynamic shared memory in bytes\n"
+      "  smem       dynamic shared memory in bytes, and where it goes: cp.async slots,\n"
+      "             loop-invariant mma operands, shared conversions' buffers (each with its\n"
+      "             alignment padding) and the conversion scratch after them (an epilogue\n"
+      "             that reuses the buffers once the last loop is done may need more)\n"
+      "  slots, operands, convs, scratch\n"
+      "             those parts\n"
       "  mma .. ex2 static counts of PTX instructions: mma.sync, wgmma.mma_async, ldmatrix,\n"
       "             cp.async copies, shfl, bar.sync, ld.global (ld.g.vec: of those, the .v2/.v4\n"
       "             vector loads), st.global, ld.shared, st.shared, ex2\n"

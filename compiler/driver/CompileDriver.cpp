@@ -165,6 +165,7 @@ support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const Compil
   }
   out.numThreads = generated->numThreads;
   out.sharedMemoryBytes = generated->sharedMemoryBytes;
+  out.sharedMemoryUse = generated->sharedMemoryUse;
   out.lowerMs = generated->lowerMs;
   out.llvmOptimizeMs = generated->optimizeMs;
   out.ptxEmitMs = generated->emitMs;

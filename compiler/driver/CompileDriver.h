@@ -54,6 +54,7 @@ struct CompiledKernel {
   std::string llvmIr, llvmIrOptimized, ptx;
   int numThreads = 0;
   int sharedMemoryBytes = 0;
+  codegen::SharedMemoryUse sharedMemoryUse;  // where those bytes go
   std::vector<PassTiming> passTimings;
   std::vector<codegen::StageTiming> codegenTimings;  // codegen's stages, in the order they ran
   // Stages taken from the override folder ("tir", "ptx"), for logs and cache keys.
