@@ -140,9 +140,7 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
         continue;
       }
       if (reader->opcode() != Opcode::ConvertLayout) continue;
-      // B's contraction (its dim 0) lies along the slot's rows: K-major.
-      const bool kMajor = (transposed ? 1 : 0) == tile->contigDim;
-      if (feedsOnlyWarpgroupDots(ctx, *reader, usesOf(reader->result()), 1, kMajor))
+      if (feedsOnlyWarpgroupDots(ctx, *reader, usesOf(reader->result()), 1, storedKMajor(*tile, transposed)))
         descriptorConverts.push_back(reader);
       LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
       if (transposed) to = to.transposed({1, 0});

@@ -94,10 +94,9 @@ std::optional<SharedConversionGroup> planGroup(LoweringContext& ctx, const Value
     if (!to.registerSourceMap(layout, {}).empty()) return std::nullopt;  // a renumbering: no trip through memory
     std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
     if (!readerTile || readerTile->contigDim != tile->contigDim) return std::nullopt;
-    // B's contraction (its dim 0) lies along the stored rows: K-major.
-    const bool kMajor = (transposed ? 1 : 0) == tile->contigDim;
     auto found = uses.find(convert->result());
-    if (found != uses.end() && feedsOnlyWarpgroupDots(ctx, *convert, found->second, 1, kMajor))
+    if (found != uses.end() &&
+        feedsOnlyWarpgroupDots(ctx, *convert, found->second, 1, storedKMajor(*tile, transposed)))
       descriptors.push_back(convert);
   }
   const int64_t rows = layout.shape[static_cast<size_t>(1 - tile->contigDim)];

@@ -332,9 +332,8 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
 
     // B: its stored tile, K-major when the contraction runs along its rows.
     const StoredOperand stored = storedOperand(ctx, bOp);
-    const int kDimInStore = bOp.transposedView ? 1 : 0;
     const int64_t bRows = stored.rows;
-    d.bGeometry = geometryOf(*stored.tile, bRows, kDimInStore == stored.tile->contigDim);
+    d.bGeometry = geometryOf(*stored.tile, bRows, storedKMajor(*stored.tile, bOp.transposedView));
     llvm::Value* bAddress = stored.address;
     if (groupN) {
       // Warpgroup g's columns start at row g·groupN of a K-major tile (rows 128

@@ -40,6 +40,13 @@ std::optional<WarpgroupDotShape> warpgroupDotShape(const LoweringContext& ctx, c
 bool feedsOnlyWarpgroupDots(const LoweringContext& ctx, const ir::Operation& convert,
                             const std::vector<const ir::Operation*>& uses, size_t index, bool kMajor = true);
 
+// Whether a B operand read from a stored tile (through a 2D transpose when
+// `transposed`) is K-major: its contraction, the operand's dim 0, runs along
+// the stored tile's rows.
+inline bool storedKMajor(const SwizzledTile& stored, bool transposed) {
+  return (transposed ? 1 : 0) == stored.contigDim;
+}
+
 // Before planning a buffer wgmma reads: rounds the buffer offset
 // (ctx.asyncBufferBytes) up to kWarpgroupOperandAlign and marks the kernel's
 // dynamic shared memory to be aligned as much.
