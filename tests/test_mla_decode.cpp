@@ -309,6 +309,46 @@ TEST_CASE("64 heads on 8 warps run every mla dot on wgmma, each warpgroup on its
   }
 }
 
+TEST_CASE("the five latent chunks of a tile wait once and pass at most two barriers before the products",
+          "[mla][wgmma][sync]") {
+  // Each chunk's read brings its own cp.async wait and barrier, and an fp8
+  // chunk's store its own pair of barriers (the buffer's previous readers, the
+  // store published). None of the five chunks' accesses conflicts with another's
+  // (other slots, other buffers) and their copies all came in the previous
+  // round: one wait, one barrier before the reads, and (fp8) one after the
+  // stores. The loop's stretch from its last copy to its first wgmma shows it.
+  for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3}) {
+    MlaDecodeConfig c;
+    c.kvCacheFormat = format;
+    c.blockH = 64;
+    c.tileSize = 64;
+    c.numWarps = 8;
+    c.qInShared = true;
+    INFO(c.kernelName());
+    const std::string ptx = tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx;
+    const size_t firstProduct = ptx.find("wgmma.mma_async");
+    REQUIRE(firstProduct != std::string::npos);
+    const size_t lastCopy = ptx.rfind("cp.async.commit_group", firstProduct);
+    REQUIRE(lastCopy != std::string::npos);
+    const std::string stretch = ptx.substr(lastCopy, firstProduct - lastCopy);
+    CHECK(tests::countOf(stretch, "cp.async.wait_group") == 1);
+    const bool fp8 = format == KvCacheFormat::Fp8E4M3;
+    CHECK(tests::countOf(stretch, "bar.sync") == (fp8 ? 2 : 1));
+    // Order: the wait, a barrier, then (fp8) every read of a slot and every store
+    // of a cast chunk, then the barrier that publishes them.
+    const size_t wait = stretch.find("cp.async.wait_group");
+    const size_t firstBarrier = stretch.find("bar.sync");
+    const size_t lastBarrier = stretch.rfind("bar.sync");
+    CHECK(wait < firstBarrier);
+    if (fp8) {
+      CHECK(tests::countOf(stretch, "st.shared") == 4 * 4 + 2);  // four 128-column chunks and k_pe
+      CHECK(stretch.find("ld.shared") > firstBarrier);
+      CHECK(stretch.rfind("st.shared") < lastBarrier);
+      CHECK(stretch.rfind("fence.proxy.async") < lastBarrier);
+    }
+  }
+}
+
 TEST_CASE("mla decode in f32, on TF32 dots and exact", "[mla][f32]") {
   for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee})
     for (int kvLoraRank : {512, 256}) {

@@ -42,6 +42,7 @@
 #include <functional>
 
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SwizzledShared.h"
 #include "codegen/lower/WarpgroupMma.h"
 
@@ -212,6 +213,12 @@ void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, Async
   ctx.asyncBufferBytes = siblingsEnd;
 }
 
+// Both slots of a buffer, for removeRedundantSync (the buffers of sibling loops
+// share bytes: regions are byte ranges, not buffers).
+SharedRegion slotsRegion(const AsyncBuffer& buffer) {
+  return {buffer.offset, buffer.offset + 2 * buffer.slotBytes, /*slots=*/true};
+}
+
 llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Value* slot) {
   llvm::IRBuilder<>& b = ctx.b;
   llvm::Value* bytes = b.CreateAdd(ctx.i32(buffer.offset), b.CreateMul(slot, ctx.i32(buffer.slotBytes)));
@@ -280,12 +287,14 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
                                                            : llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4_s;
   const int64_t copyElements = buffer.copyBytes / tile.elemBytes;
   SwizzledOffsets offsets(ctx, layout, tile);
+  SharedRegionAccesses copies(b, slotsRegion(buffer), SharedAccess::Write);
   for (int64_t r = 0; r < layout.numRegisters(); r += copyElements) {
     llvm::Value* destination = offsets.address(base, elementType, r);
     // Masked off: copy nothing, and the hardware fills the bytes with zeros.
     llvm::Value* sourceBytes = b.CreateSelect(mask.regs[static_cast<size_t>(r)], ctx.i32(buffer.copyBytes), ctx.i32(0));
     b.CreateIntrinsic(b.getVoidTy(), copy, {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
   }
+  copies.finish();
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
   if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];
   Lowered out;
@@ -313,7 +322,8 @@ std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in,
   waitForOwnCopies(ctx, buffer);
   ctx.barrier();
   const LinearLayout read = in.transposedView ? to.transposed({1, 0}) : to;
-  return readSwizzledTileToSink(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]));
+  return readSwizzledTileToSink(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]),
+                                slotsRegion(buffer));
 }
 
 }  // namespace

@@ -110,6 +110,10 @@ std::optional<SharedConversionGroup> planGroup(LoweringContext& ctx, const Value
   return group;
 }
 
+SharedRegion bufferRegion(const SharedConversionGroup& group) {
+  return {group.offset, group.offset + group.tile.bytes(group.layout)};
+}
+
 llvm::Value* bufferBase(LoweringContext& ctx, const SharedConversionGroup& group) {
   return ctx.b.CreateConstInBoundsGEP1_64(ctx.b.getInt8Ty(), ctx.sharedStart(), static_cast<uint64_t>(group.offset));
 }
@@ -170,7 +174,8 @@ bool lowerSharedConversion(LoweringContext& ctx, const Operation& op) {
     ATTNJIT_CHECK(!source.isAsync() && source.layout && *source.layout == group.layout,
                   "codegen: shared conversion source");
     ctx.barrier();  // the previous round of a loop may still read the buffer
-    storeSwizzledTile(ctx, source.regs, group.layout, group.tile, elementType, base);
+    storeSwizzledTileToRegion(ctx, source.regs, group.layout, group.tile, elementType, base,
+                              bufferRegion(group));
     if (group.warpgroupOperand) fenceForAsyncProxy(ctx);  // wgmma reads it through the async proxy
     ctx.barrier();
   }
@@ -185,7 +190,9 @@ bool lowerSharedConversion(LoweringContext& ctx, const Operation& op) {
     return true;
   }
   const LinearLayout read = found->second.transposed ? to.transposed({1, 0}) : to;
-  ctx.set(op.result(), Lowered{readSwizzledTileToSink(ctx, read, group.tile, elementType, base), to});
+  ctx.set(op.result(), Lowered{readSwizzledTileToSink(ctx, read, group.tile, elementType, base,
+                                                      bufferRegion(group)),
+                               to});
   return true;
 }
 

@@ -86,6 +86,10 @@ void planBlock(LoweringContext& ctx, const Block& block, const UseMap& uses, Sha
   }
 }
 
+SharedRegion bufferRegion(const SharedOperand& operand) {
+  return {operand.offset, operand.offset + operand.tile.bytes(operand.from)};
+}
+
 llvm::Value* bufferBase(LoweringContext& ctx, const SharedOperand& operand) {
   return ctx.b.CreateConstInBoundsGEP1_64(ctx.b.getInt8Ty(), ctx.sharedStart(), static_cast<uint64_t>(operand.offset));
 }
@@ -133,7 +137,8 @@ bool lowerSharedOperandConvert(LoweringContext& ctx, const Operation& op) {
   // A conversion inside an outer loop overwrites what the previous round's dots
   // may still read in other warps.
   ctx.barrier();
-  storeSwizzledTile(ctx, in.regs, operand.from, operand.tile, elementType, bufferBase(ctx, operand));
+  storeSwizzledTileToRegion(ctx, in.regs, operand.from, operand.tile, elementType, bufferBase(ctx, operand),
+                            bufferRegion(operand));
   if (operand.warpgroupOperand) fenceForAsyncProxy(ctx);  // wgmma reads it through the async proxy
   ctx.barrier();
   Lowered out;
@@ -164,7 +169,8 @@ SharedOperandReads::SharedOperandReads(LoweringContext& ctx, const Operation& op
     const SharedOperand& operand = ctx.sharedOperands->operands[static_cast<size_t>(in.sharedOperand)];
     // Tagged for sinkSlotReads, which moves each read next to its mma.
     std::vector<llvm::Value*> regs = readSwizzledTileToSink(
-        ctx, operand.to, operand.tile, ctx.elementType(value->type().elementType()), bufferBase(ctx, operand));
+        ctx, operand.to, operand.tile, ctx.elementType(value->type().elementType()), bufferBase(ctx, operand),
+        bufferRegion(operand));
     saved_.emplace_back(value, in);
     ctx.set(value, Lowered{std::move(regs), operand.to});
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SwizzledTile.h"
 
 namespace attnjit::codegen {
@@ -62,9 +63,16 @@ std::vector<llvm::Value*> readSwizzledTile(LoweringContext& ctx, const ir::Linea
 // readSwizzledTile for a tile nothing writes again before the end of the block
 // (a cp.async slot, a shared operand, a shared conversion's buffer): the reads,
 // emitted at the end of the block, are tagged for sinkSlotReads, which moves
-// each next to its first use after optimization.
+// each next to its first use after optimization, and as reads of `region` for
+// removeRedundantSync.
 std::vector<llvm::Value*> readSwizzledTileToSink(LoweringContext& ctx, const ir::LinearLayout& to,
                                                  const SwizzledTile& tile, llvm::Type* elementType,
-                                                 llvm::Value* base);
+                                                 llvm::Value* base, const SharedRegion& region);
+
+// storeSwizzledTile with the stores tagged as writes of `region` for
+// removeRedundantSync.
+void storeSwizzledTileToRegion(LoweringContext& ctx, const std::vector<llvm::Value*>& regs,
+                               const ir::LinearLayout& from, const SwizzledTile& tile, llvm::Type* elementType,
+                               llvm::Value* base, const SharedRegion& region);
 
 }  // namespace attnjit::codegen
