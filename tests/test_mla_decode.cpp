@@ -49,6 +49,18 @@ void expectPasses(const MlaDecodeConfig& config, const MlaDecodeBatch& batch, bo
 }
 
 // `config`'s kernel compiled to PTX for sm_90a.
+// The op's tiling for batches that fill the GPU: 64 heads on 8 warps (4 along
+// the heads, 2 along the keys and latent columns), q in shared memory.
+MlaDecodeConfig wideTiling(KvCacheFormat format, int tileSize) {
+  MlaDecodeConfig c;
+  c.kvCacheFormat = format;
+  c.blockH = 64;
+  c.tileSize = tileSize;
+  c.numWarps = 8;
+  c.qInShared = true;
+  return c;
+}
+
 std::string mlaPtx(const MlaDecodeConfig& config) { return tests::compileBuilt(compiler::buildMlaDecode(config), "sm_90a").ptx; }
 
 // `config`'s kernel compiled for sm_90a, with codegen stage `stage`'s dump
@@ -274,12 +286,7 @@ TEST_CASE("64 heads on 8 warps run every mla dot on wgmma, each warpgroup on its
   // registers) from the shared conversions' buffers.
   for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3})
   for (int tileSize : {16, 32, 64}) {
-    MlaDecodeConfig c;
-    c.kvCacheFormat = format;
-    c.blockH = 64;
-    c.tileSize = tileSize;
-    c.numWarps = 8;
-    c.qInShared = true;
+    const MlaDecodeConfig c = wideTiling(format, tileSize);
     INFO(c.kernelName());
     compiler::CompileOptions options;
     options.target = "sm_90a";
@@ -309,7 +316,7 @@ TEST_CASE("64 heads on 8 warps run every mla dot on wgmma, each warpgroup on its
   }
 }
 
-TEST_CASE("the five latent chunks of a tile wait once and pass at most two barriers before the products",
+TEST_CASE("an mla tile waits once for its five latent chunks and passes few barriers",
           "[mla][wgmma][sync]") {
   // Each chunk's read brings its own cp.async wait and barrier, and an fp8
   // chunk's store its own pair of barriers (the buffer's previous readers, the
@@ -318,12 +325,7 @@ TEST_CASE("the five latent chunks of a tile wait once and pass at most two barri
   // round: one wait, one barrier before the reads, and (fp8) one after the
   // stores. The loop's stretch from its last copy to its first wgmma shows it.
   for (KvCacheFormat format : {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3}) {
-    MlaDecodeConfig c;
-    c.kvCacheFormat = format;
-    c.blockH = 64;
-    c.tileSize = 64;
-    c.numWarps = 8;
-    c.qInShared = true;
+    const MlaDecodeConfig c = wideTiling(format, 64);
     INFO(c.kernelName());
     const std::string ptx = tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx;
     const size_t firstProduct = ptx.find("wgmma.mma_async");
@@ -346,6 +348,12 @@ TEST_CASE("the five latent chunks of a tile wait once and pass at most two barri
       CHECK(stretch.rfind("st.shared") < lastBarrier);
       CHECK(stretch.rfind("fence.proxy.async") < lastBarrier);
     }
+    // Between the products: the row maximum crosses the two warpgroups (a store
+    // between two barriers) and so does P on its way to the A operand; the row
+    // sum stays per thread until after the loop.
+    const size_t firstPv = ptx.find("wgmma.mma_async.sync.aligned.m64n64k16", firstProduct);
+    REQUIRE(firstPv != std::string::npos);
+    CHECK(tests::countOf(ptx.substr(firstProduct, firstPv - firstProduct), "bar.sync") == 4);
   }
 }
 

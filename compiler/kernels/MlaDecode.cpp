@@ -229,6 +229,18 @@ void MlaDecodeBuilder::build() {
     inits.push_back(b_.constFloat(0.0, Type::tile({BH, C}, f32()), "acc_init" + std::to_string(c)));
     names.push_back("acc" + std::to_string(c));
   }
+  // Tensor-core tilings with more warps than 16-head row blocks put the other
+  // warps side by side along the keys, so a tile's row sum would cross warps
+  // through shared memory (a store and two barriers per tile, which both
+  // warpgroups of the 64-head tiling wait at). Each thread keeps the running
+  // sum of its own P elements instead, rescaled like acc, and the rows are
+  // summed once after the loop; l then carries only the initial 1, rescaled.
+  const bool tensorCoreDots = dt != ScalarKind::F32 || config_.tf32Dots();
+  const bool deferRowSum = tensorCoreDots && config_.numWarps > BH / 16;
+  if (deferRowSum) {
+    inits.push_back(b_.constFloat(0.0, Type::tile({BH, N}, f32()), "l_partial_init"));
+    names.push_back("l_partial");
+  }
   // q_in_shared: q loaded once, its chunks kept in shared memory by codegen
   // (q_nope's chunks, then q_pe).
   std::vector<Value*> qResident;
@@ -276,7 +288,10 @@ void MlaDecodeBuilder::build() {
   Value* mNew = b_.select(b_.cmp(CmpPredicate::Gt, mCandidate, negInfRow), mCandidate, zeroRow, "m_new");
   Value* p = b_.unary(Opcode::Exp2, b_.sub(scores, asColumn(mNew, N)), "p");
   Value* alpha = b_.unary(Opcode::Exp2, b_.sub(mOld, mNew), "alpha");
-  Value* lNew = b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
+  const size_t lPartialArg = static_cast<size_t>(2 + numChunks);
+  Value* lNew = deferRowSum
+                    ? b_.mul(lOld, alpha, "l_new")
+                    : b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
   Value* pOperand = b_.cast(p, dt, "p_operand");
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
@@ -286,9 +301,14 @@ void MlaDecodeBuilder::build() {
     yields.push_back(b_.dot(pOperand, latent[static_cast<size_t>(c)], accScaled, config_.tf32Dots(), "acc_new" + suffix));
     finalNames.push_back("acc_final" + suffix);
   }
+  if (deferRowSum) {
+    yields.push_back(b_.add(b_.mul(loop.iterArgs[lPartialArg], asColumn(alpha, N)), p, "l_partial_new"));
+    finalNames.push_back("l_partial_final");
+  }
   std::vector<Value*> results = b_.endFor(yields, finalNames);
   Value* mFinal = results[0];
-  Value* lFinal = results[1];
+  Value* lFinal = deferRowSum ? b_.add(results[1], b_.reduce(Opcode::ReduceSum, results[lPartialArg], 1), "l_final_sum")
+                              : results[1];
 
   Value* chunkColumns = b_.cast(b_.arange(0, C), I64, "offs_chunk");
   auto columnsOf = [&](int64_t c) {
