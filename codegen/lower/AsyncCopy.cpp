@@ -287,14 +287,14 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
                                                            : llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4_s;
   const int64_t copyElements = buffer.copyBytes / tile.elemBytes;
   SwizzledOffsets offsets(ctx, layout, tile);
-  SharedRegionAccesses copies(b, slotsRegion(buffer), SharedAccess::Write);
+  AppendedInstructions copies(b);
   for (int64_t r = 0; r < layout.numRegisters(); r += copyElements) {
     llvm::Value* destination = offsets.address(base, elementType, r);
     // Masked off: copy nothing, and the hardware fills the bytes with zeros.
     llvm::Value* sourceBytes = b.CreateSelect(mask.regs[static_cast<size_t>(r)], ctx.i32(buffer.copyBytes), ctx.i32(0));
     b.CreateIntrinsic(b.getVoidTy(), copy, {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
   }
-  copies.finish();
+  tagSharedAccesses(copies, slotsRegion(buffer), SharedAccess::Write);
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
   if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];
   Lowered out;

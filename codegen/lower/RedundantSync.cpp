@@ -27,7 +27,7 @@
 //   (since the previous kept barrier of the block) conflicts with an access after
 //   it (up to the next barrier of the block): two accesses conflict when they may
 //   touch the same region of shared memory and one of them writes. Accesses the
-//   lowering tagged with a region (SharedRegionAccesses: a cp.async buffer's slots,
+//   lowering tagged with a region (tagSharedAccesses: a cp.async buffer's slots,
 //   a shared conversion's buffer) touch only that region; any other access may
 //   touch every region. A wait completes this thread's copies, so it conflicts
 //   with later accesses that may read cp.async slots, never with earlier ones
@@ -47,6 +47,7 @@
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Metadata.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -256,16 +257,23 @@ struct Window {
       (write ? anyWrite : anyRead) = true;
       return;
     }
-    std::vector<SharedRegion>& into = write ? written : reads;
-    into.insert(into.end(), regions->begin(), regions->end());
+    for (const SharedRegion& region : *regions) insert(write ? written : reads, region);
   }
 
   void merge(const Window& later) {
     anyRead |= later.anyRead;
     anyWrite |= later.anyWrite;
     waits |= later.waits;
-    reads.insert(reads.end(), later.reads.begin(), later.reads.end());
-    written.insert(written.end(), later.written.begin(), later.written.end());
+    for (const SharedRegion& region : later.reads) insert(reads, region);
+    for (const SharedRegion& region : later.written) insert(written, region);
+  }
+
+  // A loop body's hundreds of stores and loads touch a few regions: each once.
+  static void insert(std::vector<SharedRegion>& into, const SharedRegion& region) {
+    const bool known = std::any_of(into.begin(), into.end(), [&](const SharedRegion& r) {
+      return r.begin == region.begin && r.end == region.end && r.slots == region.slots;
+    });
+    if (!known) into.push_back(region);
   }
 };
 
@@ -328,25 +336,19 @@ RedundantSyncCounts removeRedundantSync(llvm::Function& function) {
   return counts;
 }
 
-SharedRegionAccesses::SharedRegionAccesses(llvm::IRBuilder<>& b, SharedRegion region, SharedAccess access)
-    : b_(b),
-      region_(region),
-      access_(access),
-      block_(b.GetInsertBlock()),
-      before_(block_->empty() ? nullptr : &block_->back()),
-      atEnd_(b.GetInsertPoint() == block_->end()) {}
-
-void SharedRegionAccesses::finish() {
-  if (!atEnd_ || b_.GetInsertBlock() != block_ || b_.GetInsertPoint() != block_->end()) return;
-  llvm::MDBuilder metadata(block_->getContext());
-  llvm::MDNode* scope = metadata.createAliasScope(regionName(region_), metadata.createAliasScopeDomain(kRegionDomain));
-  llvm::MDNode* tag = llvm::MDNode::get(block_->getContext(), {scope});
-  for (llvm::Instruction* inst = before_ ? before_->getNextNode() : &block_->front(); inst; inst = inst->getNextNode()) {
-    if (!mayTouchShared(*inst) || isBarrier(*inst) || waitGroups(*inst) || isCommit(*inst)) continue;
+void tagSharedAccesses(const AppendedInstructions& appended, const SharedRegion& region, SharedAccess access) {
+  llvm::MDNode* tag = nullptr;
+  appended.forEach([&](llvm::Instruction& inst) {
+    if (!mayTouchShared(inst) || isBarrier(inst) || waitGroups(inst) || isCommit(inst)) return;
     // An access other than the one declared stays untagged (touching every region).
-    if (writes(*inst) != (access_ == SharedAccess::Write)) continue;
-    inst->setMetadata(llvm::LLVMContext::MD_alias_scope, tag);
-  }
+    if (writes(inst) != (access == SharedAccess::Write)) return;
+    if (!tag) {
+      llvm::MDBuilder metadata(inst.getContext());
+      llvm::MDNode* scope = metadata.createAliasScope(regionName(region), metadata.createAliasScopeDomain(kRegionDomain));
+      tag = llvm::MDNode::get(inst.getContext(), {scope});
+    }
+    inst.setMetadata(llvm::LLVMContext::MD_alias_scope, tag);
+  });
 }
 
 }  // namespace attnjit::codegen

@@ -3,9 +3,8 @@
 #pragma once
 
 #include <llvm/IR/Function.h>
-#include <llvm/IR/IRBuilder.h>
 
-#include <string>
+#include "codegen/lower/AppendedInstructions.h"
 
 namespace attnjit::codegen {
 
@@ -30,24 +29,10 @@ struct SharedRegion {
   bool slots = false;          // cp.async slots (written by copies, completed by waits)
 };
 
-// Marks the memory instructions the builder appends to its current block, from
-// construction until finish(), as accesses of one region of shared memory, so
-// that removeRedundantSync can tell them apart from accesses of other regions.
-// Untagged accesses count as touching all of shared memory. Nothing is tagged
-// when the builder left the block (a tag is a claim about every appended
-// instruction).
-class SharedRegionAccesses {
- public:
-  SharedRegionAccesses(llvm::IRBuilder<>& b, SharedRegion region, SharedAccess access);
-  void finish();
-
- private:
-  llvm::IRBuilder<>& b_;
-  SharedRegion region_;
-  SharedAccess access_;
-  llvm::BasicBlock* block_;
-  llvm::Instruction* before_;  // the block's last instruction at construction (null: empty)
-  bool atEnd_;
-};
+// Marks the shared-memory accesses among `appended` that make the declared
+// access as accesses of one region, so that removeRedundantSync can tell them
+// apart from accesses of other regions. Untagged accesses count as touching all
+// of shared memory.
+void tagSharedAccesses(const AppendedInstructions& appended, const SharedRegion& region, SharedAccess access);
 
 }  // namespace attnjit::codegen

@@ -279,25 +279,21 @@ std::optional<std::vector<llvm::Value*>> convertThroughSwizzledShared(LoweringCo
 std::vector<llvm::Value*> readSwizzledTileToSink(LoweringContext& ctx, const LinearLayout& to,
                                                  const SwizzledTile& tile, llvm::Type* elementType,
                                                  llvm::Value* base, const SharedRegion& region) {
-  llvm::IRBuilder<>& b = ctx.b;
-  llvm::BasicBlock* block = b.GetInsertBlock();
-  const bool atEnd = b.GetInsertPoint() == block->end();
-  llvm::Instruction* before = block->empty() ? nullptr : &block->back();
-  SharedRegionAccesses reads(b, region, SharedAccess::Read);
+  AppendedInstructions reads(ctx.b);
   std::vector<llvm::Value*> regs = readSwizzledTile(ctx, to, tile, elementType, base);
-  reads.finish();
-  if (atEnd && b.GetInsertBlock() == block)
-    for (llvm::Instruction* inst = before ? before->getNextNode() : &block->front(); inst; inst = inst->getNextNode())
-      if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(*inst);
+  reads.forEach([](llvm::Instruction& inst) {
+    if (llvm::isa<llvm::LoadInst, llvm::CallInst>(inst)) tagSlotRead(inst);
+  });
+  tagSharedAccesses(reads, region, SharedAccess::Read);
   return regs;
 }
 
 void storeSwizzledTileToRegion(LoweringContext& ctx, const std::vector<llvm::Value*>& regs, const LinearLayout& from,
                                const SwizzledTile& tile, llvm::Type* elementType, llvm::Value* base,
                                const SharedRegion& region) {
-  SharedRegionAccesses stores(ctx.b, region, SharedAccess::Write);
+  AppendedInstructions stores(ctx.b);
   storeSwizzledTile(ctx, regs, from, tile, elementType, base);
-  stores.finish();
+  tagSharedAccesses(stores, region, SharedAccess::Write);
 }
 
 }  // namespace attnjit::codegen
