@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/driver/CompileDriver.h"
 #include "compiler/validation/AttentionGpu.h"
 #include "compiler/validation/AttentionProblem.h"
 #include "compiler/spec/Spec.h"
@@ -241,6 +242,72 @@ TEST_CASE("spec: kv_cache_dtype, output_lse and split_kv fields", "[spec][quant]
         "fp8_per_token_head, int4_per_token_head, got 'int3'");
 }
 
+TEST_CASE("per-tensor fp8 caches meet bf16 q in f16 with fp8_dot_dtype f16", "[attention][quant][fp8dots]") {
+  using attnjit::compiler::Fp8DotDtype;
+  // Against the float64 reference, both fp8 formats, decode and prefill rows,
+  // split-KV with the LSE, and through the pass pipeline.
+  for (KvCacheFormat format : {KvCacheFormat::Fp8E4M3, KvCacheFormat::Fp8E5M2}) {
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+    c.fp8DotDtype = Fp8DotDtype::F16;
+    runAndCheck(c, mixedAttentionBatch(3));
+    runAndCheck(c, mixedAttentionBatch(4), /*afterPasses=*/true);
+    c.splitKv = true;
+    c.outputLse = true;
+    runAndCheck(c, mixedAttentionBatch(5), /*afterPasses=*/true);
+  }
+  // The name says so only where the kernel differs: bf16 q (f16 q already
+  // multiplies in f16).
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Fp8E4M3);
+  c.fp8DotDtype = Fp8DotDtype::F16;
+  CHECK(c.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_fp8_e4m3_f16dots");
+  UnifiedAttentionConfig half = c;
+  half.dtype = ScalarKind::F16;
+  CHECK(half.kernelName() == "unified_attention_f16_h8kv2_d80_bs16_causal_fp8_e4m3");
+  // The decode kernel converts each pair of cache bytes with one instruction
+  // and multiplies f16 operands; the default goes on through f32 into bf16.
+  c.headSize = 128;
+  c.tileSize = 128;
+  for (Fp8DotDtype choice : {Fp8DotDtype::Dtype, Fp8DotDtype::F16}) {
+    c.fp8DotDtype = choice;
+    const bool f16 = choice == Fp8DotDtype::F16;
+    INFO(c.kernelName());
+    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+    REQUIRE(kernel.isOk());
+    attnjit::compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    const std::string& ptx = compiled->ptx;
+    CHECK(attnjit::tests::countOf(ptx, "cvt.rn.f16x2.e4m3x2") > 0);
+    CHECK((attnjit::tests::countOf(ptx, "cvt.f32.f16") == 0) == f16);
+    CHECK((attnjit::tests::countOf(ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") > 0) == f16);
+    CHECK((attnjit::tests::countOf(ptx, "bf16.bf16") == 0) == f16);
+    if (attnjit::tests::havePtxas()) attnjit::tests::checkAssembles(ptx, "sm_90a");
+  }
+  // Only per-tensor fp8 caches, only f16/bf16 q; the spec field parses.
+  c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int8PerTokenHead);
+  c.fp8DotDtype = Fp8DotDtype::F16;
+  CHECK(c.validate().diagnostic().message ==
+        "fp8_dot_dtype f16 needs a per-tensor fp8 cache (kv_cache_dtype fp8_e4m3 or fp8_e5m2), got kv_cache_dtype "
+        "int8_per_token_head");
+  c = smallConfig(ScalarKind::F32, KvCacheFormat::Fp8E4M3);
+  c.fp8DotDtype = Fp8DotDtype::F16;
+  CHECK(c.validate().diagnostic().message == "fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");
+  const std::string base =
+      "family: unified_attention\nparams:\n  dtype: bf16\n  num_query_heads: 8\n  num_kv_heads: 2\n"
+      "  head_size: 64\n  block_size: 16\n  causal: true\n  kv_cache_dtype: fp8_e5m2\n";
+  auto spec = attnjit::compiler::loadSpecText(base + "  fp8_dot_dtype: [dtype, f16]\n", "d.yaml");
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->variants.size() == 2);
+  CHECK(spec->variants[0].attention.fp8DotDtype == Fp8DotDtype::Dtype);
+  CHECK(spec->variants[1].name == "unified_attention_bf16_h8kv2_d64_bs16_causal_fp8_e5m2_f16dots");
+  CHECK(attnjit::compiler::formatSpecParams(spec->variants[1].attention).find(" fp8_dot_dtype=f16") !=
+        std::string::npos);
+  auto bad = attnjit::compiler::loadSpecText(base + "  fp8_dot_dtype: bf16\n", "d.yaml");
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.diagnostic().str() == "d.yaml:10:18: error: 'fp8_dot_dtype' must be dtype or f16, got 'bf16'");
+}
+
 // ---- The same on the GPU. ----
 
 namespace {
@@ -344,8 +411,6 @@ TEST_CASE("GPU: thread-major quantized operands across head sizes, tiles and GQA
 }
 
 // ---- Codegen: every new variant assembles for sm_80 and sm_90a. ----
-
-#include "compiler/driver/CompileDriver.h"
 
 
 TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segments for sm_80 and sm_90a",

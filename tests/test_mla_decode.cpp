@@ -111,6 +111,15 @@ TEST_CASE("mla decode matches the float64 reference on the interpreter", "[mla]"
       expectPasses(c, batchOf({3, 50}));
     }
   }
+  SECTION("fp8 e4m3 latents meeting bf16 q in f16 (fp8_dot_dtype f16), split and after the passes") {
+    MlaDecodeConfig c = smallConfig();
+    c.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+    c.fp8DotDtype = compiler::Fp8DotDtype::F16;
+    expectPasses(c, batchOf({3, 50}));
+    c.splitKv = true;
+    c.qInShared = true;
+    expectPasses(c, batchOf({17, 40}, 1), /*afterPasses=*/true);
+  }
   SECTION("tiling knobs: 32 heads per program, 32- and 64-key tiles, 8 warps, no pipelining") {
     MlaDecodeConfig c = smallConfig();
     c.numHeads = 32;
@@ -357,6 +366,35 @@ TEST_CASE("an mla tile waits once for its five latent chunks and passes few barr
   }
 }
 
+TEST_CASE("fp8 latents meet bf16 q in f16 with one conversion per byte pair", "[mla][fp8]") {
+  // fp8_dot_dtype f16: the cast chunks are f16 (cvt.rn.f16x2.e4m3x2 alone, no
+  // trip through f32 into bf16), q is rounded to f16 once before the loop and P
+  // every tile, and both products multiply f16 operands: on wgmma for the
+  // 64-head tiling (sm_90a), on mma.sync elsewhere.
+  for (compiler::Fp8DotDtype choice : {compiler::Fp8DotDtype::Dtype, compiler::Fp8DotDtype::F16}) {
+    MlaDecodeConfig c = wideTiling(KvCacheFormat::Fp8E4M3, 64);
+    c.fp8DotDtype = choice;
+    const bool f16 = choice == compiler::Fp8DotDtype::F16;
+    INFO(c.kernelName());
+    CHECK((c.kernelName().find("_f16dots") != std::string::npos) == f16);
+    const std::string ptx = mlaPtx(c);
+    CHECK(tests::countOf(ptx, "cvt.rn.f16x2.e4m3x2") > 0);
+    CHECK((tests::countOf(ptx, "cvt.f32.f16") == 0) == f16);
+    CHECK((tests::countOf(ptx, "k16.f32.f16.f16") > 0) == f16);
+    CHECK((tests::countOf(ptx, "k16.f32.bf16.bf16") > 0) == !f16);
+    if (tests::havePtxas()) tests::checkAssembles(ptx, "sm_90a");
+  }
+  MlaDecodeConfig narrow = smallConfig();
+  narrow.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+  narrow.fp8DotDtype = compiler::Fp8DotDtype::F16;
+  narrow.tileSize = 64;
+  narrow.qInShared = true;
+  const std::string ptx = tests::compileBuilt(compiler::buildMlaDecode(narrow), "sm_80").ptx;
+  CHECK(tests::countOf(ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") > 0);
+  CHECK(tests::countOf(ptx, "bf16.bf16") == 0);
+  if (tests::havePtxas()) tests::checkAssembles(ptx, "sm_80");
+}
+
 TEST_CASE("mla decode in f32, on TF32 dots and exact", "[mla][f32]") {
   for (auto precision : {compiler::Fp32Precision::Tf32, compiler::Fp32Precision::Ieee})
     for (int kvLoraRank : {512, 256}) {
@@ -409,6 +447,13 @@ TEST_CASE("mla decode rejects unsupported widths and score modifiers by name", "
   c = MlaDecodeConfig{};
   c.dtype = ir::ScalarKind::F8E4M3;
   CHECK(errorOf(c).find("dtype (f8e4m3) is not supported by mla_decode; use bf16, f16 or f32") != std::string::npos);
+  c = MlaDecodeConfig{};
+  c.fp8DotDtype = compiler::Fp8DotDtype::F16;
+  CHECK(errorOf(c) == "fp8_dot_dtype f16 needs the fp8 latent cache (kv_cache_dtype fp8_e4m3), got kv_cache_dtype auto");
+  c.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+  CHECK(errorOf(c).empty());
+  c.dtype = ir::ScalarKind::F32;
+  CHECK(errorOf(c) == "fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");
   c = MlaDecodeConfig{};
   c.kvCacheFormat = KvCacheFormat::Fp8E5M2;
   CHECK(errorOf(c).find("kv_cache_dtype fp8_e5m2 is not supported by mla_decode") != std::string::npos);

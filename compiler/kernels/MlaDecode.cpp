@@ -31,9 +31,9 @@
 // sequence with no key leaves M = -inf, L = 1 and acc = 0: output 0, LSE -inf
 // (vLLM's convention for an empty row, and weight 0 as a split partial).
 //
-// fp8_e4m3 latents are cast to the dtype in registers (exact: every e4m3 value is
-// an f16 and a bf16; codegen converts two registers per instruction); the scores
-// and the output take kv_scale.
+// fp8_e4m3 latents are cast in registers to the dots' operand type, the dtype or
+// f16 (fp8_dot_dtype, Fp8Dots.h; exact either way: every e4m3 value is an f16 and
+// a bf16); the scores and the output take kv_scale.
 #include "compiler/kernels/MlaDecode.h"
 
 #include <limits>
@@ -148,7 +148,7 @@ void MlaDecodeBuilder::declareParameters(ir::Kernel& kernel) {
 
 Value* MlaDecodeBuilder::decodeLatent(Value* raw, const std::string& name) {
   if (!fp8()) return raw;
-  return b_.cast(raw, config_.dtype, name + "_values");
+  return b_.cast(raw, config_.dotKind(), name + "_values");
 }
 
 Value* MlaDecodeBuilder::loadRows(Value* base, Value* rowOffset, int64_t columnStart, int64_t cols, Value* rowMask,
@@ -166,6 +166,10 @@ void MlaDecodeBuilder::build() {
   const int64_t BH = config_.blockH, N = config_.tileSize, L = config_.kvLoraRank, R = config_.ropeDim;
   const double negInf = -std::numeric_limits<double>::infinity();
   const ScalarKind cacheKind = kvCachePointerKind(config_.kvCacheFormat, dt);
+  // q's tiles in the dots' operand type (f16 for fp8_dot_dtype f16, else dt).
+  auto inDotKind = [&](Value* qTile) {
+    return config_.dotKind() == dt ? qTile : b_.cast(qTile, config_.dotKind(), qTile->name() + "_dot");
+  };
 
   Value* batch = b_.programId(0, "batch");
   Value* headBlock = b_.programId(1, "head_block");
@@ -246,8 +250,8 @@ void MlaDecodeBuilder::build() {
   std::vector<Value*> qResident;
   if (config_.qInShared) {
     for (int64_t c = 0; c < numChunks; ++c)
-      qResident.push_back(loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + std::to_string(c)));
-    qResident.push_back(loadRows(q_, qRow, L, R, nullptr, dt, "q_pe"));
+      qResident.push_back(inDotKind(loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + std::to_string(c))));
+    qResident.push_back(inDotKind(loadRows(q_, qRow, L, R, nullptr, dt, "q_pe")));
   }
   auto loop = b_.beginFor(tileStart, tileEnd, one, inits, "tile_idx", names);
   Value* mOld = loop.iterArgs[0];
@@ -273,12 +277,12 @@ void MlaDecodeBuilder::build() {
   Value* qk = zeroScores;
   for (int64_t c = 0; c < numChunks; ++c) {
     const std::string suffix = std::to_string(c);
-    Value* qChunk = qResident.empty() ? loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix)
+    Value* qChunk = qResident.empty() ? inDotKind(loadRows(q_, qRow, c * C, C, nullptr, dt, "q_nope" + suffix))
                                       : qResident[static_cast<size_t>(c)];
     qk = b_.dot(qChunk, b_.transpose(latent[static_cast<size_t>(c)], {1, 0}, "kv_c_t" + suffix), qk, config_.tf32Dots(),
                 "qk_nope" + suffix);
   }
-  Value* qPe = qResident.empty() ? loadRows(q_, qRow, L, R, nullptr, dt, "q_pe") : qResident.back();
+  Value* qPe = qResident.empty() ? inDotKind(loadRows(q_, qRow, L, R, nullptr, dt, "q_pe")) : qResident.back();
   qk = b_.dot(qPe, b_.transpose(rope, {1, 0}, "k_pe_t"), qk, config_.tf32Dots(), "qk");
   Value* scores =
       b_.select(asRow(keyMask, BH, "key_mask_2d"), b_.mul(qk, qkScaleTile, "scaled_scores"), negInfTile, "s");
@@ -292,7 +296,7 @@ void MlaDecodeBuilder::build() {
   Value* lNew = deferRowSum
                     ? b_.mul(lOld, alpha, "l_new")
                     : b_.add(b_.mul(lOld, alpha), b_.reduce(Opcode::ReduceSum, p, 1, "l_tile"), "l_new");
-  Value* pOperand = b_.cast(p, dt, "p_operand");
+  Value* pOperand = b_.cast(p, config_.dotKind(), "p_operand");
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
   for (int64_t c = 0; c < numChunks; ++c) {
@@ -365,6 +369,7 @@ std::string MlaDecodeConfig::kernelName() const {
   std::string name = std::string("mla_decode_") + ir::scalarName(dtype) + "_h" + std::to_string(numHeads) + "_l" +
                      std::to_string(kvLoraRank) + "_r" + std::to_string(ropeDim) + "_bs" + std::to_string(blockSize);
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
+  if (dotKind() != dtype) name += "_f16dots";
   if (dtype == ScalarKind::F32 && fp32Precision == Fp32Precision::Ieee) name += "_ieee";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
@@ -390,6 +395,12 @@ support::Status MlaDecodeConfig::validate() const {
   if (kvCacheFormat != KvCacheFormat::Auto && kvCacheFormat != KvCacheFormat::Fp8E4M3)
     return configError(std::string("kv_cache_dtype ") + kvCacheFormatName(kvCacheFormat) +
                        " is not supported by mla_decode; use auto (the dtype) or fp8_e4m3 (per-tensor scale)");
+  if (fp8DotDtype == Fp8DotDtype::F16 && kvCacheFormat != KvCacheFormat::Fp8E4M3)
+    return configError(std::string("fp8_dot_dtype f16 needs the fp8 latent cache (kv_cache_dtype fp8_e4m3), got "
+                                   "kv_cache_dtype ") +
+                       kvCacheFormatName(kvCacheFormat));
+  if (fp8DotDtype == Fp8DotDtype::F16 && dtype == ScalarKind::F32)
+    return configError("fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");
   if (alibi) return configError("alibi is not supported by mla_decode (MLA has no ALiBi; vLLM rejects it too)");
   if (slidingWindow != 0)
     return configError("sliding_window (" + std::to_string(slidingWindow) +

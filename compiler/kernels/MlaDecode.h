@@ -23,6 +23,7 @@
 #include <string>
 
 #include "compiler/kernels/Fp32Precision.h"
+#include "compiler/kernels/Fp8Dots.h"
 #include "compiler/kernels/KvCacheFormat.h"
 #include "ir/IR.h"
 
@@ -37,6 +38,9 @@ struct MlaDecodeConfig {
   // device memory (kv_scale): a cache value x stands for x · kv_scale, for the key
   // and the value alike (they are the same row).
   KvCacheFormat kvCacheFormat = KvCacheFormat::Auto;
+  // An fp8 latent with bf16 q: the dots in bf16 (Dtype, vLLM's numerics) or f16
+  // (one conversion per fp8 pair; Fp8Dots.h). F16 requires the fp8 cache.
+  Fp8DotDtype fp8DotDtype = Fp8DotDtype::Dtype;
   int kvLoraRank = 512;  // L: 512 (DeepSeek-V2/V3) or 256
   int ropeDim = 64;      // R: 64
   int numHeads = 128;    // H: query heads sharing the latent head
@@ -65,6 +69,8 @@ struct MlaDecodeConfig {
   // The divisibility promised for the cache strides, in cache elements (16-byte rows).
   int kvStrideDivisibility() const;
   bool tf32Dots() const { return dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Tf32; }
+  // The element type of both dots' operands (q, the latent, P).
+  ir::ScalarKind dotKind() const { return fp8DotOperandKind(fp8DotDtype, kvCacheFormat, dtype); }
   // e.g. "mla_decode_bf16_h128_l512_r64_bs16" (+ "_fp8_e4m3", "_ieee", "_lse", "_3d", tuning knobs).
   std::string kernelName() const;
   // User-facing check: the latent widths served (576 and 320), the dtype, the cache

@@ -138,17 +138,17 @@ class AttentionBuilder {
   std::vector<QkPiece> qkPieces() const;
   // Quantized cache tiles (compiler/kernels/KvDequantization.h) in this kernel's format and data type.
   std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name) {
-    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.dtype, raw, name);
+    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.dotKind(), raw, name);
   }
   Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize, const std::string& name) {
     return compiler::loadRowScales(b_, config_.kvCacheFormat, config_.kvStrideDivisibility(), rowBase, slotOffset,
                                    tileMask, rowHeadSize, name);
   }
   Value* zeroTile(std::vector<int64_t> shape, ScalarKind kind, std::string name = {});
-  // q's element type in memory, and a loaded Q tile in the compute dtype.
+  // q's element type in memory, and a loaded Q tile in the dots' operand type.
   ScalarKind qKind() const { return config_.queryFp8 ? ScalarKind::F8E4M3 : config_.dtype; }
   Value* queryInDtype(Value* qTile, const std::string& suffix) {
-    return config_.queryFp8 ? b_.cast(qTile, config_.dtype, "q_values" + suffix) : qTile;
+    return qKind() != config_.dotKind() ? b_.cast(qTile, config_.dotKind(), "q_values" + suffix) : qTile;
   }
   // One program's work, in the order the kernel computes it; the stages share
   // their values through p_.
@@ -1046,7 +1046,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
   // scaled instead (the denominator keeps the unscaled P).
   Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
-  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, dt, "p_operand");
+  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, config_.dotKind(), "p_operand");
   // With one m-tile of rows (decode: the warps split every dot's columns) V
   // is dequantized here, next to P·V: a quantized tile read straight into
   // registers in its operand layout (LayoutAssignment's thread-major byte
@@ -1253,6 +1253,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
   if (outputFp8) name += "_outfp8";
   if (queryFp8) name += "_qfp8";
+  if (dotKind() != dtype) name += "_f16dots";
   if (dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Ieee) name += "_ieee";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
@@ -1320,6 +1321,12 @@ support::Status UnifiedAttentionConfig::validate() const {
     return configError("mm_prefix_ranges (" + std::to_string(mmPrefixRanges) + ") must be between 0 (off) and " +
                        std::to_string(kMaxMmPrefixRanges) + " ranges per sequence");
   if (alibiSqrt && !alibi) return configError("alibi_sqrt needs alibi: true (it changes the ALiBi bias's form)");
+  if (fp8DotDtype == Fp8DotDtype::F16 && !perTensorFp8(kvCacheFormat))
+    return configError(std::string("fp8_dot_dtype f16 needs a per-tensor fp8 cache (kv_cache_dtype fp8_e4m3 or "
+                                   "fp8_e5m2), got kv_cache_dtype ") +
+                       kvCacheFormatName(kvCacheFormat));
+  if (fp8DotDtype == Fp8DotDtype::F16 && dtype == ScalarKind::F32)
+    return configError("fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");
   if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && headSize % 2 != 0)
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");

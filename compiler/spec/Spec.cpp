@@ -293,6 +293,18 @@ FieldParser<Config> fp32PrecisionField(Fp32Precision Config::* member) {
   };
 }
 
+template <typename Config>
+FieldParser<Config> fp8DotDtypeField(Fp8DotDtype Config::* member) {
+  return [member](const YAML::Node& node, Config& config) -> support::Status {
+    std::optional<Fp8DotDtype> choice = isQuoted(node) ? std::nullopt : parseFp8DotDtype(node.Scalar());
+    if (!choice)
+      return support::Status::error({}, "'fp8_dot_dtype' must be dtype or f16, got '" +
+                                            support::excerpt(node.Scalar()) + "'");
+    config.*member = *choice;
+    return support::Status::ok();
+  };
+}
+
 // Score modifiers (off by default): the window is an integer >= 0 and the
 // softcap a plain decimal number >= 0; 0 turns either off.
 template <typename Config>
@@ -346,6 +358,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
   return {
       {"dtype", true, dtypeField<C>()},
       {"fp32_precision", false, fp32PrecisionField(&C::fp32Precision)},
+      {"fp8_dot_dtype", false, fp8DotDtypeField(&C::fp8DotDtype)},
       {"num_query_heads", true, positiveField("num_query_heads", &C::numQueryHeads)},
       {"num_kv_heads", true, positiveField("num_kv_heads", &C::numKvHeads)},
       {"head_size", true, positiveField("head_size", &C::headSize)},
@@ -472,6 +485,7 @@ std::vector<ParamField<MlaDecodeConfig>> specFields() {
   return {
       {"dtype", true, dtypeField<C>()},
       {"fp32_precision", false, fp32PrecisionField(&C::fp32Precision)},
+      {"fp8_dot_dtype", false, fp8DotDtypeField(&C::fp8DotDtype)},
       {"num_heads", true, positiveField("num_heads", &C::numHeads)},
       {"kv_lora_rank", true, positiveField("kv_lora_rank", &C::kvLoraRank)},
       {"rope_dim", true, positiveField("rope_dim", &C::ropeDim)},
@@ -825,6 +839,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
                                                             kvCacheFormatName(config.kvCacheFormat)
                                                       : std::string()) +
          (config.outputLse ? " output_lse=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") + (config.queryFp8 ? " query_fp8=true" : "") +
+         (config.fp8DotDtype == Fp8DotDtype::F16 ? " fp8_dot_dtype=f16" : "") +
          (config.dtype == ir::ScalarKind::F32 && config.fp32Precision == Fp32Precision::Ieee ? " fp32_precision=ieee"
                                                                                             : "") +
          (config.splitKv ? " split_kv=true" : "");
@@ -896,6 +911,7 @@ std::string formatSpecParams(const MlaDecodeConfig& config) {
          (config.kvCacheFormat != KvCacheFormat::Auto
               ? std::string(" kv_cache_dtype=") + kvCacheFormatName(config.kvCacheFormat)
               : std::string()) +
+         (config.fp8DotDtype == Fp8DotDtype::F16 ? " fp8_dot_dtype=f16" : "") +
          (config.dtype == ir::ScalarKind::F32 && config.fp32Precision == Fp32Precision::Ieee ? " fp32_precision=ieee"
                                                                                             : "") +
          (config.outputLse ? " output_lse=true" : "") + (config.splitKv ? " split_kv=true" : "");
