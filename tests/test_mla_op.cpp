@@ -61,6 +61,7 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     ir::ScalarKind dtype;
     int blockH, tileSize, numWarps;
     bool qInShared;
+    bool f16Dots = false;  // fp8 latents meet bf16 q in f16
   } cases[] = {
       {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 8, true},
       {100, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 8, true},
@@ -70,8 +71,10 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
       {10, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 16, 64, 4, true},
       {128, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 4, true},
       {20, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
-      {128, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 64, 8, true},
-      {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 16, 32, 8, true},
+      {128, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 64, 8, true, true},
+      {32, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 32, 64, 4, true, true},
+      {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 16, 64, 4, true, true},
+      {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::F16, 16, 64, 4, true},
       {128, 512, compiler::KvCacheFormat::Auto, ir::ScalarKind::F32, 64, 32, 8, false},
   };
   for (const Expected& e : cases) {
@@ -86,6 +89,8 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.tileSize == e.tileSize);
     CHECK(c.numWarps == e.numWarps);
     CHECK(c.qInShared == e.qInShared);
+    CHECK((c.dotKind() == ir::ScalarKind::F16 && c.dtype == ir::ScalarKind::BF16) == e.f16Dots);
+    CHECK((c.kernelName().find("_f16dots") != std::string::npos) == e.f16Dots);
     if (tests::havePtxas())
       tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
   }

@@ -142,6 +142,15 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.kScale = 0x70000;
   p.vScale = 0x70004;
   CHECK(validationMessage(p) == "ok");
+  // Decode meets bf16 q in f16 (one conversion per pair of cache bytes);
+  // prefill keeps bf16, where f16 gained nothing.
+  CHECK(unsplit(p) == "unified_attention_bf16_h32kv8_d128_bs16_causal_fp8_e4m3_f16dots_t128");
+  ops::PagedAttentionParams prefill = p;
+  prefill.maxQueryLen = 64;
+  prefill.numTokens = 256;
+  CHECK(validationMessage(prefill) == "ok");
+  CHECK(unsplit(prefill).find("_f16dots") == std::string::npos);
+  CHECK(unsplit(prefill).find("_m128") != std::string::npos);
   p.kvStrideHead = 136;  // a multiple of 8, not of the 16 one-byte values fp8 rows promise
   CHECK(validationMessage(p) ==
         "paged attention: kv_stride_head (136) must be a multiple of 16 for head size 128 and kv_cache_dtype fp8_e4m3");

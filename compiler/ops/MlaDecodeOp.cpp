@@ -84,12 +84,24 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   // fragments there (ldmatrix) instead of from L1 every tile.
   config.qInShared = true;
   if (p.kvCacheFormat != KvCacheFormat::Auto) {
-    // fp8 latents, cast in registers and stored once for both conversions: 8
-    // warps (fewer spill). 64 heads take 64-key tiles where shared memory
-    // allows: 0.349 ms against 0.452 for 32-key tiles (H=128; the kernel's
-    // default 1.550); fewer heads keep 32-key tiles (unmeasured at 64).
-    onEightWarps(headBlock);
-    if (headBlock == 64 && wideTilesFit) config.tileSize = 64;
+    // fp8 latents meet bf16 q in f16 (Fp8Dots.h): one conversion per pair of
+    // cache bytes instead of four; H=128 0.2915 -> 0.2810 ms (docs/perf-log.md
+    // 2026-12-03).
+    config.fp8DotDtype = compiler::Fp8DotDtype::F16;
+    // Cast in registers and stored once for both conversions. Over 32 heads: 64
+    // heads on 8 warps (fewer spill), 64-key tiles where shared memory allows:
+    // 0.349 ms against 0.452 for 32-key tiles (H=128; the kernel's default
+    // 1.550). Up to 32 heads, the bf16 latents' tiling below (64-key tiles on 4
+    // warps; with f16 dots): B=64 ctx 4096 H=32 0.134 ms and H=16 0.106 against
+    // 0.175 and 0.164 on 8 warps and 32-key tiles; B=4 ctx 65536 H=16 0.122
+    // against 0.178.
+    if (headBlock == 64) {
+      onEightWarps(headBlock);
+      if (wideTilesFit) config.tileSize = 64;
+      return config;
+    }
+    config.tileSize = 64;
+    config.blockH = std::min(headBlock, 32);
     return config;
   }
   // bf16/f16 latents at L = 512 with H > 32: 64 heads on 8 warps, 64-key tiles.
