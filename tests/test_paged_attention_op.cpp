@@ -539,6 +539,20 @@ TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA 
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
   CHECK(ops::selectPagedAttentionVariant(p).deferRowSum);  // 128-key fp8 tiles run two per SM anyway
   p.kvCacheFormat = compiler::KvCacheFormat::Auto;
+  // MQA (32 query heads on one KV head): 32-row tiles, split; per-token-head
+  // caches take 64-key tiles (128 spill next to 32 rows).
+  ops::PagedAttentionParams mqa = p;
+  mqa.numKvHeads = 1;
+  mqa.kvStrideToken = 128;
+  mqa.kvStrideKv = 16 * 128;
+  mqa.kvStrideBlock = 2 * mqa.kvStrideKv;
+  const auto mqaVariant = ops::selectPagedAttentionVariant(mqa);
+  CHECK(mqaVariant.blockM() == 32);
+  CHECK(mqaVariant.splitKv);
+  mqa.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  CHECK(ops::selectPagedAttentionVariant(mqa).tileSize == 64);
+  mqa.numKvHeads = 2;  // 16 query heads per KV head: one m-tile, 128-key tiles
+  CHECK(ops::selectPagedAttentionVariant(mqa).tileSize == 128);
   // 0: device 0's SM count; without a device, no GPU information and the default.
   p.numSms = 0;
   const bool atZero = ops::selectPagedAttentionVariant(p).deferRowSum;

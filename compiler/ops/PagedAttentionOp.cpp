@@ -153,7 +153,12 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     config.tileSize = 64;
     config.numWarps = 2;
   } else if (halfPrecision) {
-    config.tileSize = widestHead <= 128 ? 128 : 64;
+    // 128-key tiles where a token's heads fit one 16-row m-tile; taller query
+    // tiles (more than 16 query heads per KV head: MQA) spill at 128 keys (int8
+    // per-token-head, 32 rows on 4 warps: 476 bytes) and take 64: MQA 32/1,
+    // int8 per-token-head, B=64 ctx 4096 0.0949 ms against 0.0986, B=3 ctx
+    // 131072 0.136 against 0.161 (docs/perf-log.md 2026-12-03).
+    config.tileSize = widestHead <= 128 && config.blockM() <= 16 ? 128 : 64;
     // Per-tensor fp8 decode meets bf16 q in f16 (Fp8Dots.h): one conversion per
     // pair of cache bytes instead of four, 0.1512 -> 0.1447 ms (84% -> 87% of
     // copy; B=64 ctx 4096, 32/8, D=128, docs/perf-log.md 2026-12-03). Prefill
