@@ -281,28 +281,29 @@ FieldParser<Config> cacheFormatField(KvCacheFormat Config::* member) {
   };
 }
 
-template <typename Config>
-FieldParser<Config> fp32PrecisionField(Fp32Precision Config::* member) {
-  return [member](const YAML::Node& node, Config& config) -> support::Status {
-    std::optional<Fp32Precision> precision = isQuoted(node) ? std::nullopt : parseFp32Precision(node.Scalar());
-    if (!precision)
-      return support::Status::error({}, "'fp32_precision' must be tf32 or ieee, got '" +
+// A field naming one of an enum's values: `parse` maps the spelling (unquoted),
+// `choices` lists them for the error ("tf32 or ieee").
+template <typename Config, typename Enum>
+FieldParser<Config> choiceField(const char* field, std::optional<Enum> (*parse)(std::string_view),
+                                const char* choices, Enum Config::* member) {
+  return [field, parse, choices, member](const YAML::Node& node, Config& config) -> support::Status {
+    std::optional<Enum> choice = isQuoted(node) ? std::nullopt : parse(node.Scalar());
+    if (!choice)
+      return support::Status::error({}, std::string("'") + field + "' must be " + choices + ", got '" +
                                             support::excerpt(node.Scalar()) + "'");
-    config.*member = *precision;
+    config.*member = *choice;
     return support::Status::ok();
   };
 }
 
 template <typename Config>
+FieldParser<Config> fp32PrecisionField(Fp32Precision Config::* member) {
+  return choiceField<Config, Fp32Precision>("fp32_precision", parseFp32Precision, "tf32 or ieee", member);
+}
+
+template <typename Config>
 FieldParser<Config> fp8DotDtypeField(Fp8DotDtype Config::* member) {
-  return [member](const YAML::Node& node, Config& config) -> support::Status {
-    std::optional<Fp8DotDtype> choice = isQuoted(node) ? std::nullopt : parseFp8DotDtype(node.Scalar());
-    if (!choice)
-      return support::Status::error({}, "'fp8_dot_dtype' must be dtype or f16, got '" +
-                                            support::excerpt(node.Scalar()) + "'");
-    config.*member = *choice;
-    return support::Status::ok();
-  };
+  return choiceField<Config, Fp8DotDtype>("fp8_dot_dtype", parseFp8DotDtype, "dtype or f16", member);
 }
 
 // Score modifiers (off by default): the window is an integer >= 0 and the
