@@ -258,6 +258,20 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
     CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 64);
     mqa.workspaceBytes = ops::pagedAttentionWorkspaceBytes(4096, 32, 128, 131072).value();  // an engine's max tokens
     CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 64);
+    // 64 MQA sequences of 4096 keys: 32-row tiles run two CTAs per SM, so the
+    // fill rule's 5 segments (320 CTAs, a second wave of 56) round down to 4
+    // (256 CTAs, one wave); 16-row tiles keep the rounding up.
+    mqa.numSeqs = mqa.numTokens = 64;
+    mqa.maxSeqLen = 4096;
+    mqa.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096).value();
+    plan = ops::pagedAttentionSplitPlan(mqa);
+    CHECK(plan.numSegments == 4);
+    CHECK(plan.segmentTiles == 16);
+    mqa.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+    CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 4);
+    mqa.kvCacheFormat = compiler::KvCacheFormat::Auto;
+    mqa.numQueryHeads = 16;  // 16 rows: 5 segments
+    CHECK(ops::pagedAttentionSplitPlan(mqa).numSegments == 5);
   }
   p.numSeqs = p.numTokens = 4;
   p.maxSeqLen = 700;  // two 512-key segments at most

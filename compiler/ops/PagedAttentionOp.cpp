@@ -226,7 +226,16 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
     return SplitKvPlan{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
   };
   // Fill the GPU: about two CTAs per SM.
-  const int64_t fillSegments = fillRuleSegments(sms, programs, p.maxSeqLen);
+  int64_t fillSegments = fillRuleSegments(sms, programs, p.maxSeqLen);
+  // Query tiles of more than 16 rows (MQA's 32 heads) run at most two CTAs per
+  // SM (80 KB of shared memory at 64-key bf16 tiles, 227 registers for int8
+  // per-token-head), so rounding the segments up leaves a second wave of a
+  // few CTAs: round down while that still splits. MQA 32/1 B=64 ctx 4096, the
+  // same kernels: 4 segments (256 CTAs) 0.0515 ms (bf16) / 0.0673 (int8
+  // per-token-head) against 5 (320 CTAs) 0.066 / 0.095 (docs/perf-log.md
+  // 2026-12-03).
+  const int64_t oneWave = std::min(2 * int64_t{sms} / programs, fillSegments);
+  if (p.dtype != ir::ScalarKind::F32 && config.blockM() > 16 && oneWave >= 2) fillSegments = oneWave;
   if (unevenLengthRuleApplies(p)) {
     // Uneven lengths: no segment longer than 3/8 of the longest sequence.
     const int64_t segmentTiles =
