@@ -100,9 +100,6 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
       if (wideTilesFit) config.tileSize = 64;
       return config;
     }
-    config.tileSize = 64;
-    config.blockH = std::min(headBlock, 32);
-    return config;
   }
   // bf16/f16 latents at L = 512 with H > 32: 64 heads on 8 warps, 64-key tiles.
   // On sm_90a every dot runs on wgmma, each warpgroup on its half of the keys
