@@ -129,6 +129,11 @@ struct CUmemPoolProps {
 static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps_v1 is 88 bytes in cuda.h");
 
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
+enum CUstreamCaptureStatus : int {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+};
 inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
 
 // The driver's entry points with the 12.0 ABI (cudaTypedefs.h name in the comment).
@@ -177,6 +182,7 @@ struct DriverApi {
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);                      // v2000
   CUresult (*cuStreamDestroy)(CUstream stream);                                      // v4000
   CUresult (*cuStreamSynchronize)(CUstream stream);                                  // v2000
+  CUresult (*cuStreamIsCapturing)(CUstream stream, CUstreamCaptureStatus* status);   // v10000
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);                         // v2000
   CUresult (*cuEventDestroy)(CUevent event);                                         // v4000
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);                         // v2000

@@ -98,6 +98,7 @@ LoadedDriver loadDriver(const char* libraryName) {
   ATTNJIT_RESOLVE(cuStreamCreate)
   ATTNJIT_RESOLVE(cuStreamDestroy)
   ATTNJIT_RESOLVE(cuStreamSynchronize)
+  ATTNJIT_RESOLVE(cuStreamIsCapturing)
   ATTNJIT_RESOLVE(cuEventCreate)
   ATTNJIT_RESOLVE(cuEventDestroy)
   ATTNJIT_RESOLVE(cuEventRecord)

@@ -14,6 +14,15 @@ support::Status synchronizeStream(StreamHandle stream) {
   return support::Status::ok();
 }
 
+support::Expected<bool> streamIsCapturing(StreamHandle stream) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult result = (*apiOr)->cuStreamIsCapturing(static_cast<CUstream>(stream), &status);
+  if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 support::Status copyAsync(std::uint64_t destination, std::uint64_t source, std::size_t bytes, StreamHandle stream) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();

@@ -12,6 +12,11 @@ namespace attnjit::runtime {
 // Waits for all work queued on `stream` (null = the default stream).
 support::Status synchronizeStream(StreamHandle stream);
 
+// Whether `stream` (null = the default stream) is capturing a CUDA graph
+// (cuStreamIsCapturing; an invalidated capture counts as capturing): work that
+// must synchronize or measure has to wait for a call outside the capture.
+support::Expected<bool> streamIsCapturing(StreamHandle stream);
+
 // Queues a copy of `bytes` bytes from `source` to `destination` on `stream`
 // (cuMemcpyAsync): each side is device memory or host memory (pinned host memory
 // for a copy that overlaps other work and for CUDA-graph capture; pageable memory
