@@ -276,25 +276,25 @@ TEST_CASE("cli: plan prints the kernel and split-KV plan the op would launch, wi
   CHECK(r.exitCode == 0);
   CHECK(r.out.find("SMs: 132 (--sms)") != std::string::npos);
   CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum: 3 segments of 48 tiles (3072 "
-                   "keys), grid 80x8x3\n") != std::string::npos);
+                   "keys), grid 80x8x3; heuristic") != std::string::npos);
   std::vector<std::string> noWorkspace = uneven;
   noWorkspace.push_back("--no-workspace");  // the runtime's scratch takes the same plan
   r = runCli(noWorkspace);
   CHECK(r.exitCode == 0);
   CHECK(r.out.find("workspace: none (split-KV into the runtime's scratch)") != std::string::npos);
-  CHECK(r.out.find("_3d_t64_rowsum: 3 segments of 48 tiles (3072 keys), grid 80x8x3\n") != std::string::npos);
+  CHECK(r.out.find("_3d_t64_rowsum: 3 segments of 48 tiles (3072 keys), grid 80x8x3; heuristic") != std::string::npos);
   noWorkspace.push_back("--no-runtime-scratch");
   r = runCli(noWorkspace);
   CHECK(r.exitCode == 0);
-  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum: 2D, grid 80x8x1\n") !=
+  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64_rowsum: 2D, grid 80x8x1; heuristic") !=
         std::string::npos);
   r = runCli({"plan", decode, "--shape", "query_lens=1x64", "--shape", "context_lens=4095x64", "--sms=132"});
   CHECK(r.exitCode == 0);
-  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64: 2D, grid 80x8x1, at most 2 CTAs per SM\n") !=
+  CHECK(r.out.find("-> unified_attention_bf16_h32kv8_d128_bs16_causal_t64: 2D, at most 2 CTAs per SM, grid 80x8x1; heuristic") !=
         std::string::npos);
   r = runCli({"plan", decode, "--shape", "query_lens=1x4", "--shape", "context_lens=4095x4", "--sms=132"});
   CHECK(r.exitCode == 0);
-  CHECK(r.out.find("_3d_t64_rowsum: 8 segments of 8 tiles (512 keys), grid 5x8x8\n") != std::string::npos);
+  CHECK(r.out.find("_3d_t64_rowsum: 8 segments of 8 tiles (512 keys), grid 5x8x8; heuristic") != std::string::npos);
 }
 
 TEST_CASE("cli: run without a CUDA driver points to --interpret", "[cli]") {

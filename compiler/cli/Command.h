@@ -37,6 +37,7 @@ Command benchCommand();
 Command aotCommand();
 Command planCommand();
 Command warmupCommand();
+Command tuneCommand();
 
 // Prints `d` to stderr as "file:line:col: error: message".
 void reportError(const support::Diagnostic& d);

@@ -77,21 +77,13 @@ int runPlan(const ParsedArguments& args) {
       p.workspaceBytes = *bytes;
       if (p.workspaceBytes > 0) p.workspace = ops::kFeaturePlaceholder;
     }
-    const UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(p);
-    const ops::SplitKvPlan plan = ops::pagedAttentionSplitPlan(p);
-    const int ctasPerSm = ops::pagedAttentionCtasPerSm(p);
-    std::string planText = "2D";
-    if (plan.numSegments > 1)
-      planText = plan.segmentTiles > 0
-                     ? std::to_string(plan.numSegments) + " segments of " + std::to_string(plan.segmentTiles) +
-                           " tiles (" + std::to_string(int64_t{plan.segmentTiles} * chosen.tileSize) + " keys)"
-                     : std::to_string(plan.numSegments) + " segments per sequence, cut on the GPU (at least " +
-                           std::to_string(int64_t{-plan.segmentTiles} * chosen.tileSize) + " keys each)";
-    std::string occupancy = ctasPerSm > 0 ? ", at most " + std::to_string(ctasPerSm) + " CTAs per SM" : "";
-    std::printf("%s\n  -> %s: %s, grid %lldx%dx%d%s\n", variant->name.c_str(), chosen.kernelName().c_str(),
-                planText.c_str(),
-                static_cast<long long>(unifiedAttentionGridX(chosen, p.numSeqs, p.numTokens)), p.numKvHeads,
-                plan.numSegments, occupancy.c_str());
+    const ops::PagedAttentionPlan plan = ops::pagedAttentionPlan(p);
+    std::printf("%s\n  -> %s: %s, grid %lldx%dx%d; %s\n", variant->name.c_str(), plan.config.kernelName().c_str(),
+                ops::describeSplitAndOccupancy(plan).c_str(),
+                static_cast<long long>(unifiedAttentionGridX(plan.config, p.numSeqs, p.numTokens)), p.numKvHeads,
+                plan.split.numSegments,
+                plan.origin == ops::PlanOrigin::Tuned ? "tuned (recorded for this device)"
+                                                      : "heuristic (the op's rules)");
   }
   return kExitSuccess;
 }
@@ -110,7 +102,8 @@ Command planCommand() {
       "scratch, or --no-runtime-scratch, which leaves the call 2D) goes through the op's host-side\n"
       "choices, which are printed: the kernel (selectPagedAttentionVariant), the split-KV plan\n"
       "(pagedAttentionSplitPlan: 2D, or N segments of T KV tiles), the grid and the CTAs-per-SM\n"
-      "cap of equal-length batches. The variant's own tiling options are ignored, as the op\n"
+      "cap of equal-length batches, and whether a plan tuned on this device (`attnjit tune`)\n"
+      "or the op's rules chose them. The variant's own tiling options are ignored, as the op\n"
       "ignores them. SMs: --sms, else device 0's, else the H200's 132. `attnjit bench --op`\n"
       "runs and times the same calls on the GPU.\n"
       "Example (decode, B=64, lengths uneven):\n"

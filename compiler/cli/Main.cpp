@@ -18,7 +18,7 @@ namespace {
 
 const std::vector<Command>& commandTable() {
   static const std::vector<Command> table = {listCommand(), compileCommand(), inspectCommand(), runCommand(),
-                                             benchCommand(), planCommand(), warmupCommand(), aotCommand()};
+                                             benchCommand(), planCommand(), tuneCommand(), warmupCommand(), aotCommand()};
   return table;
 }
 

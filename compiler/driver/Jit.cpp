@@ -38,6 +38,8 @@ std::string keyHeader(const std::string& target, int ptxVersion, const CompileOp
 
 }  // namespace
 
+const char* attnjitVersion() { return ATTNJIT_VERSION_STRING; }
+
 const std::string& jitBuildIdentity() {
   static const std::string identity = [] {
     std::string path;

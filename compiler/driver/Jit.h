@@ -50,6 +50,9 @@ std::string jitCacheKey(const CompiledKernel& afterPasses, const CompileOptions&
 // used (no binary identity, an override folder, an unknown target).
 std::string jitAliasKey(const ir::Kernel& beforePasses, const CompileOptions& options);
 
+// attnjit's release version (the project version the compiler was built as).
+const char* attnjitVersion();
+
 // The attnjit binary that runs this code: path, size and modification time of the
 // file it was loaded from (dladdr, else /proc/self/exe); empty when unknown.
 const std::string& jitBuildIdentity();

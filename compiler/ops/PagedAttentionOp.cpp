@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,8 +13,10 @@
 #include "compiler/ops/BoundsCheckedLaunch.h"
 #include "compiler/driver/DeviceTarget.h"
 #include "compiler/ops/ArgumentChecks.h"
+#include "compiler/ops/PagedAttentionPlanning.h"
 #include "compiler/ops/ReadyKernels.h"
 #include "compiler/ops/SplitKv.h"
+#include "compiler/ops/TunedPlans.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "runtime/Module.h"
@@ -252,10 +255,9 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
 }  // namespace
 
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& p) {
-  const UnifiedAttentionConfig config = baseVariant(p);
   // Sizes the kernel rejects plan nothing (validatePagedAttention names them).
-  if (!config.validate()) return {};
-  return splitPlanFor(p, config);
+  if (!baseVariant(p).validate()) return {};
+  return pagedAttentionPlan(p).split;
 }
 
 PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& config,
@@ -321,7 +323,7 @@ int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& co
 
 }  // namespace
 
-int pagedAttentionCtasPerSm(const PagedAttentionParams& p) { return ctasPerSmFor(p, selectPagedAttentionVariant(p)); }
+int pagedAttentionCtasPerSm(const PagedAttentionParams& p) { return pagedAttentionPlan(p).ctasPerSm; }
 
 int64_t sharedBytesForCtasPerSm(int64_t kernelBytes, int ctasPerSm, int64_t perMultiprocessor,
                                 int64_t reservedPerBlock, int64_t maxPerBlock) {
@@ -362,34 +364,154 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
 
 namespace {
 
-// The variant a call runs and its split plan, each derived once: what
-// selectPagedAttentionVariant reports is what pagedAttention launches.
-std::pair<UnifiedAttentionConfig, SplitKvPlan> planCall(const PagedAttentionParams& p) {
-  UnifiedAttentionConfig config = baseVariant(p);
+// The deferred row sum's rule for a plan whose kernel, split and cap are set.
+// The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
+// per SM (the registers it adds at 64-key tiles). Batches of equal lengths
+// run at two anyway (ctasPerSmFor) and gain; uneven ones that fill more than
+// two per SM need the third to balance their work, so they keep the per-tile
+// sum (measured: docs/perf-log.md, 2026-11-30). Quantized caches already run
+// at two (their tiles' shared memory).
+void chooseRowSum(const PagedAttentionParams& p, PagedAttentionPlan& plan) {
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int64_t ctas = compiler::unifiedAttentionGridX(plan.config, p.numSeqs, p.numTokens) *
+                       int64_t{p.numKvHeads} * std::max(1, plan.split.numSegments);
+  if (p.kvCacheFormat == KvCacheFormat::Auto && plan.config.blockMRows == 0 && sms > 0 && ctas > 2 * int64_t{sms} &&
+      plan.ctasPerSm == 0)
+    plan.config.deferRowSum = false;
+}
+
+// The heuristic plan: the variant a call runs, its split plan and its cap,
+// each derived once, so that what selectPagedAttentionVariant reports is what
+// pagedAttention launches.
+PagedAttentionPlan heuristicPlan(const PagedAttentionParams& p) {
+  PagedAttentionPlan plan;
+  plan.config = baseVariant(p);
   // Nothing is derived from sizes the kernel rejects (a tile of 2^30 rows, a
   // grid divided by zero): such a call is planned as it is and validateFor
   // reports the config's error.
-  if (!config.validate() || !batchInRange(p)) return {config, {}};
-  const SplitKvPlan plan = splitPlanFor(p, config);
-  config.splitKv = plan.numSegments > 1;
-  // The per-column row sum (deferRowSum) costs same-dtype decode its third CTA
-  // per SM (the registers it adds at 64-key tiles). Batches of equal lengths
-  // run at two anyway (ctasPerSmFor) and gain; uneven ones that fill more than
-  // two per SM need the third to balance their work, so they keep the per-tile
-  // sum (measured: docs/perf-log.md, 2026-11-30). Quantized caches already run
-  // at two (their tiles' shared memory).
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
-  const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads} *
-                       std::max(1, plan.numSegments);
-  if (p.kvCacheFormat == KvCacheFormat::Auto && config.blockMRows == 0 && sms > 0 && ctas > 2 * int64_t{sms} &&
-      ctasPerSmFor(p, config) == 0)
-    config.deferRowSum = false;
-  return {config, plan};
+  if (!plan.config.validate() || !batchInRange(p)) return plan;
+  plan.split = splitPlanFor(p, plan.config);
+  plan.config.splitKv = plan.split.numSegments > 1;
+  plan.ctasPerSm = ctasPerSmFor(p, plan.config);
+  chooseRowSum(p, plan);
+  return plan;
 }
+
+// Whether a call's plan may come from a tuned record: not for batch-invariant
+// calls (one fixed plan), bounds-checked ones (a debugging mode), calls the
+// kernel rejects, or calls without max_seq_len. Without it nothing tells a
+// batch of 64-key sequences from one of 4096: a plan measured on one would
+// steer the other (128-key tiles, one CTA per SM, gain 8% at 4096 keys and
+// lose 40% at 64; docs/perf-log.md 2026-12-04), so such calls keep the rules.
+bool tunable(const PagedAttentionParams& p, const UnifiedAttentionConfig& base) {
+  return !p.batchInvariant && !base.checkBounds && base.validate() && batchInRange(p) && p.numKvHeads >= 1 &&
+         p.numQueryHeads >= 1 && p.maxQueryLen >= 1 && p.maxSeqLen > 0;
+}
+
+// Whether split-KV may run at all: a workspace, or the runtime's scratch.
+bool maySplit(const PagedAttentionParams& p) { return !p.batchInvariant && (p.workspace != 0 || p.runtimeScratch); }
+
+// ceil(log2(v)) for v >= 1: the power-of-two class a size falls in.
+int sizeClass(int64_t v) { return static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(v, 1) - 1))); }
 
 }  // namespace
 
-UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) { return planCall(p).first; }
+namespace detail {
+
+std::optional<std::string> pagedAttentionTuningBucket(const PagedAttentionParams& p) {
+  UnifiedAttentionConfig base = baseVariant(p);
+  if (!tunable(p, base)) return std::nullopt;
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const char* lengths = p.minSeqLen <= 0 || p.maxSeqLen <= 0 ? "unknown" : lengthsEven(p) ? "even" : "uneven";
+  const char* split = p.workspace != 0 ? "workspace" : p.runtimeScratch ? "scratch" : "none";
+  std::string bucket = "paged_attention " + base.kernelName();
+  bucket += prefillLike(p, base) ? " prefill" : " decode";
+  bucket += " seqs<=2^" + std::to_string(sizeClass(p.numSeqs));
+  bucket += " query<=2^" + std::to_string(sizeClass(p.maxQueryLen));
+  bucket += " keys<=2^" + std::to_string(sizeClass(p.maxSeqLen));
+  bucket += std::string(" lengths ") + lengths + " split " + split + " sms " + std::to_string(sms);
+  return bucket;
+}
+
+std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttentionParams& p,
+                                                               const PlanChoice& choice) {
+  if (!choice.plausible()) return std::nullopt;
+  PagedAttentionPlan plan;
+  plan.origin = PlanOrigin::Tuned;
+  plan.config = baseVariant(p);
+  if (!tunable(p, plan.config)) return std::nullopt;
+  plan.config.tileSize = choice.tileSize;
+  plan.config.numWarps = choice.numWarps;
+  plan.config.qInShared = choice.qInShared;
+  if (!plan.config.validate()) return std::nullopt;
+  if (choice.numSegments > 1 && plan.config.blockMRows == 0 && maySplit(p)) {
+    const auto fitsWorkspace = [&](int64_t segments) {
+      return p.workspace == 0 ||
+             workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
+    };
+    const int64_t tiles = ceilDiv(p.maxSeqLen, plan.config.tileSize);
+    int64_t segments = std::min<int64_t>(choice.numSegments, tiles);
+    while (segments >= 2 && !fitsWorkspace(segments)) --segments;
+    if (segments >= 2) {
+      const int64_t segmentTiles = ceilDiv(tiles, segments);
+      plan.split = {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+    }
+  }
+  plan.config.splitKv = plan.split.numSegments > 1;
+  // The cap serves equal lengths only (ctasPerSmFor): a bucket of uneven or
+  // unknown minimum lengths never takes it, whatever batch tuned it.
+  plan.ctasPerSm = plan.config.splitKv || plan.config.blockMRows != 0 || !lengthsEven(p) ? 0 : choice.ctasPerSm;
+  chooseRowSum(p, plan);
+  return plan;
+}
+
+PlanChoice planChoiceOf(const PagedAttentionPlan& plan) {
+  return {plan.config.tileSize, plan.config.numWarps, plan.config.qInShared, std::max(1, plan.split.numSegments),
+          plan.ctasPerSm};
+}
+
+PagedAttentionPlan heuristicPagedAttentionPlan(const PagedAttentionParams& p) { return heuristicPlan(p); }
+
+support::Expected<PlanTuningMode> planTuningMode(const PagedAttentionParams& p) {
+  switch (p.tuning) {
+    case PlanTuning::Off: return PlanTuningMode::Off;
+    case PlanTuning::Recorded: return PlanTuningMode::Recorded;
+    case PlanTuning::OnFirstUse: return PlanTuningMode::OnFirstUse;
+    case PlanTuning::FromEnvironment: break;
+  }
+  return planTuningModeFromEnvironment();
+}
+
+}  // namespace detail
+
+PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& p) {
+  PagedAttentionPlan heuristic = heuristicPlan(p);
+  auto mode = detail::planTuningMode(p);
+  // An unreadable ATTNJIT_TUNE is validatePagedAttention's error; planned as recorded.
+  if (mode && *mode == PlanTuningMode::Off) return heuristic;
+  if (!tunedPlanDeviceKey()) return heuristic;
+  const std::optional<std::string> bucket = detail::pagedAttentionTuningBucket(p);
+  if (!bucket) return heuristic;
+  const std::optional<TunedPlan> tuned = TunedPlans::process().find(*bucket);
+  if (!tuned) return heuristic;
+  std::optional<PagedAttentionPlan> plan = detail::pagedAttentionPlanWithChoice(p, tuned->choice);
+  return plan ? *plan : heuristic;
+}
+
+std::string describeSplitAndOccupancy(const PagedAttentionPlan& plan) {
+  std::string text = "2D";
+  const SplitKvPlan& split = plan.split;
+  if (split.numSegments > 1)
+    text = split.segmentTiles > 0
+               ? std::to_string(split.numSegments) + " segments of " + std::to_string(split.segmentTiles) +
+                     " tiles (" + std::to_string(int64_t{split.segmentTiles} * plan.config.tileSize) + " keys)"
+               : std::to_string(split.numSegments) + " segments per sequence, cut on the GPU (at least " +
+                     std::to_string(int64_t{-split.segmentTiles} * plan.config.tileSize) + " keys each)";
+  if (plan.ctasPerSm > 0) text += ", at most " + std::to_string(plan.ctasPerSm) + " CTAs per SM";
+  return text;
+}
+
+UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& p) { return pagedAttentionPlan(p).config; }
 
 namespace {
 
@@ -542,7 +664,8 @@ support::Expected<std::vector<WarmupKernel>> warmupKernels(const PagedAttentionP
     call.maxQueryLen = batch.maxQueryLen;
     call.maxSeqLen = batch.maxSeqLen;
     call.minSeqLen = batch.minSeqLen;
-    const auto [config, plan] = planCall(call);
+    // A tuned record for one of these batches' buckets names the kernel its calls run.
+    const UnifiedAttentionConfig config = pagedAttentionPlan(call).config;
     if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
     add(config.kernelName(), [config] { return compiler::buildUnifiedAttention(config); });
     if (config.splitKv) {
@@ -567,16 +690,22 @@ support::Expected<int> warmupPagedAttention(const PagedAttentionParams& p, int t
   return readyKernels(*kernels, threads);
 }
 
+support::Status detail::validatePagedAttentionPlan(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  return validateFor(p, plan.config, plan.split);
+}
+
 support::Status validatePagedAttention(const PagedAttentionParams& p) {
-  const auto [config, plan] = planCall(p);
-  return validateFor(p, config, plan);
+  if (auto mode = detail::planTuningMode(p); !mode) return argumentError(mode.diagnostic().message);
+  const PagedAttentionPlan plan = pagedAttentionPlan(p);
+  return validateFor(p, plan.config, plan.split);
 }
 
 namespace {
 
 // Launches a validated call whose split-KV scratch, if it splits, is in p.workspace.
-support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttentionConfig& config,
-                              const SplitKvPlan& plan) {
+support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentionPlan& callPlan) {
+  const UnifiedAttentionConfig& config = callPlan.config;
+  const SplitKvPlan& plan = callPlan.split;
   auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
@@ -647,7 +776,7 @@ support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttent
                  static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)};
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
-  if (const int ctasPerSm = ctasPerSmFor(p, config); ctasPerSm > 0) {
+  if (const int ctasPerSm = callPlan.ctasPerSm; ctasPerSm > 0) {
     const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
     launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytesForCtasPerSm(
         ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
@@ -678,17 +807,32 @@ support::Status launchPlanned(const PagedAttentionParams& p, const UnifiedAttent
 
 }  // namespace
 
-support::Status pagedAttention(const PagedAttentionParams& p) {
-  const auto [config, plan] = planCall(p);
-  if (support::Status s = validateFor(p, config, plan); !s) return s;
-  if (!config.splitKv || p.workspace != 0) return launchPlanned(p, config, plan);
+namespace detail {
+
+support::Status launchPagedAttentionPlan(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  if (!plan.config.splitKv || p.workspace != 0) return launchPlanned(p, plan);
   return launchWithRuntimeScratch(
-      p, workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments),
-      [&](const PagedAttentionParams& withScratch) { return launchPlanned(withScratch, config, plan); },
-      [](const PagedAttentionParams& unsplit) {
-        const auto [unsplitConfig, unsplitPlan] = planCall(unsplit);
-        return launchPlanned(unsplit, unsplitConfig, unsplitPlan);
+      p, workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.split.numSegments),
+      [&](const PagedAttentionParams& withScratch) { return launchPlanned(withScratch, plan); },
+      [&](const PagedAttentionParams& unsplit) {
+        // No scratch: the same kernel's 2D variant, or the heuristic's.
+        PlanChoice choice = planChoiceOf(plan);
+        choice.numSegments = 1;
+        std::optional<PagedAttentionPlan> unsplitPlan = pagedAttentionPlanWithChoice(unsplit, choice);
+        return launchPlanned(unsplit, unsplitPlan ? *unsplitPlan : heuristicPlan(unsplit));
       });
+}
+
+}  // namespace detail
+
+support::Status pagedAttention(const PagedAttentionParams& p) {
+  auto mode = detail::planTuningMode(p);
+  if (!mode) return argumentError(mode.diagnostic().message);
+  const PagedAttentionPlan plan = pagedAttentionPlan(p);
+  if (support::Status s = validateFor(p, plan.config, plan.split); !s) return s;
+  if (*mode == PlanTuningMode::OnFirstUse && plan.origin == PlanOrigin::Heuristic)
+    if (std::optional<support::Status> tuned = detail::tuneOnFirstUse(p)) return *tuned;
+  return detail::launchPagedAttentionPlan(p, plan);
 }
 
 }  // namespace attnjit::ops

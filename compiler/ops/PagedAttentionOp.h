@@ -47,6 +47,19 @@ struct BatchShape;
 
 namespace attnjit::ops {
 
+// Whether a call takes a plan measured for its bucket (compiler/ops/
+// PagedAttentionTuning.h, compiler/ops/TunedPlans.h) over the heuristic one.
+enum class PlanTuning {
+  FromEnvironment,  // ATTNJIT_TUNE: recorded (unset), off, first-use
+  Off,              // the heuristic plan
+  Recorded,         // a tuned plan where this device has one for the bucket
+  // Recorded, and a bucket without one is tuned by its first call (candidates
+  // compiled and timed on the call's own buffers, its stream synchronized; the
+  // winner runs last, so out holds its result). Inside a CUDA-graph capture,
+  // and for batch-invariant or bounds-checked calls, the heuristic plan runs.
+  OnFirstUse,
+};
+
 struct PagedAttentionParams {
   // ---- static: select the kernel ----
   ir::ScalarKind dtype = ir::ScalarKind::BF16;  // q, out and the cache: f32, f16 or bf16
@@ -86,6 +99,7 @@ struct PagedAttentionParams {
   // Split-KV calls check in stage 1. Requires numBlocks.
   bool checkBounds = false;
   int numBlocks = 0;       // blocks of the KV cache (entries must be in [0, numBlocks)); checked mode only
+  PlanTuning tuning = PlanTuning::FromEnvironment;
   // ---- the batch ----
   int numSeqs = 0;
   int64_t numTokens = 0;   // total query tokens (cu_seqlens_q[num_seqs])
@@ -141,6 +155,13 @@ struct PagedAttentionParams {
   runtime::StreamHandle stream = nullptr;  // null: the default stream
 };
 
+// What pagedAttention launches for a call: the kernel, its split-KV plan, the
+// CTAs-per-SM cap of a 2D launch, and whether a tuned record chose them.
+enum class PlanOrigin { Heuristic, Tuned };
+struct SplitKvPlan;
+struct PagedAttentionPlan;
+PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& params);
+
 // The kernel variant pagedAttention runs for `params`: vLLM's 16-row query tiles
 // with 64-token KV tiles when every query is short (decode, mixed decode +
 // short chunks), 128 query rows over 8 warps when some sequence brings at least
@@ -180,6 +201,15 @@ struct SplitKvPlan {
   int numSegments = 1;
   int segmentTiles = 0;  // < 0: per sequence, at least -segmentTiles tiles
 };
+struct PagedAttentionPlan {
+  compiler::UnifiedAttentionConfig config;
+  SplitKvPlan split;
+  int ctasPerSm = 0;
+  PlanOrigin origin = PlanOrigin::Heuristic;
+};
+// "2D", "4 segments of 16 tiles (1024 keys)", "8 segments per sequence, cut
+// on the GPU (at least 512 keys each)", with ", at most 2 CTAs per SM".
+std::string describeSplitAndOccupancy(const PagedAttentionPlan& plan);
 // CTAs of a 2D decode launch an SM may hold (0: as many as fit). A batch whose
 // sequences all have about the same length (minSeqLen >= 90% of maxSeqLen) and
 // that brings more than two CTAs per SM runs at most two per SM; the launch

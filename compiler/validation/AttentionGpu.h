@@ -6,6 +6,9 @@
 
 #include <string>
 
+#include <optional>
+
+#include "compiler/ops/PagedAttentionTuning.h"
 #include "compiler/validation/AttentionProblem.h"
 
 namespace attnjit::validation {
@@ -24,6 +27,11 @@ struct GpuRunOptions {
     Plain,        // neither hints nor workspace
   };
   OpCall opCall = OpCall::Engine;
+  // runPagedAttentionOpGpu: tune the call's bucket first (ops::tunePagedAttention,
+  // recorded for later calls), then check and time the op with the chosen plan.
+  bool tunePlan = false;
+  // runPagedAttentionOpGpu: the call's plan tuning (PagedAttentionParams::tuning).
+  ops::PlanTuning planTuning = ops::PlanTuning::FromEnvironment;
 };
 
 struct GpuRunResult {
@@ -60,7 +68,10 @@ struct PagedAttentionOpRun {
   std::string kernelName;    // the attention kernel the op chose
   int numSegments = 1;       // its split plan (1: a 2D launch)
   int segmentTiles = 0;
+  bool tunedPlan = false;    // a tuned record chose the plan of the calls after the first (else the op's rules)
+  std::string plan;          // split and occupancy (ops::describeSplitAndOccupancy)
   double firstCallMs = 0;    // the first call, compile or disk-cache load included, to completion
+  std::optional<ops::PagedAttentionTuningReport> tuning;  // options.tunePlan
 };
 support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,
                                                               const compiler::BatchShape& shape,
