@@ -395,6 +395,17 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.kvCacheFormat = compiler::KvCacheFormat::Auto;
   p.maxQueryLen = 31;
   CHECK(ops::selectPagedAttentionVariant(p).blockM() == 16);
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
+  // Decode with heads above 128: 32-key tiles, except DiffKV (64).
+  for (int headSize : {192, 256}) {
+    p.headSize = headSize;
+    CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
+  }
+  p.headSize = 192;
+  p.valueHeadSize = 128;
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
+  p.valueHeadSize = 0;
+  p.headSize = 128;
   p.dtype = ScalarKind::F32;
   p.maxQueryLen = 1;
   // TF32 decode keeps vLLM's 32-key tile (the copy rate there, docs/perf-log.md

@@ -147,7 +147,12 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
       if (warpgroupMma && (sameDtypeCache ? widestHead <= 256 : quantizedOnWarpgroupMma)) config.tileSize = 64;
     }
   } else if (halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto) {
-    config.tileSize = 64;
+    // Head sizes above 128 (not DiffKV) take 32-key tiles: twice the CTAs per
+    // SM of 64 (registers and slots), D=192 0.451 -> 0.404 ms, D=256 0.543 ->
+    // 0.501 (94% and 102% of copy; B=64 ctx 4096, measured by `attnjit tune`,
+    // docs/perf-log.md 2026-12-04). DiffKV 192/128 keeps 64 (98-101% of copy).
+    const bool diffKv = config.effectiveValueHeadSize() != config.headSize;
+    config.tileSize = widestHead > 128 && !diffKv ? 32 : 64;
   } else if (!config.tensorCoreDots() && widestHead <= 128) {
     // Exact f32 decode (FMA dots, one token's heads per program): 64-key tiles
     // over 2 warps, 2.1x faster than 32-key tiles over 4 (B=64 ctx 4096, 32/8,
