@@ -327,6 +327,13 @@ support::Expected<int> Jit::warmupPagedAttention(const PagedAttentionParams& par
   return ops::warmupPagedAttention(params, threads);
 }
 
+support::Expected<ops::PagedAttentionTuningReport> Jit::tunePagedAttention(const PagedAttentionParams& params) {
+  if (support::Status s = checkOpDevice(device()); !s) return s;
+  if (support::Status s = ops::validatePagedAttention(params); !s) return s;
+  if (support::Status s = state_->activate(); !s) return s;
+  return ops::tunePagedAttention(params);
+}
+
 support::Status Jit::cacheWrite(const CacheWriteParams& params) {
   if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateCacheWrite(params); !s) return s;

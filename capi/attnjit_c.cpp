@@ -11,6 +11,8 @@
 
 #include "attnjit/attnjit.h"
 #include "attnjit/jit.hpp"
+#include "compiler/ops/PagedAttentionPlanning.h"
+#include "runtime/Stream.h"
 
 struct attnjit_jit {
   attnjit::Jit jit;
@@ -153,6 +155,19 @@ attnjit_status toFp32Precision(const char* function, int precision, attnjit::com
                                                   " is not an attnjit_fp32_precision (TF32, IEEE)");
 }
 
+attnjit_status toPlanTuning(const char* function, int tuning, attnjit::ops::PlanTuning* out) {
+  using attnjit::ops::PlanTuning;
+  switch (tuning) {
+    case ATTNJIT_PLAN_TUNING_ENVIRONMENT: *out = PlanTuning::FromEnvironment; return ATTNJIT_OK;
+    case ATTNJIT_PLAN_TUNING_OFF: *out = PlanTuning::Off; return ATTNJIT_OK;
+    case ATTNJIT_PLAN_TUNING_RECORDED: *out = PlanTuning::Recorded; return ATTNJIT_OK;
+    case ATTNJIT_PLAN_TUNING_FIRST_USE: *out = PlanTuning::OnFirstUse; return ATTNJIT_OK;
+  }
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": plan_tuning " + std::to_string(tuning) +
+                                                  " is not an attnjit_plan_tuning (ENVIRONMENT, OFF, RECORDED, "
+                                                  "FIRST_USE)");
+}
+
 // ---- C structs → op parameters: one line per field ----
 
 attnjit_status toParams(const char* function, const attnjit_paged_attention_params& c,
@@ -215,6 +230,7 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   p->qqBiasStride = c.qq_bias_stride;
   if (attnjit_status s = toFp32Precision(function, enumValue(c.fp32_precision), &p->fp32Precision); s != ATTNJIT_OK)
     return s;
+  if (attnjit_status s = toPlanTuning(function, enumValue(c.plan_tuning), &p->tuning); s != ATTNJIT_OK) return s;
   return ATTNJIT_OK;
 }
 
@@ -779,6 +795,37 @@ attnjit_status attnjit_paged_attention_warmup(attnjit_jit* jit, const attnjit_pa
     auto ready = jit->jit.warmupPagedAttention(cpp, threads);
     if (!ready) return gpuFailure(ready.status());
     if (kernels_ready != nullptr) *kernels_ready = *ready;
+    return succeed();
+  });
+}
+
+attnjit_status attnjit_paged_attention_tune(attnjit_jit* jit, const attnjit_paged_attention_params* params,
+                                            double* rule_ms, double* tuned_ms) {
+  return guarded([&] {
+    constexpr const char* function = "attnjit_paged_attention_tune";
+    if (rule_ms != nullptr) *rule_ms = 0;
+    if (tuned_ms != nullptr) *tuned_ms = 0;
+    if (jit == nullptr) return nullArgument(function, "jit");
+    attnjit_paged_attention_params defaults;
+    attnjit_paged_attention_params_init(&defaults);
+    if (attnjit_status s = readVersioned(function, "params", params, &defaults); s != ATTNJIT_OK) return s;
+    attnjit::PagedAttentionParams cpp;
+    if (attnjit_status s = toParams(function, defaults, &cpp); s != ATTNJIT_OK) return s;
+    if (support::Status s = jit->jit.validatePagedAttention(cpp); !s) return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, s);
+    if (!attnjit::ops::detail::pagedAttentionTuningBucket(cpp))
+      return fail(ATTNJIT_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": this call always takes the op's rules (it has no max_seq_len, or is "
+                                          "batch-invariant or bounds-checked)");
+    if (auto capturing = attnjit::runtime::streamIsCapturing(cpp.stream); !capturing) {
+      return gpuFailure(capturing.status());
+    } else if (*capturing) {
+      return fail(ATTNJIT_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": the stream is capturing a CUDA graph; tune outside the capture");
+    }
+    auto report = jit->jit.tunePagedAttention(cpp);
+    if (!report) return gpuFailure(report.status());
+    if (rule_ms != nullptr) *rule_ms = report->heuristic.medianMs;
+    if (tuned_ms != nullptr) *tuned_ms = report->chosen.medianMs;
     return succeed();
   });
 }

@@ -390,6 +390,22 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   paged.struct_size = sizeof paged;
   paged.fp32_precision = ATTNJIT_FP32_IEEE;
   if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // plan_tuning: ATTNJIT_TUNE's by default, checked like every enum.
+  paged = validPagedAttention();
+  CHECK(paged.plan_tuning == ATTNJIT_PLAN_TUNING_ENVIRONMENT);
+  paged.plan_tuning = static_cast<attnjit_plan_tuning>(4);
+  CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("plan_tuning 4 is not an attnjit_plan_tuning"));
+  paged.plan_tuning = ATTNJIT_PLAN_TUNING_OFF;
+  if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // Tuning: a call that keeps the rules (no max_seq_len) is refused before the GPU.
+  double ruleMs = -1, tunedMs = -1;
+  paged.max_seq_len = 0;
+  CHECK(attnjit_paged_attention_tune(runtime, &paged, &ruleMs, &tunedMs) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+  if (!boundsFromEnvironment) CHECK_THAT(lastError(), Catch::Contains("always takes the op's rules"));
+  CHECK(ruleMs == 0);
+  CHECK(tunedMs == 0);
+  CHECK(attnjit_paged_attention_tune(nullptr, &paged, nullptr, nullptr) == ATTNJIT_ERROR_INVALID_ARGUMENT);
 
   attnjit_cache_write_params write = validCacheWrite();
   CHECK(write.value_head_size == 0);

@@ -72,6 +72,15 @@ typedef enum attnjit_fp32_precision {
   ATTNJIT_FP32_IEEE = 1 /* exact f32 products (FMAs) */
 } attnjit_fp32_precision;
 
+/* Whether a paged-attention call takes a plan measured for its bucket
+ * (attnjit_paged_attention_tune, `attnjit tune`) over the op's rules. */
+typedef enum attnjit_plan_tuning {
+  ATTNJIT_PLAN_TUNING_ENVIRONMENT = 0, /* ATTNJIT_TUNE: recorded (unset), off, first-use */
+  ATTNJIT_PLAN_TUNING_OFF = 1,         /* the rules */
+  ATTNJIT_PLAN_TUNING_RECORDED = 2,    /* a recorded plan where this device has one */
+  ATTNJIT_PLAN_TUNING_FIRST_USE = 3    /* recorded; a bucket without one is tuned by its first call */
+} attnjit_plan_tuning;
+
 /* ---- JIT handle ------------------------------------------------------- */
 
 typedef struct attnjit_jit attnjit_jit;
@@ -279,6 +288,9 @@ typedef struct attnjit_paged_attention_params {
   /* dtype F32: TF32 tensor-core dots (default) or exact IEEE f32; ignored
    * for F16 and BF16 */
   attnjit_fp32_precision fp32_precision;
+  /* recorded plans and tuning on first use (compiler/ops/PagedAttentionTuning.h);
+   * calls without max_seq_len, batch-invariant and bounds-checked ones keep the rules */
+  attnjit_plan_tuning plan_tuning;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);
@@ -298,6 +310,17 @@ attnjit_status attnjit_paged_attention(attnjit_jit* jit, const attnjit_paged_att
  * first steps do not compile; *kernels_ready = how many (may be NULL). */
 attnjit_status attnjit_paged_attention_warmup(attnjit_jit* jit, const attnjit_paged_attention_params* params,
                                               int threads, int* kernels_ready);
+
+/* Measures this call's candidate plans (KV tile and warps; for decode the
+ * split-KV segments and the CTAs-per-SM cap) on its own buffers and stream,
+ * records the fastest for the call's bucket on this device (memory and the disk
+ * cache) and runs it, so out holds its result. Synchronizes the stream; seconds
+ * per bucket; ATTNJIT_ERROR_INVALID_ARGUMENT for calls that are never tuned
+ * (no max_seq_len, batch-invariant, bounds-checked) and inside a graph capture.
+ * *rule_ms and *tuned_ms (may be NULL): the medians of the rule's plan and of
+ * the recorded one. */
+attnjit_status attnjit_paged_attention_tune(attnjit_jit* jit, const attnjit_paged_attention_params* params,
+                                            double* rule_ms, double* tuned_ms);
 
 typedef struct attnjit_cache_write_params {
   size_t struct_size;

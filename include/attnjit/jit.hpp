@@ -34,6 +34,7 @@
 #include "compiler/driver/KernelArguments.h"
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/ops/PagedAttentionTuning.h"
 #include "compiler/ops/SwapBlocks.h"
 #include "compiler/spec/Spec.h"
 #include "support/Diagnostics.h"
@@ -169,6 +170,9 @@ class Jit {
   // pagedAttention may launch for calls with these static parameters
   // (ops::warmupPagedAttention); the number ready.
   support::Expected<int> warmupPagedAttention(const PagedAttentionParams& params, int threads = 0);
+  // Measures the candidate plans of this call on its buffers, records the
+  // fastest for its bucket and runs it (ops::tunePagedAttention).
+  support::Expected<ops::PagedAttentionTuningReport> tunePagedAttention(const PagedAttentionParams& params);
   support::Status cacheWrite(const CacheWriteParams& params);
   support::Status validateCacheWrite(const CacheWriteParams& params) const;
   support::Status mergeAttnStates(const MergeAttnStatesParams& params);

@@ -91,6 +91,8 @@ _PROTOTYPES = {
     "attnjit_paged_attention": (_c_status, [_jit, _p(s.PagedAttentionParams)]),
     "attnjit_paged_attention_warmup": (_c_status, [_jit, _p(s.PagedAttentionParams), ctypes.c_int,
                                                    _p(ctypes.c_int)]),
+    "attnjit_paged_attention_tune": (_c_status, [_jit, _p(s.PagedAttentionParams), _p(ctypes.c_double),
+                                                 _p(ctypes.c_double)]),
     "attnjit_cache_write_params_init": (None, [_p(s.CacheWriteParams)]),
     "attnjit_cache_write_validate": (_c_status, [_jit, _p(s.CacheWriteParams)]),
     "attnjit_cache_write": (_c_status, [_jit, _p(s.CacheWriteParams)]),

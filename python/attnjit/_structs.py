@@ -120,6 +120,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("qq_bias", _u64),
         ("qq_bias_stride", _i64),
         ("fp32_precision", _i32),
+        ("plan_tuning", _i32),
     ]
 
 

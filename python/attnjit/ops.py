@@ -33,6 +33,8 @@ CACHE_FORMATS = {
 }
 SPLIT_RULES = {"balanced": 0, "vllm": 1}
 FP32_PRECISIONS = {"tf32": 0, "ieee": 1}
+# attnjit_plan_tuning: "environment" follows ATTNJIT_TUNE.
+PLAN_TUNINGS = {"environment": 0, "off": 1, "recorded": 2, "first-use": 3}
 
 
 # The C integer types' ranges: ctypes would wrap a value outside them silently
@@ -98,6 +100,10 @@ def _fill(struct_type, init, fields):
             if value not in FP32_PRECISIONS:
                 raise ValueError("fp32_precision %r is not one of %s" % (value, ", ".join(FP32_PRECISIONS)))
             value = FP32_PRECISIONS[value]
+        elif name == "plan_tuning" and isinstance(value, str):
+            if value not in PLAN_TUNINGS:
+                raise ValueError("plan_tuning %r is not one of %s" % (value, ", ".join(PLAN_TUNINGS)))
+            value = PLAN_TUNINGS[value]
         elif name == "split_rule" and isinstance(value, str):
             if value not in SPLIT_RULES:
                 raise ValueError("split_rule %r is not one of %s" % (value, ", ".join(SPLIT_RULES)))
@@ -122,6 +128,23 @@ def paged_attention_raw(jit=None, validate_only=False, **fields):
     """Paged attention from the C struct's fields (pointers as ints)."""
     _run(s.PagedAttentionParams, lib.attnjit_paged_attention_params_init, lib.attnjit_paged_attention,
          lib.attnjit_paged_attention_validate, jit, validate_only, fields)
+
+
+def paged_attention_tune_raw(jit=None, **fields):
+    """Measures this call's candidate plans on its buffers (KV tile and warps;
+    for decode the split-KV segments and the CTAs-per-SM cap), records the
+    fastest for the call's bucket on this device (memory and the disk cache;
+    later calls of the bucket take it) and runs it, so out holds its result.
+    Synchronizes the stream; seconds per bucket. Calls without max_seq_len,
+    batch-invariant and bounds-checked ones are refused (they keep the op's
+    rules), and so is a stream capturing a CUDA graph. Returns (rule_ms,
+    tuned_ms): the medians of the op's own plan and of the recorded one."""
+    jit = jit or default_jit()
+    params = _fill(s.PagedAttentionParams, lib.attnjit_paged_attention_params_init, fields)
+    rule_ms, tuned_ms = ctypes.c_double(0), ctypes.c_double(0)
+    check(lib.attnjit_paged_attention_tune(jit._handle, ctypes.byref(params), ctypes.byref(rule_ms),
+                                           ctypes.byref(tuned_ms)))
+    return rule_ms.value, tuned_ms.value
 
 
 def paged_attention_warmup(threads=0, jit=None, **fields):
@@ -275,7 +298,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
                     alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0,
                     q_scale=None, runtime_scratch=True, attention_chunk_size=0, mm_prefix_range=None,
-                    qq_bias=None, fp32_precision="tf32"):
+                    qq_bias=None, fp32_precision="tf32", plan_tuning="environment", tune=False):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -322,7 +345,12 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     of query i of a sequence against the key of its query k, for i, k < n.
     fp32_precision (float32 q only): "tf32" runs the dots on the TF32 tensor
     cores (operands rounded to 11 significant bits, float32 sums: vLLM's
-    numerics), "ieee" in exact float32."""
+    numerics), "ieee" in exact float32.
+    plan_tuning: "environment" (ATTNJIT_TUNE), "off" (the op's rules),
+    "recorded" (a plan measured for the call's bucket on this device, where
+    there is one) or "first-use" (recorded; an unseen bucket is tuned by this
+    call). tune=True measures this call's candidate plans now and records the
+    fastest (paged_attention_tune_raw; needs max_seq_len)."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     device = q.device
@@ -392,9 +420,10 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),
                         workspace_bytes=workspace.numel() * workspace.element_size())
-    paged_attention_raw(
+    (paged_attention_tune_raw if tune else paged_attention_raw)(
         jit=jit,
         dtype=dtype,
+        plan_tuning=plan_tuning,
         num_query_heads=num_query_heads,
         head_size=head_size,
         causal=bool(causal),

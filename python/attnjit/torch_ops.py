@@ -53,7 +53,8 @@ if not NATIVE:
                         num_sms: int = 0, sliding_window_right: int = 0,
                         q_scale: Optional[torch.Tensor] = None, runtime_scratch: bool = True,
                         attention_chunk_size: int = 0, mm_prefix_range: Optional[torch.Tensor] = None,
-                        qq_bias: Optional[torch.Tensor] = None, fp32_precision: str = "tf32") -> None:
+                        qq_bias: Optional[torch.Tensor] = None, fp32_precision: str = "tf32",
+                        plan_tuning: str = "environment") -> None:
         ops.paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=scale,
                             causal=causal, kv_cache_format=kv_cache_format, k_scale=k_scale, v_scale=v_scale,
                             sliding_window=sliding_window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
@@ -62,7 +63,7 @@ if not NATIVE:
                             causal_flags=causal_flags, num_sms=num_sms, sliding_window_right=sliding_window_right,
                             q_scale=q_scale, runtime_scratch=runtime_scratch,
                             attention_chunk_size=attention_chunk_size, mm_prefix_range=mm_prefix_range,
-                            qq_bias=qq_bias, fp32_precision=fp32_precision)
+                            qq_bias=qq_bias, fp32_precision=fp32_precision, plan_tuning=plan_tuning)
 
     @torch.library.custom_op(_LIBRARY + "::cache_write", mutates_args=("kv_cache",))
     def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,

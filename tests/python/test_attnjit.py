@@ -135,11 +135,11 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-15:]],
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-16:]],
                          ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
                           "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch",
                           "attention_chunk_size", "mm_prefix_range", "mm_prefix_ranges", "qq_bias",
-                          "qq_bias_stride", "fp32_precision"])
+                          "qq_bias_stride", "fp32_precision", "plan_tuning"])
         self.assertEqual([name for name, _ in _structs.MlaDecodeParams._fields_[-2:]],
                          ["no_runtime_scratch", "fp32_precision"])
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
@@ -183,6 +183,15 @@ class CpuTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"fp32_precision 'fast' is not one of tf32, ieee"):
             attnjit.ops.paged_attention_raw(validate_only=True, fp32_precision="fast", **PAGED_FIELDS)
         attnjit.ops.paged_attention_raw(validate_only=True, fp32_precision="ieee", **PAGED_FIELDS)
+        # plan_tuning is read likewise.
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"plan_tuning 9 is not an attnjit_plan_tuning"):
+            attnjit.ops.paged_attention_raw(validate_only=True, plan_tuning=9, **PAGED_FIELDS)
+        with self.assertRaisesRegex(ValueError, r"plan_tuning 'always' is not one of environment, off"):
+            attnjit.ops.paged_attention_raw(validate_only=True, plan_tuning="always", **PAGED_FIELDS)
+        attnjit.ops.paged_attention_raw(validate_only=True, plan_tuning="first-use", **PAGED_FIELDS)
+        # Tuning refuses calls that always keep the rules (before touching the GPU).
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"always takes the op's rules"):
+            attnjit.ops.paged_attention_tune_raw(batch_invariant=1, **PAGED_FIELDS)
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"num_blocks \(0\) must be"):
             attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, **CACHE_WRITE_FIELDS)
         attnjit.ops.cache_write_raw(validate_only=True, check_bounds=True, num_blocks=40, **CACHE_WRITE_FIELDS)
@@ -925,6 +934,9 @@ class GpuTests(unittest.TestCase):
         with self.assertRaisesRegex(errors, r"sliding_window"):
             torch.ops.attnjit.paged_attention(q, cache, torch.empty_like(q), tables, seq_lens, cu, 1,
                                               sliding_window=-3)
+        with self.assertRaisesRegex(errors, r"plan_tuning 'always' is not one of environment, off"):
+            torch.ops.attnjit.paged_attention(q, cache, torch.empty_like(q), tables, seq_lens, cu, 1,
+                                              plan_tuning="always")
         key = torch.randn(2, 2, 64, device="cuda", dtype=torch.bfloat16)
         with self.assertRaisesRegex(errors, r"slot_mapping has dtype torch.int32; expected torch.int64"):
             torch.ops.attnjit.cache_write(key, key, cache, torch.zeros(2, device="cuda", dtype=torch.int32))
@@ -934,8 +946,8 @@ class GpuTests(unittest.TestCase):
         # A valid call after the refusals: the outputs are attnjit.ops'.
         out, expected = torch.empty_like(q), torch.empty_like(q)
         tables = torch.arange(12, device="cuda", dtype=torch.int32).reshape(3, 4) % 8
-        torch.ops.attnjit.paged_attention(q, cache, out, tables, seq_lens, cu, 1, max_seq_len=5)
-        attnjit.ops.paged_attention(q, cache, expected, tables, seq_lens, cu, 1, max_seq_len=5)
+        torch.ops.attnjit.paged_attention(q, cache, out, tables, seq_lens, cu, 1, max_seq_len=5, plan_tuning="off")
+        attnjit.ops.paged_attention(q, cache, expected, tables, seq_lens, cu, 1, max_seq_len=5, plan_tuning="off")
         torch.cuda.synchronize()
         self.assertTrue(torch.equal(out, expected))
 
@@ -956,9 +968,10 @@ class GpuTests(unittest.TestCase):
         cu = torch.arange(4, dtype=torch.int32, device="cuda")
         scale = 1.0 / math.sqrt(d)
 
-        def call(runtime_scratch=True, max_seq_len=max(seq_lens_host)):
+        def call(runtime_scratch=True, max_seq_len=max(seq_lens_host), **extra):
             attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, scale=scale,
-                                        max_seq_len=max_seq_len, num_sms=132, runtime_scratch=runtime_scratch)
+                                        max_seq_len=max_seq_len, runtime_scratch=runtime_scratch,
+                                        **dict(dict(num_sms=132), **extra))
 
         def check(label):
             torch.cuda.synchronize()
@@ -981,6 +994,20 @@ class GpuTests(unittest.TestCase):
         out.fill_(float("nan"))
         call(max_seq_len=0)  # no lengths: each sequence cut evenly on the GPU
         check("unsized segments")
+        # Tuned: the candidates run on these buffers, the chosen plan last.
+        out.fill_(float("nan"))
+        call(tune=True)
+        check("tuned")
+        out.fill_(float("nan"))
+        call()  # the recorded plan
+        check("recorded plan")
+        # First-use tuning inside a capture runs the rules' plan (an unseen bucket: 66 SMs).
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call(plan_tuning="first-use", num_sms=66)
+        out.fill_(float("nan"))
+        graph.replay()
+        check("first-use inside a capture")
         for max_seq_len in (max(seq_lens_host), 0):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):

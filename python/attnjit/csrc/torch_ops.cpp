@@ -131,6 +131,15 @@ attnjit_fp32_precision fp32Precision(const std::string& name) {
   return ATTNJIT_FP32_TF32;  // not reached
 }
 
+attnjit_plan_tuning planTuning(const std::string& name) {
+  if (name == "environment") return ATTNJIT_PLAN_TUNING_ENVIRONMENT;
+  if (name == "off") return ATTNJIT_PLAN_TUNING_OFF;
+  if (name == "recorded") return ATTNJIT_PLAN_TUNING_RECORDED;
+  if (name == "first-use") return ATTNJIT_PLAN_TUNING_FIRST_USE;
+  CHECK_ARGUMENT(false, "plan_tuning '", name, "' is not one of environment, off, recorded, first-use");
+  return ATTNJIT_PLAN_TUNING_ENVIRONMENT;  // not reached
+}
+
 // Elements of one (token, head) K or V row: D, then the inline f32 scale of the
 // per-token-head formats (4 bytes; int4 packs two values per byte).
 int64_t rowElements(attnjit_kv_cache_format format, int64_t headSize) {
@@ -234,7 +243,7 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
                     const std::optional<at::Tensor>& causalFlags, int64_t numSms, int64_t slidingWindowRight,
                     const std::optional<at::Tensor>& qScale, bool runtimeScratch, int64_t attentionChunkSize,
                     const std::optional<at::Tensor>& mmPrefixRange, const std::optional<at::Tensor>& qqBias,
-                    c10::string_view fp32PrecisionText) {
+                    c10::string_view fp32PrecisionText, c10::string_view planTuningText) {
   checkLoaded();
   CHECK_ARGUMENT(q.dim() == 3, "q must have 3 dimensions, got shape ", shapeText(q));
   CHECK_ARGUMENT(q.is_cuda(), "q is on ", q.device(), "; attnjit ops take CUDA tensors");
@@ -318,6 +327,7 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
   p.causal = causal ? 1 : 0;
   p.kv_cache_format = format;
   p.fp32_precision = fp32Precision(std::string(fp32PrecisionText.data(), fp32PrecisionText.size()));
+  p.plan_tuning = planTuning(std::string(planTuningText.data(), planTuningText.size()));
   p.sliding_window = narrow("sliding_window", slidingWindow);
   p.sliding_window_right = narrow("sliding_window_right", slidingWindowRight);
   p.attention_chunk_size = narrow("attention_chunk_size", attentionChunkSize);
@@ -406,7 +416,8 @@ void pagedAttentionMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t, bool,
                         int64_t, bool, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t,
                         int64_t, const std::optional<at::Tensor>&, bool, int64_t,
-                        const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view) {}
+                        const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view,
+                        c10::string_view) {}
 void cacheWriteMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {}
 
@@ -425,7 +436,7 @@ TORCH_LIBRARY_FRAGMENT(attnjit, m) {
         "bool alibi_sqrt=False, Tensor? output_scale=None, Tensor? causal_flags=None, int num_sms=0, "
         "int sliding_window_right=0, Tensor? q_scale=None, bool runtime_scratch=True, "
         "int attention_chunk_size=0, Tensor? mm_prefix_range=None, Tensor? qq_bias=None, "
-        "str fp32_precision=\"tf32\") -> ()");
+        "str fp32_precision=\"tf32\", str plan_tuning=\"environment\") -> ()");
   m.def("cache_write(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, "
         "str cache_format=\"auto\", Tensor? k_scale=None, Tensor? v_scale=None) -> ()");
 }
