@@ -6,7 +6,10 @@ attnjit.ops.paged_attention, timed two ways:
 
 - plain: what an engine passes without tuning (no workspace, no length hints);
 - engine: a split-KV workspace from paged_attention_workspace_bytes and the
-  batch's min/max seq_len hints.
+  batch's min/max seq_len hints;
+- tuned (with --tuned): the engine call after tuning its bucket on this batch
+  (paged_attention(..., tune=True): the plan measured fastest, recorded in the
+  disk cache), then timed with that plan.
 
 The roofline is the bytes the call must move (every visible K/V row with its
 scales, q, out) at the rate of a device-to-device copy measured in the same
@@ -24,7 +27,7 @@ format; then --random points drawn (seeded) from the whole product. Points past
 copy for each call, the 10 worst points, and the points with >= 64 MB of K/V
 below 90%.
 
-    ATTNJIT_LIBRARY=build/lib/libattnjit.so python3 bench/decode_grid.py [--random 40] [--quick]"""
+    ATTNJIT_LIBRARY=build/lib/libattnjit.so python3 bench/decode_grid.py [--random 40] [--quick] [--tuned]"""
 
 import argparse
 import itertools
@@ -142,7 +145,7 @@ def fill_cache(torch, point, num_blocks, width):
     return cache
 
 
-def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng):
+def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False):
     dtype = torch_dtype(torch, point["dtype"])
     element = torch.tensor([], dtype=dtype).element_size()
     if point["cache"] != "auto" and point["dtype"] == "f32":
@@ -181,6 +184,13 @@ def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng):
                                                       max_seq_len=max(seq_lens_host),
                                                       min_seq_len=min(seq_lens_host), **fmt),
     }
+    if tuned:
+        def engine(**extra):
+            attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, workspace=workspace,
+                                        max_seq_len=max(seq_lens_host), min_seq_len=min(seq_lens_host),
+                                        **dict(fmt, **extra))
+        engine(tune=True)
+        calls["tuned"] = lambda: engine(plan_tuning="recorded")
     moved = kv_bytes + 2 * q.numel() * element
     result = dict(point=point, kv_mb=kv_bytes / 1e6)
     for name, call in calls.items():
@@ -212,25 +222,27 @@ def main():
     parser.add_argument("--random", type=int, default=40, help="random points from the whole grid (default 40)")
     parser.add_argument("--quick", action="store_true", help="the one-axis sweeps without skewed lengths")
     parser.add_argument("--max-gib", type=float, default=16, help="skip points whose cache exceeds this many GiB")
+    parser.add_argument("--tuned", action="store_true",
+                        help="also time the engine call with the plan tuned on each point (recorded in the disk cache)")
     args = parser.parse_args()
     import torch
     import attnjit
 
     rate = copy_rate(torch)
     print("device-to-device copy: %.0f GB/s" % (rate / 1e9))
-    print("%-62s %9s %10s %7s %10s %7s" % ("point", "K/V MB", "plain ms", "copy%", "engine ms", "copy%"))
+    names = ("plain", "engine", "tuned") if args.tuned else ("plain", "engine")
+    print("%-62s %9s" % ("point", "K/V MB") + "".join(" %10s %7s" % (name + " ms", "copy%") for name in names))
     rng = random.Random(7)
     results = []
     for point in points(args.random, args.quick):
-        result = run_point(torch, attnjit, point, rate, args.max_gib, rng)
+        result = run_point(torch, attnjit, point, rate, args.max_gib, rng, args.tuned)
         if result is None:
             continue
         results.append(result)
-        print("%-62s %9.1f %10.4f %6.0f%% %10.4f %6.0f%%" % (
-            describe(point), result["kv_mb"], result["plain"][0], result["plain"][1], result["engine"][0],
-            result["engine"][1]), flush=True)
+        print("%-62s %9.1f" % (describe(point), result["kv_mb"]) +
+              "".join(" %10.4f %6.0f%%" % result[name] for name in names), flush=True)
         torch.cuda.empty_cache()
-    for name in ("plain", "engine"):
+    for name in names:
         print("\n%s call, %% of copy over %d points: %s" % (name, len(results),
                                                           distribution([r[name][1] for r in results])))
         large = [r for r in results if r["kv_mb"] >= 64]
