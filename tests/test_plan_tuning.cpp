@@ -94,7 +94,7 @@ TEST_CASE("plan tuning: a choice prints and checks its range", "[op][tune]") {
 TEST_CASE("plan tuning: records persist per device key and bad entries are ignored", "[op][tune]") {
   runtime::testing::TempDirectory directory;
   runtime::DiskCache disk(directory.path());
-  const ops::TunedPlan plan{{128, 4, false, 6, 0}, 0.051, 0.066};
+  const ops::TunedPlan plan{{128, 4, false, 6, 0}, 0.051, 0.066, false};
   {
     ops::TunedPlans plans("device A", &disk);
     CHECK_FALSE(plans.find("bucket 1").has_value());
@@ -110,7 +110,15 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
     CHECK(found->choice == plan.choice);
     CHECK(found->tunedMs == Approx(0.051));
     CHECK(found->heuristicMs == Approx(0.066));
+    CHECK_FALSE(found->keepsRule);
     CHECK_FALSE(plans.find("bucket 2").has_value());
+    // A bucket whose rule stayed says so.
+    CHECK(plans.record("bucket 3", {{64, 4, false, 1, 2}, 0.25, 0.25, true}));
+  }
+  {
+    const auto kept = ops::TunedPlans("device A", &disk).find("bucket 3");
+    REQUIRE(kept.has_value());
+    CHECK(kept->keepsRule);
   }
   // Another device (or driver, or build) has no record.
   CHECK_FALSE(ops::TunedPlans("device B", &disk).find("bucket 1").has_value());
@@ -122,9 +130,9 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
     entry.metadata = std::move(fields);
     REQUIRE(disk.store(plans.diskKey(bucket), entry));
   };
-  const runtime::StringMap good = {{"tile_size", "64"},   {"num_warps", "4"},     {"q_in_shared", "0"},
-                                   {"num_segments", "1"}, {"ctas_per_sm", "2"},   {"tuned_ms", "0.26"},
-                                   {"heuristic_ms", "0.3"}};
+  const runtime::StringMap good = {{"tile_size", "64"},   {"num_warps", "4"},   {"q_in_shared", "0"},
+                                   {"num_segments", "1"}, {"ctas_per_sm", "2"}, {"keeps_rule", "0"},
+                                   {"tuned_ms", "0.26"},  {"heuristic_ms", "0.3"}};
   forge("good", good);
   CHECK(plans.find("good").has_value());
   auto with = [&](const char* field, const char* value) {
@@ -138,14 +146,15 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
   forge("q flag", with("q_in_shared", "2"));
   forge("segments", with("num_segments", "0"));
   forge("split with cap", with("num_segments", "4"));
+  forge("rule flag", with("keeps_rule", "yes"));
   forge("negative time", with("tuned_ms", "-1"));
   forge("nan time", with("heuristic_ms", "nan"));
   runtime::StringMap missing = good;
   missing.erase("ctas_per_sm");
   forge("missing", missing);
   for (const char* bucket :
-       {"tile 48", "tile text", "warps huge", "q flag", "segments", "split with cap", "negative time", "nan time",
-        "missing"}) {
+       {"tile 48", "tile text", "warps huge", "q flag", "segments", "split with cap", "rule flag", "negative time",
+        "nan time", "missing"}) {
     INFO(bucket);
     CHECK_FALSE(plans.find(bucket).has_value());
   }

@@ -499,6 +499,10 @@ PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& p) {
   if (!bucket) return heuristic;
   const std::optional<TunedPlan> tuned = TunedPlans::process().find(*bucket);
   if (!tuned) return heuristic;
+  if (tuned->keepsRule) {
+    heuristic.origin = PlanOrigin::Tuned;
+    return heuristic;
+  }
   std::optional<PagedAttentionPlan> plan = detail::pagedAttentionPlanWithChoice(p, tuned->choice);
   return plan ? *plan : heuristic;
 }

@@ -173,8 +173,8 @@ support::Expected<PagedAttentionTuningReport> tunePagedAttention(const PagedAtte
   if (support::Status s = validatePagedAttention(p); !s) return s;
   const std::optional<std::string> bucket = detail::pagedAttentionTuningBucket(p);
   if (!bucket)
-    return tuningError("this call always takes the heuristic plan (batch-invariant and bounds-checked calls keep one "
-                       "fixed plan)");
+    return tuningError("this call always takes the op's rules (it has no max_seq_len, or is batch-invariant or "
+                       "bounds-checked)");
   if (!tunedPlanDeviceKey()) return tuningError("no CUDA device to measure on");
   auto capturing = runtime::streamIsCapturing(p.stream);
   if (!capturing) return capturing.status();
@@ -219,8 +219,8 @@ support::Expected<PagedAttentionTuningReport> tunePagedAttention(const PagedAtte
   report.chosen = keepHeuristic ? report.heuristic : *best;
   if (options.record) {
     report.recorded = true;
-    report.storedOnDisk =
-        TunedPlans::process().record(*bucket, {report.chosen.choice, report.chosen.medianMs, report.heuristic.medianMs});
+    report.storedOnDisk = TunedPlans::process().record(
+        *bucket, {report.chosen.choice, report.chosen.medianMs, report.heuristic.medianMs, keepHeuristic});
   }
   // The chosen plan runs last: out holds its result.
   std::optional<PagedAttentionPlan> chosen =

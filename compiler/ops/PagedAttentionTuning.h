@@ -20,7 +20,8 @@
 // than keepHeuristicWithin (noise must not flip plans); otherwise the first
 // candidate measured within sameWithin of the fastest wins (a cap only where
 // it gains, the fewest segments that reach the best time). The chosen plan
-// then runs once more, so out (and the LSE) hold its result.
+// then runs once more, so out (and the LSE) hold its result. A bucket whose
+// rule stayed records that, and its calls take the rule's plan exactly.
 //
 // Tuning synchronizes the call's stream, compiles up to a few dozen kernels
 // (in parallel, on compileThreads threads) and runs each candidate about 25

@@ -17,7 +17,7 @@ namespace {
 
 // Bump when the meaning of a record's fields changes: older records are then
 // never read (their key differs).
-constexpr int kTunedPlanFormat = 1;
+constexpr int kTunedPlanFormat = 2;
 
 bool powerOfTwoIn(int value, int low, int high) {
   return value >= low && value <= high && std::has_single_bit(static_cast<unsigned>(value));
@@ -48,9 +48,12 @@ std::optional<TunedPlan> decodeRecord(const runtime::StringMap& fields) {
   const auto tile = parseInt(fields, "tile_size"), warps = parseInt(fields, "num_warps"),
              qInShared = parseInt(fields, "q_in_shared"), segments = parseInt(fields, "num_segments"),
              ctas = parseInt(fields, "ctas_per_sm");
+  const auto keepsRule = parseInt(fields, "keeps_rule");
   const auto tunedMs = parseMs(fields, "tuned_ms"), heuristicMs = parseMs(fields, "heuristic_ms");
-  if (!tile || !warps || !qInShared || !segments || !ctas || !tunedMs || !heuristicMs) return std::nullopt;
-  if (*qInShared != 0 && *qInShared != 1) return std::nullopt;
+  if (!tile || !warps || !qInShared || !segments || !ctas || !keepsRule || !tunedMs || !heuristicMs)
+    return std::nullopt;
+  if ((*qInShared != 0 && *qInShared != 1) || (*keepsRule != 0 && *keepsRule != 1)) return std::nullopt;
+  plan.keepsRule = *keepsRule == 1;
   plan.choice = {*tile, *warps, *qInShared == 1, *segments, *ctas};
   plan.tunedMs = *tunedMs;
   plan.heuristicMs = *heuristicMs;
@@ -67,6 +70,7 @@ runtime::StringMap encodeRecord(const TunedPlan& plan) {
           {"q_in_shared", plan.choice.qInShared ? "1" : "0"},
           {"num_segments", std::to_string(plan.choice.numSegments)},
           {"ctas_per_sm", std::to_string(plan.choice.ctasPerSm)},
+          {"keeps_rule", plan.keepsRule ? "1" : "0"},
           {"tuned_ms", tuned},
           {"heuristic_ms", heuristic}};
 }

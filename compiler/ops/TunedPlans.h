@@ -47,11 +47,14 @@ struct PlanChoice {
   friend bool operator==(const PlanChoice&, const PlanChoice&) = default;
 };
 
-// A bucket's record: the choice, and the medians that chose it (ms).
+// A bucket's record: the choice, and the medians that chose it (ms). With
+// keepsRule the op's own plan measured fastest: calls take the rule's plan
+// exactly (choice is what it was then, for reports).
 struct TunedPlan {
   PlanChoice choice;
   double tunedMs = 0;
   double heuristicMs = 0;
+  bool keepsRule = false;
 };
 
 // The calling process's device 0, driver and attnjit build, as tuned records
