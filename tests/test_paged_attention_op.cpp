@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "tests/test_op_params.h"
 #include "tests/test_tools.h"
 #include "compiler/validation/AttentionGpu.h"
 #include "compiler/validation/AttentionProblem.h"
@@ -25,33 +26,7 @@ using support::Status;
 
 namespace {
 
-// A well-formed call (fake but aligned device addresses): bf16, 32/8 heads, D=128.
-ops::PagedAttentionParams validParams() {
-  ops::PagedAttentionParams p;
-  p.dtype = ScalarKind::BF16;
-  p.numQueryHeads = 32;
-  p.numKvHeads = 8;
-  p.headSize = 128;
-  p.blockSize = 16;
-  p.numSeqs = 4;
-  p.numTokens = 4;
-  p.maxQueryLen = 1;
-  p.scale = 0.088f;
-  p.out = 0x10000;
-  p.q = 0x20000;
-  p.kvCache = 0x30000;
-  p.blockTables = 0x40000;
-  p.seqLens = 0x50000;
-  p.cuSeqlensQ = 0x60000;
-  p.qStrideToken = p.oStrideToken = 32 * 128;
-  p.qStrideHead = p.oStrideHead = 128;
-  p.blockTableStride = 7;
-  p.kvStrideBlock = 2 * 16 * 8 * 128;
-  p.kvStrideKv = 16 * 8 * 128;
-  p.kvStrideToken = 8 * 128;
-  p.kvStrideHead = 128;
-  return p;
-}
+ops::PagedAttentionParams validParams() { return tests::validPagedAttentionParams(); }
 
 // Decode of 64 sequences with up to maxSeqLen keys on a 132-SM GPU (the H200).
 ops::PagedAttentionParams fullDecodeBatch(int maxSeqLen) {

@@ -17,6 +17,7 @@
 #include "compiler/validation/AttentionGpu.h"
 #include "runtime/DiskCache.h"
 #include "runtime/Driver.h"
+#include "tests/test_op_params.h"
 #include "tests/test_runtime_fixtures.h"
 
 using namespace attnjit;
@@ -24,35 +25,16 @@ using ops::PlanChoice;
 
 namespace {
 
-// bf16, 32/8 heads, D=128 decode of `numSeqs` sequences of up to maxSeqLen keys
-// on 132 SMs, fake but aligned device addresses.
+// The shared valid call (bf16, 32/8 heads, D=128) as a decode of `numSeqs`
+// sequences of maxSeqLen keys each, on 132 SMs.
 ops::PagedAttentionParams decodeCall(int numSeqs, int maxSeqLen) {
-  ops::PagedAttentionParams p;
-  p.dtype = ir::ScalarKind::BF16;
-  p.numQueryHeads = 32;
-  p.numKvHeads = 8;
-  p.headSize = 128;
-  p.blockSize = 16;
+  ops::PagedAttentionParams p = tests::validPagedAttentionParams();
   p.numSeqs = numSeqs;
   p.numTokens = numSeqs;
-  p.maxQueryLen = 1;
   p.maxSeqLen = maxSeqLen;
   p.minSeqLen = maxSeqLen;
   p.numSms = 132;
-  p.scale = 0.088f;
-  p.out = 0x10000;
-  p.q = 0x20000;
-  p.kvCache = 0x30000;
-  p.blockTables = 0x40000;
-  p.seqLens = 0x50000;
-  p.cuSeqlensQ = 0x60000;
-  p.qStrideToken = p.oStrideToken = 32 * 128;
-  p.qStrideHead = p.oStrideHead = 128;
   p.blockTableStride = 4096;
-  p.kvStrideBlock = 2 * 16 * 8 * 128;
-  p.kvStrideKv = 16 * 8 * 128;
-  p.kvStrideToken = 8 * 128;
-  p.kvStrideHead = 128;
   return p;
 }
 
