@@ -9,7 +9,8 @@ attnjit.ops.paged_attention, timed two ways:
   batch's min/max seq_len hints;
 - tuned (with --tuned): the engine call after tuning its bucket on this batch
   (paged_attention(..., tune=True): the plan measured fastest, recorded in the
-  disk cache), then timed with that plan.
+  disk cache), then timed with that plan; the engine column then keeps the
+  op's rules (plan_tuning="off").
 
 The roofline is the bytes the call must move (every visible K/V row with its
 scales, q, out) at the rate of a device-to-device copy measured in the same
@@ -178,17 +179,17 @@ def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False
     workspace_bytes = attnjit.ops.paged_attention_workspace_bytes(point["batch"], point["query_heads"],
                                                                   point["head_size"], max(seq_lens_host))
     workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+    def engine(**extra):
+        attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, workspace=workspace,
+                                    max_seq_len=max(seq_lens_host), min_seq_len=min(seq_lens_host),
+                                    **dict(fmt, **extra))
+
     calls = {
         "plain": lambda: attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, **fmt),
-        "engine": lambda: attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, workspace=workspace,
-                                                      max_seq_len=max(seq_lens_host),
-                                                      min_seq_len=min(seq_lens_host), **fmt),
+        # With --tuned the engine column keeps the op's rules; the tuned one takes the record.
+        "engine": (lambda: engine(plan_tuning="off")) if tuned else engine,
     }
     if tuned:
-        def engine(**extra):
-            attnjit.ops.paged_attention(q, cache, out, tables, seq_lens, cu, 1, workspace=workspace,
-                                        max_seq_len=max(seq_lens_host), min_seq_len=min(seq_lens_host),
-                                        **dict(fmt, **extra))
         engine(tune=True)
         calls["tuned"] = lambda: engine(plan_tuning="recorded")
     moved = kv_bytes + 2 * q.numel() * element
