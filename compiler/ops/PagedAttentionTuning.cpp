@@ -4,13 +4,11 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/ops/PagedAttentionPlanning.h"
 #include "compiler/ops/ReadyKernels.h"
 #include "runtime/Stream.h"
-#include "support/ParallelFor.h"
 
 namespace attnjit::ops {
 
@@ -77,29 +75,10 @@ std::map<std::string, std::string> readyCandidateKernels(const std::vector<Candi
         kernels.push_back({reduce.kernelName(), [reduce] { return compiler::buildReduceSegments(reduce); }});
     }
   }
-  std::vector<std::string> errors(kernels.size());
-  auto context = runtime::currentOrPrimaryContext();
-  if (!context) {
-    std::map<std::string, std::string> all;
-    for (const WarmupKernel& kernel : kernels) all[kernel.name] = context.diagnostic().message;
-    return all;
-  }
-  const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  support::parallelFor(
-      static_cast<int>(kernels.size()),
-      [&](int i) {
-        const WarmupKernel& kernel = kernels[static_cast<size_t>(i)];
-        if (support::Status s = runtime::makeContextCurrent(*context); !s) {
-          errors[static_cast<size_t>(i)] = s.diagnostic().message;
-          return;
-        }
-        if (auto ready = readyKernel(kernel.name, kernel.build); !ready)
-          errors[static_cast<size_t>(i)] = ready.diagnostic().message;
-      },
-      workers);
+  const std::vector<support::Status> outcomes = readyEachKernel(kernels, threads);
   std::map<std::string, std::string> failed;
   for (size_t i = 0; i < kernels.size(); ++i)
-    if (!errors[i].empty()) failed[kernels[i].name] = errors[i];
+    if (!outcomes[i]) failed[kernels[i].name] = outcomes[i].diagnostic().message;
   return failed;
 }
 

@@ -39,10 +39,13 @@ support::Expected<ReadyKernel> readyKernel(const std::string& name, const compil
   return ready.try_emplace(key, ReadyKernel{jit->loaded, jit->numThreads, jit->sharedMemoryBytes}).first->second;
 }
 
-support::Expected<int> readyKernels(const std::vector<WarmupKernel>& kernels, int threads) {
-  auto context = runtime::currentOrPrimaryContext();
-  if (!context) return context.status();
+std::vector<support::Status> readyEachKernel(const std::vector<WarmupKernel>& kernels, int threads) {
   std::vector<support::Status> outcomes(kernels.size(), support::Status::ok());
+  auto context = runtime::currentOrPrimaryContext();
+  if (!context) {
+    for (support::Status& outcome : outcomes) outcome = context.status();
+    return outcomes;
+  }
   const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   support::parallelFor(
       static_cast<int>(kernels.size()),
@@ -54,7 +57,12 @@ support::Expected<int> readyKernels(const std::vector<WarmupKernel>& kernels, in
           outcome = support::Status::error({}, "warming up '" + name + "': " + ready.diagnostic().message);
       },
       workers);
-  for (const support::Status& outcome : outcomes)
+  return outcomes;
+}
+
+support::Expected<int> readyKernels(const std::vector<WarmupKernel>& kernels, int threads) {
+  if (auto context = runtime::currentOrPrimaryContext(); !context) return context.status();
+  for (const support::Status& outcome : readyEachKernel(kernels, threads))
     if (!outcome) return outcome;
   return static_cast<int>(kernels.size());
 }

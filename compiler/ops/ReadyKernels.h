@@ -30,6 +30,11 @@ struct WarmupKernel {
   compiler::KernelFactory build;
 };
 
+// readyKernel for each kernel on up to `threads` threads (0: every core), in
+// the calling thread's current context (device 0's primary when none is): each
+// kernel's outcome, by index (an error names the kernel).
+std::vector<support::Status> readyEachKernel(const std::vector<WarmupKernel>& kernels, int threads);
+
 // readyKernel for each kernel on up to `threads` threads (0: every core),
 // in the calling thread's current context (device 0's primary when none is):
 // what the ops' warm-up functions run. The number made ready, or the first
