@@ -67,15 +67,15 @@ int runBench(const ParsedArguments& args) {
       reportError(s.diagnostic());
       return kExitUserError;
     }
-  using OpCall = validation::GpuRunOptions::OpCall;
-  OpCall opCall = OpCall::Engine;
+  auto opCall = validation::GpuRunOptions::OpCall::Engine;
   if (args.has("--op-call")) {
     const std::string call = args.value("--op-call");
-    if (!throughOp || (call != "engine" && call != "no-workspace" && call != "plain")) {
+    const auto named = validation::GpuRunOptions::opCallNamed(call);
+    if (!throughOp || !named) {
       reportUsageError("bench", "--op-call takes engine, no-workspace or plain, with --op; got '" + call + "'");
       return kExitUserError;
     }
-    opCall = call == "engine" ? OpCall::Engine : call == "no-workspace" ? OpCall::NoWorkspace : OpCall::Plain;
+    opCall = *named;
   }
   if (!runtime::driverAvailable()) {
     reportUsageError("bench", runtime::driverStatus().diagnostic().message);

@@ -52,17 +52,17 @@ int runTune(const ParsedArguments& args) {
     reportError(s.diagnostic());
     return kExitUserError;
   }
-  using OpCall = validation::GpuRunOptions::OpCall;
   validation::GpuRunOptions options;
   options.tunePlan = true;
   options.timedIterations = 50;
   if (args.has("--op-call")) {
     const std::string call = args.value("--op-call");
-    if (call != "engine" && call != "no-workspace" && call != "plain") {
+    const auto named = validation::GpuRunOptions::opCallNamed(call);
+    if (!named) {
       reportUsageError("tune", "--op-call takes engine, no-workspace or plain; got '" + call + "'");
       return kExitUserError;
     }
-    options.opCall = call == "engine" ? OpCall::Engine : call == "no-workspace" ? OpCall::NoWorkspace : OpCall::Plain;
+    options.opCall = *named;
   }
   if (!runtime::driverAvailable()) {
     reportUsageError("tune", runtime::driverStatus().diagnostic().message);

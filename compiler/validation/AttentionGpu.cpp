@@ -195,6 +195,13 @@ support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAt
   return result;
 }
 
+std::optional<GpuRunOptions::OpCall> GpuRunOptions::opCallNamed(const std::string& name) {
+  if (name == "engine") return OpCall::Engine;
+  if (name == "no-workspace") return OpCall::NoWorkspace;
+  if (name == "plain") return OpCall::Plain;
+  return std::nullopt;
+}
+
 // ---- runPagedAttentionOpGpu: the problem launched through the op API. ----
 
 support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,

@@ -27,6 +27,8 @@ struct GpuRunOptions {
     Plain,        // neither hints nor workspace
   };
   OpCall opCall = OpCall::Engine;
+  // "engine", "no-workspace" or "plain" (the CLI's --op-call); nullopt for anything else.
+  static std::optional<OpCall> opCallNamed(const std::string& name);
   // runPagedAttentionOpGpu: tune the call's bucket first (ops::tunePagedAttention,
   // recorded for later calls), then check and time the op with the chosen plan.
   bool tunePlan = false;
