@@ -489,12 +489,13 @@ support::Expected<PlanTuningMode> planTuningMode(const PagedAttentionParams& p) 
 
 }  // namespace detail
 
-PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& p) {
+namespace {
+
+// The call's plan: the rules', or a record's where `consultRecords` and the
+// call's bucket has one on this device.
+PagedAttentionPlan planConsulting(const PagedAttentionParams& p, bool consultRecords) {
   PagedAttentionPlan heuristic = heuristicPlan(p);
-  auto mode = detail::planTuningMode(p);
-  // An unreadable ATTNJIT_TUNE is validatePagedAttention's error; planned as recorded.
-  if (mode && *mode == PlanTuningMode::Off) return heuristic;
-  if (!tunedPlanDeviceKey()) return heuristic;
+  if (!consultRecords || !tunedPlanDeviceKey()) return heuristic;
   const std::optional<std::string> bucket = detail::pagedAttentionTuningBucket(p);
   if (!bucket) return heuristic;
   const std::optional<TunedPlan> tuned = TunedPlans::process().find(*bucket);
@@ -505,6 +506,14 @@ PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& p) {
   }
   std::optional<PagedAttentionPlan> plan = detail::pagedAttentionPlanWithChoice(p, tuned->choice);
   return plan ? *plan : heuristic;
+}
+
+}  // namespace
+
+PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& p) {
+  // An unreadable ATTNJIT_TUNE is validatePagedAttention's error; planned as recorded.
+  auto mode = detail::planTuningMode(p);
+  return planConsulting(p, !mode || *mode != PlanTuningMode::Off);
 }
 
 std::string describeSplitAndOccupancy(const PagedAttentionPlan& plan) {
@@ -704,8 +713,9 @@ support::Status detail::validatePagedAttentionPlan(const PagedAttentionParams& p
 }
 
 support::Status validatePagedAttention(const PagedAttentionParams& p) {
-  if (auto mode = detail::planTuningMode(p); !mode) return argumentError(mode.diagnostic().message);
-  const PagedAttentionPlan plan = pagedAttentionPlan(p);
+  auto mode = detail::planTuningMode(p);
+  if (!mode) return argumentError(mode.diagnostic().message);
+  const PagedAttentionPlan plan = planConsulting(p, *mode != PlanTuningMode::Off);
   return validateFor(p, plan.config, plan.split);
 }
 
@@ -837,7 +847,7 @@ support::Status launchPagedAttentionPlan(const PagedAttentionParams& p, const Pa
 support::Status pagedAttention(const PagedAttentionParams& p) {
   auto mode = detail::planTuningMode(p);
   if (!mode) return argumentError(mode.diagnostic().message);
-  const PagedAttentionPlan plan = pagedAttentionPlan(p);
+  const PagedAttentionPlan plan = planConsulting(p, *mode != PlanTuningMode::Off);
   if (support::Status s = validateFor(p, plan.config, plan.split); !s) return s;
   if (*mode == PlanTuningMode::OnFirstUse && plan.origin == PlanOrigin::Heuristic)
     if (std::optional<support::Status> tuned = detail::tuneOnFirstUse(p)) return *tuned;
