@@ -155,6 +155,15 @@ attnjit_status toFp32Precision(const char* function, int precision, attnjit::com
                                                   " is not an attnjit_fp32_precision (TF32, IEEE)");
 }
 
+attnjit_status toScaleLayout(const char* function, int layout, attnjit::compiler::KvScaleLayout* out) {
+  switch (layout) {
+    case ATTNJIT_KV_SCALES_INLINE: *out = attnjit::compiler::KvScaleLayout::Inline; return ATTNJIT_OK;
+    case ATTNJIT_KV_SCALES_SEPARATE: *out = attnjit::compiler::KvScaleLayout::Separate; return ATTNJIT_OK;
+  }
+  return fail(ATTNJIT_ERROR_INVALID_ARGUMENT, std::string(function) + ": kv_scale_layout " + std::to_string(layout) +
+                                                  " is not an attnjit_kv_scale_layout (INLINE, SEPARATE)");
+}
+
 attnjit_status toPlanTuning(const char* function, int tuning, attnjit::ops::PlanTuning* out) {
   using attnjit::ops::PlanTuning;
   switch (tuning) {
@@ -231,6 +240,13 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   if (attnjit_status s = toFp32Precision(function, enumValue(c.fp32_precision), &p->fp32Precision); s != ATTNJIT_OK)
     return s;
   if (attnjit_status s = toPlanTuning(function, enumValue(c.plan_tuning), &p->tuning); s != ATTNJIT_OK) return s;
+  if (attnjit_status s = toScaleLayout(function, enumValue(c.kv_scale_layout), &p->kvScaleLayout); s != ATTNJIT_OK)
+    return s;
+  p->kScaleCache = c.k_scale_cache;
+  p->vScaleCache = c.v_scale_cache;
+  p->scaleStrideBlock = c.scale_stride_block;
+  p->scaleStrideToken = c.scale_stride_token;
+  p->scaleStrideHead = c.scale_stride_head;
   return ATTNJIT_OK;
 }
 

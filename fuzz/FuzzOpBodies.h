@@ -185,6 +185,10 @@ inline ops::PagedAttentionParams readPagedAttentionParams(ParamReader& in) {
   if (in.flag()) p.qqBias = in.pointer();
   p.qqBiasStride = in.flag() ? 0 : in.integer<std::int64_t>();
   p.fp32Precision = in.flag() ? compiler::Fp32Precision::Ieee : compiler::Fp32Precision::Tf32;
+  p.kvScaleLayout = in.flag() ? compiler::KvScaleLayout::Separate : compiler::KvScaleLayout::Inline;
+  if (in.flag()) p.kScaleCache = in.pointer(), p.vScaleCache = in.pointer();
+  p.scaleStrideBlock = in.integer<std::int64_t>(), p.scaleStrideToken = in.integer<std::int64_t>();
+  p.scaleStrideHead = in.integer<std::int64_t>();
   return p;
 }
 

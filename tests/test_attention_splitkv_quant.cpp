@@ -3,6 +3,7 @@
 // batch invariance, on the interpreter against the float64 reference run on the
 // dequantized cache. [gpu] cases run the same on the GPU.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -113,6 +114,63 @@ TEST_CASE("quantized KV caches: names, parameters, stride promises, validation",
   c.kvCacheFormat = KvCacheFormat::Int8PerTokenHead;
   CHECK(c.validate().isOk());
   CHECK(c.kvStrideDivisibility() == 1);  // 85-byte rows promise nothing
+}
+
+TEST_CASE("separate per-token-head scales (vLLM's layout): every format, dtypes, split-KV, DiffKV",
+          "[attention][quant][sepscales]") {
+  // The harness keeps the scales in [blocks, block_size, Hkv] tensors with a
+  // padded block stride and NaN wherever no key was written.
+  for (KvCacheFormat format : {KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
+                               KvCacheFormat::Int4PerTokenHead})
+    for (ScalarKind dtype : {ScalarKind::F16, ScalarKind::BF16, ScalarKind::F32}) {
+      UnifiedAttentionConfig c = smallConfig(dtype, format);
+      c.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+      INFO(c.kernelName());
+      runAndCheck(c, mixedAttentionBatch(21));
+      if (dtype != ScalarKind::BF16) continue;
+      runAndCheck(c, mixedAttentionBatch(22), /*afterPasses=*/true);
+      BatchShape split = mixedAttentionBatch(23);
+      split.segmentTiles = 2;
+      c.splitKv = true;
+      c.outputLse = true;
+      c.sinks = true;
+      c.slidingWindow = 45;
+      runAndCheck(c, split);
+    }
+  // DiffKV's packed rows: a K row and a V row of values only.
+  UnifiedAttentionConfig diffkv = smallConfig(ScalarKind::BF16, KvCacheFormat::Fp8PerTokenHead);
+  diffkv.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  diffkv.headSize = 96;
+  diffkv.valueHeadSize = 64;
+  CHECK(diffkv.keyRowElements() == 96);
+  CHECK(diffkv.valueRowElements() == 64);
+  runAndCheck(diffkv, mixedAttentionBatch(24), /*afterPasses=*/true);
+}
+
+TEST_CASE("separate per-token-head scales: names, parameters, stride promises, validation", "[attention][quant][sepscales]") {
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int8PerTokenHead);
+  c.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  CHECK(c.kernelName() == "unified_attention_bf16_h8kv2_d80_bs16_causal_int8_per_token_head_sepscales");
+  CHECK(c.kvStrideDivisibility() == 16);  // rows of 80 bytes, no scale
+  auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(kernel.isOk());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < (*kernel)->numParameters(); ++i) names.push_back((*kernel)->parameter(i)->name());
+  auto position = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) - names.begin();
+  };
+  CHECK(position("k_scale_cache") == 6);
+  CHECK(position("v_scale_cache") == 7);
+  CHECK(position("scale_stride_block") + 3 == static_cast<ptrdiff_t>(names.size()));
+  CHECK(names.back() == "scale_stride_head");
+  c.kvCacheFormat = KvCacheFormat::Int4PerTokenHead;
+  CHECK(c.kvStrideDivisibility() == 8);  // 40 bytes
+  c.headSize = 50;
+  CHECK(c.kvStrideDivisibility() == 1);  // 25 bytes
+  c.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+  CHECK(c.validate().diagnostic().message ==
+        "kv_scales separate needs a per-token-head cache (int8_per_token_head, fp8_per_token_head or "
+        "int4_per_token_head), got kv_cache_dtype fp8_e4m3");
 }
 
 TEST_CASE("LSE output: 2D, with sinks and a window, GQA", "[attention][lse]") {
@@ -240,6 +298,20 @@ TEST_CASE("spec: kv_cache_dtype, output_lse and split_kv fields", "[spec][quant]
   CHECK(bad.diagnostic().str() ==
         "q.yaml:9:19: error: 'kv_cache_dtype' must be one of auto, fp8_e4m3 (or fp8), fp8_e5m2, int8_per_token_head, "
         "fp8_per_token_head, int4_per_token_head, got 'int3'");
+  auto separate = attnjit::compiler::loadSpecText(
+      base + "  kv_cache_dtype: int8_per_token_head\n  kv_scales: [inline, separate]\n", "q.yaml");
+  REQUIRE(separate.isOk());
+  REQUIRE(separate->variants.size() == 2);
+  CHECK(separate->variants[1].name == "unified_attention_bf16_h8kv2_d64_bs16_causal_int8_per_token_head_sepscales");
+  CHECK(attnjit::compiler::formatSpecParams(separate->variants[1].attention).find(" kv_scales=separate") !=
+        std::string::npos);
+  auto badLayout = attnjit::compiler::loadSpecText(base + "  kv_scales: outside\n", "q.yaml");
+  REQUIRE_FALSE(badLayout.isOk());
+  CHECK(badLayout.diagnostic().str() == "q.yaml:9:14: error: 'kv_scales' must be inline or separate, got 'outside'");
+  auto notPerTokenHead = attnjit::compiler::loadSpecText(base + "  kv_scales: separate\n", "q.yaml");
+  REQUIRE_FALSE(notPerTokenHead.isOk());
+  CHECK(notPerTokenHead.diagnostic().message.find("kv_scales separate needs a per-token-head cache") !=
+        std::string::npos);
 }
 
 TEST_CASE("per-tensor fp8 caches meet bf16 q in f16 with fp8_dot_dtype f16", "[attention][quant][fp8dots]") {
@@ -351,6 +423,19 @@ TEST_CASE("GPU: quantized caches, LSE, split-KV and batch invariance", "[gpu]") 
       c.headSize = 128;
       checkOnGpu(c, shape, sm80);
     }
+  // Separate per-token-head scales (vLLM's layout) on the op's 128-key decode
+  // tiles and the prefill tiles.
+  for (KvCacheFormat format : {KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
+                               KvCacheFormat::Int4PerTokenHead})
+    for (int tileSize : {32, 128}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+      c.numQueryHeads = 32;
+      c.numKvHeads = 8;
+      c.headSize = 128;
+      c.tileSize = tileSize;
+      c.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+      checkOnGpu(c, shape);
+    }
   for (int segmentTiles : {1, 3, 16}) {
     BatchShape split = shape;
     split.segmentTiles = segmentTiles;
@@ -431,6 +516,12 @@ TEST_CASE("ptxas assembles quantized, LSE and split-KV variants and reduce_segme
       c.tileSize = tileSize;
       configs.push_back(c);
     }
+  for (KvCacheFormat format : {KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Int4PerTokenHead}) {
+    UnifiedAttentionConfig separate = configs[format == KvCacheFormat::Int8PerTokenHead ? 5 : 9];
+    REQUIRE(separate.kvCacheFormat == format);
+    separate.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+    configs.push_back(separate);
+  }
   UnifiedAttentionConfig split = smallConfig(ScalarKind::F16, KvCacheFormat::Int4PerTokenHead);
   split.splitKv = true;
   split.outputLse = true;

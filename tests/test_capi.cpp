@@ -398,6 +398,26 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
   CHECK_THAT(lastError(), Catch::Contains("plan_tuning 4 is not an attnjit_plan_tuning"));
   paged.plan_tuning = ATTNJIT_PLAN_TUNING_OFF;
   if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &paged) == ATTNJIT_OK);
+  // Separate per-token-head scales: the layout enum, the tensors and their strides are read.
+  {
+    attnjit_paged_attention_params separate = validPagedAttention();
+    separate.kv_scale_layout = static_cast<attnjit_kv_scale_layout>(2);
+    CHECK(attnjit_paged_attention_validate(runtime, &separate) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(lastError(), Catch::Contains("kv_scale_layout 2 is not an attnjit_kv_scale_layout (INLINE, SEPARATE)"));
+    separate.kv_scale_layout = ATTNJIT_KV_SCALES_SEPARATE;
+    separate.kv_cache_format = ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD;
+    separate.k_scale_cache = 0x90000;
+    separate.v_scale_cache = 0x98000;
+    CHECK(attnjit_paged_attention_validate(runtime, &separate) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(lastError(), Catch::Contains("scale_stride_block (0) must be positive"));
+    separate.scale_stride_block = 128;
+    separate.scale_stride_token = 8;
+    separate.scale_stride_head = 1;
+    if (!boundsFromEnvironment) CHECK(attnjit_paged_attention_validate(runtime, &separate) == ATTNJIT_OK);
+    separate.kv_scale_layout = ATTNJIT_KV_SCALES_INLINE;
+    CHECK(attnjit_paged_attention_validate(runtime, &separate) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(lastError(), Catch::Contains("only used with separate per-token-head scales"));
+  }
   // Tuning: a call that keeps the rules (no max_seq_len) is refused before the GPU.
   double ruleMs = -1, tunedMs = -1;
   paged.max_seq_len = 0;

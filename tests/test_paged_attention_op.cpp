@@ -274,6 +274,38 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   CHECK(ops::pagedAttentionWorkspaceBytes(64, 32, 128, 512).value() == 0);  // one segment: never split
 }
 
+TEST_CASE("paged attention op: separate per-token-head scales are validated and select their kernel",
+          "[op][sepscales]") {
+  auto p = validParams();  // rows of D = 128 bytes: the bf16 strides halved
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;
+  p.kvScaleLayout = compiler::KvScaleLayout::Separate;
+  p.kvStrideBlock = 2 * 16 * 8 * 128, p.kvStrideKv = 16 * 8 * 128, p.kvStrideToken = 8 * 128, p.kvStrideHead = 128;
+  CHECK(validationMessage(p) == "paged attention: k_scale_cache is a null pointer");
+  p.kScaleCache = 0x70000;
+  p.vScaleCache = 0x70002;
+  CHECK(validationMessage(p) ==
+        "paged attention: v_scale_cache (0x70002) is not 4-byte aligned, as the kernel is compiled to assume");
+  p.vScaleCache = 0x78000;
+  CHECK(validationMessage(p) == "paged attention: scale_stride_block (0) must be positive");
+  p.scaleStrideBlock = 16 * 8, p.scaleStrideToken = 8, p.scaleStrideHead = 1;
+  CHECK(validationMessage(p) == "ok");
+  p.runtimeScratch = false;
+  CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_fp8_per_token_head_sepscales_t128");
+  p.kvStrideHead = 132;  // rows of values only promise 16-byte multiples
+  CHECK(validationMessage(p) == "paged attention: kv_stride_head (132) must be a multiple of 16 for head size 128 "
+                                "and kv_cache_dtype fp8_per_token_head");
+  // Scale tensors without the layout, or the layout on a cache without row scales.
+  p = validParams();
+  p.kScaleCache = 0x70000;
+  CHECK(validationMessage(p) ==
+        "paged attention: k_scale_cache/v_scale_cache and their strides are only used with separate per-token-head "
+        "scales (kv_scale_layout separate); kv_cache_dtype is auto, kv_scale_layout inline");
+  p = validParams();
+  p.kvScaleLayout = compiler::KvScaleLayout::Separate;
+  CHECK(validationMessage(p).find("kv_scales separate needs a per-token-head cache") != std::string::npos);
+}
+
 TEST_CASE("paged attention op: chunked local attention, ranges and qq_bias select and validate", "[op][masks]") {
   auto unsplit = [](ops::PagedAttentionParams params) {
     params.runtimeScratch = false;
@@ -777,6 +809,22 @@ TEST_CASE("paged attention op: bench's op runner launches what the op picks and 
   const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
   CHECK(run.numSegments == 1);
   CHECK(run.kernelName.find("_m128") != std::string::npos);
+}
+
+TEST_CASE("paged attention op: separate per-token-head scales through the op", "[gpu][op][sepscales]") {
+  if (!tests::gpuPresent()) return;
+  compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D=128, block 16
+  config.kvScaleLayout = compiler::KvScaleLayout::Separate;  // scale tensors found by their labels
+  for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Int8PerTokenHead,
+                                         compiler::KvCacheFormat::Fp8PerTokenHead,
+                                         compiler::KvCacheFormat::Int4PerTokenHead}) {
+    config.kvCacheFormat = format;
+    const validation::PagedAttentionOpRun split = runOpChecked(config, unevenDecodes());
+    CHECK(split.kernelName.find("_sepscales") != std::string::npos);
+    CHECK(split.numSegments >= 2);
+    const validation::PagedAttentionOpRun prefill = runOpChecked(config, prefillAndChunk());
+    CHECK(prefill.kernelName.find("_m128") != std::string::npos);
+  }
 }
 
 TEST_CASE("paged attention op: fp8 output and sqrt-ALiBi, 2D and split, through the op", "[gpu][op]") {

@@ -58,8 +58,20 @@ int kvCacheScaleByteOffset(KvCacheFormat format, int headSize) {
   return format == KvCacheFormat::Int4PerTokenHead ? headSize / 2 : headSize;
 }
 
-int kvCacheRowElements(KvCacheFormat format, int headSize) {
-  return isPerTokenHead(format) ? kvCacheScaleByteOffset(format, headSize) + 4 : headSize;
+int kvCacheRowElements(KvCacheFormat format, int headSize, KvScaleLayout layout) {
+  if (!isPerTokenHead(format)) return headSize;
+  const int valueBytes = kvCacheScaleByteOffset(format, headSize);
+  return layout == KvScaleLayout::Separate ? valueBytes : valueBytes + 4;
+}
+
+const char* kvScaleLayoutName(KvScaleLayout layout) {
+  return layout == KvScaleLayout::Separate ? "separate" : "inline";
+}
+
+std::optional<KvScaleLayout> parseKvScaleLayout(std::string_view name) {
+  if (name == "inline") return KvScaleLayout::Inline;
+  if (name == "separate") return KvScaleLayout::Separate;
+  return std::nullopt;
 }
 
 double kvCacheQuantMax(KvCacheFormat format) {

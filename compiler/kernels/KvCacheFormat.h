@@ -18,10 +18,19 @@
 // int4 rows pack two values per byte: element 2i in the low nibble of byte i,
 // element 2i + 1 in the high nibble, each a two's-complement number in [-8, 7]
 // (the writer uses [-7, 7]: QMAX = 7).
+//
+// Scale layout (KvScaleLayout) of the per-token-head formats: `inline` is the
+// layout above; `separate` is vLLM's current one, whose (token, head) rows hold
+// only the D quantized bytes (D/2 for int4) and whose f32 scales live in two
+// tensors of their own, k_scale_cache and v_scale_cache [num_blocks, block_size,
+// Hkv] with strides (block, token, head) in f32 elements (possibly views into the
+// cache's own allocation). Rows of D bytes keep the cache 16-byte aligned where D
+// is a multiple of 16, so K and V move in 16-byte copies.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ir/Types.h"
 
@@ -35,6 +44,15 @@ enum class KvCacheFormat {
   Fp8PerTokenHead,    // e4m3, inline f32 scale per (token, head) row
   Int4PerTokenHead,   // two values per byte, inline f32 scale per (token, head) row
 };
+
+enum class KvScaleLayout {
+  Inline,    // the f32 scale after the row's values
+  Separate,  // scales in k_scale_cache / v_scale_cache, rows hold values only
+};
+
+// "inline" or "separate".
+const char* kvScaleLayoutName(KvScaleLayout layout);
+std::optional<KvScaleLayout> parseKvScaleLayout(std::string_view name);
 
 // vLLM's kv_cache_dtype spelling: "auto", "fp8_e4m3", "fp8_e5m2",
 // "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head" ("fp8" is
@@ -51,8 +69,9 @@ ir::ScalarKind kvCacheValueKind(KvCacheFormat format, ir::ScalarKind dtype);
 // The cache pointer's element type: the value type, except i8 (bytes) for the
 // per-token-head formats, whose rows mix values and an f32 scale.
 ir::ScalarKind kvCachePointerKind(KvCacheFormat format, ir::ScalarKind dtype);
-// Cache pointer elements per (token, head) row: D, D + 4, or D/2 + 4 (int4).
-int kvCacheRowElements(KvCacheFormat format, int headSize);
+// Cache pointer elements per (token, head) row: D, D + 4, or D/2 + 4 (int4);
+// with separate scales D, or D/2 (int4).
+int kvCacheRowElements(KvCacheFormat format, int headSize, KvScaleLayout layout = KvScaleLayout::Inline);
 // Where the inline scale starts in a per-token-head row, in bytes: D, or D/2 (int4).
 int kvCacheScaleByteOffset(KvCacheFormat format, int headSize);
 // Largest quantized magnitude: 127 (int8), 7 (int4), 448 (e4m3), 57344 (e5m2); 0 for auto.

@@ -215,6 +215,7 @@ class AttentionBuilder {
     // and whether each row's query lies in it.
     std::vector<Value*> rangeFirst, rangeLast, rangeFirstKeys, rangeLastKeys, rowInRange2d;
     // K/V addressing.
+    Value *kScaleBase = nullptr, *vScaleBase = nullptr;  // separate per-token-head scales, this KV head's
     Value *blockSizeN = nullptr, *offsN = nullptr, *blockTableRow = nullptr, *kBase = nullptr, *vBase = nullptr,
           *dimMaskCol = nullptr;
     // Score modifiers.
@@ -245,6 +246,9 @@ class AttentionBuilder {
   Value* mmPrefixRange_ = nullptr;                    // mm_prefix_ranges
   Value* outputScale_ = nullptr;                      // 2D with output_fp8
   Value *kScale_ = nullptr, *vScale_ = nullptr;       // per-tensor fp8 caches
+  // Separate per-token-head scales: the tensors and their strides (f32 elements).
+  Value *kScaleCache_ = nullptr, *vScaleCache_ = nullptr, *scaleStrideBlock_ = nullptr,
+        *scaleStrideToken_ = nullptr, *scaleStrideHead_ = nullptr;
   Value* causalFlags_ = nullptr;                      // per-sequence causal flags
   Value *lse_ = nullptr, *lseStrideHead_ = nullptr;   // 2D with output_lse
   Value *boundsRecord_ = nullptr, *numBlocks_ = nullptr, *numTokens_ = nullptr;  // check_bounds
@@ -291,6 +295,10 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   if (config_.outputFp8 && !config_.splitKv)
     outputScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "output_scale");
   if (config_.outputLse && !config_.splitKv) lse_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "lse");
+  if (config_.separateScales()) {
+    kScaleCache_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale_cache");
+    vScaleCache_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale_cache");
+  }
   if (config_.checkBounds) boundsRecord_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "bounds_record");
   scale_ = kernel.addParameter(f32(), "scale");
   numSeqs_ = kernel.addParameter(i32(), "num_seqs");
@@ -319,6 +327,11 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
   kvStrideHead_ = kernel.addParameter(i64(), "kv_stride_head", cacheStride);
   if (lse_) lseStrideHead_ = kernel.addParameter(i64(), "lse_stride_head");
   if (config_.qqBias) qqBiasStride_ = kernel.addParameter(i64(), "qq_bias_stride");
+  if (config_.separateScales()) {
+    scaleStrideBlock_ = kernel.addParameter(i64(), "scale_stride_block");
+    scaleStrideToken_ = kernel.addParameter(i64(), "scale_stride_token");
+    scaleStrideHead_ = kernel.addParameter(i64(), "scale_stride_head");
+  }
   if (config_.splitKv) {
     numSegments_ = kernel.addParameter(i32(), "num_segments");
     segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
@@ -703,6 +716,11 @@ void AttentionBuilder::buildKvAddressing(Value* seqIdx) {
   Value* kvHeadOffset = b_.mul(b_.cast(kvHeadIdx_, I64), kvStrideHead_, "kv_head_offset");
   p_.kBase = b_.addPtr(kvCache_, kvHeadOffset, "k_base");
   p_.vBase = b_.addPtr(p_.kBase, kvStrideKv_, "v_base");
+  if (config_.separateScales()) {
+    Value* scaleHeadOffset = b_.mul(b_.cast(kvHeadIdx_, I64), scaleStrideHead_, "scale_head_offset");
+    p_.kScaleBase = b_.addPtr(kScaleCache_, scaleHeadOffset, "k_scale_base");
+    p_.vScaleBase = b_.addPtr(vScaleCache_, scaleHeadOffset, "v_scale_base");
+  }
   p_.dimMaskCol = asColumn(p_.dimMask, N, "dim_mask_col");
   if (config_.checkBounds)
     checkBlockTableEntries(seqIdx, p_.blockTableRow, p_.tileStart, p_.tileEnd, p_.maxSeqPrefixLen, p_.firstAllowedKey);
@@ -947,8 +965,18 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
   std::vector<Value*> vGroups;
   if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
-  Value* kRowScale = p_.rowScales ? loadRowScales(p_.kBase, slotOffset, tileMask, c_.headSize, "k") : nullptr;
-  Value* vRowScale = p_.rowScales ? loadRowScales(p_.vBase, slotOffset, tileMask, c_.valueHeadSize, "v") : nullptr;
+  Value *kRowScale = nullptr, *vRowScale = nullptr;
+  if (config_.separateScales()) {
+    // One f32 per key from each scale tensor, masked keys reading 0.
+    Value* scaleSlot = b_.add(b_.mul(physicalBlock, splatTo(scaleStrideBlock_, {N})),
+                              b_.mul(tokenInBlock, splatTo(scaleStrideToken_, {N})), "scale_slot");
+    Value* zeroScales = b_.constFloat(0.0, Type::tile({N}, f32()), "zero_scales");
+    kRowScale = b_.load(b_.addPtr(splatTo(p_.kScaleBase, {N}), scaleSlot), tileMask, zeroScales, "k_scale");
+    vRowScale = b_.load(b_.addPtr(splatTo(p_.vScaleBase, {N}), scaleSlot), tileMask, zeroScales, "v_scale");
+  } else if (p_.rowScales) {
+    kRowScale = loadRowScales(p_.kBase, slotOffset, tileMask, c_.headSize, "k");
+    vRowScale = loadRowScales(p_.vBase, slotOffset, tileMask, c_.valueHeadSize, "v");
+  }
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
   Value* qk = p_.zeroScores;
@@ -1220,6 +1248,13 @@ int UnifiedAttentionConfig::rightWindow() const {
 int UnifiedAttentionConfig::kvStrideDivisibility() const {
   // Per-token-head rows are D + 4 bytes (D/2 + 4 for int4): 4-byte multiples at best.
   // DiffKV's packed rows hold a K row and a V row, and kv_stride_kv is the K row.
+  if (separateScales()) {
+    // Rows of value bytes only: the largest power of two up to 16 dividing both.
+    const int rowBytes = std::gcd(keyRowElements(), valueRowElements());
+    int divisibility = 16;
+    while (rowBytes % divisibility != 0) divisibility /= 2;
+    return divisibility;
+  }
   if (isPerTokenHead(kvCacheFormat)) {
     const bool fourByteRows = kvCacheScaleByteOffset(kvCacheFormat, headSize) % 4 == 0 &&
                               kvCacheScaleByteOffset(kvCacheFormat, effectiveValueHeadSize()) % 4 == 0;
@@ -1251,6 +1286,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (qqBias) name += "_qqbias";
   if (perSequenceCausal) name += "_seqcausal";
   if (kvCacheFormat != KvCacheFormat::Auto) name += std::string("_") + kvCacheFormatName(kvCacheFormat);
+  if (separateScales()) name += "_sepscales";
   if (outputFp8) name += "_outfp8";
   if (queryFp8) name += "_qfp8";
   if (dotKind() != dtype) name += "_f16dots";
@@ -1327,6 +1363,10 @@ support::Status UnifiedAttentionConfig::validate() const {
                        kvCacheFormatName(kvCacheFormat));
   if (fp8DotDtype == Fp8DotDtype::F16 && dtype == ScalarKind::F32)
     return configError("fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");
+  if (kvScaleLayout == KvScaleLayout::Separate && !isPerTokenHead(kvCacheFormat))
+    return configError(std::string("kv_scales separate needs a per-token-head cache (int8_per_token_head, "
+                                   "fp8_per_token_head or int4_per_token_head), got kv_cache_dtype ") +
+                       kvCacheFormatName(kvCacheFormat));
   if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && headSize % 2 != 0)
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");

@@ -143,6 +143,11 @@ struct UnifiedAttentionConfig {
   // fp8 scales multiply the scores and the output, per-token-head scales the scores
   // (k_scale[j]) and P's columns (v_scale[j]), as vLLM does.
   KvCacheFormat kvCacheFormat = KvCacheFormat::Auto;
+  // Per-token-head formats only: where the row scales are (KvCacheFormat.h).
+  // Separate: rows hold only the quantized values and the scales are read from
+  // the parameters k_scale_cache and v_scale_cache (f32) at block ·
+  // scale_stride_block + token · scale_stride_token + head · scale_stride_head.
+  KvScaleLayout kvScaleLayout = KvScaleLayout::Inline;
   // Also write each query row's natural-log LSE, log Σ exp(s) (sinks included),
   // to lse[head · lse_stride_head + token] (f32): what merge_attn_states and
   // context parallelism combine partial results by.
@@ -196,6 +201,13 @@ struct UnifiedAttentionConfig {
   int effectiveValueHeadSize() const { return valueHeadSize > 0 ? valueHeadSize : headSize; }  // Dv
   int valueHeadSizePadded() const;  // next power of two >= Dv: the scratch rows' width
   bool differentValueHeadSize() const { return effectiveValueHeadSize() != headSize; }
+  // Per-token-head scales read from k_scale_cache / v_scale_cache.
+  bool separateScales() const {
+    return isPerTokenHead(kvCacheFormat) && kvScaleLayout == KvScaleLayout::Separate;
+  }
+  // Cache elements of a K row and of a V row (kvCacheRowElements).
+  int keyRowElements() const { return kvCacheRowElements(kvCacheFormat, headSize, kvScaleLayout); }
+  int valueRowElements() const { return kvCacheRowElements(kvCacheFormat, effectiveValueHeadSize(), kvScaleLayout); }
   // The divisibility the KV cache strides (in cache elements) are promised to have.
   // The non-causal right bound in force: j - p < rightWindow(), 0 = none.
   int rightWindow() const;
@@ -222,10 +234,13 @@ struct UnifiedAttentionConfig {
 // [Hq] (alibi), sinks ptr<f32> [Hq] (sinks), qq_bias ptr<f32> (qq_bias),
 // mm_prefix_range ptr<i32> [num_seqs, mm_prefix_ranges, 2] (mm_prefix_ranges),
 // output_scale ptr<f32> (output_fp8, 2D; out is then ptr<f8e4m3>), lse ptr<f32>
-// (output_lse, 2D).
+// (output_lse, 2D), then k_scale_cache and v_scale_cache ptr<f32> (separate
+// per-token-head scales).
 // Pointers thus stay ahead of scalars, the order the problem harnesses pass
 // arguments in. With output_lse (2D) lse_stride_head i64 follows the strides,
-// then with qq_bias qq_bias_stride i64.
+// then with qq_bias qq_bias_stride i64, then with separate scales
+// scale_stride_block, scale_stride_token, scale_stride_head i64 (f32 elements;
+// shared by both scale tensors).
 // Split-KV (3D) replaces out by segm_output, segm_max, segm_expsum (f32), drops
 // o_stride_token and o_stride_head, and ends with num_segments i32 and
 // segment_tiles i32.

@@ -68,6 +68,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   config.blockSize = p.blockSize;
   config.causal = p.causal;
   config.kvCacheFormat = p.kvCacheFormat;
+  config.kvScaleLayout = p.kvScaleLayout;
   config.slidingWindow = p.slidingWindow;
   config.slidingWindowRight = p.slidingWindowRight;
   config.attentionChunkSize = p.attentionChunkSize;
@@ -277,6 +278,14 @@ PagedAttentionParams pagedAttentionBatchParams(const UnifiedAttentionConfig& con
   p.blockSize = config.blockSize;
   p.causal = config.causal;
   p.kvCacheFormat = config.kvCacheFormat;
+  p.kvScaleLayout = config.kvScaleLayout;
+  if (config.separateScales()) {
+    // The problem harness's scale tensors: [blocks, block_size, Hkv], blocks padded.
+    p.kScaleCache = p.vScaleCache = kFeaturePlaceholder;
+    p.scaleStrideHead = 1;
+    p.scaleStrideToken = config.numKvHeads;
+    p.scaleStrideBlock = int64_t{config.blockSize} * config.numKvHeads + 3;
+  }
   p.slidingWindow = config.slidingWindow;
   p.slidingWindowRight = config.slidingWindowRight;
   p.attentionChunkSize = config.attentionChunkSize;
@@ -584,6 +593,22 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
   if (!perTensor && (p.kScale != 0 || p.vScale != 0))
     return argumentError(std::string("k_scale/v_scale are only used by the per-tensor fp8 caches; kv_cache_dtype is ") +
                          compiler::kvCacheFormatName(p.kvCacheFormat));
+  const bool separateScales = config.separateScales();
+  if (support::Status s = checks().pointer("k_scale_cache", p.kScaleCache, 4, separateScales); !s) return s;
+  if (support::Status s = checks().pointer("v_scale_cache", p.vScaleCache, 4, separateScales); !s) return s;
+  if (separateScales) {
+    if (support::Status s = checks().strides({{"scale_stride_block", p.scaleStrideBlock, 1},
+                                              {"scale_stride_token", p.scaleStrideToken, 1},
+                                              {"scale_stride_head", p.scaleStrideHead, 1}});
+        !s)
+      return s;
+  } else if (p.kScaleCache != 0 || p.vScaleCache != 0 || p.scaleStrideBlock != 0 || p.scaleStrideToken != 0 ||
+             p.scaleStrideHead != 0) {
+    return argumentError(std::string("k_scale_cache/v_scale_cache and their strides are only used with separate "
+                                     "per-token-head scales (kv_scale_layout separate); kv_cache_dtype is ") +
+                         compiler::kvCacheFormatName(p.kvCacheFormat) + ", kv_scale_layout " +
+                         compiler::kvScaleLayoutName(p.kvScaleLayout));
+  }
   for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
                                       std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale},
                                       std::pair{"q_scale", p.qScale}, std::pair{"qq_bias", p.qqBias},
@@ -733,8 +758,8 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
       splitKvScratch(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.numSegments).at(p.workspace);
 
   // Parameters in the kernel's order (compiler/kernels/UnifiedAttention.h).
-  // At most 17: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, q
-  // scale, ALiBi, sinks, qq bias, ranges, output scale and LSE (2D), record.
+  // At most 19: out (2D) or 3 scratch (split), 5, causal flags, 2 scales, q
+  // scale, ALiBi, sinks, qq bias, ranges, output scale and LSE (2D), 2 scale caches, record.
   uint64_t pointers[20];
   int numPointers = 0;
   if (config.splitKv) {
@@ -757,13 +782,17 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
   if (config.mmPrefixRanges > 0) pointers[numPointers++] = p.mmPrefixRange;
   if (config.outputFp8 && !config.splitKv) pointers[numPointers++] = p.outputScale;
   if (config.outputLse && !config.splitKv) pointers[numPointers++] = p.lse;
+  if (config.separateScales()) {
+    pointers[numPointers++] = p.kScaleCache;
+    pointers[numPointers++] = p.vScaleCache;
+  }
   const int recordPointer = numPointers;  // bounds_record (checked): filled in by runBoundsChecked
   if (config.checkBounds) pointers[numPointers++] = 0;
   float scale = p.scale;
   int32_t numSeqs = p.numSeqs, steps = searchSteps(p.numSeqs);
   int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
   int32_t numBlocks = p.numBlocks, numTokens = static_cast<int32_t>(p.numTokens);
-  int64_t strides[12];
+  int64_t strides[16];
   int numStrides = 0;
   for (int64_t stride : {p.qStrideToken, p.qStrideHead}) strides[numStrides++] = stride;
   if (!config.splitKv) {
@@ -774,6 +803,8 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
     strides[numStrides++] = stride;
   if (config.outputLse && !config.splitKv) strides[numStrides++] = p.lseStrideHead;
   if (config.qqBias) strides[numStrides++] = p.qqBiasStride;
+  if (config.separateScales())
+    for (int64_t stride : {p.scaleStrideBlock, p.scaleStrideToken, p.scaleStrideHead}) strides[numStrides++] = stride;
   void* params[48];
   int numParams = 0;
   for (int i = 0; i < numPointers; ++i) params[numParams++] = &pointers[i];

@@ -77,6 +77,10 @@ struct PagedAttentionParams {
   int blockSize = 0;
   bool causal = true;
   compiler::KvCacheFormat kvCacheFormat = compiler::KvCacheFormat::Auto;
+  // Per-token-head formats: the f32 row scales inline after each row's values
+  // (attnjit's layout) or in kScaleCache / vScaleCache (vLLM's current layout;
+  // compiler/kernels/KvCacheFormat.h).
+  compiler::KvScaleLayout kvScaleLayout = compiler::KvScaleLayout::Inline;
   // Score modifiers (UnifiedAttentionConfig): 0 = off. The softcap and the window
   // are compiled into the kernel; ALiBi and sinks are on when their pointer is set.
   int slidingWindow = 0;
@@ -113,6 +117,10 @@ struct PagedAttentionParams {
   // f32 scalars in device memory: the per-tensor fp8 scales (required for fp8_e4m3
   // and fp8_e5m2; read by the kernel, so a graph stays valid when they change).
   uint64_t kScale = 0, vScale = 0;
+  // f32 [num_blocks, block_size, Hkv] in device memory (4-byte aligned), strides
+  // scaleStride* below: the row scales of K and V with kvScaleLayout Separate
+  // (required then, 0 otherwise). The two tensors share their strides.
+  uint64_t kScaleCache = 0, vScaleCache = 0;
   // i8 [num_seqs] in device memory, or 0: per-sequence causal flags (nonzero =
   // causal); when set, `causal` is ignored.
   uint64_t causalFlags = 0;
@@ -152,6 +160,8 @@ struct PagedAttentionParams {
   int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0;
   int64_t blockTableStride = 0;
   int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0;
+  // Of kScaleCache and vScaleCache, in f32 elements (separate scales only; else 0).
+  int64_t scaleStrideBlock = 0, scaleStrideToken = 0, scaleStrideHead = 0;
   runtime::StreamHandle stream = nullptr;  // null: the default stream
 };
 

@@ -302,6 +302,11 @@ FieldParser<Config> fp32PrecisionField(Fp32Precision Config::* member) {
 }
 
 template <typename Config>
+FieldParser<Config> kvScaleLayoutField(KvScaleLayout Config::* member) {
+  return choiceField<Config, KvScaleLayout>("kv_scales", parseKvScaleLayout, "inline or separate", member);
+}
+
+template <typename Config>
 FieldParser<Config> fp8DotDtypeField(Fp8DotDtype Config::* member) {
   return choiceField<Config, Fp8DotDtype>("fp8_dot_dtype", parseFp8DotDtype, "dtype or f16", member);
 }
@@ -384,6 +389,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"alibi_sqrt", false, boolField("alibi_sqrt", &C::alibiSqrt)},
       {"sinks", false, boolField("sinks", &C::sinks)},
       {"kv_cache_dtype", false, cacheFormatField(&C::kvCacheFormat)},
+      {"kv_scales", false, kvScaleLayoutField(&C::kvScaleLayout)},
       {"output_lse", false, boolField("output_lse", &C::outputLse)},
       {"output_fp8", false, boolField("output_fp8", &C::outputFp8)},
       {"query_fp8", false, boolField("query_fp8", &C::queryFp8)},
@@ -839,6 +845,9 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.kvCacheFormat != KvCacheFormat::Auto ? std::string(" kv_cache_dtype=") +
                                                             kvCacheFormatName(config.kvCacheFormat)
                                                       : std::string()) +
+         (config.kvScaleLayout != KvScaleLayout::Inline ? std::string(" kv_scales=") +
+                                                              kvScaleLayoutName(config.kvScaleLayout)
+                                                        : std::string()) +
          (config.outputLse ? " output_lse=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") + (config.queryFp8 ? " query_fp8=true" : "") +
          (config.fp8DotDtype == Fp8DotDtype::F16 ? " fp8_dot_dtype=f16" : "") +
          (config.dtype == ir::ScalarKind::F32 && config.fp32Precision == Fp32Precision::Ieee ? " fp32_precision=ieee"

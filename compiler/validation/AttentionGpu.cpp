@@ -251,6 +251,13 @@ support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::Un
   p.kvStrideKv = layout.kvStrideKv;
   p.kvStrideToken = layout.kvStrideToken;
   p.kvStrideHead = layout.kvStrideHead;
+  p.kScaleCache = address("k_scale_cache");
+  p.vScaleCache = address("v_scale_cache");
+  if (p.kScaleCache) {
+    p.scaleStrideBlock = layout.scaleStrideBlock;
+    p.scaleStrideToken = layout.scaleStrideToken;
+    p.scaleStrideHead = layout.scaleStrideHead;
+  }
   if (options.opCall == GpuRunOptions::OpCall::Plain) p.minSeqLen = p.maxSeqLen = 0;
   p.tuning = options.planTuning;
   std::optional<runtime::DeviceBuffer> workspace;

@@ -175,8 +175,10 @@ double roundHalfAway(double y, double qmax) {
 // Writes one (token, head) row of D logical values into the cache at `row` in the
 // format's encoding, and replaces each logical value by the value its encoding
 // stands for (unchanged for auto: inputs are already rounded to the dtype).
-void encodeCacheRow(compiler::KvCacheFormat format, ScalarKind dtype, float perTensorScale, double* values, int D,
-                    uint8_t* row) {
+// Returns a per-token-head row's scale, which is also stored after the values
+// when `inlineScale` (else the caller stores it in a scale tensor); 0 otherwise.
+float encodeCacheRow(compiler::KvCacheFormat format, ScalarKind dtype, float perTensorScale, double* values, int D,
+                     uint8_t* row, bool inlineScale) {
   const ScalarKind valueKind = compiler::kvCacheValueKind(format, dtype);
   const double qmax = compiler::kvCacheQuantMax(format);
   switch (format) {
@@ -186,7 +188,7 @@ void encodeCacheRow(compiler::KvCacheFormat format, ScalarKind dtype, float perT
         const uint32_t bits = ir::encodeFloat(values[d], dtype);
         std::memcpy(row + static_cast<size_t>(d) * elementBytes, &bits, elementBytes);
       }
-      return;
+      return 0;
     }
     case compiler::KvCacheFormat::Fp8E4M3:
     case compiler::KvCacheFormat::Fp8E5M2:
@@ -195,7 +197,7 @@ void encodeCacheRow(compiler::KvCacheFormat format, ScalarKind dtype, float perT
         row[d] = static_cast<uint8_t>(ir::encodeFloat(q, valueKind));
         values[d] = q * perTensorScale;
       }
-      return;
+      return 0;
     case compiler::KvCacheFormat::Int8PerTokenHead:
     case compiler::KvCacheFormat::Fp8PerTokenHead:
     case compiler::KvCacheFormat::Int4PerTokenHead: {
@@ -219,10 +221,11 @@ void encodeCacheRow(compiler::KvCacheFormat format, ScalarKind dtype, float perT
         }
         values[d] = q * static_cast<double>(scale);
       }
-      std::memcpy(row + compiler::kvCacheScaleByteOffset(format, D), &scale, sizeof scale);
-      return;
+      if (inlineScale) std::memcpy(row + compiler::kvCacheScaleByteOffset(format, D), &scale, sizeof scale);
+      return scale;
     }
   }
+  return 0;
 }
 
 }  // namespace
@@ -329,8 +332,8 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   const compiler::KvCacheFormat format = config.kvCacheFormat;
   const ScalarKind cachePointerKind = compiler::kvCachePointerKind(format, dtype);
   const int64_t cacheElementBytes = ir::storageBits(cachePointerKind) / 8;
-  const int64_t rowElements = compiler::kvCacheRowElements(format, config.headSize);
-  const int64_t valueRowElements = compiler::kvCacheRowElements(format, static_cast<int>(Dv));
+  const int64_t rowElements = config.keyRowElements();
+  const int64_t valueRowElements = config.valueRowElements();
   const bool packedLayout = config.valueHeadSize != 0;
   std::vector<int> blocksPerSeq;
   int usedBlocks = 0;
@@ -350,6 +353,15 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   const int64_t kvStrideKv = packedLayout ? rowElements : blockSize * Hkv * rowElements;
   const int64_t kvStrideBlock = packedLayout ? blockSize * kvStrideToken : 2 * kvStrideKv;
   std::vector<uint8_t> kvCache = poisonedCache(format, dtype, static_cast<size_t>(numBlocks * kvStrideBlock));
+  // Separate per-token-head scales: [num_blocks, block_size, Hkv] f32 per K and V,
+  // blocks padded by 3 scales so the block stride is checked; NaN until written.
+  const bool separateScales = config.separateScales();
+  const int64_t scaleStrideHead = 1, scaleStrideToken = Hkv, scaleStrideBlock = blockSize * Hkv + 3;
+  std::vector<float> kScaleCache, vScaleCache;
+  if (separateScales) {
+    kScaleCache.assign(static_cast<size_t>(numBlocks * scaleStrideBlock), std::numeric_limits<float>::quiet_NaN());
+    vScaleCache = kScaleCache;
+  }
   const int64_t blockTableStride =
       *std::max_element(blocksPerSeq.begin(), blocksPerSeq.end()) + kSpareBlockTableColumns;
   std::vector<int32_t> blockTables(static_cast<size_t>(numSeqs * blockTableStride), kUnusedBlockEntry);
@@ -370,8 +382,13 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
           const int64_t rowSize = kv == 0 ? D : Dv;
           const size_t logicalIndex = static_cast<size_t>((pos * Hkv + h) * rowSize);
           const int64_t element = slot + kv * kvStrideKv + h * kvStrideHead;
-          encodeCacheRow(format, dtype, kv == 0 ? kKeyScale : kValueScale, &rows[logicalIndex],
-                         static_cast<int>(rowSize), &kvCache[static_cast<size_t>(element * cacheElementBytes)]);
+          const float rowScale =
+              encodeCacheRow(format, dtype, kv == 0 ? kKeyScale : kValueScale, &rows[logicalIndex],
+                             static_cast<int>(rowSize), &kvCache[static_cast<size_t>(element * cacheElementBytes)],
+                             !separateScales);
+          if (separateScales)
+            (kv == 0 ? kScaleCache : vScaleCache)[static_cast<size_t>(
+                block * scaleStrideBlock + (pos % blockSize) * scaleStrideToken + h * scaleStrideHead)] = rowScale;
         }
       }
     }
@@ -434,6 +451,10 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
         const int64_t slot = block * kvStrideBlock + (pos % blockSize) * kvStrideToken;
         for (int64_t h = 0; h < Hkv; ++h)
           for (int kv = 0; kv < 2; ++kv) {
+            if (separateScales)
+              (kv == 0 ? kScaleCache : vScaleCache)[static_cast<size_t>(
+                  block * scaleStrideBlock + (pos % blockSize) * scaleStrideToken + h * scaleStrideHead)] =
+                  std::numeric_limits<float>::quiet_NaN();
             const size_t bytes = static_cast<size_t>((kv == 0 ? rowElements : valueRowElements) * cacheElementBytes);
             std::copy(poisonRow.begin(), poisonRow.begin() + static_cast<ptrdiff_t>(bytes),
                       kvCache.begin() +
@@ -530,6 +551,10 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
     const std::vector<float> poison(static_cast<size_t>(Hq * lseStrideHead), std::numeric_limits<float>::quiet_NaN());
     buffers.push_back({"lse", bytesOf(poison.data(), poison.size() * sizeof(float))});
   }
+  if (separateScales) {
+    buffers.push_back({"k_scale_cache", bytesOf(kScaleCache.data(), kScaleCache.size() * sizeof(float))});
+    buffers.push_back({"v_scale_cache", bytesOf(vScaleCache.data(), vScaleCache.size() * sizeof(float))});
+  }
   const size_t attentionPointers = buffers.size();
 
   Launch attention;
@@ -541,6 +566,8 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
                            {blockTableStride, kvStrideBlock, kvStrideKv, kvStrideToken, kvStrideHead});
   if (config.outputLse && !config.splitKv) attention.scalars.push_back(lseStrideHead);
   if (config.qqBias) attention.scalars.push_back(qqBiasColumns);
+  if (separateScales)
+    attention.scalars.insert(attention.scalars.end(), {scaleStrideBlock, scaleStrideToken, scaleStrideHead});
   if (config.splitKv) {
     // Segments of segment_tiles KV tiles, enough for the longest sequence; or
     // num_segments per sequence, cut on the GPU (segment_tiles = -minimum).
@@ -592,11 +619,15 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
                       kvStrideKv,
                       kvStrideToken,
                       kvStrideHead,
-                      lseStrideHead};
+                      lseStrideHead,
+                      separateScales ? scaleStrideBlock : 0,
+                      separateScales ? scaleStrideToken : 0,
+                      separateScales ? scaleStrideHead : 0};
 
   const double elementBytes = ir::storageBits(dtype) / 8.0;
   // One K row and one V row per (key, KV head).
-  const double cacheRowBytes = static_cast<double>((rowElements + valueRowElements) * cacheElementBytes);
+  const double cacheRowBytes = static_cast<double>((rowElements + valueRowElements) * cacheElementBytes) +
+                               (separateScales ? 2.0 * sizeof(float) : 0.0);
   double visiblePairs = 0, keys = 0;
   for (int s = 0; s < numSeqs; ++s) {
     const int64_t queryLen = shape.queryLens[static_cast<size_t>(s)];

@@ -76,6 +76,8 @@ class UnifiedAttentionProblem {
     int numBlocks = 0;
     int64_t qStrideToken = 0, qStrideHead = 0, oStrideToken = 0, oStrideHead = 0, blockTableStride = 0;
     int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0, lseStrideHead = 0;
+    // Separate per-token-head scales (buffers k_scale_cache, v_scale_cache): f32 elements.
+    int64_t scaleStrideBlock = 0, scaleStrideToken = 0, scaleStrideHead = 0;
   };
   const DeviceLayout& deviceLayout() const { return layout_; }
   // The index of the buffer labelled `label`, or -1.

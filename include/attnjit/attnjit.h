@@ -81,6 +81,13 @@ typedef enum attnjit_plan_tuning {
   ATTNJIT_PLAN_TUNING_FIRST_USE = 3    /* recorded; a bucket without one is tuned by its first call */
 } attnjit_plan_tuning;
 
+/* Where the per-token-head formats keep their f32 row scales. */
+typedef enum attnjit_kv_scale_layout {
+  ATTNJIT_KV_SCALES_INLINE = 0,  /* after each row's values (rows of D + 4 bytes, D/2 + 4 for int4) */
+  ATTNJIT_KV_SCALES_SEPARATE = 1 /* vLLM's current layout: rows of D bytes (D/2 for int4), scales in
+                                  * k_scale_cache / v_scale_cache [num_blocks, block_size, Hkv] f32 */
+} attnjit_kv_scale_layout;
+
 /* ---- JIT handle ------------------------------------------------------- */
 
 typedef struct attnjit_jit attnjit_jit;
@@ -291,6 +298,12 @@ typedef struct attnjit_paged_attention_params {
   /* recorded plans and tuning on first use (compiler/ops/PagedAttentionTuning.h);
    * calls without max_seq_len, batch-invariant and bounds-checked ones keep the rules */
   attnjit_plan_tuning plan_tuning;
+  /* per-token-head formats: where the row scales are. SEPARATE needs
+   * k_scale_cache and v_scale_cache (f32, 4-byte aligned) with strides in f32
+   * elements, shared by both; INLINE (default) needs them 0 */
+  attnjit_kv_scale_layout kv_scale_layout;
+  uint64_t k_scale_cache, v_scale_cache;
+  int64_t scale_stride_block, scale_stride_token, scale_stride_head;
 } attnjit_paged_attention_params;
 
 void attnjit_paged_attention_params_init(attnjit_paged_attention_params* params);

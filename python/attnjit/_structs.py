@@ -121,6 +121,12 @@ class PagedAttentionParams(ctypes.Structure):
         ("qq_bias_stride", _i64),
         ("fp32_precision", _i32),
         ("plan_tuning", _i32),
+        ("kv_scale_layout", _i32),
+        ("k_scale_cache", _u64),
+        ("v_scale_cache", _u64),
+        ("scale_stride_block", _i64),
+        ("scale_stride_token", _i64),
+        ("scale_stride_head", _i64),
     ]
 
 

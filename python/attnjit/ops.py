@@ -35,6 +35,8 @@ SPLIT_RULES = {"balanced": 0, "vllm": 1}
 FP32_PRECISIONS = {"tf32": 0, "ieee": 1}
 # attnjit_plan_tuning: "environment" follows ATTNJIT_TUNE.
 PLAN_TUNINGS = {"environment": 0, "off": 1, "recorded": 2, "first-use": 3}
+# attnjit_kv_scale_layout: where the per-token-head formats keep their row scales.
+KV_SCALE_LAYOUTS = {"inline": 0, "separate": 1}
 
 
 # The C integer types' ranges: ctypes would wrap a value outside them silently
@@ -100,6 +102,10 @@ def _fill(struct_type, init, fields):
             if value not in FP32_PRECISIONS:
                 raise ValueError("fp32_precision %r is not one of %s" % (value, ", ".join(FP32_PRECISIONS)))
             value = FP32_PRECISIONS[value]
+        elif name == "kv_scale_layout" and isinstance(value, str):
+            if value not in KV_SCALE_LAYOUTS:
+                raise ValueError("kv_scale_layout %r is not one of %s" % (value, ", ".join(KV_SCALE_LAYOUTS)))
+            value = KV_SCALE_LAYOUTS[value]
         elif name == "plan_tuning" and isinstance(value, str):
             if value not in PLAN_TUNINGS:
                 raise ValueError("plan_tuning %r is not one of %s" % (value, ", ".join(PLAN_TUNINGS)))
@@ -230,20 +236,21 @@ def _check_shape(name, tensor, expected):
         raise ValueError("%s has shape %s; expected %s" % (name, tuple(tensor.shape), tuple(expected)))
 
 
-def _cache_row_elements(cache_format, head_size):
+def _cache_row_elements(cache_format, head_size, separate_scales=False):
     """Elements of one (token, head) K or V row of the paged cache
     (kvCacheRowElements in compiler/kernels/KvCacheFormat.h): D, then the inline
-    f32 scale of the per-token-head formats (4 bytes; int4 packs two values per
-    byte)."""
+    f32 scale of the per-token-head formats (4 bytes, none when the scales are
+    separate; int4 packs two values per byte)."""
+    scale_bytes = 0 if separate_scales else 4
     if cache_format == "int4_per_token_head":
-        return head_size // 2 + 4
+        return head_size // 2 + scale_bytes
     if cache_format.endswith("per_token_head"):
-        return head_size + 4
+        return head_size + scale_bytes
     return head_size
 
 
 def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_format, head_size, value_head_size,
-                        num_kv_heads=None):
+                        num_kv_heads=None, separate_scales=False):
     """Checks the paged KV cache against the head sizes and returns its shape
     and strides as C fields. Two layouts (docs/architecture.md, DiffKV):
     (num_blocks, 2, block_size, Hkv, row), K = [:, 0] and V = [:, 1], for equal
@@ -254,8 +261,8 @@ def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_forma
         raise TypeError("kv_cache must be a torch.Tensor, got %s" % type(kv_cache).__name__)
     if cache_format not in CACHE_FORMATS:
         raise ValueError("%s %r is not one of %s" % (format_name, cache_format, ", ".join(CACHE_FORMATS)))
-    key_row = _cache_row_elements(cache_format, head_size)
-    value_row = _cache_row_elements(cache_format, value_head_size)
+    key_row = _cache_row_elements(cache_format, head_size, separate_scales)
+    value_row = _cache_row_elements(cache_format, value_head_size, separate_scales)
     packed = "(num_blocks, block_size, num_kv_heads, %d + %d)" % (key_row, value_row)
     if kv_cache.dim() not in (4, 5):
         raise ValueError("kv_cache must have 5 dimensions (num_blocks, 2, block_size, num_kv_heads, %d) or 4 (the "
@@ -292,13 +299,34 @@ def _paged_cache_layout(torch, kv_cache, device, dtype, format_name, cache_forma
                 value_head_size=value_head_size if value_head_size != head_size else 0, **strides)
 
 
+def _scale_cache_fields(torch, k_scale_cache, v_scale_cache, cache, cache_format, device):
+    """The C fields of separate per-token-head scales: both float32 tensors
+    [num_blocks, block_size, Hkv] with the same strides (views into one
+    allocation, as vLLM's, included)."""
+    if k_scale_cache is None or v_scale_cache is None:
+        raise ValueError("k_scale_cache and v_scale_cache go together: pass both or neither")
+    if not cache_format.endswith("per_token_head"):
+        raise ValueError("k_scale_cache/v_scale_cache need a per-token-head kv_cache_format, got %r" % cache_format)
+    expected = (cache["num_blocks"], cache["block_size"], cache["num_kv_heads"])
+    for name, tensor in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+        _check_tensor(torch, name, tensor, 3, torch.float32, device)
+        _check_shape(name, tensor, expected)
+    if k_scale_cache.stride() != v_scale_cache.stride():
+        raise ValueError("k_scale_cache and v_scale_cache must have the same strides, got %s and %s" % (
+            k_scale_cache.stride(), v_scale_cache.stride()))
+    return dict(kv_scale_layout="separate", k_scale_cache=k_scale_cache.data_ptr(),
+                v_scale_cache=v_scale_cache.data_ptr(), scale_stride_block=k_scale_cache.stride(0),
+                scale_stride_token=k_scale_cache.stride(1), scale_stride_head=k_scale_cache.stride(2))
+
+
 def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=None,
                     causal=True, kv_cache_format="auto", k_scale=None, v_scale=None, sliding_window=0,
                     softcap=0.0, alibi_slopes=None, sinks=None, lse=None, workspace=None, max_seq_len=0,
                     batch_invariant=False, check_bounds=False, stream=None, jit=None, min_seq_len=0,
                     alibi_sqrt=False, output_scale=None, causal_flags=None, num_sms=0, sliding_window_right=0,
                     q_scale=None, runtime_scratch=True, attention_chunk_size=0, mm_prefix_range=None,
-                    qq_bias=None, fp32_precision="tf32", plan_tuning="environment", tune=False):
+                    qq_bias=None, fp32_precision="tf32", plan_tuning="environment", tune=False,
+                    k_scale_cache=None, v_scale_cache=None):
     """out = attention of q over the paged KV cache (vLLM's unified attention).
 
     q [num_tokens, Hq, D] and out [num_tokens, Hq, Dv] of one float dtype; Dv =
@@ -350,7 +378,10 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     "recorded" (a plan measured for the call's bucket on this device, where
     there is one) or "first-use" (recorded; an unseen bucket is tuned by this
     call). tune=True measures this call's candidate plans now and records the
-    fastest (paged_attention_tune_raw; needs max_seq_len)."""
+    fastest (paged_attention_tune_raw; needs max_seq_len).
+    k_scale_cache, v_scale_cache (float32 [num_blocks, block_size, Hkv], equal
+    strides; per-token-head formats): the row scales kept apart from the cache,
+    vLLM's current layout, whose rows are then D bytes (D/2 for int4)."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     device = q.device
@@ -372,8 +403,11 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     if tuple(out.shape[:2]) != (num_tokens, num_query_heads):
         raise ValueError("out has shape %s; expected (%d, %d, value_head_size)" % (
             tuple(out.shape), num_tokens, num_query_heads))
+    separate_scales = k_scale_cache is not None or v_scale_cache is not None
     cache = _paged_cache_layout(torch, kv_cache, device, compute_dtype, "kv_cache_format", kv_cache_format, head_size,
-                                out.shape[2])
+                                out.shape[2], separate_scales=separate_scales)
+    if separate_scales:
+        cache.update(_scale_cache_fields(torch, k_scale_cache, v_scale_cache, cache, kv_cache_format, device))
     _check_tensor(torch, "block_tables", block_tables, 2, torch.int32, device)
     _check_tensor(torch, "seq_lens", seq_lens, 1, torch.int32, device)
     _check_tensor(torch, "cu_seqlens_q", cu_seqlens_q, 1, torch.int32, device)

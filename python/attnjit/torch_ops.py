@@ -54,7 +54,8 @@ if not NATIVE:
                         q_scale: Optional[torch.Tensor] = None, runtime_scratch: bool = True,
                         attention_chunk_size: int = 0, mm_prefix_range: Optional[torch.Tensor] = None,
                         qq_bias: Optional[torch.Tensor] = None, fp32_precision: str = "tf32",
-                        plan_tuning: str = "environment") -> None:
+                        plan_tuning: str = "environment", k_scale_cache: Optional[torch.Tensor] = None,
+                        v_scale_cache: Optional[torch.Tensor] = None) -> None:
         ops.paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_query_len, scale=scale,
                             causal=causal, kv_cache_format=kv_cache_format, k_scale=k_scale, v_scale=v_scale,
                             sliding_window=sliding_window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
@@ -63,7 +64,8 @@ if not NATIVE:
                             causal_flags=causal_flags, num_sms=num_sms, sliding_window_right=sliding_window_right,
                             q_scale=q_scale, runtime_scratch=runtime_scratch,
                             attention_chunk_size=attention_chunk_size, mm_prefix_range=mm_prefix_range,
-                            qq_bias=qq_bias, fp32_precision=fp32_precision, plan_tuning=plan_tuning)
+                            qq_bias=qq_bias, fp32_precision=fp32_precision, plan_tuning=plan_tuning,
+                            k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
     @torch.library.custom_op(_LIBRARY + "::cache_write", mutates_args=("kv_cache",))
     def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,

@@ -135,11 +135,12 @@ class CpuTests(unittest.TestCase):
             self.assertEqual(_library.library_struct_size(struct, init), ctypes.sizeof(struct), struct.__name__)
 
     def test_appended_fields_are_last_and_reach_the_library(self):
-        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-16:]],
+        self.assertEqual([name for name, _ in _structs.PagedAttentionParams._fields_[-22:]],
                          ["value_head_size", "check_bounds", "num_blocks", "min_seq_len", "alibi_sqrt",
                           "output_scale", "sliding_window_right", "q_scale", "no_runtime_scratch",
                           "attention_chunk_size", "mm_prefix_range", "mm_prefix_ranges", "qq_bias",
-                          "qq_bias_stride", "fp32_precision", "plan_tuning"])
+                          "qq_bias_stride", "fp32_precision", "plan_tuning", "kv_scale_layout", "k_scale_cache",
+                          "v_scale_cache", "scale_stride_block", "scale_stride_token", "scale_stride_head"])
         self.assertEqual([name for name, _ in _structs.MlaDecodeParams._fields_[-2:]],
                          ["no_runtime_scratch", "fp32_precision"])
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
@@ -189,6 +190,15 @@ class CpuTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"plan_tuning 'always' is not one of environment, off"):
             attnjit.ops.paged_attention_raw(validate_only=True, plan_tuning="always", **PAGED_FIELDS)
         attnjit.ops.paged_attention_raw(validate_only=True, plan_tuning="first-use", **PAGED_FIELDS)
+        # Separate per-token-head scales: the layout, the tensors and their strides are read.
+        with self.assertRaisesRegex(ValueError, r"kv_scale_layout 'apart' is not one of inline, separate"):
+            attnjit.ops.paged_attention_raw(validate_only=True, kv_scale_layout="apart", **PAGED_FIELDS)
+        separate = dict(PAGED_FIELDS, kv_cache_format="fp8_per_token_head", kv_scale_layout="separate",
+                        k_scale_cache=0x90000, v_scale_cache=0x98000)
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"scale_stride_block \(0\) must be positive"):
+            attnjit.ops.paged_attention_raw(validate_only=True, **separate)
+        attnjit.ops.paged_attention_raw(validate_only=True, scale_stride_block=128, scale_stride_token=8,
+                                        scale_stride_head=1, **separate)
         # Tuning refuses calls that always keep the rules (before touching the GPU).
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"always takes the op's rules"):
             attnjit.ops.paged_attention_tune_raw(batch_invariant=1, **PAGED_FIELDS)
@@ -598,6 +608,57 @@ class GpuTests(unittest.TestCase):
                     expected = torch.softmax(scores, dim=0) @ v[:position + 1, g]
                     error = (out[cu_host[b] + i, h].double() - expected).abs().max().item()
                     self.assertLess(error, 2e-2, (b, i, h))
+
+    def test_separate_per_token_head_scales_match_float64(self):
+        # vLLM's current per-token-head layout: rows of D int8 values, the f32
+        # scales in views of one [blocks, 2, block, Hkv] tensor (equal strides).
+        import attnjit.torch_ops  # noqa: F401  (registers the operators)
+        torch.manual_seed(8)
+        heads, kv_heads, head_size, block = 8, 2, 128, 16
+        query_lens, seq_lens_host = [1, 1, 6], [300, 17, 40]
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
+        cache = torch.full((num_blocks, 2, block, kv_heads, head_size), 0x7F, device="cuda", dtype=torch.uint8)
+        scales = torch.full((num_blocks, 2, block, kv_heads), float("nan"), device="cuda")
+        dequantized = []
+        for b, seq_len in enumerate(seq_lens_host):
+            kv = torch.randn(2, seq_len, kv_heads, head_size, device="cuda", dtype=torch.float32)
+            row_scale = (kv.abs().amax(-1) / 127).clamp(min=1e-6)
+            quantized = torch.round(kv / row_scale.unsqueeze(-1)).clamp(-127, 127)
+            dequantized.append((quantized * row_scale.unsqueeze(-1)).double())
+            positions = torch.arange(seq_len)
+            blocks, offsets = tables_host[b, positions // block].long().cuda(), (positions % block).cuda()
+            for kv_index in range(2):
+                cache[blocks, kv_index, offsets] = quantized[kv_index].to(torch.int8).view(torch.uint8)
+                scales[blocks, kv_index, offsets] = row_scale[kv_index]
+        num_tokens = sum(query_lens)
+        q = torch.randn(num_tokens, heads, head_size, device="cuda", dtype=torch.bfloat16)
+        cu_host = cumulative(query_lens)
+        args = (tables_host.cuda(), torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                torch.tensor(cu_host, dtype=torch.int32, device="cuda"), max(query_lens))
+        scale = 1.0 / math.sqrt(head_size)
+        outputs = []
+        for call in (attnjit.ops.paged_attention, torch.ops.attnjit.paged_attention):
+            out = torch.full((num_tokens, heads, head_size), float("nan"), device="cuda", dtype=torch.bfloat16)
+            call(q, cache, out, *args, scale=scale, kv_cache_format="int8_per_token_head",
+                 k_scale_cache=scales[:, 0], v_scale_cache=scales[:, 1], max_seq_len=max(seq_lens_host))
+            outputs.append(out)
+        torch.cuda.synchronize()
+        for b, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens_host)):
+            k, v = dequantized[b][0], dequantized[b][1]
+            for i in range(query_len):
+                position = seq_len - query_len + i
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    scores = k[:position + 1, g] @ q[cu_host[b] + i, h].double() * scale
+                    expected = torch.softmax(scores, dim=0) @ v[:position + 1, g]
+                    for out in outputs:
+                        self.assertLess((out[cu_host[b] + i, h].double() - expected).abs().max().item(), 2e-2)
+        with self.assertRaisesRegex((ValueError, RuntimeError), "k_scale_cache and v_scale_cache go together"):
+            attnjit.ops.paged_attention(q, cache, outputs[0], *args, kv_cache_format="int8_per_token_head",
+                                        k_scale_cache=scales[:, 0])
+        with self.assertRaisesRegex(ValueError, r"v_scale_cache has shape .*; expected"):
+            attnjit.ops.paged_attention(q, cache, outputs[0], *args, kv_cache_format="int8_per_token_head",
+                                        k_scale_cache=scales[:, 0], v_scale_cache=scales[:, 1, :8])
 
     def test_fp8_output_and_sqrt_alibi_match_float64(self):
         # vLLM's fp8 output (out = e4m3(o / output_scale), saturating) with

@@ -142,11 +142,13 @@ attnjit_plan_tuning planTuning(const std::string& name) {
 
 // Elements of one (token, head) K or V row: D, then the inline f32 scale of the
 // per-token-head formats (4 bytes; int4 packs two values per byte).
-int64_t rowElements(attnjit_kv_cache_format format, int64_t headSize) {
+// Separate scales: the per-token-head rows hold values only.
+int64_t rowElements(attnjit_kv_cache_format format, int64_t headSize, bool separateScales = false) {
+  const int64_t scaleBytes = separateScales ? 0 : 4;
   switch (format) {
     case ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD:
-    case ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD: return headSize + 4;
-    case ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD: return headSize / 2 + 4;
+    case ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD: return headSize + scaleBytes;
+    case ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD: return headSize / 2 + scaleBytes;
     default: return headSize;
   }
 }
@@ -161,8 +163,9 @@ struct CacheLayout {
 // block_size, Hkv, K row + V row) for any.
 CacheLayout pagedCacheLayout(const at::Tensor& cache, const at::Tensor& device, at::ScalarType dtype,
                              const char* formatName, attnjit_kv_cache_format format, const std::string& formatText,
-                             int64_t headSize, int64_t valueHeadSize) {
-  const int64_t keyRow = rowElements(format, headSize), valueRow = rowElements(format, valueHeadSize);
+                             int64_t headSize, int64_t valueHeadSize, bool separateScales = false) {
+  const int64_t keyRow = rowElements(format, headSize, separateScales),
+                valueRow = rowElements(format, valueHeadSize, separateScales);
   const std::string packed = "(num_blocks, block_size, num_kv_heads, " + std::to_string(keyRow) + " + " +
                              std::to_string(valueRow) + ")";
   CHECK_ARGUMENT(cache.dim() == 4 || cache.dim() == 5, "kv_cache must have 5 dimensions (num_blocks, 2, block_size, ",
@@ -243,7 +246,8 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
                     const std::optional<at::Tensor>& causalFlags, int64_t numSms, int64_t slidingWindowRight,
                     const std::optional<at::Tensor>& qScale, bool runtimeScratch, int64_t attentionChunkSize,
                     const std::optional<at::Tensor>& mmPrefixRange, const std::optional<at::Tensor>& qqBias,
-                    c10::string_view fp32PrecisionText, c10::string_view planTuningText) {
+                    c10::string_view fp32PrecisionText, c10::string_view planTuningText,
+                    const std::optional<at::Tensor>& kScaleCache, const std::optional<at::Tensor>& vScaleCache) {
   checkLoaded();
   CHECK_ARGUMENT(q.dim() == 3, "q must have 3 dimensions, got shape ", shapeText(q));
   CHECK_ARGUMENT(q.is_cuda(), "q is on ", q.device(), "; attnjit ops take CUDA tensors");
@@ -267,8 +271,9 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
                  "; expected (", numTokens, ", ", numQueryHeads, ", value_head_size)");
   const std::string formatText(kvCacheFormat.data(), kvCacheFormat.size());
   const attnjit_kv_cache_format format = cacheFormat("kv_cache_format", formatText);
+  const bool separateScales = kScaleCache.has_value() || vScaleCache.has_value();
   const CacheLayout cache = pagedCacheLayout(kvCache, q, computeDtype, "kv_cache_format", format, formatText,
-                                             headSize, out.size(2));
+                                             headSize, out.size(2), separateScales);
   checkTensor("block_tables", blockTables, 2, at::kInt, &q);
   checkTensor("seq_lens", seqLens, 1, at::kInt, &q);
   checkTensor("cu_seqlens_q", cuSeqlensQ, 1, at::kInt, &q);
@@ -314,6 +319,25 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
                    qqBias->strides());
     p.qq_bias = address(*qqBias);
     p.qq_bias_stride = qqBias->stride(0);
+  }
+  if (separateScales) {
+    // Both float32 [num_blocks, block_size, Hkv] with the same strides.
+    CHECK_ARGUMENT(kScaleCache && vScaleCache, "k_scale_cache and v_scale_cache go together: pass both or neither");
+    CHECK_ARGUMENT(formatText.size() > 14 && formatText.compare(formatText.size() - 14, 14, "per_token_head") == 0,
+                   "k_scale_cache/v_scale_cache need a per-token-head kv_cache_format, got '", formatText, "'");
+    for (const auto& [name, tensor] : {std::pair{"k_scale_cache", &*kScaleCache}, std::pair{"v_scale_cache", &*vScaleCache}}) {
+      checkTensor(name, *tensor, 3, at::kFloat, &q);
+      checkShape(name, *tensor, {cache.numBlocks, cache.blockSize, cache.heads});
+    }
+    CHECK_ARGUMENT(kScaleCache->strides() == vScaleCache->strides(),
+                   "k_scale_cache and v_scale_cache must have the same strides, got ", kScaleCache->strides(), " and ",
+                   vScaleCache->strides());
+    p.kv_scale_layout = ATTNJIT_KV_SCALES_SEPARATE;
+    p.k_scale_cache = address(*kScaleCache);
+    p.v_scale_cache = address(*vScaleCache);
+    p.scale_stride_block = kScaleCache->stride(0);
+    p.scale_stride_token = kScaleCache->stride(1);
+    p.scale_stride_head = kScaleCache->stride(2);
   }
   if (workspace) {
     const at::Tensor flat = workspace->reshape({-1});
@@ -436,7 +460,8 @@ TORCH_LIBRARY_FRAGMENT(attnjit, m) {
         "bool alibi_sqrt=False, Tensor? output_scale=None, Tensor? causal_flags=None, int num_sms=0, "
         "int sliding_window_right=0, Tensor? q_scale=None, bool runtime_scratch=True, "
         "int attention_chunk_size=0, Tensor? mm_prefix_range=None, Tensor? qq_bias=None, "
-        "str fp32_precision=\"tf32\", str plan_tuning=\"environment\") -> ()");
+        "str fp32_precision=\"tf32\", str plan_tuning=\"environment\", Tensor? k_scale_cache=None, "
+        "Tensor? v_scale_cache=None) -> ()");
   m.def("cache_write(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, "
         "str cache_format=\"auto\", Tensor? k_scale=None, Tensor? v_scale=None) -> ()");
 }
