@@ -276,6 +276,13 @@ attnjit_status toParams(const char* function, const attnjit_cache_write_params& 
   p->checkBounds = c.check_bounds != 0;
   p->numBlocks = c.num_blocks;
   p->perHeadScales = c.per_head_scales != 0;
+  if (attnjit_status s = toScaleLayout(function, enumValue(c.kv_scale_layout), &p->scaleLayout); s != ATTNJIT_OK)
+    return s;
+  p->kScaleCache = c.k_scale_cache;
+  p->vScaleCache = c.v_scale_cache;
+  p->scaleStrideBlock = c.scale_stride_block;
+  p->scaleStrideToken = c.scale_stride_token;
+  p->scaleStrideHead = c.scale_stride_head;
   return ATTNJIT_OK;
 }
 

@@ -417,6 +417,12 @@ TEST_CASE("appended paged attention and cache write fields: old struct sizes rea
     separate.kv_scale_layout = ATTNJIT_KV_SCALES_INLINE;
     CHECK(attnjit_paged_attention_validate(runtime, &separate) == ATTNJIT_ERROR_INVALID_ARGUMENT);
     CHECK_THAT(lastError(), Catch::Contains("only used with separate per-token-head scales"));
+    attnjit_cache_write_params write;
+    attnjit_cache_write_params_init(&write);
+    CHECK(write.kv_scale_layout == ATTNJIT_KV_SCALES_INLINE);
+    write.kv_scale_layout = static_cast<attnjit_kv_scale_layout>(-1);
+    CHECK(attnjit_cache_write_validate(runtime, &write) == ATTNJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(lastError(), Catch::Contains("kv_scale_layout -1 is not an attnjit_kv_scale_layout"));
   }
   // Tuning: a call that keeps the rules (no max_seq_len) is refused before the GPU.
   double ruleMs = -1, tunedMs = -1;

@@ -321,6 +321,69 @@ TEST_CASE("reshape_and_cache: fp8 with a scale per KV head", "[cache_write]") {
         "per_head_scales needs a per-tensor fp8 cache (fp8_e4m3 or fp8_e5m2); kv_cache_dtype is int8_per_token_head");
 }
 
+TEST_CASE("reshape_and_cache: separate per-token-head scales (vLLM's layout)", "[cache_write][sepscales]") {
+  // The harness checks each scale in its tensor (padded block stride) and that
+  // no scale of a slot without a token is written.
+  for (auto format : {KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead, KvCacheFormat::Int4PerTokenHead})
+    for (int headSize : {64, 80}) {
+      CacheWriteConfig config;
+      config.cacheFormat = format;
+      config.numKvHeads = 3;
+      config.headSize = headSize;
+      config.scaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+      checkResult(validation::runCacheWriteInterpreted(config, raggedBatch(static_cast<uint64_t>(headSize))),
+                  config.kernelName());
+    }
+  CacheWriteConfig diffkv;  // DiffKV's packed rows, values only
+  diffkv.cacheFormat = KvCacheFormat::Int8PerTokenHead;
+  diffkv.headSize = 96;
+  diffkv.valueHeadSize = 64;
+  diffkv.numKvHeads = 2;
+  diffkv.scaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  CHECK(diffkv.cacheRowElements() == 96);
+  CHECK(diffkv.cacheStrideDivisibility() == 16);  // gcd(96, 64) = 32 bytes
+  checkResult(validation::runCacheWriteInterpreted(diffkv, raggedBatch(5)), diffkv.kernelName());
+  CacheWriteConfig named;
+  named.cacheFormat = KvCacheFormat::Fp8PerTokenHead;
+  named.scaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  CHECK(named.kernelName() == "reshape_and_cache_bf16_fp8_per_token_head_kv8_d128_bs16_sepscales");
+  named.cacheFormat = KvCacheFormat::Fp8E4M3;
+  CHECK(validationError(named) ==
+        "kv_scales separate needs a per-token-head cache (int8_per_token_head, fp8_per_token_head or "
+        "int4_per_token_head), got kv_cache_dtype fp8_e4m3");
+}
+
+TEST_CASE("reshape_and_cache: separate scales through the op's validation", "[cache_write][sepscales]") {
+  attnjit::ops::CacheWriteParams p;
+  p.dtype = ScalarKind::BF16;
+  p.cacheFormat = KvCacheFormat::Int8PerTokenHead;
+  p.scaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  p.numKvHeads = 8;
+  p.headSize = 128;
+  p.blockSize = 16;
+  p.numTokens = 3;
+  p.key = 0x100000, p.value = 0x200000, p.kvCache = 0x300000, p.slotMapping = 0x400000;
+  p.keyStrideToken = p.valueStrideToken = 8 * 128;
+  p.keyStrideHead = p.valueStrideHead = 128;
+  p.kvStrideHead = 128, p.kvStrideToken = 8 * 128, p.kvStrideKv = 16 * 8 * 128, p.kvStrideBlock = 2 * p.kvStrideKv;
+  auto message = [&] {
+    const attnjit::support::Status s = attnjit::ops::validateCacheWrite(p);
+    return s ? std::string("ok") : s.diagnostic().message;
+  };
+  CHECK(message() == "cache write: scale_stride_block (0) must be positive");
+  p.scaleStrideBlock = 128, p.scaleStrideToken = 8, p.scaleStrideHead = 1;
+  CHECK(message().find("k_scale_cache") != std::string::npos);  // a null pointer
+  p.kScaleCache = 0x500000, p.vScaleCache = 0x600000;
+  CHECK(message() == "ok");
+  CHECK(attnjit::ops::selectCacheWriteVariant(p).kernelName() ==
+        "reshape_and_cache_bf16_int8_per_token_head_kv8_d128_bs16_sepscales");
+  p.scaleLayout = attnjit::compiler::KvScaleLayout::Inline;
+  p.kvStrideHead = 132, p.kvStrideToken = 8 * 132, p.kvStrideKv = 16 * 8 * 132, p.kvStrideBlock = 2 * p.kvStrideKv;
+  CHECK(message() == "cache write: k_scale_cache/v_scale_cache and their strides are only used with separate "
+                     "per-token-head scales (kv_scale_layout separate); the cache format is int8_per_token_head, "
+                     "kv_scale_layout inline");
+}
+
 TEST_CASE("reshape_and_cache: odd block and head sizes", "[cache_write]") {
   CacheWriteConfig config;
   config.dtype = ScalarKind::F16;

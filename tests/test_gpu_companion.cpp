@@ -87,6 +87,19 @@ TEST_CASE("GPU reshape_and_cache with a fp8 scale per KV head", "[gpu][cache_wri
   }
 }
 
+TEST_CASE("GPU reshape_and_cache with separate per-token-head scales", "[gpu][cache_write][sepscales]") {
+  if (!tests::gpuPresent()) return;
+  for (auto format : {compiler::KvCacheFormat::Int8PerTokenHead, compiler::KvCacheFormat::Fp8PerTokenHead,
+                      compiler::KvCacheFormat::Int4PerTokenHead}) {
+    compiler::CacheWriteConfig c;
+    c.cacheFormat = format;
+    c.numKvHeads = 8;
+    c.headSize = 128;
+    c.scaleLayout = compiler::KvScaleLayout::Separate;
+    expectPassed(validation::runCacheWriteGpu(c, raggedBatch(), {}), c.kernelName());
+  }
+}
+
 TEST_CASE("GPU reshape_and_cache with rows below 16-byte alignment", "[gpu][cache_write]") {
   if (!tests::gpuPresent()) return;
   // The harness gives these variants token strides that are an odd multiple of

@@ -68,6 +68,10 @@ class CacheWriteBuilder {
       kScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale");
       vScale_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale");
     }
+    if (config_.separateScales()) {
+      kScaleCache_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "k_scale_cache");
+      vScaleCache_ = kernel.addParameter(Type::pointer(ScalarKind::F32), "v_scale_cache");
+    }
     if (config_.checkBounds) boundsRecord_ = kernel.addParameter(Type::pointer(ScalarKind::I32), "bounds_record");
     const Type i64 = Type::scalar(ScalarKind::I64);
     keyStrideToken_ = kernel.addParameter(i64, "key_stride_token", rowStride);
@@ -78,6 +82,11 @@ class CacheWriteBuilder {
     kvStrideKv_ = kernel.addParameter(i64, "kv_stride_kv", cacheStride);
     kvStrideToken_ = kernel.addParameter(i64, "kv_stride_token", cacheStride);
     kvStrideHead_ = kernel.addParameter(i64, "kv_stride_head", cacheStride);
+    if (config_.separateScales()) {
+      scaleStrideBlock_ = kernel.addParameter(i64, "scale_stride_block");
+      scaleStrideToken_ = kernel.addParameter(i64, "scale_stride_token");
+      scaleStrideHead_ = kernel.addParameter(i64, "scale_stride_head");
+    }
     if (config_.checkBounds) numBlocks_ = kernel.addParameter(Type::scalar(ScalarKind::I32), "num_blocks");
   }
 
@@ -93,6 +102,8 @@ class CacheWriteBuilder {
     Value* block = b_.div(slot, blockSize, "block");
     Value* offset = b_.rem(slot, blockSize, "offset_in_block");
     Value* slotBase = b_.add(b_.mul(block, kvStrideBlock_), b_.mul(offset, kvStrideToken_), "slot_base");
+    if (config_.separateScales())
+      scaleSlot_ = b_.add(b_.mul(block, scaleStrideBlock_), b_.mul(offset, scaleStrideToken_), "scale_slot");
 
     const int64_t H = config_.headsPerProgram(), D = nextPowerOfTwo(config_.headSize);
     Value* headsPerProgram = b_.constexprValue("HEADS_PER_PROGRAM", ScalarKind::I32, "heads_per_program");
@@ -125,8 +136,8 @@ class CacheWriteBuilder {
     // would wait for the keys' whole conversion.
     const LoadedRows keys = loadRows(key_, keyStrideToken_, keyStrideHead_, token64, keyRows, "k");
     const LoadedRows values = loadRows(value_, valueStrideToken_, valueStrideHead_, token64, valueRows, "v");
-    writeRows(keys, kRowBase, kScale_, keyRows, "k");
-    writeRows(values, vRowBase, vScale_, valueRows, "v");
+    writeRows(keys, kRowBase, kScale_, kScaleCache_, keyRows, "k");
+    writeRows(values, vRowBase, vScale_, vScaleCache_, valueRows, "v");
     b_.endIf();
   }
 
@@ -179,10 +190,10 @@ class CacheWriteBuilder {
 
   // Converts one source's loaded rows and stores them at rowBase (one cache
   // offset per head).
-  void writeRows(const LoadedRows& loaded, Value* rowBase, Value* scalePointer, const RowShape& rows,
-                 const std::string& name) {
+  void writeRows(const LoadedRows& loaded, Value* rowBase, Value* scalePointer, Value* scaleCache,
+                 const RowShape& rows, const std::string& name) {
     if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) {
-      writeInt4Rows(loaded, rowBase, rows, name);
+      writeInt4Rows(loaded, rowBase, scaleCache, rows, name);
       return;
     }
     const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
@@ -224,7 +235,7 @@ class CacheWriteBuilder {
                                ? roundHalfAwayToInt8(y, name)
                                : b_.bitcast(b_.cast(y, cacheKind, name + "_fp8"), ScalarKind::I8, name + "_quantized");
         b_.store(cachePtrs, quantized, rows.mask);
-        storeScaleBytes(scale, rowBase, rows.headSize, name);
+        storeRowScales(scale, rowBase, scaleCache, rows.headSize, name);
         return;
       }
       case KvCacheFormat::Int4PerTokenHead:
@@ -237,7 +248,8 @@ class CacheWriteBuilder {
   // in the high one). The [H, D] row tile, loaded in 16-byte vectors, is split
   // into [H, D/2, 2] pairs (a reshape that keeps every element in its register)
   // and each pair's nibbles are summed along the last axis, inside the thread.
-  void writeInt4Rows(const LoadedRows& loaded, Value* rowBase, const RowShape& rows, const std::string& name) {
+  void writeInt4Rows(const LoadedRows& loaded, Value* rowBase, Value* scaleCache, const RowShape& rows,
+                     const std::string& name) {
     const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
     const ScalarKind F32 = ScalarKind::F32, I32 = ScalarKind::I32;
     Value* x = config_.dtype == F32 ? loaded.x : b_.cast(loaded.x, F32, name + "_f32");
@@ -261,7 +273,20 @@ class CacheWriteBuilder {
     Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}), b_.add(asColumn(rowBase, half), asRow(pair64, H)),
                                  name + "_cache_ptrs");
     b_.store(cachePtrs, packed, mask);
-    storeScaleBytes(scale, rowBase, rows.headSize, name);
+    storeRowScales(scale, rowBase, scaleCache, rows.headSize, name);
+  }
+
+  // Each row's f32 scale: after its values, or with separate scales at the
+  // token's slot of the scale tensor, one f32 per head.
+  void storeRowScales(Value* scale, Value* rowBase, Value* scaleCache, int rowHeadSize, const std::string& name) {
+    if (!config_.separateScales()) {
+      storeScaleBytes(scale, rowBase, rowHeadSize, name);
+      return;
+    }
+    const int64_t H = scale->type().shape()[0];
+    Value* offsets = b_.add(b_.splat(scaleSlot_, {H}), b_.mul(head64_, b_.splat(scaleStrideHead_, {H})),
+                            name + "_scale_offsets");
+    b_.store(b_.addPtr(b_.splat(scaleCache, {H}), offsets, name + "_scale_ptrs"), scale, headMask_);
   }
 
   Value* roundHalfAwayToInt8(Value* y, const std::string& name) {
@@ -296,6 +321,9 @@ class CacheWriteBuilder {
   Value *key_ = nullptr, *value_ = nullptr, *kvCache_ = nullptr, *slotMapping_ = nullptr, *kScale_ = nullptr,
         *vScale_ = nullptr;
   Value *boundsRecord_ = nullptr, *numBlocks_ = nullptr;  // check_bounds
+  // Separate per-token-head scales: the tensors, their strides and the token's slot.
+  Value *kScaleCache_ = nullptr, *vScaleCache_ = nullptr, *scaleStrideBlock_ = nullptr, *scaleStrideToken_ = nullptr,
+        *scaleStrideHead_ = nullptr, *scaleSlot_ = nullptr;
   Value *keyStrideToken_ = nullptr, *keyStrideHead_ = nullptr, *valueStrideToken_ = nullptr,
         *valueStrideHead_ = nullptr, *kvStrideBlock_ = nullptr, *kvStrideKv_ = nullptr, *kvStrideToken_ = nullptr,
         *kvStrideHead_ = nullptr;
@@ -308,10 +336,10 @@ ScalarKind CacheWriteConfig::cacheElement() const { return kvCacheValueKind(cach
 
 ScalarKind CacheWriteConfig::cachePointerElement() const { return kvCachePointerKind(cacheFormat, dtype); }
 
-int CacheWriteConfig::cacheRowElements() const { return kvCacheRowElements(cacheFormat, headSize); }
+int CacheWriteConfig::cacheRowElements() const { return kvCacheRowElements(cacheFormat, headSize, scaleLayout); }
 
 int CacheWriteConfig::cacheValueRowElements() const {
-  return kvCacheRowElements(cacheFormat, effectiveValueHeadSize());
+  return kvCacheRowElements(cacheFormat, effectiveValueHeadSize(), scaleLayout);
 }
 
 int CacheWriteConfig::keyStrideDivisibility() const {
@@ -326,6 +354,13 @@ int CacheWriteConfig::valueStrideDivisibility() const {
 
 int CacheWriteConfig::cacheStrideDivisibility() const {
   if (cacheAlign < 16) return std::max(1, cacheAlign * 8 / ir::storageBits(cachePointerElement()));
+  // Separate scales: rows of value bytes only, 16-byte multiples where both allow.
+  if (separateScales()) {
+    const int rowBytes = std::gcd(cacheRowElements(), cacheValueRowElements());
+    int divisibility = 16;
+    while (rowBytes % divisibility != 0) divisibility /= 2;
+    return divisibility;
+  }
   // A per-token-head row is D + 4 bytes: only 4-byte multiples can be promised.
   // DiffKV's packed strides are sums of a K row and a V row.
   if (isPerTokenHead(cacheFormat))
@@ -352,6 +387,7 @@ std::string CacheWriteConfig::kernelName() const {
   if (numWarps != CacheWriteConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
   if (checkBounds) name += "_checked";
   if (perHeadScales) name += "_headscales";
+  if (separateScales()) name += "_sepscales";
   if (sourceAlign != 16 || cacheAlign != 16)
     name += "_align" + std::to_string(sourceAlign) + "x" + std::to_string(cacheAlign);
   return name;
@@ -377,6 +413,10 @@ support::Status CacheWriteConfig::validate() const {
   if (cacheFormat == KvCacheFormat::Int4PerTokenHead && (headSize % 2 != 0 || headSize < 4))
     return configError("head_size (" + std::to_string(headSize) +
                        ") must be even and at least 4 for kv_cache_dtype int4_per_token_head (two values per byte)");
+  if (scaleLayout == KvScaleLayout::Separate && !isPerTokenHead(cacheFormat))
+    return configError(std::string("kv_scales separate needs a per-token-head cache (int8_per_token_head, "
+                                   "fp8_per_token_head or int4_per_token_head), got kv_cache_dtype ") +
+                       kvCacheFormatName(cacheFormat));
   if (perHeadScales && !isPerTensorFp8(cacheFormat))
     return configError(std::string("per_head_scales needs a per-tensor fp8 cache (fp8_e4m3 or fp8_e5m2); "
                                    "kv_cache_dtype is ") +

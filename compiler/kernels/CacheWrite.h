@@ -60,6 +60,13 @@ struct CacheWriteConfig {
   // Per-tensor fp8 formats: k_scale and v_scale hold one f32 per KV head ([Hkv],
   // vLLM's kv_scale_type "head") instead of one for the tensor.
   bool perHeadScales = false;
+  // Per-token-head formats: each row's f32 scale inline after its values, or in
+  // the tensors k_scale_cache / v_scale_cache (vLLM's current layout;
+  // KvCacheFormat.h) at block · scale_stride_block + offset · scale_stride_token
+  // + head · scale_stride_head, the rows then holding only the values.
+  KvScaleLayout scaleLayout = KvScaleLayout::Inline;
+
+  bool separateScales() const { return isPerTokenHead(cacheFormat) && scaleLayout == KvScaleLayout::Separate; }
 
   // The divisibility (in elements) the kernel is compiled to assume of the key
   // strides, the value strides and the cache strides; 1 = none. At alignment 16:
@@ -75,7 +82,8 @@ struct CacheWriteConfig {
   // The kv_cache parameter's element type: cacheElement(), except i8 (bytes) for the
   // per-token-head formats, whose rows mix quantized values and a float32 scale.
   ir::ScalarKind cachePointerElement() const;
-  // Cache elements per (token, head) key row: D, or D + 4 for the per-token-head formats.
+  // Cache elements per (token, head) key row: D, or D + 4 for the per-token-head
+  // formats with inline scales (D/2 and D/2 + 4 for int4).
   int cacheRowElements() const;
   // The same for a value row (value_head_size).
   int cacheValueRowElements() const;
@@ -92,9 +100,12 @@ struct CacheWriteConfig {
 // Kernel parameters, in order:
 //   key ptr<dtype>, value ptr<dtype>, kv_cache ptr<cachePointerElement>, slot_mapping ptr<i64>,
 //   [k_scale ptr<f32>, v_scale ptr<f32> for the per-tensor fp8 formats],
+//   [k_scale_cache ptr<f32>, v_scale_cache ptr<f32> for separate scales],
 //   key_stride_token i64, key_stride_head i64, value_stride_token i64,
 //   value_stride_head i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
-//   kv_stride_token i64, kv_stride_head i64.
+//   kv_stride_token i64, kv_stride_head i64,
+//   [scale_stride_block i64, scale_stride_token i64, scale_stride_head i64 (f32
+//   elements, shared by both scale tensors) for separate scales].
 // Bounds-checked (check_bounds): bounds_record ptr<i32> (4 ints, BoundsCheck.h)
 // follows the last pointer (before the strides) and num_blocks i32 ends the list.
 support::Expected<std::unique_ptr<ir::Kernel>> buildCacheWrite(const CacheWriteConfig& config);

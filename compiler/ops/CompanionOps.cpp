@@ -117,6 +117,20 @@ support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
     return checks.error(std::string("k_scale/v_scale are given, but the cache format ") +
                                  compiler::kvCacheFormatName(config.cacheFormat) +
                                  " has no per-tensor scales (only fp8_e4m3 and fp8_e5m2 do)");
+  const bool separateScales = config.separateScales();
+  if (separateScales) {
+    if (support::Status s = checks.strides({{"scale_stride_block", p.scaleStrideBlock},
+                                             {"scale_stride_token", p.scaleStrideToken},
+                                             {"scale_stride_head", p.scaleStrideHead}});
+        !s)
+      return s;
+  } else if (p.kScaleCache != 0 || p.vScaleCache != 0 || p.scaleStrideBlock != 0 || p.scaleStrideToken != 0 ||
+             p.scaleStrideHead != 0) {
+    return checks.error(std::string("k_scale_cache/v_scale_cache and their strides are only used with separate "
+                                    "per-token-head scales (kv_scale_layout separate); the cache format is ") +
+                        compiler::kvCacheFormatName(config.cacheFormat) + ", kv_scale_layout " +
+                        compiler::kvScaleLayoutName(config.scaleLayout));
+  }
   if (support::Status s = checks.strides({{"key_stride_token", p.keyStrideToken},
                                            {"key_stride_head", p.keyStrideHead},
                                            {"value_stride_token", p.valueStrideToken},
@@ -139,6 +153,10 @@ support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
     arguments.push_back(KernelArgument::devicePointer(p.kScale));
     arguments.push_back(KernelArgument::devicePointer(p.vScale));
   }
+  if (separateScales) {
+    arguments.push_back(KernelArgument::devicePointer(p.kScaleCache));
+    arguments.push_back(KernelArgument::devicePointer(p.vScaleCache));
+  }
   if (config.checkBounds) {
     call.recordArgument = static_cast<int>(arguments.size());
     arguments.push_back(KernelArgument::devicePointer(kRecordPlaceholder));
@@ -146,6 +164,9 @@ support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
   for (int64_t stride : {p.keyStrideToken, p.keyStrideHead, p.valueStrideToken, p.valueStrideHead, p.kvStrideBlock,
                          p.kvStrideKv, p.kvStrideToken, p.kvStrideHead})
     arguments.push_back(KernelArgument::integerValue(stride));
+  if (separateScales)
+    for (int64_t stride : {p.scaleStrideBlock, p.scaleStrideToken, p.scaleStrideHead})
+      arguments.push_back(KernelArgument::integerValue(stride));
   if (config.checkBounds) {
     arguments.push_back(KernelArgument::integerValue(p.numBlocks));
     call.boundsContext = {checks.op(), p.numBlocks, p.blockSize, 0, p.numTokens};
@@ -375,6 +396,7 @@ CacheWriteConfig selectCacheWriteVariant(const CacheWriteParams& p) {
   config.blockSize = p.blockSize;
   config.checkBounds = p.checkBounds || boundsCheckFromEnvironment();
   config.perHeadScales = p.perHeadScales;
+  config.scaleLayout = p.scaleLayout;
   // A call whose variant is invalid fails validation with its own message; the
   // alignments are derived from valid sizes only.
   if (!config.validate()) return config;

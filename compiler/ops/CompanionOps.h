@@ -54,6 +54,9 @@ struct CacheWriteParams {
   // Per-tensor fp8 formats: kScale and vScale point to one f32 per KV head
   // ([numKvHeads], vLLM's kv_scale_type "head") instead of one.
   bool perHeadScales = false;
+  // Per-token-head formats: each row's f32 scale inline after its values, or in
+  // kScaleCache / vScaleCache (vLLM's current layout; compiler/kernels/KvCacheFormat.h).
+  compiler::KvScaleLayout scaleLayout = compiler::KvScaleLayout::Inline;
   // ---- the batch ----
   int64_t numTokens = 0;  // rows of key/value and entries of slot_mapping
   // ---- device pointers (slot_mapping 16-byte aligned; key, value and kv_cache at
@@ -64,6 +67,10 @@ struct CacheWriteParams {
   int64_t keyStrideToken = 0, keyStrideHead = 0, valueStrideToken = 0, valueStrideHead = 0;
   int64_t kvStrideBlock = 0, kvStrideKv = 0, kvStrideToken = 0, kvStrideHead = 0;
   runtime::StreamHandle stream = nullptr;  // null: the default stream
+  // Separate scales only (else 0): f32 [num_blocks, block_size, Hkv] tensors of
+  // the K and V row scales (4-byte aligned) and their shared strides in f32 elements.
+  uint64_t kScaleCache = 0, vScaleCache = 0;
+  int64_t scaleStrideBlock = 0, scaleStrideToken = 0, scaleStrideHead = 0;
 };
 
 struct MergeAttnStatesParams {

@@ -434,6 +434,7 @@ std::vector<ParamField<CacheWriteConfig>> specFields() {
       {"source_align", false, positiveField("source_align", &C::sourceAlign)},
       {"cache_align", false, positiveField("cache_align", &C::cacheAlign)},
       {"per_head_scales", false, boolField("per_head_scales", &C::perHeadScales)},
+      {"kv_scales", false, kvScaleLayoutField(&C::scaleLayout)},
   };
 }
 
@@ -870,7 +871,10 @@ std::string formatSpecParams(const CacheWriteConfig& config) {
          " block_size=" + std::to_string(config.blockSize) + " num_warps=" + std::to_string(config.numWarps) +
          (config.sourceAlign != 16 ? " source_align=" + std::to_string(config.sourceAlign) : std::string()) +
          (config.cacheAlign != 16 ? " cache_align=" + std::to_string(config.cacheAlign) : std::string()) +
-         (config.perHeadScales ? " per_head_scales=true" : "");
+         (config.perHeadScales ? " per_head_scales=true" : "") +
+         (config.scaleLayout != KvScaleLayout::Inline ? std::string(" kv_scales=") +
+                                                            kvScaleLayoutName(config.scaleLayout)
+                                                      : std::string());
 }
 
 std::string formatSpecParams(const MergePartialsConfig& config) {

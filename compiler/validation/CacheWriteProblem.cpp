@@ -47,6 +47,10 @@ struct CacheWriteProblem::Data {
   std::vector<int64_t> slots;                // per token; -1 = padding
   std::vector<double> keys, values;          // [T][Hkv][D] and [T][Hkv][Dv], rounded to the dtype
   int64_t strideBlock = 0, strideKv = 0, strideToken = 0, strideHead = 0;  // cache, elements
+  // Separate per-token-head scales: [num_blocks, block_size, Hkv] f32 per K and V,
+  // blocks padded by 3 scales; buffer indices of k_scale_cache (v after it), or -1.
+  int64_t scaleStrideBlock = 0, scaleStrideToken = 0, scaleStrideHead = 0;
+  int scaleCacheBuffer = -1;
 };
 
 support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
@@ -151,14 +155,27 @@ support::Expected<std::unique_ptr<CacheWriteProblem>> CacheWriteProblem::create(
       buffers.push_back({scale == kKeyScale ? "k_scale" : "v_scale", std::move(bytes), false});
     }
   }
+  if (config.separateScales()) {
+    data->scaleStrideHead = 1;
+    data->scaleStrideToken = Hkv;
+    data->scaleStrideBlock = bs * Hkv + 3;
+    data->scaleCacheBuffer = static_cast<int>(buffers.size());
+    for (const char* label : {"k_scale_cache", "v_scale_cache"})
+      buffers.push_back(
+          {label, poisonedBuffer(ScalarKind::F32, static_cast<size_t>(data->numBlocks * data->scaleStrideBlock)), true});
+  }
   problem->scalars_ = {keyStride,        D,   valueStride, Dv, data->strideBlock, data->strideKv, data->strideToken,
                        data->strideHead};
+  if (config.separateScales())
+    problem->scalars_.insert(problem->scalars_.end(),
+                             {data->scaleStrideBlock, data->scaleStrideToken, data->scaleStrideHead});
   problem->grid_ = {T, compiler::cacheWriteGridY(config), 1};
   const int64_t written = std::count_if(data->slots.begin(), data->slots.end(), [](int64_t s) { return s >= 0; });
   problem->minimumBytes_ = static_cast<double>(written * Hkv) *
                                (static_cast<double>(D + Dv) * static_cast<double>(elementBytes(dt)) +
                                 static_cast<double>(row + valueRow) *
-                                    static_cast<double>(elementBytes(config.cachePointerElement()))) +
+                                    static_cast<double>(elementBytes(config.cachePointerElement())) +
+                                (config.separateScales() ? 2.0 * sizeof(float) : 0.0)) +
                            8.0 * static_cast<double>(T);
   problem->data_ = std::move(data);
   return problem;
@@ -194,6 +211,18 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
                              h * data.strideHead;
         const int64_t t = owner[static_cast<size_t>(slot)];
         const char* kvName = kv == 0 ? "K" : "V";
+        // Separate scales: the f32 of this (slot, head) in its tensor.
+        const float* separateScale = nullptr;
+        if (data.scaleCacheBuffer >= 0) {
+          const std::vector<uint8_t>& scales = after[static_cast<size_t>(data.scaleCacheBuffer + kv)].bytes;
+          const int64_t index =
+              (slot / bs) * data.scaleStrideBlock + (slot % bs) * data.scaleStrideToken + h * data.scaleStrideHead;
+          separateScale = reinterpret_cast<const float*>(scales.data()) + index;
+          if (t < 0 && getBits(scales, ScalarKind::F32, static_cast<size_t>(index)) != poisonBits(ScalarKind::F32) &&
+              failure.empty())
+            failure = "the kernel wrote the " + std::string(kvName) + " scale of slot " + std::to_string(slot) +
+                      ", head " + std::to_string(h) + ", which no token maps to";
+        }
         const int64_t D = kv == 0 ? config.headSize : config.effectiveValueHeadSize();
         const int64_t row = kv == 0 ? config.cacheRowElements() : config.cacheValueRowElements();
         if (t < 0) {
@@ -224,10 +253,13 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
         if (perTokenHead) {
           const float expectedScale = reference::perTokenHeadScale(x, static_cast<int>(D), format);
           float stored = 0;
-          std::memcpy(&stored,
-                      &cache[static_cast<size_t>(
-                          base + compiler::kvCacheScaleByteOffset(config.cacheFormat, static_cast<int>(D)))],
-                      sizeof stored);
+          if (separateScale)
+            std::memcpy(&stored, separateScale, sizeof stored);
+          else
+            std::memcpy(&stored,
+                        &cache[static_cast<size_t>(
+                            base + compiler::kvCacheScaleByteOffset(config.cacheFormat, static_cast<int>(D)))],
+                        sizeof stored);
           if (std::memcmp(&stored, &expectedScale, sizeof stored) != 0) {
             std::ostringstream text;
             text.precision(9);

@@ -359,6 +359,11 @@ typedef struct attnjit_cache_write_params {
   /* nonzero (fp8_e4m3 / fp8_e5m2): k_scale and v_scale hold one f32 per KV
    * head, [num_kv_heads], instead of one for the tensor */
   int per_head_scales;
+  /* per-token-head formats: where the row scales go (see
+   * attnjit_paged_attention_params: the same fields) */
+  attnjit_kv_scale_layout kv_scale_layout;
+  uint64_t k_scale_cache, v_scale_cache;
+  int64_t scale_stride_block, scale_stride_token, scale_stride_head;
 } attnjit_cache_write_params;
 
 void attnjit_cache_write_params_init(attnjit_cache_write_params* params);

@@ -158,6 +158,12 @@ class CacheWriteParams(ctypes.Structure):
         ("check_bounds", _i32),
         ("num_blocks", _i32),
         ("per_head_scales", _i32),
+        ("kv_scale_layout", _i32),
+        ("k_scale_cache", _u64),
+        ("v_scale_cache", _u64),
+        ("scale_stride_block", _i64),
+        ("scale_stride_token", _i64),
+        ("scale_stride_head", _i64),
     ]
 
 

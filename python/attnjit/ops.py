@@ -509,7 +509,7 @@ def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, 
 
 
 def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale=None, v_scale=None,
-                check_bounds=False, stream=None, jit=None):
+                check_bounds=False, stream=None, jit=None, k_scale_cache=None, v_scale_cache=None):
     """Scatters key [num_tokens, Hkv, D] and value [num_tokens, Hkv, Dv] into
     kv_cache at slot_mapping (int64; -1 skips a token). The cache is
     [num_blocks, 2, block_size, Hkv, row] (Dv = D only) or vLLM's packed
@@ -520,7 +520,10 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
     num_kv_heads elements: a scale per head) are for "fp8_e4m3" / "fp8_e5m2".
     check_bounds runs the bounds-checked kernel: a
     slot_mapping entry outside the cache raises instead of writing out of
-    bounds (synchronizes the stream; debugging, not for CUDA graphs)."""
+    bounds (synchronizes the stream; debugging, not for CUDA graphs).
+    k_scale_cache, v_scale_cache (float32 [num_blocks, block_size, Hkv], equal
+    strides; per-token-head formats): the row scales go there instead of after
+    each row's values (vLLM's current layout; rows are then D or D/2 bytes)."""
     torch = _require_torch()
     _check_tensor(torch, "key", key, 3)
     dtype = _float_dtype(torch, "key", key)
@@ -530,8 +533,9 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
     if tuple(value.shape[:2]) != (num_tokens, num_kv_heads):
         raise ValueError("value has shape %s; expected (%d, %d, value_head_size)" % (
             tuple(value.shape), num_tokens, num_kv_heads))
+    separate_scales = k_scale_cache is not None or v_scale_cache is not None
     cache = _paged_cache_layout(torch, kv_cache, device, key.dtype, "cache_format", cache_format, head_size,
-                                value.shape[2], num_kv_heads)
+                                value.shape[2], num_kv_heads, separate_scales=separate_scales)
     _check_tensor(torch, "slot_mapping", slot_mapping, 1, torch.int64, device)
     _check_shape("slot_mapping", slot_mapping, (num_tokens,))
     scales = {}
@@ -545,6 +549,8 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
             scales[name] = scale.data_ptr()
     if per_head:
         scales["per_head_scales"] = 1
+    if separate_scales:
+        scales.update(_scale_cache_fields(torch, k_scale_cache, v_scale_cache, cache, cache_format, device))
     cache_write_raw(
         jit=jit,
         dtype=dtype,

@@ -67,12 +67,14 @@ if not NATIVE:
                             qq_bias=qq_bias, fp32_precision=fp32_precision, plan_tuning=plan_tuning,
                             k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
-    @torch.library.custom_op(_LIBRARY + "::cache_write", mutates_args=("kv_cache",))
+    @torch.library.custom_op(_LIBRARY + "::cache_write",
+                             mutates_args=("kv_cache", "k_scale_cache", "v_scale_cache"))
     def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                     cache_format: str = "auto", k_scale: Optional[torch.Tensor] = None,
-                    v_scale: Optional[torch.Tensor] = None) -> None:
+                    v_scale: Optional[torch.Tensor] = None, k_scale_cache: Optional[torch.Tensor] = None,
+                    v_scale_cache: Optional[torch.Tensor] = None) -> None:
         ops.cache_write(key, value, kv_cache, slot_mapping, cache_format=cache_format, k_scale=k_scale,
-                        v_scale=v_scale)
+                        v_scale=v_scale, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 else:
     paged_attention = torch.ops.attnjit.paged_attention
     cache_write = torch.ops.attnjit.cache_write

@@ -145,8 +145,14 @@ class CpuTests(unittest.TestCase):
                          ["no_runtime_scratch", "fp32_precision"])
         self.assertEqual([name for name, _ in _structs.MergeAttnStatesParams._fields_[-2:]],
                          ["output_scale", "prefill_tokens_with_context"])
-        self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-4:]],
-                         ["value_head_size", "check_bounds", "num_blocks", "per_head_scales"])
+        self.assertEqual([name for name, _ in _structs.CacheWriteParams._fields_[-10:]],
+                         ["value_head_size", "check_bounds", "num_blocks", "per_head_scales", "kv_scale_layout",
+                          "k_scale_cache", "v_scale_cache", "scale_stride_block", "scale_stride_token",
+                          "scale_stride_head"])
+        with self.assertRaisesRegex(attnjit.InvalidArgumentError, r"scale_stride_block \(0\) must be positive"):
+            attnjit.ops.cache_write_raw(validate_only=True, kv_scale_layout="separate", k_scale_cache=0x90000,
+                                        v_scale_cache=0x98000, **dict(CACHE_WRITE_FIELDS,
+                                                                      cache_format="int8_per_token_head"))
         with self.assertRaisesRegex(attnjit.InvalidArgumentError, "per_head_scales needs a per-tensor fp8 cache"):
             attnjit.ops.cache_write_raw(validate_only=True, per_head_scales=1, **CACHE_WRITE_FIELDS)
         # check_bounds is read: the op then needs num_blocks.
@@ -659,6 +665,56 @@ class GpuTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"v_scale_cache has shape .*; expected"):
             attnjit.ops.paged_attention(q, cache, outputs[0], *args, kv_cache_format="int8_per_token_head",
                                         k_scale_cache=scales[:, 0], v_scale_cache=scales[:, 1, :8])
+
+    def test_cache_write_with_separate_scales_feeds_attention(self):
+        # fp8 per-token-head through the cache write into vLLM's layout (scale
+        # tensors apart from the rows), read back, then attention over it.
+        import attnjit.torch_ops  # noqa: F401  (registers the operators)
+        torch.manual_seed(9)
+        heads, kv_heads, head_size, block = 8, 2, 64, 16
+        seq_lens_host = [33, 70]
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
+        slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
+                           for b, n in enumerate(seq_lens_host)]).cuda()
+        keys = torch.randn(len(slots), kv_heads, head_size, device="cuda", dtype=torch.bfloat16)
+        values = torch.randn_like(keys)
+        cache = torch.full((num_blocks, 2, block, kv_heads, head_size), 0x7F, device="cuda", dtype=torch.uint8)
+        scales = torch.full((num_blocks, 2, block, kv_heads), float("nan"), device="cuda")
+        torch.ops.attnjit.cache_write(keys, values, cache, slots, cache_format="fp8_per_token_head",
+                                      k_scale_cache=scales[:, 0], v_scale_cache=scales[:, 1])
+        torch.cuda.synchronize()
+        rows = cache.view(torch.float8_e4m3fn).float().reshape(num_blocks, 2, block * kv_heads, head_size)
+        flat_scales = scales.reshape(num_blocks, 2, block * kv_heads, 1)
+        stored = (rows * flat_scales).reshape(num_blocks * 2, block, kv_heads, head_size)
+        for kv_index, source in enumerate((keys, values)):
+            expected_scale = source.float().abs().amax(-1) / 448
+            got_scale = scales[:, kv_index].reshape(-1, kv_heads)[slots]
+            self.assertTrue(torch.allclose(got_scale, expected_scale, rtol=1e-6, atol=0))
+            got = stored.reshape(num_blocks, 2, block, kv_heads, head_size)[:, kv_index].reshape(
+                -1, kv_heads, head_size)[slots]
+            # e4m3: 3 mantissa bits, half a step is 1/16 of the binade (plus subnormals near 0).
+            allowed = source.float().abs() / 16 + expected_scale.unsqueeze(-1) / 256
+            self.assertTrue(bool(((got - source.float()).abs() <= allowed).all()))
+        q = torch.randn(len(seq_lens_host), heads, head_size, device="cuda", dtype=torch.bfloat16)
+        out = torch.full_like(q, float("nan"))
+        attnjit.ops.paged_attention(q, cache, out, tables_host.cuda(),
+                                    torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                    torch.arange(len(seq_lens_host) + 1, dtype=torch.int32, device="cuda"), 1,
+                                    kv_cache_format="fp8_per_token_head", k_scale_cache=scales[:, 0],
+                                    v_scale_cache=scales[:, 1], max_seq_len=max(seq_lens_host))
+        torch.cuda.synchronize()
+        stored5 = stored.reshape(num_blocks, 2, block, kv_heads, head_size).double()
+        key_start = 0
+        for b, seq_len in enumerate(seq_lens_host):
+            positions = slots[key_start:key_start + seq_len]
+            key_start += seq_len
+            k = stored5[positions // block, 0, positions % block]
+            v = stored5[positions // block, 1, positions % block]
+            for h in range(heads):
+                g = h // (heads // kv_heads)
+                scores = k[:, g] @ q[b, h].double() / math.sqrt(head_size)
+                expected = torch.softmax(scores, dim=0) @ v[:, g]
+                self.assertLess((out[b, h].double() - expected).abs().max().item(), 2e-2)
 
     def test_fp8_output_and_sqrt_alibi_match_float64(self):
         # vLLM's fp8 output (out = e4m3(o / output_scale), saturating) with

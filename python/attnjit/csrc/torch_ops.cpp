@@ -235,6 +235,31 @@ void checkLoaded() {
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
 
 
+// Separate per-token-head scales into either op's C struct (same field names):
+// both float32 [num_blocks, block_size, Hkv] with the same strides.
+template <typename Params>
+void setScaleCacheFields(Params& p, const CacheLayout& cache, const std::string& formatText,
+                         const std::optional<at::Tensor>& kScaleCache, const std::optional<at::Tensor>& vScaleCache,
+                         const at::Tensor& device) {
+  CHECK_ARGUMENT(kScaleCache && vScaleCache, "k_scale_cache and v_scale_cache go together: pass both or neither");
+  CHECK_ARGUMENT(formatText.size() > 14 && formatText.compare(formatText.size() - 14, 14, "per_token_head") == 0,
+                 "k_scale_cache/v_scale_cache need a per-token-head format, got '", formatText, "'");
+  for (const auto& [name, tensor] :
+       {std::pair{"k_scale_cache", &*kScaleCache}, std::pair{"v_scale_cache", &*vScaleCache}}) {
+    checkTensor(name, *tensor, 3, at::kFloat, &device);
+    checkShape(name, *tensor, {cache.numBlocks, cache.blockSize, cache.heads});
+  }
+  CHECK_ARGUMENT(kScaleCache->strides() == vScaleCache->strides(),
+                 "k_scale_cache and v_scale_cache must have the same strides, got ", kScaleCache->strides(), " and ",
+                 vScaleCache->strides());
+  p.kv_scale_layout = ATTNJIT_KV_SCALES_SEPARATE;
+  p.k_scale_cache = address(*kScaleCache);
+  p.v_scale_cache = address(*vScaleCache);
+  p.scale_stride_block = kScaleCache->stride(0);
+  p.scale_stride_token = kScaleCache->stride(1);
+  p.scale_stride_head = kScaleCache->stride(2);
+}
+
 void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Tensor& out,
                     const at::Tensor& blockTables, const at::Tensor& seqLens, const at::Tensor& cuSeqlensQ,
                     int64_t maxQueryLen, std::optional<double> scale, bool causal, c10::string_view kvCacheFormat,
@@ -320,25 +345,7 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
     p.qq_bias = address(*qqBias);
     p.qq_bias_stride = qqBias->stride(0);
   }
-  if (separateScales) {
-    // Both float32 [num_blocks, block_size, Hkv] with the same strides.
-    CHECK_ARGUMENT(kScaleCache && vScaleCache, "k_scale_cache and v_scale_cache go together: pass both or neither");
-    CHECK_ARGUMENT(formatText.size() > 14 && formatText.compare(formatText.size() - 14, 14, "per_token_head") == 0,
-                   "k_scale_cache/v_scale_cache need a per-token-head kv_cache_format, got '", formatText, "'");
-    for (const auto& [name, tensor] : {std::pair{"k_scale_cache", &*kScaleCache}, std::pair{"v_scale_cache", &*vScaleCache}}) {
-      checkTensor(name, *tensor, 3, at::kFloat, &q);
-      checkShape(name, *tensor, {cache.numBlocks, cache.blockSize, cache.heads});
-    }
-    CHECK_ARGUMENT(kScaleCache->strides() == vScaleCache->strides(),
-                   "k_scale_cache and v_scale_cache must have the same strides, got ", kScaleCache->strides(), " and ",
-                   vScaleCache->strides());
-    p.kv_scale_layout = ATTNJIT_KV_SCALES_SEPARATE;
-    p.k_scale_cache = address(*kScaleCache);
-    p.v_scale_cache = address(*vScaleCache);
-    p.scale_stride_block = kScaleCache->stride(0);
-    p.scale_stride_token = kScaleCache->stride(1);
-    p.scale_stride_head = kScaleCache->stride(2);
-  }
+  if (separateScales) setScaleCacheFields(p, cache, formatText, kScaleCache, vScaleCache, q);
   if (workspace) {
     const at::Tensor flat = workspace->reshape({-1});
     checkTensor("workspace", flat, 1, {}, &q);
@@ -386,7 +393,8 @@ void pagedAttention(const at::Tensor& q, const at::Tensor& kvCache, const at::Te
 
 void cacheWrite(const at::Tensor& key, const at::Tensor& value, const at::Tensor& kvCache,
                 const at::Tensor& slotMapping, c10::string_view cacheFormatText,
-                const std::optional<at::Tensor>& kScale, const std::optional<at::Tensor>& vScale) {
+                const std::optional<at::Tensor>& kScale, const std::optional<at::Tensor>& vScale,
+                const std::optional<at::Tensor>& kScaleCache, const std::optional<at::Tensor>& vScaleCache) {
   checkLoaded();
   checkTensor("key", key, 3);
   const attnjit_dtype dtype = floatDtype("key", key);
@@ -396,8 +404,9 @@ void cacheWrite(const at::Tensor& key, const at::Tensor& value, const at::Tensor
                  "; expected (", numTokens, ", ", numKvHeads, ", value_head_size)");
   const std::string formatText(cacheFormatText.data(), cacheFormatText.size());
   const attnjit_kv_cache_format format = cacheFormat("cache_format", formatText);
+  const bool separateScales = kScaleCache.has_value() || vScaleCache.has_value();
   const CacheLayout cache = pagedCacheLayout(kvCache, key, key.scalar_type(), "cache_format", format, formatText,
-                                             headSize, value.size(2));
+                                             headSize, value.size(2), separateScales);
   CHECK_ARGUMENT(cache.heads == numKvHeads, "kv_cache has shape ", shapeText(kvCache), " with ", cache.heads,
                  " KV heads; the keys have ", numKvHeads);
   checkTensor("slot_mapping", slotMapping, 1, at::kLong, &key);
@@ -412,6 +421,7 @@ void cacheWrite(const at::Tensor& key, const at::Tensor& value, const at::Tensor
     CHECK_ARGUMENT((*scale)->is_contiguous(), name, " must be contiguous");
   }
   p.per_head_scales = perHead ? 1 : 0;
+  if (separateScales) setScaleCacheFields(p, cache, formatText, kScaleCache, vScaleCache, key);
   p.dtype = dtype;
   p.cache_format = format;
   p.head_size = narrow("head_size", headSize);
@@ -463,7 +473,8 @@ TORCH_LIBRARY_FRAGMENT(attnjit, m) {
         "str fp32_precision=\"tf32\", str plan_tuning=\"environment\", Tensor? k_scale_cache=None, "
         "Tensor? v_scale_cache=None) -> ()");
   m.def("cache_write(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, "
-        "str cache_format=\"auto\", Tensor? k_scale=None, Tensor? v_scale=None) -> ()");
+        "str cache_format=\"auto\", Tensor? k_scale=None, Tensor? v_scale=None, Tensor(b!)? k_scale_cache=None, "
+        "Tensor(c!)? v_scale_cache=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(attnjit, CUDA, m) {
