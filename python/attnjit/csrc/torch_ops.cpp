@@ -451,8 +451,9 @@ void pagedAttentionMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         int64_t, bool, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, int64_t,
                         int64_t, const std::optional<at::Tensor>&, bool, int64_t,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view,
-                        c10::string_view) {}
+                        c10::string_view, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {}
 void cacheWriteMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
+                    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {}
 
 }  // namespace
