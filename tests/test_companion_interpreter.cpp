@@ -384,6 +384,57 @@ TEST_CASE("reshape_and_cache: separate scales through the op's validation", "[ca
                      "kv_scale_layout inline");
 }
 
+TEST_CASE("reshape_and_cache: vLLM's asymmetric int4 keeps its zero point in the scale's low bits",
+          "[cache_write][sepscales]") {
+  // One token, one head, D = 8, f32. Keys span [-1.5, 3]: scale 4.5 / 15 = 0.3,
+  // zero point round(1.5 / 0.3) = 5, q = round(x / 0.3 + 5) clamped to [0, 15].
+  CacheWriteConfig config;
+  config.dtype = ScalarKind::F32;
+  config.cacheFormat = KvCacheFormat::Int4PerTokenHead;
+  config.scaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  config.numKvHeads = 1;
+  config.headSize = 8;
+  config.blockSize = 2;
+  auto kernel = compiler::buildCacheWrite(config);
+  if (!kernel) FAIL(kernel.diagnostic().str());
+  std::vector<float> key = {-1.5f, 3, 0, 0.3f, 0.45f, -0.75f, 1.2f, 2.99f};
+  std::vector<float> value = {0, 0, 0, 0, 0, 0, 0, 0};  // all zero: scale 1e-6, zero point 0
+  std::vector<uint8_t> cache(2 * 2 * 4, 0x55);          // (1 block, K/V, 2 slots, 1 head, 4 bytes)
+  std::vector<float> scales(2 * 2, -1.0f);              // K scales, then V scales: [1 block, 2 slots, 1 head]
+  std::vector<int64_t> slots = {1};
+  attnjit::ir::InterpreterMemory memory;
+  std::vector<attnjit::ir::KernelArgument> args = {
+      attnjit::ir::PointerArg{memory.map(key.data(), key.size() * 4, "key")},
+      attnjit::ir::PointerArg{memory.map(value.data(), value.size() * 4, "value")},
+      attnjit::ir::PointerArg{memory.map(cache.data(), cache.size(), "kv_cache")},
+      attnjit::ir::PointerArg{memory.map(slots.data(), slots.size() * 8, "slot_mapping")},
+      attnjit::ir::PointerArg{memory.map(scales.data(), 8, "k_scale_cache")},
+      attnjit::ir::PointerArg{memory.map(scales.data() + 2, 8, "v_scale_cache")},
+      int64_t{8}, int64_t{8}, int64_t{8}, int64_t{8},  // key/value strides (token, head)
+      int64_t{16}, int64_t{8}, int64_t{4}, int64_t{4},  // cache strides
+      int64_t{2}, int64_t{1}, int64_t{1}};              // scale strides (block, token, head)
+  attnjit::ir::LaunchGrid grid;
+  grid.x = 1;
+  grid.y = compiler::cacheWriteGridY(config);
+  auto status = attnjit::ir::interpretKernel(**kernel, grid, args, memory);
+  if (!status) FAIL(status.diagnostic().str());
+  // q = 0, 15, 5, 6, 6.5 -> 7 (half away), 2.5 -> 3, 9, 14.97 -> 15; unsigned nibble pairs.
+  CHECK(std::vector<int>(cache.begin() + 4, cache.begin() + 8) ==
+        std::vector<int>{0 | 15 << 4, 5 | 6 << 4, 7 | 3 << 4, 9 | 15 << 4});
+  uint32_t bits = 0;
+  std::memcpy(&bits, &scales[1], 4);
+  CHECK((bits & 15u) == 5u);
+  const uint32_t clearedBits = bits & ~uint32_t{15};
+  float scale = 0;
+  std::memcpy(&scale, &clearedBits, 4);
+  CHECK(std::abs(scale - 0.3f) <= 0.3f * 0x1p-19f);
+  CHECK(scales[0] == -1.0f);  // slot 0 untouched
+  CHECK(std::vector<int>(cache.begin() + 12, cache.end()) == std::vector<int>{0, 0, 0, 0});
+  std::memcpy(&bits, &scales[3], 4);
+  CHECK((bits & 15u) == 0u);
+  CHECK(std::vector<int>(cache.begin(), cache.begin() + 4) == std::vector<int>{0x55, 0x55, 0x55, 0x55});
+}
+
 TEST_CASE("reshape_and_cache: odd block and head sizes", "[cache_write]") {
   CacheWriteConfig config;
   config.dtype = ScalarKind::F16;

@@ -192,6 +192,10 @@ class CacheWriteBuilder {
   // offset per head).
   void writeRows(const LoadedRows& loaded, Value* rowBase, Value* scalePointer, Value* scaleCache,
                  const RowShape& rows, const std::string& name) {
+    if (config_.asymmetricInt4()) {
+      writeAsymmetricInt4Rows(loaded, rowBase, scaleCache, rows, name);
+      return;
+    }
     if (config_.cacheFormat == KvCacheFormat::Int4PerTokenHead) {
       writeInt4Rows(loaded, rowBase, scaleCache, rows, name);
       return;
@@ -287,6 +291,63 @@ class CacheWriteBuilder {
     Value* offsets = b_.add(b_.splat(scaleSlot_, {H}), b_.mul(head64_, b_.splat(scaleStrideHead_, {H})),
                             name + "_scale_offsets");
     b_.store(b_.addPtr(b_.splat(scaleCache, {H}), offsets, name + "_scale_ptrs"), scale, headMask_);
+  }
+
+  // vLLM's asymmetric int4 (int4_per_token_head with separate scales), in the
+  // arithmetic of its Triton writer so that both write the same bytes: scale =
+  // max((max - min) / 15, 1e-6), zero point zp = clamp(round(-min / scale), 0,
+  // 15), q = clamp(round(x · (1 / scale) + zp), 0, 15), where round(y) is
+  // trunc(y ± 0.5) and the divisions are Triton's fp32 `/` (div.full.f32, 2 ulp;
+  // the interpreter divides exactly) and the multiply-add fuses on the GPU as
+  // Triton's does. The nibbles are unsigned; the scale is stored with zp in its
+  // low four mantissa bits.
+  void writeAsymmetricInt4Rows(const LoadedRows& loaded, Value* rowBase, Value* scaleCache, const RowShape& rows,
+                               const std::string& name) {
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
+    const ScalarKind F32 = ScalarKind::F32, I32 = ScalarKind::I32;
+    Value* x = config_.dtype == F32 ? loaded.x : b_.cast(loaded.x, F32, name + "_f32");
+    const Type rowF32 = Type::tile({H}, Type::scalar(F32)), tileF32 = Type::tile({H, D}, Type::scalar(F32));
+    const double inf = std::numeric_limits<double>::infinity();
+    Value* lo = b_.reduce(Opcode::ReduceMin, b_.select(rows.mask, x, b_.constFloat(inf, tileF32)), 1, name + "_min");
+    Value* hi = b_.reduce(Opcode::ReduceMax, b_.select(rows.mask, x, b_.constFloat(-inf, tileF32)), 1, name + "_max");
+    Value* rawScale = b_.divApprox(b_.sub(hi, lo), b_.constFloat(15.0, rowF32), name + "_raw_scale");
+    Value* scale = b_.max(rawScale, b_.constFloat(kMinScale, rowF32), name + "_row_scale");
+    Value* zeroPointRaw = b_.divApprox(b_.sub(b_.constFloat(0.0, rowF32), lo), scale, name + "_neg_min_over_scale");
+    Value* zeroPoint = clampToNibble(roundHalfAwayByTrunc(zeroPointRaw, name + "_zero_point"), name + "_zero_point");
+    Value* inverse = b_.divApprox(b_.constFloat(1.0, rowF32), scale, name + "_inverse_scale");
+    Value* shifted = b_.add(b_.mul(x, asColumn(inverse, D)), asColumn(zeroPoint, D), name + "_shifted");
+    Value* q = b_.cast(clampToNibble(roundHalfAwayByTrunc(shifted, name + "_q"), name + "_q"), I32, name + "_q_int");
+    const Type pairI32 = Type::tile({2}, Type::scalar(I32));
+    Value* pairs = b_.reshape(q, {H, half, 2}, name + "_pairs");
+    Value* shift = b_.mul(b_.arange(0, 2), b_.constInt(4, pairI32));
+    Value* shift3 = b_.broadcast(b_.expandDims(b_.expandDims(shift, 0), 0), {H, half, 2});
+    Value* packed = b_.cast(b_.reduce(Opcode::ReduceSum, b_.binary(Opcode::Shl, pairs, shift3), 2), ScalarKind::I8,
+                            name + "_packed");
+    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
+    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
+                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
+    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
+    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}),
+                                 b_.add(asColumn(rowBase, half), asRow(b_.cast(offsPair, ScalarKind::I64), H)),
+                                 name + "_cache_ptrs");
+    b_.store(cachePtrs, packed, mask);
+    const Type rowI32 = Type::tile({H}, Type::scalar(I32));
+    Value* scaleBits = b_.andOp(b_.bitcast(scale, I32), b_.constInt(~int64_t{0xF}, rowI32), name + "_scale_high_bits");
+    Value* packedBits = b_.orOp(scaleBits, b_.cast(zeroPoint, I32), name + "_scale_and_zero_point");
+    storeRowScales(b_.bitcast(packedBits, F32, name + "_packed_scale"), rowBase, scaleCache, rows.headSize, name);
+  }
+
+  // trunc(y + 0.5) for y >= 0, trunc(y - 0.5) below (vLLM's int4 rounding), in f32.
+  Value* roundHalfAwayByTrunc(Value* y, const std::string& name) {
+    const Type shape = y->type();
+    Value* half = b_.select(b_.cmp(CmpPredicate::Ge, y, b_.constFloat(0.0, shape)), b_.constFloat(0.5, shape),
+                            b_.constFloat(-0.5, shape), name + "_half");
+    return b_.cast(b_.cast(b_.add(y, half), ScalarKind::I32), ScalarKind::F32, name + "_rounded");
+  }
+
+  Value* clampToNibble(Value* y, const std::string& name) {
+    const Type shape = y->type();
+    return b_.min(b_.max(y, b_.constFloat(0.0, shape)), b_.constFloat(15.0, shape), name + "_clamped");
   }
 
   Value* roundHalfAwayToInt8(Value* y, const std::string& name) {

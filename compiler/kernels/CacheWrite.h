@@ -67,6 +67,8 @@ struct CacheWriteConfig {
   KvScaleLayout scaleLayout = KvScaleLayout::Inline;
 
   bool separateScales() const { return isPerTokenHead(cacheFormat) && scaleLayout == KvScaleLayout::Separate; }
+  // int4 with separate scales is vLLM's asymmetric int4_per_token_head (KvCacheFormat.h).
+  bool asymmetricInt4() const { return separateScales() && cacheFormat == KvCacheFormat::Int4PerTokenHead; }
 
   // The divisibility (in elements) the kernel is compiled to assume of the key
   // strides, the value strides and the cache strides; 1 = none. At alignment 16:

@@ -26,6 +26,13 @@
 // Hkv] with strides (block, token, head) in f32 elements (possibly views into the
 // cache's own allocation). Rows of D bytes keep the cache 16-byte aligned where D
 // is a multiple of 16, so K and V move in 16-byte copies.
+// int4 with separate scales is vLLM's int4_per_token_head: asymmetric, unsigned
+// nibbles q in [0, 15] (element 2i low) with scale = max((max - min) / 15,
+// 1e-6) and zero point zp = clamp(round(-min / scale), 0, 15) stored in the
+// scale's low four mantissa bits (bits & ~15 | zp); q stands for (q - zp) · (the
+// scale with those bits cleared). vLLM writes and reads it in a rotated space (a
+// randomized Hadamard transform of K, V and q, the output rotated back), which
+// stays outside the kernels, as in vLLM.
 #pragma once
 
 #include <optional>

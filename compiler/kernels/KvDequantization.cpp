@@ -24,7 +24,7 @@ Value* smallIntAsDtype(ir::Builder& b, ScalarKind dtype, Value* unsignedBiased, 
 }  // namespace
 
 std::vector<Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, ScalarKind dtype, Value* raw,
-                                      const std::string& name) {
+                                      const std::string& name, Value* zeroPoints) {
   const Type i32Tile = raw->type().withScalarKind(ScalarKind::I32);
   switch (format) {
     case KvCacheFormat::Auto:
@@ -37,8 +37,20 @@ std::vector<Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, Scal
     case KvCacheFormat::Int8PerTokenHead:
       return {b.cast(raw, dtype, name + "_values")};
     case KvCacheFormat::Int4PerTokenHead: {
-      // Each nibble n (two's complement) plus 8 is n ^ 8 in [0, 15].
       Value* bytes = b.andOp(b.cast(raw, ScalarKind::I32), b.constInt(0xFF, i32Tile), name + "_bytes");
+      if (zeroPoints) {
+        // Unsigned nibbles u: 2^23 + u from the magic bits, minus 2^23 + zp.
+        const Type f32Tile = raw->type().withScalarKind(ScalarKind::F32);
+        Value* offset = b.add(zeroPoints, b.constFloat(8388608.0, f32Tile), name + "_zero_point_offset");
+        auto unsignedNibbles = [&](Value* nibbles, const std::string& part) {
+          Value* bits = b.binary(Opcode::Or, nibbles, b.constInt(0x4B000000, i32Tile), name + part + "_magic_bits");
+          Value* value = b.sub(b.bitcast(bits, ScalarKind::F32), offset, name + part + "_f32");
+          return dtype == ScalarKind::F32 ? value : b.cast(value, dtype, name + part + "_values");
+        };
+        return {unsignedNibbles(b.andOp(bytes, b.constInt(0xF, i32Tile)), "_even"),
+                unsignedNibbles(b.binary(Opcode::Shr, bytes, b.constInt(4, i32Tile)), "_odd")};
+      }
+      // Each nibble n (two's complement) plus 8 is n ^ 8 in [0, 15].
       Value* low = b.binary(Opcode::Xor, b.andOp(bytes, b.constInt(0xF, i32Tile)), b.constInt(8, i32Tile),
                             name + "_low_biased");
       Value* high = b.binary(Opcode::Xor, b.binary(Opcode::Shr, bytes, b.constInt(4, i32Tile)), b.constInt(8, i32Tile),
@@ -47,6 +59,14 @@ std::vector<Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, Scal
     }
   }
   return {raw};
+}
+
+ScaleAndZeroPoint splitScaleAndZeroPoint(ir::Builder& b, Value* packedScale, const std::string& name) {
+  const Type i32 = packedScale->type().withScalarKind(ScalarKind::I32);
+  Value* bits = b.bitcast(packedScale, ScalarKind::I32, name + "_packed_bits");
+  Value* scale = b.bitcast(b.andOp(bits, b.constInt(~int64_t{0xF}, i32)), ScalarKind::F32, name + "_unpacked");
+  Value* zeroPoint = b.cast(b.andOp(bits, b.constInt(0xF, i32)), ScalarKind::F32, name + "_zero_point");
+  return {scale, zeroPoint};
 }
 
 Value* loadRowScales(ir::Builder& b, KvCacheFormat format, int strideDivisibility, Value* rowBase, Value* slotOffset,

@@ -17,8 +17,20 @@ namespace attnjit::compiler {
 // byte holds elements 2i and 2i + 1). Quantized values convert exactly (int8,
 // int4 and fp8 are exact in f16, bf16 and f32); fp8 and int8 are plain casts,
 // which codegen converts two registers at a time. Auto returns `raw` itself.
+// `zeroPoints` (int4 only; f32, raw's shape): vLLM's asymmetric int4, whose
+// nibbles are unsigned, [0, 15], and stand for nibble - zero point (exact small
+// integers, like the symmetric format's). Null: the symmetric two's-complement
+// nibbles.
 std::vector<ir::Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, ir::ScalarKind dtype, ir::Value* raw,
-                                          const std::string& name);
+                                          const std::string& name, ir::Value* zeroPoints = nullptr);
+
+// vLLM's asymmetric int4 scale: the f32 whose low four mantissa bits hold the
+// row's zero point. Returns {scale with those bits cleared, zero point as f32}.
+struct ScaleAndZeroPoint {
+  ir::Value* scale;
+  ir::Value* zeroPoint;
+};
+ScaleAndZeroPoint splitScaleAndZeroPoint(ir::Builder& b, ir::Value* packedScale, const std::string& name);
 
 // The inline f32 scale of each key's row, for a [N] tile of keys: the row starts
 // at rowBase + slotOffset[j] (bytes), its scale at kvCacheScaleByteOffset(format,

@@ -137,8 +137,8 @@ class AttentionBuilder {
   };
   std::vector<QkPiece> qkPieces() const;
   // Quantized cache tiles (compiler/kernels/KvDequantization.h) in this kernel's format and data type.
-  std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name) {
-    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.dotKind(), raw, name);
+  std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name, Value* zeroPoints = nullptr) {
+    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.dotKind(), raw, name, zeroPoints);
   }
   Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize, const std::string& name) {
     return compiler::loadRowScales(b_, config_.kvCacheFormat, config_.kvStrideDivisibility(), rowBase, slotOffset,
@@ -958,14 +958,9 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(p_.offsDV64, N), "v_offset");
   Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(p_.dimMaskV, N), "v_mask");
   Value* vTile = b_.load(b_.addPtr(splatTo(p_.vBase, {N, DV}), vOffset), vMask, p_.zeroVTile, "v_tile");
-  std::vector<Value*> kGroups;
-  for (size_t i = 0; i < kPieceTiles.size(); ++i)
-    kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
-  if (kTile) kGroups = dequantizedGroups(kTile, "k");
-  const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
-  std::vector<Value*> vGroups;
-  if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
   Value *kRowScale = nullptr, *vRowScale = nullptr;
+  // vLLM's asymmetric int4: per-key zero points, as [D/2, N] and [N, DV/2] tiles.
+  Value *kZeroPoints = nullptr, *vZeroPoints = nullptr;
   if (config_.separateScales()) {
     // One f32 per key from each scale tensor, masked keys reading 0.
     Value* scaleSlot = b_.add(b_.mul(physicalBlock, splatTo(scaleStrideBlock_, {N})),
@@ -973,10 +968,25 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     Value* zeroScales = b_.constFloat(0.0, Type::tile({N}, f32()), "zero_scales");
     kRowScale = b_.load(b_.addPtr(splatTo(p_.kScaleBase, {N}), scaleSlot), tileMask, zeroScales, "k_scale");
     vRowScale = b_.load(b_.addPtr(splatTo(p_.vScaleBase, {N}), scaleSlot), tileMask, zeroScales, "v_scale");
+    if (config_.asymmetricInt4()) {
+      const ScaleAndZeroPoint k = splitScaleAndZeroPoint(b_, kRowScale, "k_scale");
+      const ScaleAndZeroPoint v = splitScaleAndZeroPoint(b_, vRowScale, "v_scale");
+      kRowScale = k.scale;
+      vRowScale = v.scale;
+      kZeroPoints = asRow(k.zeroPoint, D, "k_zero_points");
+      vZeroPoints = asColumn(v.zeroPoint, DV, "v_zero_points");
+    }
   } else if (p_.rowScales) {
     kRowScale = loadRowScales(p_.kBase, slotOffset, tileMask, c_.headSize, "k");
     vRowScale = loadRowScales(p_.vBase, slotOffset, tileMask, c_.valueHeadSize, "v");
   }
+  std::vector<Value*> kGroups;
+  for (size_t i = 0; i < kPieceTiles.size(); ++i)
+    kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
+  if (kTile) kGroups = dequantizedGroups(kTile, "k", kZeroPoints);
+  const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
+  std::vector<Value*> vGroups;
+  if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v", vZeroPoints);
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
   Value* qk = p_.zeroScores;
@@ -1083,7 +1093,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // registers would stay live through Q·Kᵀ and the softmax. Taller tiles keep
   // it at the top: their V goes through shared memory, and read late there it
   // costs fp8 prefill about 70 more registers per thread.
-  if (!vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v");
+  if (!vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v", vZeroPoints);
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
   for (int g = 0; g < G; ++g) {

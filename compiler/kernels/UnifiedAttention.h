@@ -205,6 +205,9 @@ struct UnifiedAttentionConfig {
   bool separateScales() const {
     return isPerTokenHead(kvCacheFormat) && kvScaleLayout == KvScaleLayout::Separate;
   }
+  // int4 with separate scales is vLLM's int4_per_token_head: asymmetric, the
+  // zero point in each scale's low mantissa bits (KvCacheFormat.h).
+  bool asymmetricInt4() const { return separateScales() && kvCacheFormat == KvCacheFormat::Int4PerTokenHead; }
   // Cache elements of a K row and of a V row (kvCacheRowElements).
   int keyRowElements() const { return kvCacheRowElements(kvCacheFormat, headSize, kvScaleLayout); }
   int valueRowElements() const { return kvCacheRowElements(kvCacheFormat, effectiveValueHeadSize(), kvScaleLayout); }

@@ -179,6 +179,29 @@ double roundHalfAway(double y, double qmax) {
 // when `inlineScale` (else the caller stores it in a scale tensor); 0 otherwise.
 float encodeCacheRow(compiler::KvCacheFormat format, ScalarKind dtype, float perTensorScale, double* values, int D,
                      uint8_t* row, bool inlineScale) {
+  if (format == compiler::KvCacheFormat::Int4PerTokenHead && !inlineScale) {
+    // vLLM's asymmetric int4: unsigned nibbles q with a zero point zp, both
+    // stored in the scale's low four mantissa bits; q stands for (q - zp) ·
+    // the scale with those bits cleared.
+    double lo = values[0], hi = values[0];
+    for (int d = 1; d < D; ++d) lo = std::min(lo, values[d]), hi = std::max(hi, values[d]);
+    const float scale = std::max(static_cast<float>((hi - lo) / 15.0), 1e-6f);
+    const double zeroPoint = std::clamp(roundHalfAway(-lo / scale, 1e9), 0.0, 15.0);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &scale, sizeof bits);
+    bits = (bits & ~uint32_t{15}) | static_cast<uint32_t>(zeroPoint);
+    float packed = 0, cleared = 0;
+    std::memcpy(&packed, &bits, sizeof packed);
+    const uint32_t clearedBits = bits & ~uint32_t{15};
+    std::memcpy(&cleared, &clearedBits, sizeof cleared);
+    std::fill(row, row + D / 2, uint8_t{0});
+    for (int d = 0; d < D; ++d) {
+      const double q = std::clamp(roundHalfAway(values[d] / scale + zeroPoint, 1e9), 0.0, 15.0);
+      row[d / 2] = static_cast<uint8_t>(row[d / 2] | (d % 2 == 0 ? static_cast<int>(q) : static_cast<int>(q) << 4));
+      values[d] = (q - zeroPoint) * static_cast<double>(cleared);
+    }
+    return packed;
+  }
   const ScalarKind valueKind = compiler::kvCacheValueKind(format, dtype);
   const double qmax = compiler::kvCacheQuantMax(format);
   switch (format) {

@@ -39,6 +39,53 @@ double decodeQuantized(uint8_t bits, ScalarKind cacheKind) {
   }
 }
 
+// vLLM's asymmetric int4 row (D values x, stored nibbles `row`, the stored scale
+// with its zero point in the low mantissa bits) against the exact arithmetic:
+// the writer divides as Triton does (2 ulp) and the stored scale drops four bits,
+// so the scale must agree to 2^-18, the zero point to one step, and every value
+// (q - zp) · scale to half a step (plus those relative errors).
+template <typename Fail>
+void checkAsymmetricInt4Row(const double* x, int D, const uint8_t* row, float stored, AttentionRunResult& result,
+                            Fail fail) {
+  double lo = x[0], hi = x[0];
+  for (int d = 1; d < D; ++d) lo = std::min(lo, x[d]), hi = std::max(hi, x[d]);
+  const double expectedScale = std::max((hi - lo) / 15.0, 1e-6);
+  uint32_t bits = 0;
+  std::memcpy(&bits, &stored, sizeof bits);
+  const int zeroPoint = static_cast<int>(bits & 15u);
+  const uint32_t clearedBits = bits & ~uint32_t{15};
+  float scale = 0;
+  std::memcpy(&scale, &clearedBits, sizeof scale);
+  const double expectedZeroPoint = std::clamp(std::round(-lo / expectedScale), 0.0, 15.0);
+  std::ostringstream text;
+  text.precision(9);
+  if (!(std::abs(scale - expectedScale) <= expectedScale * std::ldexp(1.0, -18))) {
+    text << "stored scale " << scale << " (zero point bits cleared), expected " << expectedScale;
+    fail(text.str());
+    return;
+  }
+  if (std::abs(zeroPoint - expectedZeroPoint) > 1) {
+    text << "stored zero point " << zeroPoint << ", expected " << expectedZeroPoint;
+    fail(text.str());
+    return;
+  }
+  for (int d = 0; d < D; ++d) {
+    const int q = (row[d / 2] >> (d % 2 == 0 ? 0 : 4)) & 0xF;
+    const double value = (q - zeroPoint) * static_cast<double>(scale);
+    const double allowed = 0.5 * scale * (1 + 1e-3) + std::abs(x[d]) * 1e-5;
+    const double err = std::abs(value - x[d]);
+    result.tolerance = std::max(result.tolerance, allowed);
+    result.maxAbsError = std::max(result.maxAbsError, err);
+    result.maxRelError = std::max(result.maxRelError, err / allowed);
+    if (err > allowed) {
+      text << "dim " << d << ": stored " << q << " with zero point " << zeroPoint << " and scale " << scale
+           << " stands for " << value << ", input " << x[d];
+      fail(text.str());
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 struct CacheWriteProblem::Data {
@@ -246,6 +293,11 @@ void CacheWriteProblem::check(const std::vector<Buffer>& after, AttentionRunResu
               fail(t, h, kvName, text.str());
               result.maxAbsError = std::numeric_limits<double>::infinity();
             }
+          continue;
+        }
+        if (config.asymmetricInt4()) {
+          checkAsymmetricInt4Row(x, static_cast<int>(D), &cache[static_cast<size_t>(base)], *separateScale,
+                                 result, [&](const std::string& what) { fail(t, h, kvName, what); });
           continue;
         }
         const reference::QuantFormat format = quantFormat(cacheKind);

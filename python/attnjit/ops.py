@@ -381,7 +381,10 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     fastest (paged_attention_tune_raw; needs max_seq_len).
     k_scale_cache, v_scale_cache (float32 [num_blocks, block_size, Hkv], equal
     strides; per-token-head formats): the row scales kept apart from the cache,
-    vLLM's current layout, whose rows are then D bytes (D/2 for int4)."""
+    vLLM's current layout, whose rows are then D bytes (D/2 for int4). int4
+    with them is vLLM's asymmetric int4_per_token_head (unsigned nibbles, the
+    zero point in each scale's low mantissa bits), written in the rotated
+    space of int4_rht."""
     torch = _require_torch()
     _check_tensor(torch, "q", q, 3)
     device = q.device
@@ -496,6 +499,52 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     return out
 
 
+_RHT_SIGNS = {}
+
+
+def int4_rht_signs(head_size):
+    """vLLM's ±1 sign vector of the randomized Hadamard transform its int4
+    per-token-head format is written and read in: float32 [head_size], drawn by
+    torch's CPU generator seeded 0x9E3779B9, as vLLM draws it (the same vector
+    for the same torch)."""
+    torch = _require_torch()
+    signs = _RHT_SIGNS.get(head_size)
+    if signs is None:
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(0x9E3779B9)
+        signs = 2.0 * torch.bernoulli(torch.full((head_size,), 0.5), generator=generator) - 1.0
+        _RHT_SIGNS[head_size] = signs
+    return signs
+
+
+def int4_rht(x, inverse=False):
+    """vLLM's randomized Hadamard transform along the last dimension (a power of
+    two), computed in float32 and returned in x's dtype: H·(signs ∘ x), or with
+    inverse=True signs ∘ (H·x), H the unnormalized Walsh-Hadamard matrix (H·H =
+    D·I). vLLM's int4_per_token_head cache (kv_cache_format "int4_per_token_head"
+    with k_scale_cache / v_scale_cache) holds rotated keys and values: rotate K
+    and V before cache_write, q before paged_attention with scale / D, and the
+    output back with int4_rht(out, inverse=True) / D."""
+    torch = _require_torch()
+    d = x.shape[-1]
+    if d < 1 or d & (d - 1):
+        raise ValueError("int4_rht needs a power-of-two last dimension, got %d" % d)
+    signs = int4_rht_signs(d).to(x.device)
+    y = x.float()
+    if not inverse:
+        y = y * signs
+    shape = y.shape
+    h = 1
+    while h < d:
+        pairs = y.reshape(*shape[:-1], d // (2 * h), 2, h)
+        y = torch.stack((pairs[..., 0, :] + pairs[..., 1, :], pairs[..., 0, :] - pairs[..., 1, :]), dim=-2)
+        y = y.reshape(shape)
+        h *= 2
+    if inverse:
+        y = y * signs
+    return y.to(x.dtype)
+
+
 def paged_attention_workspace_bytes(max_num_tokens, num_query_heads, head_size, max_seq_len):
     """Bytes of split-KV workspace for batches up to these sizes (allocate once;
     head_size: the value head size Dv for DiffKV)."""
@@ -523,7 +572,10 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
     bounds (synchronizes the stream; debugging, not for CUDA graphs).
     k_scale_cache, v_scale_cache (float32 [num_blocks, block_size, Hkv], equal
     strides; per-token-head formats): the row scales go there instead of after
-    each row's values (vLLM's current layout; rows are then D or D/2 bytes)."""
+    each row's values (vLLM's current layout; rows are then D or D/2 bytes).
+    int4 with them writes vLLM's asymmetric int4_per_token_head: scale (max -
+    min) / 15, zero point round(-min / scale) in the scale's low four mantissa
+    bits, unsigned nibbles; vLLM rotates keys and values by int4_rht first."""
     torch = _require_torch()
     _check_tensor(torch, "key", key, 3)
     dtype = _float_dtype(torch, "key", key)

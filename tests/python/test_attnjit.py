@@ -716,6 +716,69 @@ class GpuTests(unittest.TestCase):
                 expected = torch.softmax(scores, dim=0) @ v[:, g]
                 self.assertLess((out[b, h].double() - expected).abs().max().item(), 2e-2)
 
+    def test_vllm_int4_cache_write_rotation_and_attention(self):
+        # vLLM's int4_per_token_head: keys and values rotated by its RHT,
+        # written asymmetric (zero point in the scale's low mantissa bits), read
+        # with a rotated q at scale / D, the output rotated back and divided by D.
+        torch.manual_seed(10)
+        heads, kv_heads, head_size, block = 8, 2, 64, 16
+        x = torch.randn(5, head_size, device="cuda")
+        back = attnjit.ops.int4_rht(attnjit.ops.int4_rht(x), inverse=True) / head_size
+        self.assertLess((back - x).abs().max().item(), 1e-5)
+        signs = attnjit.ops.int4_rht_signs(head_size)
+        self.assertTrue(bool((signs.abs() == 1).all()))
+        self.assertTrue(torch.equal(signs, attnjit.ops.int4_rht_signs(head_size)))
+        seq_lens_host = [45, 20]
+        tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
+        slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
+                           for b, n in enumerate(seq_lens_host)]).cuda()
+        keys = torch.randn(len(slots), kv_heads, head_size, device="cuda", dtype=torch.bfloat16)
+        values = torch.randn_like(keys)
+        cache = torch.full((num_blocks, 2, block, kv_heads, head_size // 2), 0x77, device="cuda", dtype=torch.uint8)
+        scales = torch.full((num_blocks, 2, block, kv_heads), float("nan"), device="cuda")
+        attnjit.ops.cache_write(attnjit.ops.int4_rht(keys), attnjit.ops.int4_rht(values), cache, slots,
+                                cache_format="int4_per_token_head", k_scale_cache=scales[:, 0],
+                                v_scale_cache=scales[:, 1])
+        torch.cuda.synchronize()
+        # What the cache stands for: (nibble - zero point) * (scale with the zero point's bits cleared).
+        bits = scales.view(torch.int32)
+        zero_points = (bits & 15).float()
+        cleared = (bits & ~15).view(torch.float32)
+        nibbles = torch.stack(((cache & 15), (cache >> 4)), dim=-1).reshape(num_blocks, 2, block, kv_heads,
+                                                                              head_size).float()
+        stored = ((nibbles - zero_points.unsqueeze(-1)) * cleared.unsqueeze(-1)).double()
+        rotated_keys = attnjit.ops.int4_rht(keys).float()
+        flat = stored
+        got_keys = flat[:, 0].reshape(-1, kv_heads, head_size)[slots]
+        half_step = cleared[:, 0].reshape(-1, kv_heads)[slots].double().unsqueeze(-1) / 2
+        self.assertTrue(bool(((got_keys - rotated_keys.double()).abs() <= half_step * 1.01 + 1e-3).all()))
+        q = torch.randn(len(seq_lens_host), heads, head_size, device="cuda", dtype=torch.bfloat16)
+        q_rotated = attnjit.ops.int4_rht(q)
+        out = torch.full_like(q, float("nan"))
+        scale = 1.0 / math.sqrt(head_size)
+        attnjit.ops.paged_attention(q_rotated, cache, out, tables_host.cuda(),
+                                    torch.tensor(seq_lens_host, dtype=torch.int32, device="cuda"),
+                                    torch.arange(len(seq_lens_host) + 1, dtype=torch.int32, device="cuda"), 1,
+                                    scale=scale / head_size, kv_cache_format="int4_per_token_head",
+                                    k_scale_cache=scales[:, 0], v_scale_cache=scales[:, 1],
+                                    max_seq_len=max(seq_lens_host))
+        result = attnjit.ops.int4_rht(out.float(), inverse=True) / head_size
+        torch.cuda.synchronize()
+        key_start = 0
+        for b, seq_len in enumerate(seq_lens_host):
+            positions = slots[key_start:key_start + seq_len]
+            key_start += seq_len
+            k = flat[positions // block, 0, positions % block]
+            v = flat[positions // block, 1, positions % block]
+            for h in range(heads):
+                g = h // (heads // kv_heads)
+                scores = k[:, g] @ q_rotated[b, h].double() * (scale / head_size)
+                rotated_out = torch.softmax(scores, dim=0) @ v[:, g]
+                # The kernel's bf16 output, rotated back: compare in the rotated space.
+                self.assertLess((out[b, h].double() - rotated_out).abs().max().item(),
+                                2e-2 * max(1.0, rotated_out.abs().max().item()))
+        self.assertFalse(bool(torch.isnan(result).any()))
+
     def test_fp8_output_and_sqrt_alibi_match_float64(self):
         # vLLM's fp8 output (out = e4m3(o / output_scale), saturating) with
         # sqrt-ALiBi slopes, over a plain bf16 cache [num_blocks, 2, block, Hkv, D].
