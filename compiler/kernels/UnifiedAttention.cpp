@@ -961,25 +961,29 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   Value *kRowScale = nullptr, *vRowScale = nullptr;
   // vLLM's asymmetric int4: per-key zero points, as [D/2, N] and [N, DV/2] tiles.
   Value *kZeroPoints = nullptr, *vZeroPoints = nullptr;
-  if (config_.separateScales()) {
-    // One f32 per key from each scale tensor, masked keys reading 0.
-    Value* scaleSlot = b_.add(b_.mul(physicalBlock, splatTo(scaleStrideBlock_, {N})),
-                              b_.mul(tokenInBlock, splatTo(scaleStrideToken_, {N})), "scale_slot");
-    Value* zeroScales = b_.constFloat(0.0, Type::tile({N}, f32()), "zero_scales");
-    kRowScale = b_.load(b_.addPtr(splatTo(p_.kScaleBase, {N}), scaleSlot), tileMask, zeroScales, "k_scale");
-    vRowScale = b_.load(b_.addPtr(splatTo(p_.vScaleBase, {N}), scaleSlot), tileMask, zeroScales, "v_scale");
-    if (config_.asymmetricInt4()) {
-      const ScaleAndZeroPoint k = splitScaleAndZeroPoint(b_, kRowScale, "k_scale");
-      const ScaleAndZeroPoint v = splitScaleAndZeroPoint(b_, vRowScale, "v_scale");
-      kRowScale = k.scale;
-      vRowScale = v.scale;
-      kZeroPoints = asRow(k.zeroPoint, D, "k_zero_points");
-      vZeroPoints = asColumn(v.zeroPoint, DV, "v_zero_points");
+  auto loadScales = [&] {
+    if (config_.separateScales()) {
+      // One f32 per key from each scale tensor, masked keys reading 0.
+      Value* scaleSlot = b_.add(b_.mul(physicalBlock, splatTo(scaleStrideBlock_, {N})),
+                                b_.mul(tokenInBlock, splatTo(scaleStrideToken_, {N})), "scale_slot");
+      Value* zeroScales = b_.constFloat(0.0, Type::tile({N}, f32()), "zero_scales");
+      kRowScale = b_.load(b_.addPtr(splatTo(p_.kScaleBase, {N}), scaleSlot), tileMask, zeroScales, "k_scale");
+      vRowScale = b_.load(b_.addPtr(splatTo(p_.vScaleBase, {N}), scaleSlot), tileMask, zeroScales, "v_scale");
+      if (config_.asymmetricInt4()) {
+        const ScaleAndZeroPoint k = splitScaleAndZeroPoint(b_, kRowScale, "k_scale");
+        const ScaleAndZeroPoint v = splitScaleAndZeroPoint(b_, vRowScale, "v_scale");
+        kRowScale = k.scale;
+        vRowScale = v.scale;
+        kZeroPoints = asRow(k.zeroPoint, D, "k_zero_points");
+        vZeroPoints = asColumn(v.zeroPoint, DV, "v_zero_points");
+      }
+    } else if (p_.rowScales) {
+      kRowScale = loadRowScales(p_.kBase, slotOffset, tileMask, c_.headSize, "k");
+      vRowScale = loadRowScales(p_.vBase, slotOffset, tileMask, c_.valueHeadSize, "v");
     }
-  } else if (p_.rowScales) {
-    kRowScale = loadRowScales(p_.kBase, slotOffset, tileMask, c_.headSize, "k");
-    vRowScale = loadRowScales(p_.vBase, slotOffset, tileMask, c_.valueHeadSize, "v");
-  }
+  };
+  // The zero points are needed to dequantize; other scales follow the tiles' conversion.
+  if (config_.asymmetricInt4()) loadScales();
   std::vector<Value*> kGroups;
   for (size_t i = 0; i < kPieceTiles.size(); ++i)
     kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
@@ -987,6 +991,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
   std::vector<Value*> vGroups;
   if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v", vZeroPoints);
+  if (!config_.asymmetricInt4()) loadScales();
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
   Value* qk = p_.zeroScores;
