@@ -24,7 +24,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 FAMILIES = ["unified_attention", "diffkv", "mixed_causal", "decode_attention", "mla_decode", "merge_attn_states",
-            "reshape_and_cache_flash", "swap_blocks", "convert_fp8"]
+            "reshape_and_cache_flash", "swap_blocks", "convert_fp8", "per_token_head"]
 
 
 def main():
