@@ -23,7 +23,8 @@ The grid: one-axis sweeps around the base point (bf16, 32/8 heads, D=128, block
 16, B=64, ctx 4096, uniform lengths, bf16 cache) over head sizes 64/96/128/192/
 256, GQA ratios 1/4/8/16 and MQA, block sizes 16/32/64, batches 1-256 (odd ones
 included), contexts 64-131072 uniform and skewed, f32/f16/bf16 and every cache
-format; then --random points drawn (seeded) from the whole product. Points past
+format (the per-token-head ones also with their scales in tensors of their
+own, vLLM's layout: "format:separate"); then --random points drawn (seeded) from the whole product. Points past
 --max-gib of K/V are skipped. The report: every point, the distribution of % of
 copy for each call, the 10 worst points, and the points with >= 64 MB of K/V
 below 90%.
@@ -49,7 +50,9 @@ AXES = dict(
     context=[64, 512, 4096, 32768, 131072],
     lengths=["uniform", "skewed"],
     dtype=["f32", "f16", "bf16"],
-    cache=["auto", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"],
+    # ":separate": the per-token-head scales in tensors of their own (vLLM's layout).
+    cache=["auto", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head",
+           "int8_per_token_head:separate", "fp8_per_token_head:separate", "int4_per_token_head:separate"],
 )
 
 
@@ -82,15 +85,22 @@ def points(random_count, quick):
     return out
 
 
+def cache_format(point):
+    """(kv_cache_format, whether the scales are separate) of a point's cache."""
+    name, _, layout = point["cache"].partition(":")
+    return name, layout == "separate"
+
+
 def row_bytes(point, element_bytes):
-    """(bytes of a stored K or V row, elements of its tensor row)."""
-    d, cache = point["head_size"], point["cache"]
+    """(bytes of a stored K or V row, its scale included, elements of its tensor row)."""
+    d = point["head_size"]
+    cache, separate = cache_format(point)
     if cache == "auto":
         return d * element_bytes, d
     if cache == "fp8_e4m3":
         return d, d
-    width = d // 2 + 4 if cache == "int4_per_token_head" else d + 4
-    return width, width
+    values = d // 2 if cache == "int4_per_token_head" else d
+    return values + 4, values if separate else values + 4
 
 
 def lengths_of(point, rng):
@@ -133,17 +143,20 @@ def torch_dtype(torch, name):
 def fill_cache(torch, point, num_blocks, width):
     """A random cache of the point's format: values for auto, finite fp8 bytes,
     int8/int4 bytes, and per-row float32 scales of 0.01 for the per-token-head
-    formats."""
+    formats (inline, or a [num_blocks, 2, block, Hkv] tensor, returned second)."""
     shape = (num_blocks, 2, point["block"], point["kv_heads"], width)
-    if point["cache"] == "auto":
-        return torch.randn(shape, device="cuda", dtype=torch_dtype(torch, point["dtype"]))
+    name, separate = cache_format(point)
+    if name == "auto":
+        return torch.randn(shape, device="cuda", dtype=torch_dtype(torch, point["dtype"])), None
     cache = torch.randint(0, 256, shape, device="cuda", dtype=torch.uint8)
-    if point["cache"] in ("fp8_e4m3", "fp8_per_token_head"):
+    if name in ("fp8_e4m3", "fp8_per_token_head"):
         cache &= 0xF7  # clears the exponent's low bit: never S.1111.111 (NaN)
-    if point["cache"].endswith("per_token_head"):
+    if separate:
+        return cache, torch.full(shape[:-1], 0.01, device="cuda")
+    if name.endswith("per_token_head"):
         scales = torch.full(shape[:-1] + (1,), 0.01, device="cuda").view(torch.uint8)
         cache[..., -4:] = scales
-    return cache
+    return cache, None
 
 
 def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False):
@@ -151,7 +164,7 @@ def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False
     element = torch.tensor([], dtype=dtype).element_size()
     if point["cache"] != "auto" and point["dtype"] == "f32":
         return None  # quantized caches decode into f16/bf16 queries in vLLM's backends
-    if point["cache"] == "int4_per_token_head" and point["head_size"] % 2:
+    if cache_format(point)[0] == "int4_per_token_head" and point["head_size"] % 2:
         return None
     stored, width = row_bytes(point, element)
     seq_lens_host = lengths_of(point, rng)
@@ -161,7 +174,7 @@ def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False
     kv_bytes = 2 * sum(seq_lens_host) * point["kv_heads"] * stored
     if num_blocks * 2 * block * point["kv_heads"] * stored > max_gib * 2**30:
         return None
-    cache = fill_cache(torch, point, num_blocks, width)
+    cache, scales = fill_cache(torch, point, num_blocks, width)
     tables = torch.zeros(point["batch"], max(blocks_per_seq), dtype=torch.int32)
     order = torch.randperm(num_blocks, dtype=torch.int32)
     at = 0
@@ -173,7 +186,9 @@ def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False
     cu = torch.arange(point["batch"] + 1, dtype=torch.int32, device="cuda")
     q = torch.randn(point["batch"], point["query_heads"], point["head_size"], device="cuda", dtype=dtype)
     out = torch.full_like(q, float("nan"))
-    fmt = dict(kv_cache_format=point["cache"])
+    fmt = dict(kv_cache_format=cache_format(point)[0])
+    if scales is not None:
+        fmt.update(k_scale_cache=scales[:, 0], v_scale_cache=scales[:, 1])
     if point["cache"] == "fp8_e4m3":
         fmt.update(k_scale=torch.tensor([0.01], device="cuda"), v_scale=torch.tensor([0.01], device="cuda"))
     workspace_bytes = attnjit.ops.paged_attention_workspace_bytes(point["batch"], point["query_heads"],
@@ -201,7 +216,7 @@ def run_point(torch, attnjit, point, copy_bytes_per_s, max_gib, rng, tuned=False
         if not torch.isfinite(out).all():
             raise RuntimeError("non-finite output at %s (%s call)" % (describe(point), name))
         result[name] = (ms, 100.0 * moved / (ms * 1e-3) / copy_bytes_per_s)
-    del cache, workspace
+    del cache, scales, workspace
     return result
 
 
