@@ -344,6 +344,10 @@ inline std::string fuzzCompanionOps(ParamReader& in) {
     p.valueStrideToken = in.integer<std::int64_t>(), p.valueStrideHead = in.integer<std::int64_t>();
     p.kvStrideBlock = in.integer<std::int64_t>(), p.kvStrideKv = in.integer<std::int64_t>();
     p.kvStrideToken = in.integer<std::int64_t>(), p.kvStrideHead = in.integer<std::int64_t>();
+    p.scaleLayout = in.flag() ? compiler::KvScaleLayout::Separate : compiler::KvScaleLayout::Inline;
+    if (in.flag()) p.kScaleCache = in.pointer(), p.vScaleCache = in.pointer();
+    p.scaleStrideBlock = in.integer<std::int64_t>(), p.scaleStrideToken = in.integer<std::int64_t>();
+    p.scaleStrideHead = in.integer<std::int64_t>();
     (void)ops::selectCacheWriteVariant(p);
     if (support::Status s = ops::validateCacheWrite(p); !s) violation = checkRejection(s, "validateCacheWrite");
   }
