@@ -356,12 +356,12 @@ TEST_CASE("per-tensor fp8 caches meet bf16 q in f16 with fp8_dot_dtype f16", "[a
     CHECK((attnjit::tests::countOf(ptx, "bf16.bf16") == 0) == f16);
     if (attnjit::tests::havePtxas()) attnjit::tests::checkAssembles(ptx, "sm_90a");
   }
-  // Only per-tensor fp8 caches, only f16/bf16 q; the spec field parses.
-  c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int8PerTokenHead);
+  // Only fp8 and int8 caches, only f16/bf16 q; the spec field parses.
+  c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int4PerTokenHead);
   c.fp8DotDtype = Fp8DotDtype::F16;
   CHECK(c.validate().diagnostic().message ==
-        "fp8_dot_dtype f16 needs a per-tensor fp8 cache (kv_cache_dtype fp8_e4m3 or fp8_e5m2), got kv_cache_dtype "
-        "int8_per_token_head");
+        "fp8_dot_dtype f16 needs an fp8 or int8 cache (kv_cache_dtype fp8_e4m3, fp8_e5m2, int8_per_token_head or "
+        "fp8_per_token_head), got kv_cache_dtype int4_per_token_head");
   c = smallConfig(ScalarKind::F32, KvCacheFormat::Fp8E4M3);
   c.fp8DotDtype = Fp8DotDtype::F16;
   CHECK(c.validate().diagnostic().message == "fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");
@@ -378,6 +378,41 @@ TEST_CASE("per-tensor fp8 caches meet bf16 q in f16 with fp8_dot_dtype f16", "[a
   auto bad = attnjit::compiler::loadSpecText(base + "  fp8_dot_dtype: bf16\n", "d.yaml");
   REQUIRE_FALSE(bad.isOk());
   CHECK(bad.diagnostic().str() == "d.yaml:10:18: error: 'fp8_dot_dtype' must be dtype or f16, got 'bf16'");
+}
+
+TEST_CASE("int8 and fp8 per-token-head caches meet bf16 q in f16 for Q·K only", "[attention][quant][fp8dots]") {
+  using attnjit::compiler::Fp8DotDtype;
+  for (KvCacheFormat format : {KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead})
+    for (auto layout : {attnjit::compiler::KvScaleLayout::Inline, attnjit::compiler::KvScaleLayout::Separate}) {
+      UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, format);
+      c.fp8DotDtype = Fp8DotDtype::F16;
+      c.kvScaleLayout = layout;
+      CHECK(c.queryKeyDotKind() == ScalarKind::F16);
+      CHECK(c.valueDotKind() == ScalarKind::BF16);  // P times a value scale stays in bf16's range
+      INFO(c.kernelName());
+      CHECK(c.kernelName().find("_f16dots") != std::string::npos);
+      runAndCheck(c, mixedAttentionBatch(31), /*afterPasses=*/true);
+      c.splitKv = true;
+      c.outputLse = true;
+      BatchShape split = mixedAttentionBatch(32);
+      split.segmentTiles = 2;
+      runAndCheck(c, split);
+    }
+  // Q·K on f16 mma, P·V on bf16 mma, in one decode kernel.
+  UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int8PerTokenHead);
+  c.fp8DotDtype = Fp8DotDtype::F16;
+  c.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  c.headSize = 128;
+  c.tileSize = 128;
+  auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(kernel.isOk());
+  attnjit::compiler::CompileOptions options;
+  options.target = "sm_90a";
+  auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+  REQUIRE(compiled.isOk());
+  CHECK(attnjit::tests::countOf(compiled->ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") > 0);
+  CHECK(attnjit::tests::countOf(compiled->ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") > 0);
+  if (attnjit::tests::havePtxas()) attnjit::tests::checkAssembles(compiled->ptx, "sm_90a");
 }
 
 // ---- The same on the GPU. ----

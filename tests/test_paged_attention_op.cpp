@@ -141,7 +141,7 @@ TEST_CASE("paged attention op: quantized caches, modifiers, LSE and workspace ar
   p.kvStrideBlock = 2 * p.kvStrideKv;
   CHECK(validationMessage(p) == "ok");
   CHECK(unsplit(p) ==
-        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_t128");  // cp.async: no spills at 64
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_f16dots_t128");  // cp.async: no spills at 64
   p = validParams();
   p.lse = 0x80000;
   p.lseStrideHead = 3;
@@ -291,7 +291,7 @@ TEST_CASE("paged attention op: separate per-token-head scales are validated and 
   CHECK(validationMessage(p) == "ok");
   p.runtimeScratch = false;
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
-        "unified_attention_bf16_h32kv8_d128_bs16_causal_fp8_per_token_head_sepscales_t128");
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_fp8_per_token_head_sepscales_f16dots_t128");
   p.kvStrideHead = 132;  // rows of values only promise 16-byte multiples
   CHECK(validationMessage(p) == "paged attention: kv_stride_head (132) must be a multiple of 16 for head size 128 "
                                 "and kv_cache_dtype fp8_per_token_head");
@@ -532,7 +532,7 @@ TEST_CASE("paged attention op: batches of uneven lengths split into segments of 
   CHECK(plan.numSegments == 3);
   CHECK(plan.segmentTiles == 24);
   CHECK(ops::selectPagedAttentionVariant(p).kernelName() ==
-        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_3d_t128");
+        "unified_attention_bf16_h32kv8_d128_bs16_causal_int8_per_token_head_f16dots_3d_t128");
   p.kvCacheFormat = compiler::KvCacheFormat::Auto;
   p.dtype = ScalarKind::F32;  // not measured: 2D
   CHECK(ops::pagedAttentionSplitPlan(p).numSegments == 1);

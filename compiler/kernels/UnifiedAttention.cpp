@@ -137,8 +137,12 @@ class AttentionBuilder {
   };
   std::vector<QkPiece> qkPieces() const;
   // Quantized cache tiles (compiler/kernels/KvDequantization.h) in this kernel's format and data type.
-  std::vector<Value*> dequantizedGroups(Value* raw, const std::string& name, Value* zeroPoints = nullptr) {
-    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.dotKind(), raw, name, zeroPoints);
+  // K tiles convert to Q·K's operand type, V tiles to P·V's.
+  std::vector<Value*> keyGroups(Value* raw, const std::string& name, Value* zeroPoints = nullptr) {
+    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.queryKeyDotKind(), raw, name, zeroPoints);
+  }
+  std::vector<Value*> valueGroups(Value* raw, Value* zeroPoints) {
+    return compiler::dequantizedGroups(b_, config_.kvCacheFormat, config_.valueDotKind(), raw, "v", zeroPoints);
   }
   Value* loadRowScales(Value* rowBase, Value* slotOffset, Value* tileMask, int rowHeadSize, const std::string& name) {
     return compiler::loadRowScales(b_, config_.kvCacheFormat, config_.kvStrideDivisibility(), rowBase, slotOffset,
@@ -148,7 +152,8 @@ class AttentionBuilder {
   // q's element type in memory, and a loaded Q tile in the dots' operand type.
   ScalarKind qKind() const { return config_.queryFp8 ? ScalarKind::F8E4M3 : config_.dtype; }
   Value* queryInDtype(Value* qTile, const std::string& suffix) {
-    return qKind() != config_.dotKind() ? b_.cast(qTile, config_.dotKind(), "q_values" + suffix) : qTile;
+    return qKind() != config_.queryKeyDotKind() ? b_.cast(qTile, config_.queryKeyDotKind(), "q_values" + suffix)
+                                                : qTile;
   }
   // One program's work, in the order the kernel computes it; the stages share
   // their values through p_.
@@ -986,11 +991,11 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   if (config_.asymmetricInt4()) loadScales();
   std::vector<Value*> kGroups;
   for (size_t i = 0; i < kPieceTiles.size(); ++i)
-    kGroups.push_back(dequantizedGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
-  if (kTile) kGroups = dequantizedGroups(kTile, "k", kZeroPoints);
+    kGroups.push_back(keyGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
+  if (kTile) kGroups = keyGroups(kTile, "k", kZeroPoints);
   const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
   std::vector<Value*> vGroups;
-  if (vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v", vZeroPoints);
+  if (vDequantizedEarly) vGroups = valueGroups(vTile, vZeroPoints);
   if (!config_.asymmetricInt4()) loadScales();
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
@@ -1089,7 +1094,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // per-token-head scales, value j's row stands for v·v_scale[j]: P's column j is
   // scaled instead (the denominator keeps the unscaled P).
   Value* pForValues = vRowScale ? b_.mul(p, asRow(vRowScale, M), "p_dequantized") : p;
-  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, config_.dotKind(), "p_operand");
+  Value* pOperand = dt == ScalarKind::F32 ? pForValues : b_.cast(pForValues, config_.valueDotKind(), "p_operand");
   // With one m-tile of rows (decode: the warps split every dot's columns) V
   // is dequantized here, next to P·V: a quantized tile read straight into
   // registers in its operand layout (LayoutAssignment's thread-major byte
@@ -1098,7 +1103,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // registers would stay live through Q·Kᵀ and the softmax. Taller tiles keep
   // it at the top: their V goes through shared memory, and read late there it
   // costs fp8 prefill about 70 more registers per thread.
-  if (!vDequantizedEarly) vGroups = dequantizedGroups(vTile, "v", vZeroPoints);
+  if (!vDequantizedEarly) vGroups = valueGroups(vTile, vZeroPoints);
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
   for (int g = 0; g < G; ++g) {
@@ -1304,7 +1309,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (separateScales()) name += "_sepscales";
   if (outputFp8) name += "_outfp8";
   if (queryFp8) name += "_qfp8";
-  if (dotKind() != dtype) name += "_f16dots";
+  if (queryKeyDotKind() != dtype) name += "_f16dots";
   if (dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Ieee) name += "_ieee";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
@@ -1372,9 +1377,9 @@ support::Status UnifiedAttentionConfig::validate() const {
     return configError("mm_prefix_ranges (" + std::to_string(mmPrefixRanges) + ") must be between 0 (off) and " +
                        std::to_string(kMaxMmPrefixRanges) + " ranges per sequence");
   if (alibiSqrt && !alibi) return configError("alibi_sqrt needs alibi: true (it changes the ALiBi bias's form)");
-  if (fp8DotDtype == Fp8DotDtype::F16 && !perTensorFp8(kvCacheFormat))
-    return configError(std::string("fp8_dot_dtype f16 needs a per-tensor fp8 cache (kv_cache_dtype fp8_e4m3 or "
-                                   "fp8_e5m2), got kv_cache_dtype ") +
+  if (fp8DotDtype == Fp8DotDtype::F16 && !f16QueryKeyDots(kvCacheFormat))
+    return configError(std::string("fp8_dot_dtype f16 needs an fp8 or int8 cache (kv_cache_dtype fp8_e4m3, "
+                                   "fp8_e5m2, int8_per_token_head or fp8_per_token_head), got kv_cache_dtype ") +
                        kvCacheFormatName(kvCacheFormat));
   if (fp8DotDtype == Fp8DotDtype::F16 && dtype == ScalarKind::F32)
     return configError("fp8_dot_dtype f16 needs dtype bf16 or f16, got f32");

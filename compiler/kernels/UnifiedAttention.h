@@ -32,8 +32,9 @@ struct UnifiedAttentionConfig {
   // (vLLM's numerics, the default) or exact f32 FMAs. Ignored for f16/bf16.
   Fp32Precision fp32Precision = Fp32Precision::Tf32;
   // Per-tensor fp8 caches with bf16 q: the dots in bf16 (Dtype, vLLM's numerics)
-  // or f16 (one conversion per fp8 pair; Fp8Dots.h). Requires such a cache and
-  // an f16/bf16 dtype when F16.
+  // or f16 (one conversion per fp8 pair; Fp8Dots.h); int8 and fp8 per-token-head
+  // caches: Q·K in f16, P·V in bf16. Requires such a cache and an f16/bf16
+  // dtype when F16.
   Fp8DotDtype fp8DotDtype = Fp8DotDtype::Dtype;
   int numQueryHeads = 32;
   int numKvHeads = 8;
@@ -187,8 +188,9 @@ struct UnifiedAttentionConfig {
   bool tensorCoreDots() const { return dtype != ir::ScalarKind::F32 || tf32Dots(); }
   // f32 dots on the TF32 tensor cores (false for f16/bf16 and exact f32).
   bool tf32Dots() const { return dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Tf32; }
-  // The element type of both dots' operands (q, K, P, V on the tensor cores).
-  ir::ScalarKind dotKind() const { return fp8DotOperandKind(fp8DotDtype, kvCacheFormat, dtype); }
+  // The element type of the dots' operands on the tensor cores: q and K, P and V.
+  ir::ScalarKind queryKeyDotKind() const { return fp8QueryKeyDotKind(fp8DotDtype, kvCacheFormat, dtype); }
+  ir::ScalarKind valueDotKind() const { return fp8DotOperandKind(fp8DotDtype, kvCacheFormat, dtype); }
   // Rows of the query tile: blockMRows when set, else minimumBlockM().
   // that is larger.
   int blockM() const;

@@ -171,8 +171,11 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // Per-tensor fp8 decode meets bf16 q in f16 (Fp8Dots.h): one conversion per
     // pair of cache bytes instead of four, 0.1512 -> 0.1447 ms (84% -> 87% of
     // copy; B=64 ctx 4096, 32/8, D=128, docs/perf-log.md 2026-12-03). Prefill
-    // keeps bf16: no faster there (1.098 against 1.100 ms causal).
-    if (compiler::perTensorFp8(p.kvCacheFormat)) config.fp8DotDtype = compiler::Fp8DotDtype::F16;
+    // keeps bf16: no faster there (1.098 against 1.100 ms causal). int8 and fp8
+    // per-token-head decode take Q·K in f16 (P·V stays bf16): with separate
+    // scales 0.1873 -> 0.1761 ms (int8) and 0.1585 -> 0.1520 (fp8), inline
+    // 3% and 2% (docs/perf-log.md 2026-12-04).
+    if (compiler::f16QueryKeyDots(p.kvCacheFormat)) config.fp8DotDtype = compiler::Fp8DotDtype::F16;
   }
   return config;
 }
