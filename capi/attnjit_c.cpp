@@ -164,6 +164,20 @@ attnjit_status toScaleLayout(const char* function, int layout, attnjit::compiler
                                                   " is not an attnjit_kv_scale_layout (INLINE, SEPARATE)");
 }
 
+// The scale layout and the separate scale tensors, the same fields in the
+// paged-attention and the cache-write structs (the layout's member named by each op).
+template <typename CParams, typename Params>
+attnjit_status toSeparateScales(const char* function, const CParams& c, attnjit::compiler::KvScaleLayout* layout,
+                                Params* p) {
+  if (attnjit_status s = toScaleLayout(function, enumValue(c.kv_scale_layout), layout); s != ATTNJIT_OK) return s;
+  p->kScaleCache = c.k_scale_cache;
+  p->vScaleCache = c.v_scale_cache;
+  p->scaleStrideBlock = c.scale_stride_block;
+  p->scaleStrideToken = c.scale_stride_token;
+  p->scaleStrideHead = c.scale_stride_head;
+  return ATTNJIT_OK;
+}
+
 attnjit_status toPlanTuning(const char* function, int tuning, attnjit::ops::PlanTuning* out) {
   using attnjit::ops::PlanTuning;
   switch (tuning) {
@@ -240,14 +254,7 @@ attnjit_status toParams(const char* function, const attnjit_paged_attention_para
   if (attnjit_status s = toFp32Precision(function, enumValue(c.fp32_precision), &p->fp32Precision); s != ATTNJIT_OK)
     return s;
   if (attnjit_status s = toPlanTuning(function, enumValue(c.plan_tuning), &p->tuning); s != ATTNJIT_OK) return s;
-  if (attnjit_status s = toScaleLayout(function, enumValue(c.kv_scale_layout), &p->kvScaleLayout); s != ATTNJIT_OK)
-    return s;
-  p->kScaleCache = c.k_scale_cache;
-  p->vScaleCache = c.v_scale_cache;
-  p->scaleStrideBlock = c.scale_stride_block;
-  p->scaleStrideToken = c.scale_stride_token;
-  p->scaleStrideHead = c.scale_stride_head;
-  return ATTNJIT_OK;
+  return toSeparateScales(function, c, &p->kvScaleLayout, p);
 }
 
 attnjit_status toParams(const char* function, const attnjit_cache_write_params& c, attnjit::CacheWriteParams* p) {
@@ -276,13 +283,7 @@ attnjit_status toParams(const char* function, const attnjit_cache_write_params& 
   p->checkBounds = c.check_bounds != 0;
   p->numBlocks = c.num_blocks;
   p->perHeadScales = c.per_head_scales != 0;
-  if (attnjit_status s = toScaleLayout(function, enumValue(c.kv_scale_layout), &p->scaleLayout); s != ATTNJIT_OK)
-    return s;
-  p->kScaleCache = c.k_scale_cache;
-  p->vScaleCache = c.v_scale_cache;
-  p->scaleStrideBlock = c.scale_stride_block;
-  p->scaleStrideToken = c.scale_stride_token;
-  p->scaleStrideHead = c.scale_stride_head;
+  if (attnjit_status s = toSeparateScales(function, c, &p->scaleLayout, p); s != ATTNJIT_OK) return s;
   return ATTNJIT_OK;
 }
 

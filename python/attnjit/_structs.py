@@ -61,6 +61,18 @@ class CompileStats(ctypes.Structure):
     ]
 
 
+# The per-token-head scale layout and the separate scale tensors, last in both
+# the paged-attention and the cache-write structs.
+_SEPARATE_SCALE_FIELDS = [
+    ("kv_scale_layout", _i32),
+    ("k_scale_cache", _u64),
+    ("v_scale_cache", _u64),
+    ("scale_stride_block", _i64),
+    ("scale_stride_token", _i64),
+    ("scale_stride_head", _i64),
+]
+
+
 class PagedAttentionParams(ctypes.Structure):
     _fields_ = [
         ("struct_size", _size),
@@ -121,13 +133,7 @@ class PagedAttentionParams(ctypes.Structure):
         ("qq_bias_stride", _i64),
         ("fp32_precision", _i32),
         ("plan_tuning", _i32),
-        ("kv_scale_layout", _i32),
-        ("k_scale_cache", _u64),
-        ("v_scale_cache", _u64),
-        ("scale_stride_block", _i64),
-        ("scale_stride_token", _i64),
-        ("scale_stride_head", _i64),
-    ]
+    ] + _SEPARATE_SCALE_FIELDS
 
 
 class CacheWriteParams(ctypes.Structure):
@@ -158,13 +164,7 @@ class CacheWriteParams(ctypes.Structure):
         ("check_bounds", _i32),
         ("num_blocks", _i32),
         ("per_head_scales", _i32),
-        ("kv_scale_layout", _i32),
-        ("k_scale_cache", _u64),
-        ("v_scale_cache", _u64),
-        ("scale_stride_block", _i64),
-        ("scale_stride_token", _i64),
-        ("scale_stride_head", _i64),
-    ]
+    ] + _SEPARATE_SCALE_FIELDS
 
 
 class MergeAttnStatesParams(ctypes.Structure):

@@ -451,6 +451,30 @@ class TorchArgumentTests(unittest.TestCase):
             attnjit.ops.mla_cache_write(kv_c, kv_c, kv_c, kv_c)
 
 
+def sequence_slots(torch, tables_host, seq_lens_host, block):
+    """The cache slots of every key of every sequence, in order (int64, on the GPU)."""
+    return torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
+                      for b, n in enumerate(seq_lens_host)]).cuda()
+
+
+def decode_over_slots(torch, cache, slots, seq_lens_host, q, scale):
+    """float64 decode (one query per sequence) over a [blocks, 2, block_size,
+    Hkv, D] cache whose sequences' keys sit at consecutive runs of `slots`."""
+    block, kv_heads = cache.shape[2], cache.shape[3]
+    heads = q.shape[1]
+    out = torch.empty(len(seq_lens_host), heads, cache.shape[4], dtype=torch.float64, device=cache.device)
+    key_start = 0
+    for b, seq_len in enumerate(seq_lens_host):
+        positions = slots[key_start:key_start + seq_len]
+        key_start += seq_len
+        k = cache[positions // block, 0, positions % block]
+        v = cache[positions // block, 1, positions % block]
+        for h in range(heads):
+            g = h // (heads // kv_heads)
+            out[b, h] = torch.softmax(k[:, g] @ q[b, h].double() * scale, dim=0) @ v[:, g]
+    return out
+
+
 @unittest.skipUnless(HAVE_TORCH and GPU, "needs torch and a GPU (%s)" % (NO_GPU_REASON or "no torch"))
 class GpuTests(unittest.TestCase):
     def test_merge_attn_states_matches_torch(self):
@@ -579,8 +603,7 @@ class GpuTests(unittest.TestCase):
         query_lens, seq_lens_host = [1, 1, 4], [5, 40, 23]
         tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
         # Every key of every sequence through the DiffKV cache write, into vLLM's packed cache.
-        slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
-                           for b, n in enumerate(seq_lens_host)])
+        slots = sequence_slots(torch, tables_host, seq_lens_host, block).cpu()
         keys = torch.randn(len(slots), kv_heads, dqk, device="cuda", dtype=torch.bfloat16)
         values = torch.randn(len(slots), kv_heads, dv, device="cuda", dtype=torch.bfloat16)
         cache = torch.full((num_blocks, block, kv_heads, dqk + dv), float("nan"), device="cuda",
@@ -674,8 +697,7 @@ class GpuTests(unittest.TestCase):
         heads, kv_heads, head_size, block = 8, 2, 64, 16
         seq_lens_host = [33, 70]
         tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
-        slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
-                           for b, n in enumerate(seq_lens_host)]).cuda()
+        slots = sequence_slots(torch, tables_host, seq_lens_host, block)
         keys = torch.randn(len(slots), kv_heads, head_size, device="cuda", dtype=torch.bfloat16)
         values = torch.randn_like(keys)
         cache = torch.full((num_blocks, 2, block, kv_heads, head_size), 0x7F, device="cuda", dtype=torch.uint8)
@@ -704,17 +726,8 @@ class GpuTests(unittest.TestCase):
                                     v_scale_cache=scales[:, 1], max_seq_len=max(seq_lens_host))
         torch.cuda.synchronize()
         stored5 = stored.reshape(num_blocks, 2, block, kv_heads, head_size).double()
-        key_start = 0
-        for b, seq_len in enumerate(seq_lens_host):
-            positions = slots[key_start:key_start + seq_len]
-            key_start += seq_len
-            k = stored5[positions // block, 0, positions % block]
-            v = stored5[positions // block, 1, positions % block]
-            for h in range(heads):
-                g = h // (heads // kv_heads)
-                scores = k[:, g] @ q[b, h].double() / math.sqrt(head_size)
-                expected = torch.softmax(scores, dim=0) @ v[:, g]
-                self.assertLess((out[b, h].double() - expected).abs().max().item(), 2e-2)
+        expected = decode_over_slots(torch, stored5, slots, seq_lens_host, q, 1 / math.sqrt(head_size))
+        self.assertLess((out.double() - expected).abs().max().item(), 2e-2)
 
     def test_vllm_int4_cache_write_rotation_and_attention(self):
         # vLLM's int4_per_token_head: keys and values rotated by its RHT,
@@ -730,8 +743,7 @@ class GpuTests(unittest.TestCase):
         self.assertTrue(torch.equal(signs, attnjit.ops.int4_rht_signs(head_size)))
         seq_lens_host = [45, 20]
         tables_host, num_blocks = random_block_tables(torch, seq_lens_host, block, spare_blocks=1)
-        slots = torch.cat([tables_host[b, torch.arange(n) // block].long() * block + torch.arange(n) % block
-                           for b, n in enumerate(seq_lens_host)]).cuda()
+        slots = sequence_slots(torch, tables_host, seq_lens_host, block)
         keys = torch.randn(len(slots), kv_heads, head_size, device="cuda", dtype=torch.bfloat16)
         values = torch.randn_like(keys)
         cache = torch.full((num_blocks, 2, block, kv_heads, head_size // 2), 0x77, device="cuda", dtype=torch.uint8)
@@ -748,8 +760,7 @@ class GpuTests(unittest.TestCase):
                                                                               head_size).float()
         stored = ((nibbles - zero_points.unsqueeze(-1)) * cleared.unsqueeze(-1)).double()
         rotated_keys = attnjit.ops.int4_rht(keys).float()
-        flat = stored
-        got_keys = flat[:, 0].reshape(-1, kv_heads, head_size)[slots]
+        got_keys = stored[:, 0].reshape(-1, kv_heads, head_size)[slots]
         half_step = cleared[:, 0].reshape(-1, kv_heads)[slots].double().unsqueeze(-1) / 2
         self.assertTrue(bool(((got_keys - rotated_keys.double()).abs() <= half_step * 1.01 + 1e-3).all()))
         q = torch.randn(len(seq_lens_host), heads, head_size, device="cuda", dtype=torch.bfloat16)
@@ -764,19 +775,10 @@ class GpuTests(unittest.TestCase):
                                     max_seq_len=max(seq_lens_host))
         result = attnjit.ops.int4_rht(out.float(), inverse=True) / head_size
         torch.cuda.synchronize()
-        key_start = 0
-        for b, seq_len in enumerate(seq_lens_host):
-            positions = slots[key_start:key_start + seq_len]
-            key_start += seq_len
-            k = flat[positions // block, 0, positions % block]
-            v = flat[positions // block, 1, positions % block]
-            for h in range(heads):
-                g = h // (heads // kv_heads)
-                scores = k[:, g] @ q_rotated[b, h].double() * (scale / head_size)
-                rotated_out = torch.softmax(scores, dim=0) @ v[:, g]
-                # The kernel's bf16 output, rotated back: compare in the rotated space.
-                self.assertLess((out[b, h].double() - rotated_out).abs().max().item(),
-                                2e-2 * max(1.0, rotated_out.abs().max().item()))
+        # The kernel's bf16 output, compared in the rotated space.
+        rotated_out = decode_over_slots(torch, stored, slots, seq_lens_host, q_rotated, scale / head_size)
+        bound = 2e-2 * rotated_out.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
+        self.assertTrue(bool(((out.double() - rotated_out).abs() <= bound).all()))
         self.assertFalse(bool(torch.isnan(result).any()))
 
     def test_fp8_output_and_sqrt_alibi_match_float64(self):
