@@ -59,9 +59,9 @@ typedef enum attnjit_kv_cache_format {
   ATTNJIT_KV_CACHE_AUTO = 0,                /* the keys' and values' dtype */
   ATTNJIT_KV_CACHE_FP8_E4M3 = 1,            /* per-tensor scale */
   ATTNJIT_KV_CACHE_FP8_E5M2 = 2,            /* per-tensor scale */
-  ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD = 3, /* inline f32 scale per (token, head) row */
-  ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD = 4,  /* e4m3, inline f32 scale per (token, head) row */
-  ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD = 5  /* two values per byte, inline f32 scale per row */
+  ATTNJIT_KV_CACHE_INT8_PER_TOKEN_HEAD = 3, /* f32 scale per (token, head) row, inline or separate */
+  ATTNJIT_KV_CACHE_FP8_PER_TOKEN_HEAD = 4,  /* e4m3, f32 scale per (token, head) row, likewise */
+  ATTNJIT_KV_CACHE_INT4_PER_TOKEN_HEAD = 5  /* two values per byte, f32 scale per row (see the layout below) */
 } attnjit_kv_cache_format;
 
 /* How f32 attention computes its dots (dtype F32 only). */
@@ -85,7 +85,9 @@ typedef enum attnjit_plan_tuning {
 typedef enum attnjit_kv_scale_layout {
   ATTNJIT_KV_SCALES_INLINE = 0,  /* after each row's values (rows of D + 4 bytes, D/2 + 4 for int4) */
   ATTNJIT_KV_SCALES_SEPARATE = 1 /* vLLM's current layout: rows of D bytes (D/2 for int4), scales in
-                                  * k_scale_cache / v_scale_cache [num_blocks, block_size, Hkv] f32 */
+                                  * k_scale_cache / v_scale_cache [num_blocks, block_size, Hkv] f32;
+                                  * int4 is then vLLM's asymmetric format (unsigned nibbles, the zero
+                                  * point in each scale's low four mantissa bits) */
 } attnjit_kv_scale_layout;
 
 /* ---- JIT handle ------------------------------------------------------- */
