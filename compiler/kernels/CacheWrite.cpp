@@ -248,13 +248,10 @@ class CacheWriteBuilder {
   }
 
   // int4 per token-head: each row is quantized with its scale max|x| / 7 and
-  // packed pairwise into bytes (element 2i in the low nibble of byte i, 2i + 1
-  // in the high one). The [H, D] row tile, loaded in 16-byte vectors, is split
-  // into [H, D/2, 2] pairs (a reshape that keeps every element in its register)
-  // and each pair's nibbles are summed along the last axis, inside the thread.
+  // its two's-complement nibbles packed pairwise into bytes (storeNibblePairs).
   void writeInt4Rows(const LoadedRows& loaded, Value* rowBase, Value* scaleCache, const RowShape& rows,
                      const std::string& name) {
-    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
     const ScalarKind F32 = ScalarKind::F32, I32 = ScalarKind::I32;
     Value* x = config_.dtype == F32 ? loaded.x : b_.cast(loaded.x, F32, name + "_f32");
     const Type rowF32 = Type::tile({H}, Type::scalar(F32));
@@ -263,6 +260,17 @@ class CacheWriteBuilder {
     Value* scale = b_.max(rawScale, b_.constFloat(kMinScale, rowF32), name + "_row_scale");
     Value* q = b_.cast(roundHalfAwayToInt8(b_.div(x, asColumn(scale, D)), name), I32, name + "_q");
     Value* nibbles = b_.andOp(q, b_.constInt(0xF, Type::tile({H, D}, Type::scalar(I32))), name + "_nibbles");
+    storeNibblePairs(nibbles, rowBase, rows, name);
+    storeRowScales(scale, rowBase, scaleCache, rows.headSize, name);
+  }
+
+  // [H, D] i32 nibbles (0 to 15) packed pairwise into bytes, element 2i in the
+  // low nibble of byte i, and stored at each head's row: the [H, D] tile is
+  // split into [H, D/2, 2] pairs (a reshape that keeps every element in its
+  // register) and each pair's nibbles summed along the last axis, in the thread.
+  void storeNibblePairs(Value* nibbles, Value* rowBase, const RowShape& rows, const std::string& name) {
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
+    const ScalarKind I32 = ScalarKind::I32;
     Value* pairs = b_.reshape(nibbles, {H, half, 2}, name + "_pairs");
     const Type pairI32 = Type::tile({2}, Type::scalar(I32));
     Value* shift = b_.mul(b_.arange(0, 2), b_.constInt(4, pairI32));
@@ -277,7 +285,6 @@ class CacheWriteBuilder {
     Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}), b_.add(asColumn(rowBase, half), asRow(pair64, H)),
                                  name + "_cache_ptrs");
     b_.store(cachePtrs, packed, mask);
-    storeRowScales(scale, rowBase, scaleCache, rows.headSize, name);
   }
 
   // Each row's f32 scale: after its values, or with separate scales at the
@@ -303,7 +310,7 @@ class CacheWriteBuilder {
   // low four mantissa bits.
   void writeAsymmetricInt4Rows(const LoadedRows& loaded, Value* rowBase, Value* scaleCache, const RowShape& rows,
                                const std::string& name) {
-    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0], half = D / 2;
+    const int64_t H = head_->type().shape()[0], D = rows.offsD64->type().shape()[0];
     const ScalarKind F32 = ScalarKind::F32, I32 = ScalarKind::I32;
     Value* x = config_.dtype == F32 ? loaded.x : b_.cast(loaded.x, F32, name + "_f32");
     const Type rowF32 = Type::tile({H}, Type::scalar(F32)), tileF32 = Type::tile({H, D}, Type::scalar(F32));
@@ -317,20 +324,7 @@ class CacheWriteBuilder {
     Value* inverse = b_.divApprox(b_.constFloat(1.0, rowF32), scale, name + "_inverse_scale");
     Value* shifted = b_.add(b_.mul(x, asColumn(inverse, D)), asColumn(zeroPoint, D), name + "_shifted");
     Value* q = b_.cast(clampToNibble(roundHalfAwayByTrunc(shifted, name + "_q"), name + "_q"), I32, name + "_q_int");
-    const Type pairI32 = Type::tile({2}, Type::scalar(I32));
-    Value* pairs = b_.reshape(q, {H, half, 2}, name + "_pairs");
-    Value* shift = b_.mul(b_.arange(0, 2), b_.constInt(4, pairI32));
-    Value* shift3 = b_.broadcast(b_.expandDims(b_.expandDims(shift, 0), 0), {H, half, 2});
-    Value* packed = b_.cast(b_.reduce(Opcode::ReduceSum, b_.binary(Opcode::Shl, pairs, shift3), 2), ScalarKind::I8,
-                            name + "_packed");
-    Value* offsPair = b_.arange(0, half, name + "_offs_pair");
-    Value* pairMask = b_.cmp(CmpPredicate::Lt, offsPair,
-                             b_.splat(b_.constInt(rows.headSize / 2, Type::scalar(I32)), {half}), name + "_pair_mask");
-    Value* mask = b_.andOp(asColumn(headMask_, half), asRow(pairMask, H), name + "_int4_mask");
-    Value* cachePtrs = b_.addPtr(b_.splat(kvCache_, {H, half}),
-                                 b_.add(asColumn(rowBase, half), asRow(b_.cast(offsPair, ScalarKind::I64), H)),
-                                 name + "_cache_ptrs");
-    b_.store(cachePtrs, packed, mask);
+    storeNibblePairs(q, rowBase, rows, name);
     const Type rowI32 = Type::tile({H}, Type::scalar(I32));
     Value* scaleBits = b_.andOp(b_.bitcast(scale, I32), b_.constInt(~int64_t{0xF}, rowI32), name + "_scale_high_bits");
     Value* packedBits = b_.orOp(scaleBits, b_.cast(zeroPoint, I32), name + "_scale_and_zero_point");
@@ -415,13 +409,7 @@ int CacheWriteConfig::valueStrideDivisibility() const {
 
 int CacheWriteConfig::cacheStrideDivisibility() const {
   if (cacheAlign < 16) return std::max(1, cacheAlign * 8 / ir::storageBits(cachePointerElement()));
-  // Separate scales: rows of value bytes only, 16-byte multiples where both allow.
-  if (separateScales()) {
-    const int rowBytes = std::gcd(cacheRowElements(), cacheValueRowElements());
-    int divisibility = 16;
-    while (rowBytes % divisibility != 0) divisibility /= 2;
-    return divisibility;
-  }
+  if (separateScales()) return byteRowStrideDivisibility(cacheRowElements(), cacheValueRowElements());
   // A per-token-head row is D + 4 bytes: only 4-byte multiples can be promised.
   // DiffKV's packed strides are sums of a K row and a V row.
   if (isPerTokenHead(cacheFormat))

@@ -1,5 +1,7 @@
 #include "compiler/kernels/KvCacheFormat.h"
 
+#include <numeric>
+
 namespace attnjit::compiler {
 
 using ir::ScalarKind;
@@ -62,6 +64,13 @@ int kvCacheRowElements(KvCacheFormat format, int headSize, KvScaleLayout layout)
   if (!isPerTokenHead(format)) return headSize;
   const int valueBytes = kvCacheScaleByteOffset(format, headSize);
   return layout == KvScaleLayout::Separate ? valueBytes : valueBytes + 4;
+}
+
+int byteRowStrideDivisibility(int keyRowBytes, int valueRowBytes) {
+  const int rowBytes = std::gcd(keyRowBytes, valueRowBytes);
+  int divisibility = 16;
+  while (rowBytes % divisibility != 0) divisibility /= 2;
+  return divisibility;
 }
 
 const char* kvScaleLayoutName(KvScaleLayout layout) {

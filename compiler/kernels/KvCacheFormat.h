@@ -79,6 +79,10 @@ ir::ScalarKind kvCachePointerKind(KvCacheFormat format, ir::ScalarKind dtype);
 // Cache pointer elements per (token, head) row: D, D + 4, or D/2 + 4 (int4);
 // with separate scales D, or D/2 (int4).
 int kvCacheRowElements(KvCacheFormat format, int headSize, KvScaleLayout layout = KvScaleLayout::Inline);
+// What byte strides built from K rows and V rows of these sizes (values only,
+// separate scales) are multiples of: the largest power of two up to 16
+// dividing both.
+int byteRowStrideDivisibility(int keyRowBytes, int valueRowBytes);
 // Where the inline scale starts in a per-token-head row, in bytes: D, or D/2 (int4).
 int kvCacheScaleByteOffset(KvCacheFormat format, int headSize);
 // Largest quantized magnitude: 127 (int8), 7 (int4), 448 (e4m3), 57344 (e5m2); 0 for auto.

@@ -11,13 +11,15 @@ using ir::Value;
 
 namespace {
 
-// int4 nibbles → dtype through f32's 2^23 magic: the biased value OR'ed into
-// 2^23's mantissa, minus (2^23 + bias): exact, one add and one cvt.
-Value* smallIntAsDtype(ir::Builder& b, ScalarKind dtype, Value* unsignedBiased, int bias, const std::string& name) {
+// int4 nibbles → dtype through f32's 2^23 magic: the unsigned value u OR'ed
+// into 2^23's mantissa, minus `offset` (2^23 + the bias u stands above, an f32
+// tile): exact, one add and one cvt.
+Value* smallIntAsDtype(ir::Builder& b, ScalarKind dtype, Value* unsignedBiased, Value* offset,
+                       const std::string& name) {
   const Type i32Tile = unsignedBiased->type();
   Value* bits = b.binary(Opcode::Or, unsignedBiased, b.constInt(0x4B000000, i32Tile), name + "_magic_bits");
   Value* magic = b.bitcast(bits, ScalarKind::F32);
-  Value* value = b.sub(magic, b.constFloat(8388608.0 + bias, i32Tile.withScalarKind(ScalarKind::F32)), name + "_f32");
+  Value* value = b.sub(magic, offset, name + "_f32");
   return dtype == ScalarKind::F32 ? value : b.cast(value, dtype, name + "_values");
 }
 
@@ -38,24 +40,20 @@ std::vector<Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, Scal
       return {b.cast(raw, dtype, name + "_values")};
     case KvCacheFormat::Int4PerTokenHead: {
       Value* bytes = b.andOp(b.cast(raw, ScalarKind::I32), b.constInt(0xFF, i32Tile), name + "_bytes");
+      auto low = [&] { return b.andOp(bytes, b.constInt(0xF, i32Tile)); };
+      auto high = [&] { return b.binary(Opcode::Shr, bytes, b.constInt(4, i32Tile)); };
+      const Type f32Tile = raw->type().withScalarKind(ScalarKind::F32);
       if (zeroPoints) {
-        // Unsigned nibbles u: 2^23 + u from the magic bits, minus 2^23 + zp.
-        const Type f32Tile = raw->type().withScalarKind(ScalarKind::F32);
+        // Unsigned nibbles u stand for u - zp.
         Value* offset = b.add(zeroPoints, b.constFloat(8388608.0, f32Tile), name + "_zero_point_offset");
-        auto unsignedNibbles = [&](Value* nibbles, const std::string& part) {
-          Value* bits = b.binary(Opcode::Or, nibbles, b.constInt(0x4B000000, i32Tile), name + part + "_magic_bits");
-          Value* value = b.sub(b.bitcast(bits, ScalarKind::F32), offset, name + part + "_f32");
-          return dtype == ScalarKind::F32 ? value : b.cast(value, dtype, name + part + "_values");
-        };
-        return {unsignedNibbles(b.andOp(bytes, b.constInt(0xF, i32Tile)), "_even"),
-                unsignedNibbles(b.binary(Opcode::Shr, bytes, b.constInt(4, i32Tile)), "_odd")};
+        Value* even = smallIntAsDtype(b, dtype, low(), offset, name + "_even");
+        return {even, smallIntAsDtype(b, dtype, high(), offset, name + "_odd")};
       }
       // Each nibble n (two's complement) plus 8 is n ^ 8 in [0, 15].
-      Value* low = b.binary(Opcode::Xor, b.andOp(bytes, b.constInt(0xF, i32Tile)), b.constInt(8, i32Tile),
-                            name + "_low_biased");
-      Value* high = b.binary(Opcode::Xor, b.binary(Opcode::Shr, bytes, b.constInt(4, i32Tile)), b.constInt(8, i32Tile),
-                             name + "_high_biased");
-      return {smallIntAsDtype(b, dtype, low, 8, name + "_even"), smallIntAsDtype(b, dtype, high, 8, name + "_odd")};
+      Value* lowBiased = b.binary(Opcode::Xor, low(), b.constInt(8, i32Tile), name + "_low_biased");
+      Value* highBiased = b.binary(Opcode::Xor, high(), b.constInt(8, i32Tile), name + "_high_biased");
+      Value* even = smallIntAsDtype(b, dtype, lowBiased, b.constFloat(8388608.0 + 8, f32Tile), name + "_even");
+      return {even, smallIntAsDtype(b, dtype, highBiased, b.constFloat(8388608.0 + 8, f32Tile), name + "_odd")};
     }
   }
   return {raw};

@@ -1268,13 +1268,7 @@ int UnifiedAttentionConfig::rightWindow() const {
 int UnifiedAttentionConfig::kvStrideDivisibility() const {
   // Per-token-head rows are D + 4 bytes (D/2 + 4 for int4): 4-byte multiples at best.
   // DiffKV's packed rows hold a K row and a V row, and kv_stride_kv is the K row.
-  if (separateScales()) {
-    // Rows of value bytes only: the largest power of two up to 16 dividing both.
-    const int rowBytes = std::gcd(keyRowElements(), valueRowElements());
-    int divisibility = 16;
-    while (rowBytes % divisibility != 0) divisibility /= 2;
-    return divisibility;
-  }
+  if (separateScales()) return byteRowStrideDivisibility(keyRowElements(), valueRowElements());
   if (isPerTokenHead(kvCacheFormat)) {
     const bool fourByteRows = kvCacheScaleByteOffset(kvCacheFormat, headSize) % 4 == 0 &&
                               kvCacheScaleByteOffset(kvCacheFormat, effectiveValueHeadSize()) % 4 == 0;
