@@ -37,4 +37,16 @@ support::Status ArgumentChecks::tokenCount(int64_t numTokens) const {
   return support::Status::ok();
 }
 
+support::Status ArgumentChecks::separateScales(bool separate, const ScaleTensors& t, const char* formatLabel,
+                                               const char* format, const char* layout) const {
+  if (separate)
+    return strides({{"scale_stride_block", t.strideBlock}, {"scale_stride_token", t.strideToken},
+                    {"scale_stride_head", t.strideHead}});
+  if (t.kScaleCache != 0 || t.vScaleCache != 0 || t.strideBlock != 0 || t.strideToken != 0 || t.strideHead != 0)
+    return error(std::string("k_scale_cache/v_scale_cache and their strides are only used with separate "
+                             "per-token-head scales (kv_scale_layout separate); ") +
+                 formatLabel + " " + format + ", kv_scale_layout " + layout);
+  return support::Status::ok();
+}
+
 }  // namespace attnjit::ops

@@ -39,6 +39,15 @@ class ArgumentChecks {
   support::Status strides(std::initializer_list<Stride> strides, const std::string& why = {}) const;
   // A token count a kernel indexes with 32 bits: 0 .. 2^31 - 1.
   support::Status tokenCount(int64_t numTokens) const;
+  // Separate per-token-head scale tensors (paged attention, cache write): with
+  // `separate`, positive strides; without, no tensor and no stride given (that
+  // message ends "<formatLabel> <format>, kv_scale_layout <layout>").
+  struct ScaleTensors {
+    uint64_t kScaleCache, vScaleCache;
+    int64_t strideBlock, strideToken, strideHead;
+  };
+  support::Status separateScales(bool separate, const ScaleTensors& tensors, const char* formatLabel,
+                                 const char* format, const char* layout) const;
 
  private:
   std::string op_;

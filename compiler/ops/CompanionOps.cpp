@@ -118,19 +118,13 @@ support::Expected<PreparedCall> prepareCacheWrite(const CacheWriteParams& p) {
                                  compiler::kvCacheFormatName(config.cacheFormat) +
                                  " has no per-tensor scales (only fp8_e4m3 and fp8_e5m2 do)");
   const bool separateScales = config.separateScales();
-  if (separateScales) {
-    if (support::Status s = checks.strides({{"scale_stride_block", p.scaleStrideBlock},
-                                             {"scale_stride_token", p.scaleStrideToken},
-                                             {"scale_stride_head", p.scaleStrideHead}});
-        !s)
-      return s;
-  } else if (p.kScaleCache != 0 || p.vScaleCache != 0 || p.scaleStrideBlock != 0 || p.scaleStrideToken != 0 ||
-             p.scaleStrideHead != 0) {
-    return checks.error(std::string("k_scale_cache/v_scale_cache and their strides are only used with separate "
-                                    "per-token-head scales (kv_scale_layout separate); the cache format is ") +
-                        compiler::kvCacheFormatName(config.cacheFormat) + ", kv_scale_layout " +
-                        compiler::kvScaleLayoutName(config.scaleLayout));
-  }
+  if (support::Status s = checks.separateScales(
+          separateScales,
+          {p.kScaleCache, p.vScaleCache, p.scaleStrideBlock, p.scaleStrideToken, p.scaleStrideHead},
+          "the cache format is", compiler::kvCacheFormatName(config.cacheFormat),
+          compiler::kvScaleLayoutName(config.scaleLayout));
+      !s)
+    return s;
   if (support::Status s = checks.strides({{"key_stride_token", p.keyStrideToken},
                                            {"key_stride_head", p.keyStrideHead},
                                            {"value_stride_token", p.valueStrideToken},

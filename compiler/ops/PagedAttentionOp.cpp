@@ -599,19 +599,13 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
   const bool separateScales = config.separateScales();
   if (support::Status s = checks().pointer("k_scale_cache", p.kScaleCache, 4, separateScales); !s) return s;
   if (support::Status s = checks().pointer("v_scale_cache", p.vScaleCache, 4, separateScales); !s) return s;
-  if (separateScales) {
-    if (support::Status s = checks().strides({{"scale_stride_block", p.scaleStrideBlock, 1},
-                                              {"scale_stride_token", p.scaleStrideToken, 1},
-                                              {"scale_stride_head", p.scaleStrideHead, 1}});
-        !s)
-      return s;
-  } else if (p.kScaleCache != 0 || p.vScaleCache != 0 || p.scaleStrideBlock != 0 || p.scaleStrideToken != 0 ||
-             p.scaleStrideHead != 0) {
-    return argumentError(std::string("k_scale_cache/v_scale_cache and their strides are only used with separate "
-                                     "per-token-head scales (kv_scale_layout separate); kv_cache_dtype is ") +
-                         compiler::kvCacheFormatName(p.kvCacheFormat) + ", kv_scale_layout " +
-                         compiler::kvScaleLayoutName(p.kvScaleLayout));
-  }
+  if (support::Status s = checks().separateScales(
+          separateScales,
+          {p.kScaleCache, p.vScaleCache, p.scaleStrideBlock, p.scaleStrideToken, p.scaleStrideHead},
+          "kv_cache_dtype is", compiler::kvCacheFormatName(p.kvCacheFormat),
+          compiler::kvScaleLayoutName(p.kvScaleLayout));
+      !s)
+    return s;
   for (const auto& [name, pointer] : {std::pair{"alibi_slopes", p.alibiSlopes}, std::pair{"sinks", p.sinks},
                                       std::pair{"lse", p.lse}, std::pair{"output_scale", p.outputScale},
                                       std::pair{"q_scale", p.qScale}, std::pair{"qq_bias", p.qqBias},
