@@ -56,9 +56,9 @@ BatchShape mixedBatch(uint64_t seed) {
   return s;
 }
 
-void runAndCheck(const UnifiedAttentionConfig& config, const BatchShape& shape) {
-  INFO(config.kernelName() << " on " << shape.str());
-  auto result = runUnifiedAttentionInterpreted(config, shape);
+void runAndCheck(const UnifiedAttentionConfig& config, const BatchShape& shape, bool afterPasses = false) {
+  INFO(config.kernelName() << " on " << shape.str() << (afterPasses ? " after the passes" : ""));
+  auto result = runUnifiedAttentionInterpreted(config, shape, afterPasses);
   if (!result) FAIL(result.diagnostic().str());
   INFO("max abs error " << result->maxAbsError << " (tolerance " << result->tolerance << "), max rel error "
                         << result->maxRelError << "; " << result->detail);
@@ -116,6 +116,13 @@ TEST_CASE("unified attention: validate names the bad field and value", "[attenti
   c = ok;
   c.numKvHeads = 0;
   CHECK(validationError(c) == "num_kv_heads (0) must be between 1 and 1024");
+  c = ok;
+  c.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int4PerTokenHead;
+  c.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  c.overlapSoftmax = true;
+  CHECK(validationError(c) ==
+        "overlap_softmax is unsupported with kv_cache_dtype int4_per_token_head and kv_scales separate: a lagging V "
+        "tile would need its own tile's zero points");
   c = ok;
   c.numQueryHeads = 0;
   CHECK(validationError(c) == "num_query_heads (0) must be between 1 and 1024");
@@ -493,4 +500,50 @@ TEST_CASE("interpreter: progress scopes nest and report on their own thread only
     CHECK(attnjit::ir::InterpreterProgressScope::current() == outerReport);
   }
   CHECK(attnjit::ir::InterpreterProgressScope::current() == nullptr);
+}
+
+TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with the reference", "[attention][overlap]") {
+  // Before and after the passes (pipelining moves the lagging V tile's loads
+  // an iteration ahead too), on prefill tiles (both KV loops: unmasked, then
+  // masked) and decode tiles, with the features that touch the loop.
+  BatchShape prefillBatch;
+  prefillBatch.queryLens = {70, 1, 33};
+  prefillBatch.contextLens = {0, 90, 41};
+  prefillBatch.seed = 21;
+  auto prefillTiling = [](UnifiedAttentionConfig c) {
+    c.blockMRows = 64;
+    c.tileSize = 16;
+    c.overlapSoftmax = true;
+    return c;
+  };
+  std::vector<UnifiedAttentionConfig> configs;
+  for (bool causal : {true, false}) configs.push_back(prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, causal)));
+  UnifiedAttentionConfig windowed = prefillTiling(makeConfig(ScalarKind::F16, 8, 2, 64, 16, true));
+  windowed.slidingWindow = 20;
+  windowed.softcap = 30;
+  configs.push_back(windowed);
+  UnifiedAttentionConfig biased = prefillTiling(makeConfig(ScalarKind::BF16, 4, 4, 32, 32, false));
+  biased.alibi = biased.sinks = biased.outputLse = true;
+  configs.push_back(biased);
+  UnifiedAttentionConfig perTokenHead = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true));
+  perTokenHead.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int8PerTokenHead;  // P carries its tile's V scales
+  configs.push_back(perTokenHead);
+  UnifiedAttentionConfig int4 = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, false));
+  int4.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int4PerTokenHead;  // two column groups, one P
+  configs.push_back(int4);
+  UnifiedAttentionConfig diffKv = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 96, 16, true));
+  diffKv.valueHeadSize = 64;
+  configs.push_back(diffKv);
+  UnifiedAttentionConfig decode = makeConfig(ScalarKind::F32, 8, 2, 48, 16, true);
+  decode.overlapSoftmax = true;
+  configs.push_back(decode);
+  for (const UnifiedAttentionConfig& config : configs)
+    for (bool afterPasses : {false, true})
+      runAndCheck(config, config.blockMRows != 0 ? prefillBatch : mixedBatch(5), afterPasses);
+  // Split-KV segments each start their own lag.
+  UnifiedAttentionConfig split = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true));
+  split.splitKv = true;
+  BatchShape segmented = prefillBatch;
+  segmented.segmentTiles = 2;
+  runAndCheck(split, segmented);
 }

@@ -152,3 +152,41 @@ TEST_CASE("dots that wgmma cannot take stay on mma.sync on sm_90a", "[codegen][w
   CHECK(countOf(padded, "wgmma.mma_async") == 2 * (5 * 2 + 2 * 2));
   tests::checkAssembles(padded, "sm_90a");
 }
+
+TEST_CASE("overlap_softmax issues P·V with the next tile's Q·Kᵀ and waits for it after the softmax", "[codegen][wgmma]") {
+  for (bool causal : {true, false})
+    for (bool qInShared : {true, false}) {
+      compiler::UnifiedAttentionConfig config = prefill(128, 64, 8, qInShared);
+      config.causal = causal;
+      config.overlapSoftmax = true;
+      INFO(config.kernelName());
+      const std::string ptx = compilePtx(config, "sm_90a");
+      CHECK(countOf(ptx, "mma.sync") == 0);
+      // Per KV loop (unmasked and masked): Q·Kᵀ's 8 and P·V's 4 MMAs, then the
+      // last tile's P·V after the loops.
+      CHECK(countOf(ptx, "wgmma.mma_async") == 2 * (8 + 4) + 4);
+      // In each loop one block commits Q·Kᵀ, then P·V, and waits for Q·Kᵀ only;
+      // the wait for P·V follows the softmax's exponentials.
+      CHECK(countOf(ptx, "wgmma.wait_group.sync.aligned 1;") == 2);
+      size_t at = 0;
+      for (int loop = 0; loop < 2; ++loop) {
+        at = ptx.find("wgmma.wait_group.sync.aligned 1;", at);
+        REQUIRE(at != std::string::npos);
+        const size_t lagging = ptx.find("wgmma.wait_group.sync.aligned 0;", at);
+        REQUIRE(lagging != std::string::npos);
+        CHECK(countOf(ptx.substr(at, lagging - at), "ex2.approx") > 0);
+        at = lagging;
+      }
+      // ptxas keeps the MMAs asynchronous: it serializes them, and says so,
+      // when anything touches an accumulator before its wait.
+      if (tests::havePtxas()) {
+        const std::string info = tests::ptxasInfo(ptx, "sm_90a");
+        INFO(info);
+        CHECK(info.find("Used ") != std::string::npos);
+        CHECK(info.find("serialized") == std::string::npos);
+      }
+    }
+  // Without the knob every wgmma group waits for all of itself.
+  const std::string plain = compilePtx(prefill(128, 64, 8, true), "sm_90a");
+  CHECK(countOf(plain, "wgmma.wait_group.sync.aligned 1;") == 0);
+}

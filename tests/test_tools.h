@@ -74,6 +74,16 @@ inline bool assemblesWithPtxas(const std::string& ptx, const std::string& arch, 
   return code == 0;
 }
 
+// ptxas -v's report for `ptx` on `arch` (registers, spills, performance notes).
+inline std::string ptxasInfo(const std::string& ptx, const std::string& arch) {
+  std::string path = "/tmp/attnjit_test_info_" + std::to_string(getpid()) + ".ptx";
+  std::ofstream(path) << ptx;
+  int code = 0;
+  std::string log = runShell("ptxas -v -arch=" + arch + " " + path + " -o /dev/null", &code);
+  std::remove(path.c_str());
+  return log;
+}
+
 // Checks that ptxas assembles `ptx` for `arch`; without ptxas there is nothing to check.
 inline void checkAssembles(const std::string& ptx, const std::string& arch) {
   if (!havePtxas()) return;

@@ -15,6 +15,7 @@
 #include "codegen/lower/LoopCrossingPredicates.h"
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/WarpgroupMma.h"
 #include "ir/Numeric.h"
 
 namespace attnjit::codegen {
@@ -138,6 +139,7 @@ void collectUses(const Block& block, UseMap& uses) {
 }
 
 void lowerOperation(LoweringContext& ctx, const Operation& op) {
+  waitForWarpgroupResults(ctx, op);
   materializeAsyncTiles(ctx, op);
   SharedOperandReads sharedOperandReads(ctx, op);
   switch (op.opcode()) {

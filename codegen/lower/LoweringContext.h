@@ -145,6 +145,15 @@ class LoweringContext {
   // Ops already lowered out of order (a wgmma group lowers the ops between its
   // dots before its asm block): lowerBlock skips them.
   std::unordered_set<const ir::Operation*> loweredAhead;
+  // wgmma results still in flight (codegen/lower/WarpgroupMma.cpp): the
+  // accumulators of a group's deferred chains, waited for right before the op
+  // keyed here, their first reader. Each entry: the values and, per value, the
+  // registers the MMAs write.
+  struct PendingWarpgroupResult {
+    const ir::Value* value = nullptr;
+    std::vector<size_t> regs;
+  };
+  std::unordered_map<const ir::Operation*, std::vector<PendingWarpgroupResult>> warpgroupWaits;
   // Builder positioned at the end of the entry block, for values every block may
   // use (thread-geometry terms).
   llvm::IRBuilder<>* entryBuilder = nullptr;

@@ -41,7 +41,11 @@
 // outputs, so nothing reads them before the wait and nothing the dots read is
 // written between the fence and the MMAs. The ops between the group's dots are
 // lowered before the block. A group is synchronous (no overlap with the softmax
-// of the same warpgroup; the other warpgroups and CTAs on the SM provide it).
+// of the same warpgroup; the other warpgroups and CTAs on the SM provide it),
+// but for its deferred chains, read later than the rest (P·V of the previous
+// tile next to this tile's Q·Kᵀ, unified attention's overlap_softmax): they
+// commit last, the block waits for all groups but theirs, and their wait
+// comes right before their first reader (waitForWarpgroupResults).
 #include "codegen/lower/WarpgroupMma.h"
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -289,7 +293,30 @@ struct AccumulatorChain {
   bool accumulate = false;            // the initial accumulator is not all zeros
   std::vector<size_t> outputRegs;     // its registers, in the instruction's fragment order
   size_t firstOutput = 0;             // asm operand of outputRegs[0]
+  bool deferred = false;              // its wait comes at its first reader (waitForWarpgroupResults)
 };
+
+// Whether `op`, or an op nested in its regions, reads `value`.
+bool readsValue(const Operation& op, const Value* value) {
+  if (std::find(op.operands().begin(), op.operands().end(), value) != op.operands().end()) return true;
+  for (const auto& region : op.regions())
+    for (const auto& inner : region->operations())
+      if (readsValue(*inner, value)) return true;
+  return false;
+}
+
+// The position in its block of the first op after `last` that reads `value`,
+// and that op (null: none reads it there).
+std::pair<size_t, const Operation*> firstReaderAfter(const Operation& last, const Value* value) {
+  const Block* block = last.parentBlock();
+  if (!block) return {0, nullptr};
+  const auto& ops = block->operations();
+  size_t i = 0;
+  while (i < ops.size() && ops[i].get() != &last) ++i;
+  for (++i; i < ops.size(); ++i)
+    if (readsValue(*ops[i], value)) return {i, ops[i].get()};
+  return {0, nullptr};
+}
 
 }  // namespace
 
@@ -385,6 +412,31 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     planned.push_back(std::move(d));
   }
 
+  // Deferred chains: those first read later than the group's earliest-read
+  // chain (P·V of the previous tile issued with this tile's Q·Kᵀ, whose
+  // accumulator waits through the softmax). They are issued last, as a commit
+  // group of their own, and the block waits for all groups but that one; the
+  // wait for it comes right before its first reader. Between the two, PTX
+  // forbids any access to their registers: they flow from this block into the
+  // wait's block and nowhere else (ptxas serializes the MMAs otherwise).
+  std::vector<const Operation*> readers(chains.size(), nullptr);
+  size_t earliest = SIZE_MAX;
+  std::vector<size_t> readerAt(chains.size(), SIZE_MAX);
+  for (size_t c = 0; c < chains.size(); ++c) {
+    auto [at, reader] = firstReaderAfter(*dots.back(), chains[c].last->result());
+    readers[c] = reader;
+    if (reader) readerAt[c] = at;
+    earliest = std::min(earliest, readerAt[c]);
+  }
+  size_t deferredChains = 0;
+  for (size_t c = 0; c < chains.size(); ++c)
+    if (readers[c] && readerAt[c] > earliest) {
+      chains[c].deferred = true;
+      ++deferredChains;
+    }
+  std::stable_partition(planned.begin(), planned.end(),
+                        [&](const PlannedDot& d) { return !chains[d.chain].deferred; });
+
   // Operands: every chain's outputs, the tied initial accumulators, a zero for
   // the predicates, then per dot its descriptors and A fragments.
   InlinePtx ptx(b, "");
@@ -403,8 +455,13 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   text += "setp.ne.b32 wgmma_zero, $" + std::to_string(zeroOperand) + ", 0;\n";
   text += "setp.eq.b32 wgmma_one, $" + std::to_string(zeroOperand) + ", 0;\n";
   text += "wgmma.fence.sync.aligned;\n";
+  bool committedImmediate = false;
   for (const PlannedDot& d : planned) {
     const AccumulatorChain& chain = chains[d.chain];
+    if (chain.deferred && !committedImmediate) {
+      text += "wgmma.commit_group.sync.aligned;\n";
+      committedImmediate = true;
+    }
     const bool isBf16 = d.op->operand(0)->type().scalarKind() == ScalarKind::BF16;
     const std::string type = isBf16 ? "bf16" : "f16";
     const size_t bOperand = next++;
@@ -454,14 +511,42 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
       }
     }
   }
-  text += "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}";
+  text += "wgmma.commit_group.sync.aligned;\n";
+  text += deferredChains ? "wgmma.wait_group.sync.aligned 1;\n}" : "wgmma.wait_group.sync.aligned 0;\n}";
   std::vector<llvm::Value*> results = ptx.withText(std::move(text)).sideEffects().emitAll();
-  for (const AccumulatorChain& chain : chains) {
+  for (size_t c = 0; c < chains.size(); ++c) {
+    const AccumulatorChain& chain = chains[c];
     Lowered out = chain.init;
     for (size_t i = 0; i < chain.outputRegs.size(); ++i) out.regs[chain.outputRegs[i]] = results[chain.firstOutput + i];
     ctx.set(chain.last->result(), std::move(out));
+    if (chain.deferred) ctx.warpgroupWaits[readers[c]].push_back({chain.last->result(), chain.outputRegs});
   }
   return true;
+}
+
+void waitForWarpgroupResults(LoweringContext& ctx, const Operation& op) {
+  auto due = ctx.warpgroupWaits.find(&op);
+  if (due == ctx.warpgroupWaits.end()) return;
+  const std::vector<LoweringContext::PendingWarpgroupResult> pending = std::move(due->second);
+  ctx.warpgroupWaits.erase(due);
+  // The registers pass through the wait as tied operands: what reads them
+  // afterwards reads the wait's outputs, which exist only once the MMAs are done.
+  InlinePtx ptx(ctx.b, "wgmma.wait_group.sync.aligned 0;");
+  size_t outputs = 0;
+  for (const auto& result : pending)
+    for (size_t i = 0; i < result.regs.size(); ++i, ++outputs) ptx.output("f", ctx.b.getFloatTy());
+  size_t operand = 0;
+  for (const auto& result : pending) {
+    const Lowered& inFlight = ctx.get(result.value);
+    for (size_t reg : result.regs) ptx.input(std::to_string(operand++), inFlight.regs[reg]);
+  }
+  std::vector<llvm::Value*> done = ptx.sideEffects().emitAll();
+  operand = 0;
+  for (const auto& result : pending) {
+    Lowered out = ctx.get(result.value);
+    for (size_t reg : result.regs) out.regs[reg] = done[operand++];
+    ctx.set(result.value, std::move(out));
+  }
 }
 
 }  // namespace attnjit::codegen

@@ -68,4 +68,8 @@ bool descriptorCompatible(const SwizzledTile& tile, int64_t rows);
 // false otherwise (the caller lowers it with mma.sync).
 bool lowerWarpgroupDot(LoweringContext& ctx, const ir::Operation& dot);
 
+// Before lowering `op`: waits for the wgmma results still in flight whose first
+// reader it is (a group's deferred chains, LoweringContext::warpgroupWaits).
+void waitForWarpgroupResults(LoweringContext& ctx, const ir::Operation& op);
+
 }  // namespace attnjit::codegen

@@ -173,6 +173,20 @@ class AttentionBuilder {
   // The online softmax's initial state (sinks included) and the loop's choices:
   // lazy rescaling, the per-column row sum, masking before the scale, padding skipped.
   void buildSoftmaxState();
+  // The keys of KV tile `tileIdx` and where their cache rows are: positions,
+  // which to load (tile_mask), and the rows' offsets from the K/V bases.
+  struct TileAddress {
+    Value *seqOffset = nullptr, *tileMask = nullptr, *blockValid = nullptr, *physicalBlock = nullptr,
+          *tokenInBlock = nullptr, *slotOffset = nullptr;
+    std::vector<Value*> keyInRange;  // mm_prefix_range: the keys of each range the program uses
+  };
+  // `tileInRange` (a scalar i1, optional) masks the whole tile, block numbers included.
+  TileAddress tileAddress(Value* tileIdx, const std::string& suffix, Value* tileInRange = nullptr);
+  // The V tile of KV tile `tileIdx` (masked keys read zero).
+  Value* loadValueTile(const TileAddress& at, const std::string& suffix);
+  // overlap_softmax: tile `tileIdx`'s V, none of it loaded before the program's
+  // first tile (the zero P carried into the first iteration meets zeros).
+  Value* loadLaggingValueTile(Value* tileIdx, const std::string& suffix);
   // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
   // out the per-score mask (tiles whose every key each row of the program sees),
   // `biased` = false the qq_bias (tiles before the first query's key).
@@ -235,6 +249,10 @@ class AttentionBuilder {
     std::vector<Value*> zeroKPieceTiles, loopInits;
     std::vector<std::string> loopNames;
     bool lazyRescale = false, deferRowSum = false, maskBeforeScale = false, rowScales = false;
+    // overlap_softmax: the loop carries the previous tile's P operand (last
+    // of the loop values) and runs its P·V next to this tile's Q·Kᵀ.
+    bool overlapSoftmax = false;
+    size_t lagP = 0;  // its index among the loop values
     Builder::DotOptions qkDot{0, 0}, pvDot{0, 0};
   };
 
@@ -489,8 +507,17 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
   buildKvAddressing(seqIdx);
   buildScoreModifiers();
   buildSoftmaxState();
-  const std::vector<Value*> results = buildKvLoops();
+  std::vector<Value*> results = buildKvLoops();
   const int G = groups();
+  if (p_.overlapSoftmax) {
+    // The last tile's P·V, which no iteration followed.
+    const std::vector<Value*> vGroups = valueGroups(loadLaggingValueTile(b_.sub(p_.tileEnd, oneI32_), "_last"), nullptr);
+    for (int g = 0; g < G; ++g) {
+      const size_t acc = static_cast<size_t>(2 + g);
+      results[acc] = b_.dot(results[p_.lagP], vGroups[static_cast<size_t>(g)], results[acc], p_.pvDot,
+                            G == 1 ? "acc_last" : "acc_last" + std::to_string(g));
+    }
+  }
   Value* mFinal = results[0];
   Value* lFinal =
       p_.deferRowSum
@@ -878,6 +905,15 @@ void AttentionBuilder::buildSoftmaxState() {
     p_.loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, f32()), "l_partial_init"));
     p_.loopNames.push_back("l_partial");
   }
+  // overlap_softmax: no tile precedes the first, so its lagging P·V multiplies
+  // zeros (and V's rows there are never loaded).
+  p_.overlapSoftmax = config_.overlapSoftmax;
+  if (p_.overlapSoftmax) {
+    p_.lagP = p_.loopInits.size();
+    const ScalarKind pKind = dt == ScalarKind::F32 ? ScalarKind::F32 : config_.valueDotKind();
+    p_.loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, Type::scalar(pKind)), "p_lagging_init"));
+    p_.loopNames.push_back("p_lagging");
+  }
   // Masked scores are -inf. Where the score scale is known positive (the
   // softmax scale, which the op API checks, without a per-tensor k_scale or a
   // softcap), the mask is applied before scaling: -inf·scale is still -inf,
@@ -901,48 +937,78 @@ void AttentionBuilder::buildSoftmaxState() {
   p_.pvDot = Builder::DotOptions{0, skipPadding && c_.valueHeadSize / G < DV ? c_.valueHeadSize / G : 0, tf32};
 }
 
+AttentionBuilder::TileAddress AttentionBuilder::tileAddress(Value* tileIdx, const std::string& suffix,
+                                                           Value* tileInRange) {
+  const int64_t N = c_.tileSize;
+  const ScalarKind I64 = ScalarKind::I64;
+  TileAddress at;
+  at.seqOffset = b_.add(splatTo(b_.mul(tileIdx, p_.tileSize), {N}), p_.offsN, "seq_offset" + suffix);
+  Value* tileMask =
+      b_.cmp(CmpPredicate::Lt, at.seqOffset, splatTo(p_.maxSeqPrefixLen, {N}), "tile_mask" + suffix);
+  for (size_t r = 0; r < p_.rangeFirstKeys.size(); ++r)
+    at.keyInRange.push_back(b_.andOp(b_.cmp(CmpPredicate::Ge, at.seqOffset, p_.rangeFirstKeys[r]),
+                                     b_.cmp(CmpPredicate::Le, at.seqOffset, p_.rangeLastKeys[r]),
+                                     "key_in_range" + std::to_string(r) + suffix));
+  if (p_.firstAllowedKey) {
+    // Keys before the window or chunk are read only where a range opens them.
+    Value* afterFloor =
+        b_.cmp(CmpPredicate::Ge, at.seqOffset, splatTo(p_.firstAllowedKey, {N}), "key_after_floor" + suffix);
+    for (Value* keyInRange : at.keyInRange)
+      afterFloor = b_.orOp(afterFloor, keyInRange, "key_after_floor_or_range" + suffix);
+    tileMask = b_.andOp(tileMask, afterFloor, "tile_mask_window" + suffix);
+  }
+  if (tileInRange) tileMask = b_.andOp(tileMask, splatTo(tileInRange, {N}), "tile_mask_in_range" + suffix);
+  Value* blockTableIdx = b_.add(splatTo(p_.blockTableRow, {N}), b_.cast(b_.div(at.seqOffset, p_.blockSizeN), I64),
+                                "block_table_idx" + suffix);
+  Value* physicalBlock32 = b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, p_.noBlock,
+                                   "physical_block_i32" + suffix);
+  // Checked: keys of a block outside the cache are masked (never loaded, never
+  // scored); checkBlockTableEntries recorded the entry.
+  if (config_.checkBounds) {
+    at.blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, p_.noBlock),
+                             b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})),
+                             "block_valid" + suffix);
+    physicalBlock32 = b_.select(at.blockValid, physicalBlock32, p_.noBlock, "physical_block_checked" + suffix);
+    tileMask = b_.andOp(tileMask, at.blockValid, "tile_mask_checked" + suffix);
+  }
+  at.tileMask = tileMask;
+  at.physicalBlock = b_.cast(physicalBlock32, I64, "physical_block" + suffix);
+  at.tokenInBlock = b_.cast(b_.rem(at.seqOffset, p_.blockSizeN), I64, "token_in_block" + suffix);
+  at.slotOffset = b_.add(b_.mul(at.physicalBlock, splatTo(kvStrideBlock_, {N})),
+                         b_.mul(at.tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset" + suffix);
+  return at;
+}
+
+Value* AttentionBuilder::loadValueTile(const TileAddress& at, const std::string& suffix) {
+  const int64_t N = c_.tileSize, DV = c_.valueHeadSizePadded / groups();
+  Value* vOffset = b_.add(asColumn(at.slotOffset, DV), asRow(p_.offsDV64, N), "v_offset" + suffix);
+  Value* vMask = b_.andOp(asColumn(at.tileMask, DV), asRow(p_.dimMaskV, N), "v_mask" + suffix);
+  return b_.load(b_.addPtr(splatTo(p_.vBase, {N, DV}), vOffset), vMask, p_.zeroVTile, "v_tile" + suffix);
+}
+
+Value* AttentionBuilder::loadLaggingValueTile(Value* tileIdx, const std::string& suffix) {
+  Value* inRange = b_.cmp(CmpPredicate::Ge, tileIdx, p_.tileStart, "v_tile_in_range" + suffix);
+  return loadValueTile(tileAddress(tileIdx, suffix, inRange), suffix);
+}
+
 std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits,
                                                   bool masked, bool biased) {
   const int G = groups();
   // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
   const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
   const ScalarKind dt = config_.dtype;
-  const ScalarKind I64 = ScalarKind::I64;
   auto loop = b_.beginFor(from, to, oneI32_, inits, "tile_idx", p_.loopNames);
   Value* mOld = loop.iterArgs[0];
   Value* lOld = loop.iterArgs[1];
 
-  Value* seqOffset = b_.add(splatTo(b_.mul(loop.inductionVar, p_.tileSize), {N}), p_.offsN, "seq_offset");
-  Value* tileMask = b_.cmp(CmpPredicate::Lt, seqOffset, splatTo(p_.maxSeqPrefixLen, {N}), "tile_mask");
-  // mm_prefix_range: the keys of each range the program uses.
-  std::vector<Value*> keyInRange;
-  for (size_t r = 0; r < p_.rangeFirstKeys.size(); ++r)
-    keyInRange.push_back(b_.andOp(b_.cmp(CmpPredicate::Ge, seqOffset, p_.rangeFirstKeys[r]),
-                                  b_.cmp(CmpPredicate::Le, seqOffset, p_.rangeLastKeys[r]),
-                                  "key_in_range" + std::to_string(r)));
-  if (p_.firstAllowedKey) {
-    // Keys before the window or chunk are read only where a range opens them.
-    Value* afterFloor = b_.cmp(CmpPredicate::Ge, seqOffset, splatTo(p_.firstAllowedKey, {N}), "key_after_floor");
-    for (Value* inRange : keyInRange) afterFloor = b_.orOp(afterFloor, inRange, "key_after_floor_or_range");
-    tileMask = b_.andOp(tileMask, afterFloor, "tile_mask_window");
-  }
-  Value* blockTableIdx =
-      b_.add(splatTo(p_.blockTableRow, {N}), b_.cast(b_.div(seqOffset, p_.blockSizeN), I64), "block_table_idx");
-  Value* physicalBlock32 =
-      b_.load(b_.addPtr(splatTo(blockTables_, {N}), blockTableIdx), tileMask, p_.noBlock, "physical_block_i32");
-  // Checked: keys of a block outside the cache are masked (never loaded, never
-  // scored); checkBlockTableEntries recorded the entry.
-  Value* blockValid = nullptr;
-  if (config_.checkBounds) {
-    blockValid = b_.andOp(b_.cmp(CmpPredicate::Ge, physicalBlock32, p_.noBlock),
-                          b_.cmp(CmpPredicate::Lt, physicalBlock32, splatTo(numBlocks_, {N})), "block_valid");
-    physicalBlock32 = b_.select(blockValid, physicalBlock32, p_.noBlock, "physical_block_checked");
-    tileMask = b_.andOp(tileMask, blockValid, "tile_mask_checked");
-  }
-  Value* physicalBlock = b_.cast(physicalBlock32, I64, "physical_block");
-  Value* tokenInBlock = b_.cast(b_.rem(seqOffset, p_.blockSizeN), I64, "token_in_block");
-  Value* slotOffset = b_.add(b_.mul(physicalBlock, splatTo(kvStrideBlock_, {N})),
-                             b_.mul(tokenInBlock, splatTo(kvStrideToken_, {N})), "slot_offset");
+  const TileAddress at = tileAddress(loop.inductionVar, "");
+  Value* seqOffset = at.seqOffset;
+  Value* tileMask = at.tileMask;
+  Value* blockValid = at.blockValid;
+  Value* physicalBlock = at.physicalBlock;
+  Value* tokenInBlock = at.tokenInBlock;
+  Value* slotOffset = at.slotOffset;
+  const std::vector<Value*>& keyInRange = at.keyInRange;
 
   // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
   // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
@@ -960,9 +1026,9 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     Value* kMask = b_.andOp(p_.dimMaskCol, asRow(tileMask, D), "k_mask");
     kTile = b_.load(b_.addPtr(splatTo(p_.kBase, {D, N}), kOffset), kMask, p_.zeroKTile, "k_tile");
   }
-  Value* vOffset = b_.add(asColumn(slotOffset, DV), asRow(p_.offsDV64, N), "v_offset");
-  Value* vMask = b_.andOp(asColumn(tileMask, DV), asRow(p_.dimMaskV, N), "v_mask");
-  Value* vTile = b_.load(b_.addPtr(splatTo(p_.vBase, {N, DV}), vOffset), vMask, p_.zeroVTile, "v_tile");
+  // overlap_softmax: this iteration's P·V is the previous tile's.
+  Value* vTile = p_.overlapSoftmax ? loadLaggingValueTile(b_.sub(loop.inductionVar, oneI32_), "_lagging")
+                                   : loadValueTile(at, "");
   Value *kRowScale = nullptr, *vRowScale = nullptr;
   // vLLM's asymmetric int4: per-key zero points, as [D/2, N] and [N, DV/2] tiles.
   Value *kZeroPoints = nullptr, *vZeroPoints = nullptr;
@@ -1003,6 +1069,18 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   const size_t qkOperands = p_.qTiles.size();
   for (size_t g = 0; g < qkOperands; ++g)
     qk = b_.dot(p_.qTiles[g], kGroups[g], qk, p_.qkDot, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
+  // overlap_softmax: the previous tile's P·V, right after Q·Kᵀ and reading
+  // nothing computed from it, so that both issue together and the softmax
+  // below runs while P·V does (WarpgroupMma.cpp defers its wait to the
+  // rescale). acc is carried rescaled to the previous tile's maximum, as the
+  // previous tile's P is.
+  std::vector<Value*> accWithLagging;
+  if (p_.overlapSoftmax) {
+    if (!vDequantizedEarly) vGroups = valueGroups(vTile, vZeroPoints);
+    for (int g = 0; g < G; ++g)
+      accWithLagging.push_back(b_.dot(loop.iterArgs[p_.lagP], vGroups[g], loop.iterArgs[static_cast<size_t>(2 + g)],
+                                      p_.pvDot, G == 1 ? "acc_lagging" : "acc_lagging" + std::to_string(g)));
+  }
   // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
   if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
   auto maskScores = [&](Value* unmasked, const std::string& name) {
@@ -1103,19 +1181,24 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // registers would stay live through Q·Kᵀ and the softmax. Taller tiles keep
   // it at the top: their V goes through shared memory, and read late there it
   // costs fp8 prefill about 70 more registers per thread.
-  if (!vDequantizedEarly) vGroups = valueGroups(vTile, vZeroPoints);
+  if (!vDequantizedEarly && !p_.overlapSoftmax) vGroups = valueGroups(vTile, vZeroPoints);
   std::vector<Value*> yields = {mNew, lNew};
   std::vector<std::string> finalNames = {"m_final", "l_final"};
   for (int g = 0; g < G; ++g) {
     const std::string suffix = G == 1 ? "" : std::to_string(g);
-    Value* accScaled = p_.lazyRescale ? b_.mulSkipOnes(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix)
-                                   : b_.mul(loop.iterArgs[2 + g], asColumn(alpha, DV), "acc_scaled" + suffix);
-    yields.push_back(b_.dot(pOperand, vGroups[g], accScaled, p_.pvDot, "acc_new" + suffix));
+    Value* acc = p_.overlapSoftmax ? accWithLagging[static_cast<size_t>(g)] : loop.iterArgs[static_cast<size_t>(2 + g)];
+    Value* accScaled = p_.lazyRescale ? b_.mulSkipOnes(acc, asColumn(alpha, DV), "acc_scaled" + suffix)
+                                   : b_.mul(acc, asColumn(alpha, DV), "acc_scaled" + suffix);
+    yields.push_back(p_.overlapSoftmax ? accScaled : b_.dot(pOperand, vGroups[g], accScaled, p_.pvDot, "acc_new" + suffix));
     finalNames.push_back("acc_final" + suffix);
   }
   if (p_.deferRowSum) {
     yields.push_back(lPartialNew);
     finalNames.push_back("l_partial_final");
+  }
+  if (p_.overlapSoftmax) {
+    yields.push_back(pOperand);
+    finalNames.push_back("p_lagging_final");
   }
   return b_.endFor(yields, finalNames);
 }
@@ -1318,6 +1401,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (!sinkSlotReads) name += "_nosink";
   if (!deferRowSum) name += "_rowsum";
   if (qInShared) name += "_qs";
+  if (overlapSoftmax) name += "_ovl";
   return name;
 }
 
@@ -1387,6 +1471,9 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead && effectiveValueHeadSize() % 2 != 0)
     return configError("value_head_size (" + std::to_string(effectiveValueHeadSize()) +
                        ") must be even for kv_cache_dtype int4_per_token_head (two values per byte)");
+  if (overlapSoftmax && asymmetricInt4())
+    return configError("overlap_softmax is unsupported with kv_cache_dtype int4_per_token_head and kv_scales "
+                       "separate: a lagging V tile would need its own tile's zero points");
   if (blockMRows != 0 && (!isPowerOfTwo(blockMRows) || blockMRows < minimumBlockM() || blockMRows > 256))
     return configError("block_m (" + std::to_string(blockMRows) + ") must be a power of two between " +
                        std::to_string(minimumBlockM()) + " (one token's " + std::to_string(queriesPerKv()) +

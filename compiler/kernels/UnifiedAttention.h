@@ -81,6 +81,12 @@ struct UnifiedAttentionConfig {
   // 64 registers per thread for 32 query rows per warp at head size 128, which
   // is what FlashAttention-2's tiling (4 warps of 32 rows) needs to not spill.
   bool qInShared = false;
+  // Software-pipelined P·V (FlashAttention-3's intra-warpgroup overlap): the
+  // loop carries each tile's P into the next iteration, whose P·V is issued
+  // together with that iteration's Q·Kᵀ; the last tile's runs after the loop.
+  // With warpgroup MMAs (sm_90a) the softmax then runs while the tensor cores
+  // do P·V. Same results up to the order of f32 additions.
+  bool overlapSoftmax = false;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,
