@@ -128,6 +128,24 @@ struct CUmemPoolProps {
 };
 static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps_v1 is 88 bytes in cuda.h");
 
+// Batched copies (CUmemcpyAttributes_v1, CUDA 12.8 and later).
+inline constexpr int CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 0x1;
+struct CUmemcpyAttributes {
+  int srcAccessOrder;  // CUmemcpySrcAccessOrder
+  CUmemLocation srcLocHint;
+  CUmemLocation dstLocHint;
+  unsigned flags;  // CUmemcpyFlags
+};
+static_assert(sizeof(CUmemcpyAttributes) == 24, "CUmemcpyAttributes_v1 is 24 bytes in cuda.h");
+// The two ABIs of cuMemcpyBatchAsync: CUDA 13.0's (PFN_cuMemcpyBatchAsync_v13000) and
+// 12.8's, which reports the failing copy's index (PFN_cuMemcpyBatchAsync_v12080).
+using PfnMemcpyBatchAsync13 = CUresult (*)(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                           std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrsIdxs,
+                                           std::size_t numAttrs, CUstream stream);
+using PfnMemcpyBatchAsync12 = CUresult (*)(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                           std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrsIdxs,
+                                           std::size_t numAttrs, std::size_t* failIdx, CUstream stream);
+
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 enum CUstreamCaptureStatus : int {
   CU_STREAM_CAPTURE_STATUS_NONE = 0,
@@ -135,6 +153,8 @@ enum CUstreamCaptureStatus : int {
   CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
 };
 inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
+inline constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;  // CUpointer_attribute, value: unsigned CUmemorytype
 
 // The driver's entry points with the 12.0 ABI (cudaTypedefs.h name in the comment).
 // PFN_cuGetProcAddress_v12000: the one symbol we take from dlsym ("cuGetProcAddress_v2").
@@ -187,12 +207,17 @@ struct DriverApi {
   CUresult (*cuEventDestroy)(CUevent event);                                         // v4000
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);                         // v2000
   CUresult (*cuEventSynchronize)(CUevent event);                                     // v2000
+  CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);     // v3020
+  CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr pointer);  // v4000
   CUresult (*cuEventElapsedTime)(float* milliseconds, CUevent start, CUevent end);   // v2000
   CUresult (*cuMemPoolCreate)(CUmemoryPool* pool, const CUmemPoolProps* props);     // v11020
   CUresult (*cuMemPoolSetAttribute)(CUmemoryPool pool, int attribute, void* value);  // v11020
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr* pointer, std::size_t bytes, CUmemoryPool pool,
                                       CUstream stream);                             // v11020
   CUresult (*cuMemFreeAsync)(CUdeviceptr pointer, CUstream stream);                 // v11020
+  // Optional (null where the driver lacks them), resolved with their own ABIs.
+  PfnMemcpyBatchAsync13 cuMemcpyBatchAsync13;  // v13000
+  PfnMemcpyBatchAsync12 cuMemcpyBatchAsync12;  // v12080, used only without the 13.0 one
 };
 
 }  // namespace attnjit::runtime::cuda

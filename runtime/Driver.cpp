@@ -5,6 +5,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "runtime/DriverInternal.h"
 
@@ -103,12 +104,24 @@ LoadedDriver loadDriver(const char* libraryName) {
   ATTNJIT_RESOLVE(cuEventDestroy)
   ATTNJIT_RESOLVE(cuEventRecord)
   ATTNJIT_RESOLVE(cuEventSynchronize)
+  ATTNJIT_RESOLVE(cuStreamWaitEvent)
+  ATTNJIT_RESOLVE(cuPointerGetAttribute)
   ATTNJIT_RESOLVE(cuEventElapsedTime)
   ATTNJIT_RESOLVE(cuMemPoolCreate)
   ATTNJIT_RESOLVE(cuMemPoolSetAttribute)
   ATTNJIT_RESOLVE(cuMemAllocFromPoolAsync)
   ATTNJIT_RESOLVE(cuMemFreeAsync)
 #undef ATTNJIT_RESOLVE
+  // Optional entry points: a driver without them leaves the slot null.
+  auto resolveOptional = [&](const char* name, int version, auto& slot) {
+    void* pointer = nullptr;
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (getProcAddress(name, &pointer, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&
+        found == CU_GET_PROC_ADDRESS_SUCCESS && pointer != nullptr)
+      slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(pointer);
+  };
+  resolveOptional("cuMemcpyBatchAsync", 13000, api.cuMemcpyBatchAsync13);
+  if (api.cuMemcpyBatchAsync13 == nullptr) resolveOptional("cuMemcpyBatchAsync", 12080, api.cuMemcpyBatchAsync12);
 
   CUresult result = api.cuInit(0);
   if (result != CUDA_SUCCESS) {

@@ -1,5 +1,8 @@
 #include "runtime/Stream.h"
 
+#include <map>
+#include <mutex>
+
 #include "runtime/DriverInternal.h"
 
 namespace attnjit::runtime {
@@ -28,6 +31,109 @@ support::Status copyAsync(std::uint64_t destination, std::uint64_t source, std::
   if (!apiOr) return apiOr.status();
   CUresult result = (*apiOr)->cuMemcpyAsync(destination, source, bytes, static_cast<CUstream>(stream));
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuMemcpyAsync");
+  return support::Status::ok();
+}
+
+bool isCudaMemory(std::uint64_t address) {
+  auto apiOr = driverApi();
+  if (!apiOr) return false;
+  unsigned memoryType = 0;
+  return (*apiOr)->cuPointerGetAttribute(&memoryType, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address) == CUDA_SUCCESS;
+}
+
+namespace {
+
+// What a batch on the legacy default stream runs through, per context: the
+// batch API refuses that stream, so the batch goes to a stream of the
+// runtime's own, ordered after the caller's work by one event and before its
+// later work by another. The mutex keeps one call's record-wait sequence whole.
+struct LegacyStreamDetour {
+  CUstream stream = nullptr;
+  CUevent callerReached = nullptr, batchDone = nullptr;
+};
+
+std::mutex& detourMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+support::Expected<LegacyStreamDetour*> detourForCurrentContext(const DriverApi& api) {
+  static std::map<CUcontext, LegacyStreamDetour> detours;  // live as long as the process
+  CUcontext context = nullptr;
+  if (CUresult r = api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return cudaCallError(api, r, "cuCtxGetCurrent");
+  LegacyStreamDetour& detour = detours[context];
+  if (detour.stream == nullptr) {
+    if (CUresult r = api.cuStreamCreate(&detour.stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
+      detour.stream = nullptr;
+      return cudaCallError(api, r, "cuStreamCreate");
+    }
+    if (CUresult r = api.cuEventCreate(&detour.callerReached, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
+      return cudaCallError(api, r, "cuEventCreate");
+    if (CUresult r = api.cuEventCreate(&detour.batchDone, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
+      return cudaCallError(api, r, "cuEventCreate");
+  }
+  return &detour;
+}
+
+support::Status issueBatch(const DriverApi& api, const std::vector<CopyRange>& copies, CUstream stream) {
+  std::vector<CUdeviceptr> destinations, sources;
+  std::vector<std::size_t> sizes;
+  destinations.reserve(copies.size());
+  sources.reserve(copies.size());
+  sizes.reserve(copies.size());
+  for (const CopyRange& copy : copies) {
+    destinations.push_back(copy.destination);
+    sources.push_back(copy.source);
+    sizes.push_back(copy.bytes);
+  }
+  // One attribute set for every copy: sources read in stream order.
+  CUmemcpyAttributes attributes{};
+  attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  std::size_t firstCopy = 0;
+  CUresult result = CUDA_SUCCESS;
+  if (api.cuMemcpyBatchAsync13 != nullptr) {
+    result = api.cuMemcpyBatchAsync13(destinations.data(), sources.data(), sizes.data(), copies.size(), &attributes,
+                                      &firstCopy, 1, stream);
+  } else {
+    std::size_t failed = 0;
+    result = api.cuMemcpyBatchAsync12(destinations.data(), sources.data(), sizes.data(), copies.size(), &attributes,
+                                      &firstCopy, 1, &failed, stream);
+  }
+  if (result != CUDA_SUCCESS) return cudaCallError(api, result, "cuMemcpyBatchAsync");
+  return support::Status::ok();
+}
+
+}  // namespace
+
+support::Status copyBatchAsync(const std::vector<CopyRange>& copies, StreamHandle stream) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  const DriverApi& api = **apiOr;
+  bool batched = copies.size() > 1 && (api.cuMemcpyBatchAsync13 != nullptr || api.cuMemcpyBatchAsync12 != nullptr);
+  if (batched) {
+    auto capturing = streamIsCapturing(stream);
+    if (!capturing) return capturing.status();
+    batched = !*capturing;
+  }
+  if (!batched) {
+    for (const CopyRange& copy : copies)
+      if (support::Status s = copyAsync(copy.destination, copy.source, copy.bytes, stream); !s) return s;
+    return support::Status::ok();
+  }
+  if (stream != nullptr) return issueBatch(api, copies, static_cast<CUstream>(stream));
+  std::lock_guard<std::mutex> lock(detourMutex());
+  auto detour = detourForCurrentContext(api);
+  if (!detour) return detour.status();
+  const LegacyStreamDetour& d = **detour;
+  if (CUresult r = api.cuEventRecord(d.callerReached, nullptr); r != CUDA_SUCCESS)
+    return cudaCallError(api, r, "cuEventRecord");
+  if (CUresult r = api.cuStreamWaitEvent(d.stream, d.callerReached, 0); r != CUDA_SUCCESS)
+    return cudaCallError(api, r, "cuStreamWaitEvent");
+  if (support::Status s = issueBatch(api, copies, d.stream); !s) return s;
+  if (CUresult r = api.cuEventRecord(d.batchDone, d.stream); r != CUDA_SUCCESS)
+    return cudaCallError(api, r, "cuEventRecord");
+  if (CUresult r = api.cuStreamWaitEvent(nullptr, d.batchDone, 0); r != CUDA_SUCCESS)
+    return cudaCallError(api, r, "cuStreamWaitEvent");
   return support::Status::ok();
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/Driver.h"
 
@@ -22,6 +23,28 @@ support::Expected<bool> streamIsCapturing(StreamHandle stream);
 // for a copy that overlaps other work and for CUDA-graph capture; pageable memory
 // makes the driver stage the copy and return once the host side is read).
 support::Status copyAsync(std::uint64_t destination, std::uint64_t source, std::size_t bytes, StreamHandle stream);
+
+// One copy of a batch: `bytes` bytes from `source` to `destination`.
+struct CopyRange {
+  std::uint64_t destination = 0, source = 0;
+  std::size_t bytes = 0;
+};
+
+// Whether `address` lies in memory CUDA allocated or registered (device,
+// managed, pinned host): not pageable host memory, which a batch of copies
+// could read after the call returns.
+bool isCudaMemory(std::uint64_t address);
+
+// Queues `copies` on `stream`, which may run them in any order among
+// themselves (so none may read or write bytes another one writes) and whose
+// sources are CUDA memory (isCudaMemory: a batch reads its sources in stream
+// order, after the call may have returned): one cuMemcpyBatchAsync where the driver has it (CUDA 12.8+) and the stream is
+// not capturing a graph, one cuMemcpyAsync per copy otherwise. The batch API
+// refuses the legacy default stream (null): there the batch runs on a
+// non-blocking stream of the runtime's own (one per context, kept for the
+// process), after the caller's earlier work and before its later work
+// (two events).
+support::Status copyBatchAsync(const std::vector<CopyRange>& copies, StreamHandle stream);
 
 // A non-blocking stream (does not synchronize with the default stream).
 class Stream {

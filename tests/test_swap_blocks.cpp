@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -83,6 +84,31 @@ TEST_CASE("swap_blocks: inside one cache, a run never reads what it writes", "[s
   p.blockMapping = self.data();
   p.numPairs = 4;
   CHECK(plan(p) == std::vector<BlockCopy>{{700, 200, 200}});
+}
+
+TEST_CASE("swap_blocks: copies batch into runs that need no order among themselves", "[swap_blocks]") {
+  auto runs = [](const std::vector<BlockCopy>& copies, uint64_t src, uint64_t dst) {
+    return ops::independentCopyRuns(copies, src, dst);
+  };
+  // Separate caches, distinct destinations: one run whatever the sources.
+  const std::vector<BlockCopy> scattered{{0, 500, 100}, {900, 0, 100}, {0, 200, 100}, {300, 800, 200}};
+  CHECK(runs(scattered, 0x1000, 0x9000) == std::vector<size_t>{0, 4});
+  // The same destination twice: the later copy must land last.
+  const std::vector<BlockCopy> rewrite{{0, 500, 100}, {200, 100, 100}, {300, 550, 100}};
+  CHECK(runs(rewrite, 0x1000, 0x9000) == std::vector<size_t>{0, 2, 3});
+  // Inside one cache (offsets in blocks of 100): 1 -> 2 reads what 0 -> 1
+  // wrote, so it starts a run; 5 -> 9 and 6 -> 3 join it (they touch nothing
+  // it writes); 3 -> 7 reads the block 6 -> 3 wrote and starts another.
+  const std::vector<BlockCopy> chain{{0, 100, 100}, {100, 200, 100}, {500, 900, 100}, {600, 300, 100},
+                                     {300, 700, 100}};
+  CHECK(runs(chain, 0x1000, 0x1000) == std::vector<size_t>{0, 1, 4, 5});
+  // Writing a block an earlier copy of the run reads: 2 -> 5 then 8 -> 2.
+  const std::vector<BlockCopy> overwriteSource{{200, 500, 100}, {800, 200, 100}};
+  CHECK(runs(overwriteSource, 0x1000, 0x1000) == std::vector<size_t>{0, 1, 2});
+  // Merged runs of several blocks are ranges: a copy inside one conflicts.
+  const std::vector<BlockCopy> merged{{0, 1000, 400}, {1200, 1300, 100}, {2000, 3000, 100}};
+  CHECK(runs(merged, 0x1000, 0x1000) == std::vector<size_t>{0, 1, 3});
+  CHECK(runs({}, 0, 0) == std::vector<size_t>{0});
 }
 
 TEST_CASE("swap_blocks: strided blocks copy one block at a time", "[swap_blocks]") {
@@ -203,4 +229,70 @@ TEST_CASE("swap_blocks on the GPU: host to device, device to host, inside one ca
   REQUIRE(runtime::synchronizeStream(nullptr).isOk());
   emulate(swapOut, expected, swappedExpected, false, kBlock, kBlock, kHostStride);
   CHECK(swapped == swappedExpected);
+}
+
+TEST_CASE("swap_blocks on the GPU: batched copies on a stream keep the list's order", "[gpu][swap_blocks]") {
+  if (!tests::gpuPresent()) return;
+  REQUIRE(runtime::activatePrimaryContext(0).isOk());
+  auto stream = runtime::Stream::create();
+  REQUIRE(stream);
+  constexpr int64_t kBlock = 4096, kBlocks = 64;
+  const std::vector<uint8_t> host = randomBytes(kBlock * kBlocks, 9);
+  auto device = runtime::DeviceBuffer::allocate(kBlock * kBlocks);
+  REQUIRE(device);
+  REQUIRE(device->fill(0x3C).isOk());
+  std::vector<uint8_t> expected(kBlock * kBlocks, 0x3C), back(kBlock * kBlocks);
+  SwapBlocksParams p;
+  p.blockBytes = kBlock;
+  p.srcNumBlocks = p.dstNumBlocks = kBlocks;
+  p.stream = stream->handle();
+
+  // Host to device: every block, scattered (one batch of 64 copies).
+  std::vector<int64_t> swapIn;
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    swapIn.push_back(b);
+    swapIn.push_back((b * 37 + 11) % kBlocks);
+  }
+  p.src = reinterpret_cast<uint64_t>(host.data());
+  p.dst = device->address();
+  p.blockMapping = swapIn.data();
+  p.numPairs = kBlocks;
+  REQUIRE(ops::swapBlocks(p).isOk());
+  emulate(swapIn, host, expected, false, kBlock, kBlock, kBlock);
+  REQUIRE(stream->synchronize().isOk());
+  REQUIRE(device->copyToHost(back.data(), back.size()).isOk());
+  CHECK(back == expected);
+
+  // Inside the cache: scattered copy-on-write pairs with chains, a rewritten
+  // destination and a source overwritten later, against the sequential order.
+  const std::vector<int64_t> copyOnWrite{1, 40, 2, 41, 40, 42, 3, 43, 43, 1, 5, 44, 6, 44, 7, 45, 2, 7, 9, 46};
+  p.src = p.dst = device->address();
+  p.blockMapping = copyOnWrite.data();
+  p.numPairs = static_cast<int64_t>(copyOnWrite.size() / 2);
+  REQUIRE(ops::swapBlocks(p).isOk());
+  emulate(copyOnWrite, expected, expected, true, kBlock, kBlock, kBlock);
+  REQUIRE(stream->synchronize().isOk());
+  REQUIRE(device->copyToHost(back.data(), back.size()).isOk());
+  CHECK(back == expected);
+
+  // The legacy default stream (the batch detours through a stream of the
+  // runtime's own): the fill before it and the copy back after it keep their order.
+  REQUIRE(device->fill(0x11).isOk());
+  std::fill(expected.begin(), expected.end(), uint8_t{0x11});
+  std::vector<int64_t> scattered;
+  for (int64_t b = 0; b < 24; ++b) {
+    scattered.push_back(b);
+    scattered.push_back(63 - b);
+  }
+  const std::vector<uint8_t> marks = randomBytes(kBlock * 24, 13);
+  REQUIRE(runtime::copyAsync(device->address(), reinterpret_cast<uint64_t>(marks.data()), marks.size(), nullptr).isOk());
+  std::copy(marks.begin(), marks.end(), expected.begin());
+  p.stream = nullptr;
+  p.blockMapping = scattered.data();
+  p.numPairs = 24;
+  REQUIRE(ops::swapBlocks(p).isOk());
+  emulate(scattered, expected, expected, true, kBlock, kBlock, kBlock);
+  REQUIRE(runtime::synchronizeStream(nullptr).isOk());
+  REQUIRE(device->copyToHost(back.data(), back.size()).isOk());
+  CHECK(back == expected);
 }

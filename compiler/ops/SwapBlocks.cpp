@@ -1,5 +1,8 @@
 #include "compiler/ops/SwapBlocks.h"
 
+#include <algorithm>
+#include <iterator>
+#include <map>
 #include <string>
 
 #include "compiler/ops/ArgumentChecks.h"
@@ -15,7 +18,53 @@ bool rangesOverlap(uint64_t aBegin, uint64_t aEnd, uint64_t bBegin, uint64_t bEn
   return aBegin < bEnd && bBegin < aEnd;
 }
 
+// A union of byte ranges kept as disjoint [begin, end) intervals.
+class ByteRanges {
+ public:
+  bool overlaps(uint64_t begin, uint64_t end) const {
+    auto next = ranges_.lower_bound(begin);
+    if (next != ranges_.end() && next->first < end) return true;
+    return next != ranges_.begin() && std::prev(next)->second > begin;
+  }
+  void add(uint64_t begin, uint64_t end) {
+    auto it = ranges_.lower_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second >= begin) it = std::prev(it);
+    while (it != ranges_.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_.emplace(begin, end);
+  }
+  void clear() { ranges_.clear(); }
+
+ private:
+  std::map<uint64_t, uint64_t> ranges_;
+};
+
 }  // namespace
+
+std::vector<size_t> independentCopyRuns(const std::vector<BlockCopy>& copies, uint64_t src, uint64_t dst) {
+  std::vector<size_t> starts;
+  ByteRanges read, written;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const uint64_t bytes = static_cast<uint64_t>(copies[i].bytes);
+    const uint64_t from = src + static_cast<uint64_t>(copies[i].srcOffset);
+    const uint64_t to = dst + static_cast<uint64_t>(copies[i].dstOffset);
+    // Reading what the run writes, or writing what it reads or writes, needs
+    // the order of the list: a new run.
+    if (starts.empty() || written.overlaps(from, from + bytes) || written.overlaps(to, to + bytes) ||
+        read.overlaps(to, to + bytes)) {
+      starts.push_back(i);
+      read.clear();
+      written.clear();
+    }
+    read.add(from, from + bytes);
+    written.add(to, to + bytes);
+  }
+  starts.push_back(copies.size());
+  return starts;
+}
 
 support::Expected<std::vector<BlockCopy>> planSwapBlocks(const SwapBlocksParams& p) {
   const ArgumentChecks checks("swap_blocks");
@@ -97,12 +146,29 @@ support::Status validateSwapBlocks(const SwapBlocksParams& params) { return plan
 support::Status swapBlocks(const SwapBlocksParams& params) {
   auto copies = planSwapBlocks(params);
   if (!copies) return copies.status();
-  for (const BlockCopy& copy : *copies) {
-    if (support::Status s = runtime::copyAsync(params.dst + static_cast<uint64_t>(copy.dstOffset),
-                                               params.src + static_cast<uint64_t>(copy.srcOffset),
-                                               static_cast<std::size_t>(copy.bytes), params.stream);
-        !s)
-      return s;
+  // Pageable host sources keep one copy each: the driver stages each before
+  // the call returns, where a batch could read them later.
+  const std::vector<size_t> runs = runtime::isCudaMemory(params.src)
+                                       ? independentCopyRuns(*copies, params.src, params.dst)
+                                       : std::vector<size_t>{};
+  if (runs.empty()) {
+    for (const BlockCopy& copy : *copies)
+      if (support::Status s = runtime::copyAsync(params.dst + static_cast<uint64_t>(copy.dstOffset),
+                                                 params.src + static_cast<uint64_t>(copy.srcOffset),
+                                                 static_cast<std::size_t>(copy.bytes), params.stream);
+          !s)
+        return s;
+    return support::Status::ok();
+  }
+  std::vector<runtime::CopyRange> batch;
+  for (size_t r = 0; r + 1 < runs.size(); ++r) {
+    batch.clear();
+    for (size_t i = runs[r]; i < runs[r + 1]; ++i) {
+      const BlockCopy& copy = (*copies)[i];
+      batch.push_back({params.dst + static_cast<uint64_t>(copy.dstOffset),
+                       params.src + static_cast<uint64_t>(copy.srcOffset), static_cast<std::size_t>(copy.bytes)});
+    }
+    if (support::Status s = runtime::copyBatchAsync(batch, params.stream); !s) return s;
   }
   return support::Status::ok();
 }

@@ -9,10 +9,14 @@
 // Each side is device memory, or host memory (pinned for a copy that overlaps
 // other work and for CUDA-graph capture), on either side; the kind of each copy
 // follows from the pointers (unified addressing). No kernel runs: the pairs become
-// cuMemcpyAsync calls on the caller's stream, pairs whose blocks follow each other
-// on both sides merged into one copy (vLLM issues one copy per block). A merged
-// copy never covers bytes it also writes, so a list whose later pairs read blocks
-// earlier pairs wrote (in one cache) copies as the list says.
+// copies on the caller's stream, pairs whose blocks follow each other on both
+// sides merged into one copy (vLLM issues one copy per block). A merged copy
+// never covers bytes it also writes, so a list whose later pairs read blocks
+// earlier pairs wrote (in one cache) copies as the list says. Runs of copies
+// that touch no bytes another one of the run writes go out as one
+// cuMemcpyBatchAsync (CUDA 12.8+ drivers, not on the legacy default stream
+// or during graph capture; runtime::copyBatchAsync), the rest one
+// cuMemcpyAsync each.
 //
 // vLLM's copy_blocks takes every layer's key and value caches at once; here a call
 // moves one cache (a layer's key cache, say), and an engine calls once per cache.
@@ -52,6 +56,12 @@ struct BlockCopy {
 // The copies a call issues, in order, after checking every argument (errors name
 // the pair and the block). A pair copying a block onto itself copies nothing.
 support::Expected<std::vector<BlockCopy>> planSwapBlocks(const SwapBlocksParams& params);
+
+// The copies split into runs that may execute in any order among themselves:
+// no copy of a run reads or writes bytes another copy of the same run writes.
+// Returns each run's first index, then copies.size(). `src` and `dst` are the
+// bases the offsets count from.
+std::vector<size_t> independentCopyRuns(const std::vector<BlockCopy>& copies, uint64_t src, uint64_t dst);
 
 // planSwapBlocks' checks, without touching the GPU.
 support::Status validateSwapBlocks(const SwapBlocksParams& params);
