@@ -2,8 +2,10 @@
 """attnjit's swap_blocks: whole cache blocks between pinned host memory and the
 GPU, and inside the GPU cache, for mappings of consecutive blocks (a preempted
 sequence swapped out whole: merged into one copy) and of scattered blocks (no two
-pairs adjacent: one cudaMemcpyAsync per block, what vLLM's swap_blocks issues for
-every mapping). The ceiling is torch's one copy_ of the same bytes as a single
+pairs adjacent: where vLLM's swap_blocks issues one cudaMemcpyAsync per block,
+attnjit issues one batch of copies host <-> GPU and one copy_blocks kernel
+inside the GPU). Times are CUDA events around the call, so the call's host
+time counts where the GPU waits for it. The ceiling is torch's one copy_ of the same bytes as a single
 contiguous range. Blocks of 32 KiB (16 tokens x 8 heads x 128 x bf16). Prints
 CUDA-event medians with GB/s.
 

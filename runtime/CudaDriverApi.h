@@ -155,6 +155,8 @@ enum CUstreamCaptureStatus : int {
 inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
 inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 inline constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;  // CUpointer_attribute, value: unsigned CUmemorytype
+inline constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;  // value: int
+inline constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
 
 // The driver's entry points with the 12.0 ABI (cudaTypedefs.h name in the comment).
 // PFN_cuGetProcAddress_v12000: the one symbol we take from dlsym ("cuGetProcAddress_v2").

@@ -41,6 +41,25 @@ bool isCudaMemory(std::uint64_t address) {
   return (*apiOr)->cuPointerGetAttribute(&memoryType, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address) == CUDA_SUCCESS;
 }
 
+int deviceMemoryOrdinal(std::uint64_t address) {
+  auto apiOr = driverApi();
+  if (!apiOr) return -1;
+  unsigned memoryType = 0;
+  int ordinal = -1;
+  if ((*apiOr)->cuPointerGetAttribute(&memoryType, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address) != CUDA_SUCCESS ||
+      memoryType != CU_MEMORYTYPE_DEVICE ||
+      (*apiOr)->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address) != CUDA_SUCCESS)
+    return -1;
+  return ordinal;
+}
+
+int currentContextDevice() {
+  auto apiOr = driverApi();
+  if (!apiOr) return -1;
+  CUdevice device = -1;
+  return (*apiOr)->cuCtxGetDevice(&device) == CUDA_SUCCESS ? device : -1;
+}
+
 namespace {
 
 // What a batch on the legacy default stream runs through, per context: the

@@ -35,6 +35,13 @@ struct CopyRange {
 // could read after the call returns.
 bool isCudaMemory(std::uint64_t address);
 
+// The ordinal of the device whose memory `address` is, -1 for any other memory
+// (host, pinned or pageable, and managed memory).
+int deviceMemoryOrdinal(std::uint64_t address);
+
+// The device of the calling thread's current context (-1: none current).
+int currentContextDevice();
+
 // Queues `copies` on `stream`, which may run them in any order among
 // themselves (so none may read or write bytes another one writes) and whose
 // sources are CUDA memory (isCudaMemory: a batch reads its sources in stream

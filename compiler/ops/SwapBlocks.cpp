@@ -1,11 +1,16 @@
 #include "compiler/ops/SwapBlocks.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <iterator>
 #include <map>
 #include <string>
 
+#include "compiler/kernels/CopyBlocks.h"
 #include "compiler/ops/ArgumentChecks.h"
+#include "compiler/ops/ReadyKernels.h"
+#include "runtime/Module.h"
+#include "runtime/StreamScratch.h"
 #include "runtime/Stream.h"
 
 namespace attnjit::ops {
@@ -143,9 +148,117 @@ support::Expected<std::vector<BlockCopy>> planSwapBlocks(const SwapBlocksParams&
 
 support::Status validateSwapBlocks(const SwapBlocksParams& params) { return planSwapBlocks(params).status(); }
 
+namespace {
+
+constexpr size_t kMostCopiesWithoutKernel = 8;
+
+// The largest power of two up to 16 dividing every value.
+int commonAlignment(std::initializer_list<uint64_t> values) {
+  int alignment = 16;
+  for (uint64_t v : values)
+    while (alignment > 1 && v % static_cast<uint64_t>(alignment) != 0) alignment /= 2;
+  return alignment;
+}
+
+// Whether no pair reads or writes a block another pair writes, decided by
+// sorting block numbers (cheaper than independentCopyRuns' ranges, which
+// remain for the cases this cannot decide: false means "maybe not"). Caches
+// in disjoint memory conflict only through a destination written twice; one
+// cache (same base and stride) also where a pair reads another's destination.
+bool pairsIndependent(const SwapBlocksParams& p, int64_t srcStride, int64_t dstStride) {
+  const size_t n = static_cast<size_t>(p.numPairs);
+  std::vector<int64_t> destinations(n);
+  for (size_t i = 0; i < n; ++i) destinations[i] = p.blockMapping[2 * i + 1];
+  std::sort(destinations.begin(), destinations.end());
+  if (std::adjacent_find(destinations.begin(), destinations.end()) != destinations.end()) return false;
+  const uint64_t srcEnd = p.src + static_cast<uint64_t>((p.srcNumBlocks - 1) * srcStride + p.blockBytes);
+  const uint64_t dstEnd = p.dst + static_cast<uint64_t>((p.dstNumBlocks - 1) * dstStride + p.blockBytes);
+  if (!rangesOverlap(p.src, srcEnd, p.dst, dstEnd)) return true;
+  if (p.src != p.dst || srcStride != dstStride) return false;
+  std::vector<int64_t> sources(n);
+  for (size_t i = 0; i < n; ++i) sources[i] = p.blockMapping[2 * i];
+  std::sort(sources.begin(), sources.end());
+  // A block both read and written: order matters (self-pairs were skipped by
+  // the plan; here they make the answer "maybe not").
+  for (size_t i = 0, j = 0; i < n && j < n;) {
+    if (sources[i] == destinations[j]) return false;
+    sources[i] < destinations[j] ? ++i : ++j;
+  }
+  return true;
+}
+
+// Both caches in the current device's memory, several pairs, not capturing a
+// graph (the mapping's upload from host memory cannot be captured): the pairs
+// run as copy_blocks kernels, one launch per run of independent pairs, from a
+// copy of the mapping in the runtime's stream-ordered scratch. Returns false,
+// having queued nothing, where that does not apply or no scratch is free.
+support::Expected<bool> copyBlocksOnDevice(const SwapBlocksParams& p, int64_t srcStride, int64_t dstStride) {
+  if (p.numPairs < 2) return false;
+  const int device = runtime::currentContextDevice();
+  if (device < 0 || runtime::deviceMemoryOrdinal(p.src) != device || runtime::deviceMemoryOrdinal(p.dst) != device)
+    return false;
+  auto capturing = runtime::streamIsCapturing(p.stream);
+  if (!capturing) return capturing.status();
+  if (*capturing) return false;
+  compiler::CopyBlocksConfig config;
+  config.alignment = commonAlignment({p.src, p.dst, static_cast<uint64_t>(srcStride), static_cast<uint64_t>(dstStride),
+                                      static_cast<uint64_t>(p.blockBytes)});
+  while (compiler::copyBlocksGridY(config, p.blockBytes) > 65535 && config.chunkBytes < 65536) config.chunkBytes *= 2;
+  if (compiler::copyBlocksGridY(config, p.blockBytes) > 65535) return false;
+
+  // Runs over the pairs as listed (the kernel copies whole pairs, unmerged).
+  std::vector<size_t> runs;
+  if (pairsIndependent(p, srcStride, dstStride)) {
+    runs = {0, static_cast<size_t>(p.numPairs)};
+  } else {
+    std::vector<BlockCopy> pairs;
+    pairs.reserve(static_cast<size_t>(p.numPairs));
+    for (int64_t i = 0; i < p.numPairs; ++i)
+      pairs.push_back({p.blockMapping[2 * i] * srcStride, p.blockMapping[2 * i + 1] * dstStride, p.blockBytes});
+    runs = independentCopyRuns(pairs, p.src, p.dst);
+  }
+  if (static_cast<int64_t>(runs.size()) - 1 > p.numPairs / 2) return false;  // mostly chains: copies do as well
+
+  const uint64_t mappingBytes = static_cast<uint64_t>(p.numPairs) * 2 * sizeof(int64_t);
+  auto scratch = runtime::allocateStreamScratch(mappingBytes, p.stream);
+  if (!scratch) return false;
+  auto kernel = readyKernel(config.kernelName(), [config] { return compiler::buildCopyBlocks(config); });
+  support::Status status = kernel.status();
+  // From pageable host memory the driver stages the mapping before returning.
+  if (status) status = runtime::copyAsync(*scratch, reinterpret_cast<uint64_t>(p.blockMapping), mappingBytes, p.stream);
+  for (size_t r = 0; status && r + 1 < runs.size(); ++r) {
+    runtime::LaunchConfig launch;
+    launch.grid = {static_cast<unsigned>(runs[r + 1] - runs[r]),
+                   static_cast<unsigned>(compiler::copyBlocksGridY(config, p.blockBytes)), 1};
+    launch.block = {static_cast<unsigned>(kernel->numThreads), 1, 1};
+    launch.dynamicSharedBytes = static_cast<unsigned>(kernel->sharedBytes);
+    launch.stream = p.stream;
+    // Parameters in the kernel's order (compiler/kernels/CopyBlocks.h).
+    uint64_t src = p.src, dst = p.dst, mapping = *scratch + runs[r] * 2 * sizeof(int64_t);
+    int64_t strideFrom = srcStride, strideTo = dstStride, blockBytes = p.blockBytes;
+    void* arguments[] = {&src, &dst, &mapping, &strideFrom, &strideTo, &blockBytes};
+    status = kernel->loaded->function.launch(launch, arguments);
+  }
+  const support::Status released = runtime::releaseStreamScratch(*scratch, p.stream);
+  if (!status) return status;
+  if (!released) return released;
+  return true;
+}
+
+}  // namespace
+
 support::Status swapBlocks(const SwapBlocksParams& params) {
   auto copies = planSwapBlocks(params);
   if (!copies) return copies.status();
+  const int64_t srcStride = params.srcBlockStride == 0 ? params.blockBytes : params.srcBlockStride;
+  const int64_t dstStride = params.dstBlockStride == 0 ? params.blockBytes : params.dstBlockStride;
+  // A few (merged) copies run at the copy rate; many single blocks go faster as
+  // one kernel.
+  if (copies->size() > kMostCopiesWithoutKernel) {
+    auto onDevice = copyBlocksOnDevice(params, srcStride, dstStride);
+    if (!onDevice) return onDevice.status();
+    if (*onDevice) return support::Status::ok();
+  }
   // Pageable host sources keep one copy each: the driver stages each before
   // the call returns, where a batch could read them later.
   const std::vector<size_t> runs = runtime::isCudaMemory(params.src)

@@ -8,15 +8,15 @@
 // where block b of a cache is the blockBytes bytes at base + b · blockStride.
 // Each side is device memory, or host memory (pinned for a copy that overlaps
 // other work and for CUDA-graph capture), on either side; the kind of each copy
-// follows from the pointers (unified addressing). No kernel runs: the pairs become
-// copies on the caller's stream, pairs whose blocks follow each other on both
-// sides merged into one copy (vLLM issues one copy per block). A merged copy
-// never covers bytes it also writes, so a list whose later pairs read blocks
-// earlier pairs wrote (in one cache) copies as the list says. Runs of copies
-// that touch no bytes another one of the run writes go out as one
-// cuMemcpyBatchAsync (CUDA 12.8+ drivers, not on the legacy default stream
-// or during graph capture; runtime::copyBatchAsync), the rest one
-// cuMemcpyAsync each.
+// follows from the pointers (unified addressing). Pairs whose blocks follow
+// each other on both sides merge into one copy (vLLM issues one copy per
+// block); a merged copy never covers bytes it also writes, so a list whose
+// later pairs read blocks earlier pairs wrote (in one cache) copies as the
+// list says. More than 8 copies inside the current GPU run as the copy_blocks
+// kernel (compiler/kernels/CopyBlocks.h), one launch per run of pairs that do
+// not depend on each other; otherwise each run of independent copies goes out
+// as one cuMemcpyBatchAsync (CUDA 12.8+ drivers, outside graph capture, from
+// CUDA memory; runtime::copyBatchAsync), the rest as one cuMemcpyAsync each.
 //
 // vLLM's copy_blocks takes every layer's key and value caches at once; here a call
 // moves one cache (a layer's key cache, say), and an engine calls once per cache.

@@ -475,10 +475,12 @@ attnjit_status attnjit_gather_cache(attnjit_jit* jit, const attnjit_gather_cache
  * or inside one (vLLM's swap_blocks and copy_blocks; compiler/ops/SwapBlocks.h):
  * for each pair i in order, block block_mapping[2i + 1] of dst = block
  * block_mapping[2i] of src, block b being the block_bytes bytes at base + b *
- * stride. No kernel: driver copies on the stream, runs of consecutive blocks
- * merged into one copy, copies that do not depend on each other issued as one
- * cuMemcpyBatchAsync where the driver has it (a call on the legacy default
- * stream runs that batch on a runtime-owned stream fenced by events). Host
+ * stride. Many blocks inside the current GPU: one copy_blocks kernel (its
+ * mapping copied into the runtime's stream-ordered scratch). Otherwise driver
+ * copies on the stream, runs of consecutive blocks merged into one copy,
+ * copies that do not depend on each other issued as one cuMemcpyBatchAsync
+ * where the driver has it (a call on the legacy default stream runs that
+ * batch on a runtime-owned stream fenced by events). Host
  * memory should be pinned (required under CUDA-graph capture; pageable sources
  * are copied one block at a time). */
 typedef struct attnjit_swap_blocks_params {

@@ -902,7 +902,8 @@ def swap_blocks(src, dst, block_mapping, block_size_in_bytes=None, stream=None, 
     dst (a copy inside one cache). block_mapping: int64 [num_pairs, 2] on the
     CPU (vLLM keeps it there too: reading a GPU tensor would synchronize).
     block_size_in_bytes defaults to one src block; vLLM's argument of that name
-    is accepted. Runs of consecutive blocks become one copy."""
+    is accepted. Runs of consecutive blocks become one copy; many blocks inside one
+    GPU run as one copy_blocks kernel, host <-> GPU as one batch of copies."""
     torch = _require_torch()
     _block_cache(torch, "src", src)
     _block_cache(torch, "dst", dst)
