@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "compiler/kernels/ConfigChecks.h"
+#include "compiler/kernels/FlatKernel.h"
 #include "ir/Builder.h"
 #include "ir/KernelAttributes.h"
 
@@ -85,16 +86,11 @@ support::Status ConvertCacheConfig::validate() const {
 
 support::Expected<std::unique_ptr<ir::Kernel>> buildConvertCache(const ConvertCacheConfig& config) {
   if (support::Status s = config.validate(); !s) return s;
-  auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
-  kernel->docLines().push_back(std::string("vLLM convert_fp8, ") + ir::scalarName(config.srcElement()) + " -> " +
-                               ir::scalarName(config.dstElement()) +
-                               ": grid = (ceil(num_elements / BLOCK_ELEMENTS)).");
-  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
-  kernel->constexprs().push_back({"BLOCK_ELEMENTS", int64_t{config.blockElements}});
-  Builder builder(*kernel);
-  buildBody(builder, config, *kernel);
-  if (support::Status s = builder.finish(); !s) return s;
-  return kernel;
+  return buildFlatKernel(config.kernelName(),
+                         std::string("vLLM convert_fp8, ") + ir::scalarName(config.srcElement()) + " -> " +
+                             ir::scalarName(config.dstElement()) + ": grid = (ceil(num_elements / BLOCK_ELEMENTS)).",
+                         config.numWarps, {{"BLOCK_ELEMENTS", int64_t{config.blockElements}}},
+                         [&](Builder& b, ir::Kernel& kernel) { buildBody(b, config, kernel); });
 }
 
 int64_t convertCacheGridX(const ConvertCacheConfig& config, int64_t numElements) {

@@ -6,8 +6,8 @@
 #include <tuple>
 
 #include "compiler/kernels/ConfigChecks.h"
+#include "compiler/kernels/FlatKernel.h"
 #include "ir/Builder.h"
-#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
@@ -70,16 +70,11 @@ support::Status CopyBlocksConfig::validate() const {
 
 support::Expected<std::unique_ptr<ir::Kernel>> buildCopyBlocks(const CopyBlocksConfig& config) {
   if (support::Status s = config.validate(); !s) return s;
-  auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
-  kernel->docLines().push_back(
-      "copy_blocks: dst block mapping[2p+1] = src block mapping[2p]; grid = (num_pairs, "
-      "ceil(block_bytes / CHUNK_BYTES)).");
-  ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
-  kernel->constexprs().push_back({"CHUNK_BYTES", int64_t{config.chunkBytes}});
-  Builder builder(*kernel);
-  buildBody(builder, config, *kernel);
-  if (support::Status s = builder.finish(); !s) return s;
-  return kernel;
+  return buildFlatKernel(config.kernelName(),
+                         "copy_blocks: dst block mapping[2p+1] = src block mapping[2p]; grid = (num_pairs, "
+                         "ceil(block_bytes / CHUNK_BYTES)).",
+                         config.numWarps, {{"CHUNK_BYTES", int64_t{config.chunkBytes}}},
+                         [&](Builder& b, ir::Kernel& kernel) { buildBody(b, config, kernel); });
 }
 
 int64_t copyBlocksGridY(const CopyBlocksConfig& config, int64_t blockBytes) {
