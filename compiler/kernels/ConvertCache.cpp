@@ -11,7 +11,6 @@
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/kernels/FlatKernel.h"
 #include "ir/Builder.h"
-#include "ir/KernelAttributes.h"
 
 namespace attnjit::compiler {
 
