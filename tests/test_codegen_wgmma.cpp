@@ -6,9 +6,12 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "codegen/lower/SwizzledTile.h"
 #include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/KernelAttributes.h"
 #include "tests/test_tools.h"
@@ -189,4 +192,45 @@ TEST_CASE("overlap_softmax issues P·V with the next tile's Q·Kᵀ and waits fo
   // Without the knob every wgmma group waits for all of itself.
   const std::string plain = compilePtx(prefill(128, 64, 8, true), "sm_90a");
   CHECK(countOf(plain, "wgmma.wait_group.sync.aligned 1;") == 0);
+}
+
+TEST_CASE("ptxas keeps the wgmma of the op API's sm_90a tilings asynchronous", "[codegen][wgmma]") {
+  // ptxas serializes a kernel's warpgroup MMAs (and says so) when anything
+  // touches an accumulator between an MMA and its wait; the tilings the ops
+  // pick on sm_90a must not fall into that.
+  if (!tests::havePtxas()) {
+    tests::skipTest("ptxas is not on the PATH");
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> kernels;  // name, PTX
+  for (int headSize : {64, 128, 256}) {
+    compiler::UnifiedAttentionConfig config = prefill(headSize, headSize == 256 ? 32 : 64, 8, false);
+    kernels.emplace_back(config.kernelName(), compilePtx(config, "sm_90a"));
+  }
+  compiler::UnifiedAttentionConfig fp8 = prefill(128, 64, 8, false);
+  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  kernels.emplace_back(fp8.kernelName(), compilePtx(fp8, "sm_90a"));
+  for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3}) {
+    compiler::MlaDecodeConfig mla;  // 64 heads x 64 keys on 8 warps, q in shared memory
+    mla.kvCacheFormat = format;
+    mla.blockH = 64;
+    mla.tileSize = 64;
+    mla.numWarps = 8;
+    mla.qInShared = true;
+    auto kernel = compiler::buildMlaDecode(mla);
+    REQUIRE(kernel);
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled);
+    kernels.emplace_back(mla.kernelName(), compiled->ptx);
+  }
+  for (const auto& [name, ptx] : kernels) {
+    INFO(name);
+    CHECK(countOf(ptx, "wgmma.mma_async") > 0);
+    const std::string info = tests::ptxasInfo(ptx, "sm_90a");
+    INFO(info);
+    CHECK(info.find("Used ") != std::string::npos);
+    CHECK(info.find("serialized") == std::string::npos);
+  }
 }
