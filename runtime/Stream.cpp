@@ -81,16 +81,18 @@ support::Expected<LegacyStreamDetour*> detourForCurrentContext(const DriverApi& 
   CUcontext context = nullptr;
   if (CUresult r = api.cuCtxGetCurrent(&context); r != CUDA_SUCCESS) return cudaCallError(api, r, "cuCtxGetCurrent");
   LegacyStreamDetour& detour = detours[context];
-  if (detour.stream == nullptr) {
-    if (CUresult r = api.cuStreamCreate(&detour.stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
-      detour.stream = nullptr;
-      return cudaCallError(api, r, "cuStreamCreate");
-    }
-    if (CUresult r = api.cuEventCreate(&detour.callerReached, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
-      return cudaCallError(api, r, "cuEventCreate");
-    if (CUresult r = api.cuEventCreate(&detour.batchDone, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
-      return cudaCallError(api, r, "cuEventCreate");
+  if (detour.batchDone != nullptr) return &detour;
+  // Made whole or not at all: a failed call leaves nothing half made behind.
+  LegacyStreamDetour made;
+  CUresult r = api.cuStreamCreate(&made.stream, CU_STREAM_NON_BLOCKING);
+  if (r == CUDA_SUCCESS) r = api.cuEventCreate(&made.callerReached, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) r = api.cuEventCreate(&made.batchDone, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    if (made.callerReached != nullptr) api.cuEventDestroy(made.callerReached);
+    if (made.stream != nullptr) api.cuStreamDestroy(made.stream);
+    return cudaCallError(api, r, "creating the batch copies' stream and events");
   }
+  detour = made;
   return &detour;
 }
 
