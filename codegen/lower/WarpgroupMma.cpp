@@ -532,9 +532,8 @@ void waitForWarpgroupResults(LoweringContext& ctx, const Operation& op) {
   // The registers pass through the wait as tied operands: what reads them
   // afterwards reads the wait's outputs, which exist only once the MMAs are done.
   InlinePtx ptx(ctx.b, "wgmma.wait_group.sync.aligned 0;");
-  size_t outputs = 0;
   for (const auto& result : pending)
-    for (size_t i = 0; i < result.regs.size(); ++i, ++outputs) ptx.output("f", ctx.b.getFloatTy());
+    for (size_t i = 0; i < result.regs.size(); ++i) ptx.output("f", ctx.b.getFloatTy());
   size_t operand = 0;
   for (const auto& result : pending) {
     const Lowered& inFlight = ctx.get(result.value);
