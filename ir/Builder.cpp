@@ -150,6 +150,15 @@ Value* Builder::bitcast(Value* v, ScalarKind to, std::string name) {
   return create(Opcode::Bitcast, {v}, {result}, {}, {std::move(name)})->result();
 }
 
+Value* Builder::unpackNibbles(Value* bytes, Value* zeroPoints, bool high, int flip, ScalarKind to, std::string name) {
+  Attributes at;
+  at.set("high", int64_t{high ? 1 : 0});
+  if (flip != 0) at.set("flip", int64_t{flip});
+  return create(Opcode::UnpackNibbles, {bytes, zeroPoints}, {bytes->type().withScalarKind(to)}, std::move(at),
+                {std::move(name)})
+      ->result();
+}
+
 Value* Builder::addPtr(Value* ptr, Value* offset, std::string name) {
   return create(Opcode::AddPtr, {ptr, offset}, {ptr->type()}, {}, {std::move(name)})->result();
 }

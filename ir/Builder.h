@@ -59,6 +59,9 @@ class Builder {
   Value* select(Value* cond, Value* a, Value* b, std::string name = {});
   Value* cast(Value* v, ScalarKind to, std::string name = {});
   Value* bitcast(Value* v, ScalarKind to, std::string name = {});
+  // The nibble `high` selects of each byte, XOR `flip`, minus the low four bits
+  // of `zeroPoints` (i32, bytes' shape), as `to` (unpack_nibbles, ir/Ops.def).
+  Value* unpackNibbles(Value* bytes, Value* zeroPoints, bool high, int flip, ScalarKind to, std::string name = {});
 
   // ---- memory ----
   Value* addPtr(Value* ptr, Value* offset, std::string name = {});

@@ -372,6 +372,22 @@ support::Status interpretCast(ProgramContext& ctx, const CompiledOp& op) {
   return support::Status::ok();
 }
 
+// Exact: the value is an integer in [-15, 15], which every result type holds.
+support::Status interpretUnpackNibbles(ProgramContext& ctx, const CompiledOp& op) {
+  const int shift = op.op->attrs().getInt("high") != 0 ? 4 : 0;
+  const int64_t flip = op.op->attrs().has("flip") ? op.op->attrs().getInt("flip") : 0;
+  const auto& bytes = ctx.operand(op, 0).ints;
+  const auto& zeroPoints = ctx.operand(op, 1).ints;
+  auto& out = ctx.result(op).floats;
+  out.resize(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int64_t nibble = static_cast<int64_t>((static_cast<uint64_t>(bytes[i]) & 0xFF) >> shift & 0xF) ^ flip;
+    const int64_t zeroPoint = static_cast<int64_t>(static_cast<uint64_t>(zeroPoints.at(i)) & 0xF);
+    out[i] = static_cast<double>(nibble - zeroPoint);
+  }
+  return support::Status::ok();
+}
+
 namespace {
 
 uint64_t floatBits(double x, ScalarKind kind) {

@@ -105,6 +105,31 @@ support::Status verifyCast(const Operation& op, const Kernel&) {
   return checkResultType(op, in.withScalarKind(out.scalarKind()), "the operand's shape and layout");
 }
 
+support::Status verifyUnpackNibbles(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 2));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {"high", "flip"}));
+  int64_t high = 0, flip = 0;
+  ATTNJIT_VERIFY(requireIntAttr(op, "high", high));
+  if (high != 0 && high != 1) return opError(op, "high must be 0 (bits 0-3) or 1 (bits 4-7), got " + std::to_string(high));
+  if (op.attrs().has("flip")) {
+    ATTNJIT_VERIFY(requireIntAttr(op, "flip", flip));
+    if (flip < 0 || flip > 15) return opError(op, "flip must be in [0, 15] (it XORs a nibble), got " + std::to_string(flip));
+  }
+  const Type& bytes = op.operand(0)->type();
+  if (bytes.hasPointerElements() || bytes.scalarKind() != ScalarKind::I8)
+    return opError(op, "bytes must be i8, got " + bytes.str());
+  const Type zeroPoints = op.operand(1)->type();
+  if (zeroPoints != bytes.withScalarKind(ScalarKind::I32))
+    return opError(op, "zero points have type " + zeroPoints.str() + ", expected " +
+                           bytes.withScalarKind(ScalarKind::I32).str() + " (i32 of the bytes' shape)");
+  const ScalarKind to = op.result()->type().scalarKind();
+  if (op.result()->type().hasPointerElements() ||
+      (to != ScalarKind::F16 && to != ScalarKind::BF16 && to != ScalarKind::F32))
+    return opError(op, "result must be f16, bf16 or f32, got " + op.result()->type().str());
+  return checkResultType(op, bytes.withScalarKind(to), "the bytes' shape and layout");
+}
+
 support::Status verifyBitcast(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkOperandCount(op, 1));
   ATTNJIT_VERIFY(checkResultCount(op, 1));

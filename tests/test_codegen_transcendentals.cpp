@@ -12,6 +12,7 @@
 
 #include "compiler/driver/CompileDriver.h"
 #include "ir/Parser.h"
+#include "test_tools.h"
 
 using namespace attnjit;
 
@@ -54,6 +55,19 @@ std::string castKernel(const std::string& from, const std::string& to) {
          "  store %o_ptrs, %r\n"
          "  return\n"
          "}\n";
+}
+
+// The same 16x64 byte tile through unpack_nibbles; the zero points are the row
+// index (one register per row) or, with `perElement`, the column index.
+std::string nibblesKernel(const std::string& to, int high, int flip, bool perElement) {
+  std::string kernel = castKernel("i8", to);
+  const std::string cast = "  %r = cast %v : tile<16x64x" + to + ">\n";
+  const std::string zeroPoints =
+      perElement ? "  %zp = add %cols, %rows : tile<16x64xi32>\n" : "  %zp = add %rows, %rows : tile<16x64xi32>\n";
+  const std::string unpack = zeroPoints + "  %r = unpack_nibbles %v, %zp {high = " + std::to_string(high) +
+                             ", flip = " + std::to_string(flip) + "} : tile<16x64x" + to + ">\n";
+  kernel.replace(kernel.find(cast), cast.size(), unpack);
+  return kernel;
 }
 
 size_t countOf(const std::string& text, const std::string& needle) {
@@ -101,6 +115,45 @@ TEST_CASE("fp8 and int8 casts to f16 and bf16 convert two registers per instruct
     CHECK(countOf(compiled->ptx, "cvt.u16.u32") == 0);      // no byte extracted on its own
     CHECK(countOf(compiled->ptx, "cvt.rn.bf16.f32") == 0);  // no bf16 rounded on its own
   }
+}
+
+TEST_CASE("unpack_nibbles to f16 and bf16 converts two registers per instruction", "[codegen][quant]") {
+  // 32 bytes per thread: 16 pairs, each one prmt, one lop3 (ptxas fuses the PTX
+  // and + xor) and one packed fma (LLVM folds x·1 + c to an add where the target
+  // has one: sm_90 for bf16, sm_53 for f16).
+  const struct {
+    const char *to, *target;
+    const char* packed;
+  } cases[] = {{"bf16", "sm_90a", "add.bf16x2"},
+               {"bf16", "sm_80", "fma.rn.bf16x2"},
+               {"f16", "sm_90a", "add.f16x2"},
+               {"f16", "sm_80", "add.f16x2"}};
+  for (const auto& c : cases)
+    for (int high : {0, 1})
+      for (bool perElement : {false, true}) {
+        INFO(c.to << " for " << c.target << ", high " << high << ", per-element zero points " << perElement);
+        auto module = ir::parseModule(nibblesKernel(c.to, high, high ? 8 : 0, perElement), "nibbles.tir");
+        if (!module) FAIL(module.diagnostic().str());
+        compiler::CompileOptions options;
+        options.target = c.target;
+        auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
+        if (!compiled) FAIL(compiled.diagnostic().str());
+        CHECK(countOf(compiled->ptx, c.packed) == 16);
+        CHECK(countOf(compiled->ptx, "prmt.b32") == 16);
+        CHECK(countOf(compiled->ptx, "cvt.rn") == 0);  // no float conversion at all
+        CHECK(countOf(compiled->ptx, ".f32") == 0);
+        tests::checkAssembles(compiled->ptx, c.target);
+      }
+  // f32 takes the magic number per element: an OR and a subtraction, no cvt.
+  auto module = ir::parseModule(nibblesKernel("f32", 1, 0, true), "nibbles.tir");
+  if (!module) FAIL(module.diagnostic().str());
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
+  if (!compiled) FAIL(compiled.diagnostic().str());
+  CHECK(countOf(compiled->ptx, "sub.f32") + countOf(compiled->ptx, "add.f32") == 32);
+  CHECK(countOf(compiled->ptx, "cvt.rn.f32") == 0);
+  tests::checkAssembles(compiled->ptx, "sm_90a");
 }
 
 TEST_CASE("transcendentals lower to PTX instructions on every target", "[codegen]") {

@@ -438,6 +438,33 @@ TEST_CASE("loads of fp8, bf16 and i4 decode the memory encodings", "[interp]") {
   CHECK(i4Out == std::vector<int32_t>{1, 2, -8, -1, -6, 7});
 }
 
+TEST_CASE("unpack_nibbles reads a byte's nibble, flipped, minus a zero point's low four bits", "[interp][quant]") {
+  // Every byte against zero points that cycle through 0..15 and carry high bits
+  // the op ignores (+ 16 * i).
+  constexpr int64_t n = 256;
+  std::vector<uint8_t> bytes(n), zeroBytes(n);
+  for (int64_t i = 0; i < n; ++i) {
+    bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+    zeroBytes[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 7) % 16 + 16 * (i % 5));
+  }
+  for (ScalarKind kind : {ScalarKind::BF16, ScalarKind::F16, ScalarKind::F32})
+    for (bool high : {false, true})
+      for (int flip : {0, 8, 5}) {
+        INFO(scalarName(kind) << " high " << high << " flip " << flip);
+        const auto out = unpackFloats(runElementwise(ScalarKind::I8, kind, n, bytes, zeroBytes,
+                                                     [&](Builder& bl, Value* x, Value* z) {
+                                                       return bl.unpackNibbles(x, bl.cast(z, ScalarKind::I32), high,
+                                                                               flip, kind);
+                                                     }),
+                                      kind);
+        for (int64_t i = 0; i < n; ++i) {
+          const int nibble = (high ? i >> 4 : i) & 15;
+          const int zeroPoint = zeroBytes[static_cast<size_t>(i)] & 15;
+          REQUIRE(out[static_cast<size_t>(i)] == static_cast<double>((nibble ^ flip) - zeroPoint));
+        }
+      }
+}
+
 TEST_CASE("bitcast reinterprets the encodings", "[interp]") {
   const auto bits =
       unpackInts<int32_t>(runElementwise(ScalarKind::F32, ScalarKind::I32, 2, packFloats({1.0, -2.0}, ScalarKind::F32),

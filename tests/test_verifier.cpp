@@ -460,6 +460,39 @@ TEST_CASE("verifier rejects ill-typed elementwise ops", "[verifier]") {
     CHECK(f.error() ==
           "'bitcast': i4 pointers address nibbles and cannot be reinterpreted (ptr<global, i4> to ptr<global, i8>)");
   }
+  SECTION("unpack_nibbles of bytes with their zero points") {
+    Value* bytes = b.constInt(0x5A, tile({16}, kI8));
+    CHECK(b.unpackNibbles(bytes, ints, true, 8, ScalarKind::BF16)->type() == tile({16}, ScalarKind::BF16));
+    CHECK(b.status().isOk());
+  }
+  SECTION("unpack_nibbles of i32 values") {
+    b.unpackNibbles(ints, ints, false, 0, kF16);
+    CHECK(f.error() == "'unpack_nibbles': bytes must be i8, got tile<16xi32>");
+  }
+  SECTION("unpack_nibbles with f32 zero points") {
+    b.unpackNibbles(b.constInt(1, tile({16}, kI8)), v, false, 0, kF16);
+    CHECK(f.error() ==
+          "'unpack_nibbles': zero points have type tile<16xf32>, expected tile<16xi32> (i32 of the bytes' shape)");
+  }
+  SECTION("unpack_nibbles to an integer") {
+    b.unpackNibbles(b.constInt(1, tile({16}, kI8)), ints, false, 0, ScalarKind::I32);
+    CHECK(f.error() == "'unpack_nibbles': result must be f16, bf16 or f32, got tile<16xi32>");
+  }
+  SECTION("unpack_nibbles with a nibble index or flip out of range") {
+    Value* bytes = b.constInt(1, tile({16}, kI8));
+    SECTION("high") {
+      b.create(Opcode::UnpackNibbles, {bytes, ints}, {tile({16}, kF16)}, attrs({{"high", int64_t{2}}}));
+      CHECK(f.error() == "'unpack_nibbles': high must be 0 (bits 0-3) or 1 (bits 4-7), got 2");
+    }
+    SECTION("flip") {
+      b.unpackNibbles(bytes, ints, false, 16, kF16);
+      CHECK(f.error() == "'unpack_nibbles': flip must be in [0, 15] (it XORs a nibble), got 16");
+    }
+    SECTION("missing high") {
+      b.create(Opcode::UnpackNibbles, {bytes, ints}, {tile({16}, kF16)});
+      CHECK_THAT(f.error(), Catch::Contains("'unpack_nibbles'") && Catch::Contains("high"));
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------

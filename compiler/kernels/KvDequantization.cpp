@@ -9,22 +9,6 @@ using ir::ScalarKind;
 using ir::Type;
 using ir::Value;
 
-namespace {
-
-// int4 nibbles → dtype through f32's 2^23 magic: the unsigned value u OR'ed
-// into 2^23's mantissa, minus `offset` (2^23 + the bias u stands above, an f32
-// tile): exact, one add and one cvt.
-Value* smallIntAsDtype(ir::Builder& b, ScalarKind dtype, Value* unsignedBiased, Value* offset,
-                       const std::string& name) {
-  const Type i32Tile = unsignedBiased->type();
-  Value* bits = b.binary(Opcode::Or, unsignedBiased, b.constInt(0x4B000000, i32Tile), name + "_magic_bits");
-  Value* magic = b.bitcast(bits, ScalarKind::F32);
-  Value* value = b.sub(magic, offset, name + "_f32");
-  return dtype == ScalarKind::F32 ? value : b.cast(value, dtype, name + "_values");
-}
-
-}  // namespace
-
 std::vector<Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, ScalarKind dtype, Value* raw,
                                       const std::string& name, Value* zeroPoints) {
   const Type i32Tile = raw->type().withScalarKind(ScalarKind::I32);
@@ -39,21 +23,13 @@ std::vector<Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, Scal
     case KvCacheFormat::Int8PerTokenHead:
       return {b.cast(raw, dtype, name + "_values")};
     case KvCacheFormat::Int4PerTokenHead: {
-      Value* bytes = b.andOp(b.cast(raw, ScalarKind::I32), b.constInt(0xFF, i32Tile), name + "_bytes");
-      auto low = [&] { return b.andOp(bytes, b.constInt(0xF, i32Tile)); };
-      auto high = [&] { return b.binary(Opcode::Shr, bytes, b.constInt(4, i32Tile)); };
-      const Type f32Tile = raw->type().withScalarKind(ScalarKind::F32);
-      if (zeroPoints) {
-        // Unsigned nibbles u stand for u - zp.
-        Value* offset = b.add(zeroPoints, b.constFloat(8388608.0, f32Tile), name + "_zero_point_offset");
-        Value* even = smallIntAsDtype(b, dtype, low(), offset, name + "_even");
-        return {even, smallIntAsDtype(b, dtype, high(), offset, name + "_odd")};
-      }
-      // Each nibble n (two's complement) plus 8 is n ^ 8 in [0, 15].
-      Value* lowBiased = b.binary(Opcode::Xor, low(), b.constInt(8, i32Tile), name + "_low_biased");
-      Value* highBiased = b.binary(Opcode::Xor, high(), b.constInt(8, i32Tile), name + "_high_biased");
-      Value* even = smallIntAsDtype(b, dtype, lowBiased, b.constFloat(8388608.0 + 8, f32Tile), name + "_even");
-      return {even, smallIntAsDtype(b, dtype, highBiased, b.constFloat(8388608.0 + 8, f32Tile), name + "_odd")};
+      // Each byte holds elements 2j (low nibble) and 2j + 1 (high). vLLM's
+      // asymmetric format: unsigned nibbles u stand for u - zp. The symmetric
+      // one: two's complement nibbles n, read as (n ^ 8) - 8.
+      const int flip = zeroPoints ? 0 : 8;
+      Value* points = zeroPoints ? zeroPoints : b.constInt(8, i32Tile);
+      return {b.unpackNibbles(raw, points, false, flip, dtype, name + "_even"),
+              b.unpackNibbles(raw, points, true, flip, dtype, name + "_odd")};
     }
   }
   return {raw};
@@ -63,7 +39,7 @@ ScaleAndZeroPoint splitScaleAndZeroPoint(ir::Builder& b, Value* packedScale, con
   const Type i32 = packedScale->type().withScalarKind(ScalarKind::I32);
   Value* bits = b.bitcast(packedScale, ScalarKind::I32, name + "_packed_bits");
   Value* scale = b.bitcast(b.andOp(bits, b.constInt(~int64_t{0xF}, i32)), ScalarKind::F32, name + "_unpacked");
-  Value* zeroPoint = b.cast(b.andOp(bits, b.constInt(0xF, i32)), ScalarKind::F32, name + "_zero_point");
+  Value* zeroPoint = b.andOp(bits, b.constInt(0xF, i32), name + "_zero_point");
   return {scale, zeroPoint};
 }
 

@@ -16,16 +16,17 @@ namespace attnjit::compiler {
 // one tile, or for int4 two, the even and the odd head-dimension columns (each
 // byte holds elements 2i and 2i + 1). Quantized values convert exactly (int8,
 // int4 and fp8 are exact in f16, bf16 and f32); fp8 and int8 are plain casts,
-// which codegen converts two registers at a time. Auto returns `raw` itself.
-// `zeroPoints` (int4 only; f32, raw's shape): vLLM's asymmetric int4, whose
-// nibbles are unsigned, [0, 15], and stand for nibble - zero point (exact small
-// integers, like the symmetric format's). Null: the symmetric two's-complement
-// nibbles.
+// which codegen converts two registers at a time; int4 is `unpack_nibbles`
+// (packed the same way). Auto returns `raw` itself.
+// `zeroPoints` (int4 only; i32, raw's shape, the low four bits used): vLLM's
+// asymmetric int4, whose nibbles are unsigned, [0, 15], and stand for nibble -
+// zero point (exact small integers, like the symmetric format's). Null: the
+// symmetric two's-complement nibbles.
 std::vector<ir::Value*> dequantizedGroups(ir::Builder& b, KvCacheFormat format, ir::ScalarKind dtype, ir::Value* raw,
                                           const std::string& name, ir::Value* zeroPoints = nullptr);
 
 // vLLM's asymmetric int4 scale: the f32 whose low four mantissa bits hold the
-// row's zero point. Returns {scale with those bits cleared, zero point as f32}.
+// row's zero point. Returns {scale with those bits cleared, zero point as i32}.
 struct ScaleAndZeroPoint {
   ir::Value* scale;
   ir::Value* zeroPoint;

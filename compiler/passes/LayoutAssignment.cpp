@@ -201,7 +201,7 @@ bool isElementwise(Opcode op) {
     case Opcode::Shl: case Opcode::Shr: case Opcode::Neg: case Opcode::Abs: case Opcode::Exp2:
     case Opcode::Log2: case Opcode::Exp: case Opcode::Log: case Opcode::Sqrt: case Opcode::Rsqrt:
     case Opcode::Tanh: case Opcode::Cmp: case Opcode::Select: case Opcode::Cast: case Opcode::Bitcast:
-    case Opcode::AddPtr:
+    case Opcode::UnpackNibbles: case Opcode::AddPtr:
       return true;
     default:
       return false;
