@@ -269,7 +269,8 @@ class LayoutAssigner {
 
   // ---- B operands converted from 1-byte tiles (quantized K and V) ----
   //
-  // A dot whose B operand is a cast of a loaded fp8 or int8 tile would convert
+  // A dot whose B operand is a cast of a loaded fp8 or int8 tile (or the
+  // unpack_nibbles of an int4 one: two dots read each raw tile) would convert
   // the cast's 16-bit result into the operand layout through shared memory (a
   // store, two barriers, ldmatrix): for a decode kernel that round trip, on top
   // of reading the raw tile, kept the memory pipes busy while DRAM idled. When
@@ -295,7 +296,9 @@ class LayoutAssigner {
         if (mmaLayout(op->result()->type().shape()[0], options_.numWarps)->warpsPerCta[0] != 1) continue;
         const Value* operand = op->operand(1);
         const Operation* cast = operand->definingOp();
-        if (!cast || cast->opcode() != Opcode::Cast || useCount[operand] != 1) continue;
+        if (!cast || (cast->opcode() != Opcode::Cast && cast->opcode() != Opcode::UnpackNibbles) ||
+            useCount[operand] != 1)
+          continue;
         const ScalarKind kind = cast->operand(0)->type().scalarKind();
         if (kind != ScalarKind::F8E4M3 && kind != ScalarKind::F8E5M2 && kind != ScalarKind::I8) continue;
         // Through reinterpretations of the bytes (fp8 per-token-head caches are
@@ -311,6 +314,16 @@ class LayoutAssigner {
         LayoutRef rawLayout = infer(raw);
         if (!rawLayout || rawLayout->kind != LayoutKind::Blocked || rawLayout->order.empty()) continue;
         const ByteOperand along = rawLayout->order[0] == 0 ? ByteOperand::AlongK : ByteOperand::AlongN;
+        // Nibbles along n (V's int4 bytes in P·V) read in 16-byte vectors stay
+        // with the conversion through shared memory: thread-major, a thread's
+        // run along n is half of int8's (2 bytes at D = 128), read and paired
+        // one key at a time, where the blocked read unpacks pairs from whole
+        // words (B=64 ctx 4096: 0.184 ms against 0.209). Rows copied 4 bytes at
+        // a time (inline scales) have no such reads to lose and go thread-major
+        // (0.231 against 0.247 ms; docs/perf-log.md, 2026-12-04).
+        if (cast->opcode() == Opcode::UnpackNibbles && along == ByteOperand::AlongN &&
+            readsSixteenBytes(raw, rawLayout))
+          continue;
         byteOperands_[op.get()] = along;
         for (const Operation* link : chain) byteOperandCasts_[link] = op.get();
         if (along == ByteOperand::AlongN || readsSixteenBytes(raw, rawLayout)) lateReaders_.insert(chain.back());
@@ -478,6 +491,7 @@ class LayoutAssigner {
         return mmaLayout(t.shape()[0], options_.numWarps, false, warpgroupColumns(op));
       case Opcode::Cast:
       case Opcode::Bitcast:
+      case Opcode::UnpackNibbles:
         // The cast of a quantized B operand happens in the operand's layout.
         if (auto found = byteOperandCasts_.find(&op); found != byteOperandCasts_.end())
           return dotOperandLayout(*found->second, 1, decided(found->second->result()));
