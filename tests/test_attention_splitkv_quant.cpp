@@ -21,6 +21,7 @@ namespace validation = attnjit::validation;
 using attnjit::validation::AttentionRunResult;
 using attnjit::compiler::BatchShape;
 using attnjit::compiler::KvCacheFormat;
+using attnjit::compiler::KvScaleLayout;
 using attnjit::compiler::UnifiedAttentionConfig;
 using attnjit::ir::ScalarKind;
 using attnjit::tests::mixedAttentionBatch;
@@ -682,6 +683,44 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
       CHECK(tallCompiled->ptx.find("wgmma.mma_async") != std::string::npos);
     else
       CHECK(tallCompiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos);
+  }
+}
+
+TEST_CASE("int4 decode reads K nibbles thread-major; V too unless its rows are 16-byte copies", "[codegen][quant]") {
+  // Both nibble dots (even and odd head dims) read one K slot read in the
+  // operand layout. V with separate scales (rows of D/2 bytes, 16-byte copies)
+  // is unpacked in the blocked layout and goes through ldmatrix.trans; inline
+  // rows (D/2 + 4 bytes, 4-byte copies) go thread-major like K.
+  for (KvScaleLayout scales : {KvScaleLayout::Separate, KvScaleLayout::Inline}) {
+    UnifiedAttentionConfig c = smallConfig(ScalarKind::BF16, KvCacheFormat::Int4PerTokenHead);
+    c.kvScaleLayout = scales;
+    c.numQueryHeads = 32;
+    c.numKvHeads = 8;
+    c.headSize = 128;
+    c.tileSize = 128;
+    INFO(c.kernelName());
+    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+    REQUIRE(kernel.isOk());
+    attnjit::compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+    REQUIRE(compiled.isOk());
+    const std::string& tir = compiled->tirOptimized;
+    auto lineOf = [&](const std::string& what) {
+      const size_t at = tir.find(what);
+      REQUIRE(at != std::string::npos);
+      return tir.substr(at, tir.find('\n', at) - at);
+    };
+    for (const char* k : {"%k_even = unpack_nibbles", "%k_odd = unpack_nibbles"})
+      CHECK(lineOf(k).find("thread_major=1") != std::string::npos);
+    const bool vThreadMajor = scales == KvScaleLayout::Inline;
+    for (const char* v : {"%v_even = unpack_nibbles", "%v_odd = unpack_nibbles"})
+      CHECK((lineOf(v).find("thread_major=1") != std::string::npos) == vThreadMajor);
+    CHECK((compiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos) == !vThreadMajor);
+    // Two nibbles per packed add, no f32 on the way.
+    CHECK(compiled->ptx.find("add.bf16x2") != std::string::npos);
+    // P's and the output's conversions only (the f32 path took 144).
+    CHECK(attnjit::tests::countOf(compiled->ptx, "cvt.rn.bf16x2.f32") <= 16);
   }
 }
 
