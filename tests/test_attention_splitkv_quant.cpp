@@ -45,6 +45,18 @@ const KvCacheFormat kQuantizedFormats[] = {KvCacheFormat::Fp8E4M3, KvCacheFormat
                                            KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
                                            KvCacheFormat::Int4PerTokenHead};
 
+// The kernel of `c` compiled for sm_90a (PTX and the optimized tile IR).
+attnjit::compiler::CompiledKernel compileForHopper(const UnifiedAttentionConfig& c) {
+  auto kernel = attnjit::compiler::buildUnifiedAttention(c);
+  REQUIRE(kernel.isOk());
+  attnjit::compiler::CompileOptions options;
+  options.target = "sm_90a";
+  auto compiled = attnjit::compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return std::move(*compiled);
+}
+
 // The output rows of the batch's first `tokens` tokens, as bytes.
 std::vector<uint8_t> leadingRows(const AttentionRunResult& r, int tokens, ScalarKind dtype) {
   const size_t bytes = static_cast<size_t>(tokens) * static_cast<size_t>(r.outputStrideToken) *
@@ -344,13 +356,8 @@ TEST_CASE("per-tensor fp8 caches meet bf16 q in f16 with fp8_dot_dtype f16", "[a
     c.fp8DotDtype = choice;
     const bool f16 = choice == Fp8DotDtype::F16;
     INFO(c.kernelName());
-    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
-    REQUIRE(kernel.isOk());
-    attnjit::compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
-    REQUIRE(compiled.isOk());
-    const std::string& ptx = compiled->ptx;
+    const auto compiled = compileForHopper(c);
+    const std::string& ptx = compiled.ptx;
     CHECK(attnjit::tests::countOf(ptx, "cvt.rn.f16x2.e4m3x2") > 0);
     CHECK((attnjit::tests::countOf(ptx, "cvt.f32.f16") == 0) == f16);
     CHECK((attnjit::tests::countOf(ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") > 0) == f16);
@@ -699,13 +706,8 @@ TEST_CASE("int4 decode reads K nibbles thread-major; V too unless its rows are 1
     c.headSize = 128;
     c.tileSize = 128;
     INFO(c.kernelName());
-    auto kernel = attnjit::compiler::buildUnifiedAttention(c);
-    REQUIRE(kernel.isOk());
-    attnjit::compiler::CompileOptions options;
-    options.target = "sm_90a";
-    auto compiled = attnjit::compiler::compileKernel(**kernel, options);
-    REQUIRE(compiled.isOk());
-    const std::string& tir = compiled->tirOptimized;
+    const auto compiled = compileForHopper(c);
+    const std::string& tir = compiled.tirOptimized;
     auto lineOf = [&](const std::string& what) {
       const size_t at = tir.find(what);
       REQUIRE(at != std::string::npos);
@@ -716,11 +718,11 @@ TEST_CASE("int4 decode reads K nibbles thread-major; V too unless its rows are 1
     const bool vThreadMajor = scales == KvScaleLayout::Inline;
     for (const char* v : {"%v_even = unpack_nibbles", "%v_odd = unpack_nibbles"})
       CHECK((lineOf(v).find("thread_major=1") != std::string::npos) == vThreadMajor);
-    CHECK((compiled->ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos) == !vThreadMajor);
+    CHECK((compiled.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") != std::string::npos) == !vThreadMajor);
     // Two nibbles per packed add, no f32 on the way.
-    CHECK(compiled->ptx.find("add.bf16x2") != std::string::npos);
+    CHECK(compiled.ptx.find("add.bf16x2") != std::string::npos);
     // P's and the output's conversions only (the f32 path took 144).
-    CHECK(attnjit::tests::countOf(compiled->ptx, "cvt.rn.bf16x2.f32") <= 16);
+    CHECK(attnjit::tests::countOf(compiled.ptx, "cvt.rn.bf16x2.f32") <= 16);
   }
 }
 
