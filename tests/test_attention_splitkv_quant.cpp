@@ -693,7 +693,7 @@ TEST_CASE("quantized K and V tiles go from their cp.async slots straight into th
   }
 }
 
-TEST_CASE("int4 decode reads K nibbles thread-major; V too unless its rows are 16-byte copies", "[codegen][quant]") {
+TEST_CASE("int4 decode reads K nibbles thread-major, and V where its rows are not 16-byte copies", "[codegen][quant]") {
   // Both nibble dots (even and odd head dims) read one K slot read in the
   // operand layout. V with separate scales (rows of D/2 bytes, 16-byte copies)
   // is unpacked in the blocked layout and goes through ldmatrix.trans; inline
