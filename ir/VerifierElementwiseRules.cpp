@@ -111,10 +111,12 @@ support::Status verifyUnpackNibbles(const Operation& op, const Kernel&) {
   ATTNJIT_VERIFY(checkKnownAttributes(op, {"high", "flip"}));
   int64_t high = 0, flip = 0;
   ATTNJIT_VERIFY(requireIntAttr(op, "high", high));
-  if (high != 0 && high != 1) return opError(op, "high must be 0 (bits 0-3) or 1 (bits 4-7), got " + std::to_string(high));
+  if (high != 0 && high != 1)
+    return opError(op, "high must be 0 (bits 0-3) or 1 (bits 4-7), got " + std::to_string(high));
   if (op.attrs().has("flip")) {
     ATTNJIT_VERIFY(requireIntAttr(op, "flip", flip));
-    if (flip < 0 || flip > 15) return opError(op, "flip must be in [0, 15] (it XORs a nibble), got " + std::to_string(flip));
+    if (flip < 0 || flip > 15)
+      return opError(op, "flip must be in [0, 15] (it XORs a nibble), got " + std::to_string(flip));
   }
   const Type& bytes = op.operand(0)->type();
   if (bytes.hasPointerElements() || bytes.scalarKind() != ScalarKind::I8)

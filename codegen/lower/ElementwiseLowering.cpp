@@ -516,7 +516,8 @@ void lowerUnpackNibbles(LoweringContext& ctx, const Operation& op) {
       auto [word, position] = bytePairWord(b, bytes.regs[r], bytes.regs[r + 1]);
       llvm::Value* lanes = permuteBytes(b, word, b.getInt32(0), {position, 4, position + 1, 4});
       if (shift != 0) lanes = b.CreateLShr(lanes, shift);
-      llvm::Value* biased = b.CreateXor(b.CreateAnd(lanes, b.getInt32(0x000F000Fu)), b.getInt32(magic | flip * 0x10001u));
+      llvm::Value* biased =
+          b.CreateXor(b.CreateAnd(lanes, b.getInt32(0x000F000Fu)), b.getInt32(magic | flip * 0x10001u));
       llvm::Value* z0 = zeroPoints.regs[r];
       llvm::Value* z1 = zeroPoints.regs[r + 1];
       // A row's zero point is one register for all of its elements: one multiply.
