@@ -190,6 +190,8 @@ struct DriverApi {
   CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);  // v2000
   CUresult (*cuFuncGetAttribute)(int* value, CUfunction_attribute attr, CUfunction function);  // v2020
   CUresult (*cuFuncSetAttribute)(CUfunction function, CUfunction_attribute attr, int value);   // v9000
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, CUfunction function, int blockSize,
+                                                          std::size_t dynamicSharedBytes);  // v6050
   CUresult (*cuLaunchKernel)(CUfunction function, unsigned gridX, unsigned gridY, unsigned gridZ,
                              unsigned blockX, unsigned blockY, unsigned blockZ, unsigned sharedBytes,
                              CUstream stream, void** params, void** extra);          // v4000

@@ -88,6 +88,7 @@ LoadedDriver loadDriver(const char* libraryName) {
   ATTNJIT_RESOLVE(cuModuleGetFunction)
   ATTNJIT_RESOLVE(cuFuncGetAttribute)
   ATTNJIT_RESOLVE(cuFuncSetAttribute)
+  ATTNJIT_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor)
   ATTNJIT_RESOLVE(cuLaunchKernel)
   ATTNJIT_RESOLVE(cuMemAlloc)
   ATTNJIT_RESOLVE(cuMemFree)

@@ -134,6 +134,32 @@ support::Expected<FunctionAttributes> Function::attributes() const {
   return attributes;
 }
 
+support::Expected<int> Function::residentBlocksPerMultiprocessor(int blockThreads,
+                                                                 unsigned dynamicSharedBytes) const {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  const DriverApi& api = **apiOr;
+  if (!valid()) return runtimeError("occupancy of an invalid (null) kernel handle");
+  if (blockThreads < 1)
+    return runtimeError("occupancy of kernel " + name_ + ": " + std::to_string(blockThreads) +
+                        " threads per block (must be at least 1)");
+  auto function = static_cast<CUfunction>(handle_);
+  if (dynamicSharedBytes > kDefaultDynamicSharedLimit) {
+    CUresult result = api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             static_cast<int>(dynamicSharedBytes));
+    if (result != CUDA_SUCCESS)
+      return cudaCallError(api, result,
+                           "raising the dynamic shared memory of kernel " + name_ + " to " +
+                               std::to_string(dynamicSharedBytes) + " bytes (cuFuncSetAttribute)");
+  }
+  int blocks = 0;
+  CUresult result = api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function, blockThreads,
+                                                                    dynamicSharedBytes);
+  if (result != CUDA_SUCCESS)
+    return cudaCallError(api, result, "cuOccupancyMaxActiveBlocksPerMultiprocessor of kernel " + name_);
+  return blocks;
+}
+
 support::Status Function::launch(const LaunchConfig& config, void** params) const {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();

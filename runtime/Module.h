@@ -74,6 +74,13 @@ class Function {
 
   support::Expected<FunctionAttributes> attributes() const;
 
+  // How many blocks of `blockThreads` threads with `dynamicSharedBytes` of dynamic
+  // shared memory one SM holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor):
+  // the kernel's registers, static and dynamic shared memory against the SM's limits.
+  // Raises the kernel's dynamic shared memory limit first where the request
+  // exceeds the default 48 KiB, as launch does.
+  support::Expected<int> residentBlocksPerMultiprocessor(int blockThreads, unsigned dynamicSharedBytes) const;
+
   // Launches with `params` as the driver wants them: params[i] points at the value of the
   // kernel's i-th parameter. Requests above 48 KiB of dynamic shared memory raise the
   // kernel's MAX_DYNAMIC_SHARED_SIZE_BYTES first. Asynchronous: faults show up at the next

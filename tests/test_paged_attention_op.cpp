@@ -17,6 +17,7 @@
 #include "compiler/driver/DeviceTarget.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/ops/PagedAttentionPlanning.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
 
@@ -496,6 +497,113 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
   CHECK(ops::sharedBytesForCtasPerSm(1024, 1, 233472, 1024, 100000) == 1024);    // would exceed the block limit
 }
 
+TEST_CASE("paged attention op: launches end on a full wave of the kernel's CTAs per SM", "[op]") {
+  using ops::detail::fitPlanToWaves;
+  using ops::detail::heuristicPagedAttentionPlan;
+  constexpr int kShortestWaveSplit = ops::kWaveSplitMinMaxSeqLen;
+  // 64 decodes, lengths unknown (no hints): 512 busy programs, 2D.
+  auto p = fullDecodeBatch(0);
+  auto plan = heuristicPagedAttentionPlan(p);
+  REQUIRE(plan.split.numSegments == 1);
+  REQUIRE(plan.ctasPerSm == 0);
+  CHECK_FALSE(plan.config.deferRowSum);
+  // Three per SM: 512 CTAs are 1.29 waves of 396; at two, 1.94 waves of 264.
+  auto fitted = fitPlanToWaves(p, plan, 3);
+  CHECK(fitted.ctasPerSm == 2);
+  CHECK(fitted.split.numSegments == 1);
+  CHECK(fitted.config.deferRowSum);  // the capped launch keeps the per-column row sum
+  CHECK(fitPlanToWaves(p, plan, 2).ctasPerSm == 0);  // 1.94 waves already
+  CHECK(fitPlanToWaves(p, plan, 4).ctasPerSm == 0);  // 0.97 waves of 528
+  CHECK(fitPlanToWaves(p, plan, 0).ctasPerSm == 0);  // nothing known
+  // Only max_seq_len (vLLM's hint): evenness still unknown, long enough to
+  // split: two segments of 32 tiles, 1024 CTAs (2.59 waves).
+  p.maxSeqLen = 4096;
+  fitted = fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3);
+  CHECK(fitted.split.numSegments == 2);
+  CHECK(fitted.split.segmentTiles == 32);
+  CHECK(fitted.config.splitKv);
+  CHECK(fitted.config.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum");
+  CHECK(fitted.ctasPerSm == 0);
+  p.runtimeScratch = false;  // nowhere to split into: capped
+  fitted = fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3);
+  CHECK(fitted.split.numSegments == 1);
+  CHECK(fitted.ctasPerSm == 2);
+  p.workspace = 0xB0000;  // a workspace of the op's size for this batch: split
+  p.workspaceBytes = ops::pagedAttentionWorkspaceBytes(64, 32, 128, 4096).value();
+  CHECK(fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3).split.numSegments == 2);
+  p.workspace = p.workspaceBytes = 0;
+  p.runtimeScratch = true;
+  p.maxSeqLen = kShortestWaveSplit - 1;  // too short for a split's second kernel: capped
+  fitted = fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3);
+  CHECK(fitted.split.numSegments == 1);
+  CHECK(fitted.ctasPerSm == 2);
+  p.maxSeqLen = 4096;
+  p.minSeqLen = 1;  // uneven: the uneven-length rule's split, as it was
+  plan = heuristicPagedAttentionPlan(p);
+  fitted = fitPlanToWaves(p, plan, 3);
+  CHECK(fitted.split.numSegments == plan.split.numSegments);
+  CHECK(fitted.split.segmentTiles == plan.split.segmentTiles);
+  CHECK(fitted.ctasPerSm == 0);
+  p.minSeqLen = 4096;  // equal: ctasPerSmFor's cap, as it was
+  CHECK(fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3).ctasPerSm == 2);
+  CHECK(fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3).split.numSegments == 1);
+  p.minSeqLen = 0;
+  p.maxSeqLen = 0;
+  p.maxSeqLen = 0;
+  p.numSeqs = p.numTokens = 128;  // 1024 programs: 2.59 waves, the tail does not matter
+  CHECK(fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3).ctasPerSm == 0);
+  p.numSeqs = p.numTokens = 80;  // 640 programs: 1.62 waves at three, 2.42 at two: neither fits
+  CHECK(fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3).ctasPerSm == 0);
+
+  // 32 decodes: the fill rule's 2 segments per sequence (cut on the GPU) make
+  // 512 CTAs, 1.29 waves at three per SM; 3 make 768, 1.94 waves.
+  p.numSeqs = p.numTokens = 32;
+  plan = heuristicPagedAttentionPlan(p);
+  REQUIRE(plan.split.numSegments == 2);
+  REQUIRE(plan.split.segmentTiles < 0);
+  fitted = fitPlanToWaves(p, plan, 3);
+  CHECK(fitted.split.numSegments == 3);
+  CHECK(fitted.split.segmentTiles == plan.split.segmentTiles);
+  CHECK(fitted.config.kernelName() == plan.config.kernelName());  // same kernel: a launch parameter
+  CHECK(fitted.ctasPerSm == 0);
+  CHECK(fitPlanToWaves(p, plan, 4).split.numSegments == 2);  // 0.97 waves of 528
+  // Lengths known and equal: fixed segments, resized: 64 tiles in 3 of 22.
+  p.maxSeqLen = p.minSeqLen = 4096;
+  plan = heuristicPagedAttentionPlan(p);
+  REQUIRE(plan.split.numSegments == 2);
+  fitted = fitPlanToWaves(p, plan, 3);
+  CHECK(fitted.split.numSegments == 3);
+  CHECK(fitted.split.segmentTiles == 22);
+  p.maxSeqLen = p.minSeqLen = 1024;  // two segments of 512 keys at most
+  plan = heuristicPagedAttentionPlan(p);
+  REQUIRE(plan.split.numSegments == 2);
+  CHECK(fitPlanToWaves(p, plan, 3).split.numSegments == 2);
+  // A workspace with room for two segments only keeps two.
+  p.maxSeqLen = p.minSeqLen = 4096;
+  p.workspace = 0xB0000;
+  p.workspaceBytes = 32ull * 32 * 2 * (128 + 2) * 4 + 64;
+  plan = heuristicPagedAttentionPlan(p);
+  REQUIRE(plan.split.numSegments == 2);
+  CHECK(fitPlanToWaves(p, plan, 3).split.numSegments == 2);
+  p.workspace = 0;
+  p.workspaceBytes = 0;
+
+  // Tuned plans (measured), batch-invariant calls and prefill tilings stay.
+  plan = heuristicPagedAttentionPlan(p);
+  plan.origin = ops::PlanOrigin::Tuned;
+  CHECK(fitPlanToWaves(p, plan, 3).split.numSegments == 2);
+  p.batchInvariant = true;
+  CHECK(fitPlanToWaves(p, heuristicPagedAttentionPlan(p), 3).split.numSegments ==
+        heuristicPagedAttentionPlan(p).split.numSegments);
+  p.batchInvariant = false;
+  p.numTokens = 32 * 40;
+  p.maxQueryLen = 40;
+  plan = heuristicPagedAttentionPlan(p);
+  fitted = fitPlanToWaves(p, plan, 3);
+  CHECK(fitted.split.numSegments == plan.split.numSegments);
+  CHECK(fitted.ctasPerSm == plan.ctasPerSm);
+}
+
 TEST_CASE("paged attention op: batches of uneven lengths split into segments of at most 3/8", "[op]") {
   auto p = fullDecodeBatch(8192);
   p.minSeqLen = 1;
@@ -809,6 +917,29 @@ TEST_CASE("paged attention op: bench's op runner launches what the op picks and 
   const validation::PagedAttentionOpRun run = runOpChecked(config, prefillAndChunk());
   CHECK(run.numSegments == 1);
   CHECK(run.kernelName.find("_m128") != std::string::npos);
+}
+
+TEST_CASE("paged attention op: plain calls fitted to the kernel's waves match the reference", "[gpu][op]") {
+  if (!tests::gpuPresent()) return;
+  compiler::UnifiedAttentionConfig config;  // bf16, 32/8 heads, D=128, block 16
+  validation::GpuRunOptions options;
+  options.timedIterations = 3;
+  options.opCall = validation::GpuRunOptions::OpCall::Plain;  // no hints, no workspace
+  for (const int sequences : {32, 64}) {
+    compiler::BatchShape shape;
+    shape.queryLens = std::vector<int>(static_cast<size_t>(sequences), 1);
+    shape.contextLens = std::vector<int>(static_cast<size_t>(sequences), 1500);
+    shape.checkStride = 5;
+    auto run = validation::runPagedAttentionOpGpu(config, shape, options);
+    if (!run) FAIL(run.diagnostic().str());
+    INFO(sequences << " sequences: " << run->kernelName << ", " << run->plan << ": " << run->run.check.detail);
+    CHECK(run->run.check.passed);
+    CHECK(!run->tunedPlan);
+    // 256 programs split on the GPU (the fill rule's segments, or the wave
+    // fit's); 512 fill the SMs in 2D, capped or not.
+    if (sequences == 32) CHECK(run->numSegments >= 2);
+    if (sequences == 64) CHECK(run->numSegments == 1);
+  }
 }
 
 TEST_CASE("paged attention op: separate per-token-head scales through the op", "[gpu][op][sepscales]") {

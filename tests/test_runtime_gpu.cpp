@@ -298,6 +298,19 @@ TEST_CASE("gpu: launches above 48 KiB of dynamic shared memory opt in first", "[
   for (unsigned i = 0; i < threads; ++i) wrong += result[i] == (i ^ 1u) ? 0 : 1;
   CHECK(wrong == 0);
 
+  // Occupancy at a launch size: the whole opt-in budget leaves room for one
+  // block per SM; without dynamic shared memory, threads and registers bound it.
+  auto alone = function->residentBlocksPerMultiprocessor(static_cast<int>(threads), dynamicBytes);
+  INFO((alone ? std::string() : alone.diagnostic().message));
+  REQUIRE(alone.isOk());
+  CHECK(*alone == 1);
+  auto many = function->residentBlocksPerMultiprocessor(static_cast<int>(threads), 0);
+  REQUIRE(many.isOk());
+  CHECK(*many >= 4);
+  CHECK(*many <= 2048 / static_cast<int>(threads));  // 2048 threads per SM on every target
+  CHECK_THAT(function->residentBlocksPerMultiprocessor(0, 0).status().message(),
+             Catch::Contains("0 threads per block"));
+
   // More than the device allows is an error from the driver, not a crash.
   config.dynamicSharedBytes = dynamicBytes + 1024;
   support::Status tooMuch = function->launch(config, params);

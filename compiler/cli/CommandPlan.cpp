@@ -104,8 +104,11 @@ Command planCommand() {
       "(pagedAttentionSplitPlan: 2D, or N segments of T KV tiles), the grid and the CTAs-per-SM\n"
       "cap of equal-length batches, and whether a plan tuned on this device (`attnjit tune`)\n"
       "or the op's rules chose them. The variant's own tiling options are ignored, as the op\n"
-      "ignores them. SMs: --sms, else device 0's, else the H200's 132. `attnjit bench --op`\n"
-      "runs and times the same calls on the GPU.\n"
+      "ignores them. SMs: --sms, else device 0's, else the H200's 132. A launch of the op's\n"
+      "own plan then fits it to the CTAs per SM its kernel holds on the GPU (more segments, or\n"
+      "a cap, where the last wave would be short; pagedAttentionLaunchPlan), which this\n"
+      "command does not compile kernels to know. `attnjit bench --op` runs and times the same\n"
+      "calls on the GPU and prints the plan it ran.\n"
       "Example (decode, B=64, lengths uneven):\n"
       "  attnjit plan bench/decode.yaml --shape query_lens=1x64 --shape context_lens=0,8191x63\n",
       {

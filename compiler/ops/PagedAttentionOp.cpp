@@ -431,9 +431,95 @@ bool maySplit(const PagedAttentionParams& p) { return !p.batchInvariant && (p.wo
 // ceil(log2(v)) for v >= 1: the power-of-two class a size falls in.
 int sizeClass(int64_t v) { return static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(v, 1) - 1))); }
 
+// Whether `ctas` equal CTAs fill the `slots` an SM count holds at once without
+// a short last wave: many waves (2.5 or more), or a last wave at least 3/4
+// full. Memory-bound CTAs of a last wave of a few draw little of the
+// bandwidth, so 1.29 waves take about as long as two full ones.
+bool wavesFit(int64_t ctas, int64_t slots) {
+  if (slots < 1 || ctas * 2 >= slots * 5) return true;
+  const int64_t tail = ctas % slots;
+  return tail == 0 || tail * 4 >= slots * 3;
+}
+
 }  // namespace
 
 namespace detail {
+
+PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAttentionPlan& heuristic,
+                                  int residentCtasPerSm) {
+  PagedAttentionPlan plan = heuristic;
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  if (plan.origin != PlanOrigin::Heuristic || residentCtasPerSm < 1 || sms < 1 || plan.config.blockMRows != 0 ||
+      p.batchInvariant || !batchInRange(p) || p.maxQueryLen > plan.config.blockQ())
+    return plan;
+  // Every query fits one tile of blockQ tokens: one busy program per sequence
+  // and KV head (the grid's other query tiles exit at once).
+  const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
+  const int64_t slots = int64_t{residentCtasPerSm} * sms;
+  SplitKvPlan& split = plan.split;
+  if (split.numSegments >= 2) {
+    // The fill rule's split (the uneven-length rule sizes its segments by the
+    // lengths instead): up to two more segments when they end the launch on a
+    // full wave. The kernel stays: the segment count is a launch parameter.
+    if (unevenLengthRuleApplies(p) || wavesFit(programs * split.numSegments, slots)) return plan;
+    const int64_t tiles = p.maxSeqLen > 0 ? ceilDiv(p.maxSeqLen, plan.config.tileSize) : 0;
+    for (int64_t segments = split.numSegments + 1; segments <= split.numSegments + 2; ++segments) {
+      if (segments > kSplitKvMaxSegments) break;
+      SplitKvPlan candidate{static_cast<int>(segments), split.segmentTiles};
+      if (split.segmentTiles > 0) {
+        // Fixed segments, sized by max_seq_len: never shorter than the fill
+        // rule's minimum, and as many as the tiles then make.
+        if (p.maxSeqLen > 0 && segments > ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys)) break;
+        const int64_t segmentTiles = ceilDiv(tiles, segments);
+        candidate = {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+      }
+      if (p.workspace != 0 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p),
+                                           candidate.numSegments) > p.workspaceBytes)
+        break;
+      if (wavesFit(programs * candidate.numSegments, slots)) {
+        split = candidate;
+        break;
+      }
+    }
+    return plan;
+  }
+  // A 2D launch of lengths that may be equal or not (no min_seq_len: the
+  // hinted rules already decided for calls that give it).
+  if (plan.config.splitKv || plan.ctasPerSm > 0 || p.minSeqLen > 0 || wavesFit(programs, slots)) return plan;
+  if (p.maxSeqLen >= kWaveSplitMinMaxSeqLen && maySplit(p)) {
+    // Long enough to split: segments sized by max_seq_len end the launch on a
+    // full wave and cut the long sequences of an uneven batch (B=64 ctx 4096,
+    // two segments: equal lengths 86 -> 98% of copy, skewed 75 -> 79%).
+    const int64_t tiles = ceilDiv(p.maxSeqLen, plan.config.tileSize);
+    for (int64_t segments = 2; segments <= 4 && segments <= ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys);
+         ++segments) {
+      const int64_t segmentTiles = ceilDiv(tiles, segments);
+      const SplitKvPlan candidate{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+      if (p.workspace != 0 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p),
+                                           candidate.numSegments) > p.workspaceBytes)
+        break;
+      if (!wavesFit(programs * candidate.numSegments, slots)) continue;
+      plan.split = candidate;
+      plan.config.splitKv = true;
+      chooseRowSum(p, plan);
+      return plan;
+    }
+    return plan;
+  }
+  // Short or unknown lengths, where a split's second kernel costs more than
+  // the tail (B=64 ctx 512: 70 -> 61%): fewer CTAs per SM when that ends the
+  // launch on a full wave (equal lengths 86 -> 97% at ctx 4096; an uneven
+  // batch loses some of the balancing the extra CTAs gave: skewed 75 -> 68%).
+  for (int cap = residentCtasPerSm - 1; cap >= kUniformDecodeCtasPerSm; --cap) {
+    if (!wavesFit(programs, int64_t{cap} * sms)) continue;
+    plan.ctasPerSm = cap;
+    // chooseRowSum keeps the per-column row sum of capped launches (the
+    // registers it costs no longer cost a CTA per SM).
+    plan.config.deferRowSum = baseVariant(p).deferRowSum;
+    break;
+  }
+  return plan;
+}
 
 std::optional<std::string> pagedAttentionTuningBucket(const PagedAttentionParams& p) {
   UnifiedAttentionConfig base = baseVariant(p);
@@ -856,7 +942,18 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
 
 namespace detail {
 
-support::Status launchPagedAttentionPlan(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+support::Expected<PagedAttentionPlan> fittedPlan(const PagedAttentionParams& p, const PagedAttentionPlan& planned) {
+  if (planned.origin != PlanOrigin::Heuristic) return planned;
+  const UnifiedAttentionConfig& config = planned.config;
+  auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
+  if (!ready) return ready.status();
+  return fitPlanToWaves(p, planned, ready->residentCtasPerSm);
+}
+
+support::Status launchPagedAttentionPlan(const PagedAttentionParams& p, const PagedAttentionPlan& planned) {
+  auto fitted = fittedPlan(p, planned);
+  if (!fitted) return fitted.status();
+  const PagedAttentionPlan& plan = *fitted;
   if (!plan.config.splitKv || p.workspace != 0) return launchPlanned(p, plan);
   return launchWithRuntimeScratch(
       p, workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.split.numSegments),
@@ -871,6 +968,11 @@ support::Status launchPagedAttentionPlan(const PagedAttentionParams& p, const Pa
 }
 
 }  // namespace detail
+
+support::Expected<PagedAttentionPlan> pagedAttentionLaunchPlan(const PagedAttentionParams& p) {
+  if (support::Status s = validatePagedAttention(p); !s) return s;
+  return detail::fittedPlan(p, pagedAttentionPlan(p));
+}
 
 support::Status pagedAttention(const PagedAttentionParams& p) {
   auto mode = detail::planTuningMode(p);

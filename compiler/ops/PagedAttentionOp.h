@@ -207,6 +207,8 @@ compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentio
 // A caller's workspace bounds both (the runtime's scratch holds any plan): a
 // plan it cannot hold falls back to fewer segments (the fill rule) or 2D.
 // (vLLM: 16 segments for every sequence, when num_seqs <= 128 / Hkv.)
+// The launch then fits the fill rule's segment count to the kernel's CTAs per
+// SM (pagedAttentionLaunchPlan).
 struct SplitKvPlan {
   int numSegments = 1;
   int segmentTiles = 0;  // < 0: per sequence, at least -segmentTiles tiles
@@ -217,6 +219,18 @@ struct PagedAttentionPlan {
   int ctasPerSm = 0;
   PlanOrigin origin = PlanOrigin::Heuristic;
 };
+// What a launch of the call runs: pagedAttentionPlan's heuristic plan fitted
+// to the CTAs an SM holds of its kernel (read from the loaded kernel, so this
+// compiles or loads it; tuned plans run as recorded). A launch of equal CTAs
+// that ends on a short last wave runs about as long as one more full wave: a
+// fill-rule split takes up to two more segments when they end on a full wave
+// (B=32, 32/8 heads, three CTAs per SM: 2 segments are 1.29 waves, 3 are 1.94),
+// and a 2D decode launch without min_seq_len (its lengths may be equal or not)
+// splits into 2-4 segments when max_seq_len >= kWaveSplitMinMaxSeqLen, else
+// runs at fewer CTAs per SM when that ends on a full wave (B=64: 1.29 waves at
+// three, 1.94 at two). Measured: docs/perf-log.md, 2026-12-04. Errors: the call's
+// validation errors, the kernel's compile or load error.
+support::Expected<PagedAttentionPlan> pagedAttentionLaunchPlan(const PagedAttentionParams& params);
 // "2D", "4 segments of 16 tiles (1024 keys)", "8 segments per sequence, cut
 // on the GPU (at least 512 keys each)", with ", at most 2 CTAs per SM".
 std::string describeSplitAndOccupancy(const PagedAttentionPlan& plan);
@@ -226,8 +240,9 @@ std::string describeSplitAndOccupancy(const PagedAttentionPlan& plan);
 // asks for enough dynamic shared memory that a third does not fit (registers
 // alone would let three fit at 64-key tiles). Equal-length batches run faster
 // at two; with uneven lengths the cap costs time (the third CTA takes over from
-// sequences that finish early), so an unknown minSeqLen leaves the launch alone
-// (measured: docs/perf-log.md, 2026-11-30).
+// sequences that finish early), so an unknown minSeqLen leaves this rule alone
+// (measured: docs/perf-log.md, 2026-11-30) and only the launch's wave fit
+// (pagedAttentionLaunchPlan) may cap such a call.
 inline constexpr int kUniformDecodeCtasPerSm = 2;
 int pagedAttentionCtasPerSm(const PagedAttentionParams& params);
 // Dynamic shared memory for a kernel that needs kernelBytes so that at most
@@ -243,6 +258,9 @@ inline constexpr int64_t kMaxQqBiasSize = 46340;
 inline constexpr int kSplitKvMinSegmentKeys = 512;
 inline constexpr int kUnevenSplitSegmentEighths = 3;
 inline constexpr int kUnevenSplitMinMaxSeqLen = 3 * 1024;
+// The shortest max_seq_len for which the launch's wave fit (pagedAttentionLaunchPlan)
+// splits a 2D decode launch of unknown evenness instead of capping its CTAs per SM.
+inline constexpr int kWaveSplitMinMaxSeqLen = 2048;
 inline constexpr int kSplitKvMaxSegments = 64;
 SplitKvPlan pagedAttentionSplitPlan(const PagedAttentionParams& params);
 

@@ -33,13 +33,29 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
                                                                const PlanChoice& choice);
 PlanChoice planChoiceOf(const PagedAttentionPlan& plan);
 
+// The heuristic plan of a decode-like call fitted to the CTAs an SM holds of
+// its kernel (`residentCtasPerSm`, from the loaded kernel), so that a launch of
+// equal CTAs does not end on a short last wave: a fill-rule split takes up to
+// two more segments (B=32, 32/8 heads: 512 CTAs are 1.29 waves at three per SM,
+// 768 are 1.94); a 2D launch of unknown evenness (no min_seq_len) splits into
+// 2-4 segments when max_seq_len >= kWaveSplitMinMaxSeqLen and split-KV is
+// allowed, and is otherwise capped at fewer CTAs per SM (B=64: 1.94 waves at
+// two). Tuned plans, prefill tilings, batch-invariant calls, hinted equal or
+// uneven lengths and plans that already fit are returned as they are.
+PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& params, const PagedAttentionPlan& heuristic,
+                                  int residentCtasPerSm);
+
 // params.tuning, or ATTNJIT_TUNE's mode for PlanTuning::FromEnvironment.
 support::Expected<PlanTuningMode> planTuningMode(const PagedAttentionParams& params);
 
 // validatePagedAttention's checks for a given plan.
 support::Status validatePagedAttentionPlan(const PagedAttentionParams& params, const PagedAttentionPlan& plan);
 
-// Launches a validated call's plan: into the caller's workspace, or into the
+// The plan a launch of `planned` runs: a heuristic plan fitted to its kernel's
+// CTAs per SM (fitPlanToWaves; compiles or loads the kernel), others as they are.
+support::Expected<PagedAttentionPlan> fittedPlan(const PagedAttentionParams& params, const PagedAttentionPlan& planned);
+
+// Launches a validated call's plan (fitted as fittedPlan says): into the caller's workspace, or into the
 // runtime's scratch (the plan's 2D variant where there is none).
 support::Status launchPagedAttentionPlan(const PagedAttentionParams& params, const PagedAttentionPlan& plan);
 

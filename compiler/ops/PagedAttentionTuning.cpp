@@ -161,7 +161,10 @@ support::Expected<PagedAttentionTuningReport> tunePagedAttention(const PagedAtte
 
   PagedAttentionTuningReport report;
   report.bucket = *bucket;
-  const PagedAttentionPlan heuristic = detail::heuristicPagedAttentionPlan(p);
+  // The rules' plan as a launch runs it (fitted to its kernel's waves).
+  auto fitted = detail::fittedPlan(p, detail::heuristicPagedAttentionPlan(p));
+  if (!fitted) return fitted.status();
+  const PagedAttentionPlan heuristic = *fitted;
   std::set<std::string> seen;
   // The heuristic plan itself first (its split may differ from what its
   // choice reproduces: the uneven-length rule's segment length).

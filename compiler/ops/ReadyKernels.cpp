@@ -35,8 +35,13 @@ support::Expected<ReadyKernel> readyKernel(const std::string& name, const compil
   if (auto ptxIsa = runtime::driverMaxPtxIsa()) options.driverMaxPtx = ptxIsa->asNumber();
   auto jit = compiler::jitKernel(build, options);
   if (!jit) return jit.status();
+  // Planning counts the CTAs an SM holds at the kernel's own launch size.
+  auto resident = jit->loaded->function.residentBlocksPerMultiprocessor(
+      jit->numThreads, static_cast<unsigned>(jit->sharedMemoryBytes));
+  if (!resident) return resident.status();
   std::lock_guard<std::mutex> lock(mutex);
-  return ready.try_emplace(key, ReadyKernel{jit->loaded, jit->numThreads, jit->sharedMemoryBytes}).first->second;
+  return ready.try_emplace(key, ReadyKernel{jit->loaded, jit->numThreads, jit->sharedMemoryBytes, *resident})
+      .first->second;
 }
 
 std::vector<support::Status> readyEachKernel(const std::vector<WarmupKernel>& kernels, int threads) {

@@ -18,6 +18,9 @@ struct ReadyKernel {
   std::shared_ptr<const runtime::LoadedKernel> loaded;
   int numThreads = 0;
   int sharedBytes = 0;
+  // CTAs of numThreads threads with sharedBytes of dynamic shared memory one SM
+  // holds at once (registers and shared memory against the SM's limits).
+  int residentCtasPerSm = 0;
 };
 
 // `name` must identify what `build` makes (a kernel name does: it spells every

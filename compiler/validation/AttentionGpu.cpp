@@ -293,7 +293,9 @@ support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::Un
   if (support::Status s = runtime::synchronizeContext(); !s) return s;
   result.firstCallMs = millisecondsSince(firstStart);
   // The plan of the timed calls (a first call under PlanTuning::OnFirstUse records one).
-  const ops::PagedAttentionPlan plan = ops::pagedAttentionPlan(p);
+  auto launchPlan = ops::pagedAttentionLaunchPlan(p);
+  if (!launchPlan) return launchPlan.status();
+  const ops::PagedAttentionPlan& plan = *launchPlan;
   result.kernelName = plan.config.kernelName();
   result.numSegments = plan.split.numSegments;
   result.segmentTiles = plan.split.segmentTiles;
