@@ -588,6 +588,22 @@ TEST_CASE("paged attention op: launches end on a full wave of the kernel's CTAs 
   p.workspace = 0;
   p.workspaceBytes = 0;
 
+  // MQA (32 query heads on one KV head, 32-row tiles at two CTAs per SM), 64
+  // decodes without hints: the fill rule's 5 segments are 1.21 waves of 264,
+  // 6 are 1.45, 4 are 0.97: one fewer.
+  {
+    auto mqa = fullDecodeBatch(0);
+    mqa.numKvHeads = 1;
+    mqa.kvStrideToken = 128;
+    mqa.kvStrideKv = 16 * 128;
+    mqa.kvStrideBlock = 2 * mqa.kvStrideKv;
+    const auto mqaPlan = heuristicPagedAttentionPlan(mqa);
+    REQUIRE(mqaPlan.config.blockM() == 32);
+    REQUIRE(mqaPlan.split.numSegments == 5);
+    CHECK(fitPlanToWaves(mqa, mqaPlan, 2).split.numSegments == 4);
+    CHECK(fitPlanToWaves(mqa, mqaPlan, 3).split.numSegments == 5);  // 320 of 396 fit
+  }
+
   // Tuned plans (measured), batch-invariant calls and prefill tilings stay.
   plan = heuristicPagedAttentionPlan(p);
   plan.origin = ops::PlanOrigin::Tuned;

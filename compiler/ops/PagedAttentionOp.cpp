@@ -459,24 +459,26 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
   SplitKvPlan& split = plan.split;
   if (split.numSegments >= 2) {
     // The fill rule's split (the uneven-length rule sizes its segments by the
-    // lengths instead): up to two more segments when they end the launch on a
-    // full wave. The kernel stays: the segment count is a launch parameter.
+    // lengths instead): the nearest segment count, one or two more or fewer
+    // (at least 2), that ends the launch on a full wave. The kernel stays:
+    // the segment count is a launch parameter.
     if (unevenLengthRuleApplies(p) || wavesFit(programs * split.numSegments, slots)) return plan;
     const int64_t tiles = p.maxSeqLen > 0 ? ceilDiv(p.maxSeqLen, plan.config.tileSize) : 0;
-    for (int64_t segments = split.numSegments + 1; segments <= split.numSegments + 2; ++segments) {
-      if (segments > kSplitKvMaxSegments) break;
+    const int64_t ruled = split.numSegments;
+    for (const int64_t segments : {ruled + 1, ruled - 1, ruled + 2, ruled - 2}) {
+      if (segments < 2 || segments > kSplitKvMaxSegments) continue;
       SplitKvPlan candidate{static_cast<int>(segments), split.segmentTiles};
       if (split.segmentTiles > 0) {
         // Fixed segments, sized by max_seq_len: never shorter than the fill
         // rule's minimum, and as many as the tiles then make.
-        if (p.maxSeqLen > 0 && segments > ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys)) break;
+        if (segments > ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys)) continue;
         const int64_t segmentTiles = ceilDiv(tiles, segments);
         candidate = {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
       }
       if (p.workspace != 0 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p),
                                            candidate.numSegments) > p.workspaceBytes)
-        break;
-      if (wavesFit(programs * candidate.numSegments, slots)) {
+        continue;
+      if (candidate.numSegments >= 2 && wavesFit(programs * candidate.numSegments, slots)) {
         split = candidate;
         break;
       }

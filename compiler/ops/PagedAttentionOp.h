@@ -223,8 +223,9 @@ struct PagedAttentionPlan {
 // to the CTAs an SM holds of its kernel (read from the loaded kernel, so this
 // compiles or loads it; tuned plans run as recorded). A launch of equal CTAs
 // that ends on a short last wave runs about as long as one more full wave: a
-// fill-rule split takes up to two more segments when they end on a full wave
-// (B=32, 32/8 heads, three CTAs per SM: 2 segments are 1.29 waves, 3 are 1.94),
+// fill-rule split takes the nearest segment count (one or two more or fewer)
+// that ends on a full wave (B=32, 32/8 heads, three CTAs per SM: 2 segments are
+// 1.29 waves, 3 are 1.94),
 // and a 2D decode launch without min_seq_len (its lengths may be equal or not)
 // splits into 2-4 segments when max_seq_len >= kWaveSplitMinMaxSeqLen, else
 // runs at fewer CTAs per SM when that ends on a full wave (B=64: 1.29 waves at

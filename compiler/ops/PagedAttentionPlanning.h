@@ -35,9 +35,9 @@ PlanChoice planChoiceOf(const PagedAttentionPlan& plan);
 
 // The heuristic plan of a decode-like call fitted to the CTAs an SM holds of
 // its kernel (`residentCtasPerSm`, from the loaded kernel), so that a launch of
-// equal CTAs does not end on a short last wave: a fill-rule split takes up to
-// two more segments (B=32, 32/8 heads: 512 CTAs are 1.29 waves at three per SM,
-// 768 are 1.94); a 2D launch of unknown evenness (no min_seq_len) splits into
+// equal CTAs does not end on a short last wave: a fill-rule split takes the
+// nearest segment count that fits, one or two more or fewer (B=32, 32/8 heads:
+// 512 CTAs are 1.29 waves at three per SM, 768 are 1.94); a 2D launch of unknown evenness (no min_seq_len) splits into
 // 2-4 segments when max_seq_len >= kWaveSplitMinMaxSeqLen and split-KV is
 // allowed, and is otherwise capped at fewer CTAs per SM (B=64: 1.94 waves at
 // two). Tuned plans, prefill tilings, batch-invariant calls, hinted equal or
