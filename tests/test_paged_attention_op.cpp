@@ -509,6 +509,8 @@ TEST_CASE("paged attention op: launches end on a full wave of the kernel's CTAs 
   CHECK_FALSE(plan.config.deferRowSum);
   // Three per SM: 512 CTAs are 1.29 waves of 396; at two, 1.94 waves of 264.
   auto fitted = fitPlanToWaves(p, plan, 3);
+  CHECK(fitted.residentCtasPerSm == 3);
+  CHECK(plan.residentCtasPerSm == 0);
   CHECK(fitted.ctasPerSm == 2);
   CHECK(fitted.split.numSegments == 1);
   CHECK(fitted.config.deferRowSum);  // the capped launch keeps the per-column row sum

@@ -1,5 +1,6 @@
 // attnjit plan: what the paged-attention op would launch for a batch (kernel,
-// split-KV plan, occupancy cap, grid), decided on the host without a GPU.
+// split-KV plan, occupancy cap, grid), decided on the host without a GPU; on
+// device 0, also the plan a launch fits to its kernel's CTAs per SM.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -7,6 +8,7 @@
 #include "compiler/validation/AttentionProblem.h"
 #include "compiler/driver/DeviceTarget.h"
 #include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/ops/PagedAttentionPlanning.h"
 #include "compiler/cli/Command.h"
 #include "runtime/Driver.h"
 
@@ -56,6 +58,7 @@ int runPlan(const ParsedArguments& args) {
     sms = deviceZeroSmCount();
     smsOrigin = "device 0's";
   }
+  const bool onDevice = smsOrigin == "device 0's";
   const bool runtimeScratch = !args.has("--no-runtime-scratch");
   const bool withWorkspace = !args.has("--no-workspace") && runtimeScratch;
   std::printf("batch: %s\n", shape->str().c_str());
@@ -84,6 +87,20 @@ int runPlan(const ParsedArguments& args) {
                 plan.split.numSegments,
                 plan.origin == ops::PlanOrigin::Tuned ? "tuned (recorded for this device)"
                                                       : "heuristic (the op's rules)");
+    // On device 0 itself, what a launch runs after fitting the plan to its
+    // kernel's CTAs per SM (compiles or loads the kernel).
+    if (onDevice && plan.origin == ops::PlanOrigin::Heuristic) {
+      auto fitted = ops::detail::fittedPlan(p, plan);
+      if (!fitted) {
+        std::printf("  at launch on device 0: not known (%s)\n", fitted.diagnostic().message.c_str());
+      } else {
+        std::printf("  at launch on device 0: %s, grid %lldx%dx%d (its kernel %s holds %d CTAs per SM)\n",
+                    ops::describeSplitAndOccupancy(*fitted).c_str(),
+                    static_cast<long long>(unifiedAttentionGridX(fitted->config, p.numSeqs, p.numTokens)),
+                    p.numKvHeads, fitted->split.numSegments, fitted->config.kernelName().c_str(),
+                    fitted->residentCtasPerSm);
+      }
+    }
   }
   return kExitSuccess;
 }
@@ -105,10 +122,11 @@ Command planCommand() {
       "cap of equal-length batches, and whether a plan tuned on this device (`attnjit tune`)\n"
       "or the op's rules chose them. The variant's own tiling options are ignored, as the op\n"
       "ignores them. SMs: --sms, else device 0's, else the H200's 132. A launch of the op's\n"
-      "own plan then fits it to the CTAs per SM its kernel holds on the GPU (more segments, or\n"
-      "a cap, where the last wave would be short; pagedAttentionLaunchPlan), which this\n"
-      "command does not compile kernels to know. `attnjit bench --op` runs and times the same\n"
-      "calls on the GPU and prints the plan it ran.\n"
+      "own plan then fits it to the CTAs per SM its kernel holds on the GPU (more or fewer\n"
+      "segments, or a cap, where the last wave would be short; pagedAttentionLaunchPlan): on\n"
+      "device 0 without --sms, an 'at launch' line shows that plan (compiling the kernel to\n"
+      "read its occupancy). `attnjit bench --op` runs and times the same calls on the GPU and\n"
+      "prints the plan it ran.\n"
       "Example (decode, B=64, lengths uneven):\n"
       "  attnjit plan bench/decode.yaml --shape query_lens=1x64 --shape context_lens=0,8191x63\n",
       {

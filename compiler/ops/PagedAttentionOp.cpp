@@ -449,8 +449,9 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
                                   int residentCtasPerSm) {
   PagedAttentionPlan plan = heuristic;
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
-  if (plan.origin != PlanOrigin::Heuristic || residentCtasPerSm < 1 || sms < 1 || plan.config.blockMRows != 0 ||
-      p.batchInvariant || !batchInRange(p) || p.maxQueryLen > plan.config.blockQ())
+  if (plan.origin != PlanOrigin::Heuristic || residentCtasPerSm < 1 || sms < 1) return plan;
+  plan.residentCtasPerSm = residentCtasPerSm;
+  if (plan.config.blockMRows != 0 || p.batchInvariant || !batchInRange(p) || p.maxQueryLen > plan.config.blockQ())
     return plan;
   // Every query fits one tile of blockQ tokens: one busy program per sequence
   // and KV head (the grid's other query tiles exit at once).

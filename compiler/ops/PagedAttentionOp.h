@@ -218,6 +218,9 @@ struct PagedAttentionPlan {
   SplitKvPlan split;
   int ctasPerSm = 0;
   PlanOrigin origin = PlanOrigin::Heuristic;
+  // The CTAs per SM of the kernel a launch fitted this plan to
+  // (pagedAttentionLaunchPlan); 0: not fitted.
+  int residentCtasPerSm = 0;
 };
 // What a launch of the call runs: pagedAttentionPlan's heuristic plan fitted
 // to the CTAs an SM holds of its kernel (read from the loaded kernel, so this
