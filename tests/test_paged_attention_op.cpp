@@ -497,6 +497,52 @@ TEST_CASE("paged attention op: batches of equal lengths run at two CTAs per SM",
   CHECK(ops::sharedBytesForCtasPerSm(1024, 1, 233472, 1024, 100000) == 1024);    // would exceed the block limit
 }
 
+TEST_CASE("paged attention op: launches of at most one CTA per SM take 128-key tiles", "[op]") {
+  // 16 decodes of 512 keys: 128 programs on 132 SMs, 2D.
+  auto p = fullDecodeBatch(512);
+  p.numSeqs = p.numTokens = 16;
+  p.minSeqLen = 512;
+  auto plan = ops::pagedAttentionPlan(p);
+  CHECK(plan.config.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal_t128");
+  CHECK(plan.split.numSegments == 1);
+  p.numSms = 100;  // more CTAs than SMs: 64-key tiles
+  CHECK(ops::pagedAttentionPlan(p).config.tileSize == 64);
+  p.numSms = 132;
+  // One decode of 4096 keys: 8 segments of at least 512 keys, 64 CTAs.
+  p.numSeqs = p.numTokens = 1;
+  p.maxSeqLen = p.minSeqLen = 4096;
+  plan = ops::pagedAttentionPlan(p);
+  CHECK(plan.config.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t128");
+  CHECK(plan.split.numSegments == 8);
+  CHECK(plan.split.segmentTiles == 4);
+  // Without max_seq_len the fill rule's 33 segments are 264 CTAs: 64-key tiles.
+  p.maxSeqLen = p.minSeqLen = 0;
+  CHECK(ops::pagedAttentionPlan(p).config.tileSize == 64);
+  p.maxSeqLen = p.minSeqLen = 4096;
+  // Batch-invariant calls keep vLLM's tiling; quantized caches, MQA's 32-row
+  // tiles and heads above 128 their own.
+  p.batchInvariant = true;
+  CHECK(ops::pagedAttentionPlan(p).config.tileSize == 64);
+  p.batchInvariant = false;
+  p.headSize = 256;
+  CHECK(ops::pagedAttentionPlan(p).config.tileSize == 32);
+  p.headSize = 128;
+  p.numKvHeads = 1;
+  p.kvStrideToken = 128;
+  p.kvStrideKv = 16 * 128;
+  p.kvStrideBlock = 2 * p.kvStrideKv;
+  CHECK(ops::pagedAttentionPlan(p).config.blockM() == 32);
+  CHECK(ops::pagedAttentionPlan(p).config.tileSize == 64);
+  p = fullDecodeBatch(4096);
+  p.numSeqs = p.numTokens = 1;
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  CHECK(ops::pagedAttentionPlan(p).config.tileSize == 128);
+  p.kvCacheFormat = compiler::KvCacheFormat::Auto;
+  p.numTokens = 40;  // a prefill: the 128-row tiling
+  p.maxQueryLen = 40;
+  CHECK(ops::pagedAttentionPlan(p).config.blockMRows == 128);
+}
+
 TEST_CASE("paged attention op: launches end on a full wave of the kernel's CTAs per SM", "[op]") {
   using ops::detail::fitPlanToWaves;
   using ops::detail::heuristicPagedAttentionPlan;

@@ -397,6 +397,19 @@ void chooseRowSum(const PagedAttentionParams& p, PagedAttentionPlan& plan) {
     plan.config.deferRowSum = false;
 }
 
+// Whether a decode launch of 64-key same-dtype f16/bf16 tiles (16-row query
+// tiles, heads up to 128) brings no more CTAs than the GPU has SMs: then no SM
+// runs more than one and the launch takes as long as its slowest CTA.
+bool latencyBound(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  const UnifiedAttentionConfig& config = plan.config;
+  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  if (sms < 1 || p.batchInvariant || p.kvCacheFormat != KvCacheFormat::Auto || p.dtype == ir::ScalarKind::F32 ||
+      config.tileSize != 64 || config.blockMRows != 0 || config.blockM() > 16 || widestHeadSize(config) > 128 ||
+      p.maxQueryLen > config.blockQ())
+    return false;
+  return int64_t{p.numSeqs} * p.numKvHeads * std::max(1, plan.split.numSegments) <= sms;
+}
+
 // The heuristic plan: the variant a call runs, its split plan and its cap,
 // each derived once, so that what selectPagedAttentionVariant reports is what
 // pagedAttention launches.
@@ -409,6 +422,17 @@ PagedAttentionPlan heuristicPlan(const PagedAttentionParams& p) {
   if (!plan.config.validate() || !batchInRange(p)) return plan;
   plan.split = splitPlanFor(p, plan.config);
   plan.config.splitKv = plan.split.numSegments > 1;
+  if (latencyBound(p, plan)) {
+    // One CTA per SM at most: each CTA's own time is the launch's, and 128-key
+    // tiles halve its iterations: 1.07-1.32x on every such batch measured (B=16
+    // ctx 512 0.0173 -> 0.0137 ms, B=4 ctx 2048 0.0215 -> 0.0178, B=1 ctx 4096
+    // 0.0196 -> 0.0182; D=64, 96, f16, GQA 1; docs/perf-log.md 2026-12-04).
+    // The segment count stays (it depends on the lengths, not the tile), their
+    // length in tiles halves.
+    plan.config.tileSize = 128;
+    plan.split = splitPlanFor(p, plan.config);
+    plan.config.splitKv = plan.split.numSegments > 1;
+  }
   plan.ctasPerSm = ctasPerSmFor(p, plan.config);
   chooseRowSum(p, plan);
   return plan;
@@ -772,6 +796,9 @@ support::Expected<std::vector<WarmupKernel>> warmupKernels(const PagedAttentionP
       {fillingBatch, 1, 8192, 1},      // uneven, about one program per SM: the 3/8 split
       {1, 1, 65536, 65536},            // one long decode: the fill rule's split
       {1, 1, 0, 0},                    // ... without max_seq_len: segments cut on the GPU
+      {1, 1, 4096, 4096},              // a short split within one CTA per SM: 128-key tiles
+      {1, 2, 65536, 65536},            // two query tokens, more than one tile's (GQA >= 8): 64-key tiles
+      {fillingBatch, 1, 512, 512},     // short decodes, one CTA per SM: 2D on 128-key tiles
       {8, 16, 4096, 64},               // short chunks and decodes: the decode tiling
       {8, 2048, 2048, 2048},           // prefill: the 128-row tiling
   };

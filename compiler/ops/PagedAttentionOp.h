@@ -174,7 +174,8 @@ PagedAttentionPlan pagedAttentionPlan(const PagedAttentionParams& params);
 
 // The kernel variant pagedAttention runs for `params`: vLLM's 16-row query tiles
 // with 64-token KV tiles when every query is short (decode, mixed decode +
-// short chunks), 128 query rows over 8 warps when some sequence brings at least
+// short chunks; 128-token tiles where the launch has no more CTAs than SMs),
+// 128 query rows over 8 warps when some sequence brings at least
 // 128 / (Hq/Hkv) query tokens (prefill), where K/V tiles are shared by 32 tokens.
 // splitKv is set when the call will split (see pagedAttentionSplitPlan).
 compiler::UnifiedAttentionConfig selectPagedAttentionVariant(const PagedAttentionParams& params);
