@@ -52,6 +52,13 @@ uint64_t workspaceFor(int64_t numTokens, int numQueryHeads, int headSize, int64_
   return splitKvScratch(numTokens, numQueryHeads, headSize, numSegments).totalBytes();
 }
 
+// Whether the call's scratch holds `segments` segments: the caller's
+// workspace, or (without one) the runtime's scratch, which holds any plan.
+bool workspaceHolds(const PagedAttentionParams& p, int64_t segments) {
+  return p.workspace == 0 ||
+         workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
+}
+
 // The wider of the QK and V head sizes: what tiles and registers scale with.
 int widestHeadSize(const UnifiedAttentionConfig& config) {
   return std::max(config.headSize, config.effectiveValueHeadSize());
@@ -220,11 +227,7 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
   const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
   if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
-  // Without a workspace the runtime's scratch holds any plan.
-  const auto fitsWorkspace = [&](int64_t segments) {
-    return p.workspace == 0 ||
-           workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
-  };
+  const auto fitsWorkspace = [&](int64_t segments) { return workspaceHolds(p, segments); };
   if (p.maxSeqLen <= 0) {
     // No lengths known: the fill rule's segment count, each sequence's range
     // cut evenly on the GPU into segments of at least kSplitKvMinSegmentKeys.
@@ -500,9 +503,7 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
         const int64_t segmentTiles = ceilDiv(tiles, segments);
         candidate = {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
       }
-      if (p.workspace != 0 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p),
-                                           candidate.numSegments) > p.workspaceBytes)
-        continue;
+      if (!workspaceHolds(p, candidate.numSegments)) continue;
       if (candidate.numSegments >= 2 && wavesFit(programs * candidate.numSegments, slots)) {
         split = candidate;
         break;
@@ -522,9 +523,7 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
          ++segments) {
       const int64_t segmentTiles = ceilDiv(tiles, segments);
       const SplitKvPlan candidate{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
-      if (p.workspace != 0 && workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p),
-                                           candidate.numSegments) > p.workspaceBytes)
-        break;
+      if (!workspaceHolds(p, candidate.numSegments)) break;
       if (!wavesFit(programs * candidate.numSegments, slots)) continue;
       plan.split = candidate;
       plan.config.splitKv = true;
@@ -575,10 +574,7 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
   plan.config.qInShared = choice.qInShared;
   if (!plan.config.validate()) return std::nullopt;
   if (choice.numSegments > 1 && plan.config.blockMRows == 0 && maySplit(p)) {
-    const auto fitsWorkspace = [&](int64_t segments) {
-      return p.workspace == 0 ||
-             workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), segments) <= p.workspaceBytes;
-    };
+    const auto fitsWorkspace = [&](int64_t segments) { return workspaceHolds(p, segments); };
     const int64_t tiles = ceilDiv(p.maxSeqLen, plan.config.tileSize);
     int64_t segments = std::min<int64_t>(choice.numSegments, tiles);
     while (segments >= 2 && !fitsWorkspace(segments)) --segments;
@@ -860,10 +856,14 @@ support::Status validatePagedAttention(const PagedAttentionParams& p) {
 namespace {
 
 // Launches a validated call whose split-KV scratch, if it splits, is in p.workspace.
-support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentionPlan& callPlan) {
+// `known`: the plan's kernel when the caller already has it ready.
+support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentionPlan& callPlan,
+                              const ReadyKernel* known = nullptr) {
   const UnifiedAttentionConfig& config = callPlan.config;
   const SplitKvPlan& plan = callPlan.split;
-  auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
+  auto ready = known != nullptr
+                   ? support::Expected<ReadyKernel>(*known)
+                   : readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
   if (!ready) return ready.status();
 
   // Split-KV scratch inside the workspace (compiler/ops/SplitKv.h).
@@ -968,26 +968,39 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
   return runBoundsChecked(context, p.stream, launchStages);
 }
 
+// fittedPlan, and in *kernel the fitted plan's kernel when it is the one the
+// fit readied (the fit changes it only where it splits a 2D plan or restores
+// the per-column row sum): one kernel lookup per launch.
+support::Expected<PagedAttentionPlan> fitWithKernel(const PagedAttentionParams& p, const PagedAttentionPlan& planned,
+                                                    std::optional<ReadyKernel>* kernel) {
+  if (planned.origin != PlanOrigin::Heuristic) return planned;
+  const UnifiedAttentionConfig& config = planned.config;
+  auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
+  if (!ready) return ready.status();
+  PagedAttentionPlan fitted = detail::fitPlanToWaves(p, planned, ready->residentCtasPerSm);
+  if (kernel != nullptr && fitted.config.splitKv == config.splitKv && fitted.config.deferRowSum == config.deferRowSum)
+    *kernel = *ready;
+  return fitted;
+}
+
 }  // namespace
 
 namespace detail {
 
 support::Expected<PagedAttentionPlan> fittedPlan(const PagedAttentionParams& p, const PagedAttentionPlan& planned) {
-  if (planned.origin != PlanOrigin::Heuristic) return planned;
-  const UnifiedAttentionConfig& config = planned.config;
-  auto ready = readyKernel(config.kernelName(), [&] { return compiler::buildUnifiedAttention(config); });
-  if (!ready) return ready.status();
-  return fitPlanToWaves(p, planned, ready->residentCtasPerSm);
+  return fitWithKernel(p, planned, nullptr);
 }
 
 support::Status launchPagedAttentionPlan(const PagedAttentionParams& p, const PagedAttentionPlan& planned) {
-  auto fitted = fittedPlan(p, planned);
+  std::optional<ReadyKernel> kernel;
+  auto fitted = fitWithKernel(p, planned, &kernel);
   if (!fitted) return fitted.status();
   const PagedAttentionPlan& plan = *fitted;
-  if (!plan.config.splitKv || p.workspace != 0) return launchPlanned(p, plan);
+  const ReadyKernel* known = kernel ? &*kernel : nullptr;
+  if (!plan.config.splitKv || p.workspace != 0) return launchPlanned(p, plan, known);
   return launchWithRuntimeScratch(
       p, workspaceFor(p.numTokens, p.numQueryHeads, valueHeadSizeOf(p), plan.split.numSegments),
-      [&](const PagedAttentionParams& withScratch) { return launchPlanned(withScratch, plan); },
+      [&](const PagedAttentionParams& withScratch) { return launchPlanned(withScratch, plan, known); },
       [&](const PagedAttentionParams& unsplit) {
         // No scratch: the same kernel's 2D variant, or the heuristic's.
         PlanChoice choice = planChoiceOf(plan);
