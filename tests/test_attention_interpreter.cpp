@@ -97,6 +97,22 @@ TEST_CASE("unified attention: derived tile sizes follow vLLM", "[attention]") {
   CHECK(unifiedAttentionGridX(c, 3, 58) == 3 + 29);
 }
 
+TEST_CASE("unified attention: decode batches find their sequences without the search", "[attention]") {
+  // One query token per sequence: the harness passes seq_search_steps -1, as
+  // the op does, and each program computes its sequence as b - (b + 1) /
+  // (BLOCK_Q + 1). Nine sequences leave empty q blocks between them at BLOCK_Q 4
+  // (blocks 4 and 9) and 2; at 1 every other block is empty.
+  BatchShape decode;
+  decode.queryLens = std::vector<int>(9, 1);
+  decode.contextLens = {5, 40, 1, 77, 16, 0, 33, 64, 9};
+  decode.seed = 11;
+  for (const auto& [hq, hkv] : {std::pair{8, 2}, std::pair{12, 6}, std::pair{4, 4}, std::pair{16, 1}}) {
+    const UnifiedAttentionConfig config = makeConfig(ScalarKind::F16, hq, hkv, 32, 16, true);
+    INFO("block_q " << config.blockQ());
+    runAndCheck(config, decode);
+  }
+}
+
 TEST_CASE("unified attention: kernel names identify the variant", "[attention]") {
   auto c = makeConfig(ScalarKind::BF16, 32, 8, 128, 16, true);
   CHECK(c.kernelName() == "unified_attention_bf16_h32kv8_d128_bs16_causal");

@@ -436,17 +436,28 @@ void AttentionBuilder::checkBlockTableEntries(Value* seqIdx, Value* blockTableRo
 }
 
 // vLLM's find_seq_idx in query-block mode: the largest s in [0, num_seqs) with
-// cu_seqlens_q[s] / BLOCK_Q + s <= q_block_global_idx.
+// cu_seqlens_q[s] / BLOCK_Q + s <= q_block_global_idx. seq_search_steps < 0
+// says every sequence has exactly one query token (decode): cu_seqlens_q[s] = s,
+// so sequence s owns q block s + s / BLOCK_Q and block b belongs to
+// b - (b + 1) / (BLOCK_Q + 1), found without the search's chain of dependent
+// loads (clamped to the last sequence, so a wrong claim stays in bounds).
 Value* AttentionBuilder::findSequence(Value* qBlockGlobalIdx) {
-  const SequenceSearch search{qBlockGlobalIdx, seqSearchSteps_, numSeqs_, zeroI32_, oneI32_};
-  return searchSequence(
+  Value* oneTokenEach = b_.cmp(CmpPredicate::Lt, seqSearchSteps_, zeroI32_, "one_token_each");
+  Value* steps = b_.max(seqSearchSteps_, zeroI32_, "search_steps");
+  const SequenceSearch search{qBlockGlobalIdx, steps, numSeqs_, zeroI32_, oneI32_};
+  Value* searched = searchSequence(
       b_, search,
       [&](Value* mid, Value*) {
         // mid <= num_seqs always (lo <= hi <= num_seqs), and cu_seqlens_q has num_seqs + 1 entries.
         Value* midStart = loadScalar(cuSeqlensQ_, mid, "mid_query_start");
         return b_.add(b_.div(midStart, blockQ_), mid, "mid_q_block");
       },
-      "seq_idx");
+      "seq_idx_searched");
+  Value* blocksPerCycle = b_.add(blockQ_, oneI32_, "block_q_plus_one");
+  Value* cycles = b_.div(b_.add(qBlockGlobalIdx, oneI32_), blocksPerCycle, "block_cycles");
+  Value* direct = b_.sub(qBlockGlobalIdx, cycles, "seq_idx_one_token");
+  direct = b_.min(direct, b_.sub(numSeqs_, oneI32_), "seq_idx_one_token_clamped");
+  return b_.select(oneTokenEach, direct, searched, "seq_idx");
 }
 
 void AttentionBuilder::build() {

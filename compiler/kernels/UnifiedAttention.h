@@ -233,7 +233,8 @@ struct UnifiedAttentionConfig {
 // Kernel parameters, in order:
 //   out ptr<dtype>, q ptr<dtype>, kv_cache ptr<dtype>, block_tables ptr<i32>,
 //   seq_lens ptr<i32>, cu_seqlens_q ptr<i32>, scale f32, num_seqs i32,
-//   seq_search_steps i32 (ceil(log2(num_seqs + 1)): binary-search iterations),
+//   seq_search_steps i32 (ceil(log2(num_seqs + 1)): binary-search iterations;
+//     -1: every sequence has exactly one query token, found without the search),
 //   q_stride_token i64, q_stride_head i64, o_stride_token i64, o_stride_head i64,
 //   block_table_stride i64, kv_stride_block i64, kv_stride_kv i64 (K→V offset),
 //   kv_stride_token i64, kv_stride_head i64.

@@ -902,7 +902,11 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
   const int recordPointer = numPointers;  // bounds_record (checked): filled in by runBoundsChecked
   if (config.checkBounds) pointers[numPointers++] = 0;
   float scale = p.scale;
-  int32_t numSeqs = p.numSeqs, steps = searchSteps(p.numSeqs);
+  // One query token per sequence (decode: numTokens == numSeqs and none longer
+  // than one): the kernel finds each program's sequence without the search's
+  // chain of dependent loads. Checked launches keep the search.
+  const bool oneTokenEach = p.maxQueryLen == 1 && p.numTokens == p.numSeqs && !config.checkBounds;
+  int32_t numSeqs = p.numSeqs, steps = oneTokenEach ? -1 : searchSteps(p.numSeqs);
   int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
   int32_t numBlocks = p.numBlocks, numTokens = static_cast<int32_t>(p.numTokens);
   int64_t strides[16];

@@ -583,7 +583,12 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   Launch attention;
   attention.gridX = compiler::unifiedAttentionGridX(config, numSeqs, numTokens);
   attention.gridY = Hkv;
-  attention.scalars = {logical.scale, int64_t{numSeqs}, int64_t{searchSteps(numSeqs)}, qStrideToken, qStrideHead};
+  // As the op: a batch of one query token per sequence (decode) finds its
+  // sequences without the search (seq_search_steps -1), except when checked.
+  const bool oneTokenEach = !config.checkBounds && std::all_of(shape.queryLens.begin(), shape.queryLens.end(),
+                                                               [](int queryLen) { return queryLen == 1; });
+  const int64_t seqSearchSteps = oneTokenEach ? -1 : searchSteps(numSeqs);
+  attention.scalars = {logical.scale, int64_t{numSeqs}, seqSearchSteps, qStrideToken, qStrideHead};
   if (!config.splitKv) attention.scalars.insert(attention.scalars.end(), {oStrideToken, oStrideHead});
   attention.scalars.insert(attention.scalars.end(),
                            {blockTableStride, kvStrideBlock, kvStrideKv, kvStrideToken, kvStrideHead});
