@@ -16,6 +16,20 @@ constexpr unsigned kDefaultDynamicSharedLimit = 48 * 1024;
 
 void* optionValue(std::uintptr_t value) { return reinterpret_cast<void*>(value); }
 
+// Opts `function` in to `bytes` of dynamic shared memory where that exceeds the
+// default limit (launches and occupancy queries above it need the opt-in first).
+support::Status optInDynamicShared(const DriverApi& api, CUfunction function, const std::string& name,
+                                   unsigned bytes) {
+  if (bytes <= kDefaultDynamicSharedLimit) return support::Status::ok();
+  CUresult result =
+      api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes));
+  if (result != CUDA_SUCCESS)
+    return cudaCallError(api, result,
+                         "raising the dynamic shared memory of kernel " + name + " to " + std::to_string(bytes) +
+                             " bytes (cuFuncSetAttribute)");
+  return support::Status::ok();
+}
+
 std::string logText(const std::vector<char>& buffer) {
   std::string text(buffer.data(), strnlen(buffer.data(), buffer.size()));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
@@ -144,14 +158,7 @@ support::Expected<int> Function::residentBlocksPerMultiprocessor(int blockThread
     return runtimeError("occupancy of kernel " + name_ + ": " + std::to_string(blockThreads) +
                         " threads per block (must be at least 1)");
   auto function = static_cast<CUfunction>(handle_);
-  if (dynamicSharedBytes > kDefaultDynamicSharedLimit) {
-    CUresult result = api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             static_cast<int>(dynamicSharedBytes));
-    if (result != CUDA_SUCCESS)
-      return cudaCallError(api, result,
-                           "raising the dynamic shared memory of kernel " + name_ + " to " +
-                               std::to_string(dynamicSharedBytes) + " bytes (cuFuncSetAttribute)");
-  }
+  if (support::Status s = optInDynamicShared(api, function, name_, dynamicSharedBytes); !s) return s;
   int blocks = 0;
   CUresult result = api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function, blockThreads,
                                                                     dynamicSharedBytes);
@@ -181,15 +188,7 @@ support::Status Function::launch(const LaunchConfig& config, void** params) cons
                         ") is beyond CUDA's limits (x at most 2^31 - 1, y and z at most 65535)");
   }
   auto function = static_cast<CUfunction>(handle_);
-  if (config.dynamicSharedBytes > kDefaultDynamicSharedLimit) {
-    CUresult result = api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             static_cast<int>(config.dynamicSharedBytes));
-    if (result != CUDA_SUCCESS) {
-      return cudaCallError(api, result,
-                           "raising the dynamic shared memory of kernel " + name_ + " to " +
-                               std::to_string(config.dynamicSharedBytes) + " bytes (cuFuncSetAttribute)");
-    }
-  }
+  if (support::Status s = optInDynamicShared(api, function, name_, config.dynamicSharedBytes); !s) return s;
   CUresult result = api.cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                        config.dynamicSharedBytes, static_cast<CUstream>(config.stream), params,
                                        nullptr);

@@ -43,6 +43,7 @@ int runPlan(const ParsedArguments& args) {
     return kExitUserError;
   }
   int sms = kDefaultSms;
+  bool onDevice = false;  // planning for device 0 itself: the fitted plan can be shown
   std::string smsOrigin = "the H200's; --sms to change";
   if (args.has("--sms")) {
     const std::string text = args.value("--sms");
@@ -57,8 +58,8 @@ int runPlan(const ParsedArguments& args) {
   } else if (runtime::driverAvailable() && deviceZeroSmCount() > 0) {
     sms = deviceZeroSmCount();
     smsOrigin = "device 0's";
+    onDevice = true;
   }
-  const bool onDevice = smsOrigin == "device 0's";
   const bool runtimeScratch = !args.has("--no-runtime-scratch");
   const bool withWorkspace = !args.has("--no-workspace") && runtimeScratch;
   std::printf("batch: %s\n", shape->str().c_str());

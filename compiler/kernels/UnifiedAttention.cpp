@@ -1554,4 +1554,9 @@ int64_t unifiedAttentionGridX(const UnifiedAttentionConfig& config, int64_t numS
   return numSeqs + totalQueryTokens / config.blockQ();
 }
 
+int32_t unifiedAttentionSeqSearchSteps(int numSeqs, bool oneQueryTokenEach) {
+  if (oneQueryTokenEach) return -1;
+  return static_cast<int32_t>(std::bit_width(static_cast<unsigned>(std::max(numSeqs, 0))));
+}
+
 }  // namespace attnjit::compiler

@@ -269,4 +269,9 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
 // Grid x for a batch: num_seqs + total_query_tokens / BLOCK_Q (as vLLM).
 int64_t unifiedAttentionGridX(const UnifiedAttentionConfig& config, int64_t numSeqs, int64_t totalQueryTokens);
 
+// The kernel's seq_search_steps for a launch over num_seqs sequences: -1 when
+// every sequence has exactly one query token (the closed form, no search),
+// else the binary search's ceil(log2(num_seqs + 1)) iterations.
+int32_t unifiedAttentionSeqSearchSteps(int numSeqs, bool oneQueryTokenEach);
+
 }  // namespace attnjit::compiler

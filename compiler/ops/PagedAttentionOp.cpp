@@ -36,8 +36,6 @@ const ArgumentChecks& checks() {
 }
 support::Status argumentError(const std::string& message) { return checks().error(message); }
 
-int searchSteps(int numSeqs) { return static_cast<int>(std::bit_width(static_cast<unsigned>(numSeqs))); }
-
 // The head size of v and out: Dv (DiffKV) or headSize.
 int valueHeadSizeOf(const PagedAttentionParams& p) { return p.valueHeadSize > 0 ? p.valueHeadSize : p.headSize; }
 
@@ -189,6 +187,12 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// `tiles` KV tiles cut into at most `segments` segments of whole tiles (as
+// many as ceil(tiles / segments)-tile segments then make).
+SplitKvPlan segmentsOf(int64_t tiles, int64_t segments) {
+  const int64_t segmentTiles = ceilDiv(tiles, segments);
+  return {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+}
 
 // A batch whose sizes the kernels take (validateFor reports the others): plans are
 // derived only from these, so no product of caller-given sizes can overflow.
@@ -261,7 +265,7 @@ SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionCo
   int64_t segments = fillSegments;
   while (segments >= 2 && !fitsWorkspace(segments)) --segments;
   if (segments < 2) return {};
-  return planOf(ceilDiv(tiles, segments));
+  return segmentsOf(tiles, segments);
 }
 
 }  // namespace
@@ -500,8 +504,7 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
         // Fixed segments, sized by max_seq_len: never shorter than the fill
         // rule's minimum, and as many as the tiles then make.
         if (segments > ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys)) continue;
-        const int64_t segmentTiles = ceilDiv(tiles, segments);
-        candidate = {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+        candidate = segmentsOf(tiles, segments);
       }
       if (!workspaceHolds(p, candidate.numSegments)) continue;
       if (candidate.numSegments >= 2 && wavesFit(programs * candidate.numSegments, slots)) {
@@ -521,8 +524,7 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
     const int64_t tiles = ceilDiv(p.maxSeqLen, plan.config.tileSize);
     for (int64_t segments = 2; segments <= 4 && segments <= ceilDiv(p.maxSeqLen, kSplitKvMinSegmentKeys);
          ++segments) {
-      const int64_t segmentTiles = ceilDiv(tiles, segments);
-      const SplitKvPlan candidate{static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+      const SplitKvPlan candidate = segmentsOf(tiles, segments);
       if (!workspaceHolds(p, candidate.numSegments)) break;
       if (!wavesFit(programs * candidate.numSegments, slots)) continue;
       plan.split = candidate;
@@ -579,8 +581,7 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
     int64_t segments = std::min<int64_t>(choice.numSegments, tiles);
     while (segments >= 2 && !fitsWorkspace(segments)) --segments;
     if (segments >= 2) {
-      const int64_t segmentTiles = ceilDiv(tiles, segments);
-      plan.split = {static_cast<int>(ceilDiv(tiles, segmentTiles)), static_cast<int>(segmentTiles)};
+      plan.split = segmentsOf(tiles, segments);
     }
   }
   plan.config.splitKv = plan.split.numSegments > 1;
@@ -906,7 +907,7 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
   // than one): the kernel finds each program's sequence without the search's
   // chain of dependent loads. Checked launches keep the search.
   const bool oneTokenEach = p.maxQueryLen == 1 && p.numTokens == p.numSeqs && !config.checkBounds;
-  int32_t numSeqs = p.numSeqs, steps = oneTokenEach ? -1 : searchSteps(p.numSeqs);
+  int32_t numSeqs = p.numSeqs, steps = compiler::unifiedAttentionSeqSearchSteps(p.numSeqs, oneTokenEach);
   int32_t numSegments = plan.numSegments, segmentTiles = plan.segmentTiles;
   int32_t numBlocks = p.numBlocks, numTokens = static_cast<int32_t>(p.numTokens);
   int64_t strides[16];

@@ -128,12 +128,6 @@ class RandomValues {
   ScalarKind dtype_;
 };
 
-int searchSteps(int numSeqs) {
-  int steps = 0;
-  while ((int64_t{1} << steps) < int64_t{numSeqs} + 1) ++steps;
-  return steps;
-}
-
 // Padding (in elements) after each token's row of q and of the output. Distinct
 // values, so a kernel that mixes up the two strides reads or writes the wrong place.
 constexpr int64_t kQTokenPadding = 8;
@@ -587,7 +581,7 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   // sequences without the search (seq_search_steps -1), except when checked.
   const bool oneTokenEach = !config.checkBounds && std::all_of(shape.queryLens.begin(), shape.queryLens.end(),
                                                                [](int queryLen) { return queryLen == 1; });
-  const int64_t seqSearchSteps = oneTokenEach ? -1 : searchSteps(numSeqs);
+  const int64_t seqSearchSteps = compiler::unifiedAttentionSeqSearchSteps(numSeqs, oneTokenEach);
   attention.scalars = {logical.scale, int64_t{numSeqs}, seqSearchSteps, qStrideToken, qStrideHead};
   if (!config.splitKv) attention.scalars.insert(attention.scalars.end(), {oStrideToken, oStrideHead});
   attention.scalars.insert(attention.scalars.end(),
