@@ -2,6 +2,7 @@
 // nothing LLVM-typed crosses it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -90,6 +91,13 @@ struct CodegenResult {
 // combinations (an op/type pair the backend cannot lower yet, e.g. fp8 on sm_80)
 // return a diagnostic naming the op, its types and the target.
 support::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const CodegenOptions& options);
+
+// The fp8 encodings (F8E4M3 or F8E5M2) of `values` as the kernels of targets
+// without the fp8 cvt (before sm_89) compute them: the instructions codegen
+// emits there, evaluated by LLVM's constant folder (IEEE f32 arithmetic, as the
+// GPU's). The tests hold them against ir::encodeFloat, PTX cvt.rn.satfinite's
+// semantics.
+std::vector<uint8_t> softwareFp8Encodings(std::span<const float> values, ir::ScalarKind kind);
 
 // The version of the LLVM linked in ("22.1.8"): part of every cache key.
 std::string llvmVersion();

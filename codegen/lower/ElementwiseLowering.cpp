@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "codegen/lower/Fp8Encoding.h"
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/LoweringContext.h"
 
@@ -296,11 +297,12 @@ llvm::Value* castElement(LoweringContext& ctx, const Operation& op, llvm::Value*
     }
     return castElement(ctx, op, half, ScalarKind::F16, to);
   }
+  if (isFp8(to) && !ctx.target.hasFp8Convert) {
+    // Before sm_89 there is no fp8 cvt: the same rounding in integer and f32
+    // arithmetic (codegen/lower/Fp8Encoding.h).
+    return emitSoftwareFp8Encoding(b, castElement(ctx, op, v, from, ScalarKind::F32), to);
+  }
   if (isFp8(from) || isFp8(to)) {
-    if (!ctx.target.hasFp8Convert) {
-      ctx.unsupported(op, "conversion to fp8 (needs sm_89 or newer)");
-      return llvm::UndefValue::get(toTy);
-    }
     if (isFp8(from)) {
       // e4m3x2/e5m2x2 → f16x2: convert the value in the low byte.
       auto id = from == ScalarKind::F8E4M3 ? llvm::Intrinsic::nvvm_e4m3x2_to_f16x2_rn
