@@ -75,6 +75,28 @@ TEST_CASE("GPU reshape_and_cache in every cache format", "[gpu][cache_write]") {
       }
 }
 
+TEST_CASE("GPU fp8 cache writes and merges from sm_80's kernels (no fp8 cvt)", "[gpu][cache_write][merge]") {
+  if (!tests::gpuPresent()) return;
+  // The driver compiles sm_80's PTX for the local GPU: the software rounding runs there.
+  validation::GpuRunOptions sm80;
+  sm80.target = "sm_80";
+  for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2,
+                      compiler::KvCacheFormat::Fp8PerTokenHead})
+    for (auto dtype : {ir::ScalarKind::BF16, ir::ScalarKind::F32}) {
+      compiler::CacheWriteConfig c;
+      c.dtype = dtype;
+      c.cacheFormat = format;
+      auto result = validation::runCacheWriteGpu(c, raggedBatch(), sm80);
+      if (result.isOk()) CHECK(result->target == "sm_80");
+      expectPassed(result, c.kernelName() + " for sm_80");
+    }
+  compiler::MergeAttnStatesConfig merge;
+  merge.outputFp8 = true;
+  auto merged = validation::runMergeAttnStatesGpu(merge, raggedBatch(), sm80);
+  if (merged.isOk()) CHECK(merged->target == "sm_80");
+  expectPassed(merged, merge.kernelName() + " for sm_80");
+}
+
 TEST_CASE("GPU reshape_and_cache with a fp8 scale per KV head", "[gpu][cache_write]") {
   if (!tests::gpuPresent()) return;
   for (auto format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2}) {

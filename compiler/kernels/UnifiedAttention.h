@@ -162,7 +162,6 @@ struct UnifiedAttentionConfig {
   // fp8 output (vLLM's USE_FP8 with out_scale): out is e4m3, the normalized row
   // divided by the f32 in device memory at parameter output_scale and saturated
   // to ±448 (e4m3fn's largest finite value). Split-KV's reduce kernel does it.
-  // Converting to fp8 needs sm_89 or newer.
   bool outputFp8 = false;
   // fp8 queries (vLLM's Q_IS_FP8): q holds fp8 e4m3 (one byte per element, strides
   // still in elements) that stand for q · q_scale, a f32 scalar in device memory

@@ -142,7 +142,7 @@ struct PagedAttentionParams {
   int64_t qqBiasStride = 0;  // 1 to kMaxQqBiasSize
   // f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds fp8
   // e4m3 (one byte per element; its strides still count elements), the output
-  // divided by *output_scale and saturated at ±448. Needs an sm_89+ GPU.
+  // divided by *output_scale and saturated at ±448.
   uint64_t outputScale = 0;
   // f32 scalar in device memory, or 0: fp8 queries. When set, q holds fp8 e4m3
   // (one byte per element; strides in elements) standing for q · *q_scale

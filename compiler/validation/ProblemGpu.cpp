@@ -22,17 +22,19 @@ using support::Status;
 
 support::Expected<GpuRunResult> runProblemGpu(const ProblemKernelBuilder& build, const KernelProblem& problem,
                                          const GpuRunOptions& options) {
-  auto target = compiler::localTarget();
-  if (!target) return target.status();
+  // localTarget also makes device 0's primary context current.
+  auto local = compiler::localTarget();
+  if (!local) return local.status();
+  const std::string target = options.target.empty() ? *local : options.target;
   GpuRunResult result;
-  result.target = *target;
+  result.target = target;
   auto buildStart = std::chrono::steady_clock::now();
   auto kernel = build();  // also describes the parameters below
   if (!kernel) return kernel.status();
   result.check.buildMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - buildStart).count();
   compiler::CompileOptions compileOptions;
-  compileOptions.target = *target;
+  compileOptions.target = target;
   if (auto ptxIsa = runtime::driverMaxPtxIsa()) compileOptions.driverMaxPtx = ptxIsa->asNumber();
   auto jit = compiler::jitKernel(build, compileOptions);
   if (!jit) return jit.status();

@@ -264,7 +264,7 @@ typedef struct attnjit_paged_attention_params {
   int alibi_sqrt;
   /* f32 scalar in device memory, or 0: vLLM's fp8 output. When set, out holds
    * fp8 e4m3 (one byte per element, strides still in elements): the output
-   * divided by *output_scale, saturated at +-448. Needs an sm_89+ GPU. */
+   * divided by *output_scale, saturated at +-448. */
   uint64_t output_scale;
   /* non-causal rows' right window bound (compiled into the kernel): 0 = the
    * sliding window's own (symmetric), r > 0: key j visible iff j - p < r,
@@ -384,7 +384,7 @@ typedef struct attnjit_merge_attn_states_params {
   int64_t suffix_stride_token, suffix_stride_head;
   void* stream;
   /* fp8 output: a f32 scalar in device memory; non-zero makes output fp8 e4m3,
-   * merged * (1 / scale) saturated at +-448 (sm_89 or newer). 0: output in dtype. */
+   * merged * (1 / scale) saturated at +-448. 0: output in dtype. */
   uint64_t output_scale;
   /* tokens at or after this one take the suffix's output and LSE as they are
    * (their prefix is not read); -1 (the default) or >= num_tokens: all merge */

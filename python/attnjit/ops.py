@@ -344,7 +344,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     alibi_slopes and sinks (float32 [Hq]; alibi_sqrt: vLLM's sqrt-ALiBi,
     -slope * sqrt(p - j) for keys at or before the query), output_scale
     (float32, one element: out is then torch.float8_e4m3fn, the output divided
-    by it and saturated, vLLM's fp8 output; sm_89+), lse (float32 [Hq, num_tokens]
+    by it and saturated, vLLM's fp8 output), lse (float32 [Hq, num_tokens]
     output). Split-KV (decode batches too small to fill the GPU) sizes its
     segments by max_seq_len (the longest seq_lens entry, as vLLM's
     max_seqlen_k), or, with max_seq_len=0, cuts each sequence evenly on the
