@@ -51,6 +51,17 @@ struct Jit::State {
     auto context = runtime::activatePrimaryContext(options.device);
     return context ? support::Status::ok() : context.status();
   }
+
+  // Makes the context of an op's stream current until the scope ends, then the
+  // caller's again: a stream belongs to the context it was created in, the
+  // default stream to the calling thread's current context, or, with none
+  // current, to this Jit's device's primary context. The op then plans and
+  // compiles for that context's device (compiler::opDeviceFacts).
+  support::Expected<runtime::ScopedContext> enterStreamContext(runtime::StreamHandle stream) const {
+    auto context = runtime::streamContext(stream, options.device);
+    if (!context) return context.status();
+    return runtime::ScopedContext::enter(*context);
+  }
 };
 
 struct Kernel::State {
@@ -279,18 +290,6 @@ support::Expected<Kernel> Jit::kernelForVariant(const compiler::Variant& variant
   return Kernel(std::move(state));
 }
 
-namespace {
-
-// The ops choose their target from device 0 (compiler/ops/PagedAttentionOp.cpp).
-support::Status checkOpDevice(int device) {
-  if (device != 0)
-    return support::Status::error({}, "attnjit::Jit: the ops run on device 0 only for now; this Jit is for device " +
-                                 std::to_string(device) + " (kernels from specs run on any device)");
-  return support::Status::ok();
-}
-
-}  // namespace
-
 support::Status Jit::validatePagedAttention(const PagedAttentionParams& params) const {
   return ops::validatePagedAttention(params);
 }
@@ -315,44 +314,44 @@ support::Status Jit::validateConvertCache(const ConvertCacheParams& params) cons
 }
 
 support::Status Jit::pagedAttention(const PagedAttentionParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validatePagedAttention(params); !s) return s;
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::pagedAttention(params);
 }
 
 support::Expected<int> Jit::warmupPagedAttention(const PagedAttentionParams& params, int threads) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::warmupPagedAttention(params, threads);
 }
 
 support::Expected<ops::PagedAttentionTuningReport> Jit::tunePagedAttention(const PagedAttentionParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validatePagedAttention(params); !s) return s;
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::tunePagedAttention(params);
 }
 
 support::Status Jit::cacheWrite(const CacheWriteParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateCacheWrite(params); !s) return s;
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::cacheWrite(params);
 }
 
 support::Status Jit::mergeAttnStates(const MergeAttnStatesParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateMergeAttnStates(params); !s) return s;
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::mergeAttnStates(params);
 }
 
 support::Status Jit::mergePartials(const MergePartialsParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateMergePartials(params); !s) return s;
   if (params.numTokens == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::mergePartials(params);
 }
 
@@ -361,41 +360,41 @@ support::Status Jit::validateSwapBlocks(const SwapBlocksParams& params) const {
 }
 
 support::Status Jit::swapBlocks(const SwapBlocksParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateSwapBlocks(params); !s) return s;
   if (params.numPairs == 0) return support::Status::ok();  // copies nothing: needs no context (nor a driver)
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::swapBlocks(params);
 }
 
 support::Status Jit::gatherCache(const GatherCacheParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateGatherCache(params); !s) return s;
   if (params.numTokens == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::gatherCache(params);
 }
 
 support::Status Jit::convertCache(const ConvertCacheParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateConvertCache(params); !s) return s;
   if (params.numElements == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::convertCache(params);
 }
 
 support::Status Jit::mlaCacheWrite(const MlaCacheWriteParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateMlaCacheWrite(params); !s) return s;
   if (params.numTokens == 0) return support::Status::ok();  // launches nothing: needs no context (nor a driver)
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::mlaCacheWrite(params);
 }
 
 support::Status Jit::mlaDecode(const MlaDecodeParams& params) {
-  if (support::Status s = checkOpDevice(device()); !s) return s;
   if (support::Status s = ops::validateMlaDecode(params); !s) return s;
-  if (support::Status s = state_->activate(); !s) return s;
+  auto scope = state_->enterStreamContext(params.stream);
+  if (!scope) return scope.status();
   return ops::mlaDecode(params);
 }
 

@@ -207,6 +207,7 @@ struct DriverApi {
   CUresult (*cuStreamDestroy)(CUstream stream);                                      // v4000
   CUresult (*cuStreamSynchronize)(CUstream stream);                                  // v2000
   CUresult (*cuStreamIsCapturing)(CUstream stream, CUstreamCaptureStatus* status);   // v10000
+  CUresult (*cuStreamGetCtx)(CUstream stream, CUcontext* context);                   // v9020
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);                         // v2000
   CUresult (*cuEventDestroy)(CUevent event);                                         // v4000
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);                         // v2000

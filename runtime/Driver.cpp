@@ -101,6 +101,7 @@ LoadedDriver loadDriver(const char* libraryName) {
   ATTNJIT_RESOLVE(cuStreamDestroy)
   ATTNJIT_RESOLVE(cuStreamSynchronize)
   ATTNJIT_RESOLVE(cuStreamIsCapturing)
+  ATTNJIT_RESOLVE(cuStreamGetCtx)
   ATTNJIT_RESOLVE(cuEventCreate)
   ATTNJIT_RESOLVE(cuEventDestroy)
   ATTNJIT_RESOLVE(cuEventRecord)
@@ -315,6 +316,48 @@ support::Status makeContextCurrent(ContextHandle context) {
   CUresult result = (*apiOr)->cuCtxSetCurrent(static_cast<CUcontext>(context));
   if (result != CUDA_SUCCESS) return cudaCallError(**apiOr, result, "cuCtxSetCurrent");
   return support::Status::ok();
+}
+
+support::Expected<ContextHandle> streamContext(StreamHandle stream, int defaultOrdinal) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  const DriverApi& api = **apiOr;
+  if (stream == nullptr) {
+    CUcontext current = nullptr;
+    if (CUresult result = api.cuCtxGetCurrent(&current); result != CUDA_SUCCESS)
+      return cudaCallError(api, result, "cuCtxGetCurrent");
+    if (current != nullptr) return static_cast<ContextHandle>(current);
+    return activatePrimaryContext(defaultOrdinal);
+  }
+  CUcontext context = nullptr;
+  if (CUresult result = api.cuStreamGetCtx(static_cast<CUstream>(stream), &context); result != CUDA_SUCCESS)
+    return cudaCallError(api, result, "cuStreamGetCtx (is the stream a live CUDA stream?)");
+  return static_cast<ContextHandle>(context);
+}
+
+support::Expected<ScopedContext> ScopedContext::enter(ContextHandle context) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  const DriverApi& api = **apiOr;
+  CUcontext previous = nullptr;
+  if (CUresult result = api.cuCtxGetCurrent(&previous); result != CUDA_SUCCESS)
+    return cudaCallError(api, result, "cuCtxGetCurrent");
+  if (previous == static_cast<CUcontext>(context)) return ScopedContext(previous, false);
+  if (CUresult result = api.cuCtxSetCurrent(static_cast<CUcontext>(context)); result != CUDA_SUCCESS)
+    return cudaCallError(api, result, "cuCtxSetCurrent");
+  return ScopedContext(previous, true);
+}
+
+ScopedContext::ScopedContext(ScopedContext&& other) noexcept
+    : previous_(other.previous_), switched_(other.switched_) {
+  other.switched_ = false;
+}
+
+ScopedContext::~ScopedContext() {
+  if (!switched_) return;
+  // Restoring a context that was current a moment ago cannot fail short of a
+  // driver teardown, and there is no caller to tell in a destructor.
+  if (auto apiOr = driverApi()) (void)(*apiOr)->cuCtxSetCurrent(static_cast<CUcontext>(previous_));
 }
 
 support::Status synchronizeContext() {

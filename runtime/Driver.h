@@ -91,6 +91,31 @@ support::Expected<ContextHandle> currentOrPrimaryContext();
 // the calling thread.
 support::Status makeContextCurrent(ContextHandle context);
 
+// The context a launch on `stream` runs in. A stream the caller created belongs
+// to the context it was created in (cuStreamGetCtx); the default stream (null)
+// is the calling thread's current context's, and without one device
+// `defaultOrdinal`'s primary context.
+support::Expected<ContextHandle> streamContext(StreamHandle stream, int defaultOrdinal);
+
+// Makes a context current on the calling thread for the life of the object and
+// then restores the one that was current before (none included): ops switch to
+// their stream's context without leaving the caller's thread changed (the CUDA
+// runtime takes its current device from the current primary context).
+class ScopedContext {
+ public:
+  static support::Expected<ScopedContext> enter(ContextHandle context);
+  ScopedContext(ScopedContext&& other) noexcept;
+  ScopedContext& operator=(ScopedContext&&) = delete;
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+  ~ScopedContext();
+
+ private:
+  ScopedContext(ContextHandle previous, bool switched) : previous_(previous), switched_(switched) {}
+  ContextHandle previous_ = nullptr;
+  bool switched_ = false;  // false: the context was current already (or moved from)
+};
+
 // cuCtxSynchronize on the current context; reports asynchronous kernel faults.
 support::Status synchronizeContext();
 

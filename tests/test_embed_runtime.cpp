@@ -320,11 +320,13 @@ TEST_CASE("runtime ops validate before they need a GPU", "[embed]") {
   REQUIRE_FALSE(s);
   CHECK_THAT(s.diagnostic().message, Catch::Contains("num_seqs (0) must be at least 1"));
 
+  // A Jit for another device takes the ops too (they run on their stream's
+  // device): a bad call is refused by its arguments there as well.
   auto other = attnjit::Jit::create(deviceOption(1));
   if (other) {
-    attnjit::Status wrongDevice = other->mergeAttnStates({});
-    REQUIRE_FALSE(wrongDevice);
-    CHECK_THAT(wrongDevice.diagnostic().message, Catch::Contains("device 0 only"));
+    attnjit::Status invalid = other->mergeAttnStates({});
+    REQUIRE_FALSE(invalid);
+    CHECK_THAT(invalid.diagnostic().message, Catch::StartsWith("merge_attn_states"));
   }
 }
 
@@ -461,6 +463,87 @@ TEST_CASE("the cache write op scatters rows to their slots on the GPU", "[embed]
             (kv == 0 ? key : value)[t * rowElements + e];
   }
   CHECK(cache == expected);
+}
+
+namespace {
+
+// Eight rows scattered by `runtime`'s cache write on a stream of device
+// `device`'s primary context, called with no context current on the thread
+// (the op takes its stream's) or with device 0's current: checks the rows and
+// that the thread's current context is what it was before the call.
+void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCurrent) {
+  auto home = attnjit::runtime::activatePrimaryContext(device);
+  REQUIRE(home);
+  auto stream = attnjit::runtime::Stream::create();  // in `device`'s primary context
+  REQUIRE(stream);
+  const int tokens = 8, heads = 1, headSize = 64, blockSize = 16;
+  auto key = randomFloats(size_t(tokens) * headSize, 31, -3, 3);
+  auto value = randomFloats(size_t(tokens) * headSize, 32, -3, 3);
+  std::vector<int64_t> slots(tokens);
+  for (int t = 0; t < tokens; ++t) slots[t] = 2 * t + 1;
+  std::vector<float> cache(size_t(2) * blockSize * headSize, -7.0f);
+  auto dKey = upload(key.data(), key.size() * 4), dValue = upload(value.data(), value.size() * 4);
+  auto dCache = upload(cache.data(), cache.size() * 4), dSlots = upload(slots.data(), slots.size() * 8);
+  attnjit::CacheWriteParams p;
+  p.dtype = attnjit::ir::ScalarKind::F32;
+  p.numKvHeads = heads;
+  p.headSize = headSize;
+  p.blockSize = blockSize;
+  p.numTokens = tokens;
+  p.key = dKey.address();
+  p.value = dValue.address();
+  p.kvCache = dCache.address();
+  p.slotMapping = dSlots.address();
+  p.keyStrideToken = p.valueStrideToken = p.kvStrideToken = headSize;
+  p.keyStrideHead = p.valueStrideHead = p.kvStrideHead = headSize;
+  p.kvStrideBlock = 2 * blockSize * headSize;
+  p.kvStrideKv = blockSize * headSize;
+  p.stream = stream->handle();
+  if (noContextCurrent) {
+    REQUIRE(attnjit::runtime::makeContextCurrent(nullptr));
+  } else {
+    REQUIRE(attnjit::runtime::activatePrimaryContext(0));
+  }
+  attnjit::Status written = runtime.cacheWrite(p);
+  CHECK(attnjit::runtime::currentContextDevice() == (noContextCurrent ? -1 : 0));
+  REQUIRE(attnjit::runtime::makeContextCurrent(*home));
+  INFO(written.message());
+  REQUIRE(written);
+  REQUIRE(stream->synchronize());
+  REQUIRE(dCache.copyToHost(cache.data(), cache.size() * 4));
+  std::vector<float> expected(cache.size(), -7.0f);
+  for (int t = 0; t < tokens; ++t)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int e = 0; e < headSize; ++e)
+        expected[(size_t(kv) * blockSize + size_t(slots[t])) * headSize + e] = (kv == 0 ? key : value)[t * headSize + e];
+  CHECK(cache == expected);
+}
+
+}  // namespace
+
+TEST_CASE("an op runs in its stream's context and leaves the caller's current context", "[embed][gpu]") {
+  if (!attnjit::tests::gpuPresent()) return;
+  auto runtime = attnjit::Jit::create();
+  REQUIRE(runtime);
+  checkCacheWriteOnDevice(*runtime, 0, true);
+}
+
+TEST_CASE("ops run on a second GPU, from its Jit or device 0's", "[embed][gpu]") {
+  if (!attnjit::tests::gpuPresent()) return;
+  auto count = attnjit::runtime::deviceCount();
+  REQUIRE(count);
+  if (*count < 2) {
+    attnjit::tests::skipTest("one GPU here: the ops on a second device need two");
+    return;
+  }
+  const int last = *count - 1;
+  auto second = attnjit::Jit::create(deviceOption(last));
+  auto first = attnjit::Jit::create();
+  REQUIRE(second);
+  REQUIRE(first);
+  checkCacheWriteOnDevice(*second, last, false);
+  checkCacheWriteOnDevice(*first, last, false);  // the stream decides, not the Jit
+  checkCacheWriteOnDevice(*second, last, true);
 }
 
 TEST_CASE("the merge op matches the float64 reference on the GPU", "[embed][gpu]") {

@@ -84,7 +84,7 @@ TEST_CASE("paged attention op: arguments are validated before the GPU is touched
   CHECK(validationMessage(p).find("dtype (i8) is not supported") != std::string::npos);
   p = validParams();
   p.numSms = -3;
-  CHECK(validationMessage(p) == "paged attention: num_sms (-3) must be 0 (device 0's) or positive");
+  CHECK(validationMessage(p) == "paged attention: num_sms (-3) must be 0 (the device's) or positive");
   // The plan functions take any parameters: a negative SM count means device 0's, and
   // with no device to ask (no driver) the plan does not split instead of dividing by 0.
   p.maxSeqLen = 8192;
@@ -367,7 +367,7 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.maxQueryLen = 32;  // 32 tokens x 4 heads = 128 rows
   auto prefill = ops::selectPagedAttentionVariant(p);
   CHECK(prefill.blockM() == 128);
-  if (compiler::deviceZeroHasWarpgroupMma()) {
+  if (compiler::opDeviceFacts().warpgroupMma) {
     // wgmma: a warpgroup per 64 rows, 64-key tiles, Q in registers.
     CHECK(prefill.numWarps == 8);
     CHECK(prefill.tileSize == 64);
@@ -383,7 +383,7 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   auto widePrefill = ops::selectPagedAttentionVariant(p);
   CHECK(widePrefill.numWarps == 8);
   CHECK_FALSE(widePrefill.qInShared);
-  CHECK(widePrefill.tileSize == (compiler::deviceZeroHasWarpgroupMma() ? 64 : 32));
+  CHECK(widePrefill.tileSize == (compiler::opDeviceFacts().warpgroupMma ? 64 : 32));
   p.headSize = 128;
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;  // K/V converted in registers: 8 warps
   auto quantizedPrefill = ops::selectPagedAttentionVariant(p);
@@ -392,11 +392,11 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK_FALSE(quantizedPrefill.qInShared);
   // wgmma reads the dequantized tiles from one store per tile: 64 keys halve
   // the stores' barriers per key (at D ≤ 128).
-  CHECK(quantizedPrefill.tileSize == (compiler::deviceZeroHasWarpgroupMma() ? 64 : 32));
+  CHECK(quantizedPrefill.tileSize == (compiler::opDeviceFacts().warpgroupMma ? 64 : 32));
   p.headSize = 256;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
   p.headSize = 64;
-  CHECK(ops::selectPagedAttentionVariant(p).tileSize == (compiler::deviceZeroHasWarpgroupMma() ? 64 : 32));
+  CHECK(ops::selectPagedAttentionVariant(p).tileSize == (compiler::opDeviceFacts().warpgroupMma ? 64 : 32));
   p.kvCacheFormat = compiler::KvCacheFormat::Int4PerTokenHead;  // half-width groups: mma.sync
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
   p.headSize = 128;
@@ -760,8 +760,8 @@ TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA 
   // 0: device 0's SM count; without a device, no GPU information and the default.
   p.numSms = 0;
   const bool atZero = ops::selectPagedAttentionVariant(p).deferRowSum;
-  if (compiler::deviceZeroSmCount() > 0) {
-    p.numSms = compiler::deviceZeroSmCount();
+  if (compiler::opDeviceFacts().smCount > 0) {
+    p.numSms = compiler::opDeviceFacts().smCount;
     CHECK(atZero == ops::selectPagedAttentionVariant(p).deferRowSum);
   } else {
     CHECK(atZero);

@@ -55,8 +55,8 @@ int runPlan(const ParsedArguments& args) {
     }
     sms = static_cast<int>(n);
     smsOrigin = "--sms";
-  } else if (runtime::driverAvailable() && deviceZeroSmCount() > 0) {
-    sms = deviceZeroSmCount();
+  } else if (runtime::driverAvailable() && deviceFacts(0).smCount > 0) {
+    sms = deviceFacts(0).smCount;
     smsOrigin = "device 0's";
     onDevice = true;
   }

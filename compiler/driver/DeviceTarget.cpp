@@ -1,7 +1,14 @@
 #include "compiler/driver/DeviceTarget.h"
 
+#include <array>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
 #include "codegen/Target.h"
 #include "runtime/Driver.h"
+#include "runtime/Stream.h"
 
 namespace attnjit::compiler {
 
@@ -26,31 +33,56 @@ support::Expected<std::string> localTarget() {
   return deviceTarget(0);
 }
 
-SharedMemoryLimits deviceZeroSharedMemoryLimits() {
-  static const SharedMemoryLimits limits = [] {
-    auto info = runtime::deviceInfo(0);
-    if (!info) return SharedMemoryLimits{};
-    return SharedMemoryLimits{info->maxSharedMemoryPerMultiprocessor, info->reservedSharedMemoryPerBlock,
-                              info->maxSharedMemoryPerBlockOptin};
-  }();
-  return limits;
+namespace {
+
+DeviceFacts queryDeviceFacts(int ordinal) {
+  DeviceFacts facts;
+  auto name = deviceTarget(ordinal);
+  if (name) {
+    facts.targetName = *name;
+  } else {
+    facts.target = name.status();
+  }
+  auto target = codegen::lookupTarget(name ? *name : "sm_90a");
+  facts.warpgroupMma = target && target->hasWgmma;
+  if (auto info = runtime::deviceInfo(ordinal)) {
+    facts.smCount = info->multiprocessorCount;
+    facts.sharedMemory = {info->maxSharedMemoryPerMultiprocessor, info->reservedSharedMemoryPerBlock,
+                          info->maxSharedMemoryPerBlockOptin};
+  }
+  return facts;
 }
 
-bool deviceZeroHasWarpgroupMma() {
-  static const bool has = [] {
-    auto name = deviceTarget(0);
-    auto target = codegen::lookupTarget(name ? *name : "sm_90a");
-    return target && target->hasWgmma;
-  }();
-  return has;
+}  // namespace
+
+const DeviceFacts& deviceFacts(int ordinal) {
+  // Ordinals up to 63 are cached lock-free after their first query; others
+  // (no machine has them) under a mutex.
+  constexpr int kCached = 64;
+  struct Slot {
+    std::once_flag once;
+    DeviceFacts facts;
+  };
+  static std::array<Slot, kCached> slots;
+  if (ordinal >= 0 && ordinal < kCached) {
+    Slot& slot = slots[static_cast<size_t>(ordinal)];
+    std::call_once(slot.once, [&] { slot.facts = queryDeviceFacts(ordinal); });
+    return slot.facts;
+  }
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<std::pair<int, DeviceFacts>>> others;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& entry : others)
+    if (entry->first == ordinal) return entry->second;
+  others.push_back(std::make_unique<std::pair<int, DeviceFacts>>(ordinal, queryDeviceFacts(ordinal)));
+  return others.back()->second;
 }
 
-int deviceZeroSmCount() {
-  static const int count = [] {
-    auto info = runtime::deviceInfo(0);
-    return info ? info->multiprocessorCount : 0;
-  }();
-  return count;
+int opDeviceOrdinal() {
+  const int device = runtime::driverAvailable() ? runtime::currentContextDevice() : -1;
+  return device >= 0 ? device : 0;
 }
+
+const DeviceFacts& opDeviceFacts() { return deviceFacts(opDeviceOrdinal()); }
 
 }  // namespace attnjit::compiler

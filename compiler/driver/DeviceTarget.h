@@ -1,6 +1,7 @@
-// The attnjit target of a GPU. deviceTarget and the device-0 queries make no
-// context current (embedders that own the current context must not see it
-// switch); localTarget activates device 0's primary context, for tools.
+// The attnjit target of a GPU and what the ops need to know about the device
+// they run on. These queries make no context current (embedders that own the
+// current context must not see it switch); localTarget activates device 0's
+// primary context, for tools.
 #pragma once
 
 #include <cstdint>
@@ -19,22 +20,31 @@ support::Expected<std::string> deviceTarget(int ordinal);
 // its target (deviceTarget(0)): for tools that run kernels on "the GPU here".
 support::Expected<std::string> localTarget();
 
-// Whether the ops' target (device 0's; sm_90a, the CLI's default, without a
-// GPU) runs dots on warpgroup MMAs (wgmma): the tilings that pay off differ.
-// Queried once per process.
-bool deviceZeroHasWarpgroupMma();
-
-// Device 0's SM count, queried once per process (what the ops fill when they
-// split work); 0 without a driver or GPU.
-int deviceZeroSmCount();
-
-// Device 0's shared memory per SM, the driver's reservation per block and the
-// most one block may opt in to, queried once per process; zeros without a GPU.
+// A device's shared memory per SM, the driver's reservation per block and the
+// most one block may opt in to.
 struct SharedMemoryLimits {
   int64_t perMultiprocessor = 0;
   int64_t reservedPerBlock = 0;
   int64_t maxPerBlock = 0;
 };
-SharedMemoryLimits deviceZeroSharedMemoryLimits();
+
+// What the ops plan and compile with, for one device; queried once per device
+// and process. Without a driver or GPU: no target, sm_90a's warpgroup MMAs (the
+// CLI's default target), and zeros.
+struct DeviceFacts {
+  support::Status target = support::Status::ok();  // deviceTarget's error, if it has none
+  std::string targetName;                          // deviceTarget(ordinal) where it has one
+  bool warpgroupMma = true;                        // the target runs dots on wgmma
+  int smCount = 0;
+  SharedMemoryLimits sharedMemory;
+};
+const DeviceFacts& deviceFacts(int ordinal);
+
+// The device an op call runs on: that of the calling thread's current context
+// (the ops make their stream's context current), else device 0.
+int opDeviceOrdinal();
+
+// deviceFacts(opDeviceOrdinal()).
+const DeviceFacts& opDeviceFacts();
 
 }  // namespace attnjit::compiler

@@ -38,8 +38,8 @@ SplitKvScratch splitScratch(int64_t numSeqs, int numHeads, int kvLoraRank, int64
   return splitKvScratch(numSeqs, numHeads, kvLoraRank, numSegments);
 }
 
-// The SMs a call fills: the caller's count, else device 0's (0 without a GPU).
-int64_t smCount(const MlaDecodeParams& p) { return p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount(); }
+// The SMs a call fills: the caller's count, else the op's device's (0 without a GPU).
+int64_t smCount(const MlaDecodeParams& p) { return p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount; }
 
 // The op's tilings beyond the kernel's default take up to 188 KB of shared memory
 // a program (q and two 64-key latent stages; f32's two 32-key stages 176 KB),
@@ -63,7 +63,7 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   config.numHeads = p.numHeads;
   config.blockSize = p.blockSize;
   config.outputLse = p.lse != 0;
-  const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
+  const compiler::SharedMemoryLimits limits = compiler::opDeviceFacts().sharedMemory;
   if (limits.maxPerBlock != 0 && limits.maxPerBlock < kResidentQSharedBytes) return config;
   // Any num_heads reaches here (validateFor reports the bad ones), so clamp first.
   const int headBlock = static_cast<int>(std::bit_ceil(static_cast<uint32_t>(std::clamp(p.numHeads, 16, 64))));
@@ -182,7 +182,7 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
   if (p.numSms < 0)
-    return argumentError("num_sms (" + std::to_string(p.numSms) + ") must be 0 (device 0's) or positive");
+    return argumentError("num_sms (" + std::to_string(p.numSms) + ") must be 0 (the device's) or positive");
   for (const auto& [name, pointer] : {std::pair{"out", p.out}, std::pair{"q", p.q}, std::pair{"kv_cache", p.kvCache},
                                       std::pair{"block_tables", p.blockTables}, std::pair{"seq_lens", p.seqLens}})
     if (support::Status s = checks().pointer(name, pointer, 16, true); !s) return s;

@@ -62,7 +62,7 @@ struct MlaDecodeParams {
   int numSeqs = 0;         // B
   int maxSeqLen = 0;       // longest seq_lens entry; 0 = unknown (no split-KV)
   int64_t sumSeqLens = 0;  // Σ seq_lens when known on the host (0 = unknown), for the Balanced rule
-  int numSms = 0;          // SMs to fill; 0 = device 0's (queried once)
+  int numSms = 0;          // SMs to fill; 0 = the op's device's (compiler::opDeviceFacts)
   float scale = 0;         // softmax scale
   // ---- device pointers (16-byte aligned) ----
   uint64_t out = 0, q = 0, kvCache = 0, blockTables = 0, seqLens = 0;

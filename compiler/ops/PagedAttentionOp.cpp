@@ -142,7 +142,7 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // quantized heads keep 32 (untimed; twice the shared memory), and so does
     // int4 at 64 or less, whose half-width dimension groups stay on mma.sync.
     const bool sameDtypeCache = halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto;
-    const bool warpgroupMma = halfPrecision && compiler::deviceZeroHasWarpgroupMma();
+    const bool warpgroupMma = halfPrecision && compiler::opDeviceFacts().warpgroupMma;
     const bool quantizedOnWarpgroupMma =
         widestHead <= 128 && !(p.kvCacheFormat == KvCacheFormat::Int4PerTokenHead && widestHead <= 64);
     if (sameDtypeCache && (widestHead < 128 || (widestHead == 128 && !warpgroupMma))) {
@@ -228,7 +228,7 @@ int64_t fillRuleSegments(int sms, int64_t programs, int maxSeqLen) {
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || config.blockMRows != 0) return {};
   if (!batchInRange(p) || p.numKvHeads < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
   if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
   const auto fitsWorkspace = [&](int64_t segments) { return workspaceHolds(p, segments); };
@@ -340,7 +340,7 @@ int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& co
   // loses at 64 (23%: smaller CTAs want more than two per SM) and 192 (4%;
   // bench/decode_grid.py, docs/perf-log.md 2026-12-02).
   if (widestHeadSize(config) <= 64 || widestHeadSize(config) > 128) return 0;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
   return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
 }
@@ -378,7 +378,7 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
   // KV head into up to ceil(2·SMs / s) segments; a workspace sized for 16 would
   // cap a long-context batch of a few sequences at 16 segments, fewer CTAs than
   // SMs (measured: MQA B=3 ctx 128k, 2.3x slower than the runtime's scratch).
-  const int sms = compiler::deviceZeroSmCount() > 0 ? compiler::deviceZeroSmCount() : kWorkspaceSmsWithoutDevice;
+  const int sms = compiler::opDeviceFacts().smCount > 0 ? compiler::opDeviceFacts().smCount : kWorkspaceSmsWithoutDevice;
   for (int64_t s = 1; s <= std::min<int64_t>(maxNumTokens, 2 * int64_t{sms}); ++s) {
     const int64_t segments = fillRuleSegments(sms, s, maxSeqLen);
     if (segments >= 2) bytes = std::max(bytes, workspaceFor(s, numQueryHeads, headSize, segments));
@@ -396,7 +396,7 @@ namespace {
 // sum (measured: docs/perf-log.md, 2026-11-30). Quantized caches already run
 // at two (their tiles' shared memory).
 void chooseRowSum(const PagedAttentionParams& p, PagedAttentionPlan& plan) {
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
   const int64_t ctas = compiler::unifiedAttentionGridX(plan.config, p.numSeqs, p.numTokens) *
                        int64_t{p.numKvHeads} * std::max(1, plan.split.numSegments);
   if (p.kvCacheFormat == KvCacheFormat::Auto && plan.config.blockMRows == 0 && sms > 0 && ctas > 2 * int64_t{sms} &&
@@ -409,7 +409,7 @@ void chooseRowSum(const PagedAttentionParams& p, PagedAttentionPlan& plan) {
 // runs more than one and the launch takes as long as its slowest CTA.
 bool latencyBound(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
   const UnifiedAttentionConfig& config = plan.config;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
   if (sms < 1 || p.batchInvariant || p.kvCacheFormat != KvCacheFormat::Auto || p.dtype == ir::ScalarKind::F32 ||
       config.tileSize != 64 || config.blockMRows != 0 || config.blockM() > 16 || widestHeadSize(config) > 128 ||
       p.maxQueryLen > config.blockQ())
@@ -479,7 +479,7 @@ namespace detail {
 PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAttentionPlan& heuristic,
                                   int residentCtasPerSm) {
   PagedAttentionPlan plan = heuristic;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
   if (plan.origin != PlanOrigin::Heuristic || residentCtasPerSm < 1 || sms < 1) return plan;
   plan.residentCtasPerSm = residentCtasPerSm;
   if (plan.config.blockMRows != 0 || p.batchInvariant || !batchInRange(p) || p.maxQueryLen > plan.config.blockQ())
@@ -552,7 +552,7 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
 std::optional<std::string> pagedAttentionTuningBucket(const PagedAttentionParams& p) {
   UnifiedAttentionConfig base = baseVariant(p);
   if (!tunable(p, base)) return std::nullopt;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::deviceZeroSmCount();
+  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
   const char* lengths = p.minSeqLen <= 0 || p.maxSeqLen <= 0 ? "unknown" : lengthsEven(p) ? "even" : "uneven";
   const char* split = p.workspace != 0 ? "workspace" : p.runtimeScratch ? "scratch" : "none";
   std::string bucket = "paged_attention " + base.kernelName();
@@ -685,7 +685,7 @@ support::Status validateFor(const PagedAttentionParams& p, const UnifiedAttentio
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
   if (p.numSms < 0)
-    return argumentError("num_sms (" + std::to_string(p.numSms) + ") must be 0 (device 0's) or positive");
+    return argumentError("num_sms (" + std::to_string(p.numSms) + ") must be 0 (the device's) or positive");
   // CUDA's grid: x programs per query block (at most 2^31 - 1), y the KV heads.
   if (const int64_t programs = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens);
       programs > std::numeric_limits<int32_t>::max())
@@ -779,7 +779,7 @@ namespace {
 // reach each of its rules, by name (with their factories).
 support::Expected<std::vector<WarmupKernel>> warmupKernels(const PagedAttentionParams& p) {
   std::vector<WarmupKernel> kernels;
-  const int sms = p.numSms > 0 ? p.numSms : std::max(compiler::deviceZeroSmCount(), 1);
+  const int sms = p.numSms > 0 ? p.numSms : std::max(compiler::opDeviceFacts().smCount, 1);
   const int kvHeads = std::max(p.numKvHeads, 1);
   const int fullBatch = static_cast<int>(std::min<int64_t>(ceilDiv(4 * int64_t{sms}, kvHeads), 1 << 16));
   const int fillingBatch = std::max(1, sms / kvHeads);
@@ -945,7 +945,7 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
   if (const int ctasPerSm = callPlan.ctasPerSm; ctasPerSm > 0) {
-    const compiler::SharedMemoryLimits limits = compiler::deviceZeroSharedMemoryLimits();
+    const compiler::SharedMemoryLimits limits = compiler::opDeviceFacts().sharedMemory;
     launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytesForCtasPerSm(
         ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
   }

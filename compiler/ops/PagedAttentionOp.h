@@ -110,7 +110,7 @@ struct PagedAttentionParams {
   int maxQueryLen = 0;     // longest query of the batch (picks the tiling)
   int maxSeqLen = 0;       // longest seq_len (context + query) of the batch; 0 = unknown (no split-KV)
   int minSeqLen = 0;       // shortest seq_len of the batch; 0 = unknown (see pagedAttentionCtasPerSm)
-  int numSms = 0;          // SMs to fill when splitting; 0 = device 0's (queried once)
+  int numSms = 0;          // SMs to fill when splitting; 0 = the op's device's (compiler::opDeviceFacts)
   float scale = 0;         // softmax scale, usually 1/sqrt(D)
   // ---- device pointers (16-byte aligned) ----
   uint64_t out = 0, q = 0, kvCache = 0, blockTables = 0, seqLens = 0, cuSeqlensQ = 0;
@@ -277,7 +277,7 @@ inline constexpr int kWorkspaceSmsWithoutDevice = 132;
 // sequences of at most maxSeqLen keys: room for 16 segments per token (or
 // fewer, when maxSeqLen has fewer 512-key segments), and for the finer splits
 // the fill rule gives small decode batches (s sequences of one KV head: up to
-// ceil(2 SMs / s) segments, at most kSplitKvMaxSegments; device 0's SMs). Call once, allocate, pass
+// ceil(2 SMs / s) segments, at most kSplitKvMaxSegments; the op's device's SMs). Call once, allocate, pass
 // workspace/workspaceBytes to every call; a smaller workspace only limits how
 // finely a batch is split (a batch it cannot split at all runs 2D). 0 when such batches never split; an error for sizes
 // out of range (negative, or beyond what the op accepts).
@@ -302,7 +302,7 @@ PagedAttentionParams pagedAttentionBatchParams(const compiler::UnifiedAttentionC
 // sinks, LSE, output and q scales, causal flags; any nonzero value) and its
 // workspace policy, found by running the planner over batches that reach each
 // of its rules (full and small decode batches with equal, uneven and unknown
-// lengths, short chunks, prefill) on numSms SMs (0: device 0's). The batch and
+// lengths, short chunks, prefill) on numSms SMs (0: the op's device's). The batch and
 // pointer fields are otherwise ignored. reduce_segments kernels are included.
 // An invalid static configuration is an error naming the field.
 support::Expected<std::vector<WarmupKernel>> pagedAttentionWarmupKernels(const PagedAttentionParams& params);

@@ -13,22 +13,19 @@ namespace attnjit::ops {
 
 support::Expected<ReadyKernel> readyKernel(const std::string& name, const compiler::KernelFactory& build) {
   static std::mutex mutex;
-  static std::string target;
   static std::unordered_map<std::string, ReadyKernel> ready;
   auto context = runtime::currentOrPrimaryContext();
   if (!context) return context.status();
   const std::string key = name + "@" + std::to_string(reinterpret_cast<uintptr_t>(*context));
-  compiler::CompileOptions options;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = ready.find(key); it != ready.end()) return it->second;
-    if (target.empty()) {
-      auto deviceZero = compiler::deviceTarget(0);
-      if (!deviceZero) return deviceZero.status();
-      target = *deviceZero;
-    }
-    options.target = target;
   }
+  // The context is current now: its device's target.
+  const compiler::DeviceFacts& device = compiler::opDeviceFacts();
+  if (!device.target) return device.target;
+  compiler::CompileOptions options;
+  options.target = device.targetName;
   // Compiled outside the lock, so that first calls of different kernels (a
   // warm-up on several threads) compile in parallel; the kernel cache makes
   // concurrent requests for one kernel wait for a single compile.

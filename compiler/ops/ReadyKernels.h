@@ -2,7 +2,7 @@
 // current context → the kernel loaded there, with what a launch needs. The JIT
 // behind it (compiler/driver/Jit.h) would re-run the tile-IR passes (milliseconds) to
 // make its cache key; this keeps an op's steady-state cost at one lookup. Kernels
-// compile for device 0's target, read without switching the caller's context.
+// compile for the target of that context's device.
 #pragma once
 
 #include <memory>

@@ -1,11 +1,14 @@
 #include "compiler/ops/TunedPlans.h"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
 
 #include "codegen/Codegen.h"
+#include "compiler/driver/DeviceTarget.h"
 #include "compiler/driver/Jit.h"
 #include "runtime/DiskCache.h"
 #include "runtime/Driver.h"
@@ -91,17 +94,45 @@ bool PlanChoice::plausible() const {
          numSegments <= 64 && ctasPerSm >= 0 && ctasPerSm <= 32 && !(numSegments > 1 && ctasPerSm > 0);
 }
 
+namespace {
+
+std::optional<std::string> queryDeviceKey(int ordinal) {
+  if (!runtime::driverAvailable()) return std::nullopt;
+  auto info = runtime::deviceInfo(ordinal);
+  auto driver = runtime::driverVersion();
+  if (!info || !driver) return std::nullopt;
+  return "device " + info->name + " sm_" + std::to_string(info->smVersion()) + " sms " +
+         std::to_string(info->multiprocessorCount) + " driver " + std::to_string(*driver) + " attnjit " +
+         compiler::attnjitVersion() + " codegen revision " + std::to_string(codegen::kCodegenRevision);
+}
+
+// One value per device ordinal, made on first use: ordinals below 64 without a
+// lock once made, any others (no machine has them) under a mutex.
+template <typename T>
+T& perDevice(int ordinal, T (*make)(int)) {
+  constexpr int kCached = 64;
+  struct Slot {
+    std::once_flag once;
+    std::optional<T> value;
+  };
+  static std::array<Slot, kCached> slots;
+  if (ordinal >= 0 && ordinal < kCached) {
+    Slot& slot = slots[static_cast<size_t>(ordinal)];
+    std::call_once(slot.once, [&] { slot.value.emplace(make(ordinal)); });
+    return *slot.value;
+  }
+  static std::mutex mutex;
+  static std::map<int, T> others;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = others.find(ordinal);
+  if (it == others.end()) it = others.emplace(ordinal, make(ordinal)).first;
+  return it->second;
+}
+
+}  // namespace
+
 std::optional<std::string> tunedPlanDeviceKey() {
-  static const std::optional<std::string> key = []() -> std::optional<std::string> {
-    if (!runtime::driverAvailable()) return std::nullopt;
-    auto info = runtime::deviceInfo(0);
-    auto driver = runtime::driverVersion();
-    if (!info || !driver) return std::nullopt;
-    return "device " + info->name + " sm_" + std::to_string(info->smVersion()) + " sms " +
-           std::to_string(info->multiprocessorCount) + " driver " + std::to_string(*driver) + " attnjit " +
-           compiler::attnjitVersion() + " codegen revision " + std::to_string(codegen::kCodegenRevision);
-  }();
-  return key;
+  return perDevice<std::optional<std::string>>(compiler::opDeviceOrdinal(), queryDeviceKey);
 }
 
 support::Expected<PlanTuningMode> planTuningModeFromEnvironment() {
@@ -114,11 +145,11 @@ support::Expected<PlanTuningMode> planTuningModeFromEnvironment() {
 }
 
 TunedPlans& TunedPlans::process() {
-  static TunedPlans* plans = [] {
-    const std::optional<std::string> key = tunedPlanDeviceKey();
+  TunedPlans* (*make)(int) = [](int ordinal) {
+    const std::optional<std::string> key = perDevice<std::optional<std::string>>(ordinal, queryDeviceKey);
     return new TunedPlans(key.value_or(""), key ? &runtime::KernelCache::processCache().disk() : nullptr);
-  }();
-  return *plans;
+  };
+  return *perDevice<TunedPlans*>(compiler::opDeviceOrdinal(), make);
 }
 
 TunedPlans::TunedPlans(std::string deviceKey, const runtime::DiskCache* disk)

@@ -57,8 +57,8 @@ struct TunedPlan {
   bool keepsRule = false;
 };
 
-// The calling process's device 0, driver and attnjit build, as tuned records
-// are keyed; nullopt without a usable driver and device.
+// The op's device (compiler::opDeviceOrdinal), the driver and the attnjit
+// build, as tuned records are keyed; nullopt without a usable driver and device.
 std::optional<std::string> tunedPlanDeviceKey();
 
 // How calls use tuned plans, when the call does not say (PlanTuning::
@@ -71,7 +71,8 @@ support::Expected<PlanTuningMode> planTuningModeFromEnvironment();
 
 class TunedPlans {
  public:
-  // The process's records (device 0's key, the process kernel cache's disk).
+  // The process's records for the op's device (compiler::opDeviceOrdinal: its
+  // key, the process kernel cache's disk).
   static TunedPlans& process();
 
   // Records for `deviceKey`, stored in `disk` (may be disabled, or null).

@@ -202,9 +202,11 @@ typedef struct attnjit_compile_stats {
 /* stats->struct_size must be set (sizeof(attnjit_compile_stats)). */
 attnjit_status attnjit_kernel_stats(const attnjit_kernel* kernel, attnjit_compile_stats* stats);
 
-/* ---- Ops (device 0 for now) ------------------------------------------- */
+/* ---- Ops ---------------------------------------------------------------- */
 /* Each op validates without touching the GPU (errors name the argument), then
- * compiles or loads its kernel on first use and launches on `stream`. The
+ * compiles or loads its kernel on first use and launches on `stream`, on the
+ * stream's device (the default stream: the calling thread's current context,
+ * else the Jit's device), restoring the caller's current context after. The
  * *_validate functions run the checks only. Layouts: compiler/ops/PagedAttentionOp.h,
  * compiler/ops/CompanionOps.h and compiler/ops/MlaDecodeOp.h. */
 
@@ -543,7 +545,7 @@ typedef struct attnjit_mla_decode_params {
   int num_seqs;         /* B */
   int max_seq_len;      /* longest seq_lens entry; 0: unknown (no split-KV) */
   int64_t sum_seq_lens; /* sum of seq_lens when known on the host (0: unknown) */
-  int num_sms;          /* SMs to fill; 0: device 0's */
+  int num_sms;          /* SMs to fill; 0: the op's device's */
   float scale;          /* softmax scale */
   /* device pointers, 16-byte aligned: q [B, H, L + R], out [B, H, L], kv_cache
    * (num_blocks, block_size, L + R), block_tables [B, max_blocks] i32,

@@ -19,9 +19,12 @@
 // specs load, kernels compile to PTX, op arguments validate.
 //
 // Threads: a Jit and its Kernels may be used from any number of threads.
-// Launching makes the Jit's device's primary context current on the calling
-// thread (what cudaSetDevice does; PyTorch and the CUDA runtime use the same
-// context, so their pointers and streams work unchanged).
+// Launching a spec kernel makes the Jit's device's primary context current on
+// the calling thread (what cudaSetDevice does; PyTorch and the CUDA runtime use
+// the same context, so their pointers and streams work unchanged). An op runs
+// in its stream's context instead (the default stream: the thread's current
+// context, else the Jit's device's primary one) and restores the caller's
+// current context afterwards.
 #pragma once
 
 #include <cstdint>
@@ -162,7 +165,7 @@ class Jit {
   // A kernel from a C++ description (compiler/spec/Spec.h: family + that family's config).
   support::Expected<Kernel> kernelForVariant(const compiler::Variant& variant);
 
-  // The ops, on the Jit's device (device 0 only for now: see
+  // The ops, on their stream's device (see the top of this file and
   // compiler/ops/PagedAttentionOp.h). validate*: the checks without the GPU.
   support::Status pagedAttention(const PagedAttentionParams& params);
   support::Status validatePagedAttention(const PagedAttentionParams& params) const;

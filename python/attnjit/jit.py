@@ -1,5 +1,6 @@
 """Jit and Kernel: the C API's JIT and kernel handles as Python objects."""
 
+import contextlib
 import ctypes
 from collections import namedtuple
 
@@ -48,6 +49,18 @@ def stream_handle(stream, device=None):
     if handle is None:
         raise TypeError("stream must be None, an int (CUstream) or a torch.cuda.Stream, got %r" % (stream,))
     return ctypes.c_void_p(handle)
+
+
+def device_scope(device):
+    """torch.cuda.device(device) where `device` is a CUDA device other than
+    torch's current one, else a context that does nothing. An op runs on its
+    stream's device, and the default stream (handle 0) stands for the current
+    device's: the ops switch to their tensors' device around the call."""
+    torch = _torch()
+    if (torch is None or getattr(device, "type", None) != "cuda" or device.index is None
+            or device.index == torch.cuda.current_device()):
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 class Kernel:
@@ -181,7 +194,9 @@ _default = None
 
 
 def default_jit():
-    """The process's Jit for device 0 (created on first use)."""
+    """The process's Jit for device 0 (created on first use). The ops run on
+    their tensors' device whatever the Jit's; its device is where its spec
+    kernels launch."""
     global _default
     if _default is None:
         _default = Jit()

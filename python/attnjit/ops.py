@@ -19,7 +19,7 @@ import math
 from . import _structs as s
 from ._library import lib
 from .errors import InvalidArgumentError, check
-from .jit import _torch, default_jit, stream_handle
+from .jit import _torch, default_jit, device_scope, stream_handle
 
 DTYPES = {"f32": 0, "float32": 0, "f16": 1, "float16": 1, "fp16": 1, "bf16": 2, "bfloat16": 2}
 CACHE_FORMATS = {
@@ -364,7 +364,7 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
     uneven lengths, which a call with a workspace splits into segments of at
     most 3/8 of the longest sequence. causal_flags (int8 or bool [num_seqs],
     nonzero = causal) makes causality per sequence and overrides causal.
-    num_sms is the SM count the split plan fills (0: device 0's).
+    num_sms is the SM count the split plan fills (0: the device's).
     attention_chunk_size > 0: chunked local attention (Llama 4), a query sees
     only keys of its own chunk of that many positions. mm_prefix_range (int32
     [num_seqs, ranges, 2], vLLM's PrefixLM ranges, [first, last] inclusive,
@@ -457,45 +457,46 @@ def paged_attention(q, kv_cache, out, block_tables, seq_lens, cu_seqlens_q, max_
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),
                         workspace_bytes=workspace.numel() * workspace.element_size())
-    (paged_attention_tune_raw if tune else paged_attention_raw)(
-        jit=jit,
-        dtype=dtype,
-        plan_tuning=plan_tuning,
-        num_query_heads=num_query_heads,
-        head_size=head_size,
-        causal=bool(causal),
-        kv_cache_format=kv_cache_format,
-        fp32_precision=fp32_precision,
-        sliding_window=int(sliding_window),
-        sliding_window_right=int(sliding_window_right),
-        attention_chunk_size=int(attention_chunk_size),
-        softcap=float(softcap),
-        batch_invariant=bool(batch_invariant),
-        check_bounds=bool(check_bounds),
-        num_seqs=num_seqs,
-        num_tokens=num_tokens,
-        max_query_len=int(max_query_len),
-        max_seq_len=int(max_seq_len),
-        min_seq_len=int(min_seq_len),
-        num_sms=int(num_sms),
-        alibi_sqrt=int(bool(alibi_sqrt)),
-        no_runtime_scratch=int(not runtime_scratch),
-        scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
-        out=out.data_ptr(),
-        q=q.data_ptr(),
-        kv_cache=kv_cache.data_ptr(),
-        block_tables=block_tables.data_ptr(),
-        seq_lens=seq_lens.data_ptr(),
-        cu_seqlens_q=cu_seqlens_q.data_ptr(),
-        q_stride_token=q.stride(0),
-        q_stride_head=q.stride(1),
-        o_stride_token=out.stride(0),
-        o_stride_head=out.stride(1),
-        block_table_stride=block_tables.stride(0),
-        stream=stream_handle(stream, device).value,
-        **cache,
-        **optional,
-    )
+    with device_scope(device):
+        (paged_attention_tune_raw if tune else paged_attention_raw)(
+            jit=jit,
+            dtype=dtype,
+            plan_tuning=plan_tuning,
+            num_query_heads=num_query_heads,
+            head_size=head_size,
+            causal=bool(causal),
+            kv_cache_format=kv_cache_format,
+            fp32_precision=fp32_precision,
+            sliding_window=int(sliding_window),
+            sliding_window_right=int(sliding_window_right),
+            attention_chunk_size=int(attention_chunk_size),
+            softcap=float(softcap),
+            batch_invariant=bool(batch_invariant),
+            check_bounds=bool(check_bounds),
+            num_seqs=num_seqs,
+            num_tokens=num_tokens,
+            max_query_len=int(max_query_len),
+            max_seq_len=int(max_seq_len),
+            min_seq_len=int(min_seq_len),
+            num_sms=int(num_sms),
+            alibi_sqrt=int(bool(alibi_sqrt)),
+            no_runtime_scratch=int(not runtime_scratch),
+            scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_size),
+            out=out.data_ptr(),
+            q=q.data_ptr(),
+            kv_cache=kv_cache.data_ptr(),
+            block_tables=block_tables.data_ptr(),
+            seq_lens=seq_lens.data_ptr(),
+            cu_seqlens_q=cu_seqlens_q.data_ptr(),
+            q_stride_token=q.stride(0),
+            q_stride_head=q.stride(1),
+            o_stride_token=out.stride(0),
+            o_stride_head=out.stride(1),
+            block_table_stride=block_tables.stride(0),
+            stream=stream_handle(stream, device).value,
+            **cache,
+            **optional,
+        )
     return out
 
 
@@ -603,25 +604,26 @@ def cache_write(key, value, kv_cache, slot_mapping, cache_format="auto", k_scale
         scales["per_head_scales"] = 1
     if separate_scales:
         scales.update(_scale_cache_fields(torch, k_scale_cache, v_scale_cache, cache, cache_format, device))
-    cache_write_raw(
-        jit=jit,
-        dtype=dtype,
-        cache_format=cache_format,
-        head_size=head_size,
-        check_bounds=bool(check_bounds),
-        num_tokens=num_tokens,
-        key=key.data_ptr(),
-        value=value.data_ptr(),
-        kv_cache=kv_cache.data_ptr(),
-        slot_mapping=slot_mapping.data_ptr(),
-        key_stride_token=key.stride(0),
-        key_stride_head=key.stride(1),
-        value_stride_token=value.stride(0),
-        value_stride_head=value.stride(1),
-        stream=stream_handle(stream, device).value,
-        **cache,
-        **scales,
-    )
+    with device_scope(device):
+        cache_write_raw(
+            jit=jit,
+            dtype=dtype,
+            cache_format=cache_format,
+            head_size=head_size,
+            check_bounds=bool(check_bounds),
+            num_tokens=num_tokens,
+            key=key.data_ptr(),
+            value=value.data_ptr(),
+            kv_cache=kv_cache.data_ptr(),
+            slot_mapping=slot_mapping.data_ptr(),
+            key_stride_token=key.stride(0),
+            key_stride_head=key.stride(1),
+            value_stride_token=value.stride(0),
+            value_stride_head=value.stride(1),
+            stream=stream_handle(stream, device).value,
+            **cache,
+            **scales,
+        )
     return kv_cache
 
 
@@ -669,28 +671,29 @@ def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_l
             or prefill_tokens_with_context < 0:
         raise ValueError("prefill_tokens_with_context must be a token count (an int >= 0) or None, got %r"
                          % (prefill_tokens_with_context,))
-    merge_attn_states_raw(
-        jit=jit,
-        dtype=dtype,
-        num_heads=num_heads,
-        head_size=head_size,
-        num_tokens=num_tokens,
-        output=output.data_ptr(),
-        output_lse=output_lse.data_ptr() if output_lse is not None else 0,
-        prefix_output=prefix_output.data_ptr(),
-        prefix_lse=prefix_lse.data_ptr(),
-        suffix_output=suffix_output.data_ptr(),
-        suffix_lse=suffix_lse.data_ptr(),
-        output_stride_token=output.stride(0),
-        output_stride_head=output.stride(1),
-        prefix_stride_token=prefix_output.stride(0),
-        prefix_stride_head=prefix_output.stride(1),
-        suffix_stride_token=suffix_output.stride(0),
-        suffix_stride_head=suffix_output.stride(1),
-        stream=stream_handle(stream, device).value,
-        output_scale=scale_pointer,
-        prefill_tokens_with_context=prefill_tokens_with_context,
-    )
+    with device_scope(device):
+        merge_attn_states_raw(
+            jit=jit,
+            dtype=dtype,
+            num_heads=num_heads,
+            head_size=head_size,
+            num_tokens=num_tokens,
+            output=output.data_ptr(),
+            output_lse=output_lse.data_ptr() if output_lse is not None else 0,
+            prefix_output=prefix_output.data_ptr(),
+            prefix_lse=prefix_lse.data_ptr(),
+            suffix_output=suffix_output.data_ptr(),
+            suffix_lse=suffix_lse.data_ptr(),
+            output_stride_token=output.stride(0),
+            output_stride_head=output.stride(1),
+            prefix_stride_token=prefix_output.stride(0),
+            prefix_stride_head=prefix_output.stride(1),
+            suffix_stride_token=suffix_output.stride(0),
+            suffix_stride_head=suffix_output.stride(1),
+            stream=stream_handle(stream, device).value,
+            output_scale=scale_pointer,
+            prefill_tokens_with_context=prefill_tokens_with_context,
+        )
     return output
 
 
@@ -719,25 +722,26 @@ def merge_partials(output, partial_outputs, partial_lses, output_lse=None, strea
         _check_shape("output_lse", output_lse, (num_heads, num_tokens))
         if not output_lse.is_contiguous():
             raise ValueError("output_lse must be contiguous ([num_heads, num_tokens] row-major)")
-    merge_partials_raw(
-        jit=jit,
-        dtype=dtype,
-        num_heads=num_heads,
-        head_size=head_size,
-        num_partials=num_partials,
-        num_tokens=num_tokens,
-        output=output.data_ptr(),
-        output_lse=output_lse.data_ptr() if output_lse is not None else 0,
-        partial_outputs=partial_outputs.data_ptr(),
-        partial_lses=partial_lses.data_ptr(),
-        output_stride_token=output.stride(0),
-        output_stride_head=output.stride(1),
-        partial_stride_partial=partial_outputs.stride(0),
-        partial_stride_token=partial_outputs.stride(1),
-        partial_stride_head=partial_outputs.stride(2),
-        lse_stride_partial=partial_lses.stride(0),
-        stream=stream_handle(stream, device).value,
-    )
+    with device_scope(device):
+        merge_partials_raw(
+            jit=jit,
+            dtype=dtype,
+            num_heads=num_heads,
+            head_size=head_size,
+            num_partials=num_partials,
+            num_tokens=num_tokens,
+            output=output.data_ptr(),
+            output_lse=output_lse.data_ptr() if output_lse is not None else 0,
+            partial_outputs=partial_outputs.data_ptr(),
+            partial_lses=partial_lses.data_ptr(),
+            output_stride_token=output.stride(0),
+            output_stride_head=output.stride(1),
+            partial_stride_partial=partial_outputs.stride(0),
+            partial_stride_token=partial_outputs.stride(1),
+            partial_stride_head=partial_outputs.stride(2),
+            lse_stride_partial=partial_lses.stride(0),
+            stream=stream_handle(stream, device).value,
+        )
     return output
 
 
@@ -783,25 +787,26 @@ def mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format="auto", sca
         _check_tensor(torch, "scale", scale.reshape(-1), 1, torch.float32, device)
         _check_shape("scale", scale.reshape(-1), (1,))
         optional["scale"] = scale.data_ptr()
-    mla_cache_write_raw(
-        jit=jit,
-        dtype=dtype,
-        cache_format=cache_format,
-        kv_lora_rank=kv_lora_rank,
-        rope_dim=rope_dim,
-        block_size=kv_cache.shape[1],
-        num_tokens=num_tokens,
-        kv_c=kv_c.data_ptr(),
-        k_pe=k_pe.data_ptr(),
-        kv_cache=kv_cache.data_ptr(),
-        slot_mapping=slot_mapping.data_ptr(),
-        kv_c_stride_token=kv_c.stride(0),
-        k_pe_stride_token=k_pe.stride(0),
-        cache_stride_block=kv_cache.stride(0),
-        cache_stride_token=kv_cache.stride(1),
-        stream=stream_handle(stream, device).value,
-        **optional,
-    )
+    with device_scope(device):
+        mla_cache_write_raw(
+            jit=jit,
+            dtype=dtype,
+            cache_format=cache_format,
+            kv_lora_rank=kv_lora_rank,
+            rope_dim=rope_dim,
+            block_size=kv_cache.shape[1],
+            num_tokens=num_tokens,
+            kv_c=kv_c.data_ptr(),
+            k_pe=k_pe.data_ptr(),
+            kv_cache=kv_cache.data_ptr(),
+            slot_mapping=slot_mapping.data_ptr(),
+            kv_c_stride_token=kv_c.stride(0),
+            k_pe_stride_token=k_pe.stride(0),
+            cache_stride_block=kv_cache.stride(0),
+            cache_stride_token=kv_cache.stride(1),
+            stream=stream_handle(stream, device).value,
+            **optional,
+        )
     return kv_cache
 
 
@@ -852,25 +857,26 @@ def gather_cache(cache, dst, block_table, cu_seq_lens, cache_format="auto", scal
         _check_tensor(torch, "scale", scale.reshape(-1), 1, torch.float32, device)
         _check_shape("scale", scale.reshape(-1), (1,))
         optional["scale"] = scale.data_ptr()
-    gather_cache_raw(
-        jit=jit,
-        dtype=dtype,
-        cache_format=cache_format,
-        entry_size=cache.shape[2],
-        block_size=cache.shape[1],
-        num_seqs=num_seqs,
-        num_tokens=dst.shape[0],
-        dst=dst.data_ptr(),
-        cache=cache.data_ptr(),
-        block_table=block_table.data_ptr(),
-        cu_seq_lens=cu_seq_lens.data_ptr(),
-        dst_stride_token=dst.stride(0),
-        block_table_stride=block_table.stride(0),
-        cache_stride_block=cache.stride(0),
-        cache_stride_token=cache.stride(1),
-        stream=stream_handle(stream, device).value,
-        **optional,
-    )
+    with device_scope(device):
+        gather_cache_raw(
+            jit=jit,
+            dtype=dtype,
+            cache_format=cache_format,
+            entry_size=cache.shape[2],
+            block_size=cache.shape[1],
+            num_seqs=num_seqs,
+            num_tokens=dst.shape[0],
+            dst=dst.data_ptr(),
+            cache=cache.data_ptr(),
+            block_table=block_table.data_ptr(),
+            cu_seq_lens=cu_seq_lens.data_ptr(),
+            dst_stride_token=dst.stride(0),
+            block_table_stride=block_table.stride(0),
+            cache_stride_block=cache.stride(0),
+            cache_stride_token=cache.stride(1),
+            stream=stream_handle(stream, device).value,
+            **optional,
+        )
     return dst
 
 
@@ -926,19 +932,20 @@ def swap_blocks(src, dst, block_mapping, block_size_in_bytes=None, stream=None, 
         raise ValueError("block_size_in_bytes %d exceeds a block of src (%d bytes) or dst (%d bytes)" % (
             block_bytes, src_block_bytes, dst_block_bytes))
     device = src.device if src.device.type == "cuda" else dst.device
-    swap_blocks_raw(
-        jit=jit,
-        block_bytes=block_bytes,
-        src_block_stride=src.stride(0) * src.element_size(),
-        dst_block_stride=dst.stride(0) * dst.element_size(),
-        src_num_blocks=src.shape[0],
-        dst_num_blocks=dst.shape[0],
-        src=src.data_ptr(),
-        dst=dst.data_ptr(),
-        block_mapping=block_mapping.data_ptr(),
-        num_pairs=block_mapping.shape[0],
-        stream=stream_handle(stream, device).value,
-    )
+    with device_scope(device):
+        swap_blocks_raw(
+            jit=jit,
+            block_bytes=block_bytes,
+            src_block_stride=src.stride(0) * src.element_size(),
+            dst_block_stride=dst.stride(0) * dst.element_size(),
+            src_num_blocks=src.shape[0],
+            dst_num_blocks=dst.shape[0],
+            src=src.data_ptr(),
+            dst=dst.data_ptr(),
+            block_mapping=block_mapping.data_ptr(),
+            num_pairs=block_mapping.shape[0],
+            stream=stream_handle(stream, device).value,
+        )
     return dst
 
 
@@ -990,17 +997,18 @@ def convert_fp8(dst, src, scale=1.0, kv_dtype="fp8", stream=None, jit=None):
     else:
         raise TypeError("convert_fp8 converts between a float tensor and a one-byte one; got src %s and dst %s" % (
             src.dtype, dst.dtype))
-    convert_cache_raw(
-        jit=jit,
-        dtype=_float_dtype(torch, "src" if to_fp8 else "dst", wide),
-        cache_format=cache_format,
-        to_fp8=int(to_fp8),
-        num_elements=src.numel(),
-        src=src.data_ptr(),
-        dst=dst.data_ptr(),
-        scale=float(scale),
-        stream=stream_handle(stream, dst.device).value,
-    )
+    with device_scope(dst.device):
+        convert_cache_raw(
+            jit=jit,
+            dtype=_float_dtype(torch, "src" if to_fp8 else "dst", wide),
+            cache_format=cache_format,
+            to_fp8=int(to_fp8),
+            num_elements=src.numel(),
+            src=src.data_ptr(),
+            dst=dst.data_ptr(),
+            scale=float(scale),
+            stream=stream_handle(stream, dst.device).value,
+        )
     return dst
 
 
@@ -1063,38 +1071,39 @@ def mla_decode(q, kv_cache, out, block_tables, seq_lens, max_seq_len=0, scale=No
         _check_tensor(torch, "workspace", workspace.reshape(-1), 1, None, device)
         optional.update(workspace=workspace.data_ptr(),
                         workspace_bytes=workspace.numel() * workspace.element_size())
-    mla_decode_raw(
-        jit=jit,
-        dtype=dtype,
-        kv_cache_format=kv_cache_format,
-        kv_lora_rank=kv_lora_rank,
-        rope_dim=rope_dim,
-        num_heads=num_heads,
-        block_size=kv_cache.shape[1],
-        batch_invariant=bool(batch_invariant),
-        split_rule=split_rule,
-        num_seqs=num_seqs,
-        max_seq_len=int(max_seq_len),
-        sum_seq_lens=int(sum_seq_lens),
-        num_sms=int(num_sms),
-        fp32_precision=fp32_precision,
-        no_runtime_scratch=int(not runtime_scratch),
-        scale=float(scale) if scale is not None else 1.0 / math.sqrt(q_width),
-        out=out.data_ptr(),
-        q=q.data_ptr(),
-        kv_cache=kv_cache.data_ptr(),
-        block_tables=block_tables.data_ptr(),
-        seq_lens=seq_lens.data_ptr(),
-        q_stride_batch=q.stride(0),
-        q_stride_head=q.stride(1),
-        o_stride_batch=out.stride(0),
-        o_stride_head=out.stride(1),
-        block_table_stride=block_tables.stride(0),
-        kv_stride_block=kv_cache.stride(0),
-        kv_stride_token=kv_cache.stride(1),
-        stream=stream_handle(stream, device).value,
-        **optional,
-    )
+    with device_scope(device):
+        mla_decode_raw(
+            jit=jit,
+            dtype=dtype,
+            kv_cache_format=kv_cache_format,
+            kv_lora_rank=kv_lora_rank,
+            rope_dim=rope_dim,
+            num_heads=num_heads,
+            block_size=kv_cache.shape[1],
+            batch_invariant=bool(batch_invariant),
+            split_rule=split_rule,
+            num_seqs=num_seqs,
+            max_seq_len=int(max_seq_len),
+            sum_seq_lens=int(sum_seq_lens),
+            num_sms=int(num_sms),
+            fp32_precision=fp32_precision,
+            no_runtime_scratch=int(not runtime_scratch),
+            scale=float(scale) if scale is not None else 1.0 / math.sqrt(q_width),
+            out=out.data_ptr(),
+            q=q.data_ptr(),
+            kv_cache=kv_cache.data_ptr(),
+            block_tables=block_tables.data_ptr(),
+            seq_lens=seq_lens.data_ptr(),
+            q_stride_batch=q.stride(0),
+            q_stride_head=q.stride(1),
+            o_stride_batch=out.stride(0),
+            o_stride_head=out.stride(1),
+            block_table_stride=block_tables.stride(0),
+            kv_stride_block=kv_cache.stride(0),
+            kv_stride_token=kv_cache.stride(1),
+            stream=stream_handle(stream, device).value,
+            **optional,
+        )
     return out
 
 

@@ -597,6 +597,28 @@ class GpuTests(unittest.TestCase):
         self.assertTrue(((got[written].double() - want).abs() <= step / 2 + want.abs() * 2.0 ** -22).all().item())
         self.assertTrue(torch.isnan(got[untouched]).all().item())
 
+    def test_ops_run_on_their_tensors_device(self):
+        # Tensors on the last GPU while torch's current device is 0: each op runs
+        # on its tensors' device (its stream's context), on torch's default
+        # stream there, and leaves torch's current device alone.
+        if torch.cuda.device_count() < 2:
+            self.skipTest("needs two GPUs (%d here)" % torch.cuda.device_count())
+        import attnjit.torch_ops  # noqa: F401  (registers the operators)
+        device = torch.device("cuda", torch.cuda.device_count() - 1)
+        torch.cuda.set_device(0)
+        kv_heads, head_size, block = 2, 64, 16
+        keys = torch.randn(20, kv_heads, head_size, device=device, dtype=torch.bfloat16)
+        values = torch.randn_like(keys)
+        slots = torch.randperm(4 * block, device=device)[:20]
+        for write in (attnjit.ops.cache_write, torch.ops.attnjit.cache_write):
+            cache = torch.full((4, 2, block, kv_heads, head_size), float("nan"), device=device, dtype=torch.bfloat16)
+            write(keys, values, cache, slots)
+            torch.cuda.synchronize(device)
+            self.assertEqual(torch.cuda.current_device(), 0)
+            flat = cache.transpose(0, 1).reshape(2, -1, kv_heads, head_size)  # [K/V, slot, head, dim]
+            self.assertTrue(torch.equal(flat[0][slots], keys))
+            self.assertTrue(torch.equal(flat[1][slots], values))
+
     def test_diffkv_cache_write_and_paged_attention_match_float64(self):
         torch.manual_seed(4)
         heads, kv_heads, dqk, dv, block = 4, 2, 192, 128, 16
