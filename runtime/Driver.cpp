@@ -273,11 +273,11 @@ support::Expected<DeviceInfo> deviceInfo(int ordinal) {
   return info;
 }
 
-support::Expected<ContextHandle> activatePrimaryContext(int ordinal) {
-  auto apiOr = driverApi();
-  if (!apiOr) return apiOr.status();
-  const DriverApi& api = **apiOr;
+namespace {
 
+// Retains the device's primary context once per process (never released, like
+// the CUDA runtime does), without making it current.
+support::Expected<CUcontext> retainPrimaryContext(const DriverApi& api, int ordinal) {
   static std::mutex mutex;
   static std::map<int, CUcontext> retained;
   CUcontext context = nullptr;
@@ -295,6 +295,18 @@ support::Expected<ContextHandle> activatePrimaryContext(int ordinal) {
       retained.emplace(ordinal, context);
     }
   }
+  return context;
+}
+
+}  // namespace
+
+support::Expected<ContextHandle> activatePrimaryContext(int ordinal) {
+  auto apiOr = driverApi();
+  if (!apiOr) return apiOr.status();
+  const DriverApi& api = **apiOr;
+  auto retained = retainPrimaryContext(api, ordinal);
+  if (!retained) return retained.status();
+  CUcontext context = *retained;
   CUresult result = api.cuCtxSetCurrent(context);
   if (result != CUDA_SUCCESS) return cudaCallError(api, result, "cuCtxSetCurrent");
   return static_cast<ContextHandle>(context);
@@ -327,7 +339,9 @@ support::Expected<ContextHandle> streamContext(StreamHandle stream, int defaultO
     if (CUresult result = api.cuCtxGetCurrent(&current); result != CUDA_SUCCESS)
       return cudaCallError(api, result, "cuCtxGetCurrent");
     if (current != nullptr) return static_cast<ContextHandle>(current);
-    return activatePrimaryContext(defaultOrdinal);
+    auto primary = retainPrimaryContext(api, defaultOrdinal);
+    if (!primary) return primary.status();
+    return static_cast<ContextHandle>(*primary);
   }
   CUcontext context = nullptr;
   if (CUresult result = api.cuStreamGetCtx(static_cast<CUstream>(stream), &context); result != CUDA_SUCCESS)

@@ -468,10 +468,12 @@ TEST_CASE("the cache write op scatters rows to their slots on the GPU", "[embed]
 namespace {
 
 // Eight rows scattered by `runtime`'s cache write on a stream of device
-// `device`'s primary context, called with no context current on the thread
-// (the op takes its stream's) or with device 0's current: checks the rows and
-// that the thread's current context is what it was before the call.
-void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCurrent) {
+// `device`'s primary context (or on the default stream: then `device` must be
+// the Jit's), called with no context current on the thread (the op takes its
+// stream's, or the Jit's device's for the default stream) or with device 0's
+// current: checks the rows and that the thread's current context is what it
+// was before the call.
+void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCurrent, bool defaultStream = false) {
   auto home = attnjit::runtime::activatePrimaryContext(device);
   REQUIRE(home);
   auto stream = attnjit::runtime::Stream::create();  // in `device`'s primary context
@@ -498,7 +500,7 @@ void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCu
   p.keyStrideHead = p.valueStrideHead = p.kvStrideHead = headSize;
   p.kvStrideBlock = 2 * blockSize * headSize;
   p.kvStrideKv = blockSize * headSize;
-  p.stream = stream->handle();
+  p.stream = defaultStream ? nullptr : stream->handle();
   if (noContextCurrent) {
     REQUIRE(attnjit::runtime::makeContextCurrent(nullptr));
   } else {
@@ -510,6 +512,7 @@ void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCu
   INFO(written.message());
   REQUIRE(written);
   REQUIRE(stream->synchronize());
+  REQUIRE(attnjit::runtime::synchronizeContext());
   REQUIRE(dCache.copyToHost(cache.data(), cache.size() * 4));
   std::vector<float> expected(cache.size(), -7.0f);
   for (int t = 0; t < tokens; ++t)
@@ -526,6 +529,7 @@ TEST_CASE("an op runs in its stream's context and leaves the caller's current co
   auto runtime = attnjit::Jit::create();
   REQUIRE(runtime);
   checkCacheWriteOnDevice(*runtime, 0, true);
+  checkCacheWriteOnDevice(*runtime, 0, true, true);  // the default stream: the Jit's device
 }
 
 TEST_CASE("ops run on a second GPU, from its Jit or device 0's", "[embed][gpu]") {
