@@ -357,6 +357,28 @@ TEST_CASE("paged attention op: chunked local attention, ranges and qq_bias selec
   CHECK(ops::pagedAttentionSplitPlan(uneven).numSegments == 1);
 }
 
+TEST_CASE("the ops' device facts: per device, and sm_90a's defaults without a GPU", "[op]") {
+  const compiler::DeviceFacts& zero = compiler::deviceFacts(0);
+  CHECK(&zero == &compiler::deviceFacts(0));                   // queried once
+  CHECK(&compiler::deviceFacts(70) == &compiler::deviceFacts(70));  // past the lock-free table too
+  CHECK(&compiler::deviceFacts(70) != &zero);
+  if (attnjit::runtime::driverAvailable()) {
+    if (!zero.target) return;  // a GPU attnjit has no target for: its error is the facts' status
+    CHECK_FALSE(zero.targetName.empty());
+    CHECK(zero.smCount > 0);
+    CHECK(zero.sharedMemory.maxPerBlock > 0);
+    return;
+  }
+  // No driver: the ops plan for device 0 as for the CLI's default target.
+  CHECK(compiler::opDeviceOrdinal() == 0);
+  CHECK(&compiler::opDeviceFacts() == &zero);
+  CHECK_FALSE(zero.target);
+  CHECK(zero.targetName.empty());
+  CHECK(zero.warpgroupMma);
+  CHECK(zero.smCount == 0);
+  CHECK(zero.sharedMemory.maxPerBlock == 0);
+}
+
 TEST_CASE("paged attention op: decode-like and prefill-like batches get their tilings", "[op]") {
   auto p = validParams();
   auto decode = ops::selectPagedAttentionVariant(p);

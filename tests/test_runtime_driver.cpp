@@ -72,6 +72,9 @@ TEST_CASE("without libcuda every runtime entry point returns the driver status",
   CHECK(activatePrimaryContext(0).status().message() == status.message());
   CHECK(currentOrPrimaryContext().status().message() == status.message());
   CHECK(synchronizeContext().message() == status.message());
+  CHECK(streamContext(nullptr, 0).status().message() == status.message());
+  CHECK(streamContext(reinterpret_cast<StreamHandle>(0x1234), 1).status().message() == status.message());
+  CHECK(ScopedContext::enter(nullptr).status().message() == status.message());
   CHECK(linkPtx(".version 8.0\n").status().message() == status.message());
   const std::uint8_t image[] = {1, 2, 3};
   CHECK(Module::load(image).status().message() == status.message());
