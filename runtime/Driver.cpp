@@ -334,7 +334,10 @@ support::Expected<ContextHandle> streamContext(StreamHandle stream, int defaultO
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
-  if (stream == nullptr) {
+  // CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) name the current
+  // context's default streams, as null does.
+  const auto handle = reinterpret_cast<uintptr_t>(stream);
+  if (handle <= 2) {
     CUcontext current = nullptr;
     if (CUresult result = api.cuCtxGetCurrent(&current); result != CUDA_SUCCESS)
       return cudaCallError(api, result, "cuCtxGetCurrent");

@@ -92,9 +92,9 @@ support::Expected<ContextHandle> currentOrPrimaryContext();
 support::Status makeContextCurrent(ContextHandle context);
 
 // The context a launch on `stream` runs in. A stream the caller created belongs
-// to the context it was created in (cuStreamGetCtx); the default stream (null)
-// is the calling thread's current context's, and without one device
-// `defaultOrdinal`'s primary context.
+// to the context it was created in (cuStreamGetCtx); the default streams (null,
+// CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) are the calling thread's current
+// context's, and without one device `defaultOrdinal`'s primary context.
 support::Expected<ContextHandle> streamContext(StreamHandle stream, int defaultOrdinal);
 
 // Makes a context current on the calling thread for the life of the object and
