@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -90,8 +91,26 @@ std::vector<float> randomInputs(size_t count) {
   return inputs;
 }
 
-// Checks the software encoding of every input against ir::encodeFloat; reports
-// the first few mismatches by their bits.
+// The encodings in `got` (of `inputs`, in order) that differ from
+// ir::encodeFloat's; the first few are reported by their bits (`source` says
+// whose encodings they are).
+size_t countMismatches(std::span<const float> inputs, std::span<const uint8_t> got, ScalarKind kind,
+                       const char* source, size_t reportedBefore = 0) {
+  size_t mismatches = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const uint32_t expected = ir::encodeFloat(static_cast<double>(inputs[i]), kind);
+    if (got[i] == expected) continue;
+    if (reportedBefore + ++mismatches <= 8) {
+      char line[112];
+      std::snprintf(line, sizeof line, "f32 0x%08X (%.9g): %s 0x%02X, cvt.rn.satfinite 0x%02X",
+                    std::bit_cast<uint32_t>(inputs[i]), static_cast<double>(inputs[i]), source, got[i], expected);
+      UNSCOPED_INFO(line);
+    }
+  }
+  return mismatches;
+}
+
+// Checks the software encoding of every input against ir::encodeFloat.
 void checkEncodings(const std::vector<float>& inputs, ScalarKind kind) {
   constexpr size_t kBatch = 20000;  // constants per LLVM context stay bounded
   size_t mismatches = 0;
@@ -100,16 +119,7 @@ void checkEncodings(const std::vector<float>& inputs, ScalarKind kind) {
     const std::span<const float> batch(inputs.data() + start, count);
     const std::vector<uint8_t> got = codegen::softwareFp8Encodings(batch, kind);
     REQUIRE(got.size() == count);
-    for (size_t i = 0; i < count; ++i) {
-      const uint32_t expected = ir::encodeFloat(static_cast<double>(batch[i]), kind);
-      if (got[i] == expected) continue;
-      if (++mismatches <= 8) {
-        char line[96];
-        std::snprintf(line, sizeof line, "f32 0x%08X (%.9g): software 0x%02X, cvt.rn.satfinite 0x%02X",
-                      std::bit_cast<uint32_t>(batch[i]), static_cast<double>(batch[i]), got[i], expected);
-        UNSCOPED_INFO(line);
-      }
-    }
+    mismatches += countMismatches(batch, got, kind, "software", mismatches);
   }
   CHECK(mismatches == 0);
 }
@@ -223,17 +233,6 @@ TEST_CASE("gpu: sm_80's fp8 encodings on the device match cvt.rn.satfinite", "[g
       REQUIRE(out->copyToHost((poison == 0xA5 ? got : again).data(), n).isOk());
     }
     CHECK(got == again);
-    size_t mismatches = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t expected = ir::encodeFloat(static_cast<double>(inputs[i]), kind);
-      if (got[i] == expected) continue;
-      if (++mismatches <= 8) {
-        char line[96];
-        std::snprintf(line, sizeof line, "f32 0x%08X: device 0x%02X, cvt.rn.satfinite 0x%02X",
-                      std::bit_cast<uint32_t>(inputs[i]), got[i], expected);
-        UNSCOPED_INFO(line);
-      }
-    }
-    CHECK(mismatches == 0);
+    CHECK(countMismatches(inputs, got, kind, "device") == 0);
   }
 }

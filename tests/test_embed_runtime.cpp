@@ -417,6 +417,49 @@ TEST_CASE("a kernel from spec text launches through the facade and reports load 
   CHECK(stats.threads == 128);
 }
 
+namespace {
+
+// An f32 cache write of `tokens` rows of heads x headSize, token-major and
+// dense, into vLLM's cache [blocks, 2 (K, V), blockSize, heads, headSize].
+attnjit::CacheWriteParams f32CacheWrite(int tokens, int heads, int headSize, int blockSize, uint64_t key,
+                                        uint64_t value, uint64_t cache, uint64_t slots) {
+  const int64_t rowElements = int64_t{heads} * headSize;
+  attnjit::CacheWriteParams p;
+  p.dtype = attnjit::ir::ScalarKind::F32;
+  p.numKvHeads = heads;
+  p.headSize = headSize;
+  p.blockSize = blockSize;
+  p.numTokens = tokens;
+  p.key = key;
+  p.value = value;
+  p.kvCache = cache;
+  p.slotMapping = slots;
+  p.keyStrideToken = p.valueStrideToken = p.kvStrideToken = rowElements;
+  p.keyStrideHead = p.valueStrideHead = p.kvStrideHead = headSize;
+  p.kvStrideBlock = 2 * blockSize * rowElements;
+  p.kvStrideKv = blockSize * rowElements;
+  return p;
+}
+
+// The cache f32CacheWrite's call leaves: every element `sentinel` but the rows
+// of the tokens with a slot (negative: padding, skipped).
+std::vector<float> scattered(const std::vector<float>& key, const std::vector<float>& value,
+                             const std::vector<int64_t>& slots, size_t rowElements, int blockSize, size_t elements,
+                             float sentinel) {
+  std::vector<float> expected(elements, sentinel);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) continue;
+    const size_t block = size_t(slots[t] / blockSize), offset = size_t(slots[t] % blockSize);
+    for (size_t kv = 0; kv < 2; ++kv)
+      for (size_t e = 0; e < rowElements; ++e)
+        expected[((block * 2 + kv) * size_t(blockSize) + offset) * rowElements + e] =
+            (kv == 0 ? key : value)[t * rowElements + e];
+  }
+  return expected;
+}
+
+}  // namespace
+
 TEST_CASE("the cache write op scatters rows to their slots on the GPU", "[embed][gpu]") {
   if (!attnjit::tests::gpuPresent()) return;
   const int tokens = 20, heads = 2, headSize = 64, blockSize = 16, numBlocks = 4;
@@ -431,38 +474,14 @@ TEST_CASE("the cache write op scatters rows to their slots on the GPU", "[embed]
   auto dKey = upload(key.data(), key.size() * 4), dValue = upload(value.data(), value.size() * 4);
   auto dCache = upload(cache.data(), cache.size() * 4), dSlots = upload(slots.data(), slots.size() * 8);
 
-  attnjit::CacheWriteParams p;
-  p.dtype = attnjit::ir::ScalarKind::F32;
-  p.numKvHeads = heads;
-  p.headSize = headSize;
-  p.blockSize = blockSize;
-  p.numTokens = tokens;
-  p.key = dKey.address();
-  p.value = dValue.address();
-  p.kvCache = dCache.address();
-  p.slotMapping = dSlots.address();
-  p.keyStrideToken = p.valueStrideToken = static_cast<int64_t>(rowElements);
-  p.keyStrideHead = p.valueStrideHead = headSize;
-  p.kvStrideBlock = 2 * blockSize * static_cast<int64_t>(rowElements);
-  p.kvStrideKv = blockSize * static_cast<int64_t>(rowElements);
-  p.kvStrideToken = static_cast<int64_t>(rowElements);
-  p.kvStrideHead = headSize;
+  const attnjit::CacheWriteParams p = f32CacheWrite(tokens, heads, headSize, blockSize, dKey.address(),
+                                                    dValue.address(), dCache.address(), dSlots.address());
   auto runtime = attnjit::Jit::create();
   REQUIRE(runtime);
   REQUIRE(runtime->cacheWrite(p));
   REQUIRE(attnjit::runtime::synchronizeContext());
   REQUIRE(dCache.copyToHost(cache.data(), cache.size() * 4));
-
-  std::vector<float> expected(cache.size(), sentinel);
-  for (int t = 0; t < tokens; ++t) {
-    if (slots[t] < 0) continue;
-    const size_t block = size_t(slots[t] / blockSize), offset = size_t(slots[t] % blockSize);
-    for (int kv = 0; kv < 2; ++kv)
-      for (size_t e = 0; e < rowElements; ++e)
-        expected[((block * 2 + kv) * blockSize + offset) * rowElements + e] =
-            (kv == 0 ? key : value)[t * rowElements + e];
-  }
-  CHECK(cache == expected);
+  CHECK(cache == scattered(key, value, slots, rowElements, blockSize, cache.size(), sentinel));
 }
 
 namespace {
@@ -486,20 +505,8 @@ void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCu
   std::vector<float> cache(size_t(2) * blockSize * headSize, -7.0f);
   auto dKey = upload(key.data(), key.size() * 4), dValue = upload(value.data(), value.size() * 4);
   auto dCache = upload(cache.data(), cache.size() * 4), dSlots = upload(slots.data(), slots.size() * 8);
-  attnjit::CacheWriteParams p;
-  p.dtype = attnjit::ir::ScalarKind::F32;
-  p.numKvHeads = heads;
-  p.headSize = headSize;
-  p.blockSize = blockSize;
-  p.numTokens = tokens;
-  p.key = dKey.address();
-  p.value = dValue.address();
-  p.kvCache = dCache.address();
-  p.slotMapping = dSlots.address();
-  p.keyStrideToken = p.valueStrideToken = p.kvStrideToken = headSize;
-  p.keyStrideHead = p.valueStrideHead = p.kvStrideHead = headSize;
-  p.kvStrideBlock = 2 * blockSize * headSize;
-  p.kvStrideKv = blockSize * headSize;
+  attnjit::CacheWriteParams p = f32CacheWrite(tokens, heads, headSize, blockSize, dKey.address(), dValue.address(),
+                                              dCache.address(), dSlots.address());
   p.stream = defaultStream ? nullptr : stream->handle();
   if (noContextCurrent) {
     REQUIRE(attnjit::runtime::makeContextCurrent(nullptr));
@@ -514,12 +521,7 @@ void checkCacheWriteOnDevice(attnjit::Jit& runtime, int device, bool noContextCu
   REQUIRE(stream->synchronize());
   REQUIRE(attnjit::runtime::synchronizeContext());
   REQUIRE(dCache.copyToHost(cache.data(), cache.size() * 4));
-  std::vector<float> expected(cache.size(), -7.0f);
-  for (int t = 0; t < tokens; ++t)
-    for (int kv = 0; kv < 2; ++kv)
-      for (int e = 0; e < headSize; ++e)
-        expected[(size_t(kv) * blockSize + size_t(slots[t])) * headSize + e] = (kv == 0 ? key : value)[t * headSize + e];
-  CHECK(cache == expected);
+  CHECK(cache == scattered(key, value, slots, size_t(headSize), blockSize, cache.size(), -7.0f));
 }
 
 }  // namespace

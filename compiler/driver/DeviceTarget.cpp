@@ -1,11 +1,5 @@
 #include "compiler/driver/DeviceTarget.h"
 
-#include <array>
-#include <memory>
-#include <mutex>
-#include <utility>
-#include <vector>
-
 #include "codegen/Target.h"
 #include "runtime/Driver.h"
 #include "runtime/Stream.h"
@@ -55,28 +49,7 @@ DeviceFacts queryDeviceFacts(int ordinal) {
 
 }  // namespace
 
-const DeviceFacts& deviceFacts(int ordinal) {
-  // Ordinals up to 63 are cached lock-free after their first query; others
-  // (no machine has them) under a mutex.
-  constexpr int kCached = 64;
-  struct Slot {
-    std::once_flag once;
-    DeviceFacts facts;
-  };
-  static std::array<Slot, kCached> slots;
-  if (ordinal >= 0 && ordinal < kCached) {
-    Slot& slot = slots[static_cast<size_t>(ordinal)];
-    std::call_once(slot.once, [&] { slot.facts = queryDeviceFacts(ordinal); });
-    return slot.facts;
-  }
-  static std::mutex mutex;
-  static std::vector<std::unique_ptr<std::pair<int, DeviceFacts>>> others;
-  std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& entry : others)
-    if (entry->first == ordinal) return entry->second;
-  others.push_back(std::make_unique<std::pair<int, DeviceFacts>>(ordinal, queryDeviceFacts(ordinal)));
-  return others.back()->second;
-}
+const DeviceFacts& deviceFacts(int ordinal) { return perDevice<DeviceFacts, queryDeviceFacts>(ordinal); }
 
 int opDeviceOrdinal() {
   const int device = runtime::driverAvailable() ? runtime::currentContextDevice() : -1;

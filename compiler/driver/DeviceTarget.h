@@ -4,7 +4,11 @@
 // primary context, for tools.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "support/Diagnostics.h"
@@ -39,6 +43,30 @@ struct DeviceFacts {
   SharedMemoryLimits sharedMemory;
 };
 const DeviceFacts& deviceFacts(int ordinal);
+
+// One value per device ordinal, made by Make on first use and kept for the
+// process: ordinals below 64 are read without a lock once made, any others (no
+// machine has them) under a mutex. One table per (T, Make).
+template <typename T, T (*Make)(int)>
+T& perDevice(int ordinal) {
+  constexpr int kCached = 64;
+  struct Slot {
+    std::once_flag once;
+    std::optional<T> value;
+  };
+  static std::array<Slot, kCached> slots;
+  if (ordinal >= 0 && ordinal < kCached) {
+    Slot& slot = slots[static_cast<size_t>(ordinal)];
+    std::call_once(slot.once, [&] { slot.value.emplace(Make(ordinal)); });
+    return *slot.value;
+  }
+  static std::mutex mutex;
+  static std::map<int, T> others;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = others.find(ordinal);
+  if (it == others.end()) it = others.emplace(ordinal, Make(ordinal)).first;
+  return it->second;
+}
 
 // The device an op call runs on: that of the calling thread's current context
 // (the ops make their stream's context current), else device 0.

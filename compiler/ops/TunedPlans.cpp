@@ -1,7 +1,5 @@
 #include "compiler/ops/TunedPlans.h"
 
-#include <algorithm>
-#include <array>
 #include <bit>
 #include <charconv>
 #include <cstdlib>
@@ -106,33 +104,15 @@ std::optional<std::string> queryDeviceKey(int ordinal) {
          compiler::attnjitVersion() + " codegen revision " + std::to_string(codegen::kCodegenRevision);
 }
 
-// One value per device ordinal, made on first use: ordinals below 64 without a
-// lock once made, any others (no machine has them) under a mutex.
-template <typename T>
-T& perDevice(int ordinal, T (*make)(int)) {
-  constexpr int kCached = 64;
-  struct Slot {
-    std::once_flag once;
-    std::optional<T> value;
-  };
-  static std::array<Slot, kCached> slots;
-  if (ordinal >= 0 && ordinal < kCached) {
-    Slot& slot = slots[static_cast<size_t>(ordinal)];
-    std::call_once(slot.once, [&] { slot.value.emplace(make(ordinal)); });
-    return *slot.value;
-  }
-  static std::mutex mutex;
-  static std::map<int, T> others;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = others.find(ordinal);
-  if (it == others.end()) it = others.emplace(ordinal, make(ordinal)).first;
-  return it->second;
+TunedPlans* makeTunedPlans(int ordinal) {
+  const std::optional<std::string> key = compiler::perDevice<std::optional<std::string>, queryDeviceKey>(ordinal);
+  return new TunedPlans(key.value_or(""), key ? &runtime::KernelCache::processCache().disk() : nullptr);
 }
 
 }  // namespace
 
 std::optional<std::string> tunedPlanDeviceKey() {
-  return perDevice<std::optional<std::string>>(compiler::opDeviceOrdinal(), queryDeviceKey);
+  return compiler::perDevice<std::optional<std::string>, queryDeviceKey>(compiler::opDeviceOrdinal());
 }
 
 support::Expected<PlanTuningMode> planTuningModeFromEnvironment() {
@@ -145,11 +125,7 @@ support::Expected<PlanTuningMode> planTuningModeFromEnvironment() {
 }
 
 TunedPlans& TunedPlans::process() {
-  TunedPlans* (*make)(int) = [](int ordinal) {
-    const std::optional<std::string> key = perDevice<std::optional<std::string>>(ordinal, queryDeviceKey);
-    return new TunedPlans(key.value_or(""), key ? &runtime::KernelCache::processCache().disk() : nullptr);
-  };
-  return *perDevice<TunedPlans*>(compiler::opDeviceOrdinal(), make);
+  return *compiler::perDevice<TunedPlans*, makeTunedPlans>(compiler::opDeviceOrdinal());
 }
 
 TunedPlans::TunedPlans(std::string deviceKey, const runtime::DiskCache* disk)
