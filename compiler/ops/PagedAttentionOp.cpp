@@ -36,6 +36,9 @@ const ArgumentChecks& checks() {
 }
 support::Status argumentError(const std::string& message) { return checks().error(message); }
 
+// The SMs a call fills: the caller's count, else the op's device's (0 without a GPU).
+int smsToFill(const PagedAttentionParams& p) { return p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount; }
+
 // The head size of v and out: Dv (DiffKV) or headSize.
 int valueHeadSizeOf(const PagedAttentionParams& p) { return p.valueHeadSize > 0 ? p.valueHeadSize : p.headSize; }
 
@@ -228,7 +231,7 @@ int64_t fillRuleSegments(int sms, int64_t programs, int maxSeqLen) {
 SplitKvPlan splitPlanFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& config) {
   if (p.batchInvariant || (p.workspace == 0 && !p.runtimeScratch) || config.blockMRows != 0) return {};
   if (!batchInRange(p) || p.numKvHeads < 1 || p.numQueryHeads < 1 || p.headSize < 1) return {};
-  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
+  const int sms = smsToFill(p);
   if (sms < 1) return {};  // no SM count (no device, none given): nothing to fill
   const int64_t programs = int64_t{p.numSeqs} * p.numKvHeads;
   const auto fitsWorkspace = [&](int64_t segments) { return workspaceHolds(p, segments); };
@@ -340,7 +343,7 @@ int ctasPerSmFor(const PagedAttentionParams& p, const UnifiedAttentionConfig& co
   // loses at 64 (23%: smaller CTAs want more than two per SM) and 192 (4%;
   // bench/decode_grid.py, docs/perf-log.md 2026-12-02).
   if (widestHeadSize(config) <= 64 || widestHeadSize(config) > 128) return 0;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
+  const int sms = smsToFill(p);
   const int64_t ctas = compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens) * int64_t{p.numKvHeads};
   return sms > 0 && ctas > int64_t{kUniformDecodeCtasPerSm} * sms ? kUniformDecodeCtasPerSm : 0;
 }
@@ -378,7 +381,8 @@ support::Expected<uint64_t> pagedAttentionWorkspaceBytes(int64_t maxNumTokens, i
   // KV head into up to ceil(2·SMs / s) segments; a workspace sized for 16 would
   // cap a long-context batch of a few sequences at 16 segments, fewer CTAs than
   // SMs (measured: MQA B=3 ctx 128k, 2.3x slower than the runtime's scratch).
-  const int sms = compiler::opDeviceFacts().smCount > 0 ? compiler::opDeviceFacts().smCount : kWorkspaceSmsWithoutDevice;
+  const int deviceSms = compiler::opDeviceFacts().smCount;
+  const int sms = deviceSms > 0 ? deviceSms : kWorkspaceSmsWithoutDevice;
   for (int64_t s = 1; s <= std::min<int64_t>(maxNumTokens, 2 * int64_t{sms}); ++s) {
     const int64_t segments = fillRuleSegments(sms, s, maxSeqLen);
     if (segments >= 2) bytes = std::max(bytes, workspaceFor(s, numQueryHeads, headSize, segments));
@@ -396,7 +400,7 @@ namespace {
 // sum (measured: docs/perf-log.md, 2026-11-30). Quantized caches already run
 // at two (their tiles' shared memory).
 void chooseRowSum(const PagedAttentionParams& p, PagedAttentionPlan& plan) {
-  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
+  const int sms = smsToFill(p);
   const int64_t ctas = compiler::unifiedAttentionGridX(plan.config, p.numSeqs, p.numTokens) *
                        int64_t{p.numKvHeads} * std::max(1, plan.split.numSegments);
   if (p.kvCacheFormat == KvCacheFormat::Auto && plan.config.blockMRows == 0 && sms > 0 && ctas > 2 * int64_t{sms} &&
@@ -409,7 +413,7 @@ void chooseRowSum(const PagedAttentionParams& p, PagedAttentionPlan& plan) {
 // runs more than one and the launch takes as long as its slowest CTA.
 bool latencyBound(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
   const UnifiedAttentionConfig& config = plan.config;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
+  const int sms = smsToFill(p);
   if (sms < 1 || p.batchInvariant || p.kvCacheFormat != KvCacheFormat::Auto || p.dtype == ir::ScalarKind::F32 ||
       config.tileSize != 64 || config.blockMRows != 0 || config.blockM() > 16 || widestHeadSize(config) > 128 ||
       p.maxQueryLen > config.blockQ())
@@ -479,7 +483,7 @@ namespace detail {
 PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAttentionPlan& heuristic,
                                   int residentCtasPerSm) {
   PagedAttentionPlan plan = heuristic;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
+  const int sms = smsToFill(p);
   if (plan.origin != PlanOrigin::Heuristic || residentCtasPerSm < 1 || sms < 1) return plan;
   plan.residentCtasPerSm = residentCtasPerSm;
   if (plan.config.blockMRows != 0 || p.batchInvariant || !batchInRange(p) || p.maxQueryLen > plan.config.blockQ())
@@ -552,7 +556,7 @@ PagedAttentionPlan fitPlanToWaves(const PagedAttentionParams& p, const PagedAtte
 std::optional<std::string> pagedAttentionTuningBucket(const PagedAttentionParams& p) {
   UnifiedAttentionConfig base = baseVariant(p);
   if (!tunable(p, base)) return std::nullopt;
-  const int sms = p.numSms > 0 ? p.numSms : compiler::opDeviceFacts().smCount;
+  const int sms = smsToFill(p);
   const char* lengths = p.minSeqLen <= 0 || p.maxSeqLen <= 0 ? "unknown" : lengthsEven(p) ? "even" : "uneven";
   const char* split = p.workspace != 0 ? "workspace" : p.runtimeScratch ? "scratch" : "none";
   std::string bucket = "paged_attention " + base.kernelName();
@@ -779,7 +783,7 @@ namespace {
 // reach each of its rules, by name (with their factories).
 support::Expected<std::vector<WarmupKernel>> warmupKernels(const PagedAttentionParams& p) {
   std::vector<WarmupKernel> kernels;
-  const int sms = p.numSms > 0 ? p.numSms : std::max(compiler::opDeviceFacts().smCount, 1);
+  const int sms = std::max(smsToFill(p), 1);
   const int kvHeads = std::max(p.numKvHeads, 1);
   const int fullBatch = static_cast<int>(std::min<int64_t>(ceilDiv(4 * int64_t{sms}, kvHeads), 1 << 16));
   const int fillingBatch = std::max(1, sms / kvHeads);
