@@ -312,6 +312,22 @@ TEST_CASE("cli: run without a CUDA driver points to --interpret", "[cli]") {
   CHECK(r.err.find("it needs the GPU the cache is for") != std::string::npos);
 }
 
+TEST_CASE("cli: warmup --ptx compiles the op's kernels to PTX without a GPU and times each", "[cli]") {
+  CliResult r = runCli({"warmup", kSourceDir + "/bench/decode.yaml", "--ptx", "--threads=2"});
+  REQUIRE(r.exitCode == 0);
+  // The op's kernels for the variant's static parameters: decode and prefill
+  // tilings, the split-KV kernel and its reduce kernel, each with its time.
+  for (const char* kernel : {"unified_attention_bf16_h32kv8_d128_bs16_causal_t64 ",
+                             "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum ",
+                             "reduce_segments_bf16_h32_d128 ", "unified_attention_bf16_h32kv8_d128_bs16_causal_t64_w8_m128 "}) {
+    const size_t line = r.out.find(kernel);
+    REQUIRE(line != std::string::npos);
+    CHECK(r.out.find(" ms\n", line) != std::string::npos);
+  }
+  CHECK(r.out.find("kernels to PTX for sm_") != std::string::npos);
+  CHECK(r.out.find("(on 2 threads); spec -> PTX per kernel: median ") != std::string::npos);
+}
+
 TEST_CASE("cli: help and version", "[cli]") {
   CliResult help = runCli({"--help"});
   CHECK(help.exitCode == 0);
