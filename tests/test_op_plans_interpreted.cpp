@@ -1,0 +1,193 @@
+// Every plan the paged-attention op can launch computes attention: random
+// batches and static parameters, planned on the host as the op plans them
+// (its rules, the rules fitted to a kernel's CTAs per SM, and the tuner's
+// candidate plans), each plan's kernels (split-KV's reduce included) run on the
+// CPU interpreter and compared with the float64 reference. The [gpu] op tests
+// launch a fixed list of batches; these reach the rules' corners at random
+// (small SM counts make small batches split, plain calls cut segments per
+// sequence on the device, uneven lengths take the 3/8 rule).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/ops/PagedAttentionOp.h"
+#include "compiler/ops/PagedAttentionPlanning.h"
+#include "compiler/validation/AttentionProblem.h"
+
+using namespace attnjit;
+using compiler::KvCacheFormat;
+using ir::ScalarKind;
+
+namespace {
+
+struct RandomCall {
+  compiler::UnifiedAttentionConfig config;  // the call's static parameters
+  compiler::BatchShape shape;
+  bool lengthHints = true;  // max_seq_len and min_seq_len given
+  bool workspace = true;    // a workspace large enough for any split
+  bool runtimeScratch = true;
+  int numSms = 8;
+};
+
+template <typename T>
+T pick(std::mt19937& rng, const std::vector<T>& values) {
+  return values[std::uniform_int_distribution<size_t>(0, values.size() - 1)(rng)];
+}
+
+int uniform(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+RandomCall randomCall(std::mt19937& rng) {
+  RandomCall call;
+  compiler::UnifiedAttentionConfig& c = call.config;
+  c.dtype = pick(rng, std::vector<ScalarKind>{ScalarKind::BF16, ScalarKind::F16, ScalarKind::F32});
+  const auto heads = pick(rng, std::vector<std::pair<int, int>>{{4, 1}, {4, 4}, {8, 2}, {6, 2}, {8, 1}});
+  c.numQueryHeads = heads.first;
+  c.numKvHeads = heads.second;
+  c.headSize = pick(rng, std::vector<int>{32, 64, 80, 128});
+  c.blockSize = pick(rng, std::vector<int>{1, 8, 16, 32});
+  c.causal = uniform(rng, 0, 3) != 0;
+  if (c.dtype != ScalarKind::F32)
+    c.kvCacheFormat = pick(rng, std::vector<KvCacheFormat>{KvCacheFormat::Auto, KvCacheFormat::Auto,
+                                                           KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead,
+                                                           KvCacheFormat::Fp8PerTokenHead});
+  if (uniform(rng, 0, 4) == 0) c.slidingWindow = uniform(rng, 16, 400);
+  if (uniform(rng, 0, 5) == 0) c.softcap = 30.0;
+  if (uniform(rng, 0, 4) == 0) c.sinks = c.outputLse = true;
+
+  call.shape.queryLens.clear();
+  call.shape.contextLens.clear();
+  const int numSeqs = uniform(rng, 1, 5);
+  const bool decode = uniform(rng, 0, 2) != 0;
+  for (int s = 0; s < numSeqs; ++s) {
+    call.shape.queryLens.push_back(decode ? 1 : pick(rng, std::vector<int>{1, 3, 17, 40, 64}));
+    // Long enough for the fill rule's 512-key segments to split a small batch
+    // (and for a per-sequence cut into 2-4 segments to round).
+    const int context = pick(rng, std::vector<int>{0, 5, 63, 300, 1100, 2300, 4100});
+    call.shape.contextLens.push_back(context + uniform(rng, 0, 40));
+  }
+  call.shape.seed = static_cast<uint64_t>(uniform(rng, 1, 1 << 20));
+  call.lengthHints = uniform(rng, 0, 2) != 0;
+  call.workspace = uniform(rng, 0, 1) != 0;
+  call.runtimeScratch = uniform(rng, 0, 3) != 0;
+  call.numSms = pick(rng, std::vector<int>{2, 4, 8, 16, 132});
+  return call;
+}
+
+// The op's arguments for `call`, with placeholder (aligned, never
+// dereferenced) addresses for the problem's buffers and its strides.
+ops::PagedAttentionParams opParams(const RandomCall& call, const validation::UnifiedAttentionProblem& problem) {
+  ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(call.config, call.shape);
+  const auto& layout = problem.deviceLayout();
+  auto address = [&](const char* label) -> uint64_t {
+    const int index = problem.bufferIndex(label);
+    return index < 0 ? 0 : 0x100000ull * static_cast<uint64_t>(index + 1);
+  };
+  p.numBlocks = layout.numBlocks;
+  p.scale = static_cast<float>(layout.scale);
+  p.out = address("out");
+  p.q = address("q");
+  p.kvCache = address("kv_cache");
+  p.blockTables = address("block_tables");
+  p.seqLens = address("seq_lens");
+  p.cuSeqlensQ = address("cu_seqlens_q");
+  p.kScale = address("k_scale");
+  p.vScale = address("v_scale");
+  p.sinks = address("sinks");
+  p.lse = address("lse");
+  if (p.lse) p.lseStrideHead = layout.lseStrideHead;
+  p.qStrideToken = layout.qStrideToken;
+  p.qStrideHead = layout.qStrideHead;
+  p.oStrideToken = layout.oStrideToken;
+  p.oStrideHead = layout.oStrideHead;
+  p.blockTableStride = layout.blockTableStride;
+  p.kvStrideBlock = layout.kvStrideBlock;
+  p.kvStrideKv = layout.kvStrideKv;
+  p.kvStrideToken = layout.kvStrideToken;
+  p.kvStrideHead = layout.kvStrideHead;
+  p.numSms = call.numSms;
+  p.runtimeScratch = call.runtimeScratch;
+  p.tuning = ops::PlanTuning::Off;
+  if (!call.lengthHints) p.minSeqLen = p.maxSeqLen = 0;
+  if (call.workspace) {
+    p.workspace = 0x40000000ull;
+    p.workspaceBytes = uint64_t{1} << 32;
+  }
+  return p;
+}
+
+// Runs `plan`'s kernels for `call` on the interpreter; an empty string when
+// they match the reference, else what went wrong.
+std::string runPlan(const RandomCall& call, const ops::PagedAttentionPlan& plan) {
+  compiler::BatchShape shape = call.shape;
+  if (plan.config.splitKv) {
+    if (plan.split.segmentTiles > 0) {
+      shape.segmentTiles = plan.split.segmentTiles;
+      shape.numSegments = 0;
+    } else {
+      shape.segmentTiles = -plan.split.segmentTiles;
+      shape.numSegments = plan.split.numSegments;
+    }
+  }
+  auto result = validation::runUnifiedAttentionInterpreted(plan.config, shape);
+  if (!result) return result.diagnostic().message;
+  if (!result->passed) return result->detail;
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("every plan the paged attention op launches matches the reference on the interpreter",
+          "[op][interpreter]") {
+  std::mt19937 rng(20261205);
+  int calls = 0, plansRun = 0, candidatesRun = 0, splitPlans = 0, perSequenceSplits = 0;
+  for (int attempt = 0; attempt < 400 && calls < 36; ++attempt) {
+    const RandomCall call = randomCall(rng);
+    compiler::UnifiedAttentionConfig problemConfig = call.config;
+    auto problem = validation::UnifiedAttentionProblem::create(problemConfig, call.shape);
+    REQUIRE(problem.isOk());
+    const ops::PagedAttentionParams p = opParams(call, **problem);
+    // Combinations the op refuses (a window with per-token-head caches on
+    // some path, say) are its validation tests' business.
+    if (!ops::validatePagedAttention(p)) continue;
+    ++calls;
+
+    std::vector<std::pair<std::string, ops::PagedAttentionPlan>> plans;
+    plans.push_back({"the op's plan", ops::pagedAttentionPlan(p)});
+    const ops::PagedAttentionPlan heuristic = ops::detail::heuristicPagedAttentionPlan(p);
+    const int resident = uniform(rng, 1, 4);
+    plans.push_back({"fitted to " + std::to_string(resident) + " CTAs per SM",
+                     ops::detail::fitPlanToWaves(p, heuristic, resident)});
+    // One of the tuner's candidates (a plan tuning would launch and time).
+    ops::PlanChoice choice{pick(rng, std::vector<int>{16, 32, 64, 128}), pick(rng, std::vector<int>{2, 4, 8}), false,
+                           pick(rng, std::vector<int>{1, 2, 3, 5, 8}), 0};
+    if (heuristic.config.blockMRows != 0)
+      choice = {pick(rng, std::vector<int>{32, 64}), pick(rng, std::vector<int>{4, 8}), uniform(rng, 0, 1) != 0, 1, 0};
+    if (auto candidate = ops::detail::pagedAttentionPlanWithChoice(p, choice))
+      plans.push_back({"the tuner's candidate " + choice.str(), *candidate});
+
+    for (const auto& [origin, plan] : plans) {
+      INFO(origin << ": " << plan.config.kernelName() << ", " << ops::describeSplitAndOccupancy(plan) << "; batch "
+                  << call.shape.str() << ", " << call.numSms << " SMs, hints " << call.lengthHints << ", workspace "
+                  << call.workspace << ", runtime scratch " << call.runtimeScratch);
+      const support::Status valid = ops::detail::validatePagedAttentionPlan(p, plan);
+      if (origin == "the op's plan") REQUIRE(valid.isOk());
+      if (!valid) continue;
+      CHECK(runPlan(call, plan) == "");
+      ++plansRun;
+      if (origin.rfind("the tuner's", 0) == 0) ++candidatesRun;
+      if (plan.config.splitKv) {
+        ++splitPlans;
+        if (plan.split.segmentTiles < 0) ++perSequenceSplits;
+      }
+    }
+  }
+  // The draw must reach the rules it is here for.
+  CHECK(calls >= 30);
+  CHECK(splitPlans >= 10);
+  CHECK(perSequenceSplits >= 3);
+  CHECK(plansRun >= 2 * calls);
+  CHECK(candidatesRun >= calls / 3);
+}
