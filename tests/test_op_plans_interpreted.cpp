@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/ops/PagedAttentionPlanning.h"
 #include "compiler/validation/AttentionProblem.h"
+#include "compiler/validation/MlaDecodeProblem.h"
 
 using namespace attnjit;
 using compiler::KvCacheFormat;
@@ -190,4 +192,98 @@ TEST_CASE("every plan the paged attention op launches matches the reference on t
   CHECK(perSequenceSplits >= 3);
   CHECK(plansRun >= 2 * calls);
   CHECK(candidatesRun >= calls / 3);
+}
+
+namespace {
+
+// A random MLA decode call: its static parameters, its batch and what it
+// hands the op, with placeholder (aligned, never dereferenced) addresses.
+struct RandomMlaCall {
+  ops::MlaDecodeParams params;
+  validation::MlaDecodeBatch batch;
+};
+
+RandomMlaCall randomMlaCall(std::mt19937& rng) {
+  RandomMlaCall call;
+  ops::MlaDecodeParams& p = call.params;
+  p.dtype = pick(rng, std::vector<ScalarKind>{ScalarKind::BF16, ScalarKind::F16, ScalarKind::F32});
+  if (p.dtype != ScalarKind::F32 && uniform(rng, 0, 2) == 0) p.kvCacheFormat = KvCacheFormat::Fp8E4M3;
+  p.kvLoraRank = pick(rng, std::vector<int>{512, 256});
+  p.ropeDim = 64;
+  p.numHeads = pick(rng, std::vector<int>{16, 16, 32, 64});
+  p.blockSize = pick(rng, std::vector<int>{1, 16, 64});
+  p.splitRule = uniform(rng, 0, 3) == 0 ? ops::MlaSplitRule::Vllm : ops::MlaSplitRule::Balanced;
+  const int numSeqs = uniform(rng, 1, 4);
+  call.batch.seqLens.clear();
+  for (int s = 0; s < numSeqs; ++s)
+    call.batch.seqLens.push_back(pick(rng, std::vector<int>{1, 17, 300, 1500, 3000}) + uniform(rng, 0, 40));
+  call.batch.seed = static_cast<uint64_t>(uniform(rng, 1, 1 << 20));
+  p.numSeqs = numSeqs;
+  if (uniform(rng, 0, 3) != 0) {
+    p.maxSeqLen = *std::max_element(call.batch.seqLens.begin(), call.batch.seqLens.end());
+    if (uniform(rng, 0, 1) != 0)
+      for (int len : call.batch.seqLens) p.sumSeqLens += len;
+  }
+  p.numSms = pick(rng, std::vector<int>{2, 4, 8, 132});
+  p.scale = 0.07f;
+  const int W = p.kvLoraRank + p.ropeDim, H = p.numHeads;
+  p.out = 0x100000;
+  p.q = 0x200000;
+  p.kvCache = 0x300000;
+  p.blockTables = 0x400000;
+  p.seqLens = 0x500000;
+  if (p.kvCacheFormat != KvCacheFormat::Auto) p.kvScale = 0x600000;
+  if (uniform(rng, 0, 2) == 0) {
+    p.lse = 0x700000;
+    p.lseStrideBatch = H;
+    p.lseStrideHead = 1;
+  }
+  p.qStrideBatch = int64_t{H} * W;
+  p.qStrideHead = W;
+  p.oStrideBatch = int64_t{H} * p.kvLoraRank;
+  p.oStrideHead = p.kvLoraRank;
+  p.blockTableStride = 64;
+  p.kvStrideToken = W;
+  p.kvStrideBlock = int64_t{p.blockSize} * W;
+  p.runtimeScratch = uniform(rng, 0, 3) != 0;
+  if (uniform(rng, 0, 1) != 0) {
+    p.workspace = 0x40000000ull;
+    p.workspaceBytes = uint64_t{1} << 32;
+  }
+  return call;
+}
+
+}  // namespace
+
+TEST_CASE("every plan the MLA decode op launches matches the reference on the interpreter", "[op][mla][interpreter]") {
+  std::mt19937 rng(1205);
+  int calls = 0, splitPlans = 0;
+  for (int attempt = 0; attempt < 100 && calls < 14; ++attempt) {
+    RandomMlaCall call = randomMlaCall(rng);
+    const ops::MlaDecodeParams& p = call.params;
+    if (!ops::validateMlaDecode(p)) continue;
+    ++calls;
+    compiler::MlaDecodeConfig config = ops::selectMlaDecodeVariant(p);
+    const ops::MlaSplitPlan plan = ops::mlaDecodeSplitPlan(p);
+    config.outputLse = p.lse != 0;
+    INFO(config.kernelName() << ", " << plan.numSegments << " segments of " << plan.segmentTiles << " tiles; "
+                             << call.batch.seqLens.size() << " sequences, max_seq_len " << p.maxSeqLen << ", "
+                             << p.numSms << " SMs");
+    REQUIRE(config.splitKv == (plan.numSegments > 1));
+    if (config.splitKv) {
+      ++splitPlans;
+      call.batch.segmentTiles = plan.segmentTiles;
+      // The op sizes its grid from max_seq_len, the harness from the longest
+      // sequence: the same count when the hint is exact.
+      auto problem = validation::MlaDecodeProblem::create(config, call.batch);
+      REQUIRE(problem.isOk());
+      CHECK((*problem)->launches()[0].gridZ == plan.numSegments);
+    }
+    auto result = validation::runMlaDecodeInterpreted(config, call.batch);
+    REQUIRE(result.isOk());
+    CHECK(result->passed);
+    if (!result->passed) WARN(result->detail);
+  }
+  CHECK(calls >= 12);
+  CHECK(splitPlans >= 4);
 }
