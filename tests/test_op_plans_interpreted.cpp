@@ -55,9 +55,22 @@ RandomCall randomCall(std::mt19937& rng) {
     c.kvCacheFormat = pick(rng, std::vector<KvCacheFormat>{KvCacheFormat::Auto, KvCacheFormat::Auto,
                                                            KvCacheFormat::Fp8E4M3, KvCacheFormat::Int8PerTokenHead,
                                                            KvCacheFormat::Fp8PerTokenHead});
+  if (c.dtype == ScalarKind::F32 && uniform(rng, 0, 1) == 0) c.fp32Precision = compiler::Fp32Precision::Ieee;
+  if (c.kvCacheFormat == KvCacheFormat::Auto && c.dtype != ScalarKind::F32 && uniform(rng, 0, 5) == 0)
+    c.kvCacheFormat = KvCacheFormat::Int4PerTokenHead;
+  if (compiler::isPerTokenHead(c.kvCacheFormat) && uniform(rng, 0, 1) == 0)
+    c.kvScaleLayout = compiler::KvScaleLayout::Separate;
   if (uniform(rng, 0, 4) == 0) c.slidingWindow = uniform(rng, 16, 400);
+  if (c.slidingWindow > 0 && !c.causal && uniform(rng, 0, 1) == 0) c.slidingWindowRight = uniform(rng, 0, 30);
+  if (uniform(rng, 0, 9) == 0) c.attentionChunkSize = pick(rng, std::vector<int>{64, 256});
   if (uniform(rng, 0, 5) == 0) c.softcap = 30.0;
   if (uniform(rng, 0, 4) == 0) c.sinks = c.outputLse = true;
+  if (uniform(rng, 0, 6) == 0) c.alibi = true;
+  if (uniform(rng, 0, 6) == 0) c.outputFp8 = true;
+  if (uniform(rng, 0, 8) == 0) c.perSequenceCausal = true;
+  if (uniform(rng, 0, 8) == 0) c.qqBias = true;
+  if (uniform(rng, 0, 8) == 0) c.mmPrefixRanges = 2;
+  if (uniform(rng, 0, 8) == 0) c.valueHeadSize = c.headSize / 2;  // DiffKV
 
   call.shape.queryLens.clear();
   call.shape.contextLens.clear();
@@ -99,6 +112,19 @@ ops::PagedAttentionParams opParams(const RandomCall& call, const validation::Uni
   p.vScale = address("v_scale");
   p.sinks = address("sinks");
   p.lse = address("lse");
+  p.causalFlags = address("causal_flags");
+  p.alibiSlopes = address("alibi_slopes");
+  p.outputScale = address("output_scale");
+  p.qScale = address("q_scale");
+  p.qqBias = address("qq_bias");
+  p.mmPrefixRange = address("mm_prefix_range");
+  p.kScaleCache = address("k_scale_cache");
+  p.vScaleCache = address("v_scale_cache");
+  if (p.kScaleCache) {
+    p.scaleStrideBlock = layout.scaleStrideBlock;
+    p.scaleStrideToken = layout.scaleStrideToken;
+    p.scaleStrideHead = layout.scaleStrideHead;
+  }
   if (p.lse) p.lseStrideHead = layout.lseStrideHead;
   p.qStrideToken = layout.qStrideToken;
   p.qStrideHead = layout.qStrideHead;
@@ -145,14 +171,14 @@ TEST_CASE("every plan the paged attention op launches matches the reference on t
           "[op][interpreter]") {
   std::mt19937 rng(20261205);
   int calls = 0, plansRun = 0, candidatesRun = 0, splitPlans = 0, perSequenceSplits = 0;
-  for (int attempt = 0; attempt < 400 && calls < 36; ++attempt) {
+  for (int attempt = 0; attempt < 600 && calls < 44; ++attempt) {
     const RandomCall call = randomCall(rng);
     compiler::UnifiedAttentionConfig problemConfig = call.config;
     auto problem = validation::UnifiedAttentionProblem::create(problemConfig, call.shape);
     REQUIRE(problem.isOk());
     const ops::PagedAttentionParams p = opParams(call, **problem);
-    // Combinations the op refuses (a window with per-token-head caches on
-    // some path, say) are its validation tests' business.
+    // A combination the op refuses is its validation tests' business (the
+    // count below fails if the draw stops reaching the op).
     if (!ops::validatePagedAttention(p)) continue;
     ++calls;
 
@@ -187,7 +213,7 @@ TEST_CASE("every plan the paged attention op launches matches the reference on t
     }
   }
   // The draw must reach the rules it is here for.
-  CHECK(calls >= 30);
+  CHECK(calls >= 40);
   CHECK(splitPlans >= 10);
   CHECK(perSequenceSplits >= 3);
   CHECK(plansRun >= 2 * calls);
