@@ -16,6 +16,7 @@
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/ops/PagedAttentionPlanning.h"
+#include "compiler/validation/AttentionGpu.h"
 #include "compiler/validation/AttentionProblem.h"
 #include "compiler/validation/MlaDecodeProblem.h"
 
@@ -94,47 +95,8 @@ RandomCall randomCall(std::mt19937& rng) {
 // The op's arguments for `call`, with placeholder (aligned, never
 // dereferenced) addresses for the problem's buffers and its strides.
 ops::PagedAttentionParams opParams(const RandomCall& call, const validation::UnifiedAttentionProblem& problem) {
-  ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(call.config, call.shape);
-  const auto& layout = problem.deviceLayout();
-  auto address = [&](const char* label) -> uint64_t {
-    const int index = problem.bufferIndex(label);
-    return index < 0 ? 0 : 0x100000ull * static_cast<uint64_t>(index + 1);
-  };
-  p.numBlocks = layout.numBlocks;
-  p.scale = static_cast<float>(layout.scale);
-  p.out = address("out");
-  p.q = address("q");
-  p.kvCache = address("kv_cache");
-  p.blockTables = address("block_tables");
-  p.seqLens = address("seq_lens");
-  p.cuSeqlensQ = address("cu_seqlens_q");
-  p.kScale = address("k_scale");
-  p.vScale = address("v_scale");
-  p.sinks = address("sinks");
-  p.lse = address("lse");
-  p.causalFlags = address("causal_flags");
-  p.alibiSlopes = address("alibi_slopes");
-  p.outputScale = address("output_scale");
-  p.qScale = address("q_scale");
-  p.qqBias = address("qq_bias");
-  p.mmPrefixRange = address("mm_prefix_range");
-  p.kScaleCache = address("k_scale_cache");
-  p.vScaleCache = address("v_scale_cache");
-  if (p.kScaleCache) {
-    p.scaleStrideBlock = layout.scaleStrideBlock;
-    p.scaleStrideToken = layout.scaleStrideToken;
-    p.scaleStrideHead = layout.scaleStrideHead;
-  }
-  if (p.lse) p.lseStrideHead = layout.lseStrideHead;
-  p.qStrideToken = layout.qStrideToken;
-  p.qStrideHead = layout.qStrideHead;
-  p.oStrideToken = layout.oStrideToken;
-  p.oStrideHead = layout.oStrideHead;
-  p.blockTableStride = layout.blockTableStride;
-  p.kvStrideBlock = layout.kvStrideBlock;
-  p.kvStrideKv = layout.kvStrideKv;
-  p.kvStrideToken = layout.kvStrideToken;
-  p.kvStrideHead = layout.kvStrideHead;
+  ops::PagedAttentionParams p = validation::pagedAttentionOpParams(
+      problem, call.config, call.shape, [](size_t index) { return 0x100000ull * (index + 1); });
   p.numSms = call.numSms;
   p.runtimeScratch = call.runtimeScratch;
   p.tuning = ops::PlanTuning::Off;

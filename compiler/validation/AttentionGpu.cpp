@@ -204,24 +204,15 @@ std::optional<GpuRunOptions::OpCall> GpuRunOptions::opCallNamed(const std::strin
 
 // ---- runPagedAttentionOpGpu: the problem launched through the op API. ----
 
-support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,
-                                                              const compiler::BatchShape& shape,
-                                                              const GpuRunOptions& options) {
-  compiler::UnifiedAttentionConfig problemConfig = config;
-  problemConfig.splitKv = false;  // the op decides; the problem's buffers are the same either way
-  auto problem = UnifiedAttentionProblem::create(problemConfig, shape);
-  if (!problem) return problem.status();
-  if (auto context = runtime::activatePrimaryContext(0); !context) return context.status();
-
-  auto uploaded = uploadBuffers(**problem);
-  if (!uploaded) return uploaded.status();
-  std::vector<runtime::DeviceBuffer>& device = *uploaded;
+ops::PagedAttentionParams pagedAttentionOpParams(const UnifiedAttentionProblem& problem,
+                                                 const compiler::UnifiedAttentionConfig& config,
+                                                 const compiler::BatchShape& shape,
+                                                 const std::function<uint64_t(size_t)>& bufferAddress) {
   auto address = [&](const char* label) -> uint64_t {
-    const int index = (*problem)->bufferIndex(label);
-    return index < 0 ? 0 : device[static_cast<size_t>(index)].address();
+    const int index = problem.bufferIndex(label);
+    return index < 0 ? 0 : bufferAddress(static_cast<size_t>(index));
   };
-
-  const auto& layout = (*problem)->deviceLayout();
+  const auto& layout = problem.deviceLayout();
   ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(config, shape);
   p.numBlocks = layout.numBlocks;
   p.scale = static_cast<float>(layout.scale);
@@ -258,6 +249,25 @@ support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::Un
     p.scaleStrideToken = layout.scaleStrideToken;
     p.scaleStrideHead = layout.scaleStrideHead;
   }
+  return p;
+}
+
+
+support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,
+                                                              const compiler::BatchShape& shape,
+                                                              const GpuRunOptions& options) {
+  compiler::UnifiedAttentionConfig problemConfig = config;
+  problemConfig.splitKv = false;  // the op decides; the problem's buffers are the same either way
+  auto problem = UnifiedAttentionProblem::create(problemConfig, shape);
+  if (!problem) return problem.status();
+  if (auto context = runtime::activatePrimaryContext(0); !context) return context.status();
+
+  auto uploaded = uploadBuffers(**problem);
+  if (!uploaded) return uploaded.status();
+  std::vector<runtime::DeviceBuffer>& device = *uploaded;
+  ops::PagedAttentionParams p = pagedAttentionOpParams(**problem, config, shape, [&](size_t index) {
+    return device[index].address();
+  });
   if (options.opCall == GpuRunOptions::OpCall::Plain) p.minSeqLen = p.maxSeqLen = 0;
   p.tuning = options.planTuning;
   std::optional<runtime::DeviceBuffer> workspace;

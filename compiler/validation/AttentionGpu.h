@@ -4,9 +4,9 @@
 // copy of the same number of bytes.
 #pragma once
 
-#include <string>
-
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "compiler/ops/PagedAttentionTuning.h"
 #include "compiler/validation/AttentionProblem.h"
@@ -57,6 +57,15 @@ struct GpuRunResult {
 
 support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAttentionConfig& config,
                                                        const compiler::BatchShape& shape, const GpuRunOptions& options);
+
+// The op API's arguments for `problem` (made from config and shape): the
+// variant's static parameters, the batch with its min and max seq_len hints,
+// each buffer at bufferAddress(its index in problem.buffers()) and the
+// problem's strides. No workspace, default tuning.
+ops::PagedAttentionParams pagedAttentionOpParams(const UnifiedAttentionProblem& problem,
+                                                 const compiler::UnifiedAttentionConfig& config,
+                                                 const compiler::BatchShape& shape,
+                                                 const std::function<uint64_t(size_t)>& bufferAddress);
 
 // The same problem run through the op API (ops::pagedAttention), as an engine
 // calls it: the variant's static parameters (dtype, heads, head sizes, block
