@@ -135,8 +135,7 @@ TEST_CASE("every plan the paged attention op launches matches the reference on t
   int calls = 0, plansRun = 0, candidatesRun = 0, splitPlans = 0, perSequenceSplits = 0;
   for (int attempt = 0; attempt < 600 && calls < 44; ++attempt) {
     const RandomCall call = randomCall(rng);
-    compiler::UnifiedAttentionConfig problemConfig = call.config;
-    auto problem = validation::UnifiedAttentionProblem::create(problemConfig, call.shape);
+    auto problem = validation::UnifiedAttentionProblem::create(call.config, call.shape);
     REQUIRE(problem.isOk());
     const ops::PagedAttentionParams p = opParams(call, **problem);
     // A combination the op refuses is its validation tests' business (the

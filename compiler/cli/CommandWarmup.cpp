@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -59,7 +60,7 @@ int compileKernelsToPtx(const std::vector<ops::WarmupKernel>& kernels, int threa
         milliseconds[static_cast<size_t>(i)] =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernelStart).count();
       },
-      threads > 0 ? threads : 32);
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < kernels.size(); ++i) {
     if (!outcomes[i]) {

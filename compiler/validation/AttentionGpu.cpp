@@ -252,7 +252,6 @@ ops::PagedAttentionParams pagedAttentionOpParams(const UnifiedAttentionProblem& 
   return p;
 }
 
-
 support::Expected<PagedAttentionOpRun> runPagedAttentionOpGpu(const compiler::UnifiedAttentionConfig& config,
                                                               const compiler::BatchShape& shape,
                                                               const GpuRunOptions& options) {
