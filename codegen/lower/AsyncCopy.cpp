@@ -44,6 +44,7 @@
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SwizzledShared.h"
+#include "codegen/lower/WarpSpecialization.h"
 #include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
@@ -263,18 +264,39 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   const int id = found->second;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
   llvm::IRBuilder<>& b = ctx.b;
+  // Warp-specialized (WarpSpecialization.cpp): the producer warps copy, after
+  // the slot's empty barrier; the compute warps only name the slot.
+  const bool specialized = ctx.warpSpecialization != nullptr;
+  const bool producer = ctx.role == LoweringContext::Role::Producer;
   llvm::Value* slot;
+  llvm::Value* fill = nullptr;  // specialized: the fill's number in its loop
   if (&op == buffer.prologueLoad) {
     // When the loop runs more than once (inside another loop), its last reads may
     // still be under way in other warps.
-    ctx.barrier();
+    if (!specialized) ctx.barrier();
     slot = ctx.i32(0);
+  } else if (specialized) {
+    fill = b.CreateAdd(ctx.warpSpecialization->iteration.at(buffer.loop), ctx.i32(1));
+    slot = producer ? b.CreateAnd(fill, ctx.i32(1)) : b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
   } else {
     int& committed = ctx.async->bodyCommits[buffer.loop];
     // The first copy of an iteration overwrites slots last read in the previous one.
     if (committed == 0) ctx.barrier();
     slot = b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
   }
+  auto result = [&] {
+    Lowered out;
+    out.regs = {slot};
+    out.layout = buffer.layout;
+    out.asyncBuffer = id;
+    ctx.set(op.result(), std::move(out));
+  };
+  if (specialized && !producer) {
+    result();
+    return true;
+  }
+  // The first fill of each slot (the prologue's, iteration 0's) finds it empty.
+  if (fill) waitSlotEmpty(ctx, id, slot, fill);
   const Lowered& ptr = ctx.get(op.operand(0));
   const Lowered& mask = ctx.get(op.operand(1));
   const LinearLayout& layout = buffer.layout;
@@ -295,13 +317,13 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
     b.CreateIntrinsic(b.getVoidTy(), copy, {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
   }
   tagSharedAccesses(copies, slotsRegion(buffer), SharedAccess::Write);
-  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
-  if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];
-  Lowered out;
-  out.regs = {slot};
-  out.layout = layout;
-  out.asyncBuffer = id;
-  ctx.set(op.result(), std::move(out));
+  if (specialized) {
+    signalSlotFull(ctx, id, slot);
+  } else {
+    b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
+    if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];
+  }
+  result();
   return true;
 }
 
@@ -316,11 +338,22 @@ void waitForOwnCopies(LoweringContext& ctx, const AsyncBuffer& buffer) {
 
 // Waits for the copies of the tile in `in`'s slot (and every thread's, through the
 // barrier), then reads it into layout `to`.
+// Compute warps of a warp-specialized kernel: waits until the producer filled
+// the slot `in` names (the fill of the current iteration).
+void waitForSlot(LoweringContext& ctx, const Lowered& in) {
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
+  waitSlotFull(ctx, in.asyncBuffer, in.regs.at(0), ctx.warpSpecialization->iteration.at(buffer.loop));
+}
+
 std::vector<llvm::Value*> readAsyncTile(LoweringContext& ctx, const Lowered& in, const LinearLayout& to,
                                         llvm::Type* elementType) {
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
-  waitForOwnCopies(ctx, buffer);
-  ctx.barrier();
+  if (ctx.warpSpecialization) {
+    waitForSlot(ctx, in);
+  } else {
+    waitForOwnCopies(ctx, buffer);
+    ctx.barrier();
+  }
   const LinearLayout read = in.transposedView ? to.transposed({1, 0}) : to;
   return readSwizzledTileToSink(ctx, read, buffer.tile, elementType, slotBase(ctx, buffer, in.regs[0]),
                                 slotsRegion(buffer));
@@ -333,9 +366,14 @@ std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const O
   if (!ctx.async || !ctx.async->descriptorConverts.count(&op)) return std::nullopt;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
   ATTNJIT_CHECK(buffer.warpgroupOperand, "codegen: descriptor convert of a buffer without column blocks");
-  waitForOwnCopies(ctx, buffer);
-  fenceForAsyncProxy(ctx);  // cp.async writes through the generic proxy, wgmma reads through the async one
-  ctx.barrier();
+  if (ctx.warpSpecialization) {
+    waitForSlot(ctx, in);
+    fenceForAsyncProxy(ctx);  // the producer's cp.async wrote through the generic proxy
+  } else {
+    waitForOwnCopies(ctx, buffer);
+    fenceForAsyncProxy(ctx);  // cp.async writes through the generic proxy, wgmma reads through the async one
+    ctx.barrier();
+  }
   Lowered out = in;
   out.layout = to;
   out.warpgroupOperand = true;
@@ -385,13 +423,16 @@ void beginAsyncLoop(LoweringContext& ctx, const Operation& loop) {
     const AsyncBuffer& buffer = ctx.async->buffers[id];
     if (buffer.loop == &loop) ctx.async->currentSlot[static_cast<int>(id)] = ctx.get(buffer.carried).regs.at(0);
   }
+  if (ctx.warpSpecialization) recordIteration(ctx, loop);
 }
 
 void finishAsyncLoop(LoweringContext& ctx, const Operation& loop) {
   if (!ctx.async) return;
   const bool hasBuffers = std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
                                       [&](const AsyncBuffer& buffer) { return buffer.loop == &loop; });
-  if (hasBuffers)
+  if (hasBuffers && ctx.warpSpecialization)
+    finishSpecializedLoop(ctx);
+  else if (hasBuffers)
     ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
 }
 

@@ -15,6 +15,7 @@
 #include "codegen/lower/LoopCrossingPredicates.h"
 #include "codegen/lower/SinkSlotReads.h"
 #include "codegen/lower/LoweringContext.h"
+#include "codegen/lower/WarpSpecialization.h"
 #include "codegen/lower/WarpgroupMma.h"
 #include "ir/Numeric.h"
 
@@ -122,12 +123,22 @@ llvm::Value* LoweringContext::sharedStart() {
   return shared_;
 }
 
+int LoweringContext::numThreads() const { return numWarps * 32 * (warpSpecialization ? 2 : 1); }
+
 llvm::Value* LoweringContext::sharedBase() {
+  // The producer warps' code never touches the scratch area (no barrier covers them).
+  if (role == Role::Producer) warpSpecialization->failed = true;
   if (asyncBufferBytes == 0 || buffersReleased) return sharedStart();
   return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), sharedStart(), static_cast<uint64_t>(asyncBufferBytes));
 }
 
 void LoweringContext::barrier() {
+  if (role == Role::Producer) warpSpecialization->failed = true;
+  if (role == Role::Consumer) {
+    b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count,
+                      {i32(kComputeWarpsBarrier), i32(numWarps * 32)});
+    return;
+  }
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {i32(0)});
 }
 
@@ -287,6 +298,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
   }
   beginAsyncLoop(ctx, op);
   lowerBlock(ctx, region);
+  releaseSlots(ctx, op);
   std::vector<Lowered> yielded = ctx.yielded;
   llvm::Value* next = b.CreateAdd(iv, step);
   llvm::BasicBlock* latch = b.GetInsertBlock();
@@ -347,6 +359,9 @@ constexpr CodegenStage kStages[] = {
     {"plan-async-copies",
      "pipelined tile loads that become cp.async copies into two swizzled shared-memory slots each "
      "(kernel attribute async_copy)"},
+    {"plan-warp-specialization",
+     "producer warps that issue the cp.async copies, handing slots to the compute warps through mbarriers "
+     "(kernel attribute warp_specialize, sm_90a)"},
     {"plan-shared-operands",
      "loop-invariant mma operands kept in shared memory and read next to each mma "
      "(kernel attribute shared_invariant_operands)"},
@@ -420,11 +435,12 @@ struct LoweringAttempt {
   int64_t sharedBytes = 0;
   SharedMemoryUse use;
   bool fits = true;
+  bool warpSpecializationFailed = false;  // lower again without producer warps
 };
 
 support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const Kernel& kernel,
                                                const CodegenOptions& options, const BufferChoice& choice,
-                                               StageRecorder& stages) {
+                                               bool warpSpecialize, StageRecorder& stages) {
   LoweringAttempt attempt;
   attempt.module = std::make_unique<llvm::Module>(kernel.name(), context);
   auto tm = createNvptxTargetMachine(options.target, options.ptxVersion);
@@ -436,6 +452,7 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   LoweringContext& ctx = *attempt.ctx;
   ctx.allowAsyncCopy = choice.asyncCopy;
   ctx.allowSharedOperands = choice.sharedOperands;
+  ctx.allowWarpSpecialization = warpSpecialize;
   ctx.axis = std::make_unique<AxisInfo>(kernel);
   std::vector<llvm::Type*> params;
   for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
@@ -465,21 +482,43 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
 
   stages.run("plan-async-copies", [&] { planAsyncCopies(ctx); });
   stages.printAfter("plan-async-copies", [&] { return describeAsyncCopyPlan(ctx); });
+  std::string noWarpSpecialization;
+  stages.run("plan-warp-specialization", [&] { planWarpSpecialization(ctx, noWarpSpecialization); });
+  stages.printAfter("plan-warp-specialization",
+                    [&] { return describeWarpSpecializationPlan(ctx, noWarpSpecialization); });
+  if (ctx.warpSpecialization) {
+    ctx.function->addFnAttr("nvvm.maxntid", std::to_string(ctx.numThreads()) + ",1,1");
+    // setmaxnreg needs the launch's register count fixed.
+    if (ctx.warpSpecialization->consumerRegisters != 0)
+      ctx.function->addFnAttr("nvvm.maxnreg", std::to_string(ctx.warpSpecialization->entryRegisters));
+  }
   const int64_t slotsEnd = ctx.asyncBufferBytes;
   stages.run("plan-shared-operands", [&] { planSharedOperands(ctx); });
   stages.printAfter("plan-shared-operands", [&] { return describeSharedOperandPlan(ctx); });
   const int64_t operandsEnd = ctx.asyncBufferBytes;
   stages.run("plan-shared-conversions", [&] { planSharedConversions(ctx); });
   stages.printAfter("plan-shared-conversions", [&] { return describeSharedConversionPlan(ctx); });
-  stages.run("lower", [&] { lowerKernelBody(ctx, kernel.body()); });
+  stages.run("lower", [&] {
+    if (ctx.warpSpecialization) lowerProducerRole(ctx, kernel.body());
+    lowerKernelBody(ctx, kernel.body());
+  });
   ctx.entryBuilder = nullptr;
+  if (ctx.warpSpecialization && ctx.warpSpecialization->failed) {
+    attempt.warpSpecializationFailed = true;
+    return attempt;
+  }
   if (!ctx.status) return ctx.status;
   attempt.sharedBytes = ctx.totalSharedBytes();
+  // The mbarriers are static shared memory, which the dynamic part follows at its alignment.
+  const int64_t dynamicAlign = ctx.warpgroupOperands ? kWarpgroupOperandAlign : 16;
+  const int64_t barrierBytes =
+      ctx.warpSpecialization ? (ctx.warpSpecialization->barrierBytes() + dynamicAlign - 1) / dynamicAlign * dynamicAlign
+                             : 0;
   attempt.use = {static_cast<int>(slotsEnd), static_cast<int>(operandsEnd - slotsEnd),
                  static_cast<int>(ctx.asyncBufferBytes - operandsEnd), static_cast<int>(ctx.sharedBytes)};
   // Only the buffers of their own can be given up; the scratch area is the floor.
   attempt.fits = !(ctx.async || ctx.sharedOperands || ctx.sharedConversions) ||
-                 attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;
+                 attempt.sharedBytes + barrierBytes <= options.target.maxSharedBytesPerBlock;
   if (attempt.fits) stages.printAfter("lower", [&] { return printModule(*attempt.module); });
   return attempt;
 }
@@ -494,11 +533,13 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
   const auto t0 = Clock::now();
   llvm::LLVMContext context;
 
-  // plan-async-copies, plan-shared-operands, lower and fit-shared-memory.
+  // plan-async-copies, plan-warp-specialization, plan-shared-operands, lower and fit-shared-memory.
   LoweringAttempt attempt;
   std::string fitLog;
   for (const BufferChoice& choice : kBufferChoices) {
-    auto lowered = lowerKernel(context, kernel, options, choice, stages);
+    auto lowered = lowerKernel(context, kernel, options, choice, /*warpSpecialize=*/true, stages);
+    if (lowered && lowered->warpSpecializationFailed)
+      lowered = lowerKernel(context, kernel, options, choice, /*warpSpecialize=*/false, stages);
     if (!lowered) return lowered.status();
     attempt = std::move(*lowered);
     fitLog += std::string(choice.description) + ": " + std::to_string(attempt.sharedBytes) + " B of " +
@@ -512,7 +553,7 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
   llvm::Module& module = *attempt.module;
   LoweringContext& ctx = *attempt.ctx;
   result.kernelName = kernel.name();
-  result.numThreads = ctx.numWarps * 32;
+  result.numThreads = ctx.numThreads();
   result.sharedMemoryBytes = static_cast<int>(attempt.sharedBytes);
   result.sharedMemoryUse = attempt.use;
   if (support::Status s = verifyLlvmModule(module); !s) return s;

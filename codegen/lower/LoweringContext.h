@@ -50,6 +50,7 @@ struct Lowered {
 };
 
 struct AsyncCopyPlan;
+struct WarpSpecializationPlan;
 struct SharedOperandPlan;
 struct SharedConversionPlan;
 
@@ -78,10 +79,19 @@ class LoweringContext {
   int64_t asyncBufferBytes = 0;
   bool allowAsyncCopy = true;  // false: every load takes the register path
   bool allowSharedOperands = true;  // false: loop-invariant operands stay in registers
+  bool allowWarpSpecialization = true;  // false: warp_specialize is ignored
   // A buffer is read by wgmma: dynamic shared memory is 1024-byte aligned.
   bool warpgroupOperands = false;
   // Which loads become cp.async copies (planAsyncCopies); null where none do.
   std::unique_ptr<AsyncCopyPlan> async;
+  // Producer warps for the cp.async copies (planWarpSpecialization); null where
+  // the kernel is not warp-specialized. `role` says which warps' code is being
+  // lowered: the body is lowered once for each role.
+  std::unique_ptr<WarpSpecializationPlan> warpSpecialization;
+  enum class Role { All, Producer, Consumer };
+  Role role = Role::All;
+  // Threads of the launch: the compute warps', plus the producers' when warp-specialized.
+  int numThreads() const;
   // Which conversions keep their operand in shared memory (planSharedOperands);
   // null where none do. Their buffers follow the cp.async ones, inside asyncBufferBytes.
   std::unique_ptr<SharedOperandPlan> sharedOperands;
@@ -103,6 +113,10 @@ class LoweringContext {
   }
   llvm::Value* scalar(const ir::Value* v) const { return get(v).regs.at(0); }
   void set(const ir::Value* v, Lowered lowered) { values_[v] = std::move(lowered); }
+  // The values lowered so far, to lower a second role's code from the same start.
+  using ValueMap = std::unordered_map<const ir::Value*, Lowered>;
+  ValueMap saveValues() const { return values_; }
+  void restoreValues(ValueMap values) { values_ = std::move(values); }
   // The linear layout of a tile type (its layout must be set).
   ir::LinearLayout linearLayout(const ir::Type& tileType, const ir::Operation& where);
 
@@ -122,6 +136,9 @@ class LoweringContext {
   // buffers), of the whole dynamic shared memory, and a CTA barrier.
   llvm::Value* sharedBase();
   llvm::Value* sharedStart();
+  // A barrier over the threads that run this code: the whole CTA, or the compute
+  // warps of a warp-specialized kernel (named barrier 1; the producer warps
+  // never reach one).
   void barrier();
   void reserveShared(int64_t bytes) {
     int64_t& reserved = buffersReleased ? releasedScratchBytes : sharedBytes;
@@ -159,7 +176,7 @@ class LoweringContext {
   llvm::IRBuilder<>* entryBuilder = nullptr;
 
  private:
-  std::unordered_map<const ir::Value*, Lowered> values_;
+  ValueMap values_;
   std::unordered_map<std::string, llvm::Value*> laneWarpCoord_;  // per (layout, dim, block)
   llvm::GlobalVariable* shared_ = nullptr;
 };

@@ -133,11 +133,17 @@ bool isTensorCoreInstruction(const llvm::Instruction& inst) {
          name.starts_with("llvm.nvvm.wgmma.");
 }
 
+// A CTA barrier, or a warp-specialized kernel's named barrier over its compute
+// warps (the only threads that touch shared memory outside the copies). The
+// barrier over the whole CTA there (producers included, a count given) is
+// never one: removing it would leave the producers waiting.
 bool isBarrier(const llvm::Instruction& inst) {
   const auto* call = llvm::dyn_cast<llvm::CallBase>(&inst);
-  return call && call->getIntrinsicID() == llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all &&
-         llvm::isa<llvm::ConstantInt>(call->getArgOperand(0)) &&
-         llvm::cast<llvm::ConstantInt>(call->getArgOperand(0))->isZero();
+  if (!call) return false;
+  const auto* id = llvm::dyn_cast<llvm::ConstantInt>(call->getArgOperand(0));
+  if (call->getIntrinsicID() == llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all) return id && id->isZero();
+  return call->getIntrinsicID() == llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count && id &&
+         id->getZExtValue() == static_cast<uint64_t>(kComputeWarpsBarrier);
 }
 
 // The N of `cp.async.wait_group N` (0 for wait_all); nullopt for anything else.

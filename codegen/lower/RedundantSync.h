@@ -8,6 +8,10 @@
 
 namespace attnjit::codegen {
 
+// The named barrier over the compute warps of a warp-specialized kernel
+// (barrier 0 spans the whole CTA, producer warps included).
+inline constexpr int kComputeWarpsBarrier = 1;
+
 struct RedundantSyncCounts {
   int barriers = 0;
   int waits = 0;

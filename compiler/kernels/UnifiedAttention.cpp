@@ -1413,6 +1413,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (!deferRowSum) name += "_rowsum";
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
+  if (warpSpecialize) name += "_ws";
   return name;
 }
 
@@ -1513,6 +1514,7 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   if (!config.asyncCopy) ir::setKernelAttribute(*kernel, ir::KernelAttribute::AsyncCopy, 0);
   if (!config.sinkSlotReads) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SinkSlotReads, 0);
   if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
+  if (config.warpSpecialize) ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, 1);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
   // converts them into the copy layouts anyway: decode tiles of 128 keys (8
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower

@@ -87,6 +87,12 @@ struct UnifiedAttentionConfig {
   // With warpgroup MMAs (sm_90a) the softmax then runs while the tensor cores
   // do P·V. Same results up to the order of f32 additions.
   bool overlapSoftmax = false;
+  // Producer warps (kernel attribute warp_specialize, codegen/lower/
+  // WarpSpecialization.cpp): on sm_90a num_warps more warps issue the K/V
+  // copies and hand the slots to the compute warps through mbarriers, which
+  // then meet no CTA barrier inside the loop. Ignored where codegen finds the
+  // loads unfit (other targets, no cp.async). Same results.
+  bool warpSpecialize = false;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,

@@ -380,6 +380,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"defer_row_sum", false, boolField("defer_row_sum", &C::deferRowSum)},
       {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
       {"overlap_softmax", false, boolField("overlap_softmax", &C::overlapSoftmax)},
+      {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"sliding_window", false, slidingWindowField<C>()},
       {"sliding_window_right", false, slidingWindowRightField<C>()},
       {"attention_chunk_size", false, positiveField("attention_chunk_size", &C::attentionChunkSize)},
@@ -834,6 +835,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
+         (config.warpSpecialize ? " warp_specialize=true" : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.slidingWindowRight != 0 ? " sliding_window_right=" + std::to_string(config.slidingWindowRight)
                                          : std::string()) +

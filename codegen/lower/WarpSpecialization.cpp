@@ -1,0 +1,515 @@
+// Warp specialization of the cp.async pipelines (kernel attribute
+// warp_specialize, targets with wgmma).
+//
+// In a pipelined loop (AsyncCopy.cpp) every warp computes the next tile's copy
+// addresses (block-table loads included), issues the copies, and meets the
+// other warps at CTA barriers: before the copies (the slot they overwrite was
+// read last iteration) and after waiting for them (every thread's copies must
+// have landed). On the H200 the 8-warp prefill kernels spend a third of their
+// stalls at those barriers, with two warps per scheduler to hide them.
+//
+// Warp specialization is a lowering of the same tile IR, so the interpreter's
+// semantics and every builder stay as they are:
+//
+// - The launch gets `num_warps` more warps. Thread t ≥ 32·num_warps is a
+//   producer thread and takes the thread indices of compute thread
+//   t − 32·num_warps, so it issues exactly the copies that compute thread would
+//   (the copy plan is per thread; nothing is remapped).
+// - The producer lowers a slice of the kernel: every planned cp.async load, the
+//   side-effect-free ops its addresses and masks come from (block-table loads
+//   included; for/if ops whose results they use are lowered whole), and the
+//   for/if ops around them with only those ops inside. Scalars are uniform, so
+//   both roles take the same path through the kernel.
+// - Each buffer has per slot a `full` mbarrier (one arrival per producer
+//   thread, through cp.async.mbarrier.arrive.noinc: it arrives when the
+//   thread's copies have landed) and an `empty` one (one arrival per compute
+//   thread). Fill f of a loop (0: the prologue's, i + 1: iteration i's) goes to
+//   slot f mod 2 after the producer waited on empty with parity
+//   ((f / 2) mod 2) xor 1: a fresh barrier counts its phase before 0 as
+//   complete, so the first fill of each slot does not wait. Iteration i of the
+//   compute warps reads fill i: it waits on full with parity (i / 2) mod 2,
+//   then fences for the async proxy (wgmma reads the slot), and after the
+//   iteration's last tensor-core instruction has completed it arrives on empty.
+// - At a pipelined loop's exit the producer waits for its copies and both roles
+//   meet at barrier 0 over the whole CTA: the slots may then be reused (by a
+//   sibling loop's prologue, or the epilogue's scratch). Every other barrier of
+//   the compute warps is named barrier 1 over their threads only.
+// - With 2 × 256 threads the launch has 128 registers a thread; setmaxnreg
+//   lowers the producers to 40 and raises the compute warps to 216. Their
+//   address arithmetic gone, the 8-warp prefill kernels' compute warps fit in
+//   that without spilling (they used 228 with it); at 24 / 232 the producers
+//   spilled 72 bytes. ptxas still fits every single instruction into the
+//   launch's count, so a warpgroup MMA whose accumulators and operands exceed
+//   it (head size 256: 128 accumulator registers) keeps the kernel unspecialized.
+//
+// A kernel qualifies when the target has wgmma, the cp.async plan has buffers,
+// no pipelined loop is nested in another loop (each runs once, so its fill
+// numbers are its iteration indices), its warpgroup MMAs fit the launch's
+// registers, the slice reads no loop-carried value
+// of a loop it does not run whole and no cp.async tile, its ops are
+// register-only (arithmetic, layout broadcasts, global loads), and the kernel
+// returns only at its end. Elsewhere the attribute is ignored
+// (--print-after=plan-warp-specialization says why).
+#include "codegen/lower/WarpSpecialization.h"
+
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <functional>
+
+#include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/InlinePtx.h"
+#include "codegen/lower/WarpgroupMma.h"
+
+namespace attnjit::codegen {
+
+using namespace ir;
+
+namespace {
+
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr int kRegistersPerBlock = 65536;
+constexpr int kProducerRegisters = 40;
+constexpr int kMaxRegistersPerThread = 255;
+// Registers besides a wgmma's accumulators that it needs at once (descriptors,
+// predicates, an A fragment from registers).
+constexpr int kInstructionRegisterMargin = 32;
+
+bool registerOnly(Opcode opcode) {
+  switch (opcode) {
+    case Opcode::ProgramId:
+    case Opcode::NumPrograms:
+    case Opcode::Constant:
+    case Opcode::Constexpr:
+    case Opcode::Arange:
+    case Opcode::Splat:
+    case Opcode::Broadcast:
+    case Opcode::ExpandDims:
+    case Opcode::Add:
+    case Opcode::Sub:
+    case Opcode::Mul:
+    case Opcode::Div:
+    case Opcode::Rem:
+    case Opcode::Min:
+    case Opcode::Max:
+    case Opcode::And:
+    case Opcode::Or:
+    case Opcode::Xor:
+    case Opcode::Shl:
+    case Opcode::Shr:
+    case Opcode::Neg:
+    case Opcode::Abs:
+    case Opcode::Cmp:
+    case Opcode::Select:
+    case Opcode::Cast:
+    case Opcode::Bitcast:
+    case Opcode::AddPtr:
+    case Opcode::Load:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Builds WarpSpecializationPlan::producerOps (see the file comment).
+class SliceBuilder {
+ public:
+  SliceBuilder(const AsyncCopyPlan& async, WarpSpecializationPlan& plan) : async_(async), plan_(plan) {}
+
+  // Empty when the slice exists, else why not.
+  std::string build() {
+    for (const AsyncBuffer& buffer : async_.buffers) {
+      for (const Operation* load : {buffer.prologueLoad, buffer.bodyLoad}) {
+        plan_.producerOps.insert(load);
+        for (const Value* operand : load->operands()) need(operand);
+        enclose(*load);
+      }
+    }
+    while (failure_.empty() && !work_.empty()) {
+      const Value* value = work_.back();
+      work_.pop_back();
+      visit(value);
+    }
+    return failure_;
+  }
+
+ private:
+  void need(const Value* value) {
+    if (seen_.insert(value).second) work_.push_back(value);
+  }
+
+  // The for/if ops around `op` run in the producer too, with their bounds or conditions.
+  void enclose(const Operation& op) {
+    for (const Block* block = op.parentBlock(); block && block->parentOp();
+         block = block->parentOp()->parentBlock()) {
+      const Operation* parent = block->parentOp();
+      if (whole_.count(parent)) return;
+      if (!plan_.partialOps.insert(parent).second) continue;
+      plan_.producerOps.insert(parent);
+      if (parent->opcode() == Opcode::For) {
+        for (size_t i = 0; i < 3; ++i) need(parent->operand(i));
+      } else if (parent->opcode() == Opcode::If) {
+        need(parent->operand(0));
+      } else {
+        fail(std::string("a pipelined load inside '") + parent->name() + "'");
+      }
+    }
+  }
+
+  // Every op of `op`'s regions runs in the producer too.
+  void takeWhole(const Operation& op) {
+    if (plan_.partialOps.count(&op)) return fail("the results of a loop or branch that holds a pipelined load");
+    whole_.insert(&op);
+    plan_.producerOps.insert(&op);
+    for (const Value* operand : op.operands()) need(operand);
+    enclose(op);
+    std::function<void(const Block&)> takeBlock = [&](const Block& block) {
+      for (const auto& inner : block.operations()) {
+        const Opcode opcode = inner->opcode();
+        if (async_.loads.count(inner.get())) return fail("a pipelined load inside a loop the producer runs whole");
+        if (!registerOnly(opcode) && opcode != Opcode::For && opcode != Opcode::If && opcode != Opcode::Yield)
+          return fail(std::string("'") + inner->name() + "' in a loop or branch the copies depend on");
+        whole_.insert(inner.get());
+        plan_.producerOps.insert(inner.get());
+        for (const Value* operand : inner->operands()) need(operand);
+        for (const auto& region : inner->regions()) takeBlock(*region);
+      }
+    };
+    for (const auto& region : op.regions()) takeBlock(*region);
+  }
+
+  void visit(const Value* value) {
+    if (const Operation* def = value->definingOp()) {
+      if (async_.loads.count(def)) return fail("copy addresses computed from a cp.async tile");
+      if (!def->regions().empty()) {
+        if (!whole_.count(def)) takeWhole(*def);
+        return;
+      }
+      if (plan_.producerOps.count(def)) return;
+      if (!registerOnly(def->opcode())) return fail(std::string("copy addresses computed by '") + def->name() + "'");
+      plan_.producerOps.insert(def);
+      for (const Value* operand : def->operands()) need(operand);
+      enclose(*def);
+      return;
+    }
+    const Operation* owner = value->ownerBlock()->parentOp();
+    if (!owner || whole_.count(owner)) return;  // a kernel parameter, or run whole
+    if (owner->opcode() == Opcode::For && value->index() == 0) return;  // an induction variable
+    fail("copy addresses computed from a loop-carried value");
+  }
+
+  void fail(const std::string& why) {
+    if (failure_.empty()) failure_ = why;
+  }
+
+  const AsyncCopyPlan& async_;
+  WarpSpecializationPlan& plan_;
+  std::unordered_set<const Operation*> whole_;
+  std::unordered_set<const Value*> seen_;
+  std::vector<const Value*> work_;
+  std::string failure_;
+};
+
+bool hasNestedReturn(const Block& block, bool nested) {
+  for (const auto& op : block.operations()) {
+    if (op->opcode() == Opcode::Return && nested) return true;
+    for (const auto& region : op->regions())
+      if (hasNestedReturn(*region, true)) return true;
+  }
+  return false;
+}
+
+llvm::Value* barrierAddress(LoweringContext& ctx, int index) {
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  return ctx.b.CreateConstInBoundsGEP2_32(plan.barriers->getValueType(), plan.barriers, 0,
+                                          static_cast<unsigned>(index));
+}
+
+// Barrier `base + slot` of buffer `buffer` (slot a runtime i32, 0 or 1).
+llvm::Value* barrierFor(LoweringContext& ctx, int buffer, int base, llvm::Value* slot) {
+  llvm::IRBuilder<>& b = ctx.b;
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  llvm::Value* index = b.CreateAdd(ctx.i32(4 * buffer + base), slot);
+  return b.CreateInBoundsGEP(plan.barriers->getValueType(), plan.barriers, {ctx.i32(0), index});
+}
+
+// Spins until the phase of `barrier` with parity `parity` has completed.
+void waitParity(LoweringContext& ctx, llvm::Value* barrier, llvm::Value* parity) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::BasicBlock* spin = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.wait", ctx.function);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.done", ctx.function);
+  b.CreateBr(spin);
+  b.SetInsertPoint(spin);
+  llvm::Value* complete = b.CreateIntrinsic(
+      b.getInt1Ty(), llvm::Intrinsic::nvvm_mbarrier_try_wait_parity_scope_cta_space_cta, {barrier, parity});
+  b.CreateCondBr(complete, done, spin);
+  b.SetInsertPoint(done);
+}
+
+// A barrier over every thread of the CTA, producers included (never removed
+// by remove-redundant-sync, which knows only the compute warps' barriers).
+void wholeCtaBarrier(LoweringContext& ctx) {
+  ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count,
+                        {ctx.i32(0), ctx.i32(ctx.numThreads())});
+}
+
+void setMaxRegisters(LoweringContext& ctx, int registers, bool increase) {
+  if (registers == 0) return;
+  ctx.b.CreateIntrinsic(ctx.b.getVoidTy(),
+                        increase ? llvm::Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32
+                                 : llvm::Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32,
+                        {ctx.i32(registers)});
+}
+
+void lowerProducerBlock(LoweringContext& ctx, const Block& block);
+
+// A for the producer runs with only its own ops inside: the induction
+// variable, no loop-carried values.
+void lowerProducerFor(LoweringContext& ctx, const Operation& op) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* lo = ctx.scalar(op.operand(0));
+  llvm::Value* hi = ctx.scalar(op.operand(1));
+  llvm::Value* step = ctx.scalar(op.operand(2));
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx.llvm, "producer.for.body", ctx.function);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx.llvm, "producer.for.exit", ctx.function);
+  b.CreateCondBr(b.CreateICmpSLT(lo, hi), body, exit);
+  b.SetInsertPoint(body);
+  const Block& region = *op.region(0);
+  llvm::PHINode* iv = b.CreatePHI(lo->getType(), 2, region.argument(0)->name());
+  iv->addIncoming(lo, pre);
+  ctx.set(region.argument(0), Lowered{{iv}, std::nullopt});
+  recordIteration(ctx, op);
+  lowerProducerBlock(ctx, region);
+  llvm::Value* next = b.CreateAdd(iv, step);
+  llvm::BasicBlock* latch = b.GetInsertBlock();
+  b.CreateCondBr(b.CreateICmpSLT(next, hi), body, exit);
+  iv->addIncoming(next, latch);
+  b.SetInsertPoint(exit);
+  finishAsyncLoop(ctx, op);
+}
+
+void lowerProducerIf(LoweringContext& ctx, const Operation& op) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::BasicBlock* thenBlock = llvm::BasicBlock::Create(ctx.llvm, "producer.if.then", ctx.function);
+  llvm::BasicBlock* elseBlock = llvm::BasicBlock::Create(ctx.llvm, "producer.if.else", ctx.function);
+  llvm::BasicBlock* merge = llvm::BasicBlock::Create(ctx.llvm, "producer.if.end", ctx.function);
+  b.CreateCondBr(ctx.scalar(op.operand(0)), thenBlock, elseBlock);
+  llvm::BasicBlock* starts[2] = {thenBlock, elseBlock};
+  for (int side = 0; side < 2; ++side) {
+    b.SetInsertPoint(starts[side]);
+    lowerProducerBlock(ctx, *op.region(side));
+    b.CreateBr(merge);
+  }
+  b.SetInsertPoint(merge);
+}
+
+void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
+  const WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  for (const auto& op : block.operations()) {
+    if (!plan.producerOps.count(op.get())) continue;
+    if (plan.partialOps.count(op.get())) {
+      if (op->opcode() == Opcode::For)
+        lowerProducerFor(ctx, *op);
+      else
+        lowerProducerIf(ctx, *op);
+      continue;
+    }
+    lowerOperation(ctx, *op);
+  }
+}
+
+}  // namespace
+
+int64_t WarpSpecializationPlan::barrierBytes() const {
+  return barriers ? static_cast<int64_t>(llvm::cast<llvm::ArrayType>(barriers->getValueType())->getNumElements()) * 8
+                  : 0;
+}
+
+void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
+  why.clear();
+  if (!kernelFlag(ctx.kernel, KernelAttribute::WarpSpecialize)) {
+    why = "kernel attribute warp_specialize = 0";
+    return;
+  }
+  if (!ctx.allowWarpSpecialization) {
+    why = "the producer's code needs a barrier or shared scratch (lowered again without)";
+    return;
+  }
+  if (!ctx.target.hasWgmma) {
+    why = "the target has no wgmma/setmaxnreg (sm_90a only)";
+    return;
+  }
+  if (!ctx.async) {
+    why = "no cp.async buffers";
+    return;
+  }
+  const int consumerThreads = ctx.numWarps * 32;
+  if (2 * consumerThreads > kMaxThreadsPerBlock) {
+    why = "num_warps producer warps would exceed 1024 threads";
+    return;
+  }
+  for (const AsyncBuffer& buffer : ctx.async->buffers) {
+    for (const Block* block = buffer.loop->parentBlock(); block && block->parentOp();
+         block = block->parentOp()->parentBlock())
+      if (block->parentOp()->opcode() == Opcode::For) {
+        why = "a pipelined loop inside another loop";
+        return;
+      }
+  }
+  if (hasNestedReturn(ctx.kernel.body(), false)) {
+    why = "a return before the kernel's end";
+    return;
+  }
+  // ptxas fits each instruction into the launch's register count, whatever
+  // setmaxnreg raises it to: a warpgroup MMA's accumulators (n / 2 registers a
+  // thread) plus its operands must fit the 65536 / threads registers.
+  const int threads = 2 * consumerThreads;
+  const int entryRegisters = std::min(kMaxRegistersPerThread, kRegistersPerBlock / threads / 8 * 8);
+  int64_t widestDot = 0;
+  std::function<void(const Block&)> findDots = [&](const Block& block) {
+    for (const auto& op : block.operations()) {
+      if (op->opcode() == Opcode::Dot)
+        if (auto shape = warpgroupDotShape(ctx, *op)) widestDot = std::max(widestDot, shape->groupN);
+      for (const auto& region : op->regions()) findDots(*region);
+    }
+  };
+  findDots(ctx.kernel.body());
+  if (widestDot / 2 + kInstructionRegisterMargin > entryRegisters) {
+    why = "a warpgroup MMA " + std::to_string(widestDot) + " columns wide needs more than the " +
+          std::to_string(entryRegisters) + " registers a thread of " + std::to_string(threads) + " has at launch";
+    return;
+  }
+  auto plan = std::make_unique<WarpSpecializationPlan>();
+  if (std::string failure = SliceBuilder(*ctx.async, *plan).build(); !failure.empty()) {
+    why = failure;
+    return;
+  }
+  plan->producerWarps = ctx.numWarps;
+  plan->entryRegisters = entryRegisters;
+  const int consumerRegisters =
+      std::min(256, (kRegistersPerBlock - consumerThreads * kProducerRegisters) / consumerThreads / 8 * 8);
+  // 256 threads or fewer have every register a thread can name already.
+  if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
+    plan->producerRegisters = kProducerRegisters;
+    plan->consumerRegisters = consumerRegisters;
+  }
+  auto* type = llvm::ArrayType::get(ctx.b.getInt64Ty(), 4 * ctx.async->buffers.size());
+  plan->barriers = new llvm::GlobalVariable(ctx.module, type, false, llvm::GlobalValue::InternalLinkage,
+                                            llvm::UndefValue::get(type), "attnjit_mbarriers", nullptr,
+                                            llvm::GlobalVariable::NotThreadLocal, 3);
+  plan->barriers->setAlignment(llvm::Align(8));
+  ctx.warpSpecialization = std::move(plan);
+}
+
+std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std::string& why) {
+  if (!ctx.warpSpecialization) return "no producer warps: " + why + "\n";
+  const WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  std::string text = std::to_string(plan.producerWarps) + " producer warps after " + std::to_string(ctx.numWarps) +
+                     " compute warps, " + std::to_string(plan.producerOps.size()) + " ops in the producer (" +
+                     std::to_string(plan.partialOps.size()) + " for/if with only the producer's ops), " +
+                     std::to_string(plan.barrierBytes()) + " B of mbarriers";
+  if (plan.consumerRegisters != 0)
+    text += ", setmaxnreg " + std::to_string(plan.producerRegisters) + " / " +
+            std::to_string(plan.consumerRegisters) + " (launch " + std::to_string(plan.entryRegisters) + ")";
+  return text + "\n";
+}
+
+void lowerProducerRole(LoweringContext& ctx, const Block& body) {
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::IRBuilder<>& e = *ctx.entryBuilder;
+  // Producer thread t takes compute thread t − 32·num_warps's indices.
+  const int consumerThreads = ctx.numWarps * 32;
+  llvm::Value* tid = ctx.threadId;
+  llvm::Value* isProducer = e.CreateICmpUGE(tid, e.getInt32(static_cast<uint32_t>(consumerThreads)), "producer");
+  llvm::Value* mirrored =
+      e.CreateSelect(isProducer, e.CreateSub(tid, e.getInt32(static_cast<uint32_t>(consumerThreads))), tid);
+  ctx.threadId = mirrored;
+  ctx.laneId = e.CreateAnd(mirrored, 31, "lane");
+  ctx.warpId = e.CreateLShr(mirrored, 5, "warp");
+
+  // Thread 0 initializes the barriers (full: one arrival per producer thread,
+  // empty: one per compute thread; as many of each); barrier 0 publishes them.
+  llvm::BasicBlock* init = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init", ctx.function);
+  llvm::BasicBlock* roles = llvm::BasicBlock::Create(ctx.llvm, "roles", ctx.function);
+  b.CreateCondBr(b.CreateICmpEQ(tid, ctx.i32(0)), init, roles);
+  b.SetInsertPoint(init);
+  const int buffers = static_cast<int>(ctx.async->buffers.size());
+  for (int buffer = 0; buffer < buffers; ++buffer)
+    for (int slot = 0; slot < 4; ++slot)
+      b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared,
+                        {barrierAddress(ctx, 4 * buffer + slot), ctx.i32(consumerThreads)});
+  b.CreateBr(roles);
+  b.SetInsertPoint(roles);
+  wholeCtaBarrier(ctx);
+
+  llvm::BasicBlock* producer = llvm::BasicBlock::Create(ctx.llvm, "producer", ctx.function);
+  llvm::BasicBlock* consumer = llvm::BasicBlock::Create(ctx.llvm, "consumer", ctx.function);
+  b.CreateCondBr(isProducer, producer, consumer);
+
+  b.SetInsertPoint(producer);
+  setMaxRegisters(ctx, plan.producerRegisters, false);
+  auto values = ctx.saveValues();
+  ctx.role = LoweringContext::Role::Producer;
+  lowerProducerBlock(ctx, body);
+  if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
+  ctx.restoreValues(std::move(values));
+  plan.iteration.clear();
+  ctx.async->currentSlot.clear();
+  ctx.async->bodyCommits.clear();
+
+  b.SetInsertPoint(consumer);
+  setMaxRegisters(ctx, plan.consumerRegisters, true);
+  ctx.role = LoweringContext::Role::Consumer;
+}
+
+void recordIteration(LoweringContext& ctx, const Operation& loop) {
+  if (!ctx.warpSpecialization) return;
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* iv = ctx.scalar(loop.region(0)->argument(0));
+  llvm::Value* lo = ctx.scalar(loop.operand(0));
+  llvm::Value* step = ctx.scalar(loop.operand(2));
+  ctx.warpSpecialization->iteration[&loop] = b.CreateSDiv(b.CreateSub(iv, lo), step);
+}
+
+void waitSlotEmpty(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* fill) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Value* parity = b.CreateXor(b.CreateAnd(b.CreateLShr(fill, 1), 1), 1);
+  waitParity(ctx, barrierFor(ctx, buffer, 2, slot), parity);
+}
+
+void signalSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot) {
+  ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_mbarrier_arrive_noinc_shared,
+                        {barrierFor(ctx, buffer, 0, slot)});
+}
+
+void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration) {
+  llvm::IRBuilder<>& b = ctx.b;
+  waitParity(ctx, barrierFor(ctx, buffer, 0, slot), b.CreateAnd(b.CreateLShr(iteration, 1), 1));
+}
+
+void releaseSlots(LoweringContext& ctx, const Operation& loop) {
+  if (!ctx.warpSpecialization || ctx.role != LoweringContext::Role::Consumer) return;
+  llvm::IRBuilder<>& b = ctx.b;
+  bool any = false;
+  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
+    const AsyncBuffer& buffer = ctx.async->buffers[id];
+    if (buffer.loop != &loop) continue;
+    if (!any && !ctx.warpgroupWaits.empty()) {
+      // A tensor-core instruction still in flight may read a slot.
+      InlinePtx(b, "wgmma.wait_group.sync.aligned 0;").sideEffects().emit();
+    }
+    any = true;
+    llvm::Value* slot = ctx.async->currentSlot.at(static_cast<int>(id));
+    b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
+                      {barrierFor(ctx, static_cast<int>(id), 2, slot)});
+  }
+}
+
+void finishSpecializedLoop(LoweringContext& ctx) {
+  if (ctx.role == LoweringContext::Role::Producer)
+    ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
+  wholeCtaBarrier(ctx);
+}
+
+}  // namespace attnjit::codegen

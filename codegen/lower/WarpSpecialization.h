@@ -1,0 +1,69 @@
+// Warp specialization of cp.async pipelines (kernel attribute warp_specialize):
+// producer warps issue the copies, the compute warps only wait for full slots
+// and hand them back. The file comment of WarpSpecialization.cpp explains the
+// roles, the mbarrier protocol and when a kernel qualifies. Internal to codegen/.
+#pragma once
+
+#include <llvm/IR/GlobalVariable.h>
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/lower/LoweringContext.h"
+
+namespace attnjit::codegen {
+
+struct WarpSpecializationPlan {
+  int producerWarps = 0;
+  // Registers a thread of each role asks for with setmaxnreg (0: none is
+  // emitted, the launch's count already suffices), and the launch's count.
+  int producerRegisters = 0, consumerRegisters = 0, entryRegisters = 0;
+  // The ops the producer warps lower: the slice of the kernel that computes the
+  // copies' addresses and masks, the copies, and the control flow around them.
+  std::unordered_set<const ir::Operation*> producerOps;
+  // Of those, the for/if ops the producer runs with only its own ops inside
+  // (their results are the compute warps'); the other for/if ops among
+  // producerOps it lowers whole.
+  std::unordered_set<const ir::Operation*> partialOps;
+  // full[buffer][slot] at index 4·buffer + slot, empty[buffer][slot] at
+  // 4·buffer + 2 + slot, in static shared memory of their own.
+  llvm::GlobalVariable* barriers = nullptr;
+  int64_t barrierBytes() const;
+  // The iteration index (0-based) of each pipelined loop, in the role being lowered.
+  std::unordered_map<const ir::Operation*, llvm::Value*> iteration;
+  // The producer's code needed a barrier or the shared scratch area: the
+  // kernel is lowered again without warp specialization.
+  bool failed = false;
+};
+
+// Decides whether the kernel's cp.async plan (ctx.async) runs with producer
+// warps; sets ctx.warpSpecialization when it does. `why` receives the reason
+// when it does not (for --print-after).
+void planWarpSpecialization(LoweringContext& ctx, std::string& why);
+std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std::string& why);
+
+// Called at the start of the kernel body's lowering, after the entry block
+// computed the thread indices: remaps the producer warps' thread index onto
+// the compute warps' (each producer thread copies what its compute thread
+// would), initializes the mbarriers and branches into the two roles. Lowers
+// the producer's code; returns with the builder in the compute warps' branch.
+void lowerProducerRole(LoweringContext& ctx, const ir::Block& body);
+
+// Hooks of the cp.async lowering (AsyncCopy.cpp) in a warp-specialized kernel.
+// Records loop `loop`'s iteration index (0-based) for this role.
+void recordIteration(LoweringContext& ctx, const ir::Operation& loop);
+// Producer: waits until slot `slot` of buffer `buffer` is free for fill `fill`
+// (the fill's number in the loop: 0 the prologue's, i + 1 iteration i's).
+void waitSlotEmpty(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* fill);
+// Producer: the slot is full once this thread's copies so far have landed.
+void signalSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot);
+// Compute warps: waits until the slot read in iteration `iteration` is full.
+void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration);
+// Compute warps, at the end of an iteration of `loop`: hands its slots back.
+void releaseSlots(LoweringContext& ctx, const ir::Operation& loop);
+// Both roles at a pipelined loop's exit: every copy has landed and every read
+// is done before anything reuses the slots (a barrier over the whole CTA).
+void finishSpecializedLoop(LoweringContext& ctx);
+
+}  // namespace attnjit::codegen

@@ -1,0 +1,150 @@
+// Producer warps for the cp.async pipelines (kernel attribute warp_specialize,
+// codegen/lower/WarpSpecialization.cpp): the roles, the mbarrier protocol and
+// the registers, read off the PTX, and ptxas accepting it. The schedule runs on
+// the GPU ([gpu] "GPU prefill with producer warps").
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/UnifiedAttention.h"
+#include "tests/test_tools.h"
+
+using namespace attnjit;
+using attnjit::tests::countOf;
+
+namespace {
+
+compiler::CompiledKernel compile(const compiler::UnifiedAttentionConfig& config, const std::string& target) {
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  compiler::CompileOptions options;
+  options.target = target;
+  auto compiled = compiler::compileKernel(**kernel, options);
+  INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
+  REQUIRE(compiled.isOk());
+  return *compiled;
+}
+
+// The op API's Hopper prefill tiling: 128 rows over 8 warps, 64-key tiles.
+compiler::UnifiedAttentionConfig hopperPrefill() {
+  compiler::UnifiedAttentionConfig c;
+  c.blockMRows = 128;
+  c.numWarps = 8;
+  c.tileSize = 64;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("warp_specialize gives the copies to producer warps that hand slots over through mbarriers",
+          "[codegen][warp-specialize]") {
+  std::vector<compiler::UnifiedAttentionConfig> configs;
+  for (bool causal : {true, false}) {
+    configs.push_back(hopperPrefill());
+    configs.back().causal = causal;
+  }
+  for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Int8PerTokenHead}) {
+    configs.push_back(hopperPrefill());
+    configs.back().kvCacheFormat = format;
+  }
+  configs.push_back(hopperPrefill());  // DiffKV
+  configs.back().headSize = 192;
+  configs.back().valueHeadSize = 128;
+  configs.push_back(hopperPrefill());  // Q in shared memory, 32-key tiles
+  configs.back().tileSize = 32;
+  configs.back().qInShared = true;
+  for (compiler::UnifiedAttentionConfig config : configs) {
+    const compiler::CompiledKernel plain = compile(config, "sm_90a");
+    config.warpSpecialize = true;
+    INFO(config.kernelName());
+    const compiler::CompiledKernel specialized = compile(config, "sm_90a");
+    const std::string& ptx = specialized.ptx;
+    // The launch: num_warps producer warps after the compute warps, 128
+    // registers a thread, moved from the producers to the compute warps.
+    CHECK(plain.numThreads == 256);
+    CHECK(specialized.numThreads == 512);
+    CHECK(ptx.find(".maxntid 512, 1, 1") != std::string::npos);
+    CHECK(ptx.find(".maxnreg 128") != std::string::npos);
+    CHECK(countOf(ptx, "setmaxnreg.dec.sync.aligned.u32 \t40;") == 1);
+    CHECK(countOf(ptx, "setmaxnreg.inc.sync.aligned.u32 \t216;") == 1);
+    // Two pipelined loops (unmasked, masked tiles), each with a K and a V
+    // buffer (DiffKV: two for K), each filled before the loop and in its body:
+    // the unspecialized kernel commits one cp.async group per fill. Full and
+    // empty barriers for both slots of every buffer.
+    const int fills = countOf(plain.ptx, "cp.async.commit_group");
+    CHECK(fills == (config.valueHeadSize != 0 ? 12 : 8));
+    CHECK(countOf(ptx, "mbarrier.init.shared.b64") == 2 * fills);
+    // The producers issue the same copies every warp issued before, and each
+    // fill arrives on its full barrier when its copies land; no commit groups.
+    CHECK(countOf(ptx, "cp.async.cg.shared.global") == countOf(plain.ptx, "cp.async.cg.shared.global"));
+    CHECK(countOf(ptx, "cp.async.mbarrier.arrive.noinc.shared.b64") == fills);
+    CHECK(countOf(ptx, "cp.async.commit_group") == 0);
+    CHECK(countOf(ptx, "cp.async.wait_group") == 0);
+    // Each body fill waits for its slot to be empty; each compute iteration
+    // waits for its K and V slots (at least) and hands both back once.
+    CHECK(countOf(ptx, "mbarrier.try_wait.parity.shared.b64") >= fills);
+    CHECK(countOf(ptx, "mbarrier.arrive.shared.b64") == fills / 2);
+    // Barrier 0 spans both roles: after the barriers' initialization and at
+    // each loop's exit in each role. Every other barrier is the compute warps'.
+    CHECK(countOf(ptx, "bar.sync \t0, 512;") == 1 + 2 * 2);
+    CHECK(countOf(ptx, "bar.sync \t0;") == 0);
+    CHECK(countOf(ptx, "bar.sync \t") == countOf(ptx, "bar.sync \t0, 512;") + countOf(ptx, "bar.sync \t1, 256;"));
+    CHECK(countOf(ptx, "cp.async.wait_all") == 2);  // the producers' loop exits
+    // The tensor-core work is the same.
+    CHECK(countOf(ptx, "wgmma.mma_async") == countOf(plain.ptx, "wgmma.mma_async"));
+    CHECK(countOf(ptx, "fence.proxy.async.shared::cta") >= 4);
+    if (tests::havePtxas()) {
+      const std::string info = tests::ptxasInfo(ptx, "sm_90a");
+      INFO(info);
+      CHECK(info.find("Used 128 registers") != std::string::npos);
+      CHECK(info.find("serialized") == std::string::npos);
+      CHECK(info.find("setmaxnreg' ignored") == std::string::npos);
+      // Without their address arithmetic the compute warps fit in 216 registers.
+      if (config.kvCacheFormat == compiler::KvCacheFormat::Auto && config.valueHeadSize == 0)
+        CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[codegen][warp-specialize]") {
+  compiler::UnifiedAttentionConfig config = hopperPrefill();
+  config.warpSpecialize = true;
+  // No wgmma/setmaxnreg before sm_90a.
+  for (const char* target : {"sm_80", "sm_90"}) {
+    INFO(target);
+    const compiler::CompiledKernel compiled = compile(config, target);
+    CHECK(compiled.numThreads == 256);
+    CHECK(countOf(compiled.ptx, "mbarrier") == 0);
+    CHECK(countOf(compiled.ptx, "setmaxnreg") == 0);
+  }
+  // Head size 256: P·V's accumulators (128 a thread) exceed the 128 registers
+  // of a 512-thread launch, which ptxas would need for that one instruction.
+  compiler::UnifiedAttentionConfig wide = config;
+  wide.headSize = 256;
+  CHECK(compile(wide, "sm_90a").numThreads == 256);
+  // No cp.async: nothing to produce.
+  compiler::UnifiedAttentionConfig registersOnly = config;
+  registersOnly.asyncCopy = false;
+  CHECK(compile(registersOnly, "sm_90a").numThreads == 256);
+  // 128-key tiles carry their block numbers through a layout conversion, which
+  // the producers cannot run without a barrier.
+  compiler::UnifiedAttentionConfig carried = config;
+  carried.tileSize = 128;
+  CHECK(compile(carried, "sm_90a").numThreads == 256);
+}
+
+TEST_CASE("warp_specialize on a 4-warp decode kernel: 256 threads, no register moves", "[codegen][warp-specialize]") {
+  compiler::UnifiedAttentionConfig config;  // the decode tiling: 4 warps, 64-key tiles, mma.sync
+  config.tileSize = 64;
+  config.warpSpecialize = true;
+  const compiler::CompiledKernel compiled = compile(config, "sm_90a");
+  CHECK(compiled.numThreads == 256);
+  // 255 registers a thread at launch already: no setmaxnreg, no register cap.
+  CHECK(countOf(compiled.ptx, "setmaxnreg") == 0);
+  CHECK(compiled.ptx.find(".maxnreg") == std::string::npos);
+  CHECK(countOf(compiled.ptx, "mbarrier.try_wait.parity.shared.b64") > 0);
+  CHECK(countOf(compiled.ptx, "bar.sync \t0;") == 0);
+  tests::checkAssembles(compiled.ptx, "sm_90a");
+}
