@@ -261,6 +261,57 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
   }
 }
 
+TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  // codegen/lower/WarpSpecialization.cpp: producer warps copy K/V tiles and hand
+  // slots to the compute warps through mbarriers. A protocol error shows as a
+  // wrong result (a slot read before it is full or after it is refilled) or a
+  // hang (the shard timeout). Lengths run the slots through many phases: 2800
+  // keys are 44 fills of each 64-key slot; the short rows leave a loop empty.
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 700};
+  mixed.contextLens = {0, 91, 300, 5, 64, 2100};
+  mixed.seed = 37;
+  auto specialized = [] {
+    compiler::UnifiedAttentionConfig c;
+    c.blockMRows = 128;
+    c.numWarps = 8;
+    c.tileSize = 64;
+    c.warpSpecialize = true;
+    return c;
+  };
+  for (bool causal : {true, false})
+    for (auto [hq, hkv] : {std::pair{32, 8}, std::pair{8, 8}})
+      for (int headSize : {64, 96, 128}) {
+        compiler::UnifiedAttentionConfig c = specialized();
+        c.causal = causal;
+        c.numQueryHeads = hq;
+        c.numKvHeads = hkv;
+        c.headSize = headSize;
+        checkOnGpu(c, mixed);
+      }
+  std::vector<compiler::UnifiedAttentionConfig> others(7, specialized());
+  others[0].headSize = 192;  // DiffKV: three buffers a loop
+  others[0].valueHeadSize = 128;
+  others[1].kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  others[2].kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  others[3].kvCacheFormat = compiler::KvCacheFormat::Int4PerTokenHead;
+  others[4].qInShared = true;
+  others[4].tileSize = 32;
+  others[5].slidingWindow = 200;  // windows skip tiles: loops start past 0
+  others[6].sinks = true;
+  others[6].outputLse = true;
+  for (const auto& c : others) checkOnGpu(c, mixed);
+  compiler::UnifiedAttentionConfig decode;  // 4 compute warps, mma.sync, no register moves
+  decode.tileSize = 64;
+  decode.warpSpecialize = true;
+  compiler::BatchShape decodeRows;
+  decodeRows.queryLens = {1, 1, 1, 1, 1};
+  decodeRows.contextLens = {4095, 17, 0, 1000, 63};
+  decodeRows.seed = 41;
+  checkOnGpu(decode, decodeRows);
+}
+
 TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {
   if (!tests::gpuPresent()) return;
   namespace fs = std::filesystem;
