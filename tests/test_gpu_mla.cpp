@@ -90,6 +90,32 @@ TEST_CASE("GPU mla_decode: tiling knobs, q in shared memory, f16, empty sequence
     }
 }
 
+TEST_CASE("GPU mla_decode with producer warps (warp_specialize) agrees with float64", "[gpu][mla]") {
+  if (!tests::gpuPresent()) return;
+  // The op's Hopper tiling (64 heads, 64 keys, 8 warps, q in shared memory)
+  // with a warpgroup of producers copying the five latent chunks of each tile:
+  // long rows take the slots through many phases, empty ones leave the loop
+  // without a tile, short splits leave segments empty.
+  validation::MlaDecodeBatch batch;
+  batch.seqLens = {0, 1, 4000, 777, 64, 0, 1500, 129};
+  batch.seed = 9;
+  for (auto format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3})
+    for (bool split : {false, true}) {
+      compiler::MlaDecodeConfig c;
+      c.kvCacheFormat = format;
+      c.numHeads = 128;
+      c.blockH = 64;
+      c.tileSize = 64;
+      c.numWarps = 8;
+      c.qInShared = true;
+      c.warpSpecialize = true;
+      c.splitKv = split;
+      c.outputLse = true;
+      batch.segmentTiles = 7;
+      expectPassed(validation::runMlaDecodeGpu(c, batch, {}), c.kernelName());
+    }
+}
+
 TEST_CASE("GPU mla_decode in f32 and over blocks of 1 and 24 tokens", "[gpu][mla]") {
   if (!tests::gpuPresent()) return;
   validation::MlaDecodeBatch batch;

@@ -264,20 +264,21 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   const int id = found->second;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
   llvm::IRBuilder<>& b = ctx.b;
-  // Warp-specialized (WarpSpecialization.cpp): the producer warps copy, after
-  // the slot's empty barrier; the compute warps only name the slot.
+  // Warp-specialized (WarpSpecialization.cpp): the producer warps copy (their
+  // caller waits for the slot and signals it full); the compute warps only name
+  // the slot.
   const bool specialized = ctx.warpSpecialization != nullptr;
   const bool producer = ctx.role == LoweringContext::Role::Producer;
   llvm::Value* slot;
-  llvm::Value* fill = nullptr;  // specialized: the fill's number in its loop
   if (&op == buffer.prologueLoad) {
     // When the loop runs more than once (inside another loop), its last reads may
     // still be under way in other warps.
     if (!specialized) ctx.barrier();
     slot = ctx.i32(0);
+  } else if (producer) {
+    slot = producerFill(ctx, buffer, op).slot;
   } else if (specialized) {
-    fill = b.CreateAdd(ctx.warpSpecialization->iteration.at(buffer.loop), ctx.i32(1));
-    slot = producer ? b.CreateAnd(fill, ctx.i32(1)) : b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
+    slot = b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
   } else {
     int& committed = ctx.async->bodyCommits[buffer.loop];
     // The first copy of an iteration overwrites slots last read in the previous one.
@@ -295,8 +296,6 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
     result();
     return true;
   }
-  // The first fill of each slot (the prologue's, iteration 0's) finds it empty.
-  if (fill) waitSlotEmpty(ctx, id, slot, fill);
   const Lowered& ptr = ctx.get(op.operand(0));
   const Lowered& mask = ctx.get(op.operand(1));
   const LinearLayout& layout = buffer.layout;
@@ -317,9 +316,8 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
     b.CreateIntrinsic(b.getVoidTy(), copy, {destination, ptr.regs[static_cast<size_t>(r)], sourceBytes});
   }
   tagSharedAccesses(copies, slotsRegion(buffer), SharedAccess::Write);
-  if (specialized) {
-    signalSlotFull(ctx, id, slot);
-  } else {
+  // The producer's caller arrives on the slot's full barrier (lowerProducerCopies).
+  if (!specialized) {
     b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_commit_group, llvm::ArrayRef<llvm::Value*>{});
     if (&op == buffer.bodyLoad) ++ctx.async->bodyCommits[buffer.loop];
   }

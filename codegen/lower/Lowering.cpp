@@ -123,7 +123,9 @@ llvm::Value* LoweringContext::sharedStart() {
   return shared_;
 }
 
-int LoweringContext::numThreads() const { return numWarps * 32 * (warpSpecialization ? 2 : 1); }
+int LoweringContext::numThreads() const {
+  return (numWarps + (warpSpecialization ? warpSpecialization->producerWarps : 0)) * 32;
+}
 
 llvm::Value* LoweringContext::sharedBase() {
   // The producer warps' code never touches the scratch area (no barrier covers them).

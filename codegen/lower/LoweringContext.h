@@ -113,10 +113,27 @@ class LoweringContext {
   }
   llvm::Value* scalar(const ir::Value* v) const { return get(v).regs.at(0); }
   void set(const ir::Value* v, Lowered lowered) { values_[v] = std::move(lowered); }
-  // The values lowered so far, to lower a second role's code from the same start.
   using ValueMap = std::unordered_map<const ir::Value*, Lowered>;
-  ValueMap saveValues() const { return values_; }
-  void restoreValues(ValueMap values) { values_ = std::move(values); }
+  ValueMap values() const { return values_; }
+  // The thread a lowering computes for: its indices, the thread terms of the
+  // coordinates derived from them, and the values lowered for it. A producer
+  // thread of a warp-specialized kernel lowers its copies once for each compute
+  // thread it stands in for, each in a view of its own (swapThread exchanges
+  // the context's with `view`).
+  struct ThreadView {
+    llvm::Value* threadId = nullptr;
+    llvm::Value* laneId = nullptr;
+    llvm::Value* warpId = nullptr;
+    std::unordered_map<std::string, llvm::Value*> coordinates;
+    ValueMap values;
+  };
+  void swapThread(ThreadView& view) {
+    std::swap(threadId, view.threadId);
+    std::swap(laneId, view.laneId);
+    std::swap(warpId, view.warpId);
+    std::swap(laneWarpCoord_, view.coordinates);
+    std::swap(values_, view.values);
+  }
   // The linear layout of a tile type (its layout must be set).
   ir::LinearLayout linearLayout(const ir::Type& tileType, const ir::Operation& where);
 

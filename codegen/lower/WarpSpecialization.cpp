@@ -11,20 +11,22 @@
 // Warp specialization is a lowering of the same tile IR, so the interpreter's
 // semantics and every builder stay as they are:
 //
-// - The launch gets `num_warps` more warps. Thread t ≥ 32·num_warps is a
-//   producer thread and takes the thread indices of compute thread
-//   t − 32·num_warps, so it issues exactly the copies that compute thread would
-//   (the copy plan is per thread; nothing is remapped).
+// - The launch gets a warpgroup of producer warps after the compute warps
+//   (fewer with fewer than four compute warps): producer thread p issues the
+//   copies of compute threads p, p + 128, ... — its code lowers each copy once
+//   for each of them, in a view with that thread's indices
+//   (LoweringContext::ThreadView), so the per-thread copy plan is reused as
+//   it is.
 // - The producer lowers a slice of the kernel: every planned cp.async load, the
 //   side-effect-free ops its addresses and masks come from (block-table loads
 //   included; for/if ops whose results they use are lowered whole), and the
 //   for/if ops around them with only those ops inside. Scalars are uniform, so
 //   both roles take the same path through the kernel.
 // - Each buffer has per slot a `full` mbarrier (one arrival per producer
-//   thread, through cp.async.mbarrier.arrive.noinc: it arrives when the
-//   thread's copies have landed) and an `empty` one (one arrival per compute
-//   thread). Fill f of a loop (0: the prologue's, i + 1: iteration i's) goes to
-//   slot f mod 2 after the producer waited on empty with parity
+//   thread, through cp.async.mbarrier.arrive.noinc after its copies: it lands
+//   when they have) and an `empty` one (one arrival per compute thread). Fill
+//   f of a loop (0: the prologue's, i + 1: iteration i's) goes to slot f mod 2
+//   after the producer waited on empty with parity
 //   ((f / 2) mod 2) xor 1: a fresh barrier counts its phase before 0 as
 //   complete, so the first fill of each slot does not wait. Iteration i of the
 //   compute warps reads fill i: it waits on full with parity (i / 2) mod 2,
@@ -34,13 +36,14 @@
 //   meet at barrier 0 over the whole CTA: the slots may then be reused (by a
 //   sibling loop's prologue, or the epilogue's scratch). Every other barrier of
 //   the compute warps is named barrier 1 over their threads only.
-// - With 2 × 256 threads the launch has 128 registers a thread; setmaxnreg
-//   lowers the producers to 40 and raises the compute warps to 216. Their
-//   address arithmetic gone, the 8-warp prefill kernels' compute warps fit in
-//   that without spilling (they used 228 with it); at 24 / 232 the producers
-//   spilled 72 bytes. ptxas still fits every single instruction into the
+// - With 256 + 128 threads the launch has 168 registers a thread; setmaxnreg
+//   lowers the producers to 64 and raises the compute warps to 224. Without
+//   their address arithmetic the 8-warp prefill and MLA compute warps fit
+//   there (they used 228 and 236–251 with it); producers copying for two
+//   threads spill at 24–56. ptxas still fits every single instruction into the
 //   launch's count, so a warpgroup MMA whose accumulators and operands exceed
-//   it (head size 256: 128 accumulator registers) keeps the kernel unspecialized.
+//   it keeps the kernel unspecialized (head size 256's m64n256: 128 + 32 of
+//   168, fits).
 //
 // A kernel qualifies when the target has wgmma, the cp.async plan has buffers,
 // no pipelined loop is nested in another loop (each runs once, so its fill
@@ -68,7 +71,9 @@ namespace {
 
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kRegistersPerBlock = 65536;
-constexpr int kProducerRegisters = 40;
+constexpr int kProducerRegisters = 64;
+constexpr int kMaxSetMaxRegisters = 240;  // leaves the producers' share of a 384-thread CTA
+constexpr int kWarpgroupWarps = 4;
 constexpr int kMaxRegistersPerThread = 255;
 // Registers besides a wgmma's accumulators that it needs at once (descriptors,
 // predicates, an A fragment from registers).
@@ -262,13 +267,30 @@ void setMaxRegisters(LoweringContext& ctx, int registers, bool increase) {
 
 void lowerProducerBlock(LoweringContext& ctx, const Block& block);
 
+// Runs `lower` once in the view of each compute thread the producer thread
+// stands in for.
+template <typename F>
+void forEachStandIn(LoweringContext& ctx, F&& lower) {
+  for (LoweringContext::ThreadView& view : ctx.warpSpecialization->views) {
+    ctx.swapThread(view);
+    lower();
+    ctx.swapThread(view);
+  }
+}
+
+// A uniform scalar, from the first view.
+llvm::Value* uniformScalar(LoweringContext& ctx, const Value* value) {
+  return ctx.warpSpecialization->views.front().values.at(value).regs.at(0);
+}
+
 // A for the producer runs with only its own ops inside: the induction
 // variable, no loop-carried values.
 void lowerProducerFor(LoweringContext& ctx, const Operation& op) {
   llvm::IRBuilder<>& b = ctx.b;
-  llvm::Value* lo = ctx.scalar(op.operand(0));
-  llvm::Value* hi = ctx.scalar(op.operand(1));
-  llvm::Value* step = ctx.scalar(op.operand(2));
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  llvm::Value* lo = uniformScalar(ctx, op.operand(0));
+  llvm::Value* hi = uniformScalar(ctx, op.operand(1));
+  llvm::Value* step = uniformScalar(ctx, op.operand(2));
   llvm::BasicBlock* pre = b.GetInsertBlock();
   llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx.llvm, "producer.for.body", ctx.function);
   llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx.llvm, "producer.for.exit", ctx.function);
@@ -277,8 +299,8 @@ void lowerProducerFor(LoweringContext& ctx, const Operation& op) {
   const Block& region = *op.region(0);
   llvm::PHINode* iv = b.CreatePHI(lo->getType(), 2, region.argument(0)->name());
   iv->addIncoming(lo, pre);
-  ctx.set(region.argument(0), Lowered{{iv}, std::nullopt});
-  recordIteration(ctx, op);
+  for (LoweringContext::ThreadView& view : plan.views) view.values[region.argument(0)] = Lowered{{iv}, std::nullopt};
+  plan.iteration[&op] = b.CreateSDiv(b.CreateSub(iv, lo), step);
   lowerProducerBlock(ctx, region);
   llvm::Value* next = b.CreateAdd(iv, step);
   llvm::BasicBlock* latch = b.GetInsertBlock();
@@ -293,7 +315,7 @@ void lowerProducerIf(LoweringContext& ctx, const Operation& op) {
   llvm::BasicBlock* thenBlock = llvm::BasicBlock::Create(ctx.llvm, "producer.if.then", ctx.function);
   llvm::BasicBlock* elseBlock = llvm::BasicBlock::Create(ctx.llvm, "producer.if.else", ctx.function);
   llvm::BasicBlock* merge = llvm::BasicBlock::Create(ctx.llvm, "producer.if.end", ctx.function);
-  b.CreateCondBr(ctx.scalar(op.operand(0)), thenBlock, elseBlock);
+  b.CreateCondBr(uniformScalar(ctx, op.operand(0)), thenBlock, elseBlock);
   llvm::BasicBlock* starts[2] = {thenBlock, elseBlock};
   for (int side = 0; side < 2; ++side) {
     b.SetInsertPoint(starts[side]);
@@ -301,6 +323,24 @@ void lowerProducerIf(LoweringContext& ctx, const Operation& op) {
     b.CreateBr(merge);
   }
   b.SetInsertPoint(merge);
+}
+
+// A planned load: once its slot is empty, the copies of every compute thread
+// the producer thread stands in for, then one arrival on the slot's full
+// barrier, which lands when all of them have.
+void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
+  llvm::IRBuilder<>& b = ctx.b;
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
+  const Fill fill = producerFill(ctx, buffer, load);
+  // The first fill of each slot (the prologue's, iteration 0's) finds it empty:
+  // a fresh barrier counts the phase before its first as complete.
+  if (&load == buffer.bodyLoad) {
+    llvm::Value* parity = b.CreateXor(b.CreateAnd(b.CreateLShr(fill.number, 1), 1), 1);
+    waitParity(ctx, barrierFor(ctx, id, 2, fill.slot), parity);
+  }
+  forEachStandIn(ctx, [&] { lowerOperation(ctx, load); });
+  b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_mbarrier_arrive_noinc_shared,
+                    {barrierFor(ctx, id, 0, fill.slot)});
 }
 
 void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
@@ -312,9 +352,11 @@ void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
         lowerProducerFor(ctx, *op);
       else
         lowerProducerIf(ctx, *op);
-      continue;
+    } else if (auto planned = ctx.async->loads.find(op.get()); planned != ctx.async->loads.end()) {
+      lowerProducerCopies(ctx, *op, planned->second);
+    } else {
+      forEachStandIn(ctx, [&] { lowerOperation(ctx, *op); });
     }
-    lowerOperation(ctx, *op);
   }
 }
 
@@ -344,8 +386,10 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     return;
   }
   const int consumerThreads = ctx.numWarps * 32;
-  if (2 * consumerThreads > kMaxThreadsPerBlock) {
-    why = "num_warps producer warps would exceed 1024 threads";
+  const int producerWarps = std::min(ctx.numWarps, kWarpgroupWarps);
+  const int producerThreads = producerWarps * 32;
+  if (consumerThreads + producerThreads > kMaxThreadsPerBlock) {
+    why = "the producer warps would exceed 1024 threads";
     return;
   }
   for (const AsyncBuffer& buffer : ctx.async->buffers) {
@@ -363,7 +407,7 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   // ptxas fits each instruction into the launch's register count, whatever
   // setmaxnreg raises it to: a warpgroup MMA's accumulators (n / 2 registers a
   // thread) plus its operands must fit the 65536 / threads registers.
-  const int threads = 2 * consumerThreads;
+  const int threads = consumerThreads + producerThreads;
   const int entryRegisters = std::min(kMaxRegistersPerThread, kRegistersPerBlock / threads / 8 * 8);
   int64_t widestDot = 0;
   std::function<void(const Block&)> findDots = [&](const Block& block) {
@@ -384,10 +428,11 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     why = failure;
     return;
   }
-  plan->producerWarps = ctx.numWarps;
+  plan->producerWarps = producerWarps;
+  plan->standIns = ctx.numWarps / producerWarps;
   plan->entryRegisters = entryRegisters;
-  const int consumerRegisters =
-      std::min(256, (kRegistersPerBlock - consumerThreads * kProducerRegisters) / consumerThreads / 8 * 8);
+  const int consumerRegisters = std::min(
+      kMaxSetMaxRegisters, (kRegistersPerBlock - producerThreads * kProducerRegisters) / consumerThreads / 8 * 8);
   // 256 threads or fewer have every register a thread can name already.
   if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
     plan->producerRegisters = kProducerRegisters;
@@ -405,7 +450,8 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   if (!ctx.warpSpecialization) return "no producer warps: " + why + "\n";
   const WarpSpecializationPlan& plan = *ctx.warpSpecialization;
   std::string text = std::to_string(plan.producerWarps) + " producer warps after " + std::to_string(ctx.numWarps) +
-                     " compute warps, " + std::to_string(plan.producerOps.size()) + " ops in the producer (" +
+                     " compute warps (a producer thread copies for " + std::to_string(plan.standIns) +
+                     "), " + std::to_string(plan.producerOps.size()) + " ops in the producer (" +
                      std::to_string(plan.partialOps.size()) + " for/if with only the producer's ops), " +
                      std::to_string(plan.barrierBytes()) + " B of mbarriers";
   if (plan.consumerRegisters != 0)
@@ -418,27 +464,33 @@ void lowerProducerRole(LoweringContext& ctx, const Block& body) {
   WarpSpecializationPlan& plan = *ctx.warpSpecialization;
   llvm::IRBuilder<>& b = ctx.b;
   llvm::IRBuilder<>& e = *ctx.entryBuilder;
-  // Producer thread t takes compute thread t − 32·num_warps's indices.
   const int consumerThreads = ctx.numWarps * 32;
+  const int producerThreads = plan.producerWarps * 32;
   llvm::Value* tid = ctx.threadId;
   llvm::Value* isProducer = e.CreateICmpUGE(tid, e.getInt32(static_cast<uint32_t>(consumerThreads)), "producer");
-  llvm::Value* mirrored =
-      e.CreateSelect(isProducer, e.CreateSub(tid, e.getInt32(static_cast<uint32_t>(consumerThreads))), tid);
-  ctx.threadId = mirrored;
-  ctx.laneId = e.CreateAnd(mirrored, 31, "lane");
-  ctx.warpId = e.CreateLShr(mirrored, 5, "warp");
+  // Producer thread p stands in for compute threads p, p + producerThreads, ...
+  llvm::Value* producerIndex = e.CreateSub(tid, e.getInt32(static_cast<uint32_t>(consumerThreads)));
+  plan.views.assign(static_cast<size_t>(plan.standIns), {});
+  for (int k = 0; k < plan.standIns; ++k) {
+    LoweringContext::ThreadView& view = plan.views[static_cast<size_t>(k)];
+    view.threadId = e.CreateAdd(producerIndex, e.getInt32(static_cast<uint32_t>(k * producerThreads)));
+    view.laneId = e.CreateAnd(view.threadId, 31);
+    view.warpId = e.CreateLShr(view.threadId, 5);
+    view.values = ctx.values();  // the parameters
+  }
 
   // Thread 0 initializes the barriers (full: one arrival per producer thread,
-  // empty: one per compute thread; as many of each); barrier 0 publishes them.
+  // empty: one per compute thread); barrier 0 publishes them.
   llvm::BasicBlock* init = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init", ctx.function);
   llvm::BasicBlock* roles = llvm::BasicBlock::Create(ctx.llvm, "roles", ctx.function);
   b.CreateCondBr(b.CreateICmpEQ(tid, ctx.i32(0)), init, roles);
   b.SetInsertPoint(init);
   const int buffers = static_cast<int>(ctx.async->buffers.size());
   for (int buffer = 0; buffer < buffers; ++buffer)
-    for (int slot = 0; slot < 4; ++slot)
-      b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared,
-                        {barrierAddress(ctx, 4 * buffer + slot), ctx.i32(consumerThreads)});
+    for (int index = 0; index < 4; ++index)
+      b.CreateIntrinsic(
+          b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared,
+          {barrierAddress(ctx, 4 * buffer + index), ctx.i32(index < 2 ? producerThreads : consumerThreads)});
   b.CreateBr(roles);
   b.SetInsertPoint(roles);
   wholeCtaBarrier(ctx);
@@ -449,14 +501,11 @@ void lowerProducerRole(LoweringContext& ctx, const Block& body) {
 
   b.SetInsertPoint(producer);
   setMaxRegisters(ctx, plan.producerRegisters, false);
-  auto values = ctx.saveValues();
   ctx.role = LoweringContext::Role::Producer;
   lowerProducerBlock(ctx, body);
   if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
-  ctx.restoreValues(std::move(values));
+  plan.views.clear();
   plan.iteration.clear();
-  ctx.async->currentSlot.clear();
-  ctx.async->bodyCommits.clear();
 
   b.SetInsertPoint(consumer);
   setMaxRegisters(ctx, plan.consumerRegisters, true);
@@ -472,15 +521,10 @@ void recordIteration(LoweringContext& ctx, const Operation& loop) {
   ctx.warpSpecialization->iteration[&loop] = b.CreateSDiv(b.CreateSub(iv, lo), step);
 }
 
-void waitSlotEmpty(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* fill) {
-  llvm::IRBuilder<>& b = ctx.b;
-  llvm::Value* parity = b.CreateXor(b.CreateAnd(b.CreateLShr(fill, 1), 1), 1);
-  waitParity(ctx, barrierFor(ctx, buffer, 2, slot), parity);
-}
-
-void signalSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot) {
-  ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_mbarrier_arrive_noinc_shared,
-                        {barrierFor(ctx, buffer, 0, slot)});
+Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const Operation& load) {
+  if (&load == buffer.prologueLoad) return {ctx.i32(0), ctx.i32(0)};
+  llvm::Value* number = ctx.b.CreateAdd(ctx.warpSpecialization->iteration.at(buffer.loop), ctx.i32(1));
+  return {number, ctx.b.CreateAnd(number, ctx.i32(1))};
 }
 
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration) {

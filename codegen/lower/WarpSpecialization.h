@@ -9,13 +9,22 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "codegen/lower/LoweringContext.h"
 
 namespace attnjit::codegen {
 
+struct AsyncBuffer;
+
 struct WarpSpecializationPlan {
+  // At most one warpgroup of producers; each producer thread stands in for
+  // standIns compute threads (thread p for p, p + 32·producerWarps, ...).
   int producerWarps = 0;
+  int standIns = 1;
+  // The producer's views of the compute threads it stands in for, while its
+  // code is lowered (LoweringContext::ThreadView).
+  std::vector<LoweringContext::ThreadView> views;
   // Registers a thread of each role asks for with setmaxnreg (0: none is
   // emitted, the launch's count already suffices), and the launch's count.
   int producerRegisters = 0, consumerRegisters = 0, entryRegisters = 0;
@@ -44,20 +53,22 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why);
 std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std::string& why);
 
 // Called at the start of the kernel body's lowering, after the entry block
-// computed the thread indices: remaps the producer warps' thread index onto
-// the compute warps' (each producer thread copies what its compute thread
-// would), initializes the mbarriers and branches into the two roles. Lowers
-// the producer's code; returns with the builder in the compute warps' branch.
+// computed the thread indices: sets up the producer threads' views of the
+// compute threads they copy for, initializes the mbarriers and branches into
+// the two roles. Lowers the producer's code; returns with the builder in the
+// compute warps' branch.
 void lowerProducerRole(LoweringContext& ctx, const ir::Block& body);
 
 // Hooks of the cp.async lowering (AsyncCopy.cpp) in a warp-specialized kernel.
 // Records loop `loop`'s iteration index (0-based) for this role.
 void recordIteration(LoweringContext& ctx, const ir::Operation& loop);
-// Producer: waits until slot `slot` of buffer `buffer` is free for fill `fill`
-// (the fill's number in the loop: 0 the prologue's, i + 1 iteration i's).
-void waitSlotEmpty(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* fill);
-// Producer: the slot is full once this thread's copies so far have landed.
-void signalSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot);
+// Producer: the fill a planned load makes (its number in the loop: 0 the
+// prologue's, i + 1 iteration i's) and its slot.
+struct Fill {
+  llvm::Value* number;
+  llvm::Value* slot;
+};
+Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const ir::Operation& load);
 // Compute warps: waits until the slot read in iteration `iteration` is full.
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration);
 // Compute warps, at the end of an iteration of `loop`: hands its slots back.

@@ -379,6 +379,7 @@ std::string MlaDecodeConfig::kernelName() const {
   if (numWarps != defaults.numWarps) name += "_w" + std::to_string(numWarps);
   if (numStages != defaults.numStages) name += "_s" + std::to_string(numStages);
   if (qInShared) name += "_qs";
+  if (warpSpecialize) name += "_ws";
   return name;
 }
 
@@ -433,6 +434,7 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeCon
   ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumStages, config.numStages);
   if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
+  if (config.warpSpecialize) ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, 1);
   auto& cx = kernel->constexprs();
   cx.push_back({"BLOCK_H", int64_t{config.blockH}});
   cx.push_back({"NUM_HEADS", int64_t{config.numHeads}});

@@ -53,6 +53,11 @@ struct MlaDecodeConfig {
   // its fragments there with ldmatrix (kernel attribute shared_invariant_operands;
   // f16 and bf16 only); false: q re-read from global memory (L1) every tile.
   bool qInShared = false;
+  // Producer warps (kernel attribute warp_specialize, codegen/lower/
+  // WarpSpecialization.cpp): on sm_90a a warpgroup more issues the latent
+  // chunks' copies and hands the slots to the compute warps through mbarriers.
+  // Ignored where codegen finds the loads unfit. Same results.
+  bool warpSpecialize = false;
   // 3D launch (split-KV), stage 1: program z walks only KV tiles
   // [z, z + 1)·segment_tiles and writes reduce_segments' partials
   // (compiler/kernels/ReduceSegments.h, with tokens = B, Hq = H, head size = L).

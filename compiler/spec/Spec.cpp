@@ -505,6 +505,7 @@ std::vector<ParamField<MlaDecodeConfig>> specFields() {
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
       {"num_stages", false, positiveField("num_stages", &C::numStages)},
       {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
+      {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"kv_cache_dtype", false, cacheFormatField(&C::kvCacheFormat)},
       {"split_kv", false, boolField("split_kv", &C::splitKv)},
       {"output_lse", false, boolField("output_lse", &C::outputLse)},
@@ -926,6 +927,7 @@ std::string formatSpecParams(const MlaDecodeConfig& config) {
          " block_size=" + std::to_string(config.blockSize) + " block_h=" + std::to_string(config.blockH) +
          " tile_size=" + std::to_string(config.tileSize) + " num_warps=" + std::to_string(config.numWarps) +
          " num_stages=" + std::to_string(config.numStages) + (config.qInShared ? " q_in_shared=true" : "") +
+         (config.warpSpecialize ? " warp_specialize=true" : "") +
          (config.kvCacheFormat != KvCacheFormat::Auto
               ? std::string(" kv_cache_dtype=") + kvCacheFormatName(config.kvCacheFormat)
               : std::string()) +
