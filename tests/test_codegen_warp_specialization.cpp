@@ -28,6 +28,19 @@ compiler::CompiledKernel compile(const compiler::UnifiedAttentionConfig& config,
   return *compiled;
 }
 
+// What --print-after=plan-warp-specialization says about `config` on `target`.
+std::string planOf(const compiler::UnifiedAttentionConfig& config, const std::string& target) {
+  compiler::CompileOptions options;
+  options.target = target;
+  std::string dump;
+  options.pipeline.printAfter = "plan-warp-specialization";
+  options.pipeline.dump = [&](const std::string& text) { dump += text; };
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel.isOk());
+  REQUIRE(compiler::compileKernel(**kernel, options).isOk());
+  return dump;
+}
+
 // The op API's Hopper prefill tiling: 128 rows over 8 warps, 64-key tiles.
 compiler::UnifiedAttentionConfig hopperPrefill() {
   compiler::UnifiedAttentionConfig c;
@@ -113,7 +126,11 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
 
 TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[codegen][warp-specialize]") {
   compiler::UnifiedAttentionConfig config = hopperPrefill();
+  CHECK(planOf(config, "sm_90a").find("no producer warps: kernel attribute warp_specialize = 0") != std::string::npos);
   config.warpSpecialize = true;
+  CHECK(planOf(config, "sm_90a").find("4 producer warps after 8 compute warps (a producer thread copies for 2)") !=
+        std::string::npos);
+  CHECK(planOf(config, "sm_90").find("no producer warps: the target has no wgmma") != std::string::npos);
   // No wgmma/setmaxnreg before sm_90a.
   for (const char* target : {"sm_80", "sm_90"}) {
     INFO(target);
@@ -131,6 +148,8 @@ TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[
   compiler::UnifiedAttentionConfig carried = config;
   carried.tileSize = 128;
   CHECK(compile(carried, "sm_90a").numThreads == 256);
+  CHECK(planOf(carried, "sm_90a").find("no producer warps: copy addresses computed by 'convert_layout'") !=
+        std::string::npos);
 }
 
 TEST_CASE("warp_specialize at head size 256: P·V's 128 accumulator registers fit the 168 of the launch",

@@ -31,6 +31,14 @@ void checkOnGpu(const compiler::UnifiedAttentionConfig& config, const compiler::
   CHECK(result->check.passed);
   CHECK(result->check.maxAbsError <= result->check.tolerance);
 }
+// The op's Hopper prefill tiling: 8 warps of 16 rows, 64-key tiles, Q in registers.
+compiler::UnifiedAttentionConfig hopperTiling() {
+  compiler::UnifiedAttentionConfig c;
+  c.blockMRows = 128;
+  c.numWarps = 8;
+  c.tileSize = 64;
+  return c;
+}
 }  // namespace
 
 TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
@@ -196,13 +204,6 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
   mixed.queryLens = {150, 37, 1, 70, 129};
   mixed.contextLens = {0, 91, 300, 5, 64};
   mixed.seed = 31;
-  auto hopperTiling = [] {
-    compiler::UnifiedAttentionConfig c;
-    c.blockMRows = 128;
-    c.numWarps = 8;
-    c.tileSize = 64;
-    return c;
-  };
   for (bool causal : {true, false})
     for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{32, 2}})
       for (int headSize : {64, 80, 96, 128, 256}) {
@@ -273,10 +274,7 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
   mixed.contextLens = {0, 91, 300, 5, 64, 2100};
   mixed.seed = 37;
   auto specialized = [] {
-    compiler::UnifiedAttentionConfig c;
-    c.blockMRows = 128;
-    c.numWarps = 8;
-    c.tileSize = 64;
+    compiler::UnifiedAttentionConfig c = hopperTiling();
     c.warpSpecialize = true;
     return c;
   };

@@ -71,8 +71,10 @@ namespace {
 
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kRegistersPerBlock = 65536;
+// What a producer thread copying for two compute threads needs without
+// spilling (docs/perf-log.md, 2026-12-05: 540 bytes spilled at 24, none at 64).
 constexpr int kProducerRegisters = 64;
-constexpr int kMaxSetMaxRegisters = 240;  // leaves the producers' share of a 384-thread CTA
+constexpr int kMaxSetMaxRegisters = 256;  // setmaxnreg's range is 24 to 256
 constexpr int kWarpgroupWarps = 4;
 constexpr int kMaxRegistersPerThread = 255;
 // Registers besides a wgmma's accumulators that it needs at once (descriptors,
@@ -173,6 +175,8 @@ class SliceBuilder {
         if (async_.loads.count(inner.get())) return fail("a pipelined load inside a loop the producer runs whole");
         if (!registerOnly(opcode) && opcode != Opcode::For && opcode != Opcode::If && opcode != Opcode::Yield)
           return fail(std::string("'") + inner->name() + "' in a loop or branch the copies depend on");
+        if (opcode == Opcode::Load && inner->operand(0)->type().addressSpace() != AddressSpace::Global)
+          return fail("a shared-memory load in a loop or branch the copies depend on");
         whole_.insert(inner.get());
         plan_.producerOps.insert(inner.get());
         for (const Value* operand : inner->operands()) need(operand);
@@ -191,6 +195,10 @@ class SliceBuilder {
       }
       if (plan_.producerOps.count(def)) return;
       if (!registerOnly(def->opcode())) return fail(std::string("copy addresses computed by '") + def->name() + "'");
+      // Global memory only: nothing orders the producer's reads with the
+      // compute warps' shared-memory writes.
+      if (def->opcode() == Opcode::Load && def->operand(0)->type().addressSpace() != AddressSpace::Global)
+        return fail("copy addresses loaded from shared memory");
       plan_.producerOps.insert(def);
       for (const Value* operand : def->operands()) need(operand);
       enclose(*def);
