@@ -4,9 +4,12 @@
 // the GPU ([gpu] "GPU prefill with producer warps").
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "codegen/Codegen.h"
 #include "compiler/driver/CompileDriver.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
@@ -26,6 +29,82 @@ compiler::CompiledKernel compile(const compiler::UnifiedAttentionConfig& config,
   INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
   REQUIRE(compiled.isOk());
   return *compiled;
+}
+
+// An mbarrier with one expected arrival per phase (the model's producer and
+// compute warps each act as one party).
+struct ModelBarrier {
+  int completedPhases = 0;
+  void arrive() { ++completedPhases; }
+  // mbarrier.try_wait.parity: true once the phase of that parity is complete,
+  // i.e. when it is not the current phase (a fresh barrier is in phase 0).
+  bool tryWait(int parity) const { return parity != (completedPhases & 1); }
+};
+
+// The protocol's arithmetic: fill of iteration i, slot of fill f, parities.
+struct SlotProtocol {
+  std::function<int(int)> fillOfIteration, slotOf, emptyWaitParity, fullWaitParity;
+};
+
+// One pipelined loop of `iterations` under a random interleaving of the
+// producer (fills 0 .. iterations; fill f > 0 waits on its slot's empty
+// barrier first), the copies landing (each arrives on its slot's full
+// barrier), and the compute warps (iteration i waits on full, reads fill i
+// from the slot the carried xor chain names, releases it on empty). Empty
+// when every fill lands, every iteration reads its own fill after it landed
+// and no fill overwrites an unread one; else what went wrong.
+std::string runSlotProtocol(const SlotProtocol& p, int iterations, std::mt19937& random) {
+  struct Slot {
+    int fill = -1;
+    bool landed = false, read = true;
+  } slots[2];
+  ModelBarrier full[2], empty[2];
+  std::vector<int> inFlight;
+  int nextFill = 0, iteration = 0, consumerSlot = 0;
+  for (;;) {
+    std::vector<std::function<std::string()>> enabled;
+    if (nextFill <= iterations) {
+      const int fill = nextFill == 0 ? 0 : p.fillOfIteration(nextFill - 1);
+      const int slot = p.slotOf(fill);
+      if (nextFill == 0 || empty[slot].tryWait(p.emptyWaitParity(fill)))
+        enabled.push_back([&, fill, slot]() -> std::string {
+          if (!slots[slot].read) return "fill " + std::to_string(fill) + " overwrote unread fill " +
+                                        std::to_string(slots[slot].fill);
+          slots[slot] = {fill, false, false};
+          inFlight.push_back(fill);
+          ++nextFill;
+          return {};
+        });
+    }
+    for (size_t i = 0; i < inFlight.size(); ++i)
+      enabled.push_back([&, i]() -> std::string {
+        const int fill = inFlight[i];
+        const int slot = p.slotOf(fill);
+        inFlight.erase(inFlight.begin() + static_cast<long>(i));
+        if (slots[slot].fill != fill) return "fill " + std::to_string(fill) + " landed in a refilled slot";
+        slots[slot].landed = true;
+        full[slot].arrive();
+        return {};
+      });
+    if (iteration < iterations && full[consumerSlot].tryWait(p.fullWaitParity(iteration)))
+      enabled.push_back([&]() -> std::string {
+        Slot& slot = slots[consumerSlot];
+        if (slot.fill != iteration || !slot.landed)
+          return "iteration " + std::to_string(iteration) + " read fill " + std::to_string(slot.fill) +
+                 (slot.landed ? "" : " before it landed");
+        slot.read = true;
+        empty[consumerSlot].arrive();
+        consumerSlot ^= 1;
+        ++iteration;
+        return {};
+      });
+    if (enabled.empty())
+      return nextFill > iterations && iteration == iterations && inFlight.empty()
+                 ? std::string()
+                 : "deadlock at fill " + std::to_string(nextFill) + ", iteration " + std::to_string(iteration);
+    std::uniform_int_distribution<size_t> pick(0, enabled.size() - 1);
+    if (std::string error = enabled[pick(random)](); !error.empty()) return error;
+  }
 }
 
 // What --print-after=plan-warp-specialization says about `config` on `target`.
@@ -222,4 +301,33 @@ TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copie
         if (format == compiler::KvCacheFormat::Auto) CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
       }
     }
+}
+
+TEST_CASE("the slot protocol codegen emits holds under every interleaving tried", "[codegen][warp-specialize]") {
+  constexpr int kIterations = 24;
+  const codegen::SlotProtocolTable table = codegen::warpSpecializationSlotProtocol(kIterations + 2);
+  auto at = [](const std::vector<int>& values) {
+    return [&values](int n) { return values.at(static_cast<size_t>(n)); };
+  };
+  const SlotProtocol emitted{at(table.fillOfIteration), at(table.slotOfFill), at(table.emptyWaitParity),
+                             at(table.fullWaitParity)};
+  std::mt19937 random(7);
+  for (int iterations = 0; iterations <= kIterations; ++iterations)
+    for (int schedule = 0; schedule < 200; ++schedule) {
+      INFO(iterations << " iterations, schedule " << schedule);
+      CHECK(runSlotProtocol(emitted, iterations, random).empty());
+    }
+  // The model catches the mistakes the protocol could make.
+  SlotProtocol noInitialPhase = emitted;  // the first fill of a slot waits for a release
+  noInitialPhase.emptyWaitParity = [](int fill) { return (fill >> 1) & 1; };
+  CHECK(runSlotProtocol(noInitialPhase, 4, random).find("deadlock") != std::string::npos);
+  SlotProtocol phasePerFill = emitted;  // parity flipping every iteration, not every use of a slot
+  phasePerFill.fullWaitParity = [](int iteration) { return iteration & 1; };
+  CHECK(runSlotProtocol(phasePerFill, 4, random).find("iteration 1 read fill") != std::string::npos);
+  SlotProtocol noEmptyWait = emitted;  // refilling without waiting for the release
+  noEmptyWait.emptyWaitParity = [](int fill) { return 1 ^ (fill & 0); };
+  bool overwrote = false;
+  for (int schedule = 0; schedule < 200 && !overwrote; ++schedule)
+    overwrote = runSlotProtocol(noEmptyWait, 6, random).find("overwrote") != std::string::npos;
+  CHECK(overwrote);
 }

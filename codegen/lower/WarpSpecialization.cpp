@@ -59,6 +59,7 @@
 
 #include <functional>
 
+#include "codegen/Codegen.h"
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/WarpgroupMma.h"
@@ -343,8 +344,7 @@ void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
   // The first fill of each slot (the prologue's, iteration 0's) finds it empty:
   // a fresh barrier counts the phase before its first as complete.
   if (&load == buffer.bodyLoad) {
-    llvm::Value* parity = b.CreateXor(b.CreateAnd(b.CreateLShr(fill.number, 1), 1), 1);
-    waitParity(ctx, barrierFor(ctx, id, 2, fill.slot), parity);
+    waitParity(ctx, barrierFor(ctx, id, 2, fill.slot), slotprotocol::emptyWaitParity(b, fill.number));
   }
   forEachStandIn(ctx, [&] { lowerOperation(ctx, load); });
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_mbarrier_arrive_noinc_shared,
@@ -531,13 +531,47 @@ void recordIteration(LoweringContext& ctx, const Operation& loop) {
 
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const Operation& load) {
   if (&load == buffer.prologueLoad) return {ctx.i32(0), ctx.i32(0)};
-  llvm::Value* number = ctx.b.CreateAdd(ctx.warpSpecialization->iteration.at(buffer.loop), ctx.i32(1));
-  return {number, ctx.b.CreateAnd(number, ctx.i32(1))};
+  llvm::Value* number = slotprotocol::bodyFill(ctx.b, ctx.warpSpecialization->iteration.at(buffer.loop));
+  return {number, slotprotocol::slotOf(ctx.b, number)};
 }
 
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration) {
-  llvm::IRBuilder<>& b = ctx.b;
-  waitParity(ctx, barrierFor(ctx, buffer, 0, slot), b.CreateAnd(b.CreateLShr(iteration, 1), 1));
+  waitParity(ctx, barrierFor(ctx, buffer, 0, slot), slotprotocol::fullWaitParity(ctx.b, iteration));
+}
+
+namespace slotprotocol {
+
+llvm::Value* bodyFill(llvm::IRBuilder<>& b, llvm::Value* iteration) { return b.CreateAdd(iteration, b.getInt32(1)); }
+
+llvm::Value* slotOf(llvm::IRBuilder<>& b, llvm::Value* fill) { return b.CreateAnd(fill, b.getInt32(1)); }
+
+llvm::Value* emptyWaitParity(llvm::IRBuilder<>& b, llvm::Value* fill) {
+  return b.CreateXor(b.CreateAnd(b.CreateLShr(fill, 1), 1), 1);
+}
+
+llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration) {
+  return b.CreateAnd(b.CreateLShr(iteration, 1), 1);
+}
+
+}  // namespace slotprotocol
+
+SlotProtocolTable warpSpecializationSlotProtocol(int count) {
+  llvm::LLVMContext context;  // the constants live as long as it
+  llvm::IRBuilder<> b(context);
+  auto folded = [](llvm::Value* value) {
+    auto* constant = llvm::dyn_cast<llvm::ConstantInt>(value);
+    ATTNJIT_CHECK(constant != nullptr, "warpSpecializationSlotProtocol: did not fold to a constant");
+    return static_cast<int>(constant->getZExtValue());
+  };
+  SlotProtocolTable table;
+  for (int n = 0; n < count; ++n) {
+    llvm::Value* value = b.getInt32(static_cast<uint32_t>(n));
+    table.fillOfIteration.push_back(folded(slotprotocol::bodyFill(b, value)));
+    table.slotOfFill.push_back(folded(slotprotocol::slotOf(b, value)));
+    table.emptyWaitParity.push_back(folded(slotprotocol::emptyWaitParity(b, value)));
+    table.fullWaitParity.push_back(folded(slotprotocol::fullWaitParity(b, value)));
+  }
+  return table;
 }
 
 void releaseSlots(LoweringContext& ctx, const Operation& loop) {

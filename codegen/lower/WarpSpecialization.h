@@ -69,6 +69,22 @@ struct Fill {
   llvm::Value* slot;
 };
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const ir::Operation& load);
+// The protocol's arithmetic on i32 values (with constant operands it folds to
+// constants: test_codegen_warp_specialization runs the protocol on them).
+// A loop's fills are numbered 0 (the prologue's) and i + 1 (iteration i's);
+// iteration i of the compute warps reads fill i, from the slot the xor chain
+// of the carried slot gives it (0, 1, 0, ...).
+namespace slotprotocol {
+llvm::Value* bodyFill(llvm::IRBuilder<>& b, llvm::Value* iteration);  // i + 1
+llvm::Value* slotOf(llvm::IRBuilder<>& b, llvm::Value* fill);          // fill mod 2
+// The parity the producer waits for on the slot's empty barrier before `fill`:
+// the phase of the release of fill − 2, or for a slot's first fill the phase
+// before a fresh barrier's first, which counts as complete.
+llvm::Value* emptyWaitParity(llvm::IRBuilder<>& b, llvm::Value* fill);
+// The parity the compute warps wait for on the slot's full barrier in `iteration`.
+llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration);
+}  // namespace slotprotocol
+
 // Compute warps: waits until the slot read in iteration `iteration` is full.
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration);
 // Compute warps, at the end of an iteration of `loop`: hands its slots back.
