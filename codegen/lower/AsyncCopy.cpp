@@ -407,8 +407,10 @@ void materializeAsyncTiles(LoweringContext& ctx, const Operation& op) {
       break;
   }
   for (const Value* operand : op.operands()) {
-    const Lowered& in = ctx.get(operand);
-    if (!in.isAsync() || in.warpgroupOperand) continue;
+    // Not lowered: a copy's address or mask that only the producer warps compute.
+    const Lowered* lowered = ctx.find(operand);
+    if (!lowered || !lowered->isAsync() || lowered->warpgroupOperand) continue;
+    const Lowered& in = *lowered;
     const LinearLayout layout = *in.layout;
     std::vector<llvm::Value*> regs = readAsyncTile(ctx, in, layout, ctx.elementType(operand->type().elementType()));
     ctx.set(operand, Lowered{std::move(regs), layout});

@@ -164,9 +164,16 @@ void lowerOperation(LoweringContext& ctx, const Operation& op) {
   }
 }
 
+namespace {
+// Ops of a warp-specialized kernel that only the producer warps' copies use.
+bool producerOnly(const LoweringContext& ctx, const Operation& op) {
+  return ctx.role == LoweringContext::Role::Consumer && ctx.warpSpecialization->producerOnly.count(&op);
+}
+}  // namespace
+
 void lowerBlock(LoweringContext& ctx, const Block& block) {
   for (const auto& op : block.operations())
-    if (!ctx.loweredAhead.erase(op.get())) lowerOperation(ctx, *op);
+    if (!ctx.loweredAhead.erase(op.get()) && !producerOnly(ctx, *op)) lowerOperation(ctx, *op);
 }
 
 namespace {
@@ -194,7 +201,7 @@ void lowerKernelBody(LoweringContext& ctx, const Block& body) {
     // writes scratch over them: each scratch use starts with a barrier.
     if (i == release) ctx.buffersReleased = true;
     const Operation& op = *ops[i];
-    if (!ctx.loweredAhead.erase(&op)) lowerOperation(ctx, op);
+    if (!ctx.loweredAhead.erase(&op) && !producerOnly(ctx, op)) lowerOperation(ctx, op);
     if (i != lastLoop || !(ctx.async || ctx.sharedOperands || ctx.sharedConversions)) continue;
     // Below the last loop: after the last op that reads a buffer. Values defined
     // down there are never buffers, so the operands lowered by now decide; ops

@@ -223,6 +223,33 @@ class SliceBuilder {
   std::string failure_;
 };
 
+// WarpSpecializationPlan::producerOnly: ops of the slice without regions whose
+// every user is a planned load or another such op (to a fixed point).
+void findProducerOnly(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
+  UseMap uses;
+  collectUses(ctx.kernel.body(), uses);
+  for (const Operation* op : plan.producerOps)
+    if (op->regions().empty() && op->numResults() > 0 && !ctx.async->loads.count(op)) plan.producerOnly.insert(op);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto it = plan.producerOnly.begin(); it != plan.producerOnly.end();) {
+      bool onlyProducer = true;
+      for (size_t r = 0; r < (*it)->numResults() && onlyProducer; ++r) {
+        auto found = uses.find((*it)->result(r));
+        if (found == uses.end()) continue;
+        for (const Operation* user : found->second)
+          if (!ctx.async->loads.count(user) && !plan.producerOnly.count(user)) onlyProducer = false;
+      }
+      if (onlyProducer) {
+        ++it;
+      } else {
+        it = plan.producerOnly.erase(it);
+        changed = true;
+      }
+    }
+  }
+}
+
 bool hasNestedReturn(const Block& block, bool nested) {
   for (const auto& op : block.operations()) {
     if (op->opcode() == Opcode::Return && nested) return true;
@@ -436,6 +463,7 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     why = failure;
     return;
   }
+  findProducerOnly(ctx, *plan);
   plan->producerWarps = producerWarps;
   plan->standIns = ctx.numWarps / producerWarps;
   plan->entryRegisters = entryRegisters;

@@ -35,6 +35,9 @@ struct WarpSpecializationPlan {
   // (their results are the compute warps'); the other for/if ops among
   // producerOps it lowers whole.
   std::unordered_set<const ir::Operation*> partialOps;
+  // Of producerOps, those whose results only the producer uses (through other
+  // such ops, into the copies): the compute warps do not lower them.
+  std::unordered_set<const ir::Operation*> producerOnly;
   // full[buffer][slot] at index 4·buffer + slot, empty[buffer][slot] at
   // 4·buffer + 2 + slot, in static shared memory of their own.
   llvm::GlobalVariable* barriers = nullptr;
