@@ -364,18 +364,23 @@ std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const O
   if (!ctx.async || !ctx.async->descriptorConverts.count(&op)) return std::nullopt;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in.asyncBuffer)];
   ATTNJIT_CHECK(buffer.warpgroupOperand, "codegen: descriptor convert of a buffer without column blocks");
+  Lowered out = in;
+  out.layout = to;
+  out.warpgroupOperand = true;
   if (ctx.warpSpecialization) {
-    waitForSlot(ctx, in);
-    fenceForAsyncProxy(ctx);  // the producer's cp.async wrote through the generic proxy
+    out.awaitsSlot = true;  // waited for by the wgmma group that reads it
   } else {
     waitForOwnCopies(ctx, buffer);
     fenceForAsyncProxy(ctx);  // cp.async writes through the generic proxy, wgmma reads through the async one
     ctx.barrier();
   }
-  Lowered out = in;
-  out.layout = to;
-  out.warpgroupOperand = true;
   return out;
+}
+
+void waitForSlotBeforeWarpgroupRead(LoweringContext& ctx, const Lowered& value) {
+  ATTNJIT_CHECK(value.awaitsSlot && value.isAsync(), "codegen: a slot wait for a value without one");
+  waitForSlot(ctx, value);
+  fenceForAsyncProxy(ctx);  // the producer's cp.async wrote through the generic proxy
 }
 
 const SwizzledTile& asyncBufferTile(const LoweringContext& ctx, const Lowered& value) {

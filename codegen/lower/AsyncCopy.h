@@ -52,6 +52,10 @@ void planAsyncCopies(LoweringContext& ctx);
 std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const ir::Operation& op, const Lowered& in,
                                                    const ir::LinearLayout& to);
 
+// Before a wgmma group reads `value` (Lowered::awaitsSlot): waits for its
+// slot's full barrier and fences the producer's copies for the async proxy.
+void waitForSlotBeforeWarpgroupRead(LoweringContext& ctx, const Lowered& value);
+
 // For a descriptor operand (or any async tile): its buffer's swizzled tile, its
 // load layout (the stored tile's shape) and the address of its current slot.
 const SwizzledTile& asyncBufferTile(const LoweringContext& ctx, const Lowered& value);

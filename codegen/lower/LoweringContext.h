@@ -41,6 +41,10 @@ struct Lowered {
   // (no registers).
   bool warpgroupOperand = false;
   int sharedConversion = -1;
+  // A warp-specialized kernel's cp.async slot whose full barrier nobody waited
+  // for yet: the wgmma group that reads it waits first (so a tile converted
+  // early, V at the loop's top, may still land while Q·Kᵀ and the softmax run).
+  bool awaitsSlot = false;
   // A loop-invariant mma operand kept in shared memory (codegen/lower/SharedOperands.h):
   // regs is empty, each use reads operand `sharedOperand` of the plan.
   int sharedOperand = -1;

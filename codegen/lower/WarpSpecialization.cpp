@@ -29,9 +29,11 @@
 //   after the producer waited on empty with parity
 //   ((f / 2) mod 2) xor 1: a fresh barrier counts its phase before 0 as
 //   complete, so the first fill of each slot does not wait. Iteration i of the
-//   compute warps reads fill i: it waits on full with parity (i / 2) mod 2,
-//   then fences for the async proxy (wgmma reads the slot), and after the
-//   iteration's last tensor-core instruction has completed it arrives on empty.
+//   compute warps reads fill i: it waits on full with parity (i / 2) mod 2
+//   right before the wgmma group that reads the slot (Lowered::awaitsSlot: V,
+//   converted at the loop's top, may land during Q·Kᵀ and the softmax), then
+//   fences for the async proxy, and after the iteration's last tensor-core
+//   instruction has completed it arrives on empty.
 // - At a pipelined loop's exit the producer waits for its copies and both roles
 //   meet at barrier 0 over the whole CTA: the slots may then be reused (by a
 //   sibling loop's prologue, or the epilogue's scratch). Every other barrier of
