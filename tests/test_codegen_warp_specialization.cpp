@@ -13,6 +13,7 @@
 #include "compiler/driver/CompileDriver.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "ir/KernelAttributes.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
@@ -330,4 +331,193 @@ TEST_CASE("the slot protocol codegen emits holds under every interleaving tried"
   for (int schedule = 0; schedule < 200 && !overwrote; ++schedule)
     overwrote = runSlotProtocol(noEmptyWait, 6, random).find("overwrote") != std::string::npos;
   CHECK(overwrote);
+}
+
+TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs through named barriers 2 and 3",
+          "[codegen][warp-specialize]") {
+  for (bool causal : {true, false})
+    for (bool overlapSoftmax : {false, true}) {
+      compiler::UnifiedAttentionConfig config = hopperPrefill();
+      config.causal = causal;
+      config.overlapSoftmax = overlapSoftmax;
+      config.warpSpecialize = true;
+      const compiler::CompiledKernel free = compile(config, "sm_90a");
+      config.pingPong = true;
+      INFO(config.kernelName());
+      CHECK(config.kernelName().ends_with("_wspp"));
+      const compiler::CompiledKernel turns = compile(config, "sm_90a");
+      const std::string& ptx = turns.ptx;
+      CHECK(planOf(config, "sm_90a").find("the two compute warpgroups take turns issuing their MMAs in 2 loops") !=
+            std::string::npos);
+      // Every wgmma group in the two pipelined loops: warpgroup g waits on
+      // barrier 2 + g, issues, commits and hands the turn to the other.
+      // overlap_softmax issues Q·Kᵀ and the lagging P·V as one group per
+      // iteration, and the last P·V after the loops without a turn.
+      const int loopGroups = overlapSoftmax ? 2 : 4;
+      CHECK(countOf(ptx, "wgmma.fence.sync.aligned") == countOf(free.ptx, "wgmma.fence.sync.aligned"));
+      CHECK(countOf(ptx, "wgmma.fence.sync.aligned") == loopGroups + (overlapSoftmax ? 1 : 0));
+      for (const char* turn : {"@wgmma_first bar.sync 2, 256;\n@!wgmma_first bar.sync 3, 256;\nwgmma.fence",
+                               "wgmma.commit_group.sync.aligned;\n@wgmma_first bar.arrive 3, 256;\n"
+                               "@!wgmma_first bar.arrive 2, 256;\n"})
+        CHECK(countOf(ptx, turn) == loopGroups);
+      // Each loop: warpgroup 1 hands the first turn to warpgroup 0 before it,
+      // which takes the turn handed over after warpgroup 1's last group at its exit.
+      CHECK(countOf(ptx, "@turn bar.arrive 2, 256;") == 2);
+      CHECK(countOf(ptx, "@turn bar.sync 2, 256;") == 2);
+      CHECK(countOf(free.ptx, "bar.arrive") == 0);
+      CHECK(countOf(ptx, "wgmma.mma_async") == countOf(free.ptx, "wgmma.mma_async"));
+      if (tests::havePtxas()) {
+        const std::string info = tests::ptxasInfo(ptx, "sm_90a");
+        INFO(info);
+        CHECK(info.find("used 4 barriers") != std::string::npos);
+        CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+        CHECK(info.find("serialized") == std::string::npos);
+      }
+    }
+  // Without producer warps there are no turns to take.
+  compiler::UnifiedAttentionConfig unspecialized = hopperPrefill();
+  unspecialized.pingPong = true;
+  auto refused = compiler::buildUnifiedAttention(unspecialized);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().str().find("ping_pong needs warp_specialize: true") != std::string::npos);
+}
+
+TEST_CASE("ping_pong needs two compute warpgroups that split the rows", "[codegen][warp-specialize]") {
+  // Four compute warps are one warpgroup.
+  compiler::UnifiedAttentionConfig fourWarps;
+  fourWarps.blockMRows = 64;
+  fourWarps.numWarps = 4;
+  fourWarps.tileSize = 64;
+  fourWarps.warpSpecialize = true;
+  fourWarps.pingPong = true;
+  CHECK(planOf(fourWarps, "sm_90a").find("no ping-pong: 4 compute warps, not two warpgroups") != std::string::npos);
+  CHECK(countOf(compile(fourWarps, "sm_90a").ptx, "bar.arrive") == 0);
+  // MLA's warpgroups split the latent columns and share the rows' softmax.
+  compiler::MlaDecodeConfig mla;
+  mla.blockH = 64;
+  mla.tileSize = 64;
+  mla.numWarps = 8;
+  mla.qInShared = true;
+  mla.warpSpecialize = true;
+  auto kernel = compiler::buildMlaDecode(mla);
+  REQUIRE(kernel);
+  ir::setKernelAttribute(**kernel, ir::KernelAttribute::WarpSpecialize, 2);
+  compiler::CompileOptions options;
+  options.target = "sm_90a";
+  std::string dump;
+  options.pipeline.printAfter = "plan-warp-specialization";
+  options.pipeline.dump = [&](const std::string& text) { dump += text; };
+  auto compiled = compiler::compileKernel(**kernel, options);
+  REQUIRE(compiled);
+  CHECK(dump.find("no ping-pong: a warpgroup MMA whose warpgroups split its columns") != std::string::npos);
+  CHECK(countOf(compiled->ptx, "bar.arrive") == 0);
+}
+
+namespace {
+
+// The turn protocol of ping-pong on a model of two named barriers (256
+// threads each: one warpgroup waits with bar.sync, the other arrives): before
+// each loop warpgroup 1 arrives on warpgroup 0's barrier; each of `groups`
+// wgmma groups per iteration waits on the own barrier, issues, and arrives on
+// the other's; after the loop warpgroup 0 waits on its own once more, and both
+// meet at the CTA barrier of the pipelined loop's exit. Runs both warpgroups under a random interleaving. Empty when the issues alternate
+// 0, 1, 0, 1, ..., every barrier phase has one waiting and one arriving
+// warpgroup, and no arrival is left pending at the end; else what went wrong.
+struct TurnProtocol {
+  bool firstTurnHandedOver = true;  // warpgroup 1 arrives on warpgroup 0's barrier before each loop
+  bool lastTurnTaken = true;        // warpgroup 0 waits on its barrier after each loop
+};
+
+std::string runTurns(const TurnProtocol& protocol, int loops, int iterations, int groups, std::mt19937& random) {
+  enum class Step { Arrive, Sync, Issue, Cta };
+  struct Action {
+    Step step;
+    int barrier;
+  };
+  std::vector<Action> programs[2];
+  for (int loop = 0; loop < loops; ++loop) {
+    if (protocol.firstTurnHandedOver) programs[1].push_back({Step::Arrive, 0});
+    for (int i = 0; i < iterations * groups; ++i)
+      for (int g = 0; g < 2; ++g) {
+        programs[g].push_back({Step::Sync, g});
+        programs[g].push_back({Step::Issue, g});
+        programs[g].push_back({Step::Arrive, 1 - g});
+      }
+    if (protocol.lastTurnTaken) programs[0].push_back({Step::Sync, 0});
+    for (auto& program : programs) program.push_back({Step::Cta, 0});
+  }
+  struct Barrier {
+    int arrived = 0, waiting = -1;  // warpgroups arrived in this phase; the one blocked in bar.sync
+  } barriers[2];
+  size_t pc[2] = {0, 0};
+  std::vector<int> issues;
+  for (;;) {
+    const bool atCta[2] = {pc[0] < programs[0].size() && programs[0][pc[0]].step == Step::Cta,
+                           pc[1] < programs[1].size() && programs[1][pc[1]].step == Step::Cta};
+    if (atCta[0] && atCta[1]) {
+      ++pc[0];
+      ++pc[1];
+      continue;
+    }
+    std::vector<int> runnable;
+    for (int g = 0; g < 2; ++g) {
+      if (pc[g] == programs[g].size() || atCta[g]) continue;
+      const Action& a = programs[g][pc[g]];
+      // bar.sync blocks until the phase completes; a warpgroup blocked on it is not runnable.
+      if (a.step == Step::Sync && barriers[a.barrier].waiting == g) continue;
+      runnable.push_back(g);
+    }
+    if (runnable.empty()) break;
+    const int g = runnable[std::uniform_int_distribution<size_t>(0, runnable.size() - 1)(random)];
+    const Action& a = programs[g][pc[g]];
+    Barrier& barrier = barriers[a.barrier];
+    if (a.step == Step::Issue) {
+      issues.push_back(g);
+      ++pc[g];
+      continue;
+    }
+    ++barrier.arrived;
+    if (a.step == Step::Sync) barrier.waiting = g;
+    if (barrier.arrived == 2) {  // 256 threads: the phase completes and releases its waiter
+      if (barrier.waiting == -1) return "barrier " + std::to_string(a.barrier) + " completed by arrivals alone";
+      const int waiter = barrier.waiting;
+      barrier = Barrier{};
+      ++pc[waiter];
+      if (waiter != g) ++pc[g];
+    } else if (a.step == Step::Arrive) {
+      ++pc[g];
+    }
+  }
+  for (int g = 0; g < 2; ++g)
+    if (pc[g] != programs[g].size()) return "deadlock: warpgroup " + std::to_string(g) + " stuck";
+  for (int b = 0; b < 2; ++b)
+    if (barriers[b].arrived != 0) return "an arrival left pending on barrier " + std::to_string(b);
+  for (size_t i = 0; i < issues.size(); ++i)
+    if (issues[i] != static_cast<int>(i % 2)) return "issue " + std::to_string(i) + " out of turn";
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("the ping-pong turn protocol alternates the warpgroups and balances its barriers",
+          "[codegen][warp-specialize]") {
+  std::mt19937 random(11);
+  for (int loops = 1; loops <= 2; ++loops)
+    for (int iterations = 0; iterations <= 6; ++iterations)
+      for (int groups = 1; groups <= 2; ++groups)
+        for (int schedule = 0; schedule < 100; ++schedule) {
+          INFO(loops << " loops, " << iterations << " iterations, " << groups << " groups, schedule " << schedule);
+          const std::string result = runTurns({}, loops, iterations, groups, random);
+          INFO(result);
+          CHECK(result.empty());
+        }
+  // The model catches a protocol without the hand-over before the loop or the
+  // turn taken after it.
+  CHECK(runTurns({.firstTurnHandedOver = false}, 1, 3, 1, random).find("deadlock") != std::string::npos);
+  CHECK(runTurns({.lastTurnTaken = false}, 1, 3, 1, random) == "an arrival left pending on barrier 0");
+  bool arrivalsAlone = false;  // the second loop's hand-over meets the first's pending arrival
+  for (int schedule = 0; schedule < 100 && !arrivalsAlone; ++schedule)
+    arrivalsAlone = runTurns({.lastTurnTaken = false}, 2, 3, 1, random).find("completed by arrivals alone") !=
+                    std::string::npos;
+  CHECK(arrivalsAlone);
 }

@@ -300,6 +300,20 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
   others[6].sinks = true;
   others[6].outputLse = true;
   for (const auto& c : others) checkOnGpu(c, mixed);
+  // Ping-pong: the two compute warpgroups take turns issuing their MMAs (a
+  // turn handed over wrongly hangs), also with P·V one tile late.
+  for (bool causal : {true, false})
+    for (bool overlapSoftmax : {false, true}) {
+      compiler::UnifiedAttentionConfig c = specialized();
+      c.pingPong = true;
+      c.causal = causal;
+      c.overlapSoftmax = overlapSoftmax;
+      checkOnGpu(c, mixed);
+    }
+  compiler::UnifiedAttentionConfig pingPongFp8 = specialized();
+  pingPongFp8.pingPong = true;
+  pingPongFp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  checkOnGpu(pingPongFp8, mixed);
   compiler::UnifiedAttentionConfig decode;  // 4 compute warps, mma.sync, no register moves
   decode.tileSize = 64;
   decode.warpSpecialize = true;

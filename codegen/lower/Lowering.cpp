@@ -283,6 +283,8 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
   llvm::BasicBlock* pre = b.GetInsertBlock();
   llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx.llvm, "for.body", ctx.function);
   llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx.llvm, "for.exit", ctx.function);
+  beginTurns(ctx, op);
+  pre = b.GetInsertBlock();
   b.CreateCondBr(b.CreateICmpSLT(lo, hi), body, exit);
 
   b.SetInsertPoint(body);
@@ -306,7 +308,9 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
     inits.push_back(std::move(init));
   }
   beginAsyncLoop(ctx, op);
+  enterTurnLoop(ctx, op);
   lowerBlock(ctx, region);
+  leaveTurnLoop(ctx, op);
   releaseSlots(ctx, op);
   std::vector<Lowered> yielded = ctx.yielded;
   llvm::Value* next = b.CreateAdd(iv, step);
@@ -327,6 +331,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
     }
     ctx.set(op.result(i), result);
   }
+  endTurns(ctx, op);
   finishAsyncLoop(ctx, op);  // after the result phis, which head the exit block
 }
 

@@ -47,6 +47,12 @@
 //   it keeps the kernel unspecialized (head size 256's m64n256: 128 + 32 of
 //   168, fits).
 //
+// - Ping-pong (warp_specialize = 2): where two compute warpgroups own rows of
+//   their own, each wgmma group in a pipelined loop waits for its
+//   warpgroup's turn (named barrier 2 + g) and hands the turn over once issued
+//   (beginTurns, warpgroupTurn, endTurns: docs/architecture.md has the
+//   protocol), so one warpgroup's softmax runs under the other's MMAs.
+//
 // A kernel qualifies when the target has wgmma, the cp.async plan has buffers,
 // no pipelined loop is nested in another loop (each runs once, so its fill
 // numbers are its iteration indices), its warpgroup MMAs fit the launch's
@@ -83,6 +89,10 @@ constexpr int kMaxRegistersPerThread = 255;
 // Registers besides a wgmma's accumulators that it needs at once (descriptors,
 // predicates, an A fragment from registers).
 constexpr int kInstructionRegisterMargin = 32;
+// Ping-pong: warpgroup g of the compute warps waits for its turn on named
+// barrier kFirstTurnBarrier + g (0 is the whole CTA's, 1 the compute warps').
+constexpr int kFirstTurnBarrier = 2;
+constexpr int kTurnWarpgroups = 2;
 
 bool registerOnly(Opcode opcode) {
   switch (opcode) {
@@ -250,6 +260,42 @@ void findProducerOnly(const LoweringContext& ctx, WarpSpecializationPlan& plan) 
       }
     }
   }
+}
+
+// Ping-pong: a pipelined loop takes turns when the kernel has two compute
+// warpgroups and every warpgroup MMA in the loop splits its rows between them
+// (each owns its rows' softmax: nothing else makes one wait for the other).
+void planTurns(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
+  if (ctx.numWarps != kTurnWarpgroups * kWarpgroupWarps) {
+    plan.noTurns = std::to_string(ctx.numWarps) + " compute warps, not two warpgroups";
+    return;
+  }
+  for (const AsyncBuffer& buffer : ctx.async->buffers) {
+    if (plan.turnLoops.count(buffer.loop)) continue;
+    int rowSplitDots = 0;
+    std::string refusal;
+    std::function<void(const Block&)> scan = [&](const Block& block) {
+      for (const auto& op : block.operations()) {
+        if (op->opcode() == Opcode::Dot) {
+          if (auto shape = warpgroupDotShape(ctx, *op)) {
+            if (shape->warpsN == 1)
+              ++rowSplitDots;
+            else if (refusal.empty())
+              refusal = "a warpgroup MMA whose warpgroups split its columns (they share its rows' softmax)";
+          }
+        }
+        for (const auto& region : op->regions()) scan(*region);
+      }
+    };
+    scan(*buffer.loop->region(0));
+    if (!refusal.empty()) {
+      plan.noTurns = refusal;
+      plan.turnLoops.clear();
+      return;
+    }
+    if (rowSplitDots > 0) plan.turnLoops.insert(buffer.loop);
+  }
+  if (plan.turnLoops.empty()) plan.noTurns = "no warpgroup MMA in a pipelined loop";
 }
 
 bool hasNestedReturn(const Block& block, bool nested) {
@@ -476,6 +522,7 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     plan->producerRegisters = kProducerRegisters;
     plan->consumerRegisters = consumerRegisters;
   }
+  if (kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize) == 2) planTurns(ctx, *plan);
   auto* type = llvm::ArrayType::get(ctx.b.getInt64Ty(), 4 * ctx.async->buffers.size());
   plan->barriers = new llvm::GlobalVariable(ctx.module, type, false, llvm::GlobalValue::InternalLinkage,
                                             llvm::UndefValue::get(type), "attnjit_mbarriers", nullptr,
@@ -495,6 +542,11 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   if (plan.consumerRegisters != 0)
     text += ", setmaxnreg " + std::to_string(plan.producerRegisters) + " / " +
             std::to_string(plan.consumerRegisters) + " (launch " + std::to_string(plan.entryRegisters) + ")";
+  if (!plan.turnLoops.empty())
+    text += "; the two compute warpgroups take turns issuing their MMAs in " + std::to_string(plan.turnLoops.size()) +
+            (plan.turnLoops.size() == 1 ? " loop" : " loops");
+  else if (!plan.noTurns.empty())
+    text += "; no ping-pong: " + plan.noTurns;
   return text + "\n";
 }
 
@@ -620,6 +672,64 @@ void releaseSlots(LoweringContext& ctx, const Operation& loop) {
     b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
                       {barrierFor(ctx, static_cast<int>(id), 2, slot)});
   }
+}
+
+namespace {
+
+bool takesTurns(const LoweringContext& ctx, const Operation& loop) {
+  return ctx.warpSpecialization && ctx.role == LoweringContext::Role::Consumer &&
+         ctx.warpSpecialization->turnLoops.count(&loop);
+}
+
+llvm::Value* computeWarpgroup(LoweringContext& ctx) { return ctx.b.CreateLShr(ctx.warpId, ctx.i32(2)); }
+
+// `instruction` ("bar.sync" or "bar.arrive") on warpgroup `warpgroup`'s turn
+// barrier; both compute warpgroups take part in each of its phases (one waits,
+// the other arrives).
+std::string turnBarrier(const std::string& instruction, int warpgroup) {
+  return instruction + " " + std::to_string(kFirstTurnBarrier + warpgroup) + ", " +
+         std::to_string(kTurnWarpgroups * kWarpgroupWarps * 32) + ";";
+}
+
+// `instruction` on turn barrier `barrier` by the warps of `warpgroup` only
+// (warp-uniform, so .aligned holds).
+void turnBarrierIf(LoweringContext& ctx, int warpgroup, const std::string& instruction, int barrier) {
+  InlinePtx(ctx.b, "{\n.reg .pred turn;\nsetp.eq.u32 turn, $0, " + std::to_string(warpgroup) + ";\n@turn " +
+                       turnBarrier(instruction, barrier) + "\n}")
+      .input("r", computeWarpgroup(ctx))
+      .sideEffects()
+      .emit();
+}
+
+}  // namespace
+
+void beginTurns(LoweringContext& ctx, const Operation& loop) {
+  if (takesTurns(ctx, loop)) turnBarrierIf(ctx, 1, "bar.arrive", 0);
+}
+
+void enterTurnLoop(LoweringContext& ctx, const Operation& loop) {
+  if (takesTurns(ctx, loop)) ++ctx.warpSpecialization->turnDepth;
+}
+
+void leaveTurnLoop(LoweringContext& ctx, const Operation& loop) {
+  if (takesTurns(ctx, loop)) --ctx.warpSpecialization->turnDepth;
+}
+
+void endTurns(LoweringContext& ctx, const Operation& loop) {
+  if (takesTurns(ctx, loop)) turnBarrierIf(ctx, 0, "bar.sync", 0);
+}
+
+std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {
+  if (!ctx.warpSpecialization || ctx.role != LoweringContext::Role::Consumer ||
+      ctx.warpSpecialization->turnDepth == 0)
+    return std::nullopt;
+  TurnBarriers turn;
+  turn.warpgroup = computeWarpgroup(ctx);
+  for (int g = 0; g < kTurnWarpgroups; ++g) {
+    turn.wait[g] = turnBarrier("bar.sync", g);
+    turn.handOver[g] = turnBarrier("bar.arrive", 1 - g);
+  }
+  return turn;
 }
 
 void finishSpecializedLoop(LoweringContext& ctx) {

@@ -6,6 +6,7 @@
 
 #include <llvm/IR/GlobalVariable.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -42,6 +43,12 @@ struct WarpSpecializationPlan {
   // 4·buffer + 2 + slot, in static shared memory of their own.
   llvm::GlobalVariable* barriers = nullptr;
   int64_t barrierBytes() const;
+  // Ping-pong (warp_specialize = 2): the pipelined loops in which the two
+  // compute warpgroups take turns issuing their warpgroup MMAs, and while the
+  // compute warps lower one of those loops' bodies, its depth.
+  std::unordered_set<const ir::Operation*> turnLoops;
+  int turnDepth = 0;
+  std::string noTurns;  // why there are none, when ping-pong was asked for
   // The iteration index (0-based) of each pipelined loop, in the role being lowered.
   std::unordered_map<const ir::Operation*, llvm::Value*> iteration;
   // The producer's code needed a barrier or the shared scratch area: the
@@ -92,6 +99,23 @@ llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration);
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration);
 // Compute warps, at the end of an iteration of `loop`: hands its slots back.
 void releaseSlots(LoweringContext& ctx, const ir::Operation& loop);
+// Ping-pong turns (WarpSpecializationPlan::turnLoops), compute warps only.
+// Before a loop's first iteration: the second warpgroup hands the first turn
+// to the first; around its body: the wgmma groups lowered in it take turns;
+// at its exit: the first warpgroup takes the turn the second handed over
+// after its last group, so every named-barrier phase completes.
+void beginTurns(LoweringContext& ctx, const ir::Operation& loop);
+void enterTurnLoop(LoweringContext& ctx, const ir::Operation& loop);
+void leaveTurnLoop(LoweringContext& ctx, const ir::Operation& loop);
+void endTurns(LoweringContext& ctx, const ir::Operation& loop);
+// Inside a turn loop: the PTX with which warpgroup g (0 or 1) of a wgmma group
+// waits for its turn (wait[g]) and hands it to the other after issuing
+// (handOver[g]), and the calling thread's warpgroup; none outside.
+struct TurnBarriers {
+  llvm::Value* warpgroup;
+  std::string wait[2], handOver[2];
+};
+std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx);
 // Both roles at a pipelined loop's exit: every copy has landed and every read
 // is done before anything reuses the slots (a barrier over the whole CTA).
 void finishSpecializedLoop(LoweringContext& ctx);

@@ -60,6 +60,7 @@
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/SharedConversions.h"
 #include "codegen/lower/SharedOperands.h"
+#include "codegen/lower/WarpSpecialization.h"
 
 namespace attnjit::codegen {
 
@@ -462,6 +463,13 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   std::string text = "{\n.reg .pred wgmma_zero, wgmma_one;\n.reg .b64 wgmma_a, wgmma_b;\n";
   text += "setp.ne.b32 wgmma_zero, $" + std::to_string(zeroOperand) + ", 0;\n";
   text += "setp.eq.b32 wgmma_one, $" + std::to_string(zeroOperand) + ", 0;\n";
+  // Ping-pong: this warpgroup's turn to issue, handed on once the MMAs are issued.
+  const std::optional<TurnBarriers> turn = warpgroupTurn(ctx);
+  if (turn) {
+    text += ".reg .pred wgmma_first;\nsetp.eq.u32 wgmma_first, $" + std::to_string(next++) + ", 0;\n";
+    ptx.input("r", turn->warpgroup);
+    text += "@wgmma_first " + turn->wait[0] + "\n@!wgmma_first " + turn->wait[1] + "\n";
+  }
   text += "wgmma.fence.sync.aligned;\n";
   bool committedImmediate = false;
   for (const PlannedDot& d : planned) {
@@ -520,6 +528,7 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     }
   }
   text += "wgmma.commit_group.sync.aligned;\n";
+  if (turn) text += "@wgmma_first " + turn->handOver[0] + "\n@!wgmma_first " + turn->handOver[1] + "\n";
   text += deferredChains ? "wgmma.wait_group.sync.aligned 1;\n}" : "wgmma.wait_group.sync.aligned 0;\n}";
   std::vector<llvm::Value*> results = ptx.withText(std::move(text)).sideEffects().emitAll();
   for (size_t c = 0; c < chains.size(); ++c) {

@@ -1413,7 +1413,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (!deferRowSum) name += "_rowsum";
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
-  if (warpSpecialize) name += "_ws";
+  if (warpSpecialize) name += pingPong ? "_wspp" : "_ws";
   return name;
 }
 
@@ -1438,6 +1438,9 @@ support::Status UnifiedAttentionConfig::validate() const {
                        " (0 = head_size: equal QK and V head sizes)");
   if (blockSize < 1 || blockSize > 256)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
+  if (pingPong && !warpSpecialize)
+    return configError("ping_pong needs warp_specialize: true (the compute warpgroups take turns only with "
+                       "producer warps)");
   if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))
     return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
   if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))
@@ -1514,7 +1517,8 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   if (!config.asyncCopy) ir::setKernelAttribute(*kernel, ir::KernelAttribute::AsyncCopy, 0);
   if (!config.sinkSlotReads) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SinkSlotReads, 0);
   if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
-  if (config.warpSpecialize) ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, 1);
+  if (config.warpSpecialize)
+    ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, config.pingPong ? 2 : 1);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
   // converts them into the copy layouts anyway: decode tiles of 128 keys (8
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower

@@ -93,6 +93,11 @@ struct UnifiedAttentionConfig {
   // then meet no CTA barrier inside the loop. Ignored where codegen finds the
   // loads unfit (other targets, no cp.async). Same results.
   bool warpSpecialize = false;
+  // With producer warps: the two compute warpgroups of an 8-warp tiling (64
+  // query rows each) take turns issuing their warpgroup MMAs (FlashAttention-
+  // 3's ping-pong), so that one's softmax runs under the other's MMAs.
+  // Needs warpSpecialize. Same results.
+  bool pingPong = false;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,

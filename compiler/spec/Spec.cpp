@@ -381,6 +381,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
       {"overlap_softmax", false, boolField("overlap_softmax", &C::overlapSoftmax)},
       {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
+      {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
       {"sliding_window", false, slidingWindowField<C>()},
       {"sliding_window_right", false, slidingWindowRightField<C>()},
       {"attention_chunk_size", false, positiveField("attention_chunk_size", &C::attentionChunkSize)},
@@ -836,7 +837,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
-         (config.warpSpecialize ? " warp_specialize=true" : "") +
+         (config.warpSpecialize ? " warp_specialize=true" : "") + (config.pingPong ? " ping_pong=true" : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.slidingWindowRight != 0 ? " sliding_window_right=" + std::to_string(config.slidingWindowRight)
                                          : std::string()) +
