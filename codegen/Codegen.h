@@ -100,16 +100,18 @@ support::Expected<CodegenResult> generatePtx(const ir::Kernel& kernel, const Cod
 std::vector<uint8_t> softwareFp8Encodings(std::span<const float> values, ir::ScalarKind kind);
 
 // The slot protocol of warp-specialized kernels (codegen/lower/
-// WarpSpecialization.cpp) as codegen emits it, evaluated by LLVM's constant
-// folder for fill numbers and iterations 0 .. count − 1: the fill iteration i
+// WarpSpecialization.cpp) for buffers of `slots` slots as codegen emits it,
+// evaluated by LLVM's constant folder for fill numbers and iterations
+// 0 .. count − 1, with the slot chain the compute warps carry: the fill iteration i
 // makes (the prologue's is 0), the slot a fill goes to, the parity the
 // producer waits for on that slot's empty barrier before it, and the parity
 // the compute warps wait for on the full barrier in an iteration. The tests
 // run the mbarrier protocol on them.
 struct SlotProtocolTable {
   std::vector<int> fillOfIteration, slotOfFill, emptyWaitParity, fullWaitParity;
+  std::vector<int> slotOfIteration;  // the compute warps' carried slot: 0, then nextSlot of the previous
 };
-SlotProtocolTable warpSpecializationSlotProtocol(int count);
+SlotProtocolTable warpSpecializationSlotProtocol(int count, int slots);
 
 // The version of the LLVM linked in ("22.1.8"): part of every cache key.
 std::string llvmVersion();

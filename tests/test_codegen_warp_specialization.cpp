@@ -42,26 +42,30 @@ struct ModelBarrier {
   bool tryWait(int parity) const { return parity != (completedPhases & 1); }
 };
 
-// The protocol's arithmetic: fill of iteration i, slot of fill f, parities.
+// The protocol's arithmetic for buffers of `slots` slots: fill of iteration
+// i, slot of fill f, parities, and the slot the compute warps carry into
+// iteration i.
 struct SlotProtocol {
-  std::function<int(int)> fillOfIteration, slotOf, emptyWaitParity, fullWaitParity;
+  int slots = 2;
+  std::function<int(int)> fillOfIteration, slotOf, emptyWaitParity, fullWaitParity, slotOfIteration;
 };
 
 // One pipelined loop of `iterations` under a random interleaving of the
 // producer (fills 0 .. iterations; fill f > 0 waits on its slot's empty
 // barrier first), the copies landing (each arrives on its slot's full
 // barrier), and the compute warps (iteration i waits on full, reads fill i
-// from the slot the carried xor chain names, releases it on empty). Empty
+// from the slot the carried chain names, releases it on empty). Empty
 // when every fill lands, every iteration reads its own fill after it landed
 // and no fill overwrites an unread one; else what went wrong.
 std::string runSlotProtocol(const SlotProtocol& p, int iterations, std::mt19937& random) {
   struct Slot {
     int fill = -1;
     bool landed = false, read = true;
-  } slots[2];
-  ModelBarrier full[2], empty[2];
+  };
+  std::vector<Slot> slots(static_cast<size_t>(p.slots));
+  std::vector<ModelBarrier> full(slots.size()), empty(slots.size());
   std::vector<int> inFlight;
-  int nextFill = 0, iteration = 0, consumerSlot = 0;
+  int nextFill = 0, iteration = 0;
   for (;;) {
     std::vector<std::function<std::string()>> enabled;
     if (nextFill <= iterations) {
@@ -87,15 +91,15 @@ std::string runSlotProtocol(const SlotProtocol& p, int iterations, std::mt19937&
         full[slot].arrive();
         return {};
       });
+    const int consumerSlot = iteration < iterations ? p.slotOfIteration(iteration) : 0;
     if (iteration < iterations && full[consumerSlot].tryWait(p.fullWaitParity(iteration)))
-      enabled.push_back([&]() -> std::string {
+      enabled.push_back([&, consumerSlot]() -> std::string {
         Slot& slot = slots[consumerSlot];
         if (slot.fill != iteration || !slot.landed)
           return "iteration " + std::to_string(iteration) + " read fill " + std::to_string(slot.fill) +
                  (slot.landed ? "" : " before it landed");
         slot.read = true;
         empty[consumerSlot].arrive();
-        consumerSlot ^= 1;
         ++iteration;
         return {};
       });
@@ -306,31 +310,44 @@ TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copie
 
 TEST_CASE("the slot protocol codegen emits holds under every interleaving tried", "[codegen][warp-specialize]") {
   constexpr int kIterations = 24;
-  const codegen::SlotProtocolTable table = codegen::warpSpecializationSlotProtocol(kIterations + 2);
   auto at = [](const std::vector<int>& values) {
     return [&values](int n) { return values.at(static_cast<size_t>(n)); };
   };
-  const SlotProtocol emitted{at(table.fillOfIteration), at(table.slotOfFill), at(table.emptyWaitParity),
-                             at(table.fullWaitParity)};
   std::mt19937 random(7);
-  for (int iterations = 0; iterations <= kIterations; ++iterations)
-    for (int schedule = 0; schedule < 200; ++schedule) {
-      INFO(iterations << " iterations, schedule " << schedule);
-      CHECK(runSlotProtocol(emitted, iterations, random).empty());
-    }
-  // The model catches the mistakes the protocol could make.
-  SlotProtocol noInitialPhase = emitted;  // the first fill of a slot waits for a release
-  noInitialPhase.emptyWaitParity = [](int fill) { return (fill >> 1) & 1; };
-  CHECK(runSlotProtocol(noInitialPhase, 4, random).find("deadlock") != std::string::npos);
-  SlotProtocol phasePerFill = emitted;  // parity flipping every iteration, not every use of a slot
-  phasePerFill.fullWaitParity = [](int iteration) { return iteration & 1; };
-  CHECK(runSlotProtocol(phasePerFill, 4, random).find("iteration 1 read fill") != std::string::npos);
-  SlotProtocol noEmptyWait = emitted;  // refilling without waiting for the release
-  noEmptyWait.emptyWaitParity = [](int fill) { return 1 ^ (fill & 0); };
-  bool overwrote = false;
-  for (int schedule = 0; schedule < 200 && !overwrote; ++schedule)
-    overwrote = runSlotProtocol(noEmptyWait, 6, random).find("overwrote") != std::string::npos;
-  CHECK(overwrote);
+  for (int slots = 2; slots <= 4; ++slots) {
+    const codegen::SlotProtocolTable table = codegen::warpSpecializationSlotProtocol(kIterations + 2, slots);
+    const SlotProtocol emitted{slots,
+                               at(table.fillOfIteration),
+                               at(table.slotOfFill),
+                               at(table.emptyWaitParity),
+                               at(table.fullWaitParity),
+                               at(table.slotOfIteration)};
+    for (int iterations = 0; iterations <= kIterations; ++iterations)
+      for (int schedule = 0; schedule < 200; ++schedule) {
+        INFO(slots << " slots, " << iterations << " iterations, schedule " << schedule);
+        CHECK(runSlotProtocol(emitted, iterations, random).empty());
+      }
+    // The model catches the mistakes the protocol could make.
+    INFO(slots << " slots");
+    SlotProtocol noInitialPhase = emitted;  // the first fill of a slot waits for a release
+    noInitialPhase.emptyWaitParity = [slots](int fill) { return (fill / slots) & 1; };
+    CHECK(runSlotProtocol(noInitialPhase, 4, random).find("deadlock") != std::string::npos);
+    SlotProtocol phasePerFill = emitted;  // parity flipping every iteration, not every use of a slot
+    phasePerFill.fullWaitParity = [](int iteration) { return iteration & 1; };
+    bool readEarly = false;
+    for (int schedule = 0; schedule < 400 && !readEarly; ++schedule)
+      readEarly = runSlotProtocol(phasePerFill, 3 * slots, random).find(" before it landed") != std::string::npos;
+    CHECK(readEarly);
+    SlotProtocol noEmptyWait = emitted;  // refilling without waiting for the release
+    noEmptyWait.emptyWaitParity = [](int) { return 1; };
+    bool overwrote = false;
+    for (int schedule = 0; schedule < 400 && !overwrote; ++schedule)
+      overwrote = runSlotProtocol(noEmptyWait, 3 * slots, random).find("overwrote") != std::string::npos;
+    CHECK(overwrote);
+    SlotProtocol twoSlotChain = emitted;  // the compute warps alternating two slots of more
+    twoSlotChain.slotOfIteration = [](int iteration) { return iteration & 1; };
+    if (slots > 2) CHECK(!runSlotProtocol(twoSlotChain, 4, random).empty());
+  }
 }
 
 TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs through named barriers 2 and 3",

@@ -310,6 +310,13 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
       c.overlapSoftmax = overlapSoftmax;
       checkOnGpu(c, mixed);
     }
+  // Three and four slots: the producers run up to three tiles ahead.
+  for (int stages : {3, 4}) {
+    compiler::UnifiedAttentionConfig c = specialized();
+    c.numStages = stages;
+    c.pingPong = stages == 4;
+    checkOnGpu(c, mixed);
+  }
   compiler::UnifiedAttentionConfig pingPongFp8 = specialized();
   pingPongFp8.pingPong = true;
   pingPongFp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;

@@ -217,19 +217,28 @@ TEST_CASE("the pipeliner leaves loops that store and loads that depend on the lo
   CHECK(after.find("_first") == std::string::npos);
 }
 
-TEST_CASE("num_stages outside 1..2 is a clear error", "[pipelining]") {
+TEST_CASE("num_stages outside 1..4, or above 2 without producer warps, is a clear error", "[pipelining]") {
   UnifiedAttentionConfig c = config(ScalarKind::BF16, 8, 2, 64, true);
-  c.numStages = 3;
+  c.numStages = 5;
   auto s = c.validate();
   REQUIRE_FALSE(s.isOk());
   CHECK(s.diagnostic().message ==
-        "num_stages (3) must be 1 (no pipelining) or 2 (next KV tile loaded during this one's compute)");
-  // A hand-written kernel asking for 3 stages gets the pass's error.
-  const char* text = "kernel @k(%p: ptr<global, f32>) attributes {num_stages = 3} {\n  return\n}\n";
+        "num_stages (5) must be 1 (no pipelining), 2 (next KV tile loaded during this one's compute), or 3-4 with "
+        "warp_specialize (producer warps up to num_stages - 1 tiles ahead)");
+  c.numStages = 3;
+  s = c.validate();
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.diagnostic().message ==
+        "num_stages (3) above 2 needs warp_specialize: true (without producer warps only the next tile is in "
+        "flight)");
+  c.warpSpecialize = true;
+  CHECK(c.validate().isOk());
+  // A hand-written kernel asking for 5 stages gets the pass's error.
+  const char* text = "kernel @k(%p: ptr<global, f32>) attributes {num_stages = 5} {\n  return\n}\n";
   auto module = attnjit::ir::parseModule(text, "k.tir");
   if (!module) FAIL(module.diagnostic().str());
   PipelineOptions options;
   auto status = runPipeline(*(*module)->kernels()[0], options, nullptr);
   REQUIRE_FALSE(status.isOk());
-  CHECK(status.diagnostic().message.find("num_stages = 3 is unsupported") != std::string::npos);
+  CHECK(status.diagnostic().message.find("num_stages = 5 is unsupported") != std::string::npos);
 }

@@ -15,8 +15,9 @@
 // stored into a shared tile by the convert. Here, when the loads' vector accesses
 // are 16, 8 or 4 bytes along the tile's contiguous dimension and the carried tile
 // is read only at the body's top level, the loads become cp.async copies into the swizzled tile placement a
-// conversion uses, in one of two slots of a buffer of their own (the slot
-// alternates each iteration). Converts read the slot directly (ldmatrix for
+// conversion uses, in one of the slots of a buffer of their own (two, used in
+// turn each iteration; num_stages of them where that is more, for producer
+// warps that run ahead: WarpSpecialization.cpp). Converts read the slot directly (ldmatrix for
 // operands); any other reader (e.g. the unpacking of a quantized tile) first
 // reads the tile back into its load layout, once per iteration, so the prefetched
 // tile still lives in shared memory rather than registers while it is in flight.
@@ -163,6 +164,7 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   if (warpgroupOperand) buffer.descriptorConverts = std::move(descriptorConverts);
   buffer.copyBytes = copy;
   buffer.slotBytes = tile->bytes(layout);
+  buffer.slots = static_cast<int>(std::max<int64_t>(2, kernelAttribute(ctx.kernel, KernelAttribute::NumStages)));
   buffer.loop = &loop;
   buffer.carried = carried;
   buffer.prologueLoad = prologueLoad;
@@ -203,7 +205,7 @@ void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, Async
         for (const Operation* convert : buffer.descriptorConverts) plan.descriptorConverts.insert(convert);
       }
       buffer.offset = ctx.asyncBufferBytes;
-      ctx.asyncBufferBytes += 2 * buffer.slotBytes;
+      ctx.asyncBufferBytes += buffer.slots * buffer.slotBytes;
       const int id = static_cast<int>(plan.buffers.size());
       plan.loads[buffer.prologueLoad] = id;
       plan.loads[buffer.bodyLoad] = id;
@@ -214,10 +216,10 @@ void planBlock(LoweringContext& ctx, const Block& block, const Uses& uses, Async
   ctx.asyncBufferBytes = siblingsEnd;
 }
 
-// Both slots of a buffer, for removeRedundantSync (the buffers of sibling loops
+// Every slot of a buffer, for removeRedundantSync (the buffers of sibling loops
 // share bytes: regions are byte ranges, not buffers).
 SharedRegion slotsRegion(const AsyncBuffer& buffer) {
-  return {buffer.offset, buffer.offset + 2 * buffer.slotBytes, /*slots=*/true};
+  return {buffer.offset, buffer.offset + buffer.slots * buffer.slotBytes, /*slots=*/true};
 }
 
 llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Value* slot) {
@@ -227,6 +229,12 @@ llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Val
 }
 
 }  // namespace
+
+llvm::Value* nextSlot(llvm::IRBuilder<>& b, llvm::Value* slot, int slots) {
+  if (slots == 2) return b.CreateXor(slot, b.getInt32(1));
+  llvm::Value* next = b.CreateAdd(slot, b.getInt32(1));
+  return b.CreateSelect(b.CreateICmpEQ(next, b.getInt32(static_cast<uint32_t>(slots))), b.getInt32(0), next);
+}
 
 void planAsyncCopies(LoweringContext& ctx) {
   if (!ir::kernelFlag(ctx.kernel, ir::KernelAttribute::AsyncCopy)) return;
@@ -248,7 +256,8 @@ std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
   }
   std::string text;
   for (const AsyncBuffer& buffer : ctx.async->buffers) {
-    text += "%" + buffer.carried->name() + ": " + buffer.carried->type().str() + ", 2 slots of " +
+    text += "%" + buffer.carried->name() + ": " + buffer.carried->type().str() + ", " +
+            std::to_string(buffer.slots) + " slots of " +
             std::to_string(buffer.slotBytes) + " B at byte " + std::to_string(buffer.offset) + ", " +
             std::to_string(buffer.copyBytes) + "-byte copies, " + std::to_string(buffer.tile.maxPhase) +
             " swizzle phases" + (buffer.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") + "\n";
@@ -278,12 +287,12 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   } else if (producer) {
     slot = producerFill(ctx, buffer, op).slot;
   } else if (specialized) {
-    slot = b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
+    slot = nextSlot(b, ctx.async->currentSlot.at(id), buffer.slots);
   } else {
     int& committed = ctx.async->bodyCommits[buffer.loop];
     // The first copy of an iteration overwrites slots last read in the previous one.
     if (committed == 0) ctx.barrier();
-    slot = b.CreateXor(ctx.async->currentSlot.at(id), ctx.i32(1));
+    slot = nextSlot(b, ctx.async->currentSlot.at(id), buffer.slots);
   }
   auto result = [&] {
     Lowered out;

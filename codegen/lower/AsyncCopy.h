@@ -11,12 +11,15 @@
 
 namespace attnjit::codegen {
 
-// A loop-carried tile that lives in shared memory: two slots of one swizzled tile.
+// A loop-carried tile that lives in shared memory: slots of one swizzled tile,
+// used in turn (two, or num_stages where that is more: producer warps run
+// num_stages − 1 tiles ahead of the compute warps).
 struct AsyncBuffer {
   SwizzledTile tile;
   ir::LinearLayout layout;  // of the loads
   int64_t offset = 0;   // bytes from the start of dynamic shared memory
   int64_t slotBytes = 0;
+  int slots = 2;
   int copyBytes = 16;  // per cp.async: 16, or 8 / 4 for rows aligned only that far
   const ir::Operation* loop = nullptr;
   const ir::Value* carried = nullptr;  // the loop's block argument holding the tile
@@ -41,6 +44,9 @@ struct AsyncCopyPlan {
   // wait and a proxy fence, their result naming the slot (Lowered::warpgroupOperand).
   std::unordered_set<const ir::Operation*> descriptorConverts;
 };
+
+// The slot after `slot` of a buffer with `slots` slots (they are used in turn).
+llvm::Value* nextSlot(llvm::IRBuilder<>& b, llvm::Value* slot, int slots);
 
 // Chooses the loads that become cp.async copies and reserves their buffers at the
 // start of dynamic shared memory (ctx.asyncBufferBytes); sets ctx.async when any do.

@@ -22,14 +22,16 @@
 //   included; for/if ops whose results they use are lowered whole), and the
 //   for/if ops around them with only those ops inside. Scalars are uniform, so
 //   both roles take the same path through the kernel.
-// - Each buffer has per slot a `full` mbarrier (one arrival per producer
-//   thread, through cp.async.mbarrier.arrive.noinc after its copies: it lands
-//   when they have) and an `empty` one (one arrival per compute thread). Fill
-//   f of a loop (0: the prologue's, i + 1: iteration i's) goes to slot f mod 2
-//   after the producer waited on empty with parity
-//   ((f / 2) mod 2) xor 1: a fresh barrier counts its phase before 0 as
-//   complete, so the first fill of each slot does not wait. Iteration i of the
-//   compute warps reads fill i: it waits on full with parity (i / 2) mod 2
+// - Each buffer has S slots (2, or num_stages: AsyncBuffer::slots) and per
+//   slot a `full` mbarrier (one arrival per producer thread, through
+//   cp.async.mbarrier.arrive.noinc after its copies: it lands when they have)
+//   and an `empty` one (one arrival per compute thread). Fill f of a loop (0:
+//   the prologue's, i + 1: iteration i's) goes to slot f mod S after the
+//   producer waited on empty with parity ((f / S) mod 2) xor 1: a fresh
+//   barrier counts its phase before 0 as complete, so the first fill of each
+//   slot does not wait, and the producers run up to S − 1 fills ahead.
+//   Iteration i of the compute warps reads fill i from slot i mod S (the slot
+//   chain they carry): it waits on full with parity (i / S) mod 2
 //   right before the wgmma group that reads the slot (Lowered::awaitsSlot: V,
 //   converted at the loop's top, may land during Q·Kᵀ and the softmax), then
 //   fences for the async proxy, and after the iteration's last tensor-core
@@ -313,11 +315,14 @@ llvm::Value* barrierAddress(LoweringContext& ctx, int index) {
                                           static_cast<unsigned>(index));
 }
 
-// Barrier `base + slot` of buffer `buffer` (slot a runtime i32, 0 or 1).
-llvm::Value* barrierFor(LoweringContext& ctx, int buffer, int base, llvm::Value* slot) {
+enum class SlotBarrier { Full, Empty };
+
+// The full or empty barrier of slot `slot` (a runtime i32) of buffer `buffer`.
+llvm::Value* barrierFor(LoweringContext& ctx, int buffer, SlotBarrier kind, llvm::Value* slot) {
   llvm::IRBuilder<>& b = ctx.b;
   WarpSpecializationPlan& plan = *ctx.warpSpecialization;
-  llvm::Value* index = b.CreateAdd(ctx.i32(4 * buffer + base), slot);
+  const int base = 2 * plan.slots * buffer + (kind == SlotBarrier::Empty ? plan.slots : 0);
+  llvm::Value* index = b.CreateAdd(ctx.i32(base), slot);
   return b.CreateInBoundsGEP(plan.barriers->getValueType(), plan.barriers, {ctx.i32(0), index});
 }
 
@@ -419,11 +424,12 @@ void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
   // The first fill of each slot (the prologue's, iteration 0's) finds it empty:
   // a fresh barrier counts the phase before its first as complete.
   if (&load == buffer.bodyLoad) {
-    waitParity(ctx, barrierFor(ctx, id, 2, fill.slot), slotprotocol::emptyWaitParity(b, fill.number));
+    waitParity(ctx, barrierFor(ctx, id, SlotBarrier::Empty, fill.slot),
+               slotprotocol::emptyWaitParity(b, fill.number, ctx.warpSpecialization->slots));
   }
   forEachStandIn(ctx, [&] { lowerOperation(ctx, load); });
   b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_mbarrier_arrive_noinc_shared,
-                    {barrierFor(ctx, id, 0, fill.slot)});
+                    {barrierFor(ctx, id, SlotBarrier::Full, fill.slot)});
 }
 
 void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
@@ -523,7 +529,10 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     plan->consumerRegisters = consumerRegisters;
   }
   if (kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize) == 2) planTurns(ctx, *plan);
-  auto* type = llvm::ArrayType::get(ctx.b.getInt64Ty(), 4 * ctx.async->buffers.size());
+  plan->slots = ctx.async->buffers.front().slots;
+  for (const AsyncBuffer& buffer : ctx.async->buffers)
+    ATTNJIT_CHECK(buffer.slots == plan->slots, "codegen: cp.async buffers with different slot counts");
+  auto* type = llvm::ArrayType::get(ctx.b.getInt64Ty(), 2 * plan->slots * ctx.async->buffers.size());
   plan->barriers = new llvm::GlobalVariable(ctx.module, type, false, llvm::GlobalValue::InternalLinkage,
                                             llvm::UndefValue::get(type), "attnjit_mbarriers", nullptr,
                                             llvm::GlobalVariable::NotThreadLocal, 3);
@@ -571,16 +580,17 @@ void lowerProducerRole(LoweringContext& ctx, const Block& body) {
 
   // Thread 0 initializes the barriers (full: one arrival per producer thread,
   // empty: one per compute thread); barrier 0 publishes them.
+  const int slots = plan.slots;
   llvm::BasicBlock* init = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init", ctx.function);
   llvm::BasicBlock* roles = llvm::BasicBlock::Create(ctx.llvm, "roles", ctx.function);
   b.CreateCondBr(b.CreateICmpEQ(tid, ctx.i32(0)), init, roles);
   b.SetInsertPoint(init);
   const int buffers = static_cast<int>(ctx.async->buffers.size());
   for (int buffer = 0; buffer < buffers; ++buffer)
-    for (int index = 0; index < 4; ++index)
+    for (int index = 0; index < 2 * slots; ++index)
       b.CreateIntrinsic(
           b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared,
-          {barrierAddress(ctx, 4 * buffer + index), ctx.i32(index < 2 ? producerThreads : consumerThreads)});
+          {barrierAddress(ctx, 2 * slots * buffer + index), ctx.i32(index < slots ? producerThreads : consumerThreads)});
   b.CreateBr(roles);
   b.SetInsertPoint(roles);
   wholeCtaBarrier(ctx);
@@ -614,30 +624,38 @@ void recordIteration(LoweringContext& ctx, const Operation& loop) {
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const Operation& load) {
   if (&load == buffer.prologueLoad) return {ctx.i32(0), ctx.i32(0)};
   llvm::Value* number = slotprotocol::bodyFill(ctx.b, ctx.warpSpecialization->iteration.at(buffer.loop));
-  return {number, slotprotocol::slotOf(ctx.b, number)};
+  return {number, slotprotocol::slotOf(ctx.b, number, buffer.slots)};
 }
 
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration) {
-  waitParity(ctx, barrierFor(ctx, buffer, 0, slot), slotprotocol::fullWaitParity(ctx.b, iteration));
+  waitParity(ctx, barrierFor(ctx, buffer, SlotBarrier::Full, slot),
+             slotprotocol::fullWaitParity(ctx.b, iteration, ctx.warpSpecialization->slots));
 }
 
 namespace slotprotocol {
 
 llvm::Value* bodyFill(llvm::IRBuilder<>& b, llvm::Value* iteration) { return b.CreateAdd(iteration, b.getInt32(1)); }
 
-llvm::Value* slotOf(llvm::IRBuilder<>& b, llvm::Value* fill) { return b.CreateAnd(fill, b.getInt32(1)); }
-
-llvm::Value* emptyWaitParity(llvm::IRBuilder<>& b, llvm::Value* fill) {
-  return b.CreateXor(b.CreateAnd(b.CreateLShr(fill, 1), 1), 1);
+llvm::Value* slotOf(llvm::IRBuilder<>& b, llvm::Value* fill, int slots) {
+  return b.CreateURem(fill, b.getInt32(static_cast<uint32_t>(slots)));
 }
 
-llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration) {
-  return b.CreateAnd(b.CreateLShr(iteration, 1), 1);
+// The number of times the slot of `fill` was used before: fill / slots.
+llvm::Value* useOfSlot(llvm::IRBuilder<>& b, llvm::Value* fill, int slots) {
+  return b.CreateUDiv(fill, b.getInt32(static_cast<uint32_t>(slots)));
+}
+
+llvm::Value* emptyWaitParity(llvm::IRBuilder<>& b, llvm::Value* fill, int slots) {
+  return b.CreateXor(b.CreateAnd(useOfSlot(b, fill, slots), 1), 1);
+}
+
+llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration, int slots) {
+  return b.CreateAnd(useOfSlot(b, iteration, slots), 1);
 }
 
 }  // namespace slotprotocol
 
-SlotProtocolTable warpSpecializationSlotProtocol(int count) {
+SlotProtocolTable warpSpecializationSlotProtocol(int count, int slots) {
   llvm::LLVMContext context;  // the constants live as long as it
   llvm::IRBuilder<> b(context);
   auto folded = [](llvm::Value* value) {
@@ -646,12 +664,15 @@ SlotProtocolTable warpSpecializationSlotProtocol(int count) {
     return static_cast<int>(constant->getZExtValue());
   };
   SlotProtocolTable table;
+  llvm::Value* carried = b.getInt32(0);
   for (int n = 0; n < count; ++n) {
     llvm::Value* value = b.getInt32(static_cast<uint32_t>(n));
     table.fillOfIteration.push_back(folded(slotprotocol::bodyFill(b, value)));
-    table.slotOfFill.push_back(folded(slotprotocol::slotOf(b, value)));
-    table.emptyWaitParity.push_back(folded(slotprotocol::emptyWaitParity(b, value)));
-    table.fullWaitParity.push_back(folded(slotprotocol::fullWaitParity(b, value)));
+    table.slotOfFill.push_back(folded(slotprotocol::slotOf(b, value, slots)));
+    table.emptyWaitParity.push_back(folded(slotprotocol::emptyWaitParity(b, value, slots)));
+    table.fullWaitParity.push_back(folded(slotprotocol::fullWaitParity(b, value, slots)));
+    table.slotOfIteration.push_back(folded(carried));
+    carried = nextSlot(b, carried, slots);
   }
   return table;
 }
@@ -670,7 +691,7 @@ void releaseSlots(LoweringContext& ctx, const Operation& loop) {
     any = true;
     llvm::Value* slot = ctx.async->currentSlot.at(static_cast<int>(id));
     b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
-                      {barrierFor(ctx, static_cast<int>(id), 2, slot)});
+                      {barrierFor(ctx, static_cast<int>(id), SlotBarrier::Empty, slot)});
   }
 }
 

@@ -39,8 +39,11 @@ struct WarpSpecializationPlan {
   // Of producerOps, those whose results only the producer uses (through other
   // such ops, into the copies): the compute warps do not lower them.
   std::unordered_set<const ir::Operation*> producerOnly;
-  // full[buffer][slot] at index 4·buffer + slot, empty[buffer][slot] at
-  // 4·buffer + 2 + slot, in static shared memory of their own.
+  // Slots of every buffer (AsyncBuffer::slots, the same for all): the
+  // producers run slots − 1 fills ahead.
+  int slots = 2;
+  // full[buffer][slot] at index 2·slots·buffer + slot, empty[buffer][slot] at
+  // 2·slots·buffer + slots + slot, in static shared memory of their own.
   llvm::GlobalVariable* barriers = nullptr;
   int64_t barrierBytes() const;
   // Ping-pong (warp_specialize = 2): the pipelined loops in which the two
@@ -79,20 +82,21 @@ struct Fill {
   llvm::Value* slot;
 };
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const ir::Operation& load);
-// The protocol's arithmetic on i32 values (with constant operands it folds to
-// constants: test_codegen_warp_specialization runs the protocol on them).
-// A loop's fills are numbered 0 (the prologue's) and i + 1 (iteration i's);
-// iteration i of the compute warps reads fill i, from the slot the xor chain
-// of the carried slot gives it (0, 1, 0, ...).
+// The protocol's arithmetic on i32 values for buffers of `slots` slots (with
+// constant operands it folds to constants: test_codegen_warp_specialization
+// runs the protocol on them). A loop's fills are numbered 0 (the prologue's)
+// and i + 1 (iteration i's); iteration i of the compute warps reads fill i,
+// from the slot the chain of the carried slot gives it (0, 1, .., slots − 1,
+// 0, ...: nextSlot).
 namespace slotprotocol {
-llvm::Value* bodyFill(llvm::IRBuilder<>& b, llvm::Value* iteration);  // i + 1
-llvm::Value* slotOf(llvm::IRBuilder<>& b, llvm::Value* fill);          // fill mod 2
+llvm::Value* bodyFill(llvm::IRBuilder<>& b, llvm::Value* iteration);       // i + 1
+llvm::Value* slotOf(llvm::IRBuilder<>& b, llvm::Value* fill, int slots);  // fill mod slots
 // The parity the producer waits for on the slot's empty barrier before `fill`:
-// the phase of the release of fill − 2, or for a slot's first fill the phase
-// before a fresh barrier's first, which counts as complete.
-llvm::Value* emptyWaitParity(llvm::IRBuilder<>& b, llvm::Value* fill);
+// the phase of the release of fill − slots, or for a slot's first fill the
+// phase before a fresh barrier's first, which counts as complete.
+llvm::Value* emptyWaitParity(llvm::IRBuilder<>& b, llvm::Value* fill, int slots);
 // The parity the compute warps wait for on the slot's full barrier in `iteration`.
-llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration);
+llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration, int slots);
 }  // namespace slotprotocol
 
 // Compute warps: waits until the slot read in iteration `iteration` is full.

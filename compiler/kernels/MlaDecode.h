@@ -48,7 +48,8 @@ struct MlaDecodeConfig {
   int blockH = 16;       // query heads per program: 16, 32 or 64
   int tileSize = 16;     // keys per loop iteration: 16, 32 or 64
   int numWarps = 4;
-  int numStages = 2;     // 2: the next tile's loads in flight during this tile's compute
+  int numStages = 2;     // 2: the next tile's loads in flight during this tile's compute; 3-4: slots for
+                         // producer warps running further ahead (needs warpSpecialize)
   // q (BLOCK_H × W) loaded once before the loop into shared memory, each dot reading
   // its fragments there with ldmatrix (kernel attribute shared_invariant_operands;
   // f16 and bf16 only); false: q re-read from global memory (L1) every tile.

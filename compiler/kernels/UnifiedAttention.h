@@ -57,7 +57,9 @@ struct UnifiedAttentionConfig {
   // tokens instead of a handful, and the warps split M so P stays in registers.
   int blockMRows = 0;
   // Software pipeline depth of the KV loop: 2 issues tile j+1's loads before tile
-  // j's compute (compiler/passes/Pipelining.cpp); 1 turns it off.
+  // j's compute (compiler/passes/Pipelining.cpp); 1 turns it off. 3 and 4 (with
+  // warpSpecialize) give the cp.async buffers that many slots, which the
+  // producer warps fill up to num_stages - 1 tiles ahead.
   int numStages = 2;
   // With num_stages 2, the K/V tiles go from global to shared memory by cp.async
   // (codegen/lower/AsyncCopy.cpp) instead of through registers; false keeps the

@@ -286,11 +286,14 @@ support::Status pipelineLoads(Kernel& kernel, const PassOptions&) {
   // ahead; 0, for the next iteration like the data they address.
   const bool prefetchIndices = kernelFlag(kernel, KernelAttribute::PrefetchIndices);
   if (stages == 1) return support::Status::ok();
-  if (stages != 2)
+  // More stages keep the same loop: the next tile's loads issued before this
+  // tile's compute. Codegen gives their cp.async buffers that many slots, which
+  // producer warps fill further ahead (codegen/lower/WarpSpecialization.cpp).
+  if (stages > 4)
     return support::Status::error(kernel.location(),
                                   "kernel @" + kernel.name() + ": num_stages = " + std::to_string(stages) +
-                                      " is unsupported; the pipeliner implements 1 (off) and 2 (the next "
-                                      "tile's loads in flight during this tile's compute)");
+                                      " is unsupported; the pipeliner implements 1 (off) to 4 (the next "
+                                      "tile's loads in flight during this tile's compute, in up to 4 slots)");
   std::vector<Operation*> loops;
   collectLoops(kernel.body(), loops);
   for (Operation* loop : loops) LoopPipeliner(*loop, prefetchIndices).run();
