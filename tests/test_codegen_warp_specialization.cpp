@@ -227,13 +227,23 @@ TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[
   compiler::UnifiedAttentionConfig registersOnly = config;
   registersOnly.asyncCopy = false;
   CHECK(compile(registersOnly, "sm_90a").numThreads == 256);
-  // 128-key tiles carry their block numbers through a layout conversion, which
-  // the producers cannot run without a barrier.
-  compiler::UnifiedAttentionConfig carried = config;
+  // 128-key decode tiles load their block numbers two tiles ahead and convert
+  // them into the copy layouts, which the producers cannot do without a barrier.
+  compiler::UnifiedAttentionConfig carried;
   carried.tileSize = 128;
-  CHECK(compile(carried, "sm_90a").numThreads == 256);
+  carried.warpSpecialize = true;
+  CHECK(compile(carried, "sm_90a").numThreads == 128);
   CHECK(planOf(carried, "sm_90a").find("no producer warps: copy addresses computed by 'convert_layout'") !=
         std::string::npos);
+  // 128-key prefill tiles load their block numbers once per copy layout when
+  // producers issue the copies (8 loads a thread, which layout assignment
+  // otherwise replaces by one load and two conversions).
+  compiler::UnifiedAttentionConfig wide = config;
+  wide.tileSize = 128;
+  const compiler::CompiledKernel wideTiles = compile(wide, "sm_90a");
+  CHECK(wideTiles.numThreads == 384);
+  wide.warpSpecialize = false;
+  CHECK(countOf(compile(wide, "sm_90a").ptx, "cp.async.mbarrier") == 0);
 }
 
 TEST_CASE("warp_specialize at head size 256: P·V's 128 accumulator registers fit the 168 of the launch",

@@ -677,8 +677,12 @@ class LayoutAssigner {
   // copies, up to 4 loads per thread beat converting (prefill's 32-key tiles;
   // decode's 64-key tiles, 8 keys per thread in pairs of one block) and 8 or
   // more lose, so 128-key tiles convert (measured: docs/perf-log.md, 2026-11-30).
+  // With producer warps on the target (warp_specialize, wgmma) every row is
+  // loaded again: the producers issue those loads off the compute warps' path,
+  // and a conversion among the copies' addresses would keep them unspecialized.
   static constexpr int64_t kMaxReloadsPerThread = 4;
   bool worthReloading(const Value* row, const LayoutRef& layout) const {
+    if (options_.hasWgmma && kernelFlag(kernel_, KernelAttribute::WarpSpecialize)) return true;
     auto linear = toLinearLayout(*layout, row->type().shape(), options_.numWarps);
     if (!linear.isOk()) return false;
     const AxisFacts& pointers = axis_.facts(row->definingOp()->operand(0));
