@@ -185,6 +185,12 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
     // waits for its K and V slots (at least) and hands both back once.
     CHECK(countOf(ptx, "mbarrier.try_wait.parity.shared.b64") >= fills);
     CHECK(countOf(ptx, "mbarrier.arrive.shared.b64") == fills / 2);
+    // 16-bit caches: wgmma alone reads K's and V's slots, and each goes back
+    // as soon as the MMAs reading it completed (K's before the softmax): an
+    // arrival right after each of the two loops' Q·Kᵀ and P·V groups.
+    if (config.kvCacheFormat == compiler::KvCacheFormat::Auto)
+      CHECK(countOf(ptx, "wgmma.wait_group.sync.aligned 0;\n}\n\t// end inline asm\n\tmbarrier.arrive.shared.b64") ==
+            4);
     // Barrier 0 spans both roles: after the barriers' initialization and at
     // each loop's exit in each role. Every other barrier is the compute warps'.
     CHECK(countOf(ptx, "bar.sync \t0, 384;") == 1 + 2 * 2);

@@ -34,8 +34,10 @@
 //   chain they carry): it waits on full with parity (i / S) mod 2
 //   right before the wgmma group that reads the slot (Lowered::awaitsSlot: V,
 //   converted at the loop's top, may land during Q·Kᵀ and the softmax), then
-//   fences for the async proxy, and after the iteration's last tensor-core
-//   instruction has completed it arrives on empty.
+//   fences for the async proxy. It arrives on empty right after the wgmma
+//   group whose MMAs alone read the slot completed (K's after Q·Kᵀ:
+//   earlyRelease), or, where anything else reads it, once the iteration's
+//   last tensor-core instruction has completed.
 // - At a pipelined loop's exit the producer waits for its copies and both roles
 //   meet at barrier 0 over the whole CTA: the slots may then be reused (by a
 //   sibling loop's prologue, or the epilogue's scratch). Every other barrier of
@@ -300,6 +302,36 @@ void planTurns(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
   if (plan.turnLoops.empty()) plan.noTurns = "no warpgroup MMA in a pipelined loop";
 }
 
+// WarpSpecializationPlan::earlyRelease: a buffer whose tile only wgmma reads
+// (every use of the carried tile is a descriptor convert, every use of those
+// a dot at the top level of the loop body) can be handed back once those dots
+// completed; the group lowering them releases it when they are all its own.
+void planEarlyRelease(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
+  UseMap uses;
+  collectUses(ctx.kernel.body(), uses);
+  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
+    const AsyncBuffer& buffer = ctx.async->buffers[id];
+    if (!buffer.warpgroupOperand) continue;
+    std::vector<const Operation*> dots;
+    bool onlyWgmma = true;
+    auto found = uses.find(buffer.carried);
+    if (found == uses.end()) continue;
+    for (const Operation* convert : found->second) {
+      if (!ctx.async->descriptorConverts.count(convert)) {
+        onlyWgmma = false;
+        break;
+      }
+      auto readers = uses.find(convert->result());
+      if (readers == uses.end()) continue;
+      for (const Operation* dot : readers->second) {
+        if (dot->opcode() != Opcode::Dot || dot->parentBlock() != buffer.loop->region(0)) onlyWgmma = false;
+        dots.push_back(dot);
+      }
+    }
+    if (onlyWgmma && !dots.empty()) plan.earlyRelease[static_cast<int>(id)] = std::move(dots);
+  }
+}
+
 bool hasNestedReturn(const Block& block, bool nested) {
   for (const auto& op : block.operations()) {
     if (op->opcode() == Opcode::Return && nested) return true;
@@ -529,6 +561,7 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     plan->consumerRegisters = consumerRegisters;
   }
   if (kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize) == 2) planTurns(ctx, *plan);
+  planEarlyRelease(ctx, *plan);
   plan->slots = ctx.async->buffers.front().slots;
   for (const AsyncBuffer& buffer : ctx.async->buffers)
     ATTNJIT_CHECK(buffer.slots == plan->slots, "codegen: cp.async buffers with different slot counts");
@@ -677,6 +710,30 @@ SlotProtocolTable warpSpecializationSlotProtocol(int count, int slots) {
   return table;
 }
 
+namespace {
+
+void arriveOnEmpty(LoweringContext& ctx, int id) {
+  llvm::Value* slot = ctx.async->currentSlot.at(id);
+  ctx.b.CreateIntrinsic(ctx.b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
+                        {barrierFor(ctx, id, SlotBarrier::Empty, slot)});
+}
+
+}  // namespace
+
+void releaseSlotsReadBy(LoweringContext& ctx, const std::vector<const Operation*>& completed) {
+  if (!ctx.warpSpecialization || ctx.role != LoweringContext::Role::Consumer) return;
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  for (const auto& [id, dots] : plan.earlyRelease) {
+    if (plan.releasedEarly.count(id)) continue;
+    const bool all = std::all_of(dots.begin(), dots.end(), [&](const Operation* dot) {
+      return std::find(completed.begin(), completed.end(), dot) != completed.end();
+    });
+    if (!all) continue;
+    arriveOnEmpty(ctx, id);
+    plan.releasedEarly.insert(id);
+  }
+}
+
 void releaseSlots(LoweringContext& ctx, const Operation& loop) {
   if (!ctx.warpSpecialization || ctx.role != LoweringContext::Role::Consumer) return;
   llvm::IRBuilder<>& b = ctx.b;
@@ -684,14 +741,13 @@ void releaseSlots(LoweringContext& ctx, const Operation& loop) {
   for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
     const AsyncBuffer& buffer = ctx.async->buffers[id];
     if (buffer.loop != &loop) continue;
+    if (ctx.warpSpecialization->releasedEarly.erase(static_cast<int>(id))) continue;
     if (!any && !ctx.warpgroupWaits.empty()) {
       // A tensor-core instruction still in flight may read a slot.
       InlinePtx(b, "wgmma.wait_group.sync.aligned 0;").sideEffects().emit();
     }
     any = true;
-    llvm::Value* slot = ctx.async->currentSlot.at(static_cast<int>(id));
-    b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
-                      {barrierFor(ctx, static_cast<int>(id), SlotBarrier::Empty, slot)});
+    arriveOnEmpty(ctx, static_cast<int>(id));
   }
 }
 

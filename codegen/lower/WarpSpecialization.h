@@ -52,6 +52,12 @@ struct WarpSpecializationPlan {
   std::unordered_set<const ir::Operation*> turnLoops;
   int turnDepth = 0;
   std::string noTurns;  // why there are none, when ping-pong was asked for
+  // Buffers whose slot the compute warps hand back as soon as the wgmma group
+  // reading it completed (FlashAttention-3 releases K after Q·Kᵀ): buffer →
+  // the dots that read it, all in one group at the top level of the loop
+  // body; and the buffers so released in the iteration being lowered.
+  std::unordered_map<int, std::vector<const ir::Operation*>> earlyRelease;
+  std::unordered_set<int> releasedEarly;
   // The iteration index (0-based) of each pipelined loop, in the role being lowered.
   std::unordered_map<const ir::Operation*, llvm::Value*> iteration;
   // The producer's code needed a barrier or the shared scratch area: the
@@ -101,8 +107,12 @@ llvm::Value* fullWaitParity(llvm::IRBuilder<>& b, llvm::Value* iteration, int sl
 
 // Compute warps: waits until the slot read in iteration `iteration` is full.
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration);
-// Compute warps, at the end of an iteration of `loop`: hands its slots back.
+// Compute warps, at the end of an iteration of `loop`: hands its slots back
+// (those not handed back early).
 void releaseSlots(LoweringContext& ctx, const ir::Operation& loop);
+// Compute warps, after a wgmma group whose MMAs on `completed` have finished:
+// hands back the slots only those dots read (WarpSpecializationPlan::earlyRelease).
+void releaseSlotsReadBy(LoweringContext& ctx, const std::vector<const ir::Operation*>& completed);
 // Ping-pong turns (WarpSpecializationPlan::turnLoops), compute warps only.
 // Before a loop's first iteration: the second warpgroup hands the first turn
 // to the first; around its body: the wgmma groups lowered in it take turns;

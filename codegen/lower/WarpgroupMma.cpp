@@ -531,6 +531,11 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   if (turn) text += "@wgmma_first " + turn->handOver[0] + "\n@!wgmma_first " + turn->handOver[1] + "\n";
   text += deferredChains ? "wgmma.wait_group.sync.aligned 1;\n}" : "wgmma.wait_group.sync.aligned 0;\n}";
   std::vector<llvm::Value*> results = ptx.withText(std::move(text)).sideEffects().emitAll();
+  // The slots only the completed MMAs read go back to the producer warps now.
+  std::vector<const Operation*> completed;
+  for (const PlannedDot& d : planned)
+    if (!chains[d.chain].deferred) completed.push_back(d.op);
+  releaseSlotsReadBy(ctx, completed);
   for (size_t c = 0; c < chains.size(); ++c) {
     const AccumulatorChain& chain = chains[c];
     Lowered out = chain.init;
