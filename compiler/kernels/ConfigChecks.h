@@ -50,6 +50,20 @@ inline std::string numberText(double value) {
   return ec == std::errc() ? std::string(text, end) : std::to_string(value);
 }
 
+// num_stages of a pipelined KV loop: 1 (off), 2 (the next tile in flight), or
+// 3-4 slots that producer warps (warp_specialize) fill further ahead.
+inline support::Status checkNumStages(int numStages, bool warpSpecialize) {
+  if (numStages < 1 || numStages > 4)
+    return configError("num_stages (" + std::to_string(numStages) +
+                       ") must be 1 (no pipelining), 2 (next KV tile loaded during this one's compute), or 3-4 "
+                       "with warp_specialize (producer warps up to num_stages - 1 tiles ahead)");
+  if (numStages > 2 && !warpSpecialize)
+    return configError("num_stages (" + std::to_string(numStages) +
+                       ") above 2 needs warp_specialize: true (without producer warps only the next tile is in "
+                       "flight)");
+  return support::Status::ok();
+}
+
 // q/o/output element types every family accepts: f32, f16 and bf16.
 inline support::Status checkIoDtype(ir::ScalarKind dtype) {
   if (dtype == ir::ScalarKind::F32 || dtype == ir::ScalarKind::F16 || dtype == ir::ScalarKind::BF16)

@@ -420,15 +420,7 @@ support::Status MlaDecodeConfig::validate() const {
   if (qInShared && dtype == ScalarKind::F32)
     return configError("q_in_shared needs dtype f16 or bf16: shared-memory operands are read with ldmatrix, which "
                        "f32 (TF32 or exact) does not use");
-  if (numStages < 1 || numStages > 4)
-    return configError("num_stages (" + std::to_string(numStages) +
-                       ") must be 1 (no pipelining), 2 (next KV tile loaded during this one's compute), or 3-4 "
-                       "with warp_specialize (producer warps up to num_stages - 1 tiles ahead)");
-  if (numStages > 2 && !warpSpecialize)
-    return configError("num_stages (" + std::to_string(numStages) +
-                       ") above 2 needs warp_specialize: true (without producer warps only the next tile is in "
-                       "flight)");
-  return support::Status::ok();
+  return checkNumStages(numStages, warpSpecialize);
 }
 
 support::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeConfig& config) {

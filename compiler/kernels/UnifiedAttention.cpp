@@ -1445,14 +1445,7 @@ support::Status UnifiedAttentionConfig::validate() const {
     return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
   if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  if (numStages < 1 || numStages > 4)
-    return configError("num_stages (" + std::to_string(numStages) +
-                       ") must be 1 (no pipelining), 2 (next KV tile loaded during this one's compute), or 3-4 "
-                       "with warp_specialize (producer warps up to num_stages - 1 tiles ahead)");
-  if (numStages > 2 && !warpSpecialize)
-    return configError("num_stages (" + std::to_string(numStages) +
-                       ") above 2 needs warp_specialize: true (without producer warps only the next tile is in "
-                       "flight)");
+  if (support::Status s = checkNumStages(numStages, warpSpecialize); !s) return s;
   if (slidingWindow < 0)
     return configError("sliding_window (" + std::to_string(slidingWindow) +
                        ") must not be negative (0 turns the window off)");
