@@ -283,8 +283,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
   llvm::BasicBlock* pre = b.GetInsertBlock();
   llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx.llvm, "for.body", ctx.function);
   llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx.llvm, "for.exit", ctx.function);
-  beginTurns(ctx, op);
-  pre = b.GetInsertBlock();
+  beginTurns(ctx, op);  // the hand-over precedes the loop: pre stays the insert block
   b.CreateCondBr(b.CreateICmpSLT(lo, hi), body, exit);
 
   b.SetInsertPoint(body);
@@ -308,9 +307,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
     inits.push_back(std::move(init));
   }
   beginAsyncLoop(ctx, op);
-  enterTurnLoop(ctx, op);
   lowerBlock(ctx, region);
-  leaveTurnLoop(ctx, op);
   releaseSlots(ctx, op);
   std::vector<Lowered> yielded = ctx.yielded;
   llvm::Value* next = b.CreateAdd(iv, step);

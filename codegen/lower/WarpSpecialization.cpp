@@ -266,6 +266,17 @@ void findProducerOnly(const LoweringContext& ctx, WarpSpecializationPlan& plan) 
   }
 }
 
+// Calls visit(shape) for every dot in `block` (nested regions included) that
+// runs as a warpgroup MMA.
+void forEachWarpgroupDot(const LoweringContext& ctx, const Block& block,
+                         const std::function<void(const WarpgroupDotShape&)>& visit) {
+  for (const auto& op : block.operations()) {
+    if (op->opcode() == Opcode::Dot)
+      if (auto shape = warpgroupDotShape(ctx, *op)) visit(*shape);
+    for (const auto& region : op->regions()) forEachWarpgroupDot(ctx, *region, visit);
+  }
+}
+
 // Ping-pong: a pipelined loop takes turns when the kernel has two compute
 // warpgroups and every warpgroup MMA in the loop splits its rows between them
 // (each owns its rows' softmax: nothing else makes one wait for the other).
@@ -278,20 +289,12 @@ void planTurns(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
     if (plan.turnLoops.count(buffer.loop)) continue;
     int rowSplitDots = 0;
     std::string refusal;
-    std::function<void(const Block&)> scan = [&](const Block& block) {
-      for (const auto& op : block.operations()) {
-        if (op->opcode() == Opcode::Dot) {
-          if (auto shape = warpgroupDotShape(ctx, *op)) {
-            if (shape->warpsN == 1)
-              ++rowSplitDots;
-            else if (refusal.empty())
-              refusal = "a warpgroup MMA whose warpgroups split its columns (they share its rows' softmax)";
-          }
-        }
-        for (const auto& region : op->regions()) scan(*region);
-      }
-    };
-    scan(*buffer.loop->region(0));
+    forEachWarpgroupDot(ctx, *buffer.loop->region(0), [&](const WarpgroupDotShape& shape) {
+      if (shape.warpsN == 1)
+        ++rowSplitDots;
+      else if (refusal.empty())
+        refusal = "a warpgroup MMA whose warpgroups split its columns (they share its rows' softmax)";
+    });
     if (!refusal.empty()) {
       plan.noTurns = refusal;
       plan.turnLoops.clear();
@@ -531,14 +534,8 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   const int threads = consumerThreads + producerThreads;
   const int entryRegisters = std::min(kMaxRegistersPerThread, kRegistersPerBlock / threads / 8 * 8);
   int64_t widestDot = 0;
-  std::function<void(const Block&)> findDots = [&](const Block& block) {
-    for (const auto& op : block.operations()) {
-      if (op->opcode() == Opcode::Dot)
-        if (auto shape = warpgroupDotShape(ctx, *op)) widestDot = std::max(widestDot, shape->groupN);
-      for (const auto& region : op->regions()) findDots(*region);
-    }
-  };
-  findDots(ctx.kernel.body());
+  forEachWarpgroupDot(ctx, ctx.kernel.body(),
+                      [&](const WarpgroupDotShape& shape) { widestDot = std::max(widestDot, shape.groupN); });
   if (widestDot / 2 + kInstructionRegisterMargin > entryRegisters) {
     why = "a warpgroup MMA " + std::to_string(widestDot) + " columns wide needs more than the " +
           std::to_string(entryRegisters) + " registers a thread of " + std::to_string(threads) + " has at launch";
@@ -781,19 +778,15 @@ void turnBarrierIf(LoweringContext& ctx, int warpgroup, const std::string& instr
 }  // namespace
 
 void beginTurns(LoweringContext& ctx, const Operation& loop) {
-  if (takesTurns(ctx, loop)) turnBarrierIf(ctx, 1, "bar.arrive", 0);
-}
-
-void enterTurnLoop(LoweringContext& ctx, const Operation& loop) {
-  if (takesTurns(ctx, loop)) ++ctx.warpSpecialization->turnDepth;
-}
-
-void leaveTurnLoop(LoweringContext& ctx, const Operation& loop) {
-  if (takesTurns(ctx, loop)) --ctx.warpSpecialization->turnDepth;
+  if (!takesTurns(ctx, loop)) return;
+  turnBarrierIf(ctx, 1, "bar.arrive", 0);
+  ++ctx.warpSpecialization->turnDepth;
 }
 
 void endTurns(LoweringContext& ctx, const Operation& loop) {
-  if (takesTurns(ctx, loop)) turnBarrierIf(ctx, 0, "bar.sync", 0);
+  if (!takesTurns(ctx, loop)) return;
+  --ctx.warpSpecialization->turnDepth;
+  turnBarrierIf(ctx, 0, "bar.sync", 0);
 }
 
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {

@@ -48,7 +48,7 @@ struct WarpSpecializationPlan {
   int64_t barrierBytes() const;
   // Ping-pong (warp_specialize = 2): the pipelined loops in which the two
   // compute warpgroups take turns issuing their warpgroup MMAs, and while the
-  // compute warps lower one of those loops' bodies, its depth.
+  // compute warps lower one of those loops, its depth.
   std::unordered_set<const ir::Operation*> turnLoops;
   int turnDepth = 0;
   std::string noTurns;  // why there are none, when ping-pong was asked for
@@ -115,12 +115,10 @@ void releaseSlots(LoweringContext& ctx, const ir::Operation& loop);
 void releaseSlotsReadBy(LoweringContext& ctx, const std::vector<const ir::Operation*>& completed);
 // Ping-pong turns (WarpSpecializationPlan::turnLoops), compute warps only.
 // Before a loop's first iteration: the second warpgroup hands the first turn
-// to the first; around its body: the wgmma groups lowered in it take turns;
-// at its exit: the first warpgroup takes the turn the second handed over
-// after its last group, so every named-barrier phase completes.
+// to the first, and the wgmma groups lowered until endTurns (the loop's body)
+// take turns; at its exit: the first warpgroup takes the turn the second
+// handed over after its last group, so every named-barrier phase completes.
 void beginTurns(LoweringContext& ctx, const ir::Operation& loop);
-void enterTurnLoop(LoweringContext& ctx, const ir::Operation& loop);
-void leaveTurnLoop(LoweringContext& ctx, const ir::Operation& loop);
 void endTurns(LoweringContext& ctx, const ir::Operation& loop);
 // Inside a turn loop: the PTX with which warpgroup g (0 or 1) of a wgmma group
 // waits for its turn (wait[g]) and hands it to the other after issuing
