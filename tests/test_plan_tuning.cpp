@@ -71,12 +71,22 @@ TEST_CASE("plan tuning: a choice prints and checks its range", "[op][tune]") {
   CHECK_FALSE(PlanChoice{64, 4, false, 65, 0}.plausible());
   CHECK_FALSE(PlanChoice{64, 4, false, 4, 2}.plausible());   // a cap is for 2D launches
   CHECK_FALSE(PlanChoice{64, 4, false, 1, -1}.plausible());
+  using Producers = PlanChoice::Producers;
+  CHECK(PlanChoice{64, 8, false, 1, 0, Producers::Copies, 2}.str() == "t64 w8 2D producers");
+  CHECK(PlanChoice{128, 8, false, 1, 0, Producers::PingPong, 3}.str() == "t128 w8 2D producers ping-pong stages 3");
+  CHECK(PlanChoice{64, 8, false, 1, 0, Producers::PingPong, 4}.plausible());
+  CHECK(PlanChoice{64, 8, false, 1, 0, Producers::None, 1}.plausible());
+  CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, Producers::None, 3}.plausible());  // 3 slots need producers
+  CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, Producers::Copies, 5}.plausible());
+  CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, Producers::Copies, 0}.plausible());
+  CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, static_cast<Producers>(3), 2}.plausible());
 }
 
 TEST_CASE("plan tuning: records persist per device key and bad entries are ignored", "[op][tune]") {
   runtime::testing::TempDirectory directory;
   runtime::DiskCache disk(directory.path());
   const ops::TunedPlan plan{{128, 4, false, 6, 0}, 0.051, 0.066, false};
+  const ops::TunedPlan producerPlan{{64, 8, false, 1, 0, PlanChoice::Producers::PingPong, 3}, 0.61, 0.85, false};
   {
     ops::TunedPlans plans("device A", &disk);
     CHECK_FALSE(plans.find("bucket 1").has_value());
@@ -96,6 +106,12 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
     CHECK_FALSE(plans.find("bucket 2").has_value());
     // A bucket whose rule stayed says so.
     CHECK(plans.record("bucket 3", {{64, 4, false, 1, 2}, 0.25, 0.25, true}));
+    CHECK(plans.record("bucket 4", producerPlan));
+  }
+  {
+    const auto found = ops::TunedPlans("device A", &disk).find("bucket 4");
+    REQUIRE(found.has_value());
+    CHECK(found->choice == producerPlan.choice);
   }
   {
     const auto kept = ops::TunedPlans("device A", &disk).find("bucket 3");
@@ -113,8 +129,9 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
     REQUIRE(disk.store(plans.diskKey(bucket), entry));
   };
   const runtime::StringMap good = {{"tile_size", "64"},   {"num_warps", "4"},   {"q_in_shared", "0"},
-                                   {"num_segments", "1"}, {"ctas_per_sm", "2"}, {"keeps_rule", "0"},
-                                   {"tuned_ms", "0.26"},  {"heuristic_ms", "0.3"}};
+                                   {"num_segments", "1"}, {"ctas_per_sm", "2"}, {"producers", "0"},
+                                   {"num_stages", "2"},   {"keeps_rule", "0"},  {"tuned_ms", "0.26"},
+                                   {"heuristic_ms", "0.3"}};
   forge("good", good);
   CHECK(plans.find("good").has_value());
   auto with = [&](const char* field, const char* value) {
@@ -129,14 +146,19 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
   forge("segments", with("num_segments", "0"));
   forge("split with cap", with("num_segments", "4"));
   forge("rule flag", with("keeps_rule", "yes"));
+  forge("producers", with("producers", "3"));
+  forge("stages", with("num_stages", "3"));  // three slots without producers
   forge("negative time", with("tuned_ms", "-1"));
   forge("nan time", with("heuristic_ms", "nan"));
   runtime::StringMap missing = good;
   missing.erase("ctas_per_sm");
   forge("missing", missing);
-  for (const char* bucket :
-       {"tile 48", "tile text", "warps huge", "q flag", "segments", "split with cap", "rule flag", "negative time",
-        "nan time", "missing"}) {
+  runtime::StringMap olderFormat = good;  // a record without the producer fields
+  olderFormat.erase("producers");
+  olderFormat.erase("num_stages");
+  forge("older format", olderFormat);
+  for (const char* bucket : {"tile 48", "tile text", "warps huge", "q flag", "segments", "split with cap", "rule flag",
+                             "producers", "stages", "negative time", "nan time", "missing", "older format"}) {
     INFO(bucket);
     CHECK_FALSE(plans.find(bucket).has_value());
   }
@@ -275,6 +297,23 @@ TEST_CASE("plan tuning: a recorded choice becomes the call's plan within its lim
   REQUIRE(plan.has_value());
   CHECK(plan->config.blockMRows == 128);
   CHECK(plan->split.numSegments == 1);
+  CHECK_FALSE(plan->config.warpSpecialize);
+  CHECK(plan->config.numStages == 2);
+
+  // A producer-warp schedule reaches the kernel's configuration and back.
+  const PlanChoice pingPong{64, 8, false, 1, 0, PlanChoice::Producers::PingPong, 3};
+  plan = pagedAttentionPlanWithChoice(prefill, pingPong);
+  REQUIRE(plan.has_value());
+  CHECK(plan->config.warpSpecialize);
+  CHECK(plan->config.pingPong);
+  CHECK(plan->config.numStages == 3);
+  CHECK(plan->config.kernelName().find("_s3_wspp") != std::string::npos);
+  CHECK(ops::detail::planChoiceOf(*plan) == pingPong);
+  CHECK(ops::detail::validatePagedAttentionPlan(prefill, *plan));
+  plan = pagedAttentionPlanWithChoice(prefill, {64, 8, false, 1, 0, PlanChoice::Producers::Copies, 2});
+  REQUIRE(plan.has_value());
+  CHECK(plan->config.warpSpecialize);
+  CHECK_FALSE(plan->config.pingPong);
 
   // Choices the call cannot take give no plan (the heuristic one runs).
   CHECK_FALSE(pagedAttentionPlanWithChoice(decodeCall(4, 4096), {48, 4, false, 1, 0}).has_value());

@@ -15,13 +15,13 @@ namespace {
 
 void printReport(const ops::PagedAttentionTuningReport& report) {
   std::printf("  bucket: %s\n", report.bucket.c_str());
-  std::printf("  %-28s %9s %7s | %s\n", "candidate", "median ms", "vs rule", "kernel, split");
+  std::printf("  %-40s %9s %7s | %s\n", "candidate", "median ms", "vs rule", "kernel, split");
   for (const ops::PlanMeasurement& m : report.measurements) {
     if (m.medianMs > 0)
-      std::printf("  %-28s %9.4f %6.3fx | %s, %s\n", m.choice.str().c_str(), m.medianMs,
+      std::printf("  %-40s %9.4f %6.3fx | %s, %s\n", m.choice.str().c_str(), m.medianMs,
                   report.heuristic.medianMs / m.medianMs, m.kernelName.c_str(), m.split.c_str());
     else
-      std::printf("  %-28s %9s %7s | %s: %s\n", m.choice.str().c_str(), "-", "-", m.kernelName.c_str(),
+      std::printf("  %-40s %9s %7s | %s: %s\n", m.choice.str().c_str(), "-", "-", m.kernelName.c_str(),
                   m.error.c_str());
   }
   std::printf("  rule: %s %.4f ms; chosen: %s %.4f ms (%.3fx)%s\n", report.heuristic.choice.str().c_str(),

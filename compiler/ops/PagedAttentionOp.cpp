@@ -578,6 +578,9 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
   plan.config.tileSize = choice.tileSize;
   plan.config.numWarps = choice.numWarps;
   plan.config.qInShared = choice.qInShared;
+  plan.config.warpSpecialize = choice.producers != PlanChoice::Producers::None;
+  plan.config.pingPong = choice.producers == PlanChoice::Producers::PingPong;
+  plan.config.numStages = choice.numStages;
   if (!plan.config.validate()) return std::nullopt;
   if (choice.numSegments > 1 && plan.config.blockMRows == 0 && maySplit(p)) {
     const auto fitsWorkspace = [&](int64_t segments) { return workspaceHolds(p, segments); };
@@ -597,8 +600,11 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
 }
 
 PlanChoice planChoiceOf(const PagedAttentionPlan& plan) {
-  return {plan.config.tileSize, plan.config.numWarps, plan.config.qInShared, std::max(1, plan.split.numSegments),
-          plan.ctasPerSm};
+  const PlanChoice::Producers producers = !plan.config.warpSpecialize ? PlanChoice::Producers::None
+                                          : plan.config.pingPong       ? PlanChoice::Producers::PingPong
+                                                                       : PlanChoice::Producers::Copies;
+  return {plan.config.tileSize, plan.config.numWarps,  plan.config.qInShared, std::max(1, plan.split.numSegments),
+          plan.ctasPerSm,       producers,             plan.config.numStages};
 }
 
 PagedAttentionPlan heuristicPagedAttentionPlan(const PagedAttentionParams& p) { return heuristicPlan(p); }

@@ -18,7 +18,7 @@ namespace {
 
 // Bump when the meaning of a record's fields changes: older records are then
 // never read (their key differs).
-constexpr int kTunedPlanFormat = 2;
+constexpr int kTunedPlanFormat = 3;
 
 bool powerOfTwoIn(int value, int low, int high) {
   return value >= low && value <= high && std::has_single_bit(static_cast<unsigned>(value));
@@ -48,14 +48,18 @@ std::optional<TunedPlan> decodeRecord(const runtime::StringMap& fields) {
   TunedPlan plan;
   const auto tile = parseInt(fields, "tile_size"), warps = parseInt(fields, "num_warps"),
              qInShared = parseInt(fields, "q_in_shared"), segments = parseInt(fields, "num_segments"),
-             ctas = parseInt(fields, "ctas_per_sm");
+             ctas = parseInt(fields, "ctas_per_sm"), producers = parseInt(fields, "producers"),
+             stages = parseInt(fields, "num_stages");
   const auto keepsRule = parseInt(fields, "keeps_rule");
   const auto tunedMs = parseMs(fields, "tuned_ms"), heuristicMs = parseMs(fields, "heuristic_ms");
-  if (!tile || !warps || !qInShared || !segments || !ctas || !keepsRule || !tunedMs || !heuristicMs)
+  if (!tile || !warps || !qInShared || !segments || !ctas || !producers || !stages || !keepsRule || !tunedMs ||
+      !heuristicMs)
     return std::nullopt;
   if ((*qInShared != 0 && *qInShared != 1) || (*keepsRule != 0 && *keepsRule != 1)) return std::nullopt;
+  if (*producers < 0 || *producers > static_cast<int>(PlanChoice::Producers::PingPong)) return std::nullopt;
   plan.keepsRule = *keepsRule == 1;
-  plan.choice = {*tile, *warps, *qInShared == 1, *segments, *ctas};
+  plan.choice = {*tile, *warps, *qInShared == 1, *segments, *ctas, static_cast<PlanChoice::Producers>(*producers),
+                 *stages};
   plan.tunedMs = *tunedMs;
   plan.heuristicMs = *heuristicMs;
   if (!plan.choice.plausible()) return std::nullopt;
@@ -71,6 +75,8 @@ runtime::StringMap encodeRecord(const TunedPlan& plan) {
           {"q_in_shared", plan.choice.qInShared ? "1" : "0"},
           {"num_segments", std::to_string(plan.choice.numSegments)},
           {"ctas_per_sm", std::to_string(plan.choice.ctasPerSm)},
+          {"producers", std::to_string(static_cast<int>(plan.choice.producers))},
+          {"num_stages", std::to_string(plan.choice.numStages)},
           {"keeps_rule", plan.keepsRule ? "1" : "0"},
           {"tuned_ms", tuned},
           {"heuristic_ms", heuristic}};
@@ -83,13 +89,17 @@ std::string PlanChoice::str() const {
   if (qInShared) text += " qs";
   text += numSegments > 1 ? " segments " + std::to_string(numSegments) : " 2D";
   if (ctasPerSm > 0) text += " cap " + std::to_string(ctasPerSm);
+  if (producers != Producers::None) text += producers == Producers::PingPong ? " producers ping-pong" : " producers";
+  if (numStages != 2) text += " stages " + std::to_string(numStages);
   return text;
 }
 
 bool PlanChoice::plausible() const {
   // The split's segment bound is kSplitKvMaxSegments (PagedAttentionOp.h); 64.
   return powerOfTwoIn(tileSize, 16, 256) && powerOfTwoIn(numWarps, 1, 16) && numSegments >= 1 &&
-         numSegments <= 64 && ctasPerSm >= 0 && ctasPerSm <= 32 && !(numSegments > 1 && ctasPerSm > 0);
+         numSegments <= 64 && ctasPerSm >= 0 && ctasPerSm <= 32 && !(numSegments > 1 && ctasPerSm > 0) &&
+         producers >= Producers::None && producers <= Producers::PingPong && numStages >= 1 && numStages <= 4 &&
+         (numStages <= 2 || producers != Producers::None);
 }
 
 namespace {

@@ -30,16 +30,22 @@ namespace attnjit::ops {
 
 // What a tuned plan overrides in the heuristic one: the kernel's KV tile and
 // warps (and, for 128-row prefill tiles, whether Q stays in shared memory), the
-// number of split-KV segments (1: a 2D launch), and the CTAs-per-SM cap of a 2D
-// launch (0: none).
+// number of split-KV segments (1: a 2D launch), the CTAs-per-SM cap of a 2D
+// launch (0: none), and, for prefill on warpgroup MMAs, the producer-warp
+// schedule (UnifiedAttentionConfig::warpSpecialize, pingPong, numStages).
 struct PlanChoice {
+  enum class Producers { None, Copies, PingPong };
+
   int tileSize = 0;
   int numWarps = 0;
   bool qInShared = false;
   int numSegments = 1;
   int ctasPerSm = 0;
+  Producers producers = Producers::None;
+  int numStages = 2;  // cp.async slots; 3 and 4 only with producers
 
-  // "t64 w4 2D", "t128 w4 segments 8", "t64 w8 qs 2D cap 2".
+  // "t64 w4 2D", "t128 w4 segments 8", "t64 w8 qs 2D cap 2", "t64 w8 2D
+  // producers ping-pong stages 3".
   std::string str() const;
   // Every field within what a kernel and a launch can take (a record read
   // from disk is checked with this before use).
