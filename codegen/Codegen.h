@@ -73,6 +73,22 @@ struct SharedMemoryUse {
   int scratch = 0;
 };
 
+// How a kernel's warps divide the work, as codegen planned it: the warps that
+// compute, the producer warps that only issue the K/V copies (kernel attribute
+// warp_specialize), the registers each role asks for with setmaxnreg (0: none
+// asked, the launch's count), the cp.async buffers and the slots of each (how
+// many tiles are in flight), and whether the two compute warpgroups take turns
+// issuing their warpgroup MMAs (ping-pong).
+struct WarpSchedule {
+  int computeWarps = 0;
+  int producerWarps = 0;
+  int computeRegisters = 0;
+  int producerRegisters = 0;
+  int asyncBuffers = 0;
+  int slotsPerBuffer = 0;
+  bool pingPong = false;
+};
+
 struct CodegenResult {
   std::string kernelName;
   std::string llvmIr;           // as lowered (empty unless printLlvmIr)
@@ -81,6 +97,7 @@ struct CodegenResult {
   int numThreads = 0;           // block size (num_warps × 32)
   int sharedMemoryBytes = 0;    // dynamic shared memory the kernel needs
   SharedMemoryUse sharedMemoryUse;
+  WarpSchedule warpSchedule;
   double lowerMs = 0, optimizeMs = 0, emitMs = 0;
   // Every stage that ran, in order (the planning and lowering stages once per
   // attempt when fit-shared-memory lowers again).

@@ -907,6 +907,54 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   }
   CHECK(wgmmaKernels > 0);
 
+  // Warp roles: producer warps (warp_specialize) beside the 8 compute warps,
+  // each role's setmaxnreg, the slots of each copy buffer, ping-pong; the
+  // mbarrier operations of their hand-over counted apart from the copies.
+  CliResult roles = runCli({"inspect", kSourceDir + "/bench/prefill_warp_specialized.yaml", "--arch=sm_90a"});
+  INFO(roles.err);
+  REQUIRE(roles.exitCode == 0);
+  const std::string plain = "unified_attention_bf16_h32kv8_d128_bs16_causal_t64_w8_m128";
+  std::map<std::string, std::string> plainRow = inspectRow(roles.out, plain);
+  std::map<std::string, std::string> producerRow = inspectRow(roles.out, plain + "_ws");
+  REQUIRE(!plainRow.empty());
+  REQUIRE(!producerRow.empty());
+  CHECK(plainRow["warps"] == "8");
+  CHECK(plainRow["stages"] == "2");
+  CHECK(plainRow["setmaxnreg"] == "-");
+  CHECK(plainRow["pingpong"] == "no");
+  CHECK(plainRow["mbarrier"] == "0");
+  CHECK(producerRow["threads"] == "384");
+  CHECK(producerRow["warps"] == "8+4p");
+  CHECK(producerRow["stages"] == "2");
+  CHECK(producerRow["pingpong"] == "no");
+  const std::string& registers = producerRow["setmaxnreg"];
+  REQUIRE(registers.find('/') != std::string::npos);
+  const int computeRegisters = std::stoi(registers.substr(0, registers.find('/')));
+  const int producerRegisters = std::stoi(registers.substr(registers.find('/') + 1));
+  CHECK(computeRegisters > producerRegisters);
+  CHECK(computeRegisters * 256 + producerRegisters * 128 <= 65536);  // one CTA's share of the register file
+  CliResult producerPtx = runCli({"compile", kSourceDir + "/bench/prefill_warp_specialized.yaml",
+                                  "--variant=" + plain + "_ws", "--emit=ptx", "--arch=sm_90a"});
+  REQUIRE(producerPtx.exitCode == 0);
+  int mbarrierOps = 0, copies = 0;
+  for (const std::string& line : splitLines(producerPtx.out)) {
+    std::vector<std::string> words = splitWords(line);
+    if (words.empty()) continue;
+    const std::string& op = words[0][0] == '@' && words.size() > 1 ? words[1] : words[0];
+    if (startsWith(op, "mbarrier.") || startsWith(op, "cp.async.mbarrier.")) ++mbarrierOps;
+    else if (startsWith(op, "cp.async.cg.") || startsWith(op, "cp.async.ca.")) ++copies;
+  }
+  CHECK(mbarrierOps > 0);
+  CHECK(producerRow["mbarrier"] == std::to_string(mbarrierOps));
+  CHECK(producerRow["cp.async"] == std::to_string(copies));
+  CliResult pingPong = runCli({"inspect", kSourceDir + "/bench/prefill_warp_specialized_stages.yaml", "--arch=sm_90a"});
+  INFO(pingPong.err);
+  REQUIRE(pingPong.exitCode == 0);
+  std::map<std::string, std::string> pingPongRow = inspectRow(pingPong.out, plain + "_s3_wspp");
+  REQUIRE(!pingPongRow.empty());
+  CHECK(pingPongRow["stages"] == "3");
+  CHECK(pingPongRow["pingpong"] == "yes");
+
   // Where the shared memory goes: MLA's 64 heads x 64 keys keep two stages of
   // the latent tile in cp.async slots and q in shared memory; fp8 latents
   // (half the slot bytes) add the cast chunks' buffers, which wgmma reads. The

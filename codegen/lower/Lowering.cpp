@@ -445,6 +445,7 @@ struct LoweringAttempt {
   std::unique_ptr<LoweringContext> ctx;
   int64_t sharedBytes = 0;
   SharedMemoryUse use;
+  WarpSchedule schedule;
   bool fits = true;
   bool warpSpecializationFailed = false;  // lower again without producer warps
 };
@@ -527,6 +528,17 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
                              : 0;
   attempt.use = {static_cast<int>(slotsEnd), static_cast<int>(operandsEnd - slotsEnd),
                  static_cast<int>(ctx.asyncBufferBytes - operandsEnd), static_cast<int>(ctx.sharedBytes)};
+  attempt.schedule.computeWarps = ctx.numWarps;
+  if (ctx.async && !ctx.async->buffers.empty()) {
+    attempt.schedule.asyncBuffers = static_cast<int>(ctx.async->buffers.size());
+    attempt.schedule.slotsPerBuffer = ctx.async->buffers.front().slots;
+  }
+  if (const WarpSpecializationPlan* plan = ctx.warpSpecialization.get()) {
+    attempt.schedule.producerWarps = plan->producerWarps;
+    attempt.schedule.computeRegisters = plan->consumerRegisters;
+    attempt.schedule.producerRegisters = plan->producerRegisters;
+    attempt.schedule.pingPong = !plan->turnLoops.empty();
+  }
   // Only the buffers of their own can be given up; the scratch area is the floor.
   attempt.fits = !(ctx.async || ctx.sharedOperands || ctx.sharedConversions) ||
                  attempt.sharedBytes + barrierBytes <= options.target.maxSharedBytesPerBlock;
@@ -567,6 +579,7 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
   result.numThreads = ctx.numThreads();
   result.sharedMemoryBytes = static_cast<int>(attempt.sharedBytes);
   result.sharedMemoryUse = attempt.use;
+  result.warpSchedule = attempt.schedule;
   if (support::Status s = verifyLlvmModule(module); !s) return s;
   if (options.printLlvmIr) result.llvmIr = printModule(module);
   const auto t1 = Clock::now();

@@ -16,9 +16,10 @@ namespace {
 using Row = std::vector<std::string>;
 
 Row headerRow(bool withPtxas) {
-  Row header = {"kernel",    "threads",  "smem",      "slots",     "operands",  "convs", "scratch",
-                "mma",       "wgmma",    "ldmatrix",  "cp.async",  "shfl",      "bar.sync", "ld.global",
-                "ld.g.vec",  "st.global", "ld.shared", "st.shared", "ex2"};
+  Row header = {"kernel",   "threads",   "warps",     "stages",    "setmaxnreg", "pingpong", "smem",
+                "slots",    "operands",  "convs",     "scratch",   "mma",        "wgmma",    "ldmatrix",
+                "cp.async", "mbarrier",  "shfl",      "bar.sync",  "ld.global",  "ld.g.vec", "st.global",
+                "ld.shared", "st.shared", "ex2"};
   if (withPtxas) header.insert(header.end(), {"regs", "spill.st", "spill.ld", "stack"});
   return header;
 }
@@ -26,11 +27,25 @@ Row headerRow(bool withPtxas) {
 Row kernelRow(const CompiledKernel& compiled, const PtxInstructionMix& mix, const PtxasResources* resources) {
   auto n = [](int value) { return std::to_string(value); };
   const codegen::SharedMemoryUse& use = compiled.sharedMemoryUse;
-  Row row = {compiled.name,     n(compiled.numThreads), n(compiled.sharedMemoryBytes), n(use.slots),
-             n(use.operands),   n(use.conversions),     n(use.scratch),                n(mix.mma),
-             n(mix.wgmma),      n(mix.ldmatrix),        n(mix.cpAsync),                n(mix.shfl),
-             n(mix.barSync),    n(mix.ldGlobal),        n(mix.ldGlobalVector),         n(mix.stGlobal),
-             n(mix.ldShared),   n(mix.stShared),        n(mix.ex2)};
+  const codegen::WarpSchedule& schedule = compiled.warpSchedule;
+  std::string warps = n(schedule.computeWarps);
+  if (schedule.producerWarps > 0) warps += "+" + n(schedule.producerWarps) + "p";
+  const std::string stages = schedule.asyncBuffers > 0 ? n(schedule.slotsPerBuffer) : "-";
+  const std::string maxRegisters = schedule.computeRegisters > 0
+                                       ? n(schedule.computeRegisters) + "/" + n(schedule.producerRegisters)
+                                       : "-";
+  Row row = {compiled.name,    n(compiled.numThreads),
+             warps,            stages,
+             maxRegisters,     schedule.pingPong ? "yes" : "no",
+             n(compiled.sharedMemoryBytes), n(use.slots),
+             n(use.operands),  n(use.conversions),
+             n(use.scratch),   n(mix.mma),
+             n(mix.wgmma),     n(mix.ldmatrix),
+             n(mix.cpAsync),   n(mix.mbarrier),
+             n(mix.shfl),      n(mix.barSync),
+             n(mix.ldGlobal),  n(mix.ldGlobalVector),
+             n(mix.stGlobal),  n(mix.ldShared),
+             n(mix.stShared),  n(mix.ex2)};
   if (resources != nullptr) {
     if (resources->found) {
       row.insert(row.end(), {n(resources->registers), n(resources->spillStoreBytes), n(resources->spillLoadBytes),
@@ -100,11 +115,16 @@ int runInspect(const ParsedArguments& args) {
 Command inspectCommand() {
   return Command{
       "inspect",
-      "Per kernel: threads, shared memory, PTX instruction mix, registers and spills.",
+      "Per kernel: warp roles, copy stages, shared memory, PTX instruction mix, registers and spills.",
       "attnjit inspect <spec.yaml|kernel.tir> [--arch=sm_XX] [--variant=NAME]",
       "Compiles every kernel to PTX (the target is chosen as for 'attnjit compile') and prints\n"
       "one row per kernel:\n"
-      "  threads    block size (num_warps x 32)\n"
+      "  threads    block size: 32 per warp, producer warps included\n"
+      "  warps      the warps that compute, and '+Np' the producer warps that only issue\n"
+      "             the K/V copies (warp_specialize)\n"
+      "  stages     slots of each cp.async buffer: tiles in flight ('-': no cp.async pipeline)\n"
+      "  setmaxnreg registers a compute / producer thread asks for with setmaxnreg ('-': none)\n"
+      "  pingpong   whether the two compute warpgroups take turns issuing their warpgroup MMAs\n"
       "  smem       dynamic shared memory in bytes, and where it goes: cp.async slots,\n"
       "             loop-invariant mma operands, shared conversions' buffers (each with its\n"
       "             alignment padding) and the conversion scratch after them (an epilogue\n"
@@ -112,8 +132,9 @@ Command inspectCommand() {
       "  slots, operands, convs, scratch\n"
       "             those parts\n"
       "  mma .. ex2 static counts of PTX instructions: mma.sync, wgmma.mma_async, ldmatrix,\n"
-      "             cp.async copies, shfl, bar.sync, ld.global (ld.g.vec: of those, the .v2/.v4\n"
-      "             vector loads), st.global, ld.shared, st.shared, ex2\n"
+      "             cp.async copies, mbarrier operations (the producer warps' hand-over), shfl,\n"
+      "             bar.sync, ld.global (ld.g.vec: of those, the .v2/.v4 vector loads), st.global,\n"
+      "             ld.shared, st.shared, ex2\n"
       "  regs, spill.st, spill.ld, stack\n"
       "             registers per thread and bytes of spill stores, spill loads and stack\n"
       "             frame, from 'ptxas -v'; these columns appear only when ptxas is on the PATH\n",

@@ -166,6 +166,7 @@ support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const Compil
   out.numThreads = generated->numThreads;
   out.sharedMemoryBytes = generated->sharedMemoryBytes;
   out.sharedMemoryUse = generated->sharedMemoryUse;
+  out.warpSchedule = generated->warpSchedule;
   out.lowerMs = generated->lowerMs;
   out.llvmOptimizeMs = generated->optimizeMs;
   out.ptxEmitMs = generated->emitMs;

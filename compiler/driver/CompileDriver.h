@@ -55,6 +55,7 @@ struct CompiledKernel {
   int numThreads = 0;
   int sharedMemoryBytes = 0;
   codegen::SharedMemoryUse sharedMemoryUse;  // where those bytes go
+  codegen::WarpSchedule warpSchedule;        // warp roles, their registers, copy slots
   std::vector<PassTiming> passTimings;
   std::vector<codegen::StageTiming> codegenTimings;  // codegen's stages, in the order they ran
   // Stages taken from the override folder ("tir", "ptx"), for logs and cache keys.
