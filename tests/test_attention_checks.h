@@ -14,6 +14,16 @@
 
 namespace attnjit::tests {
 
+// The op API's Hopper prefill tiling (sm_90a, warpgroup MMAs): 128 query rows
+// over 8 warps of 16, 64-key tiles, Q in registers.
+inline compiler::UnifiedAttentionConfig hopperPrefillTiling() {
+  compiler::UnifiedAttentionConfig c;
+  c.blockMRows = 128;
+  c.numWarps = 8;
+  c.tileSize = 64;
+  return c;
+}
+
 // The score-modifier tests' kernel: 8 query heads over 2 KV heads, block 16.
 inline compiler::UnifiedAttentionConfig gqaAttentionConfig(ir::ScalarKind dtype, bool causal, int headSize) {
   compiler::UnifiedAttentionConfig c;

@@ -14,6 +14,7 @@
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "ir/KernelAttributes.h"
+#include "tests/test_attention_checks.h"
 #include "tests/test_tools.h"
 
 using namespace attnjit;
@@ -125,32 +126,23 @@ std::string planOf(const compiler::UnifiedAttentionConfig& config, const std::st
   return dump;
 }
 
-// The op API's Hopper prefill tiling: 128 rows over 8 warps, 64-key tiles.
-compiler::UnifiedAttentionConfig hopperPrefill() {
-  compiler::UnifiedAttentionConfig c;
-  c.blockMRows = 128;
-  c.numWarps = 8;
-  c.tileSize = 64;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("warp_specialize gives the copies to producer warps that hand slots over through mbarriers",
           "[codegen][warp-specialize]") {
   std::vector<compiler::UnifiedAttentionConfig> configs;
   for (bool causal : {true, false}) {
-    configs.push_back(hopperPrefill());
+    configs.push_back(tests::hopperPrefillTiling());
     configs.back().causal = causal;
   }
   for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Int8PerTokenHead}) {
-    configs.push_back(hopperPrefill());
+    configs.push_back(tests::hopperPrefillTiling());
     configs.back().kvCacheFormat = format;
   }
-  configs.push_back(hopperPrefill());  // DiffKV
+  configs.push_back(tests::hopperPrefillTiling());  // DiffKV
   configs.back().headSize = 192;
   configs.back().valueHeadSize = 128;
-  configs.push_back(hopperPrefill());  // Q in shared memory, 32-key tiles
+  configs.push_back(tests::hopperPrefillTiling());  // Q in shared memory, 32-key tiles
   configs.back().tileSize = 32;
   configs.back().qInShared = true;
   for (compiler::UnifiedAttentionConfig config : configs) {
@@ -215,7 +207,7 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
 }
 
 TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[codegen][warp-specialize]") {
-  compiler::UnifiedAttentionConfig config = hopperPrefill();
+  compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
   CHECK(planOf(config, "sm_90a").find("no producer warps: kernel attribute warp_specialize = 0") != std::string::npos);
   config.warpSpecialize = true;
   CHECK(planOf(config, "sm_90a").find("4 producer warps after 8 compute warps (a producer thread copies for 2)") !=
@@ -254,7 +246,7 @@ TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[
 
 TEST_CASE("warp_specialize at head size 256: P·V's 128 accumulator registers fit the 168 of the launch",
           "[codegen][warp-specialize]") {
-  compiler::UnifiedAttentionConfig config = hopperPrefill();
+  compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
   config.headSize = 256;
   config.tileSize = 32;
   config.warpSpecialize = true;
@@ -370,7 +362,7 @@ TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs t
           "[codegen][warp-specialize]") {
   for (bool causal : {true, false})
     for (bool overlapSoftmax : {false, true}) {
-      compiler::UnifiedAttentionConfig config = hopperPrefill();
+      compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
       config.causal = causal;
       config.overlapSoftmax = overlapSoftmax;
       config.warpSpecialize = true;
@@ -408,7 +400,7 @@ TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs t
       }
     }
   // Without producer warps there are no turns to take.
-  compiler::UnifiedAttentionConfig unspecialized = hopperPrefill();
+  compiler::UnifiedAttentionConfig unspecialized = tests::hopperPrefillTiling();
   unspecialized.pingPong = true;
   auto refused = compiler::buildUnifiedAttention(unspecialized);
   REQUIRE_FALSE(refused.isOk());

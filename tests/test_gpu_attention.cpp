@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "tests/test_attention_checks.h"
 #include "tests/test_tools.h"
 #include "compiler/driver/CompileDriver.h"
 #include "compiler/driver/DeviceTarget.h"
@@ -30,14 +31,6 @@ void checkOnGpu(const compiler::UnifiedAttentionConfig& config, const compiler::
   REQUIRE(result.isOk());
   CHECK(result->check.passed);
   CHECK(result->check.maxAbsError <= result->check.tolerance);
-}
-// The op's Hopper prefill tiling: 8 warps of 16 rows, 64-key tiles, Q in registers.
-compiler::UnifiedAttentionConfig hopperTiling() {
-  compiler::UnifiedAttentionConfig c;
-  c.blockMRows = 128;
-  c.numWarps = 8;
-  c.tileSize = 64;
-  return c;
 }
 }  // namespace
 
@@ -207,19 +200,19 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
   for (bool causal : {true, false})
     for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{32, 2}})
       for (int headSize : {64, 80, 96, 128, 256}) {
-        compiler::UnifiedAttentionConfig c = hopperTiling();
+        compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
         c.causal = causal;
         c.numQueryHeads = hq;
         c.numKvHeads = hkv;
         c.headSize = headSize;
         checkOnGpu(c, mixed);
       }
-  compiler::UnifiedAttentionConfig diffKv = hopperTiling();
+  compiler::UnifiedAttentionConfig diffKv = tests::hopperPrefillTiling();
   diffKv.headSize = 192;
   diffKv.valueHeadSize = 128;
   checkOnGpu(diffKv, mixed);
   // The score modifiers and outputs of the family, one at a time.
-  std::vector<compiler::UnifiedAttentionConfig> features(8, hopperTiling());
+  std::vector<compiler::UnifiedAttentionConfig> features(8, tests::hopperPrefillTiling());
   features[0].slidingWindow = 64;
   features[1].softcap = 30.0;
   features[2].alibi = true;
@@ -236,7 +229,7 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
        {compiler::KvCacheFormat::Fp8E4M3, compiler::KvCacheFormat::Fp8E5M2, compiler::KvCacheFormat::Int8PerTokenHead,
         compiler::KvCacheFormat::Fp8PerTokenHead, compiler::KvCacheFormat::Int4PerTokenHead})
     for (int headSize : {64, 128}) {
-      compiler::UnifiedAttentionConfig c = hopperTiling();
+      compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
       c.kvCacheFormat = format;
       c.headSize = headSize;
       c.causal = headSize == 128;
@@ -247,7 +240,7 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
   REQUIRE(target.isOk());
   if (*target == "sm_90a") {
     for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Int8PerTokenHead}) {
-      compiler::UnifiedAttentionConfig c = hopperTiling();
+      compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
       c.kvCacheFormat = format;
       auto kernel = compiler::buildUnifiedAttention(c);
       REQUIRE(kernel.isOk());
@@ -274,7 +267,7 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
   mixed.contextLens = {0, 91, 300, 5, 64, 2100};
   mixed.seed = 37;
   auto specialized = [] {
-    compiler::UnifiedAttentionConfig c = hopperTiling();
+    compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
     c.warpSpecialize = true;
     return c;
   };
@@ -315,6 +308,14 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
     compiler::UnifiedAttentionConfig c = specialized();
     c.numStages = stages;
     c.pingPong = stages == 4;
+    checkOnGpu(c, mixed);
+  }
+  // 128-key tiles (the op's tuner measures them with producer warps).
+  for (int stages : {2, 3}) {
+    compiler::UnifiedAttentionConfig c = specialized();
+    c.tileSize = 128;
+    c.pingPong = true;
+    c.numStages = stages;
     checkOnGpu(c, mixed);
   }
   compiler::UnifiedAttentionConfig pingPongFp8 = specialized();
