@@ -13,14 +13,23 @@ using namespace cuda;
 constexpr std::size_t kLinkLogBytes = 64 * 1024;
 // Dynamic shared memory a kernel may use without opting in.
 constexpr unsigned kDefaultDynamicSharedLimit = 48 * 1024;
+// Static shared memory the kernels may declare beside the dynamic part (codegen
+// declares only the producer warps' mbarriers: 2 per slot and buffer, 8 bytes
+// each). Kernels with more dynamic memory than the default limit less this opt in.
+constexpr unsigned kStaticSharedAllowance = 4 * 1024;
 
 void* optionValue(std::uintptr_t value) { return reinterpret_cast<void*>(value); }
 
-// Opts `function` in to `bytes` of dynamic shared memory where that exceeds the
-// default limit (launches and occupancy queries above it need the opt-in first).
+// Opts `function` in to `bytes` of dynamic shared memory where the default
+// limit may not hold them (launches and occupancy queries above it need the
+// opt-in first). The default limit covers static and dynamic shared memory
+// together: a kernel with static shared memory (the mbarriers of producer
+// warps) and 48 KiB of dynamic fails to launch without the opt-in, so every
+// kernel whose dynamic part comes within a static allocation of the limit
+// opts in.
 support::Status optInDynamicShared(const DriverApi& api, CUfunction function, const std::string& name,
                                    unsigned bytes) {
-  if (bytes <= kDefaultDynamicSharedLimit) return support::Status::ok();
+  if (bytes <= kDefaultDynamicSharedLimit - kStaticSharedAllowance) return support::Status::ok();
   CUresult result =
       api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes));
   if (result != CUDA_SUCCESS)
