@@ -19,6 +19,7 @@
 #include "runtime/Driver.h"
 #include "tests/test_op_params.h"
 #include "tests/test_runtime_fixtures.h"
+#include "tests/test_tools.h"
 
 using namespace attnjit;
 using ops::PlanChoice;
@@ -300,8 +301,12 @@ TEST_CASE("plan tuning: a recorded choice becomes the call's plan within its lim
   CHECK_FALSE(plan->config.warpSpecialize);
   CHECK(plan->config.numStages == 2);
 
-  // A producer-warp schedule reaches the kernel's configuration and back.
+  // A producer-warp schedule reaches the kernel's configuration and back, where
+  // producer warps are allowed at all (experimental: a record naming them is
+  // otherwise no plan, and the call takes the rules').
   const PlanChoice pingPong{64, 8, false, 1, 0, PlanChoice::Producers::PingPong, 3};
+  CHECK_FALSE(pagedAttentionPlanWithChoice(prefill, pingPong).has_value());
+  tests::ScopedProducerWarps producerWarps;
   plan = pagedAttentionPlanWithChoice(prefill, pingPong);
   REQUIRE(plan.has_value());
   CHECK(plan->config.warpSpecialize);

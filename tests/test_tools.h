@@ -17,6 +17,26 @@
 
 namespace attnjit::tests {
 
+// Lets configs ask for producer warps (ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS,
+// compiler/kernels/ConfigChecks.h) for a scope, restoring the variable after.
+class ScopedProducerWarps {
+ public:
+  ScopedProducerWarps() {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    ::setenv(kName, "1", 1);
+  }
+  ~ScopedProducerWarps() {
+    if (old_.empty()) ::unsetenv(kName);
+    else ::setenv(kName, old_.c_str(), 1);
+  }
+  ScopedProducerWarps(const ScopedProducerWarps&) = delete;
+  ScopedProducerWarps& operator=(const ScopedProducerWarps&) = delete;
+
+ private:
+  static constexpr const char* kName = "ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS";
+  std::string old_;
+};
+
 // A kernel builder's result compiled with `options`; failing to build or to
 // compile fails the test.
 inline compiler::CompiledKernel compileBuilt(support::Expected<std::unique_ptr<ir::Kernel>> kernel,
