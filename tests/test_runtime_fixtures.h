@@ -52,33 +52,8 @@ inline void writeFileBytes(const std::filesystem::path& path, const std::vector<
   std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
-// Sets an environment variable for one scope and restores the previous value.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) previous_ = old;
-    hadPrevious_ = getenv(name) != nullptr;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ScopedEnvironment(const ScopedEnvironment&) = delete;
-  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-  ~ScopedEnvironment() {
-    if (hadPrevious_) {
-      setenv(name_.c_str(), previous_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::string previous_;
-  bool hadPrevious_ = false;
-};
+// Sets an environment variable for one scope (tests/test_tools.h).
+using attnjit::tests::ScopedEnvironment;
 
 // GPU tests call this first and return when it is false: without a driver and a device they
 // are skipped (attnjit::tests::skipTest), never failed.

@@ -13,28 +13,44 @@
 #include <unistd.h>
 
 #include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/ConfigChecks.h"
 #include "runtime/Driver.h"
 
 namespace attnjit::tests {
 
-// Lets configs ask for producer warps (ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS,
-// compiler/kernels/ConfigChecks.h) for a scope, restoring the variable after.
-class ScopedProducerWarps {
+// Sets an environment variable for one scope and restores the previous value.
+class ScopedEnvironment {
  public:
-  ScopedProducerWarps() {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    ::setenv(kName, "1", 1);
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old;
+    hadPrevious_ = std::getenv(name) != nullptr;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
   }
-  ~ScopedProducerWarps() {
-    if (old_.empty()) ::unsetenv(kName);
-    else ::setenv(kName, old_.c_str(), 1);
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+  ~ScopedEnvironment() {
+    if (hadPrevious_) {
+      ::setenv(name_.c_str(), previous_.c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
   }
-  ScopedProducerWarps(const ScopedProducerWarps&) = delete;
-  ScopedProducerWarps& operator=(const ScopedProducerWarps&) = delete;
 
  private:
-  static constexpr const char* kName = "ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS";
-  std::string old_;
+  std::string name_;
+  std::string previous_;
+  bool hadPrevious_ = false;
+};
+
+// Lets configs ask for producer warps (compiler/kernels/ConfigChecks.h,
+// experimental) for a scope.
+class ScopedProducerWarps : public ScopedEnvironment {
+ public:
+  ScopedProducerWarps() : ScopedEnvironment(compiler::kProducerWarpsVariable, "1") {}
 };
 
 // A kernel builder's result compiled with `options`; failing to build or to
