@@ -15,7 +15,16 @@ do.
 
 paged_attention and cache_write are C++ operators when attnjit's torch
 extension builds (NATIVE is then True; attnjit/_torch_extension.py), else Python
-ones like the rest."""
+ones like the rest.
+
+The Python operators are defined through torch.library.Library with the schema
+torch.library.custom_op would infer, not through custom_op itself: custom_op's
+ADInplaceOrView kernel indexes the mutated arguments by their schema position,
+and the dispatcher drops trailing arguments left at their defaults, so a call
+that omits an optional written tensor (cache_write without k_scale_cache) fails
+with an IndexError (pytorch/pytorch#176078, torch 2.10). Without that kernel the
+dispatcher's fallthrough runs, as for the C++ operators; the written tensors'
+version counters are then not bumped, which only autograd reads."""
 
 from typing import Optional
 
@@ -32,6 +41,27 @@ def _writes_only(*args, **kwargs):
     return None
 
 
+_LIB = torch.library.Library(_LIBRARY, "FRAGMENT")
+
+try:
+    _infer_schema = torch.library.infer_schema
+except AttributeError:  # torch 2.4
+    from torch._library.infer_schema import infer_schema as _infer_schema
+
+
+def _operator(mutates_args):
+    """Defines torch.ops.attnjit.<function name> with the function's signature
+    (the tensors named in `mutates_args` declared written), the function as its
+    kernel for every device and _writes_only as its fake; returns the operator."""
+    def define(function):
+        name = function.__name__
+        _LIB.define(name + _infer_schema(function, mutates_args=mutates_args))
+        _LIB.impl(name, function, "CompositeExplicitAutograd")
+        torch.library.register_fake(_LIBRARY + "::" + name, _writes_only, lib=_LIB)
+        return getattr(torch.ops.attnjit, name)
+    return define
+
+
 # paged_attention and cache_write, called once per layer, are C++ operators
 # where the extension builds (attnjit/_torch_extension.py): a call then costs
 # the dispatcher and the C API, not the Python function of attnjit/ops.py. Their
@@ -39,7 +69,7 @@ def _writes_only(*args, **kwargs):
 NATIVE = _torch_extension.load(torch, ops.default_jit())
 
 if not NATIVE:
-    @torch.library.custom_op(_LIBRARY + "::paged_attention", mutates_args=("out", "lse", "workspace"))
+    @_operator(mutates_args=("out", "lse", "workspace"))
     def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
                         seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, max_query_len: int,
                         scale: Optional[float] = None, causal: bool = True, kv_cache_format: str = "auto",
@@ -67,8 +97,7 @@ if not NATIVE:
                             qq_bias=qq_bias, fp32_precision=fp32_precision, plan_tuning=plan_tuning,
                             k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
-    @torch.library.custom_op(_LIBRARY + "::cache_write",
-                             mutates_args=("kv_cache", "k_scale_cache", "v_scale_cache"))
+    @_operator(mutates_args=("kv_cache", "k_scale_cache", "v_scale_cache"))
     def cache_write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                     cache_format: str = "auto", k_scale: Optional[torch.Tensor] = None,
                     v_scale: Optional[torch.Tensor] = None, k_scale_cache: Optional[torch.Tensor] = None,
@@ -80,7 +109,7 @@ else:
     cache_write = torch.ops.attnjit.cache_write
 
 
-@torch.library.custom_op(_LIBRARY + "::merge_attn_states", mutates_args=("output", "output_lse"))
+@_operator(mutates_args=("output", "output_lse"))
 def merge_attn_states(output: torch.Tensor, prefix_output: torch.Tensor, prefix_lse: torch.Tensor,
                       suffix_output: torch.Tensor, suffix_lse: torch.Tensor,
                       output_lse: Optional[torch.Tensor] = None, prefill_tokens_with_context: Optional[int] = None,
@@ -89,13 +118,13 @@ def merge_attn_states(output: torch.Tensor, prefix_output: torch.Tensor, prefix_
                           prefill_tokens_with_context=prefill_tokens_with_context, output_scale=output_scale)
 
 
-@torch.library.custom_op(_LIBRARY + "::mla_cache_write", mutates_args=("kv_cache",))
+@_operator(mutates_args=("kv_cache",))
 def mla_cache_write(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                     cache_format: str = "auto", scale: Optional[torch.Tensor] = None) -> None:
     ops.mla_cache_write(kv_c, k_pe, kv_cache, slot_mapping, cache_format=cache_format, scale=scale)
 
 
-@torch.library.custom_op(_LIBRARY + "::gather_cache", mutates_args=("dst",))
+@_operator(mutates_args=("dst",))
 def gather_cache(cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
                  cache_format: str = "auto", scale: Optional[torch.Tensor] = None,
                  seq_starts: Optional[torch.Tensor] = None) -> None:
@@ -103,18 +132,18 @@ def gather_cache(cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tens
                      seq_starts=seq_starts)
 
 
-@torch.library.custom_op(_LIBRARY + "::convert_fp8", mutates_args=("dst",))
+@_operator(mutates_args=("dst",))
 def convert_fp8(dst: torch.Tensor, src: torch.Tensor, scale: float = 1.0, kv_dtype: str = "fp8") -> None:
     ops.convert_fp8(dst, src, scale=scale, kv_dtype=kv_dtype)
 
 
-@torch.library.custom_op(_LIBRARY + "::swap_blocks", mutates_args=("dst",))
+@_operator(mutates_args=("dst",))
 def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor,
                 block_size_in_bytes: Optional[int] = None) -> None:
     ops.swap_blocks(src, dst, block_mapping, block_size_in_bytes=block_size_in_bytes)
 
 
-@torch.library.custom_op(_LIBRARY + "::mla_decode", mutates_args=("out", "lse", "workspace"))
+@_operator(mutates_args=("out", "lse", "workspace"))
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block_tables: torch.Tensor,
                seq_lens: torch.Tensor, max_seq_len: int = 0, scale: Optional[float] = None,
                kv_cache_format: str = "auto", kv_scale: Optional[torch.Tensor] = None,
@@ -125,11 +154,6 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, block
                    kv_cache_format=kv_cache_format, kv_scale=kv_scale, lse=lse, workspace=workspace,
                    sum_seq_lens=sum_seq_lens, batch_invariant=batch_invariant, split_rule=split_rule, num_sms=num_sms,
                    runtime_scratch=runtime_scratch, fp32_precision=fp32_precision)
-
-
-for _operator in ((paged_attention, cache_write) if not NATIVE else ()) + (
-        merge_attn_states, mla_cache_write, gather_cache, convert_fp8, swap_blocks, mla_decode):
-    _operator.register_fake(_writes_only)
 
 __all__ = ["cache_write", "convert_fp8", "gather_cache", "merge_attn_states", "mla_cache_write", "mla_decode", "paged_attention",
            "swap_blocks"]
