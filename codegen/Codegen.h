@@ -60,7 +60,8 @@ struct CodegenOptions {
   std::function<void(const std::string&)> dump;
 };
 
-// Where a kernel's dynamic shared memory goes, in bytes: the cp.async slots,
+// Where a kernel's dynamic shared memory goes, in bytes: the cp.async slots
+// (the producer warps' mbarriers in front of them, when there are producers),
 // the loop-invariant operands kept in shared memory, the shared conversions'
 // buffers (each region with the alignment padding in front of it), and the
 // conversion scratch area after them. An epilogue that reuses the buffers'

@@ -167,6 +167,15 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
     const int fills = countOf(plain.ptx, "cp.async.commit_group");
     CHECK(fills == (config.valueHeadSize != 0 ? 12 : 8));
     CHECK(countOf(ptx, "mbarrier.init.shared.b64") == 2 * fills);
+    // The mbarriers take the first KiB of dynamic shared memory, the only
+    // shared memory there is: a static array before it would move the
+    // 128-byte-swizzled wgmma slots off the 1024-byte grid the hardware
+    // swizzles on (ptxas ignores an extern array's alignment).
+    CHECK(countOf(ptx, ".shared .align") == countOf(ptx, ".extern .shared .align 1024 .b8 attnjit_shared[];"));
+    CHECK(countOf(ptx, "mbarrier.init.shared.b64 \t[attnjit_shared+" + std::to_string(8 * (2 * fills - 1)) + "]") ==
+          1);
+    CHECK(specialized.sharedMemoryBytes == plain.sharedMemoryBytes + 1024);
+    CHECK(specialized.sharedMemoryUse.slots == plain.sharedMemoryUse.slots + 1024);
     // The producers issue the same copies every warp issued before (each
     // producer thread those of two compute threads), and each fill arrives on
     // its full barrier when its copies land; no commit groups.

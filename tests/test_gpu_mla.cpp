@@ -90,9 +90,7 @@ TEST_CASE("GPU mla_decode: tiling knobs, q in shared memory, f16, empty sequence
     }
 }
 
-// [!mayfail]: wrong LSE and outputs on the H200 (tests/test_gpu_attention.cpp,
-// the prefill case, says why the case stays).
-TEST_CASE("GPU mla_decode with producer warps (warp_specialize) agrees with float64", "[gpu][mla][!mayfail]") {
+TEST_CASE("GPU mla_decode with producer warps (warp_specialize) agrees with float64", "[gpu][mla]") {
   if (!tests::gpuPresent()) return;
   tests::ScopedProducerWarps producerWarps;
   // The op's Hopper tiling (64 heads, 64 keys, 8 warps, q in shared memory)

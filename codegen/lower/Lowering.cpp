@@ -113,7 +113,7 @@ llvm::Value* LoweringContext::coordinate(const LinearLayout& layout, int64_t reg
   return b.CreateOr(threadPart, i32(regPart));
 }
 
-llvm::Value* LoweringContext::sharedStart() {
+llvm::Value* LoweringContext::dynamicSharedStart() {
   if (!shared_) {
     auto* type = llvm::ArrayType::get(b.getInt8Ty(), 0);
     shared_ = new llvm::GlobalVariable(module, type, false, llvm::GlobalValue::ExternalLinkage, nullptr,
@@ -121,6 +121,11 @@ llvm::Value* LoweringContext::sharedStart() {
     shared_->setAlignment(llvm::Align(warpgroupOperands ? 1024 : 16));
   }
   return shared_;
+}
+
+llvm::Value* LoweringContext::sharedStart() {
+  if (sharedPrefixBytes == 0) return dynamicSharedStart();
+  return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), dynamicSharedStart(), static_cast<uint64_t>(sharedPrefixBytes));
 }
 
 int LoweringContext::numThreads() const {
@@ -510,6 +515,10 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   const int64_t operandsEnd = ctx.asyncBufferBytes;
   stages.run("plan-shared-conversions", [&] { planSharedConversions(ctx); });
   stages.printAfter("plan-shared-conversions", [&] { return describeSharedConversionPlan(ctx); });
+  if (ctx.warpSpecialization) {
+    const int64_t align = ctx.warpgroupOperands ? kWarpgroupOperandAlign : 16;
+    ctx.sharedPrefixBytes = (ctx.warpSpecialization->barrierBytes() + align - 1) / align * align;
+  }
   stages.run("lower", [&] {
     if (ctx.warpSpecialization) lowerProducerRole(ctx, kernel.body());
     lowerKernelBody(ctx, kernel.body());
@@ -521,12 +530,7 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   }
   if (!ctx.status) return ctx.status;
   attempt.sharedBytes = ctx.totalSharedBytes();
-  // The mbarriers are static shared memory, which the dynamic part follows at its alignment.
-  const int64_t dynamicAlign = ctx.warpgroupOperands ? kWarpgroupOperandAlign : 16;
-  const int64_t barrierBytes =
-      ctx.warpSpecialization ? (ctx.warpSpecialization->barrierBytes() + dynamicAlign - 1) / dynamicAlign * dynamicAlign
-                             : 0;
-  attempt.use = {static_cast<int>(slotsEnd), static_cast<int>(operandsEnd - slotsEnd),
+  attempt.use = {static_cast<int>(ctx.sharedPrefixBytes + slotsEnd), static_cast<int>(operandsEnd - slotsEnd),
                  static_cast<int>(ctx.asyncBufferBytes - operandsEnd), static_cast<int>(ctx.sharedBytes)};
   attempt.schedule.computeWarps = ctx.numWarps;
   if (ctx.async && !ctx.async->buffers.empty()) {
@@ -541,7 +545,7 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   }
   // Only the buffers of their own can be given up; the scratch area is the floor.
   attempt.fits = !(ctx.async || ctx.sharedOperands || ctx.sharedConversions) ||
-                 attempt.sharedBytes + barrierBytes <= options.target.maxSharedBytesPerBlock;
+                 attempt.sharedBytes <= options.target.maxSharedBytesPerBlock;
   if (attempt.fits) stages.printAfter("lower", [&] { return printModule(*attempt.module); });
   return attempt;
 }

@@ -81,6 +81,15 @@ class LoweringContext {
   // over all scratch uses).
   int64_t sharedBytes = 0;
   int64_t asyncBufferBytes = 0;
+  // Bytes at the start of dynamic shared memory that precede everything the
+  // offsets above count from (sharedStart): the producer warps' mbarriers,
+  // padded to the alignment of what follows. Dynamic shared memory is the only
+  // shared memory a kernel has: ptxas ignores the alignment of an extern
+  // shared array and places it right after any static one at 16 bytes, which
+  // would shift a 128-byte-swizzled wgmma operand off the 1024-byte grid the
+  // hardware swizzles on (the copies and ldmatrix, which swizzle relative to
+  // the tile, would not notice). Set once planning is done, before lowering.
+  int64_t sharedPrefixBytes = 0;
   bool allowAsyncCopy = true;  // false: every load takes the register path
   bool allowSharedOperands = true;  // false: loop-invariant operands stay in registers
   bool allowWarpSpecialization = true;  // false: warp_specialize is ignored
@@ -157,6 +166,8 @@ class LoweringContext {
   // buffers), of the whole dynamic shared memory, and a CTA barrier.
   llvm::Value* sharedBase();
   llvm::Value* sharedStart();
+  // The first byte of dynamic shared memory, before sharedPrefixBytes.
+  llvm::Value* dynamicSharedStart();
   // A barrier over the threads that run this code: the whole CTA, or the compute
   // warps of a warp-specialized kernel (named barrier 1; the producer warps
   // never reach one).
@@ -173,7 +184,9 @@ class LoweringContext {
   bool buffersReleased = false;
   int64_t releasedScratchBytes = 0;
   // Dynamic shared memory the kernel needs.
-  int64_t totalSharedBytes() const { return std::max(asyncBufferBytes + sharedBytes, releasedScratchBytes); }
+  int64_t totalSharedBytes() const {
+    return sharedPrefixBytes + std::max(asyncBufferBytes + sharedBytes, releasedScratchBytes);
+  }
 
   // ---- helpers ----
   llvm::Value* i32(int64_t v) { return b.getInt32(static_cast<uint32_t>(v)); }

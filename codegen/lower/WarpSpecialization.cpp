@@ -345,9 +345,7 @@ bool hasNestedReturn(const Block& block, bool nested) {
 }
 
 llvm::Value* barrierAddress(LoweringContext& ctx, int index) {
-  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
-  return ctx.b.CreateConstInBoundsGEP2_32(plan.barriers->getValueType(), plan.barriers, 0,
-                                          static_cast<unsigned>(index));
+  return ctx.b.CreateConstInBoundsGEP1_32(ctx.b.getInt64Ty(), ctx.dynamicSharedStart(), static_cast<unsigned>(index));
 }
 
 enum class SlotBarrier { Full, Empty };
@@ -358,7 +356,7 @@ llvm::Value* barrierFor(LoweringContext& ctx, int buffer, SlotBarrier kind, llvm
   WarpSpecializationPlan& plan = *ctx.warpSpecialization;
   const int base = 2 * plan.slots * buffer + (kind == SlotBarrier::Empty ? plan.slots : 0);
   llvm::Value* index = b.CreateAdd(ctx.i32(base), slot);
-  return b.CreateInBoundsGEP(plan.barriers->getValueType(), plan.barriers, {ctx.i32(0), index});
+  return b.CreateInBoundsGEP(b.getInt64Ty(), ctx.dynamicSharedStart(), index);
 }
 
 // Spins until the phase of `barrier` with parity `parity` has completed.
@@ -486,11 +484,6 @@ void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
 
 }  // namespace
 
-int64_t WarpSpecializationPlan::barrierBytes() const {
-  return barriers ? static_cast<int64_t>(llvm::cast<llvm::ArrayType>(barriers->getValueType())->getNumElements()) * 8
-                  : 0;
-}
-
 void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   why.clear();
   if (!kernelFlag(ctx.kernel, KernelAttribute::WarpSpecialize)) {
@@ -562,11 +555,7 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   plan->slots = ctx.async->buffers.front().slots;
   for (const AsyncBuffer& buffer : ctx.async->buffers)
     ATTNJIT_CHECK(buffer.slots == plan->slots, "codegen: cp.async buffers with different slot counts");
-  auto* type = llvm::ArrayType::get(ctx.b.getInt64Ty(), 2 * plan->slots * ctx.async->buffers.size());
-  plan->barriers = new llvm::GlobalVariable(ctx.module, type, false, llvm::GlobalValue::InternalLinkage,
-                                            llvm::UndefValue::get(type), "attnjit_mbarriers", nullptr,
-                                            llvm::GlobalVariable::NotThreadLocal, 3);
-  plan->barriers->setAlignment(llvm::Align(8));
+  plan->barrierCount = static_cast<int>(2 * plan->slots * ctx.async->buffers.size());
   ctx.warpSpecialization = std::move(plan);
 }
 

@@ -43,9 +43,10 @@ struct WarpSpecializationPlan {
   // producers run slots − 1 fills ahead.
   int slots = 2;
   // full[buffer][slot] at index 2·slots·buffer + slot, empty[buffer][slot] at
-  // 2·slots·buffer + slots + slot, in static shared memory of their own.
-  llvm::GlobalVariable* barriers = nullptr;
-  int64_t barrierBytes() const;
+  // 2·slots·buffer + slots + slot, 8 bytes each at the start of dynamic
+  // shared memory (LoweringContext::sharedPrefixBytes).
+  int barrierCount = 0;
+  int64_t barrierBytes() const { return int64_t{8} * barrierCount; }
   // Ping-pong (warp_specialize = 2): the pipelined loops in which the two
   // compute warpgroups take turns issuing their warpgroup MMAs, and while the
   // compute warps lower one of those loops, its depth.
