@@ -911,11 +911,6 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   // Warp roles: producer warps (warp_specialize) beside the 8 compute warps,
   // each role's setmaxnreg, the slots of each copy buffer, ping-pong; the
   // mbarrier operations of their hand-over counted apart from the copies.
-  // Producer warps are experimental: the spec is refused unless asked for.
-  CliResult refused = runCli({"inspect", kSourceDir + "/bench/prefill_warp_specialized.yaml", "--arch=sm_90a"});
-  CHECK(refused.exitCode == 2);
-  CHECK(refused.err.find("warp_specialize is unsupported") != std::string::npos);
-  attnjit::tests::ScopedProducerWarps producerWarps;
   CliResult roles = runCli({"inspect", kSourceDir + "/bench/prefill_warp_specialized.yaml", "--arch=sm_90a"});
   INFO(roles.err);
   REQUIRE(roles.exitCode == 0);

@@ -130,7 +130,6 @@ std::string planOf(const compiler::UnifiedAttentionConfig& config, const std::st
 
 TEST_CASE("warp_specialize gives the copies to producer warps that hand slots over through mbarriers",
           "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   std::vector<compiler::UnifiedAttentionConfig> configs;
   for (bool causal : {true, false}) {
     configs.push_back(tests::hopperPrefillTiling());
@@ -217,7 +216,6 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
 }
 
 TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
   CHECK(planOf(config, "sm_90a").find("no producer warps: kernel attribute warp_specialize = 0") != std::string::npos);
   config.warpSpecialize = true;
@@ -257,7 +255,6 @@ TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[
 
 TEST_CASE("warp_specialize at head size 256: P·V's 128 accumulator registers fit the 168 of the launch",
           "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
   config.headSize = 256;
   config.tileSize = 32;
@@ -269,7 +266,6 @@ TEST_CASE("warp_specialize at head size 256: P·V's 128 accumulator registers fi
 }
 
 TEST_CASE("warp_specialize on a 4-warp decode kernel: 256 threads, no register moves", "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   compiler::UnifiedAttentionConfig config;  // the decode tiling: 4 warps, 64-key tiles, mma.sync
   config.tileSize = 64;
   config.warpSpecialize = true;
@@ -285,7 +281,6 @@ TEST_CASE("warp_specialize on a 4-warp decode kernel: 256 threads, no register m
 
 TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copied by the producers",
           "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   for (compiler::KvCacheFormat format : {compiler::KvCacheFormat::Auto, compiler::KvCacheFormat::Fp8E4M3})
     for (bool split : {false, true}) {
       compiler::MlaDecodeConfig config;  // the op's Hopper tiling
@@ -331,7 +326,6 @@ TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copie
 }
 
 TEST_CASE("the slot protocol codegen emits holds under every interleaving tried", "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   constexpr int kIterations = 24;
   auto at = [](const std::vector<int>& values) {
     return [&values](int n) { return values.at(static_cast<size_t>(n)); };
@@ -375,7 +369,6 @@ TEST_CASE("the slot protocol codegen emits holds under every interleaving tried"
 
 TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs through named barriers 2 and 3",
           "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   for (bool causal : {true, false})
     for (bool overlapSoftmax : {false, true}) {
       compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
@@ -424,7 +417,6 @@ TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs t
 }
 
 TEST_CASE("ping_pong needs two compute warpgroups that split the rows", "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   // Four compute warps are one warpgroup.
   compiler::UnifiedAttentionConfig fourWarps;
   fourWarps.blockMRows = 64;
@@ -543,7 +535,6 @@ std::string runTurns(const TurnProtocol& protocol, int loops, int iterations, in
 
 TEST_CASE("the ping-pong turn protocol alternates the warpgroups and balances its barriers",
           "[codegen][warp-specialize]") {
-  tests::ScopedProducerWarps producerWarps;
   std::mt19937 random(11);
   for (int loops = 1; loops <= 2; ++loops)
     for (int iterations = 0; iterations <= 6; ++iterations)

@@ -311,7 +311,6 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
 // grid the hardware applies (docs/architecture.md, "Producer warps").
 TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64", "[gpu]") {
   if (!tests::gpuPresent()) return;
-  tests::ScopedProducerWarps producerWarps;
   // codegen/lower/WarpSpecialization.cpp: producer warps copy K/V tiles and hand
   // slots to the compute warps through mbarriers. A protocol error shows as a
   // wrong result (a slot read before it is full or after it is refilled) or a
@@ -394,7 +393,6 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
 // slots hold the right bytes.
 TEST_CASE("GPU producer-warp kernels write what the same tiling without them writes", "[gpu]") {
   if (!tests::gpuPresent()) return;
-  tests::ScopedProducerWarps producerWarps;
   compiler::BatchShape mixed;
   mixed.queryLens = {150, 37, 1, 70, 129, 300};
   mixed.contextLens = {0, 91, 300, 5, 64, 700};

@@ -92,7 +92,6 @@ TEST_CASE("GPU mla_decode: tiling knobs, q in shared memory, f16, empty sequence
 
 TEST_CASE("GPU mla_decode with producer warps (warp_specialize) agrees with float64", "[gpu][mla]") {
   if (!tests::gpuPresent()) return;
-  tests::ScopedProducerWarps producerWarps;
   // The op's Hopper tiling (64 heads, 64 keys, 8 warps, q in shared memory)
   // with a warpgroup of producers copying the five latent chunks of each tile:
   // long rows take the slots through many phases, empty ones leave the loop

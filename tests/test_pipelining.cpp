@@ -233,15 +233,7 @@ TEST_CASE("num_stages outside 1..4, or above 2 without producer warps, is a clea
         "num_stages (3) above 2 needs warp_specialize: true (without producer warps only the next tile is in "
         "flight)");
   c.warpSpecialize = true;
-  // Producer warps are experimental: refused unless asked for by the environment.
-  s = c.validate();
-  REQUIRE_FALSE(s.isOk());
-  CHECK(s.diagnostic().message.find("warp_specialize is unsupported") == 0);
-  CHECK(s.diagnostic().message.find("ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS=1") != std::string::npos);
-  {
-    attnjit::tests::ScopedProducerWarps producerWarps;
-    CHECK(c.validate().isOk());
-  }
+  CHECK(c.validate().isOk());
   // A hand-written kernel asking for 5 stages gets the pass's error.
   const char* text = "kernel @k(%p: ptr<global, f32>) attributes {num_stages = 5} {\n  return\n}\n";
   auto module = attnjit::ir::parseModule(text, "k.tir");

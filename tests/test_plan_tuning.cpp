@@ -301,12 +301,8 @@ TEST_CASE("plan tuning: a recorded choice becomes the call's plan within its lim
   CHECK_FALSE(plan->config.warpSpecialize);
   CHECK(plan->config.numStages == 2);
 
-  // A producer-warp schedule reaches the kernel's configuration and back, where
-  // producer warps are allowed at all (experimental: a record naming them is
-  // otherwise no plan, and the call takes the rules').
+  // A producer-warp schedule reaches the kernel's configuration and back.
   const PlanChoice pingPong{64, 8, false, 1, 0, PlanChoice::Producers::PingPong, 3};
-  CHECK_FALSE(pagedAttentionPlanWithChoice(prefill, pingPong).has_value());
-  tests::ScopedProducerWarps producerWarps;
   plan = pagedAttentionPlanWithChoice(prefill, pingPong);
   REQUIRE(plan.has_value());
   CHECK(plan->config.warpSpecialize);

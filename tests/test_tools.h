@@ -46,13 +46,6 @@ class ScopedEnvironment {
   bool hadPrevious_ = false;
 };
 
-// Lets configs ask for producer warps (compiler/kernels/ConfigChecks.h,
-// experimental) for a scope.
-class ScopedProducerWarps : public ScopedEnvironment {
- public:
-  ScopedProducerWarps() : ScopedEnvironment(compiler::kProducerWarpsVariable, "1") {}
-};
-
 // A kernel builder's result compiled with `options`; failing to build or to
 // compile fails the test.
 inline compiler::CompiledKernel compileBuilt(support::Expected<std::unique_ptr<ir::Kernel>> kernel,

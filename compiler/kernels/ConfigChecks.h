@@ -65,21 +65,6 @@ inline support::Status checkNumStages(int numStages, bool warpSpecialize) {
   return support::Status::ok();
 }
 
-// Producer warps (warp_specialize, codegen/lower/WarpSpecialization.cpp)
-// assemble and pass the CPU models of their protocol, but their kernels gave
-// wrong results on the H200 (docs/architecture.md, "Producer warps"): a config
-// asks for them only where ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS=1, for work on
-// that codegen. The kernel attribute of a .tir kernel is not gated.
-inline constexpr const char* kProducerWarpsVariable = "ATTNJIT_EXPERIMENTAL_PRODUCER_WARPS";
-inline support::Status checkProducerWarps(bool warpSpecialize) {
-  if (!warpSpecialize) return support::Status::ok();
-  const char* value = std::getenv(kProducerWarpsVariable);
-  if (value != nullptr && std::string(value) == "1") return support::Status::ok();
-  return configError(std::string("warp_specialize is unsupported: producer-warp kernels gave wrong results on the "
-                                 "H200 (docs/architecture.md, \"Producer warps\"); ") +
-                     kProducerWarpsVariable + "=1 builds them for codegen work");
-}
-
 // q/o/output element types every family accepts: f32, f16 and bf16.
 inline support::Status checkIoDtype(ir::ScalarKind dtype) {
   if (dtype == ir::ScalarKind::F32 || dtype == ir::ScalarKind::F16 || dtype == ir::ScalarKind::BF16)

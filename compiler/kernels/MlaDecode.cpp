@@ -420,7 +420,6 @@ support::Status MlaDecodeConfig::validate() const {
   if (qInShared && dtype == ScalarKind::F32)
     return configError("q_in_shared needs dtype f16 or bf16: shared-memory operands are read with ldmatrix, which "
                        "f32 (TF32 or exact) does not use");
-  if (support::Status s = checkProducerWarps(warpSpecialize); !s) return s;
   return checkNumStages(numStages, warpSpecialize);
 }
 

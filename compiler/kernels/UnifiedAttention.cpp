@@ -1445,7 +1445,6 @@ support::Status UnifiedAttentionConfig::validate() const {
     return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
   if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
-  if (support::Status s = checkProducerWarps(warpSpecialize); !s) return s;
   if (support::Status s = checkNumStages(numStages, warpSpecialize); !s) return s;
   if (slidingWindow < 0)
     return configError("sliding_window (" + std::to_string(slidingWindow) +

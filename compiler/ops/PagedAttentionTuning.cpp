@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "compiler/driver/DeviceTarget.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/ops/PagedAttentionPlanning.h"
 #include "compiler/ops/ReadyKernels.h"
@@ -46,6 +47,12 @@ std::vector<PlanChoice> kernelChoices(const PagedAttentionPlan& heuristic) {
       for (int warps : {4, 8})
         for (bool qInShared : {false, true})
           if (rows / warps >= 16) choices.push_back({tile, warps, qInShared, 1, 0});
+    // Producer warps issuing the copies (warpgroup-MMA targets): on the H100
+    // and H200 they gain 2–4% on the 8-warp tiling with 64-key tiles at 16-bit
+    // caches and lose elsewhere (docs/architecture.md, "Producer warps").
+    if (compiler::opDeviceFacts().warpgroupMma && rows / 8 >= 16)
+      for (bool qInShared : {false, true})
+        choices.push_back({64, 8, qInShared, 1, 0, PlanChoice::Producers::Copies, 2});
   }
   return choices;
 }
