@@ -202,7 +202,10 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
     CHECK(countOf(ptx, "wgmma.mma_async") == countOf(plain.ptx, "wgmma.mma_async"));
     CHECK(countOf(ptx, "fence.proxy.async.shared::cta") >= 4);
     if (tests::havePtxas()) {
-      const std::string info = tests::ptxasInfo(ptx, "sm_90a");
+      // Whole-program, as the register moves need: the runtime's relocatable
+      // compile ignores setmaxnreg and then serializes the MMAs for want of
+      // registers (docs/architecture.md, "Producer warps").
+      const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
       INFO(info);
       CHECK(info.find("Used 168 registers") != std::string::npos);
       CHECK(info.find("serialized") == std::string::npos);
@@ -316,11 +319,18 @@ TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copie
       CHECK(countOf(specialized.ptx, "cp.async.commit_group") == 0);
       CHECK(countOf(specialized.ptx, "wgmma.mma_async") == countOf(plain.ptx, "wgmma.mma_async"));
       if (tests::havePtxas()) {
-        const std::string info = tests::ptxasInfo(specialized.ptx, "sm_90a");
+        const std::string info = tests::ptxasInfo(specialized.ptx, "sm_90a", /*relocatable=*/false);
         INFO(info);
         CHECK(info.find("Used 168 registers") != std::string::npos);
         CHECK(info.find("serialized") == std::string::npos);
-        if (format == compiler::KvCacheFormat::Auto) CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+        // The compute warps fit in 224 registers, give or take the few dozen
+        // bytes of spills the call-free f32 divisions add.
+        if (format == compiler::KvCacheFormat::Auto) {
+          const size_t spills = info.find(" bytes spill stores");
+          REQUIRE(spills != std::string::npos);
+          const size_t start = info.rfind(' ', spills - 1) + 1;
+          CHECK(std::stoi(info.substr(start, spills - start)) <= 64);
+        }
       }
     }
 }
@@ -401,7 +411,7 @@ TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs t
       CHECK(countOf(free.ptx, "bar.arrive") == 0);
       CHECK(countOf(ptx, "wgmma.mma_async") == countOf(free.ptx, "wgmma.mma_async"));
       if (tests::havePtxas()) {
-        const std::string info = tests::ptxasInfo(ptx, "sm_90a");
+        const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
         INFO(info);
         CHECK(info.find("used 4 barriers") != std::string::npos);
         CHECK(info.find(" 0 bytes spill stores") != std::string::npos);

@@ -104,11 +104,17 @@ inline bool assemblesWithPtxas(const std::string& ptx, const std::string& arch, 
 }
 
 // ptxas -v's report for `ptx` on `arch` (registers, spills, performance notes).
-inline std::string ptxasInfo(const std::string& ptx, const std::string& arch) {
+// By default compiled as relocatable code (-c), which is what the driver's JIT
+// does for the runtime's cuLink* compile: stricter than a whole-program compile
+// (a called subroutine serializes every warpgroup MMA, and setmaxnreg is
+// ignored).
+inline std::string ptxasInfo(const std::string& ptx, const std::string& arch, bool relocatable = true) {
   std::string path = "/tmp/attnjit_test_info_" + std::to_string(getpid()) + ".ptx";
   std::ofstream(path) << ptx;
   int code = 0;
-  std::string log = runShell("ptxas -v -arch=" + arch + " " + path + " -o /dev/null", &code);
+  std::string log = runShell(std::string("ptxas ") + (relocatable ? "-c " : "") + "-v -arch=" + arch + " " + path +
+                                 " -o /dev/null",
+                             &code);
   std::remove(path.c_str());
   return log;
 }

@@ -46,6 +46,32 @@ void mapRegisters(LoweringContext& ctx, const Operation& op, F&& f) {
 
 llvm::Value* toF32(LoweringContext& ctx, llvm::Value* v) { return ctx.b.CreateFPExt(v, ctx.b.getFloatTy()); }
 
+// x / y in f32 without the subroutine ptxas calls for div.rn.f32 and
+// rcp.rn.f32 (their slow path for extreme exponents). The driver's JIT
+// compiles PTX for cuLink as relocatable code, where any call serializes every
+// warpgroup MMA of the kernel (ptxas C7509: each HGMMA waited for before the
+// next issues). rcp.approx, one Newton step on the reciprocal, then the
+// quotient corrected by its exact residual: within 1 ulp of the correctly
+// rounded quotient while quotient and divisor are normal. Where the refined
+// quotient is not finite (a zero, infinite or NaN operand, overflow), x times
+// the approximate reciprocal gives IEEE's inf, 0 or NaN.
+llvm::Value* divideWithoutCall(LoweringContext& ctx, llvm::Value* x, llvm::Value* y) {
+  llvm::IRBuilder<>& b = ctx.b;
+  llvm::Type* f32 = b.getFloatTy();
+  auto fma = [&](llvm::Value* p, llvm::Value* q, llvm::Value* r) {
+    return b.CreateIntrinsic(f32, llvm::Intrinsic::fma, {p, q, r});
+  };
+  llvm::Value* one = llvm::ConstantFP::get(f32, 1.0);
+  llvm::Value* negY = b.CreateFNeg(y);
+  llvm::Value* r0 = b.CreateIntrinsic(f32, llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {y});
+  llvm::Value* r1 = fma(fma(negY, r0, one), r0, r0);
+  llvm::Value* q0 = b.CreateFMul(x, r1);
+  llvm::Value* q1 = fma(fma(negY, q0, x), r1, q0);
+  llvm::Value* finite = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, q0),
+                                        llvm::ConstantFP::getInfinity(f32));
+  return b.CreateSelect(finite, q1, b.CreateFMul(x, r0));
+}
+
 // At most this many distinct factors per thread are compared with 1.0 for
 // mul {skip_ones}; a tile with more (not a broadcast row) is multiplied plainly.
 constexpr size_t kMaxSkipOnesFactors = 16;
@@ -124,9 +150,14 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
         case Opcode::Sub: r = b.CreateFSub(x, y); break;
         case Opcode::Mul: r = b.CreateFMul(x, y); break;
         case Opcode::Div:
-          // {approx = 1} on f32: div.full.f32, 2 ulp (ir/Ops.def); else correctly rounded.
-          r = approx && x->getType()->isFloatTy() ? b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_full, {x, y})
-                                                  : b.CreateFDiv(x, y);
+          // {approx = 1} on f32: div.full.f32, 2 ulp (ir/Ops.def); else correctly
+          // rounded, or within 1 ulp where warpgroup MMAs must not meet a call.
+          if (x->getType()->isFloatTy() && approx)
+            r = b.CreateIntrinsic(llvm::Intrinsic::nvvm_div_full, {x, y});
+          else if (x->getType()->isFloatTy() && ctx.warpgroupOperands)
+            r = divideWithoutCall(ctx, x, y);
+          else
+            r = b.CreateFDiv(x, y);
           break;
         case Opcode::Rem: r = b.CreateFRem(x, y); break;
         case Opcode::Min: r = b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y); break;
