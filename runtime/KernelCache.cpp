@@ -11,7 +11,11 @@ class DriverKernelLoader final : public KernelLoader {
  public:
   support::Expected<ContextHandle> currentContext() override { return currentOrPrimaryContext(); }
 
+  // Kernels with warpgroup MMAs or register moves keep their PTX as the module
+  // image, which the driver compiles whole-program when it loads it (Module.h,
+  // needsWholeProgramCompile); the disk cache stores that image like a cubin.
   support::Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) override {
+    if (needsWholeProgramCompile(ptx)) return ptxModuleImage(ptx);
     auto linked = runtime::linkPtx(ptx, LinkOptions{}, ptxName);
     if (!linked) return linked.status();
     return std::move(linked->cubin);
@@ -19,6 +23,11 @@ class DriverKernelLoader final : public KernelLoader {
 
   support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) override {
     auto module = Module::load(cubin);
+    if (!module && isPtxModuleImage(cubin)) {
+      // The load compiled the PTX: a link of the same PTX quotes ptxas's error log.
+      const std::string_view ptx(reinterpret_cast<const char*>(cubin.data()), cubin.size() - 1);
+      if (auto linked = runtime::linkPtx(ptx, LinkOptions{}, entryName + ".ptx"); !linked) return linked.status();
+    }
     if (!module) return module.status();
     auto owned = std::make_shared<Module>(std::move(*module));
     auto function = owned->function(entryName);

@@ -61,6 +61,22 @@ class LinkState {
 
 }  // namespace
 
+bool needsWholeProgramCompile(std::string_view ptx) {
+  return ptx.find("wgmma.mma_async") != std::string_view::npos || ptx.find("setmaxnreg") != std::string_view::npos;
+}
+
+std::vector<std::uint8_t> ptxModuleImage(std::string_view ptx) {
+  std::vector<std::uint8_t> image(ptx.begin(), ptx.end());
+  image.push_back(0);
+  return image;
+}
+
+bool isPtxModuleImage(std::span<const std::uint8_t> image) {
+  static constexpr std::uint8_t kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
+  const bool elf = image.size() >= 4 && std::memcmp(image.data(), kElfMagic, 4) == 0;
+  return !elf && !image.empty() && image.back() == 0;
+}
+
 support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options, std::string_view ptxName) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();

@@ -33,6 +33,19 @@ struct LinkedCubin {
   float wallMilliseconds = 0;
 };
 
+// Whether `ptx` needs a whole-program compile: its warpgroup MMAs (wgmma) or
+// register moves (setmaxnreg). linkPtx compiles for a link, as relocatable
+// code, where ptxas serializes every warpgroup MMA of a kernel that calls a
+// subroutine and ignores setmaxnreg (docs/architecture.md, "What the driver's
+// JIT makes of them"); cuModuleLoadData on the PTX itself compiles whole-program
+// (and the driver keeps the result in its own JIT cache).
+bool needsWholeProgramCompile(std::string_view ptx);
+
+// A module image of PTX text (NUL-terminated, as cuModuleLoadData reads it),
+// and whether an image is one (a cubin is an ELF file).
+std::vector<std::uint8_t> ptxModuleImage(std::string_view ptx);
+bool isPtxModuleImage(std::span<const std::uint8_t> image);
+
 // Compiles `ptx` to a cubin. A PTX error becomes a diagnostic located at `ptxName` that
 // quotes ptxas's error log.
 support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options = {},

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <string>
+#include <vector>
 
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Driver.h"
@@ -104,4 +105,26 @@ TEST_CASE("driver versions map to the newest PTX ISA they accept", "[runtime]") 
     }
   }
   CHECK(maxPtxIsaForDriverVersion(12080)->str() == "8.7");
+}
+
+TEST_CASE("PTX with warpgroup MMAs or register moves is loaded as it is, whole-program", "[runtime]") {
+  // The driver compiles PTX for a link as relocatable code, where a called
+  // subroutine serializes every wgmma and setmaxnreg is ignored: such kernels
+  // keep their PTX as the module image (docs/architecture.md).
+  using namespace attnjit::runtime;
+  CHECK(needsWholeProgramCompile("\twgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {...};"));
+  CHECK(needsWholeProgramCompile("\tsetmaxnreg.inc.sync.aligned.u32 \t224;"));
+  CHECK_FALSE(needsWholeProgramCompile("\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {...};"));
+  CHECK_FALSE(needsWholeProgramCompile("\twgmma.fence.sync.aligned;"));  // a fence alone issues no MMA
+
+  const std::string ptx = ".version 8.7\n.target sm_90a\n";
+  const std::vector<std::uint8_t> image = ptxModuleImage(ptx);
+  REQUIRE(image.size() == ptx.size() + 1);
+  CHECK(image.back() == 0);  // cuModuleLoadData reads PTX as a C string
+  CHECK(std::string(image.begin(), image.end() - 1) == ptx);
+  CHECK(isPtxModuleImage(image));
+  const std::vector<std::uint8_t> cubin = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0x33};
+  CHECK_FALSE(isPtxModuleImage(cubin));
+  CHECK_FALSE(isPtxModuleImage(std::vector<std::uint8_t>{}));
+  CHECK_FALSE(isPtxModuleImage(std::vector<std::uint8_t>{'.', 'v'}));  // not terminated
 }
