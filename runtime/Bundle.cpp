@@ -262,6 +262,7 @@ support::Expected<Bundle::LoadedImage> Bundle::loadImage(const BundleKernel& ker
   if (!choice) return choice.status();
   const BundleImage& image = *choice->image;
   std::vector<std::uint8_t> cubin;
+  const std::string ptxPath = (directory_ / image.ptx.path).string();  // where a PTX error is located
   if (choice->form == BundleImageForm::Cubin) {
     cubin = fileBytes(*image.cubin);
   } else {
@@ -274,24 +275,13 @@ support::Expected<Bundle::LoadedImage> Bundle::loadImage(const BundleKernel& ker
                           "; update the driver, or add a cubin for sm_" + std::to_string(deviceSm) +
                           " to the bundle (attnjit aot with ptxas on the PATH)");
     }
-    const std::vector<std::uint8_t>& ptxBytes = fileBytes(image.ptx);
-    const std::string_view ptx(reinterpret_cast<const char*>(ptxBytes.data()), ptxBytes.size());
-    const std::string ptxPath = (directory_ / image.ptx.path).string();
-    if (needsWholeProgramCompile(ptx)) {
-      cubin = ptxModuleImage(ptx);  // loaded as it is, whole-program, like the JIT's (Module.h)
-    } else {
-      auto linked = linkPtx(ptx, LinkOptions{}, ptxPath);
-      if (!linked) return linked.status();
-      cubin = std::move(linked->cubin);
-    }
+    const std::vector<std::uint8_t>& ptx = fileBytes(image.ptx);
+    auto moduleImage =
+        moduleImageForPtx(std::string_view(reinterpret_cast<const char*>(ptx.data()), ptx.size()), ptxPath);
+    if (!moduleImage) return moduleImage.status();
+    cubin = std::move(*moduleImage);
   }
-  auto module = Module::load(cubin);
-  if (!module && isPtxModuleImage(cubin)) {
-    // The load compiled the PTX: a link of the same PTX quotes ptxas's error log.
-    const std::string_view ptx(reinterpret_cast<const char*>(cubin.data()), cubin.size() - 1);
-    if (auto linked = linkPtx(ptx, LinkOptions{}, (directory_ / image.ptx.path).string()); !linked)
-      return linked.status();
-  }
+  auto module = Module::load(cubin, ptxPath);
   if (!module) return module.status();
   auto owned = std::make_shared<Module>(std::move(*module));
   auto function = owned->function(kernel.name);

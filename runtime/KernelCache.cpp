@@ -15,19 +15,11 @@ class DriverKernelLoader final : public KernelLoader {
   // image, which the driver compiles whole-program when it loads it (Module.h,
   // needsWholeProgramCompile); the disk cache stores that image like a cubin.
   support::Expected<std::vector<std::uint8_t>> linkPtx(const std::string& ptx, const std::string& ptxName) override {
-    if (needsWholeProgramCompile(ptx)) return ptxModuleImage(ptx);
-    auto linked = runtime::linkPtx(ptx, LinkOptions{}, ptxName);
-    if (!linked) return linked.status();
-    return std::move(linked->cubin);
+    return moduleImageForPtx(ptx, ptxName);
   }
 
   support::Expected<LoadedModule> load(const std::vector<std::uint8_t>& cubin, const std::string& entryName) override {
-    auto module = Module::load(cubin);
-    if (!module && isPtxModuleImage(cubin)) {
-      // The load compiled the PTX: a link of the same PTX quotes ptxas's error log.
-      const std::string_view ptx(reinterpret_cast<const char*>(cubin.data()), cubin.size() - 1);
-      if (auto linked = runtime::linkPtx(ptx, LinkOptions{}, entryName + ".ptx"); !linked) return linked.status();
-    }
+    auto module = Module::load(cubin, entryName + ".ptx");
     if (!module) return module.status();
     auto owned = std::make_shared<Module>(std::move(*module));
     auto function = owned->function(entryName);

@@ -77,6 +77,13 @@ bool isPtxModuleImage(std::span<const std::uint8_t> image) {
   return !elf && !image.empty() && image.back() == 0;
 }
 
+support::Expected<std::vector<std::uint8_t>> moduleImageForPtx(std::string_view ptx, std::string_view ptxName) {
+  if (needsWholeProgramCompile(ptx)) return ptxModuleImage(ptx);
+  auto linked = linkPtx(ptx, LinkOptions{}, ptxName);
+  if (!linked) return linked.status();
+  return std::move(linked->cubin);
+}
+
 support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options, std::string_view ptxName) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
@@ -221,13 +228,17 @@ support::Status Function::launch(const LaunchConfig& config, void** params) cons
   return support::Status::ok();
 }
 
-support::Expected<Module> Module::load(std::span<const std::uint8_t> image) {
+support::Expected<Module> Module::load(std::span<const std::uint8_t> image, std::string_view ptxName) {
   auto apiOr = driverApi();
   if (!apiOr) return apiOr.status();
   const DriverApi& api = **apiOr;
   if (image.empty()) return runtimeError("cannot load an empty module image");
   CUmodule module = nullptr;
   CUresult result = api.cuModuleLoadData(&module, image.data());
+  if (result != CUDA_SUCCESS && isPtxModuleImage(image)) {
+    const std::string_view ptx(reinterpret_cast<const char*>(image.data()), image.size() - 1);
+    if (auto linked = linkPtx(ptx, LinkOptions{}, ptxName); !linked) return linked.status();
+  }
   if (result != CUDA_SUCCESS) return cudaCallError(api, result, "cuModuleLoadData");
   return Module(module);
 }

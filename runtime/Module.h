@@ -51,6 +51,10 @@ bool isPtxModuleImage(std::span<const std::uint8_t> image);
 support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options = {},
                               std::string_view ptxName = "kernel.ptx");
 
+// The module image for `ptx` on the current context's device: the PTX itself
+// where it needs a whole-program compile, else the cubin linkPtx makes.
+support::Expected<std::vector<std::uint8_t>> moduleImageForPtx(std::string_view ptx, std::string_view ptxName);
+
 struct Dim3 {
   unsigned x = 1;
   unsigned y = 1;
@@ -108,8 +112,10 @@ class Function {
 // A loaded module (cuModuleLoadData); unloaded on destruction.
 class Module {
  public:
-  // `image` is a cubin (or NUL-terminated PTX, which the driver then compiles).
-  static support::Expected<Module> load(std::span<const std::uint8_t> image);
+  // `image` is a cubin (or NUL-terminated PTX, which the driver then compiles
+  // whole-program; if that fails, a link of the same PTX gives the diagnostic,
+  // located at `ptxName` and quoting ptxas's error log).
+  static support::Expected<Module> load(std::span<const std::uint8_t> image, std::string_view ptxName = "kernel.ptx");
 
   Module() = default;
   Module(Module&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
