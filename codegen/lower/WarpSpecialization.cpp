@@ -43,10 +43,12 @@
 //   sibling loop's prologue, or the epilogue's scratch). Every other barrier of
 //   the compute warps is named barrier 1 over their threads only.
 // - With 256 + 128 threads the launch has 168 registers a thread; setmaxnreg
-//   lowers the producers to 64 and raises the compute warps to 224. Without
-//   their address arithmetic the 8-warp prefill and MLA compute warps fit
-//   there (they used 228 and 236–251 with it); producers copying for two
-//   threads spill at 24–56. ptxas still fits every single instruction into the
+//   lowers the producers to 64 and raises the compute warps to 216, which
+//   spends exactly the 384 × 168 registers the launch allocated: an increase
+//   waits for registers that decreases released, so asking for more (224)
+//   hangs the compute warps. Without their address arithmetic the 8-warp
+//   prefill and bf16 MLA compute warps fit there (they used 228 and 236 with
+//   it), fp8 MLA's spill a few dozen bytes; producers copying for two threads spill at 24–56. ptxas still fits every single instruction into the
 //   launch's count, so a warpgroup MMA whose accumulators and operands exceed
 //   it keeps the kernel unspecialized (head size 256's m64n256: 128 + 32 of
 //   168, fits).
@@ -543,8 +545,13 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   plan->producerWarps = producerWarps;
   plan->standIns = ctx.numWarps / producerWarps;
   plan->entryRegisters = entryRegisters;
+  // setmaxnreg moves registers inside the CTA's launch allocation: an
+  // increase waits until decreases have released enough. The roles' counts
+  // must sum to at most what the launch allocated, or the compute warps wait
+  // forever (the register file's spare registers are not in the pool).
+  const int launchRegisters = entryRegisters * threads;
   const int consumerRegisters = std::min(
-      kMaxSetMaxRegisters, (kRegistersPerBlock - producerThreads * kProducerRegisters) / consumerThreads / 8 * 8);
+      kMaxSetMaxRegisters, (launchRegisters - producerThreads * kProducerRegisters) / consumerThreads / 8 * 8);
   // 256 threads or fewer have every register a thread can name already.
   if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
     plan->producerRegisters = kProducerRegisters;
