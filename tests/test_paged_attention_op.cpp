@@ -313,13 +313,16 @@ TEST_CASE("paged attention op: chunked local attention, ranges and qq_bias selec
     return ops::selectPagedAttentionVariant(params).kernelName();
   };
   ops::PagedAttentionParams p = validParams();
+  // The SM count pinned, so the plan is the same with or without a GPU: 32
+  // CTAs on 132 SMs are latency-bound and take 128-key tiles.
+  p.numSms = 132;
   p.attentionChunkSize = 8192;
   p.mmPrefixRange = 0xB0000;
   p.mmPrefixRanges = 4;
   p.qqBias = 0xE0000;
   p.qqBiasStride = 5;
   CHECK(validationMessage(p) == "ok");
-  CHECK(unsplit(p) == "unified_attention_bf16_h32kv8_d128_bs16_causal_chunk8192_mm4_qqbias_t64");
+  CHECK(unsplit(p) == "unified_attention_bf16_h32kv8_d128_bs16_causal_chunk8192_mm4_qqbias_t128");
   p.mmPrefixRanges = 0;
   CHECK(validationMessage(p) ==
         "paged attention: mm_prefix_ranges (0) must be the ranges per sequence of mm_prefix_range, 1 to 32");
