@@ -556,6 +556,8 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
     plan->producerRegisters = kProducerRegisters;
     plan->consumerRegisters = consumerRegisters;
+    ATTNJIT_CHECK(producerThreads * kProducerRegisters + consumerThreads * consumerRegisters <= launchRegisters,
+                  "codegen: setmaxnreg would ask for more registers than the launch allocated");
   }
   if (kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize) == 2) planTurns(ctx, *plan);
   planEarlyRelease(ctx, *plan);
