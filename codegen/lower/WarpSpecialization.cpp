@@ -43,12 +43,14 @@
 //   sibling loop's prologue, or the epilogue's scratch). Every other barrier of
 //   the compute warps is named barrier 1 over their threads only.
 // - With 256 + 128 threads the launch has 168 registers a thread; setmaxnreg
-//   lowers the producers to 64 and raises the compute warps to 216, which
+//   lowers the producers to 72 and raises the compute warps to 216, which
 //   spends exactly the 384 × 168 registers the launch allocated: an increase
-//   waits for registers that decreases released, so asking for more (224)
-//   hangs the compute warps. Without their address arithmetic the 8-warp
+//   waits for registers that decreases released, so asking for more (64 /
+//   224) hangs the compute warps. Without their address arithmetic the 8-warp
 //   prefill and bf16 MLA compute warps fit there (they used 228 and 236 with
-//   it), fp8 MLA's spill a few dozen bytes; producers copying for two threads spill at 24–56. ptxas still fits every single instruction into the
+//   it), fp8 MLA's spill a few dozen bytes; producers copying for two threads
+//   spill below 64, and those of 128-key tiles even at 72 (128 bytes, 208 at
+//   64). ptxas still fits every single instruction into the
 //   launch's count, so a warpgroup MMA whose accumulators and operands exceed
 //   it keeps the kernel unspecialized (head size 256's m64n256: 128 + 32 of
 //   168, fits).
@@ -86,9 +88,10 @@ namespace {
 
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kRegistersPerBlock = 65536;
-// What a producer thread copying for two compute threads needs without
-// spilling (docs/perf-log.md, 2026-12-05: 540 bytes spilled at 24, none at 64).
-constexpr int kProducerRegisters = 64;
+// The fewest registers a producer thread copying for two compute threads gets
+// (docs/perf-log.md, 2026-12-05: the 64-key prefill producers spill 540 bytes
+// at 24, none at 64); it also gets whatever the compute warps' count leaves.
+constexpr int kMinProducerRegisters = 64;
 constexpr int kMaxSetMaxRegisters = 256;  // setmaxnreg's range is 24 to 256
 constexpr int kWarpgroupWarps = 4;
 constexpr int kMaxRegistersPerThread = 255;
@@ -550,13 +553,19 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   // must sum to at most what the launch allocated, or the compute warps wait
   // forever (the register file's spare registers are not in the pool).
   const int launchRegisters = entryRegisters * threads;
+  // Counts are multiples of 8. The compute warps' count, rounded down, leaves
+  // the producers a few registers above their minimum (384 threads: 216 and
+  // 72, where 128-key producers spill 128 bytes against 208 at 64).
   const int consumerRegisters = std::min(
-      kMaxSetMaxRegisters, (launchRegisters - producerThreads * kProducerRegisters) / consumerThreads / 8 * 8);
+      kMaxSetMaxRegisters, (launchRegisters - producerThreads * kMinProducerRegisters) / consumerThreads / 8 * 8);
+  const int producerRegisters =
+      std::min(entryRegisters, (launchRegisters - consumerThreads * consumerRegisters) / producerThreads / 8 * 8);
   // 256 threads or fewer have every register a thread can name already.
   if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
-    plan->producerRegisters = kProducerRegisters;
+    plan->producerRegisters = producerRegisters;
     plan->consumerRegisters = consumerRegisters;
-    ATTNJIT_CHECK(producerThreads * kProducerRegisters + consumerThreads * consumerRegisters <= launchRegisters,
+    ATTNJIT_CHECK(producerRegisters >= kMinProducerRegisters &&
+                      producerThreads * producerRegisters + consumerThreads * consumerRegisters <= launchRegisters,
                   "codegen: setmaxnreg would ask for more registers than the launch allocated");
   }
   if (kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize) == 2) planTurns(ctx, *plan);
