@@ -2,10 +2,13 @@
 // specs fail with a located, readable error.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "compiler/spec/Spec.h"
+#include "compiler/spec/VariantKernel.h"
 #include "test_paths.h"
 
 using attnjit::compiler::loadSpecFile;
@@ -464,4 +467,28 @@ TEST_CASE("spec: reduce_segments errors are located and name the field", "[spec]
     CHECK(spec.diagnostic().str() == "bad.yaml:" + std::to_string(c.line) + ":" + std::to_string(c.col) +
                                          ": error: " + c.message);
   }
+}
+
+// The benchmark specs are run by hand on the GPU machine, where a typo costs
+// device time: each must load, and each variant's kernel must build and verify.
+TEST_CASE("spec: every benchmark spec loads and builds its kernels", "[spec]") {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(kSourceDir + "/bench"))
+    if (entry.path().extension() == ".yaml") paths.push_back(entry.path());
+  std::sort(paths.begin(), paths.end());
+  REQUIRE(paths.size() >= 30);
+  int variants = 0;
+  for (const std::filesystem::path& path : paths) {
+    INFO(path.string());
+    auto spec = loadSpecFile(path.string());
+    REQUIRE(spec.isOk());
+    CHECK(!spec->variants.empty());
+    for (const auto& variant : spec->variants) {
+      INFO(variant.name);
+      auto kernel = attnjit::compiler::buildVariantKernel(variant);
+      CHECK(kernel.isOk());
+      ++variants;
+    }
+  }
+  CHECK(variants >= 100);
 }
