@@ -146,6 +146,36 @@ using PfnMemcpyBatchAsync12 = CUresult (*)(CUdeviceptr* dsts, CUdeviceptr* srcs,
                                            std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrsIdxs,
                                            std::size_t numAttrs, std::size_t* failIdx, CUstream stream);
 
+// Tensor maps (TMA descriptors, sm_90 and newer): 128 opaque bytes, 64-byte aligned.
+using cuuint32_t = std::uint32_t;
+struct alignas(64) CUtensorMap {
+  cuuint64_t opaque[16];
+};
+enum CUtensorMapDataType : int {
+  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,
+  CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1,
+  CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+  CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+};
+enum CUtensorMapInterleave : int { CU_TENSOR_MAP_INTERLEAVE_NONE = 0 };
+enum CUtensorMapSwizzle : int {
+  CU_TENSOR_MAP_SWIZZLE_NONE = 0,
+  CU_TENSOR_MAP_SWIZZLE_32B = 1,
+  CU_TENSOR_MAP_SWIZZLE_64B = 2,
+  CU_TENSOR_MAP_SWIZZLE_128B = 3,
+};
+enum CUtensorMapL2promotion : int { CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2 };
+enum CUtensorMapFloatOOBfill : int { CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0 };
+// PFN_cuTensorMapEncodeTiled_v12000.
+using PfnTensorMapEncodeTiled = CUresult (*)(CUtensorMap* tensorMap, CUtensorMapDataType dataType,
+                                             cuuint32_t rank, void* globalAddress, const cuuint64_t* globalDim,
+                                             const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
+                                             const cuuint32_t* elementStrides, CUtensorMapInterleave interleave,
+                                             CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+                                             CUtensorMapFloatOOBfill oobFill);
+
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 enum CUstreamCaptureStatus : int {
   CU_STREAM_CAPTURE_STATUS_NONE = 0,
@@ -223,6 +253,7 @@ struct DriverApi {
   // Optional (null where the driver lacks them), resolved with their own ABIs.
   PfnMemcpyBatchAsync13 cuMemcpyBatchAsync13;  // v13000
   PfnMemcpyBatchAsync12 cuMemcpyBatchAsync12;  // v12080, used only without the 13.0 one
+  PfnTensorMapEncodeTiled cuTensorMapEncodeTiled;  // v12000
 };
 
 }  // namespace attnjit::runtime::cuda
