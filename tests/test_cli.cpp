@@ -320,7 +320,7 @@ TEST_CASE("cli: warmup --ptx compiles the op's kernels to PTX without a GPU and 
   // tilings, the split-KV kernel and its reduce kernel, each with its time.
   for (const char* kernel : {"unified_attention_bf16_h32kv8_d128_bs16_causal_t64 ",
                              "unified_attention_bf16_h32kv8_d128_bs16_causal_3d_t64_rowsum ",
-                             "reduce_segments_bf16_h32_d128 ", "unified_attention_bf16_h32kv8_d128_bs16_causal_t64_w8_m128 "}) {
+                             "reduce_segments_bf16_h32_d128 ", "unified_attention_bf16_h32kv8_d128_bs16_causal_t64_w8_m128_ws "}) {
     const size_t line = r.out.find(kernel);
     REQUIRE(line != std::string::npos);
     CHECK(r.out.find(" ms\n", line) != std::string::npos);

@@ -98,6 +98,10 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     if (headBlock == 64) {
       onEightWarps(headBlock);
       if (wideTilesFit) config.tileSize = 64;
+      // Producer warps issuing the copies (sm_90a): H=128 0.2621 -> 0.2480 ms
+      // (H100, B=64 ctx 4095, docs/perf-log.md 2026-12-06); bf16 latents gain
+      // nothing measurable (0.2008 -> 0.2012) and keep their tiling.
+      config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
       return config;
     }
   }

@@ -47,12 +47,15 @@ std::vector<PlanChoice> kernelChoices(const PagedAttentionPlan& heuristic) {
       for (int warps : {4, 8})
         for (bool qInShared : {false, true})
           if (rows / warps >= 16) choices.push_back({tile, warps, qInShared, 1, 0});
-    // Producer warps issuing the copies (warpgroup-MMA targets): on the H100
-    // and H200 they gain 2–4% on the 8-warp tiling with 64-key tiles at 16-bit
-    // caches and lose elsewhere (docs/architecture.md, "Producer warps").
-    if (compiler::opDeviceFacts().warpgroupMma && rows / 8 >= 16)
+    // Producer warps issuing the copies (warpgroup-MMA targets): 2–5% faster
+    // than the same 8-warp tiling without them at 16-bit caches, and on 128-key
+    // tiles with Q in shared memory (in registers the compute warps run out)
+    // 8% on bidirectional prefill (docs/architecture.md, "Producer warps").
+    if (compiler::opDeviceFacts().warpgroupMma && rows / 8 >= 16) {
       for (bool qInShared : {false, true})
         choices.push_back({64, 8, qInShared, 1, 0, PlanChoice::Producers::Copies, 2});
+      choices.push_back({128, 8, true, 1, 0, PlanChoice::Producers::Copies, 2});
+    }
   }
   return choices;
 }
