@@ -28,11 +28,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 class Case:
     """A uniform batch: `batch` sequences of `context` cached tokens plus
-    `query` new ones (decode: query 1; prefill: context 0)."""
+    `query` new ones (decode: query 1; prefill: context 0), causal (a query
+    sees the keys up to its own position) or bidirectional."""
 
-    def __init__(self, name, batch, query, context, heads_q=32, heads_kv=8, head_size=128, block_size=16):
+    def __init__(self, name, batch, query, context, heads_q=32, heads_kv=8, head_size=128, block_size=16,
+                 causal=True):
         self.name, self.batch, self.query, self.context = name, batch, query, context
         self.heads_q, self.heads_kv, self.head_size, self.block_size = heads_q, heads_kv, head_size, block_size
+        self.causal = causal
 
     @property
     def kv_len(self):
@@ -44,10 +47,10 @@ class Case:
         kv = 2 * self.batch * self.kv_len * self.heads_kv * self.head_size
         return (qo + kv) * element_bytes
 
-    def flops(self, causal):
+    def flops(self):
         """QK^T and PV, 2 FLOPs per multiply-add; causal prefill does about half."""
         pairs = self.query * self.kv_len
-        if causal and self.context == 0:
+        if self.causal and self.context == 0:
             pairs = self.query * (self.query + 1) / 2
         return 4 * self.batch * self.heads_q * self.head_size * pairs
 
@@ -55,7 +58,21 @@ class Case:
 CASES = {
     "decode": Case("decode B=64 ctx 4096", batch=64, query=1, context=4095),
     "prefill": Case("prefill causal 8 x 2048", batch=8, query=2048, context=0),
+    "prefill-noncausal": Case("prefill bidir 8 x 2048", batch=8, query=2048, context=0, causal=False),
+    "prefill-d64": Case("prefill causal D=64", batch=8, query=2048, context=0, head_size=64),
+    "prefill-d256": Case("prefill causal D=256", batch=8, query=2048, context=0, head_size=256),
+    "prefill-gqa1": Case("prefill causal 32/32", batch=8, query=2048, context=0, heads_kv=32),
+    "prefill-gqa16": Case("prefill causal 32/2", batch=8, query=2048, context=0, heads_kv=2),
 }
+PREFILL_CASES = [key for key, case in CASES.items() if case.query > 1]
+
+
+def gemm_rate(torch, warmup, iterations, repeat):
+    """The cuBLAS bf16 GEMM rate (8192^3) in FLOP/s: the tensor cores' practical ceiling."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = median_ms(torch, lambda: torch.mm(a, b), warmup, iterations, repeat)
+    return 2 * 8192 ** 3 / (ms * 1e-3)
 
 
 def median_ms(torch, fn, warmup, iterations, repeat):
@@ -114,7 +131,7 @@ def reference(torch, case, inputs, scale):
     out = torch.empty(case.batch, case.query, case.heads_q, case.head_size, device="cuda", dtype=torch.float32)
     positions = torch.arange(case.context, case.kv_len, device="cuda").unsqueeze(1)
     keys = torch.arange(case.kv_len, device="cuda").unsqueeze(0)
-    mask = keys <= positions  # [L, S]
+    mask = keys <= positions if case.causal else None  # [L, S]
     for b in range(case.batch):
         q = inputs["q"][b].float().transpose(0, 1)  # [Hq, L, D]
         k = inputs["k"][b].float().transpose(0, 1).repeat_interleave(group, dim=0)
@@ -135,8 +152,8 @@ def sdpa_runner(torch, case, inputs, scale, backend):
     # SDPA's is_causal aligns the mask top-left; it matches paged attention's
     # bottom-right alignment only when L == S (prefill without context). A
     # single decode query sees every key: no mask.
-    causal = case.query == case.kv_len
-    if case.query != 1 and not causal:
+    causal = case.causal and case.query == case.kv_len
+    if case.causal and case.query != 1 and not causal:
         return None, "SDPA has no bottom-right causal mask for chunked prefill"
     note = ""
 
@@ -172,7 +189,8 @@ def sdpa_runner(torch, case, inputs, scale, backend):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="decode,prefill", help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--cases", default="decode,prefill",
+                        help="comma-separated: %s, or 'all-prefill'" % ", ".join(CASES))
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=20)
@@ -202,8 +220,15 @@ def main():
           "errors: max |x - float32 reference|" % (args.iterations, args.repeat, args.warmup))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
 
-    rows = []
+    keys = []
     for key in [c.strip() for c in args.cases.split(",") if c.strip()]:
+        keys += PREFILL_CASES if key == "all-prefill" else [key]
+    gemm = None
+    if any(CASES[key].query > 1 for key in keys if key in CASES):
+        gemm = gemm_rate(torch, args.warmup, args.iterations, 1)
+        print("cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s (the prefill rows' %% of GEMM)" % (gemm / 1e12))
+    rows = []
+    for key in keys:
         if key not in CASES:
             sys.exit("compare_torch: unknown case %r (known: %s)" % (key, ", ".join(CASES)))
         case = CASES[key]
@@ -217,7 +242,7 @@ def main():
         def run_attnjit():
             attnjit.ops.paged_attention(q_packed, inputs["kv_cache"], out, inputs["block_tables"],
                                         inputs["seq_lens"], inputs["cu_seqlens_q"], max_query_len=case.query,
-                                        scale=scale, causal=True, max_seq_len=case.context + case.query,
+                                        scale=scale, causal=case.causal, max_seq_len=case.context + case.query,
                                         min_seq_len=case.context + case.query)
 
         start = time.perf_counter()
@@ -241,18 +266,20 @@ def main():
         torch.cuda.empty_cache()
 
     print()
-    print("%-26s %-12s %10s %9s %9s %10s %8s  %s" % ("case", "impl", "median ms", "TB/s", "TFLOP/s", "max err",
-                                                    "vs attnjit", "note"))
+    print("%-26s %-12s %10s %9s %9s %7s %10s %8s  %s" % ("case", "impl", "median ms", "TB/s", "TFLOP/s", "% GEMM",
+                                                          "max err", "vs attnjit", "note"))
     for case, results in rows:
         attnjit_ms = results[0][1]
         for name, ms, error, note in results:
             if ms is None:
-                print("%-26s %-12s %10s %9s %9s %10s %8s  %s" % (case.name, name, "-", "-", "-", "-", "-", note))
+                print("%-26s %-12s %10s %9s %9s %7s %10s %8s  %s" % (case.name, name, "-", "-", "-", "-", "-", "-",
+                                                                      note))
                 continue
             tbs = case.bytes_moved(element_bytes) / (ms * 1e-3) / 1e12
-            tflops = case.flops(causal=True) / (ms * 1e-3) / 1e12
-            print("%-26s %-12s %10.3f %9.2f %9.1f %10.2e %7.2fx  %s" % (
-                case.name, name, ms, tbs, tflops, error, ms / attnjit_ms, note))
+            tflops = case.flops() / (ms * 1e-3) / 1e12
+            share = "%6.0f%%" % (100 * tflops * 1e12 / gemm) if gemm and case.query > 1 else "      -"
+            print("%-26s %-12s %10.3f %9.2f %9.1f %s %10.2e %7.2fx  %s" % (
+                case.name, name, ms, tbs, tflops, share, error, ms / attnjit_ms, note))
     print("\n'vs attnjit' > 1 means attnjit is faster. Decode is bandwidth-bound (TB/s: compare with the GPU's "
           "copy bandwidth), prefill compute-bound (TFLOP/s).")
 
