@@ -17,6 +17,7 @@
 #include "compiler/validation/AttentionGpu.h"
 #include "compiler/driver/Jit.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/spec/VariantKernel.h"
 #include "compiler/validation/VariantRuns.h"
 #include "runtime/DiskCache.h"
@@ -24,6 +25,7 @@
 #include "compiler/spec/Spec.h"
 #include "ir/Numeric.h"
 #include "runtime/Driver.h"
+#include "tests/test_op_params.h"
 #include "tests/test_paths.h"
 
 using namespace attnjit;
@@ -309,6 +311,48 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
 // Producer warps must not change a result: the warpgroup MMAs read slots the
 // producers filled, at offsets that keep the 128-byte swizzle on the 1024-byte
 // grid the hardware applies (docs/architecture.md, "Producer warps").
+TEST_CASE("GPU prefill: the op's bidirectional tiling (128-key tiles, producer warps) across GQA and features",
+          "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  // What the op picks for bidirectional prefill on warpgroup-MMA devices (D=128,
+  // 16-bit cache): 128-key tiles, Q in shared memory, producer warps. Taken from
+  // the op's own choice so that the test follows the rule.
+  ops::PagedAttentionParams call = tests::validPagedAttentionParams();
+  call.causal = false;
+  call.numTokens = 1200;
+  call.maxQueryLen = 700;
+  const compiler::UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(call);
+  INFO(chosen.kernelName());
+  if (compiler::opDeviceFacts().warpgroupMma) {
+    CHECK(chosen.tileSize == 128);
+    CHECK(chosen.warpSpecialize);
+  }
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 700};
+  mixed.contextLens = {0, 91, 300, 5, 64, 2100};
+  mixed.seed = 41;
+  mixed.checkStride = 5;
+  std::vector<compiler::UnifiedAttentionConfig> cases;
+  for (auto [hq, hkv] : {std::pair{32, 8}, std::pair{8, 8}, std::pair{32, 2}}) {
+    compiler::UnifiedAttentionConfig c = chosen;
+    c.numQueryHeads = hq;
+    c.numKvHeads = hkv;
+    cases.push_back(c);
+  }
+  std::vector<compiler::UnifiedAttentionConfig> features(7, chosen);
+  features[0].slidingWindow = 200;
+  features[1].slidingWindowRight = 50;  // one-sided extents
+  features[1].slidingWindow = 300;
+  features[2].softcap = 30.0;
+  features[3].alibi = true;
+  features[4].sinks = true;
+  features[4].outputLse = true;
+  features[5].dtype = ir::ScalarKind::F16;
+  features[6].blockSize = 32;
+  cases.insert(cases.end(), features.begin(), features.end());
+  for (const auto& c : cases) checkOnGpu(c, mixed);
+}
+
 TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64", "[gpu]") {
   if (!tests::gpuPresent()) return;
   // codegen/lower/WarpSpecialization.cpp: producer warps copy K/V tiles and hand

@@ -91,6 +91,9 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.qInShared == e.qInShared);
     CHECK((c.dotKind() == ir::ScalarKind::F16 && c.dtype == ir::ScalarKind::BF16) == e.f16Dots);
     CHECK((c.kernelName().find("_f16dots") != std::string::npos) == e.f16Dots);
+    // Producer warps issue the copies of the 64-head fp8 tiling on sm_90a.
+    const bool producers = e.format != compiler::KvCacheFormat::Auto && e.blockH == 64 && e.tileSize == 64;
+    CHECK(c.warpSpecialize == producers);
     if (tests::havePtxas())
       tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
   }

@@ -393,11 +393,30 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   auto prefill = ops::selectPagedAttentionVariant(p);
   CHECK(prefill.blockM() == 128);
   if (compiler::opDeviceFacts().warpgroupMma) {
-    // wgmma: a warpgroup per 64 rows, 64-key tiles, Q in registers.
+    // wgmma: a warpgroup per 64 rows, 64-key tiles, Q in registers, producer
+    // warps issuing the copies.
     CHECK(prefill.numWarps == 8);
     CHECK(prefill.tileSize == 64);
     CHECK_FALSE(prefill.qInShared);
+    CHECK(prefill.warpSpecialize);
+    // Bidirectional: 128-key tiles with Q in shared memory (in registers the
+    // compute warps run out at 216).
+    p.causal = false;
+    auto bidirectional = ops::selectPagedAttentionVariant(p);
+    CHECK(bidirectional.tileSize == 128);
+    CHECK(bidirectional.qInShared);
+    CHECK(bidirectional.warpSpecialize);
+    // Per-sequence flags may make any row causal: 64-key tiles.
+    p.causalFlags = 0x1000;
+    CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
+    CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    p.causalFlags = 0;
+    p.causal = true;
+    p.valueHeadSize = 64;  // DiffKV 128/64: unmeasured with producers
+    CHECK_FALSE(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    p.valueHeadSize = 0;
   } else {
+    CHECK_FALSE(prefill.warpSpecialize);
     CHECK(prefill.numWarps == 4);  // FlashAttention-2's 32 rows per warp, Q read from shared memory
     CHECK(prefill.qInShared);
   }
@@ -409,9 +428,11 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   CHECK(widePrefill.numWarps == 8);
   CHECK_FALSE(widePrefill.qInShared);
   CHECK(widePrefill.tileSize == (compiler::opDeviceFacts().warpgroupMma ? 64 : 32));
+  CHECK_FALSE(widePrefill.warpSpecialize);  // m64n256's accumulator does not fit the launch's registers
   p.headSize = 128;
   p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;  // K/V converted in registers: 8 warps
   auto quantizedPrefill = ops::selectPagedAttentionVariant(p);
+  CHECK_FALSE(quantizedPrefill.warpSpecialize);
   CHECK(quantizedPrefill.blockM() == 128);
   CHECK(quantizedPrefill.numWarps == 8);
   CHECK_FALSE(quantizedPrefill.qInShared);
