@@ -412,9 +412,16 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
     CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
     p.causalFlags = 0;
     p.causal = true;
-    p.valueHeadSize = 64;  // DiffKV 128/64: unmeasured with producers
+    p.headSize = 192;  // DiffKV 192/128: producers, 64-key tiles
+    p.valueHeadSize = 128;
+    p.causal = false;
+    CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
+    p.headSize = 256;  // unmeasured with producers
     CHECK_FALSE(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    p.headSize = 128;
     p.valueHeadSize = 0;
+    p.causal = true;
   } else {
     CHECK_FALSE(prefill.warpSpecialize);
     CHECK(prefill.numWarps == 4);  // FlashAttention-2's 32 rows per warp, Q read from shared memory

@@ -156,17 +156,19 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
       if (warpgroupMma && (sameDtypeCache ? widestHead <= 256 : quantizedOnWarpgroupMma)) config.tileSize = 64;
       // At D=128 over a 16-bit cache, producer warps issue the copies and the
       // compute warps keep 216 registers (codegen/lower/WarpSpecialization.cpp):
-      // causal 0.756 -> 0.733 ms, and bidirectional calls on 128-key tiles with
-      // Q in shared memory 1.309 -> 1.204 ms (64-key tiles with producers: 1.272;
-      // 128-key causal: 0.757, its diagonal tiles mask more). H100, 8 x 2048,
-      // 32/8 (docs/perf-log.md 2026-12-05 and 2026-12-06). Wider heads and DiffKV
-      // are unmeasured with producers (m64n256's accumulator does not fit their
-      // launch count at 256), quantized tiles are dequantized by the compute
-      // warps either way.
+      // causal 0.756 -> 0.726 ms, and bidirectional calls on 128-key tiles with
+      // Q in shared memory 1.309 -> 1.198 ms (64-key tiles with producers: 1.272;
+      // 128-key causal: 0.757, its diagonal tiles mask more). DiffKV 192/128:
+      // causal 1.015 -> 0.875 ms, bidirectional 1.795 -> 1.561 (64-key tiles).
+      // H100, 8 x 2048, 32/8 (docs/perf-log.md 2026-12-05 and 2026-12-06). At 64
+      // and 256 they are slower (D=64 0.41 -> 0.52 ms, D=256 1.52 -> 1.71), and
+      // quantized tiles are dequantized by the compute warps either way.
       const bool diffKv = config.effectiveValueHeadSize() != config.headSize;
-      if (warpgroupMma && sameDtypeCache && widestHead == 128 && !diffKv) {
+      const bool producersGain =
+          diffKv ? config.headSize <= 192 && config.effectiveValueHeadSize() <= 128 : widestHead == 128;
+      if (warpgroupMma && sameDtypeCache && producersGain) {
         config.warpSpecialize = true;
-        if (!config.causal && !config.perSequenceCausal) {
+        if (!diffKv && !config.causal && !config.perSequenceCausal) {
           config.tileSize = 128;
           config.qInShared = true;
         }
