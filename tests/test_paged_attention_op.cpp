@@ -430,6 +430,11 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   p.headSize = 96;  // below 128 the 4-warp tiling wins on either tensor-core path
   CHECK(ops::selectPagedAttentionVariant(p).numWarps == 4);
   CHECK(ops::selectPagedAttentionVariant(p).qInShared);
+  p.headSize = 64;  // except at 64 on wgmma: 8 warps on 64-key tiles, no producers
+  auto narrowPrefill = ops::selectPagedAttentionVariant(p);
+  CHECK(narrowPrefill.numWarps == (compiler::opDeviceFacts().warpgroupMma ? 8 : 4));
+  CHECK(narrowPrefill.qInShared == !compiler::opDeviceFacts().warpgroupMma);
+  CHECK_FALSE(narrowPrefill.warpSpecialize);
   p.headSize = 256;  // the accumulator of 32 rows would not fit in registers
   auto widePrefill = ops::selectPagedAttentionVariant(p);
   CHECK(widePrefill.numWarps == 8);

@@ -136,9 +136,8 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // With warpgroup MMAs (sm_90a) each warpgroup owns 64 rows and reads K and
     // V from their cp.async slots. Then 8 warps of 16 rows on 64-key tiles, Q in
     // registers, beat the 4-warp tiling at D=128 (5% causal, 9% non-causal),
-    // and 64-key tiles beat 32 at D=256 (12%) and DiffKV 192/128 (14%); below
-    // 128 (80, 96, 112) the 4-warp tiling stays 3-4% ahead (docs/perf-log.md,
-    // 2026-12-02). Quantized caches, dequantized in registers, reach wgmma
+    // and 64-key tiles beat 32 at D=256 (12%) and DiffKV 192/128 (14%)
+    // (docs/perf-log.md, 2026-12-02); at D=64 too, below. Quantized caches, dequantized in registers, reach wgmma
     // through one shared-memory store per tile; 64-key tiles halve those
     // stores' barriers per key: 18-23% faster than 32 at D=128 for fp8 and
     // int8 per-token-head, causal and not (docs/perf-log.md, 2026-12-03). Wider
@@ -148,7 +147,13 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     const bool warpgroupMma = halfPrecision && compiler::opDeviceFacts().warpgroupMma;
     const bool quantizedOnWarpgroupMma =
         widestHead <= 128 && !(p.kvCacheFormat == KvCacheFormat::Int4PerTokenHead && widestHead <= 64);
-    if (sameDtypeCache && (widestHead < 128 || (widestHead == 128 && !warpgroupMma))) {
+    // At D=64 (no padding to a wider wgmma shape) 8 warps of 16 rows on 64-key
+    // tiles overtook the 4-warp tiling once the MMAs ran unserialized: causal
+    // 0.529 -> 0.415 ms, bidirectional 0.790 -> 0.716; at 80, 96 and 112 the two
+    // stay within 5% either way (H100, 8 x 2048, 32/8, docs/perf-log.md 2026-12-06).
+    const bool fourWarpTiling =
+        sameDtypeCache && (warpgroupMma ? widestHead < 128 && widestHead != 64 : widestHead <= 128);
+    if (fourWarpTiling) {
       config.numWarps = 4;
       config.qInShared = true;
     } else {
