@@ -339,7 +339,7 @@ TEST_CASE("GPU prefill: the op's bidirectional tiling (128-key tiles, producer w
     c.numKvHeads = hkv;
     cases.push_back(c);
   }
-  std::vector<compiler::UnifiedAttentionConfig> features(7, chosen);
+  std::vector<compiler::UnifiedAttentionConfig> features(9, chosen);
   features[0].slidingWindow = 200;
   features[1].slidingWindowRight = 50;  // one-sided extents
   features[1].slidingWindow = 300;
@@ -349,6 +349,9 @@ TEST_CASE("GPU prefill: the op's bidirectional tiling (128-key tiles, producer w
   features[4].outputLse = true;
   features[5].dtype = ir::ScalarKind::F16;
   features[6].blockSize = 32;
+  // Not picked by the op with producers yet: run here so that they can be.
+  features[7].perSequenceCausal = true;
+  features[8].queryFp8 = true;
   cases.insert(cases.end(), features.begin(), features.end());
   for (const auto& c : cases) checkOnGpu(c, mixed);
 }
