@@ -24,6 +24,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mla_op import gemm_rate  # noqa: E402  the cuBLAS bf16 GEMM rate, measured as bench/mla_op.py does
 
 
 class Case:
@@ -66,13 +69,6 @@ CASES = {
 }
 PREFILL_CASES = [key for key, case in CASES.items() if case.query > 1]
 
-
-def gemm_rate(torch, warmup, iterations, repeat):
-    """The cuBLAS bf16 GEMM rate (8192^3) in FLOP/s: the tensor cores' practical ceiling."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ms = median_ms(torch, lambda: torch.mm(a, b), warmup, iterations, repeat)
-    return 2 * 8192 ** 3 / (ms * 1e-3)
 
 
 def median_ms(torch, fn, warmup, iterations, repeat):
@@ -222,15 +218,15 @@ def main():
 
     keys = []
     for key in [c.strip() for c in args.cases.split(",") if c.strip()]:
+        if key != "all-prefill" and key not in CASES:
+            sys.exit("compare_torch: unknown case %r (known: %s)" % (key, ", ".join(CASES)))
         keys += PREFILL_CASES if key == "all-prefill" else [key]
     gemm = None
-    if any(CASES[key].query > 1 for key in keys if key in CASES):
-        gemm = gemm_rate(torch, args.warmup, args.iterations, 1)
+    if any(CASES[key].query > 1 for key in keys):
+        gemm = gemm_rate(torch)
         print("cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s (the prefill rows' %% of GEMM)" % (gemm / 1e12))
     rows = []
     for key in keys:
-        if key not in CASES:
-            sys.exit("compare_torch: unknown case %r (known: %s)" % (key, ", ".join(CASES)))
         case = CASES[key]
         scale = 1.0 / math.sqrt(case.head_size)
         inputs = make_inputs(torch, case, dtype, args.seed)

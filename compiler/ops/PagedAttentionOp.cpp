@@ -137,10 +137,11 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // V from their cp.async slots. Then 8 warps of 16 rows on 64-key tiles, Q in
     // registers, beat the 4-warp tiling at D=128 (5% causal, 9% non-causal),
     // and 64-key tiles beat 32 at D=256 (12%) and DiffKV 192/128 (14%)
-    // (docs/perf-log.md, 2026-12-02); at D=64 too, below. Quantized caches, dequantized in registers, reach wgmma
-    // through one shared-memory store per tile; 64-key tiles halve those
-    // stores' barriers per key: 18-23% faster than 32 at D=128 for fp8 and
-    // int8 per-token-head, causal and not (docs/perf-log.md, 2026-12-03). Wider
+    // (docs/perf-log.md, 2026-12-02); so do they at D=64 (below). Quantized
+    // caches, dequantized in registers, reach wgmma through one shared-memory
+    // store per tile; 64-key tiles halve those stores' barriers per key: 18-23%
+    // faster than 32 at D=128 for fp8 and int8 per-token-head, causal and not
+    // (docs/perf-log.md, 2026-12-03). Wider
     // quantized heads keep 32 (untimed; twice the shared memory), and so does
     // int4 at 64 or less, whose half-width dimension groups stay on mma.sync.
     const bool sameDtypeCache = halfPrecision && p.kvCacheFormat == KvCacheFormat::Auto;
