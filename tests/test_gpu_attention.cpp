@@ -308,9 +308,6 @@ TEST_CASE("GPU prefill on warpgroup MMAs: the op's Hopper tiling across head siz
   }
 }
 
-// Producer warps must not change a result: the warpgroup MMAs read slots the
-// producers filled, at offsets that keep the 128-byte swizzle on the 1024-byte
-// grid the hardware applies (docs/architecture.md, "Producer warps").
 TEST_CASE("GPU prefill: the op's bidirectional tiling (128-key tiles, producer warps) across GQA and features",
           "[gpu]") {
   if (!tests::gpuPresent()) return;
@@ -356,6 +353,9 @@ TEST_CASE("GPU prefill: the op's bidirectional tiling (128-key tiles, producer w
   for (const auto& c : cases) checkOnGpu(c, mixed);
 }
 
+// Producer warps must not change a result: the warpgroup MMAs read slots the
+// producers filled, at offsets that keep the 128-byte swizzle on the 1024-byte
+// grid the hardware applies (docs/architecture.md, "Producer warps").
 TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64", "[gpu]") {
   if (!tests::gpuPresent()) return;
   // codegen/lower/WarpSpecialization.cpp: producer warps copy K/V tiles and hand

@@ -419,10 +419,8 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
     p.checkBounds = true;
     CHECK_FALSE(ops::selectPagedAttentionVariant(p).warpSpecialize);
     p.checkBounds = false;
-    p.causal = true;
-    p.headSize = 192;  // DiffKV 192/128: producers, 64-key tiles
+    p.headSize = 192;  // DiffKV 192/128, bidirectional: producers, 64-key tiles
     p.valueHeadSize = 128;
-    p.causal = false;
     CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
     CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
     p.headSize = 256;  // unmeasured with producers
