@@ -21,6 +21,7 @@
 #include "compiler/validation/CacheWriteProblem.h"
 #include "compiler/ops/CompanionOps.h"
 #include "compiler/driver/CompileDriver.h"
+#include "compiler/driver/DeviceTarget.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/passes/Pipeline.h"
 #include "compiler/kernels/BoundsCheck.h"
@@ -643,6 +644,33 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
   REQUIRE_FALSE(status.isOk());
   CHECK_THAT(status.diagnostic().message,
              Catch::StartsWith("paged attention: bounds check failed: cu_seqlens_q[2] = 0"));
+  // A prefill-like batch takes the op's prefill tiling (on warpgroup-MMA devices
+  // with producer warps, whose copies carry the checked kernel's block masks).
+  {
+    const std::vector<int> prefillLens = {300, 1, 77, 129}, prefillContexts = {0, 900, 40, 2000};
+    DeviceProblem d = deviceProblem(prefillLens, prefillContexts, false, {});
+    const compiler::UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(d.params);
+    INFO(chosen.kernelName());
+    if (compiler::opDeviceFacts().warpgroupMma) CHECK(chosen.warpSpecialize);
+    REQUIRE(ops::pagedAttention(d.params).isOk());
+    std::vector<uint8_t> output(d.problem->buffers()[0].bytes.size());
+    REQUIRE(d.device[0].copyToHost(output.data(), output.size()).isOk());
+    validation::AttentionRunResult result;
+    d.problem->check(output, result);
+    INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
+    CHECK(result.passed);
+    int64_t numBlocks = 0;
+    DeviceProblem bad = deviceProblem(prefillLens, prefillContexts, false,
+                                      [&](auto& buffers, const AttentionLayout& l) {
+                                        numBlocks = l.numBlocks;
+                                        typed<int32_t>(buffers[3].bytes)[3 * l.blockTableStride + 60] = -7;
+                                      });
+    const support::Status badStatus = ops::pagedAttention(bad.params);
+    REQUIRE_FALSE(badStatus.isOk());
+    CHECK(badStatus.diagnostic().message ==
+          "paged attention: bounds check failed: block_tables[3][60] = -7 is outside the cache's " +
+              std::to_string(numBlocks) + " blocks (sequence 3)");
+  }
   // The context still works after a reported violation.
   DeviceProblem valid = deviceProblem(queryLens, contextLens, false, {});
   CHECK(ops::pagedAttention(valid.params).isOk());

@@ -346,7 +346,7 @@ TEST_CASE("GPU prefill: the op's bidirectional tiling (128-key tiles, producer w
   features[4].outputLse = true;
   features[5].dtype = ir::ScalarKind::F16;
   features[6].blockSize = 32;
-  // Not picked by the op with producers yet: run here so that they can be.
+  // Per-sequence flags and fp8 queries on the same 128-key producer tiling.
   features[7].perSequenceCausal = true;
   features[8].queryFp8 = true;
   cases.insert(cases.end(), features.begin(), features.end());
@@ -383,7 +383,7 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
         c.headSize = headSize;
         checkOnGpu(c, mixed);
       }
-  std::vector<compiler::UnifiedAttentionConfig> others(7, specialized());
+  std::vector<compiler::UnifiedAttentionConfig> others(9, specialized());
   others[0].headSize = 192;  // DiffKV: three buffers a loop
   others[0].valueHeadSize = 128;
   others[1].kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
@@ -394,6 +394,8 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
   others[5].slidingWindow = 200;  // windows skip tiles: loops start past 0
   others[6].sinks = true;
   others[6].outputLse = true;
+  others[7].perSequenceCausal = true;  // the op's tiling for per-sequence flags
+  others[8].queryFp8 = true;
   for (const auto& c : others) checkOnGpu(c, mixed);
   // Ping-pong: the two compute warpgroups take turns issuing their MMAs (a
   // turn handed over wrongly hangs), also with P·V one tile late.

@@ -406,18 +406,18 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
     CHECK(bidirectional.tileSize == 128);
     CHECK(bidirectional.qInShared);
     CHECK(bidirectional.warpSpecialize);
-    // Per-sequence flags may make any row causal: 64-key tiles, and no producers
-    // (that combination, like fp8 queries and bounds checks, has not run with
-    // them on a GPU).
+    // Per-sequence flags may make any row causal: 64-key tiles. They, fp8
+    // queries and bounds checks keep the producers.
     p.causalFlags = 0x1000;
     CHECK(ops::selectPagedAttentionVariant(p).tileSize == 64);
-    CHECK_FALSE(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
     p.causalFlags = 0;
     p.qScale = 0x2000;
-    CHECK_FALSE(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    CHECK(ops::selectPagedAttentionVariant(p).tileSize == 128);
     p.qScale = 0;
     p.checkBounds = true;
-    CHECK_FALSE(ops::selectPagedAttentionVariant(p).warpSpecialize);
+    CHECK(ops::selectPagedAttentionVariant(p).warpSpecialize);
     p.checkBounds = false;
     p.headSize = 192;  // DiffKV 192/128, bidirectional: producers, 64-key tiles
     p.valueHeadSize = 128;

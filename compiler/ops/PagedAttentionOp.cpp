@@ -169,15 +169,13 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
       // H100, 8 x 2048, 32/8 (docs/perf-log.md 2026-12-05 and 2026-12-06). At 64
       // and 256 they are slower (D=64 0.41 -> 0.52 ms, D=256 1.52 -> 1.71), and
       // quantized tiles are dequantized by the compute warps either way.
-      // Bounds-checked calls, fp8 queries and per-sequence causal flags have not
-      // run with producer warps on a GPU and keep the tiling without them.
       const bool diffKv = config.effectiveValueHeadSize() != config.headSize;
       const bool producersGain =
           diffKv ? config.headSize <= 192 && config.effectiveValueHeadSize() <= 128 : widestHead == 128;
-      const bool producersRan = !config.checkBounds && !config.queryFp8 && !config.perSequenceCausal;
-      if (warpgroupMma && sameDtypeCache && producersGain && producersRan) {
+      if (warpgroupMma && sameDtypeCache && producersGain) {
         config.warpSpecialize = true;
-        if (!diffKv && !config.causal) {
+        // Per-sequence flags may make any row causal: 64-key tiles, as causal.
+        if (!diffKv && !config.causal && !config.perSequenceCausal) {
           config.tileSize = 128;
           config.qInShared = true;
         }
