@@ -171,15 +171,21 @@ void MlaDecodeBuilder::build() {
     return config_.dotKind() == dt ? qTile : b_.cast(qTile, config_.dotKind(), qTile->name() + "_dot");
   };
 
-  Value* batch = b_.programId(0, "batch");
-  Value* headBlock = b_.programId(1, "head_block");
+  // Program p runs head block p mod ceil(H / BLOCK_H) of sequence p / ceil(H /
+  // BLOCK_H): the head blocks of a sequence, which read the same latent tiles,
+  // run side by side, so each tile comes from DRAM once and from L2 for the
+  // others even when a launch's programs take several waves (B=128, ctx 8192).
   Value* zero = b_.i32(0);
   Value* one = b_.i32(1);
+  Value* blockHeads = b_.constexprValue("BLOCK_H", I32, "block_h");
+  Value* numHeads = b_.constexprValue("NUM_HEADS", I32, "num_heads");
+  Value* headBlocks = b_.div(b_.sub(b_.add(numHeads, blockHeads), one), blockHeads, "head_blocks");
+  Value* program = b_.programId(0, "program");
+  Value* batch = b_.div(program, headBlocks, "batch");
+  Value* headBlock = b_.rem(program, headBlocks, "head_block");
   Value* batch64 = b_.cast(batch, I64, "batch_i64");
 
   // ---- Query heads of this program and their q rows (loaded once). ----
-  Value* blockHeads = b_.constexprValue("BLOCK_H", I32, "block_h");
-  Value* numHeads = b_.constexprValue("NUM_HEADS", I32, "num_heads");
   Value* head = b_.add(splat(b_.mul(headBlock, blockHeads), {BH}), b_.arange(0, BH), "head");
   Value* headMask = b_.cmp(CmpPredicate::Lt, head, splat(numHeads, {BH}), "head_mask");
   Value* head64 = b_.cast(head, I64, "head_i64");
@@ -427,7 +433,8 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildMlaDecode(const MlaDecodeCon
   if (support::Status s = config.validate(); !s) return s;
   auto kernel = std::make_unique<ir::Kernel>(config.kernelName());
   kernel->docLines().push_back(std::string("MLA latent decode") + (config.splitKv ? " (split-KV stage 1)" : "") +
-                               ": grid = (num_seqs, ceil(H / BLOCK_H)" + (config.splitKv ? ", num_segments)." : ")."));
+                               ": grid = (num_seqs * ceil(H / BLOCK_H), 1" + (config.splitKv ? ", num_segments)" : ")") +
+                               "; program p runs head block p % ceil(H / BLOCK_H) of sequence p / ceil(H / BLOCK_H).");
   ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumWarps, config.numWarps);
   ir::setKernelAttribute(*kernel, ir::KernelAttribute::NumStages, config.numStages);
   if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);

@@ -13,8 +13,10 @@
 //   block_tables  [B, max_blocks] i32, seq_lens [B] i32 (keys per sequence, may be 0)
 //   kv_cache      strides (kv_stride_block, kv_stride_token), unit element stride
 //
-// Grid (B, ceil(H / BLOCK_H), num_segments): program (b, y, z) takes query heads
-// [y·BLOCK_H, (y + 1)·BLOCK_H) of sequence b, loads q_nope [BLOCK_H, L] and
+// Grid (B · ceil(H / BLOCK_H), 1, num_segments): program (p, 0, z) takes query
+// heads [y·BLOCK_H, (y + 1)·BLOCK_H) of sequence b = p / ceil(H / BLOCK_H), y =
+// p mod ceil(H / BLOCK_H) (a sequence's head blocks run side by side and share
+// its latent tiles through L2), loads q_nope [BLOCK_H, L] and
 // q_pe [BLOCK_H, R] once, and walks the sequence's keys in tiles of TILE_SIZE
 // tokens; each latent tile is read once for all its heads.
 #pragma once
@@ -71,7 +73,7 @@ struct MlaDecodeConfig {
   double softcap = 0;
 
   int latentWidth() const { return kvLoraRank + ropeDim; }  // W = L + R
-  int64_t headBlocks() const { return (numHeads + blockH - 1) / blockH; }  // grid y
+  int64_t headBlocks() const { return (numHeads + blockH - 1) / blockH; }  // programs per sequence
   // The divisibility promised for the cache strides, in cache elements (16-byte rows).
   int kvStrideDivisibility() const;
   bool tf32Dots() const { return dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Tf32; }

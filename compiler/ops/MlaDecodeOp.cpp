@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <string>
 
@@ -183,6 +184,10 @@ support::Status validateFor(const MlaDecodeParams& p, const MlaDecodeConfig& con
   if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
   if (p.numSeqs < 1) return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") must be at least 1");
   if (p.maxSeqLen < 0) return argumentError("max_seq_len (" + std::to_string(p.maxSeqLen) + ") must not be negative");
+  // One grid dimension holds every (sequence, head block) program.
+  if (int64_t{p.numSeqs} * config.headBlocks() > std::numeric_limits<int32_t>::max())
+    return argumentError("num_seqs (" + std::to_string(p.numSeqs) + ") x " + std::to_string(config.headBlocks()) +
+                         " head blocks exceeds the grid's 2^31 - 1 programs");
   if (!std::isfinite(p.scale) || p.scale <= 0)
     return argumentError("scale (" + std::to_string(p.scale) + ") must be a positive finite number");
   if (p.numSms < 0)
@@ -286,7 +291,7 @@ support::Status launchPlanned(const MlaDecodeParams& p, const MlaDecodeConfig& c
     params[numParams++] = &segmentTiles;
   }
   runtime::LaunchConfig launch;
-  launch.grid = {static_cast<unsigned>(p.numSeqs), static_cast<unsigned>(config.headBlocks()),
+  launch.grid = {static_cast<unsigned>(int64_t{p.numSeqs} * config.headBlocks()), 1,
                  static_cast<unsigned>(plan.numSegments)};
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);

@@ -233,8 +233,7 @@ support::Expected<std::unique_ptr<MlaDecodeProblem>> MlaDecodeProblem::create(co
   const size_t inputPointers = buffers.size();
 
   Launch stage;
-  stage.gridX = numSeqs;
-  stage.gridY = config.headBlocks();
+  stage.gridX = numSeqs * config.headBlocks();
   stage.scalars = {kSoftmaxScale, qStrideBatch, qStrideHead};
   if (!config.splitKv) stage.scalars.insert(stage.scalars.end(), {data.oStrideBatch, data.oStrideHead});
   stage.scalars.insert(stage.scalars.end(), {blockTableStride, kvStrideBlock, kvStrideToken});
