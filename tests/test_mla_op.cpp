@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "compiler/driver/DeviceTarget.h"
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/validation/MlaDecodeProblem.h"
 #include "runtime/DeviceBuffer.h"
@@ -72,6 +73,7 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
       {128, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 64, 64, 4, true},
       {20, 256, compiler::KvCacheFormat::Auto, ir::ScalarKind::BF16, 32, 64, 4, true},
       {128, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 64, 8, true, true},
+      {128, 256, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 64, 64, 4, true, true},
       {32, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 32, 64, 4, true, true},
       {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::BF16, 16, 64, 4, true, true},
       {16, 512, compiler::KvCacheFormat::Fp8E4M3, ir::ScalarKind::F16, 16, 64, 4, true},
@@ -91,8 +93,10 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.qInShared == e.qInShared);
     CHECK((c.dotKind() == ir::ScalarKind::F16 && c.dtype == ir::ScalarKind::BF16) == e.f16Dots);
     CHECK((c.kernelName().find("_f16dots") != std::string::npos) == e.f16Dots);
-    // Producer warps issue the copies of the 64-head fp8 tiling on sm_90a.
-    const bool producers = e.format != compiler::KvCacheFormat::Auto && e.blockH == 64 && e.tileSize == 64;
+    // Producer warps issue the copies of the 64-head fp8 tiling and of L = 256's
+    // 64 heads on 4 warps on sm_90a.
+    const bool producers = (e.format != compiler::KvCacheFormat::Auto || e.kvLoraRank == 256) && e.blockH == 64 &&
+                           e.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
     CHECK(c.warpSpecialize == producers);
     if (tests::havePtxas())
       tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");
@@ -200,6 +204,7 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
       {compiler::KvCacheFormat::Auto, 512, 40, {1200, 65, 0, 31}, true, false},
       {compiler::KvCacheFormat::Fp8E4M3, 512, 128, {2500, 90}, true, false, ops::MlaSplitRule::Vllm},
       {compiler::KvCacheFormat::Auto, 256, 64, {1500, 513}, true, true},
+      {compiler::KvCacheFormat::Fp8E4M3, 256, 128, {1700, 3, 640}, true, false},
       {compiler::KvCacheFormat::Auto, 512, 128, {3000, 37, 2049, 0, 300}, false, true, ops::MlaSplitRule::Balanced,
        true},
   };

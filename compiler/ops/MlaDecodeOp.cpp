@@ -96,7 +96,10 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     // warps; with f16 dots): B=64 ctx 4096 H=32 0.134 ms and H=16 0.106 against
     // 0.175 and 0.164 on 8 warps and 32-key tiles; B=4 ctx 65536 H=16 0.122
     // against 0.178.
-    if (headBlock == 64) {
+    // At L = 256 the bf16 latents' tiling (64 heads on 4 warps, producer warps)
+    // serves fp8 too: 0.1514 -> 0.1306 ms against 8 warps with producers (B=64
+    // ctx 4096 H=128; H100, docs/perf-log.md 2026-12-06).
+    if (headBlock == 64 && p.kvLoraRank > 256) {
       onEightWarps(headBlock);
       if (wideTilesFit) config.tileSize = 64;
       // Producer warps issuing the copies (sm_90a): H=128 0.2621 -> 0.2480 ms
@@ -128,6 +131,10 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   }
   config.tileSize = 64;
   config.blockH = std::min(headBlock, p.kvLoraRank <= 256 ? 64 : 32);
+  // L = 256 with 64 heads on 4 warps: producer warps issue the copies on
+  // sm_90a, 0.1230 -> 0.1084 ms (B=64 ctx 4096 H=128; 8 warps 0.1352, with
+  // producers 0.1251; H100, docs/perf-log.md 2026-12-06).
+  config.warpSpecialize = config.blockH == 64 && p.kvLoraRank <= 256 && compiler::opDeviceFacts().warpgroupMma;
   return config;
 }
 
