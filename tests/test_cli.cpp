@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ops/MlaDecodeOp.h"
 #include "runtime/Driver.h"
 #include "test_paths.h"
 #include "test_tools.h"
@@ -255,6 +256,9 @@ TEST_CASE("cli: user errors exit 2 with 'where: error: what' on stderr", "[cli]"
       {{"warmup"}, "attnjit warmup: error: ", "missing the spec file"},
       {{"plan", f32, "--sms=12x"}, "attnjit plan: error: ", "--sms must be 1..100000, got '12x'"},
       {{"plan", f32, "--shape", "query_lens=1,2"}, "attnjit plan: error: ", "context_lens"},
+      {{"plan", specPath("mla_decode.yaml"), "--shape", "query_lens=2,1", "--shape", "context_lens=5x2"},
+       "attnjit plan: error: ",
+       "mla_decode is decode only: query_lens[0] is 2, expected 1"},
   };
   for (const Case& c : cases) {
     std::string line;
@@ -296,6 +300,35 @@ TEST_CASE("cli: plan prints the kernel and split-KV plan the op would launch, wi
   r = runCli({"plan", decode, "--shape", "query_lens=1x4", "--shape", "context_lens=4095x4", "--sms=132"});
   CHECK(r.exitCode == 0);
   CHECK(r.out.find("_3d_t64_rowsum: 8 segments of 8 tiles (512 keys), grid 5x8x8; heuristic") != std::string::npos);
+}
+
+TEST_CASE("cli: plan prints what the MLA decode op would launch", "[cli]") {
+  const std::string mla = specPath("mla_decode.yaml");
+  // B=64 x 2 head blocks fill 132 SMs: unsplit; a sequence's head blocks side by side in x.
+  CliResult r = runCli({"plan", mla, "--variant=mla_decode_bf16_h128_l512_r64_bs16_lse", "--shape", "query_lens=1x64",
+                        "--shape", "context_lens=4095x64", "--sms=132"});
+  INFO(r.out << r.err);
+  CHECK(r.exitCode == 0);
+  const attnjit::compiler::MlaDecodeConfig wide = [] {
+    attnjit::ops::MlaDecodeParams p;
+    p.numHeads = 128;
+    p.blockSize = 16;
+    p.numSeqs = 64;
+    p.maxSeqLen = 4096;
+    p.numSms = 132;
+    return attnjit::ops::selectMlaDecodeVariant(p);
+  }();
+  CHECK(r.out.find("-> " + wide.kernelName() + ": 2D, grid 128x1x1; heuristic (the op's rules)") != std::string::npos);
+  // B=4 x 65536 keys at 16 heads: one head block per sequence, cut into segments.
+  r = runCli({"plan", mla, "--variant=mla_decode_bf16_h16_l512_r64_bs16_lse", "--shape", "query_lens=1x4", "--shape",
+              "context_lens=65535x4", "--sms=132"});
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("_3d_t64_qs: 32 segments of 32 KV tiles, grid 4x1x32; heuristic") != std::string::npos);
+  // Without a workspace or the runtime's scratch, unsplit.
+  r = runCli({"plan", mla, "--variant=mla_decode_bf16_h16_l512_r64_bs16_lse", "--shape", "query_lens=1x4", "--shape",
+              "context_lens=65535x4", "--sms=132", "--no-runtime-scratch"});
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("_t64_qs: 2D, grid 4x1x1; heuristic") != std::string::npos);
 }
 
 TEST_CASE("cli: run without a CUDA driver points to --interpret", "[cli]") {

@@ -1,14 +1,19 @@
-// attnjit plan: what the paged-attention op would launch for a batch (kernel,
-// split-KV plan, occupancy cap, grid), decided on the host without a GPU; on
-// device 0, also the plan a launch fits to its kernel's CTAs per SM.
+// attnjit plan: what the paged-attention op (or the MLA decode op) would launch
+// for a batch (kernel, split-KV plan, occupancy cap, grid), decided on the host
+// without a GPU; on device 0, also the plan a paged-attention launch fits to its
+// kernel's CTAs per SM.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "compiler/validation/AttentionProblem.h"
 #include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "compiler/ops/PagedAttentionPlanning.h"
+#include "compiler/validation/MlaDecodeProblem.h"
 #include "compiler/cli/Command.h"
 #include "runtime/Driver.h"
 
@@ -16,6 +21,46 @@ namespace attnjit::compiler::cli {
 namespace {
 
 constexpr int kDefaultSms = 132;  // the H200's
+
+// The MLA decode op's choices for the batch: its kernel and split (MLA has no
+// plan tuning and no occupancy fitting: the rules decide).
+int printMlaPlan(const Variant& variant, const validation::MlaDecodeBatch& batch, int sms, bool withWorkspace,
+                 bool runtimeScratch) {
+  const MlaDecodeConfig& config = variant.mla;
+  ops::MlaDecodeParams p;
+  p.dtype = config.dtype;
+  p.fp32Precision = config.fp32Precision;
+  p.kvCacheFormat = config.kvCacheFormat;
+  p.kvLoraRank = config.kvLoraRank;
+  p.ropeDim = config.ropeDim;
+  p.numHeads = config.numHeads;
+  p.blockSize = config.blockSize;
+  p.numSeqs = static_cast<int>(batch.seqLens.size());
+  for (int len : batch.seqLens) {
+    p.maxSeqLen = std::max(p.maxSeqLen, len);
+    p.sumSeqLens += len;
+  }
+  p.numSms = sms;
+  p.runtimeScratch = runtimeScratch;
+  if (withWorkspace) {
+    auto bytes = ops::mlaDecodeWorkspaceBytes(p.numSeqs, p.numHeads, p.kvLoraRank, p.maxSeqLen);
+    if (!bytes) {
+      reportError(bytes.diagnostic());
+      return kExitUserError;
+    }
+    p.workspaceBytes = *bytes;
+    if (p.workspaceBytes > 0) p.workspace = ops::kFeaturePlaceholder;
+  }
+  const MlaDecodeConfig chosen = ops::selectMlaDecodeVariant(p);
+  const ops::MlaSplitPlan split = ops::mlaDecodeSplitPlan(p);
+  const std::string splitText = split.numSegments <= 1 ? std::string("2D")
+                                                       : std::to_string(split.numSegments) + " segments of " +
+                                                             std::to_string(split.segmentTiles) + " KV tiles";
+  std::printf("%s\n  -> %s: %s, grid %lldx1x%d; heuristic (the op's rules)\n", variant.name.c_str(),
+              chosen.kernelName().c_str(), splitText.c_str(),
+              static_cast<long long>(int64_t{p.numSeqs} * chosen.headBlocks()), split.numSegments);
+  return kExitSuccess;
+}
 
 int runPlan(const ParsedArguments& args) {
   auto path = singleInput(args, "plan", "spec file");
@@ -33,15 +78,31 @@ int runPlan(const ParsedArguments& args) {
     reportError(selected.diagnostic());
     return kExitUserError;
   }
-  if (support::Status s = requireUnifiedAttention(*selected, "plan"); !s) {
-    reportError(s.diagnostic());
-    return kExitUserError;
-  }
+  for (const Variant* variant : *selected)
+    if (variant->family != Family::UnifiedAttention && variant->family != Family::MlaDecode) {
+      reportError(support::Status::error(variant->location, "plan: variant '" + variant->name +
+                                                                "' is of family '" + familyName(variant->family) +
+                                                                "'; plan takes unified_attention (ops::pagedAttention) "
+                                                                "or mla_decode (ops::mlaDecode)")
+                      .diagnostic());
+      return kExitUserError;
+    }
   auto shape = shapeFromArguments(*spec, args, "plan");
   if (!shape) {
     reportError(shape.diagnostic());
     return kExitUserError;
   }
+  // MLA decode batches hold one query token per sequence: checked before anything is printed.
+  std::optional<validation::MlaDecodeBatch> mlaBatch;
+  for (const Variant* variant : *selected)
+    if (variant->family == Family::MlaDecode && !mlaBatch) {
+      auto batch = validation::MlaDecodeBatch::fromShape(*shape);
+      if (!batch) {
+        reportUsageError("plan", batch.diagnostic().message);
+        return kExitUserError;
+      }
+      mlaBatch = std::move(*batch);
+    }
   int sms = kDefaultSms;
   bool onDevice = false;  // planning for device 0 itself: the fitted plan can be shown
   std::string smsOrigin = "the H200's; --sms to change";
@@ -64,10 +125,15 @@ int runPlan(const ParsedArguments& args) {
   const bool withWorkspace = !args.has("--no-workspace") && runtimeScratch;
   std::printf("batch: %s\n", shape->str().c_str());
   std::printf("SMs: %d (%s); workspace: %s\n", sms, smsOrigin.c_str(),
-              withWorkspace    ? "pagedAttentionWorkspaceBytes for this batch"
+              withWorkspace    ? "sized for this batch (pagedAttentionWorkspaceBytes, mlaDecodeWorkspaceBytes)"
               : runtimeScratch ? "none (split-KV into the runtime's scratch)"
                                : "none, no runtime scratch (2D launches only)");
   for (const Variant* variant : *selected) {
+    if (variant->family == Family::MlaDecode) {
+      if (int status = printMlaPlan(*variant, *mlaBatch, sms, withWorkspace, runtimeScratch); status != kExitSuccess)
+        return status;
+      continue;
+    }
     ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(variant->attention, *shape);
     p.numSms = sms;
     p.runtimeScratch = runtimeScratch;
@@ -111,7 +177,8 @@ int runPlan(const ParsedArguments& args) {
 Command planCommand() {
   return Command{
       "plan",
-      "Show what the paged-attention op would launch for a batch: kernel, split-KV plan, occupancy; no GPU needed.",
+      "Show what the paged-attention or MLA decode op would launch for a batch: kernel, split-KV plan, occupancy; "
+      "no GPU needed.",
       "attnjit plan <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--sms=N] [--no-workspace]\n"
       "             [--no-runtime-scratch]",
       "For each unified_attention variant, the call an engine would make for the batch (the\n"
@@ -127,7 +194,10 @@ Command planCommand() {
       "segments, or a cap, where the last wave would be short; pagedAttentionLaunchPlan): on\n"
       "device 0 without --sms, an 'at launch' line shows that plan (compiling the kernel to\n"
       "read its occupancy). `attnjit bench --op` runs and times the same calls on the GPU and\n"
-      "prints the plan it ran.\n"
+      "prints the plan it ran. An mla_decode variant shows what ops::mlaDecode picks for the\n"
+      "batch (one query token per sequence; seq_lens = context_lens + 1, the longest and the sum\n"
+      "as hints, a workspace from mlaDecodeWorkspaceBytes unless --no-workspace): the kernel\n"
+      "(selectMlaDecodeVariant), the split (mlaDecodeSplitPlan) and the grid.\n"
       "Example (decode, B=64, lengths uneven):\n"
       "  attnjit plan bench/decode.yaml --shape query_lens=1x64 --shape context_lens=0,8191x63\n",
       {
