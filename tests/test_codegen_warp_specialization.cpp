@@ -177,19 +177,38 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
     CHECK(countOf(ptx, ".shared .align") == countOf(ptx, ".extern .shared .align 1024 .b8 attnjit_shared[];"));
     CHECK(countOf(ptx, "mbarrier.init.shared.b64 \t[attnjit_shared+" + std::to_string(8 * (2 * fills - 1)) + "]") ==
           1);
-    CHECK(specialized.sharedMemoryBytes == plain.sharedMemoryBytes + 1024);
-    CHECK(specialized.sharedMemoryUse.slots == plain.sharedMemoryUse.slots + 1024);
+    // fp8 K and V, cast to bf16 only for wgmma, are cast by the producers on
+    // the way (AsyncBuffer::castOnCopy): the slots hold bf16 tiles (twice the
+    // bytes) and the compute warps' conversion buffers are gone.
+    const bool castOnCopy = config.kvCacheFormat == compiler::KvCacheFormat::Fp8E4M3;
+    if (castOnCopy) {
+      CHECK(plain.sharedMemoryUse.conversions > 0);
+      CHECK(specialized.sharedMemoryUse.conversions == 0);
+      CHECK(specialized.sharedMemoryUse.slots == 2 * plain.sharedMemoryUse.slots + 1024);
+    } else {
+      CHECK(specialized.sharedMemoryBytes == plain.sharedMemoryBytes + 1024);
+      CHECK(specialized.sharedMemoryUse.slots == plain.sharedMemoryUse.slots + 1024);
+    }
     // The producers issue the same copies every warp issued before (each
     // producer thread those of two compute threads), and each fill arrives on
-    // its full barrier when its copies land; no commit groups.
-    CHECK(countOf(ptx, "cp.async.cg.shared.global") == 2 * countOf(plain.ptx, "cp.async.cg.shared.global"));
-    CHECK(countOf(ptx, "cp.async.mbarrier.arrive.noinc.shared.b64") == fills);
+    // its full barrier when its copies land; no commit groups. Casting
+    // producers load 16 bytes per copy into registers, store the cast's 32,
+    // and arrive once their stores are fenced for the async proxy.
+    if (castOnCopy) {
+      CHECK(countOf(ptx, "cp.async.cg.shared.global") == 0);
+      CHECK(countOf(ptx, "ld.global.v4.b32") >= 2 * countOf(plain.ptx, "cp.async.cg.shared.global"));
+      // One fence per fill of a loop's buffers, then their arrivals.
+      CHECK(countOf(ptx, "fence.proxy.async.shared::cta;\n\tmbarrier.arrive.shared.b64") == 4);
+    } else {
+      CHECK(countOf(ptx, "cp.async.cg.shared.global") == 2 * countOf(plain.ptx, "cp.async.cg.shared.global"));
+      CHECK(countOf(ptx, "cp.async.mbarrier.arrive.noinc.shared.b64") == fills);
+    }
     CHECK(countOf(ptx, "cp.async.commit_group") == 0);
     CHECK(countOf(ptx, "cp.async.wait_group") == 0);
     // Each body fill waits for its slot to be empty; each compute iteration
     // waits for its K and V slots (at least) and hands both back once.
     CHECK(countOf(ptx, "mbarrier.try_wait.parity.shared.b64") >= fills);
-    CHECK(countOf(ptx, "mbarrier.arrive.shared.b64") == fills / 2);
+    CHECK(countOf(ptx, "mbarrier.arrive.shared.b64") == fills / 2 + (castOnCopy ? fills : 0));
     // 16-bit caches: wgmma alone reads K's and V's slots, and each goes back
     // as soon as the MMAs reading it completed (K's before the softmax): an
     // arrival right after each of the two loops' Q·Kᵀ and P·V groups.
@@ -317,9 +336,18 @@ TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copie
       // loop and in its body.
       const int fills = countOf(plain.ptx, "cp.async.commit_group");
       CHECK(fills == 10);
-      CHECK(countOf(specialized.ptx, "cp.async.mbarrier.arrive.noinc.shared.b64") == fills);
+      // fp8 latents are cast to bf16 by the producers on the way
+      // (AsyncBuffer::castOnCopy): no cp.async, one plain arrival per fill, and
+      // the slots hold the bf16 chunks the compute warps used to cast and store.
+      const bool castOnCopy = format == compiler::KvCacheFormat::Fp8E4M3;
+      CHECK(countOf(specialized.ptx, "cp.async.mbarrier.arrive.noinc.shared.b64") == (castOnCopy ? 0 : fills));
       CHECK(countOf(specialized.ptx, "mbarrier.init.shared.b64") == 2 * fills);
-      CHECK(countOf(specialized.ptx, "mbarrier.arrive.shared.b64") == fills / 2);
+      CHECK(countOf(specialized.ptx, "mbarrier.arrive.shared.b64") == fills / 2 + (castOnCopy ? fills : 0));
+      if (castOnCopy) {
+        CHECK(countOf(specialized.ptx, "cp.async.cg.shared.global") == 0);
+        CHECK(specialized.sharedMemoryUse.conversions == 0);
+        CHECK(plain.sharedMemoryUse.conversions > 0);
+      }
       CHECK(countOf(specialized.ptx, "cp.async.commit_group") == 0);
       CHECK(countOf(specialized.ptx, "wgmma.mma_async") == countOf(plain.ptx, "wgmma.mma_async"));
       if (tests::havePtxas()) {

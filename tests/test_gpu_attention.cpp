@@ -456,6 +456,15 @@ TEST_CASE("GPU producer-warp kernels write what the same tiling without them wri
       c.headSize = headSize;
       configs.push_back(c);
     }
+  // fp8 K and V cast by the producers on the way (AsyncBuffer::castOnCopy):
+  // the same values the compute warps' casts give.
+  for (bool causal : {true, false}) {
+    compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
+    c.warpSpecialize = true;
+    c.causal = causal;
+    c.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+    configs.push_back(c);
+  }
   compiler::UnifiedAttentionConfig decode;
   decode.tileSize = 64;
   decode.warpSpecialize = true;

@@ -457,6 +457,13 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   // wgmma reads the dequantized tiles from one store per tile: 64 keys halve
   // the stores' barriers per key (at D ≤ 128).
   CHECK(quantizedPrefill.tileSize == (compiler::opDeviceFacts().warpgroupMma ? 64 : 32));
+  // A per-tensor fp8 cache at D=128: producer warps cast its tiles on the way.
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  const compiler::UnifiedAttentionConfig fp8Prefill = ops::selectPagedAttentionVariant(p);
+  CHECK(fp8Prefill.warpSpecialize == compiler::opDeviceFacts().warpgroupMma);
+  CHECK(fp8Prefill.numWarps == 8);
+  CHECK(fp8Prefill.tileSize == (compiler::opDeviceFacts().warpgroupMma ? 64 : 32));
+  p.kvCacheFormat = compiler::KvCacheFormat::Fp8PerTokenHead;
   p.headSize = 256;
   CHECK(ops::selectPagedAttentionVariant(p).tileSize == 32);
   p.headSize = 64;
@@ -896,6 +903,9 @@ TEST_CASE("paged attention op: launches on device buffers match the reference", 
       {ScalarKind::BF16, true, {1, 1, 1, 1}, {5000, 17, 2100, 1024}, compiler::KvCacheFormat::Auto, false, true},
       {ScalarKind::F16, true, {1, 1, 2}, {3000, 900, 4000}, compiler::KvCacheFormat::Int8PerTokenHead, true, true},
       {ScalarKind::BF16, true, {1, 3, 1}, {2500, 60, 7}, compiler::KvCacheFormat::Fp8E4M3, true, false},
+      // fp8 prefill: on warpgroup-MMA devices the producers cast its tiles on the way.
+      {ScalarKind::BF16, true, {200, 1, 77}, {0, 900, 300}, compiler::KvCacheFormat::Fp8E4M3, true, false},
+      {ScalarKind::BF16, false, {150, 64}, {40, 0}, compiler::KvCacheFormat::Fp8E4M3},
       {ScalarKind::BF16, true, {1, 1}, {3333, 99}, compiler::KvCacheFormat::Int4PerTokenHead, false, true},
       // 96 equal decodes (768 CTAs): launched with the shared memory that caps them at two per SM.
       {ScalarKind::BF16, true, std::vector<int>(96, 1), std::vector<int>(96, 700), compiler::KvCacheFormat::Auto,

@@ -43,6 +43,7 @@
 #include <functional>
 
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SwizzledShared.h"
 #include "codegen/lower/WarpSpecialization.h"
@@ -100,7 +101,7 @@ int copyBytes(LoweringContext& ctx, const Operation& load, const LinearLayout& l
 
 // The buffer for iter_arg `index` of `loop`, when that tile qualifies.
 std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation& loop, size_t index,
-                                           const Uses& uses) {
+                                           const Uses& uses, bool mayCastOnCopy = true) {
   const Block& body = *loop.region(0);
   const Value* carried = body.argument(1 + index);
   const Value* init = loop.operand(3 + index);
@@ -129,22 +130,42 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   const std::vector<const Operation*>& readers = usesOf(carried);
   if (readers.empty()) return std::nullopt;
   LinearLayout layout = ctx.linearLayout(type, loop);
-  const int64_t elemBytes = storageBytes(type.scalarKind());
+  // Cast on copy: an fp8 tile whose one reader, a cast to f16/bf16 in the same
+  // layout, feeds only wgmma operands, in a kernel whose producer warps can
+  // convert it (the slot then holds the cast's tile: `value` is what is read).
+  const Operation* castOnCopy = nullptr;
+  if (mayCastOnCopy && readers.size() == 1 && readers[0]->opcode() == Opcode::Cast &&
+      readers[0]->parentBlock() == &body &&
+      (type.scalarKind() == ScalarKind::F8E4M3 || type.scalarKind() == ScalarKind::F8E5M2) &&
+      (readers[0]->result()->type().scalarKind() == ScalarKind::F16 ||
+       readers[0]->result()->type().scalarKind() == ScalarKind::BF16) &&
+      ctx.allowWarpSpecialization && ctx.target.hasWgmma &&
+      kernelFlag(ctx.kernel, KernelAttribute::WarpSpecialize) &&
+      ctx.linearLayout(readers[0]->result()->type(), *readers[0]) == layout)
+    castOnCopy = readers[0];
+  const Value* value = castOnCopy ? castOnCopy->result() : carried;
+  const int64_t elemBytes = storageBytes(value->type().scalarKind());
   std::optional<SwizzledTile> tile = swizzledTileFor(layout, layout, elemBytes);
   if (!tile) return std::nullopt;
   // A 2D transpose of the tile is a view of the same slot (its readers read the
   // slot with the coordinates swapped back).
   std::vector<const Operation*> descriptorConverts;
-  std::function<bool(const Value*, bool)> readable = [&](const Value* value, bool transposed) {
-    for (const Operation* reader : usesOf(value)) {
+  bool onlyDescriptors = true;
+  std::function<bool(const Value*, bool)> readable = [&](const Value* v, bool transposed) {
+    for (const Operation* reader : usesOf(v)) {
       if (reader->parentBlock() != &body || reader->opcode() == Opcode::Yield) return false;
       if (reader->opcode() == Opcode::Transpose) {
         if (!readable(reader->result(), !transposed)) return false;
         continue;
       }
-      if (reader->opcode() != Opcode::ConvertLayout) continue;
+      if (reader->opcode() != Opcode::ConvertLayout) {
+        onlyDescriptors = false;
+        continue;
+      }
       if (feedsOnlyWarpgroupDots(ctx, *reader, usesOf(reader->result()), 1, storedKMajor(*tile, transposed)))
         descriptorConverts.push_back(reader);
+      else
+        onlyDescriptors = false;
       LinearLayout to = ctx.linearLayout(reader->result()->type(), *reader);
       if (transposed) to = to.transposed({1, 0});
       std::optional<SwizzledTile> readerTile = swizzledTileFor(layout, to, elemBytes);
@@ -152,16 +173,32 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
     }
     return true;
   };
-  if (!readable(carried, false)) return std::nullopt;
-  const int copy = copyBytes(ctx, *prologueLoad, layout, *tile);
-  if (copy == 0 || copyBytes(ctx, *bodyLoad, layout, *tile) != copy) return std::nullopt;
+  if (!readable(value, false)) return std::nullopt;
   // wgmma reads the slot itself when it is stored in column blocks.
   const int64_t rows = layout.shape[static_cast<size_t>(1 - tile->contigDim)];
   const bool warpgroupOperand = !descriptorConverts.empty() && descriptorCompatible(*tile, rows);
+  int copy = 0;
+  if (castOnCopy) {
+    // Every reader is a wgmma operand (nothing reads the slot into registers),
+    // and each thread's 16-byte run of fp8 bytes becomes two 16-byte runs of the
+    // cast's tile (the slot's swizzle moves 16-byte chunks whole).
+    std::optional<SwizzledTile> byteTile = swizzledTileFor(layout, layout, 1);
+    if (!onlyDescriptors || !warpgroupOperand || !byteTile) castOnCopy = nullptr;
+    if (castOnCopy && (copyBytes(ctx, *prologueLoad, layout, *byteTile) != 16 ||
+                       copyBytes(ctx, *bodyLoad, layout, *byteTile) != 16 || swizzleVectorWidth(layout, *tile) < 8))
+      castOnCopy = nullptr;
+    // Otherwise the tile is planned as the bytes it is (the cast reads the slot).
+    if (!castOnCopy) return planCarriedTile(ctx, loop, index, uses, /*mayCastOnCopy=*/false);
+    copy = 16;
+  } else {
+    copy = copyBytes(ctx, *prologueLoad, layout, *tile);
+    if (copy == 0 || copyBytes(ctx, *bodyLoad, layout, *tile) != copy) return std::nullopt;
+  }
   if (warpgroupOperand) tile->useColumnBlocks(rows);
   AsyncBuffer buffer{*tile, layout};
   buffer.warpgroupOperand = warpgroupOperand;
   if (warpgroupOperand) buffer.descriptorConverts = std::move(descriptorConverts);
+  buffer.castOnCopy = castOnCopy;
   buffer.copyBytes = copy;
   buffer.slotBytes = tile->bytes(layout);
   buffer.slots = static_cast<int>(std::max<int64_t>(2, kernelAttribute(ctx.kernel, KernelAttribute::NumStages)));
@@ -228,7 +265,55 @@ llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Val
   return b.CreateInBoundsGEP(b.getInt8Ty(), ctx.sharedStart(), bytes);
 }
 
+// A producer thread's part of a cast-on-copy tile: each 16-byte run of fp8
+// bytes is loaded into registers (a predicated load: zeros where masked off,
+// the load's `other`; no branch, so the runs' loads can all be in flight),
+// cast pairwise as `cast` does, and stored as two 16-byte runs of the cast's
+// tile at their swizzled places in the slot.
+void storeCastTile(LoweringContext& ctx, const AsyncBuffer& buffer, const Lowered& ptr, const Lowered& mask,
+                   llvm::Value* base, ScalarKind from) {
+  llvm::IRBuilder<>& b = ctx.b;
+  const ScalarKind to = buffer.castOnCopy->result()->type().scalarKind();
+  llvm::Type* halfTy = to == ScalarKind::F16 ? b.getHalfTy() : b.getBFloatTy();
+  auto* wordsTy = llvm::FixedVectorType::get(b.getInt32Ty(), 4);
+  auto* bytesTy = llvm::FixedVectorType::get(b.getInt8Ty(), 16);
+  auto* halvesTy = llvm::FixedVectorType::get(halfTy, 8);
+  SwizzledOffsets offsets(ctx, buffer.layout, buffer.tile);
+  for (int64_t r = 0; r < buffer.layout.numRegisters(); r += 16) {
+    InlinePtx load(b, "@$5 ld.global.v4.b32 {$0, $1, $2, $3}, [$4];");
+    for (int i = 0; i < 4; ++i) load.output("r", b.getInt32Ty());
+    load.input("l", ptr.regs[static_cast<size_t>(r)]).input("b", mask.regs[static_cast<size_t>(r)]);
+    for (int i = 0; i < 4; ++i) load.input(std::to_string(i), b.getInt32(0));
+    llvm::Value* words = llvm::PoisonValue::get(wordsTy);
+    const std::vector<llvm::Value*> loaded = load.emitAll();
+    for (unsigned i = 0; i < 4; ++i) words = b.CreateInsertElement(words, loaded[i], uint64_t{i});
+    llvm::Value* bytes = b.CreateBitCast(words, bytesTy);
+    for (int half = 0; half < 2; ++half) {
+      llvm::Value* halves = llvm::PoisonValue::get(halvesTy);
+      for (unsigned i = 0; i < 8; i += 2) {
+        const unsigned byte = static_cast<unsigned>(8 * half) + i;
+        auto [lo, hi] = castFp8Pair(ctx, b.CreateExtractElement(bytes, uint64_t{byte}),
+                                    b.CreateExtractElement(bytes, uint64_t{byte + 1}), from, to);
+        halves = b.CreateInsertElement(b.CreateInsertElement(halves, lo, uint64_t{i}), hi, uint64_t{i + 1});
+      }
+      b.CreateAlignedStore(halves, offsets.address(base, halfTy, r + 8 * half), llvm::Align(16));
+    }
+  }
+}
+
 }  // namespace
+
+bool lowerCastOnCopyView(LoweringContext& ctx, const Operation& op) {
+  if (!ctx.async || op.opcode() != Opcode::Cast) return false;
+  const Lowered* in = ctx.find(op.operand(0));
+  if (!in || !in->isAsync()) return false;
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in->asyncBuffer)];
+  if (buffer.castOnCopy != &op) return false;
+  Lowered view = *in;
+  view.layout = ctx.linearLayout(op.result()->type(), op);
+  ctx.set(op.result(), std::move(view));
+  return true;
+}
 
 llvm::Value* nextSlot(llvm::IRBuilder<>& b, llvm::Value* slot, int slots) {
   if (slots == 2) return b.CreateXor(slot, b.getInt32(1));
@@ -260,7 +345,10 @@ std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
             std::to_string(buffer.slots) + " slots of " +
             std::to_string(buffer.slotBytes) + " B at byte " + std::to_string(buffer.offset) + ", " +
             std::to_string(buffer.copyBytes) + "-byte copies, " + std::to_string(buffer.tile.maxPhase) +
-            " swizzle phases" + (buffer.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") + "\n";
+            " swizzle phases" + (buffer.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") +
+            (buffer.castOnCopy ? ", cast to " + buffer.castOnCopy->result()->type().str() + " by the producer warps"
+                               : "") +
+            "\n";
   }
   text += "cp.async buffers: " + std::to_string(ctx.asyncBufferBytes) + " B\n";
   return text;
@@ -310,6 +398,12 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
   const LinearLayout& layout = buffer.layout;
   const SwizzledTile& tile = buffer.tile;
   llvm::Value* base = slotBase(ctx, buffer, slot);
+  if (buffer.castOnCopy) {
+    ATTNJIT_CHECK(producer, "codegen: a cast-on-copy tile outside the producer warps");
+    storeCastTile(ctx, buffer, ptr, mask, base, op.result()->type().scalarKind());
+    result();
+    return true;
+  }
   llvm::Type* elementType = ctx.elementType(op.result()->type().elementType());
   // 16-byte copies bypass L1 (.cg); 4 and 8 bytes exist only as .ca.
   const llvm::Intrinsic::ID copy = buffer.copyBytes == 16  ? llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s
@@ -411,6 +505,9 @@ std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const Operatio
 
 void materializeAsyncTiles(LoweringContext& ctx, const Operation& op) {
   if (!ctx.async) return;
+  if (op.opcode() == Opcode::Cast)
+    for (const AsyncBuffer& buffer : ctx.async->buffers)
+      if (buffer.castOnCopy == &op) return;  // a view of the slot holding its result
   switch (op.opcode()) {
     case Opcode::ConvertLayout:  // reads the slot itself
     case Opcode::Transpose:      // a view of the slot

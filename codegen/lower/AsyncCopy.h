@@ -32,6 +32,11 @@ struct AsyncBuffer {
   // the tile is stored in 128-byte column blocks, 1024-byte aligned.
   bool warpgroupOperand = false;
   std::vector<const ir::Operation*> descriptorConverts = {};  // the converts wgmma reads instead
+  // The cast (fp8 → f16/bf16) the producer warps of a warp-specialized kernel
+  // apply on the way: they load the fp8 bytes into registers, convert them and
+  // store the result, so the slot holds the cast's tile (read by wgmma only)
+  // and the compute warps convert nothing. Null for plain copies.
+  const ir::Operation* castOnCopy = nullptr;
 };
 
 // Every async buffer of a kernel and which loads fill them.
@@ -51,6 +56,10 @@ llvm::Value* nextSlot(llvm::IRBuilder<>& b, llvm::Value* slot, int slots);
 // Chooses the loads that become cp.async copies and reserves their buffers at the
 // start of dynamic shared memory (ctx.asyncBufferBytes); sets ctx.async when any do.
 void planAsyncCopies(LoweringContext& ctx);
+
+// The cast of a castOnCopy buffer's tile: lowered as a view of the slot the
+// producer warps stored its result in. False for any other op.
+bool lowerCastOnCopyView(LoweringContext& ctx, const ir::Operation& op);
 
 // A convert of a planned tile that wgmma reads from its slot: waits for the
 // slot's copies, fences them for the async proxy, and returns the slot as a

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/Fp8Encoding.h"
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/LoweringContext.h"
@@ -428,6 +429,8 @@ llvm::Value* permuteBytes(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* bWo
 //           the magnitude shifts right until the mantissa tops the 16-bit one),
 //           which reads as the value times 2^-k; one exact packed multiply by
 //           2^k restores it. e4m3's NaN pattern decodes as ±480, as in castElement.
+}  // namespace
+
 std::pair<llvm::Value*, llvm::Value*> castFp8Pair(LoweringContext& ctx, llvm::Value* lo, llvm::Value* hi,
                                                   ScalarKind from, ScalarKind to) {
   llvm::IRBuilder<>& b = ctx.b;
@@ -465,6 +468,8 @@ std::pair<llvm::Value*, llvm::Value*> castFp8Pair(LoweringContext& ctx, llvm::Va
   }
   return {b.CreateExtractElement(pair, uint64_t{0}), b.CreateExtractElement(pair, uint64_t{1})};
 }
+
+namespace {
 
 // int8 → f16/bf16 for registers 2i and 2i+1 together, through the magic-number
 // trick (exact for every int8 value, any target): the byte with its top bit
@@ -505,6 +510,7 @@ std::pair<llvm::Value*, llvm::Value*> castInt8Pair(LoweringContext& ctx, llvm::V
 }  // namespace
 
 void lowerCast(LoweringContext& ctx, const Operation& op) {
+  if (lowerCastOnCopyView(ctx, op)) return;  // the producer warps stored its result (AsyncCopy.h)
   ScalarKind from = op.operand(0)->type().scalarKind();
   ScalarKind to = op.result()->type().scalarKind();
   const Lowered& in = ctx.get(op.operand(0));

@@ -503,6 +503,14 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   stages.run("plan-warp-specialization", [&] { planWarpSpecialization(ctx, noWarpSpecialization); });
   stages.printAfter("plan-warp-specialization",
                     [&] { return describeWarpSpecializationPlan(ctx, noWarpSpecialization); });
+  // Only producer warps cast tiles on the way (AsyncBuffer::castOnCopy): a
+  // kernel that ends up without them is planned again without casting copies.
+  if (!ctx.warpSpecialization && ctx.async &&
+      std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
+                  [](const AsyncBuffer& buffer) { return buffer.castOnCopy != nullptr; })) {
+    attempt.warpSpecializationFailed = true;
+    return attempt;
+  }
   if (ctx.warpSpecialization) {
     ctx.function->addFnAttr("nvvm.maxntid", std::to_string(ctx.numThreads()) + ",1,1");
     // setmaxnreg needs the launch's register count fixed.

@@ -260,6 +260,11 @@ void lowerKernelBody(LoweringContext& ctx, const ir::Block& block);
 // Lowers one op as lowerBlock does (async tiles and shared operands read first).
 void lowerOperation(LoweringContext& ctx, const ir::Operation& op);
 
+// fp8 (e4m3 or e5m2) → f16/bf16 for two byte registers at once, as `cast` lowers
+// tiles: the two results.
+std::pair<llvm::Value*, llvm::Value*> castFp8Pair(LoweringContext& ctx, llvm::Value* lo, llvm::Value* hi,
+                                                  ir::ScalarKind from, ir::ScalarKind to);
+
 // Converts a scalar LLVM value between element kinds with the IR's cast
 // semantics (ir/Ops.def, `cast`).
 llvm::Value* castElement(LoweringContext& ctx, const ir::Operation& op, llvm::Value* v, ir::ScalarKind from,

@@ -53,6 +53,7 @@ std::pair<const Value*, bool> viewedTile(const Value* value) {
 
 bool planned(const LoweringContext& ctx, const Operation& convert, const Value* source) {
   if (ctx.sharedOperands && ctx.sharedOperands->converts.count(&convert)) return true;
+  if (ctx.async && ctx.async->descriptorConverts.count(&convert)) return true;  // wgmma reads a cp.async slot
   const Operation* def = source->definingOp();
   if (!def) return true;  // a block argument: a loop-carried tile (a cp.async slot or registers across iterations)
   return ctx.async && ctx.async->loads.count(def);

@@ -73,6 +73,7 @@
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "codegen/Codegen.h"
@@ -322,7 +323,8 @@ void planEarlyRelease(const LoweringContext& ctx, WarpSpecializationPlan& plan) 
     if (!buffer.warpgroupOperand) continue;
     std::vector<const Operation*> dots;
     bool onlyWgmma = true;
-    auto found = uses.find(buffer.carried);
+    // A cast-on-copy slot holds the cast's tile: its readers are the cast's.
+    auto found = uses.find(buffer.castOnCopy ? buffer.castOnCopy->result() : buffer.carried);
     if (found == uses.end()) continue;
     for (const Operation* convert : found->second) {
       if (!ctx.async->descriptorConverts.count(convert)) {
@@ -455,9 +457,65 @@ void lowerProducerIf(LoweringContext& ctx, const Operation& op) {
 // A planned load: once its slot is empty, the copies of every compute thread
 // the producer thread stands in for, then one arrival on the slot's full
 // barrier, which lands when all of them have.
+// The cast-on-copy loads of `load`'s loop that fill with it (all prologue
+// loads, or all body loads), in the order the producer lowers them, with
+// their buffers.
+std::vector<std::pair<const Operation*, int>> castOnCopyGroup(const LoweringContext& ctx, const Operation& load,
+                                                              const AsyncBuffer& buffer) {
+  const bool body = &load == buffer.bodyLoad;
+  std::vector<std::pair<const Operation*, int>> group;
+  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
+    const AsyncBuffer& other = ctx.async->buffers[id];
+    if (other.castOnCopy && other.loop == buffer.loop)
+      group.emplace_back(body ? other.bodyLoad : other.prologueLoad, static_cast<int>(id));
+  }
+  const Block* block = load.parentBlock();
+  auto position = [&](const Operation* op) {
+    size_t i = 0;
+    for (const auto& candidate : block->operations()) {
+      if (candidate.get() == op) return i;
+      ++i;
+    }
+    return i;
+  };
+  std::sort(group.begin(), group.end(),
+            [&](const auto& a, const auto& b) { return position(a.first) < position(b.first); });
+  return group;
+}
+
+// Cast-on-copy loads load into registers, so each waits for its bytes: the
+// loads of one fill are lowered back to back, between one set of empty waits
+// before the first and the fence and full arrivals after the last, so that
+// nothing (no wait loop, no arrival) keeps their loads from being in flight
+// together.
+void lowerProducerCastCopies(LoweringContext& ctx, const Operation& load, int id) {
+  llvm::IRBuilder<>& b = ctx.b;
+  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
+  const std::vector<std::pair<const Operation*, int>> group = castOnCopyGroup(ctx, load, buffer);
+  if (&load == buffer.bodyLoad && group.front().first == &load) {
+    for (const auto& [member, memberId] : group) {
+      const AsyncBuffer& memberBuffer = ctx.async->buffers[static_cast<size_t>(memberId)];
+      const Fill fill = producerFill(ctx, memberBuffer, *member);
+      waitParity(ctx, barrierFor(ctx, memberId, SlotBarrier::Empty, fill.slot),
+                 slotprotocol::emptyWaitParity(b, fill.number, ctx.warpSpecialization->slots));
+    }
+  }
+  forEachStandIn(ctx, [&] { lowerOperation(ctx, load); });
+  if (group.back().first != &load) return;
+  // The slots were written by this thread's stores, which wgmma reads through
+  // the async proxy; each arrival releases them to the compute warps' wait.
+  fenceForAsyncProxy(ctx);
+  for (const auto& [member, memberId] : group) {
+    const Fill fill = producerFill(ctx, ctx.async->buffers[static_cast<size_t>(memberId)], *member);
+    b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
+                      {barrierFor(ctx, memberId, SlotBarrier::Full, fill.slot)});
+  }
+}
+
 void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
   llvm::IRBuilder<>& b = ctx.b;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
+  if (buffer.castOnCopy) return lowerProducerCastCopies(ctx, load, id);
   const Fill fill = producerFill(ctx, buffer, load);
   // The first fill of each slot (the prologue's, iteration 0's) finds it empty:
   // a fresh barrier counts the phase before its first as complete.

@@ -167,12 +167,18 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
       // 128-key causal: 0.757, its diagonal tiles mask more). DiffKV 192/128:
       // causal 1.015 -> 0.875 ms, bidirectional 1.795 -> 1.561 (64-key tiles).
       // H100, 8 x 2048, 32/8 (docs/perf-log.md 2026-12-05 and 2026-12-06). At 64
-      // and 256 they are slower (D=64 0.41 -> 0.52 ms, D=256 1.52 -> 1.71), and
-      // quantized tiles are dequantized by the compute warps either way.
+      // and 256 they are slower (D=64 0.41 -> 0.52 ms, D=256 1.52 -> 1.71). A
+      // per-tensor fp8 cache at D=128 gains more: the producers cast its tiles
+      // on the way (codegen's cast on copy), causal 1.051 -> 0.863 ms,
+      // bidirectional 1.941 -> 1.485 (64-key tiles); the per-token-head
+      // formats, scaled per key, are dequantized by the compute warps.
       const bool diffKv = config.effectiveValueHeadSize() != config.headSize;
       const bool producersGain =
           diffKv ? config.headSize <= 192 && config.effectiveValueHeadSize() <= 128 : widestHead == 128;
-      if (warpgroupMma && sameDtypeCache && producersGain) {
+      const bool fp8Tiles = p.kvCacheFormat == KvCacheFormat::Fp8E4M3 && !diffKv && widestHead == 128;
+      if (warpgroupMma && fp8Tiles) {
+        config.warpSpecialize = true;
+      } else if (warpgroupMma && sameDtypeCache && producersGain) {
         config.warpSpecialize = true;
         // Per-sequence flags may make any row causal: 64-key tiles, as causal.
         if (!diffKv && !config.causal && !config.perSequenceCausal) {
