@@ -97,14 +97,15 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     // 0.175 and 0.164 on 8 warps and 32-key tiles; B=4 ctx 65536 H=16 0.122
     // against 0.178.
     // At L = 256 the bf16 latents' tiling (64 heads on 4 warps, producer warps)
-    // serves fp8 too: 0.1514 -> 0.1306 ms against 8 warps with producers (B=64
-    // ctx 4096 H=128; H100, docs/perf-log.md 2026-12-06).
+    // serves fp8 too: 0.1132 ms against 0.1344 on 8 warps, both with the
+    // producers casting (B=64 ctx 4096 H=128; H100, docs/perf-log.md 2026-12-06).
     if (headBlock == 64 && p.kvLoraRank > 256) {
       onEightWarps(headBlock);
       if (wideTilesFit) config.tileSize = 64;
-      // Producer warps issuing the copies (sm_90a): H=128 0.2621 -> 0.2480 ms
-      // (H100, B=64 ctx 4095, docs/perf-log.md 2026-12-06); bf16 latents gain
-      // nothing measurable (0.2008 -> 0.2012) and keep their tiling.
+      // Producer warps (sm_90a) load, cast and store the latent tiles: H=128
+      // 0.2621 -> 0.2085 ms (0.2480 when they only copied and the compute
+      // warps cast; H100, B=64 ctx 4095, docs/perf-log.md 2026-12-06); bf16
+      // latents gain nothing measurable (0.2008 -> 0.2012) and keep their tiling.
       config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
       return config;
     }
