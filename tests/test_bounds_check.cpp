@@ -593,6 +593,19 @@ DeviceProblem deviceProblem(const std::vector<int>& queryLens, const std::vector
   return d;
 }
 
+// Runs the checked call on valid input: it succeeds and matches the reference.
+void checkMatchesReference(DeviceProblem& d) {
+  const support::Status status = ops::pagedAttention(d.params);
+  INFO((status ? std::string() : status.diagnostic().str()));
+  REQUIRE(status.isOk());
+  std::vector<uint8_t> output(d.problem->buffers()[0].bytes.size());
+  REQUIRE(d.device[0].copyToHost(output.data(), output.size()).isOk());
+  validation::AttentionRunResult result;
+  d.problem->check(output, result);
+  INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
+  CHECK(result.passed);
+}
+
 }  // namespace
 
 TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]") {
@@ -604,15 +617,7 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
     // Valid input: the checked kernel's output matches the reference.
     {
       DeviceProblem d = deviceProblem(queryLens, contextLens, split, {});
-      const support::Status status = ops::pagedAttention(d.params);
-      INFO((status ? std::string() : status.diagnostic().str()));
-      REQUIRE(status.isOk());
-      std::vector<uint8_t> output(d.problem->buffers()[0].bytes.size());
-      REQUIRE(d.device[0].copyToHost(output.data(), output.size()).isOk());
-      validation::AttentionRunResult result;
-      d.problem->check(output, result);
-      INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
-      CHECK(result.passed);
+      checkMatchesReference(d);
     }
     // A block-table entry past the cache (sequence 2, column 100 of its 132 blocks).
     int64_t numBlocks = 0;
@@ -652,13 +657,7 @@ TEST_CASE("GPU checked paged attention reports corrupted inputs", "[gpu][bounds]
     const compiler::UnifiedAttentionConfig chosen = ops::selectPagedAttentionVariant(d.params);
     INFO(chosen.kernelName());
     if (compiler::opDeviceFacts().warpgroupMma) CHECK(chosen.warpSpecialize);
-    REQUIRE(ops::pagedAttention(d.params).isOk());
-    std::vector<uint8_t> output(d.problem->buffers()[0].bytes.size());
-    REQUIRE(d.device[0].copyToHost(output.data(), output.size()).isOk());
-    validation::AttentionRunResult result;
-    d.problem->check(output, result);
-    INFO("max abs error " << result.maxAbsError << " (tolerance " << result.tolerance << "); " << result.detail);
-    CHECK(result.passed);
+    checkMatchesReference(d);
     int64_t numBlocks = 0;
     DeviceProblem bad = deviceProblem(prefillLens, prefillContexts, false,
                                       [&](auto& buffers, const AttentionLayout& l) {
