@@ -69,13 +69,6 @@ bool isZeroConstant(const Value* v) {
   return false;
 }
 
-size_t positionOf(const Operation& op) {
-  const auto& ops = op.parentBlock()->operations();
-  for (size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].get() == &op) return i;
-  return ops.size();
-}
-
 // The bytes one cp.async moves for a masked tile load from global memory with a
 // zero fallback: its vector width (16 bytes, or 8 or 4 where the rows are only
 // that aligned, e.g. per-token-head rows of D + 4 bytes), which must run along the
@@ -265,6 +258,15 @@ llvm::Value* slotBase(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Val
   return b.CreateInBoundsGEP(b.getInt8Ty(), ctx.sharedStart(), bytes);
 }
 
+// The slot `op` reads when it is the cast of a cast-on-copy buffer (the slot
+// holds its result); null for any other op.
+const Lowered* castOnCopySlot(const LoweringContext& ctx, const Operation& op) {
+  if (!ctx.async || op.opcode() != Opcode::Cast) return nullptr;
+  const Lowered* in = ctx.find(op.operand(0));
+  if (!in || !in->isAsync()) return nullptr;
+  return ctx.async->buffers[static_cast<size_t>(in->asyncBuffer)].castOnCopy == &op ? in : nullptr;
+}
+
 // A producer thread's part of a cast-on-copy tile: each 16-byte run of fp8
 // bytes is loaded into registers (a predicated load: zeros where masked off,
 // the load's `other`; no branch, so the runs' loads can all be in flight),
@@ -303,12 +305,16 @@ void storeCastTile(LoweringContext& ctx, const AsyncBuffer& buffer, const Lowere
 
 }  // namespace
 
+size_t positionOf(const Operation& op) {
+  const auto& ops = op.parentBlock()->operations();
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].get() == &op) return i;
+  return ops.size();
+}
+
 bool lowerCastOnCopyView(LoweringContext& ctx, const Operation& op) {
-  if (!ctx.async || op.opcode() != Opcode::Cast) return false;
-  const Lowered* in = ctx.find(op.operand(0));
-  if (!in || !in->isAsync()) return false;
-  const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(in->asyncBuffer)];
-  if (buffer.castOnCopy != &op) return false;
+  const Lowered* in = castOnCopySlot(ctx, op);
+  if (!in) return false;
   Lowered view = *in;
   view.layout = ctx.linearLayout(op.result()->type(), op);
   ctx.set(op.result(), std::move(view));
@@ -505,9 +511,7 @@ std::vector<llvm::Value*> lowerAsyncConvert(LoweringContext& ctx, const Operatio
 
 void materializeAsyncTiles(LoweringContext& ctx, const Operation& op) {
   if (!ctx.async) return;
-  if (op.opcode() == Opcode::Cast)
-    for (const AsyncBuffer& buffer : ctx.async->buffers)
-      if (buffer.castOnCopy == &op) return;  // a view of the slot holding its result
+  if (castOnCopySlot(ctx, op)) return;  // a view of the slot holding its result
   switch (op.opcode()) {
     case Opcode::ConvertLayout:  // reads the slot itself
     case Opcode::Transpose:      // a view of the slot

@@ -57,6 +57,9 @@ llvm::Value* nextSlot(llvm::IRBuilder<>& b, llvm::Value* slot, int slots);
 // start of dynamic shared memory (ctx.asyncBufferBytes); sets ctx.async when any do.
 void planAsyncCopies(LoweringContext& ctx);
 
+// The index of `op` in its parent block.
+size_t positionOf(const ir::Operation& op);
+
 // The cast of a castOnCopy buffer's tile: lowered as a view of the slot the
 // producer warps stored its result in. False for any other op.
 bool lowerCastOnCopyView(LoweringContext& ctx, const ir::Operation& op);

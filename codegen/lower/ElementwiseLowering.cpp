@@ -417,6 +417,8 @@ llvm::Value* permuteBytes(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* bWo
   return b.CreateIntrinsic(b.getInt32Ty(), llvm::Intrinsic::nvvm_prmt, {a, bWord, b.getInt32(code)});
 }
 
+}  // namespace
+
 // fp8 → f16/bf16 for registers 2i and 2i+1 together: the two bytes form one
 // 16-bit word and the result is one packed register, which mma operands and
 // vector stores take as it is. Per element this is 2-3 instructions instead of
@@ -429,8 +431,6 @@ llvm::Value* permuteBytes(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* bWo
 //           the magnitude shifts right until the mantissa tops the 16-bit one),
 //           which reads as the value times 2^-k; one exact packed multiply by
 //           2^k restores it. e4m3's NaN pattern decodes as ±480, as in castElement.
-}  // namespace
-
 std::pair<llvm::Value*, llvm::Value*> castFp8Pair(LoweringContext& ctx, llvm::Value* lo, llvm::Value* hi,
                                                   ScalarKind from, ScalarKind to) {
   llvm::IRBuilder<>& b = ctx.b;

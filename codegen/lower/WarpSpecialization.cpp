@@ -454,9 +454,6 @@ void lowerProducerIf(LoweringContext& ctx, const Operation& op) {
   b.SetInsertPoint(merge);
 }
 
-// A planned load: once its slot is empty, the copies of every compute thread
-// the producer thread stands in for, then one arrival on the slot's full
-// barrier, which lands when all of them have.
 // The cast-on-copy loads of `load`'s loop that fill with it (all prologue
 // loads, or all body loads), in the order the producer lowers them, with
 // their buffers.
@@ -469,17 +466,8 @@ std::vector<std::pair<const Operation*, int>> castOnCopyGroup(const LoweringCont
     if (other.castOnCopy && other.loop == buffer.loop)
       group.emplace_back(body ? other.bodyLoad : other.prologueLoad, static_cast<int>(id));
   }
-  const Block* block = load.parentBlock();
-  auto position = [&](const Operation* op) {
-    size_t i = 0;
-    for (const auto& candidate : block->operations()) {
-      if (candidate.get() == op) return i;
-      ++i;
-    }
-    return i;
-  };
   std::sort(group.begin(), group.end(),
-            [&](const auto& a, const auto& b) { return position(a.first) < position(b.first); });
+            [](const auto& a, const auto& b) { return positionOf(*a.first) < positionOf(*b.first); });
   return group;
 }
 
@@ -512,6 +500,9 @@ void lowerProducerCastCopies(LoweringContext& ctx, const Operation& load, int id
   }
 }
 
+// A planned load: once its slot is empty, the copies of every compute thread
+// the producer thread stands in for, then one arrival on the slot's full
+// barrier, which lands when all of them have.
 void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
   llvm::IRBuilder<>& b = ctx.b;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
