@@ -197,8 +197,10 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
     if (castOnCopy) {
       CHECK(countOf(ptx, "cp.async.cg.shared.global") == 0);
       CHECK(countOf(ptx, "ld.global.v4.b32") >= 2 * countOf(plain.ptx, "cp.async.cg.shared.global"));
-      // One fence per fill of a loop's buffers, then their arrivals.
+      // One fence per fill of a loop's buffers, then their arrivals; the
+      // compute warps read what the producers fenced and fence nothing.
       CHECK(countOf(ptx, "fence.proxy.async.shared::cta;\n\tmbarrier.arrive.shared.b64") == 4);
+      CHECK(countOf(ptx, "fence.proxy.async.shared::cta") == 4);
     } else {
       CHECK(countOf(ptx, "cp.async.cg.shared.global") == 2 * countOf(plain.ptx, "cp.async.cg.shared.global"));
       CHECK(countOf(ptx, "cp.async.mbarrier.arrive.noinc.shared.b64") == fills);
@@ -350,6 +352,16 @@ TEST_CASE("warp_specialize on MLA decode: the five latent chunks of a tile copie
       }
       CHECK(countOf(specialized.ptx, "cp.async.commit_group") == 0);
       CHECK(countOf(specialized.ptx, "wgmma.mma_async") == countOf(plain.ptx, "wgmma.mma_async"));
+      // Each iteration waits for the five chunks once, before Q·Kᵀ (P·V reads
+      // four of the same slots without waiting again), as each producer fill
+      // waits for its five slots to be empty; the compute warps then fence
+      // once for cp.async's copies, not at all for the producers' casts.
+      CHECK(countOf(specialized.ptx, "mbarrier.try_wait.parity.shared.b64") == fills);
+      const std::string& ptx = specialized.ptx;
+      const size_t lastWait = ptx.rfind("mbarrier.try_wait.parity.shared.b64");
+      const size_t firstGroup = ptx.find("wgmma.fence.sync.aligned", lastWait);
+      REQUIRE(firstGroup != std::string::npos);
+      CHECK(countOf(ptx.substr(lastWait, firstGroup - lastWait), "fence.proxy.async") == (castOnCopy ? 0 : 1));
       if (tests::havePtxas()) {
         const std::string info = tests::ptxasInfo(specialized.ptx, "sm_90a", /*relocatable=*/false);
         INFO(info);

@@ -486,10 +486,29 @@ std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const O
   return out;
 }
 
-void waitForSlotBeforeWarpgroupRead(LoweringContext& ctx, const Lowered& value) {
-  ATTNJIT_CHECK(value.awaitsSlot && value.isAsync(), "codegen: a slot wait for a value without one");
-  waitForSlot(ctx, value);
-  fenceForAsyncProxy(ctx);  // the producer's cp.async wrote through the generic proxy
+void waitForSlotsBeforeWarpgroupRead(LoweringContext& ctx, const ir::Block* block,
+                                     const std::vector<const Lowered*>& values) {
+  std::vector<AsyncCopyPlan::SlotWait>& waits = ctx.async->slotWaits;
+  bool copiedSlotWaited = false;
+  for (const Lowered* value : values) {
+    ATTNJIT_CHECK(value->awaitsSlot && value->isAsync(), "codegen: a slot wait for a value without one");
+    llvm::Value* slot = value->regs.at(0);
+    const bool waited = std::any_of(waits.begin(), waits.end(), [&](const AsyncCopyPlan::SlotWait& wait) {
+      return wait.block == block && wait.buffer == value->asyncBuffer && wait.slot == slot;
+    });
+    if (waited) continue;
+    waitForSlot(ctx, *value);
+    waits.push_back({block, value->asyncBuffer, slot});
+    if (!ctx.async->buffers[static_cast<size_t>(value->asyncBuffer)].castOnCopy) copiedSlotWaited = true;
+  }
+  // The producers' cp.async copies wrote through the generic proxy; one fence
+  // after the last wait orders every slot waited for before it.
+  if (copiedSlotWaited) fenceForAsyncProxy(ctx);
+}
+
+void forgetSlotWaits(LoweringContext& ctx, const ir::Block& block) {
+  if (!ctx.async) return;
+  std::erase_if(ctx.async->slotWaits, [&](const AsyncCopyPlan::SlotWait& wait) { return wait.block == &block; });
 }
 
 const SwizzledTile& asyncBufferTile(const LoweringContext& ctx, const Lowered& value) {

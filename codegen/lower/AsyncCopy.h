@@ -48,6 +48,17 @@ struct AsyncCopyPlan {
   // Converts of warpgroup-operand buffers into a wgmma B operand: lowered to a
   // wait and a proxy fence, their result naming the slot (Lowered::warpgroupOperand).
   std::unordered_set<const ir::Operation*> descriptorConverts;
+  // Slots the compute warps of a warp-specialized kernel have waited for (and
+  // fenced) before a wgmma group, by the block the group is in: a later group
+  // of the same block reads them without waiting again, since every op of a
+  // block runs after the ones before it and a slot is released only after the
+  // iteration's last reader. Cleared when a block's lowering starts.
+  struct SlotWait {
+    const ir::Block* block;
+    int buffer;
+    llvm::Value* slot;
+  };
+  std::vector<SlotWait> slotWaits;
 };
 
 // The slot after `slot` of a buffer with `slots` slots (they are used in turn).
@@ -70,9 +81,16 @@ bool lowerCastOnCopyView(LoweringContext& ctx, const ir::Operation& op);
 std::optional<Lowered> lowerAsyncDescriptorConvert(LoweringContext& ctx, const ir::Operation& op, const Lowered& in,
                                                    const ir::LinearLayout& to);
 
-// Before a wgmma group reads `value` (Lowered::awaitsSlot): waits for its
-// slot's full barrier and fences the producer's copies for the async proxy.
-void waitForSlotBeforeWarpgroupRead(LoweringContext& ctx, const Lowered& value);
+// Before a wgmma group in `block` reads `values` (Lowered::awaitsSlot): waits
+// for each slot's full barrier unless an earlier group of the block did, then
+// fences once for the async proxy where a waited slot was filled by cp.async
+// (the producers' generic-proxy copies; a cast-on-copy slot was fenced by the
+// producer threads that stored it, before they arrived).
+void waitForSlotsBeforeWarpgroupRead(LoweringContext& ctx, const ir::Block* block,
+                                     const std::vector<const Lowered*>& values);
+
+// Forgets the slot waits recorded for `block` (its lowering starts again).
+void forgetSlotWaits(LoweringContext& ctx, const ir::Block& block);
 
 // For a descriptor operand (or any async tile): its buffer's swizzled tile, its
 // load layout (the stored tile's shape) and the address of its current slot.

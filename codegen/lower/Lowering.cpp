@@ -177,6 +177,7 @@ bool producerOnly(const LoweringContext& ctx, const Operation& op) {
 }  // namespace
 
 void lowerBlock(LoweringContext& ctx, const Block& block) {
+  forgetSlotWaits(ctx, block);
   for (const auto& op : block.operations())
     if (!ctx.loweredAhead.erase(op.get()) && !producerOnly(ctx, *op)) lowerOperation(ctx, *op);
 }

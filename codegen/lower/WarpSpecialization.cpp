@@ -32,9 +32,12 @@
 //   slot does not wait, and the producers run up to S − 1 fills ahead.
 //   Iteration i of the compute warps reads fill i from slot i mod S (the slot
 //   chain they carry): it waits on full with parity (i / S) mod 2
-//   right before the wgmma group that reads the slot (Lowered::awaitsSlot: V,
-//   converted at the loop's top, may land during Q·Kᵀ and the softmax), then
-//   fences for the async proxy. It arrives on empty right after the wgmma
+//   right before the first wgmma group that reads the slot
+//   (Lowered::awaitsSlot: V, converted at the loop's top, may land during
+//   Q·Kᵀ and the softmax; a later group of the same block reads it without
+//   waiting), then fences once for the async proxy (cp.async wrote through
+//   the generic proxy; producers that cast on the way fence their own stores
+//   before they arrive). It arrives on empty right after the wgmma
 //   group whose MMAs alone read the slot completed (K's after Q·Kᵀ:
 //   earlyRelease), or, where anything else reads it, once the iteration's
 //   last tensor-core instruction has completed.

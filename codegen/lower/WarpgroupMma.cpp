@@ -334,14 +334,11 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   std::vector<std::unique_ptr<SharedOperandReads>> reads;
   for (size_t i = 1; i < dots.size(); ++i) reads.push_back(std::make_unique<SharedOperandReads>(ctx, *dots[i]));
 
-  // Warp-specialized: the slots the group reads must be full (once per buffer).
-  std::vector<int> waited;
-  for (const Operation* dot : dots) {
-    const Lowered& bOp = ctx.get(dot->operand(1));
-    if (!bOp.awaitsSlot || std::find(waited.begin(), waited.end(), bOp.asyncBuffer) != waited.end()) continue;
-    waitForSlotBeforeWarpgroupRead(ctx, bOp);
-    waited.push_back(bOp.asyncBuffer);
-  }
+  // Warp-specialized: the slots the group reads must be full.
+  std::vector<const Lowered*> awaited;
+  for (const Operation* dot : dots)
+    if (const Lowered& bOp = ctx.get(dot->operand(1)); bOp.awaitsSlot) awaited.push_back(&bOp);
+  if (!awaited.empty()) waitForSlotsBeforeWarpgroupRead(ctx, op.parentBlock(), awaited);
   llvm::IRBuilder<>& b = ctx.b;
   const int64_t warpgroupRows = 64;
   llvm::Value* warpgroup = b.CreateLShr(ctx.warpId, ctx.i32(2));
