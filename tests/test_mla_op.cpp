@@ -93,10 +93,9 @@ TEST_CASE("mla op: the tiling follows the heads, the width and the cache format"
     CHECK(c.qInShared == e.qInShared);
     CHECK((c.dotKind() == ir::ScalarKind::F16 && c.dtype == ir::ScalarKind::BF16) == e.f16Dots);
     CHECK((c.kernelName().find("_f16dots") != std::string::npos) == e.f16Dots);
-    // Producer warps issue the copies of the 64-head fp8 tiling and of L = 256's
-    // 64 heads on 4 warps on sm_90a.
-    const bool producers = (e.format != compiler::KvCacheFormat::Auto || e.kvLoraRank == 256) && e.blockH == 64 &&
-                           e.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
+    // Producer warps issue the copies of every 64-head tiling with 64-key tiles
+    // (16-bit and fp8 latents, L = 512 on 8 warps, L = 256 on 4) on sm_90a.
+    const bool producers = e.blockH == 64 && e.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
     CHECK(c.warpSpecialize == producers);
     if (tests::havePtxas())
       tests::checkAssembles(tests::compileBuilt(compiler::buildMlaDecode(c), "sm_90a").ptx, "sm_90a");

@@ -104,8 +104,7 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
       if (wideTilesFit) config.tileSize = 64;
       // Producer warps (sm_90a) load, cast and store the latent tiles: H=128
       // 0.2621 -> 0.2085 ms (0.2480 when they only copied and the compute
-      // warps cast; H100, B=64 ctx 4095, docs/perf-log.md 2026-12-06); bf16
-      // latents gain nothing measurable (0.2008 -> 0.2012) and keep their tiling.
+      // warps cast; H100, B=64 ctx 4095, docs/perf-log.md 2026-12-06).
       config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
       return config;
     }
@@ -128,6 +127,10 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
   if (p.kvLoraRank > 256 && p.numHeads > 32 && fillsGpu) {
     onEightWarps(64);
     if (wideTilesFit) config.tileSize = 64;
+    // Producer warps (sm_90a) copy the latent tiles: H=128 0.1998 -> 0.1715 ms
+    // (`attnjit bench`, B=64 ctx 4095, H100, docs/perf-log.md 2026-12-06),
+    // once the compute warps waited for each chunk once an iteration.
+    config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
     return config;
   }
   config.tileSize = 64;
