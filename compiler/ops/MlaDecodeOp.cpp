@@ -81,6 +81,18 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     return config;
   }
   const bool wideTilesFit = limits.maxPerBlock == 0 || limits.maxPerBlock >= kWideTileSharedBytes;
+  // 576-wide latents over 32 heads, 16-bit or fp8: 64 heads on 8 warps, 64-key
+  // tiles where shared memory allows, and on sm_90a producer warps that copy
+  // the latent tiles (fp8: load, cast and store them). H=128, B=64 ctx 4095
+  // on an H100 (docs/perf-log.md 2026-12-06): bf16 0.1998 -> 0.1715 ms
+  // (`attnjit bench`) once the compute warps waited for each chunk once an
+  // iteration; fp8 0.2621 -> 0.2085 through the op (0.2480 when the producers
+  // only copied and the compute warps cast).
+  auto wideLatentTiling = [&] {
+    onEightWarps(64);
+    if (wideTilesFit) config.tileSize = 64;
+    config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
+  };
   // 16-bit q: q stays in shared memory for the whole loop, each warp reading its
   // fragments there (ldmatrix) instead of from L1 every tile.
   config.qInShared = true;
@@ -100,12 +112,7 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
     // serves fp8 too: 0.1132 ms against 0.1344 on 8 warps, both with the
     // producers casting (B=64 ctx 4096 H=128; H100, docs/perf-log.md 2026-12-06).
     if (headBlock == 64 && p.kvLoraRank > 256) {
-      onEightWarps(headBlock);
-      if (wideTilesFit) config.tileSize = 64;
-      // Producer warps (sm_90a) load, cast and store the latent tiles: H=128
-      // 0.2621 -> 0.2085 ms (0.2480 when they only copied and the compute
-      // warps cast; H100, B=64 ctx 4095, docs/perf-log.md 2026-12-06).
-      config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
+      wideLatentTiling();
       return config;
     }
   }
@@ -125,12 +132,7 @@ MlaDecodeConfig baseVariant(const MlaDecodeParams& p) {
       std::clamp<int64_t>(p.maxSeqLen / kMlaMinSegmentKeys, 1, kMlaMaxSegments);
   const bool fillsGpu = int64_t{p.numSeqs} * ceilDiv(p.numHeads, 64) * finestSegments >= smCount(p);
   if (p.kvLoraRank > 256 && p.numHeads > 32 && fillsGpu) {
-    onEightWarps(64);
-    if (wideTilesFit) config.tileSize = 64;
-    // Producer warps (sm_90a) copy the latent tiles: H=128 0.1998 -> 0.1715 ms
-    // (`attnjit bench`, B=64 ctx 4095, H100, docs/perf-log.md 2026-12-06),
-    // once the compute warps waited for each chunk once an iteration.
-    config.warpSpecialize = config.tileSize == 64 && compiler::opDeviceFacts().warpgroupMma;
+    wideLatentTiling();
     return config;
   }
   config.tileSize = 64;
