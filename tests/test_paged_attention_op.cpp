@@ -514,6 +514,17 @@ TEST_CASE("paged attention op: decode-like and prefill-like batches get their ti
   const compiler::UnifiedAttentionConfig tf32Prefill = ops::selectPagedAttentionVariant(p);
   CHECK(tf32Prefill.blockM() == 128);
   CHECK(tf32Prefill.numWarps == 8);
+  // Above D=128 the 128-row tiling spills kilobytes: 64 rows on TF32, 32 exact,
+  // over 8 warps on 16-key tiles.
+  p.headSize = 256;
+  const compiler::UnifiedAttentionConfig wideTf32Prefill = ops::selectPagedAttentionVariant(p);
+  CHECK(wideTf32Prefill.blockM() == 64);
+  CHECK(wideTf32Prefill.numWarps == 8);
+  CHECK(wideTf32Prefill.tileSize == 16);
+  p.fp32Precision = compiler::Fp32Precision::Ieee;
+  CHECK(ops::selectPagedAttentionVariant(p).blockM() == 32);
+  p.fp32Precision = compiler::Fp32Precision::Tf32;
+  p.headSize = 128;
   p.maxQueryLen = 1;
   // Quantized caches: raw tiles go by cp.async, so wide tiles pay (measured,
   // compiler/ops/PagedAttentionOp.cpp), for every format up to head size 128.
@@ -826,7 +837,11 @@ TEST_CASE("paged attention op: the per-column row sum is kept where a third CTA 
   CHECK(mqaVariant.splitKv);
   mqa.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
   CHECK(ops::selectPagedAttentionVariant(mqa).tileSize == 64);
-  mqa.numKvHeads = 2;  // 16 query heads per KV head: one m-tile, 128-key tiles
+  mqa.headSize = 256;  // wider rows: 32-key tiles (64 spill 476 bytes next to 32 rows)
+  CHECK(ops::selectPagedAttentionVariant(mqa).tileSize == 32);
+  mqa.numKvHeads = 2;  // 16 query heads per KV head: one m-tile
+  CHECK(ops::selectPagedAttentionVariant(mqa).tileSize == 64);
+  mqa.headSize = 128;  // 128-key tiles
   CHECK(ops::selectPagedAttentionVariant(mqa).tileSize == 128);
   // 0: device 0's SM count; without a device, no GPU information and the default.
   p.numSms = 0;

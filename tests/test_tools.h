@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -109,7 +110,8 @@ inline bool assemblesWithPtxas(const std::string& ptx, const std::string& arch, 
 // (a called subroutine serializes every warpgroup MMA, and setmaxnreg is
 // ignored).
 inline std::string ptxasInfo(const std::string& ptx, const std::string& arch, bool relocatable = true) {
-  std::string path = "/tmp/attnjit_test_info_" + std::to_string(getpid()) + ".ptx";
+  static std::atomic<int> calls{0};  // callers on several threads each get a file
+  std::string path = "/tmp/attnjit_test_info_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".ptx";
   std::ofstream(path) << ptx;
   int code = 0;
   std::string log = runShell(std::string("ptxas ") + (relocatable ? "-c " : "") + "-v -arch=" + arch + " " + path +

@@ -121,6 +121,19 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     config.tileSize = 16;
     return config;
   }
+  if (prefillLike(p, config) && !halfPrecision && widestHead > 128) {
+    // f32 prefill above D=128: the 128-row tiling below spills 3.7-5.6 KB a
+    // thread on TF32 (ptxas) and takes 11.7 ms at D=192 and 23.6 at D=256 (4
+    // x 2048 causal, 32/8). 64 rows over 8 warps on 16-key tiles: 3.71 and
+    // 4.59 ms, within 11% and 3% of the fastest of the 12 tilings measured
+    // (H100, docs/perf-log.md 2026-12-06). Exact f32 keeps whole operand rows
+    // per thread and spills at every tiling; 32 rows over 8 warps spill least
+    // (0.6-1.2 KB against 42-52 KB at 128 rows).
+    config.blockMRows = config.tensorCoreDots() ? 64 : 32;
+    config.numWarps = 8;
+    config.tileSize = 16;
+    return config;
+  }
   if (prefillLike(p, config)) {
     config.blockMRows = 128;
     // FlashAttention-2's tiling where it fits in registers: 4 warps of 32 rows,
@@ -206,8 +219,14 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     // tiles (more than 16 query heads per KV head: MQA) spill at 128 keys (int8
     // per-token-head, 32 rows on 4 warps: 476 bytes) and take 64: MQA 32/1,
     // int8 per-token-head, B=64 ctx 4096 0.0949 ms against 0.0986, B=3 ctx
-    // 131072 0.136 against 0.161 (docs/perf-log.md 2026-12-03).
-    config.tileSize = widestHead <= 128 && config.blockM() <= 16 ? 128 : 64;
+    // 131072 0.136 against 0.161 (docs/perf-log.md 2026-12-03). Above D=128
+    // those 32 rows spill 410-490 bytes at 64 keys too and take 32, spill-free
+    // (int4: 16 bytes): MQA 32/1 D=256, B=32 ctx 32768, 1.28-1.50x faster for
+    // every quantized format (H100, `attnjit tune`, docs/perf-log.md 2026-12-06).
+    if (widestHead <= 128)
+      config.tileSize = config.blockM() <= 16 ? 128 : 64;
+    else
+      config.tileSize = config.blockM() <= 16 ? 64 : 32;
     // Per-tensor fp8 decode meets bf16 q in f16 (Fp8Dots.h): one conversion per
     // pair of cache bytes instead of four, 0.1512 -> 0.1447 ms (84% -> 87% of
     // copy; B=64 ctx 4096, 32/8, D=128, docs/perf-log.md 2026-12-03). Prefill

@@ -1,0 +1,166 @@
+// The tilings the paged-attention op picks, assembled by ptxas for sm_90a.
+// A tiling whose hot loop spills registers to local memory runs at a fraction
+// of its neighbours' speed: MQA at D=256 over quantized caches spilled 410-490
+// bytes a thread at 64-key tiles (1.28-1.50x slower than the spill-free 32-key
+// tiles), f32 prefill at D=192 and 256 spilled 3.7-5.6 KB (3.5-5.1x slower).
+// Small spills are not worth a slower tiling: the op's 64-key prefill tiles at
+// D=256 spill 232 bytes and beat the spill-free 32-key tiles by 12%, TF32
+// decode at D=192 spills 52 and runs at 94% of the copy rate (docs/perf-log.md,
+// 2026-12-02 and 2026-12-06). So every choice of the op's rules must stay
+// within a budget of 256 bytes. Exact f32 (FMA dots, whole operand rows per
+// thread) spills at every tiling above D=128 and is left out.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/UnifiedAttention.h"
+#include "compiler/ops/PagedAttentionOp.h"
+#include "support/ParallelFor.h"
+#include "tests/test_op_params.h"
+#include "tests/test_tools.h"
+
+using namespace attnjit;
+using compiler::KvCacheFormat;
+using ir::ScalarKind;
+
+namespace {
+
+struct TilingCase {
+  std::string call;  // what the op was asked for
+  compiler::UnifiedAttentionConfig config;
+};
+
+ops::PagedAttentionParams callOf(ScalarKind dtype, int headSize, int queryHeads, int kvHeads, KvCacheFormat format,
+                                 bool decode) {
+  ops::PagedAttentionParams p = tests::validPagedAttentionParams();
+  p.dtype = dtype;
+  p.headSize = headSize;
+  p.numQueryHeads = queryHeads;
+  p.numKvHeads = kvHeads;
+  p.kvCacheFormat = format;
+  p.numSms = 132;
+  if (decode) {
+    p.numSeqs = 64;
+    p.numTokens = 64;
+    p.maxQueryLen = 1;
+    p.maxSeqLen = p.minSeqLen = 4096;
+  } else {
+    p.numSeqs = 8;
+    p.numTokens = 8 * 2048;
+    p.maxQueryLen = 2048;
+    p.maxSeqLen = p.minSeqLen = 2048;
+  }
+  return p;
+}
+
+// The spill bytes ptxas reports for `ptx`, compiled as the runtime's loader
+// does (whole-program where warpgroup MMAs or setmaxnreg need it); -1 where
+// the report has no spill line.
+int spillStoreBytes(const std::string& ptx) {
+  const bool wholeProgram =
+      ptx.find("wgmma.mma_async") != std::string::npos || ptx.find("setmaxnreg") != std::string::npos;
+  const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/!wholeProgram);
+  std::smatch match;
+  static const std::regex spills(R"((\d+) bytes spill stores)");
+  if (!std::regex_search(info, match, spills)) return -1;
+  return std::stoi(match[1]);
+}
+
+// ptxas's spill stores a thread may make in a kernel the op picks (above).
+constexpr int kSpillBudgetBytes = 256;
+
+// Compiles each distinct kernel of `cases` (on 4 threads) and checks its
+// spills against the budget; `print` lists every kernel with its spill bytes.
+void checkSpillBudget(const std::vector<TilingCase>& cases, bool print = false) {
+  // One compile per distinct kernel; the calls that reach it are listed with it.
+  std::map<std::string, std::vector<const TilingCase*>> byKernel;
+  for (const TilingCase& c : cases) byKernel[c.config.kernelName()].push_back(&c);
+  std::vector<const TilingCase*> kernels;
+  for (const auto& [name, calls] : byKernel) kernels.push_back(calls.front());
+  std::vector<std::string> failures(kernels.size());
+  support::parallelFor(static_cast<int>(kernels.size()), [&](int i) {
+    const compiler::UnifiedAttentionConfig& config = kernels[i]->config;
+    auto kernel = compiler::buildUnifiedAttention(config);
+    if (!kernel) {
+      failures[i] = config.kernelName() + ": " + kernel.diagnostic().str();
+      return;
+    }
+    compiler::CompileOptions options;
+    options.target = "sm_90a";
+    auto compiled = compiler::compileKernel(**kernel, options);
+    if (!compiled) {
+      failures[i] = config.kernelName() + ": " + compiled.diagnostic().str();
+      return;
+    }
+    const int spills = spillStoreBytes(compiled->ptx);
+    if (spills < 0 || spills > kSpillBudgetBytes)
+      failures[i] = config.kernelName() + ": " + std::to_string(spills) + " bytes spill stores";
+    if (print) std::printf("spills %s %d (%s)\n", config.kernelName().c_str(), spills, kernels[i]->call.c_str());
+  }, 4);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    INFO("the op's choice for " << kernels[i]->call << ": " << failures[i]);
+    CHECK(failures[i].empty());
+  }
+}
+
+const char* formatName(KvCacheFormat format) {
+  switch (format) {
+    case KvCacheFormat::Auto: return "16-bit cache";
+    case KvCacheFormat::Fp8E4M3: return "fp8_e4m3";
+    case KvCacheFormat::Int8PerTokenHead: return "int8_per_token_head";
+    case KvCacheFormat::Fp8PerTokenHead: return "fp8_per_token_head";
+    case KvCacheFormat::Int4PerTokenHead: return "int4_per_token_head";
+    default: return "other";
+  }
+}
+
+std::vector<TilingCase> grid(const std::vector<ScalarKind>& dtypes, const std::vector<int>& headSizes,
+                             const std::vector<std::pair<int, int>>& heads, const std::vector<KvCacheFormat>& formats,
+                             bool decode) {
+  std::vector<TilingCase> cases;
+  for (ScalarKind dtype : dtypes)
+    for (int d : headSizes)
+      for (auto [hq, hkv] : heads)
+        for (KvCacheFormat format : formats) {
+          if (dtype == ScalarKind::F32 && format != KvCacheFormat::Auto) continue;
+          const ops::PagedAttentionParams p = callOf(dtype, d, hq, hkv, format, decode);
+          TilingCase c;
+          c.call = std::string(decode ? "decode B=64 ctx 4096" : "prefill 8 x 2048") + ", " +
+                   ir::scalarName(dtype) + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
+                   " D=" + std::to_string(d) + ", " + formatName(format);
+          c.config = ops::selectPagedAttentionVariant(p);
+          cases.push_back(c);
+        }
+  return cases;
+}
+
+const std::vector<KvCacheFormat> kAllFormats = {KvCacheFormat::Auto, KvCacheFormat::Fp8E4M3,
+                                                KvCacheFormat::Int8PerTokenHead, KvCacheFormat::Fp8PerTokenHead,
+                                                KvCacheFormat::Int4PerTokenHead};
+
+}  // namespace
+
+TEST_CASE("the op's tilings assemble for sm_90a within the spill budget", "[op][ptxas]") {
+  if (!tests::havePtxas()) return tests::skipTest("ptxas is not on the PATH");
+  // Where registers run short: wide heads, MQA's 32-row query tiles, f32.
+  const std::vector<std::pair<int, int>> heads = {{32, 8}, {32, 1}};
+  for (bool decode : {true, false})
+    checkSpillBudget(grid({ScalarKind::BF16, ScalarKind::F32}, {128, 192, 256}, heads, kAllFormats, decode));
+}
+
+// A survey (hidden: a few minutes): every kernel of a wider grid, printed with its spills.
+TEST_CASE("the op's tilings over the whole grid assemble for sm_90a within the spill budget",
+          "[.][op][ptxas][survey]") {
+  if (!tests::havePtxas()) return tests::skipTest("ptxas is not on the PATH");
+  const std::vector<std::pair<int, int>> heads = {{8, 8}, {32, 8}, {128, 8}, {32, 1}};
+  for (bool decode : {true, false})
+    checkSpillBudget(grid({ScalarKind::BF16, ScalarKind::F16, ScalarKind::F32}, {64, 96, 128, 192, 256}, heads,
+                          kAllFormats, decode),
+                     /*print=*/true);
+}
