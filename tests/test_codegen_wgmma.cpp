@@ -178,6 +178,14 @@ TEST_CASE("overlap_softmax issues P·V with the next tile's Q·Kᵀ and waits fo
         const size_t lagging = ptx.find("wgmma.wait_group.sync.aligned 0;", at);
         REQUIRE(lagging != std::string::npos);
         CHECK(countOf(ptx.substr(at, lagging - at), "ex2.approx") > 0);
+        // The lagging wait starts a basic block (a branch on the CTA index to a
+        // second copy of it), so ptxas cannot hoist it above the exponentials.
+        const size_t block = ptx.rfind("{", lagging);
+        REQUIRE(block != std::string::npos);
+        const std::string wait = ptx.substr(block, ptx.find("}", lagging) - block);
+        CHECK(countOf(wait, "bra.uni wgmma_wait_") == 2);
+        CHECK(countOf(wait, "wgmma.wait_group.sync.aligned 0;") == 2);
+        CHECK(countOf(wait, "%ctaid.x") == 1);
         at = lagging;
       }
       // ptxas keeps the MMAs asynchronous: it serializes them, and says so,

@@ -550,7 +550,28 @@ void waitForWarpgroupResults(LoweringContext& ctx, const Operation& op) {
   ctx.warpgroupWaits.erase(due);
   // The registers pass through the wait as tied operands: what reads them
   // afterwards reads the wait's outputs, which exist only once the MMAs are done.
-  InlinePtx ptx(ctx.b, "wgmma.wait_group.sync.aligned 0;");
+  //
+  // The wait starts a basic block of its own. ptxas schedules
+  // `WARPGROUP.DEPBAR` like any instruction of its block and hoists it to let
+  // what follows it (the accumulators' rescale, P's conversion) interleave with
+  // the softmax: in a single block it waits for the deferred MMAs right after
+  // the row maximum's first shuffle, before any exponential, which undoes the
+  // overlap (ptxas 13.0, sm_90a). A branch ptxas cannot fold ends the block:
+  // on the CTA index, uniform across the warp as `.aligned` needs, to a second
+  // copy of the same wait, so both paths do the same thing.
+  InlinePtx ptx(ctx.b,
+                "{\n"
+                ".reg .pred wgmma_alt;\n"
+                ".reg .b32 wgmma_cta;\n"
+                "mov.u32 wgmma_cta, %ctaid.x;\n"
+                "setp.eq.u32 wgmma_alt, wgmma_cta, 2147483646;\n"
+                "@wgmma_alt bra.uni wgmma_wait_alt_${:uid};\n"
+                "wgmma.wait_group.sync.aligned 0;\n"
+                "bra.uni wgmma_wait_done_${:uid};\n"
+                "wgmma_wait_alt_${:uid}:\n"
+                "wgmma.wait_group.sync.aligned 0;\n"
+                "wgmma_wait_done_${:uid}:\n"
+                "}");
   for (const auto& result : pending)
     for (size_t i = 0; i < result.regs.size(); ++i) ptx.output("f", ctx.b.getFloatTy());
   size_t operand = 0;
