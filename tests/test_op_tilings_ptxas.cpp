@@ -1,4 +1,4 @@
-// The tilings the paged-attention op picks, assembled by ptxas for sm_90a.
+// The tilings the paged-attention and MLA decode ops pick, assembled by ptxas for sm_90a.
 // A tiling whose hot loop spills registers to local memory runs at a fraction
 // of its neighbours' speed: MQA at D=256 over quantized caches spilled 410-490
 // bytes a thread at 64-key tiles (1.28-1.50x slower than the spill-free 32-key
@@ -7,12 +7,16 @@
 // D=256 spill 232 bytes and beat the spill-free 32-key tiles by 12%, TF32
 // decode at D=192 spills 52 and runs at 94% of the copy rate (docs/perf-log.md,
 // 2026-12-02 and 2026-12-06). So every choice of the op's rules must stay
-// within a budget of 256 bytes. Exact f32 (FMA dots, whole operand rows per
-// thread) spills at every tiling above D=128 and is left out.
+// within a budget of 256 bytes, the MLA decode op's for 16-bit and fp8
+// latents too. Exact f32 (FMA dots, whole operand rows per thread) spills at
+// every tiling above D=128 and is left out, and so is f32 MLA, whose 128-head
+// tiling spills 320 bytes and runs 2.1x faster than the one that does not
+// (1.526 against 3.257 ms, compiler/ops/MlaDecodeOp.cpp).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -20,7 +24,9 @@
 #include <vector>
 
 #include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
+#include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
 #include "support/ParallelFor.h"
 #include "tests/test_op_params.h"
@@ -33,9 +39,14 @@ using ir::ScalarKind;
 namespace {
 
 struct TilingCase {
-  std::string call;  // what the op was asked for
-  compiler::UnifiedAttentionConfig config;
+  std::string call;        // what the op was asked for
+  std::string kernelName;  // what it picked
+  std::function<support::Expected<std::unique_ptr<ir::Kernel>>()> build;
 };
+
+TilingCase pagedAttentionCase(std::string call, const compiler::UnifiedAttentionConfig& config) {
+  return {std::move(call), config.kernelName(), [config] { return compiler::buildUnifiedAttention(config); }};
+}
 
 ops::PagedAttentionParams callOf(ScalarKind dtype, int headSize, int queryHeads, int kvHeads, KvCacheFormat format,
                                  bool decode) {
@@ -77,32 +88,33 @@ int spillStoreBytes(const std::string& ptx) {
 constexpr int kSpillBudgetBytes = 256;
 
 // Compiles each distinct kernel of `cases` (on 4 threads) and checks its
-// spills against the budget; `print` lists every kernel with its spill bytes.
-void checkSpillBudget(const std::vector<TilingCase>& cases, bool print = false) {
+// spills against the budget (unless !enforce); `print` lists every kernel
+// with its spill bytes.
+void checkSpillBudget(const std::vector<TilingCase>& cases, bool print = false, bool enforce = true) {
   // One compile per distinct kernel; the calls that reach it are listed with it.
   std::map<std::string, std::vector<const TilingCase*>> byKernel;
-  for (const TilingCase& c : cases) byKernel[c.config.kernelName()].push_back(&c);
+  for (const TilingCase& c : cases) byKernel[c.kernelName].push_back(&c);
   std::vector<const TilingCase*> kernels;
   for (const auto& [name, calls] : byKernel) kernels.push_back(calls.front());
   std::vector<std::string> failures(kernels.size());
   support::parallelFor(static_cast<int>(kernels.size()), [&](int i) {
-    const compiler::UnifiedAttentionConfig& config = kernels[i]->config;
-    auto kernel = compiler::buildUnifiedAttention(config);
+    const std::string& name = kernels[i]->kernelName;
+    auto kernel = kernels[i]->build();
     if (!kernel) {
-      failures[i] = config.kernelName() + ": " + kernel.diagnostic().str();
+      failures[i] = name + ": " + kernel.diagnostic().str();
       return;
     }
     compiler::CompileOptions options;
     options.target = "sm_90a";
     auto compiled = compiler::compileKernel(**kernel, options);
     if (!compiled) {
-      failures[i] = config.kernelName() + ": " + compiled.diagnostic().str();
+      failures[i] = name + ": " + compiled.diagnostic().str();
       return;
     }
     const int spills = spillStoreBytes(compiled->ptx);
-    if (spills < 0 || spills > kSpillBudgetBytes)
-      failures[i] = config.kernelName() + ": " + std::to_string(spills) + " bytes spill stores";
-    if (print) std::printf("spills %s %d (%s)\n", config.kernelName().c_str(), spills, kernels[i]->call.c_str());
+    if (spills < 0 || (enforce && spills > kSpillBudgetBytes))
+      failures[i] = name + ": " + std::to_string(spills) + " bytes spill stores";
+    if (print) std::printf("spills %s %d (%s)\n", name.c_str(), spills, kernels[i]->call.c_str());
   }, 4);
   for (size_t i = 0; i < kernels.size(); ++i) {
     INFO("the op's choice for " << kernels[i]->call << ": " << failures[i]);
@@ -131,13 +143,39 @@ std::vector<TilingCase> grid(const std::vector<ScalarKind>& dtypes, const std::v
         for (KvCacheFormat format : formats) {
           if (dtype == ScalarKind::F32 && format != KvCacheFormat::Auto) continue;
           const ops::PagedAttentionParams p = callOf(dtype, d, hq, hkv, format, decode);
-          TilingCase c;
-          c.call = std::string(decode ? "decode B=64 ctx 4096" : "prefill 8 x 2048") + ", " +
-                   ir::scalarName(dtype) + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
-                   " D=" + std::to_string(d) + ", " + formatName(format);
-          c.config = ops::selectPagedAttentionVariant(p);
-          cases.push_back(c);
+          cases.push_back(pagedAttentionCase(std::string(decode ? "decode B=64 ctx 4096" : "prefill 8 x 2048") +
+                                                 ", " + ir::scalarName(dtype) + " " + std::to_string(hq) + "/" +
+                                                 std::to_string(hkv) + " D=" + std::to_string(d) + ", " +
+                                                 formatName(format),
+                                             ops::selectPagedAttentionVariant(p)));
         }
+  return cases;
+}
+
+// MLA decode B=64 ctx 4096 over heads, latent widths and latent formats.
+std::vector<TilingCase> mlaGrid(const std::vector<int>& headCounts, bool withF32) {
+  std::vector<std::pair<ScalarKind, KvCacheFormat>> formats = {{ScalarKind::BF16, KvCacheFormat::Auto},
+                                                               {ScalarKind::BF16, KvCacheFormat::Fp8E4M3}};
+  if (withF32) formats.push_back({ScalarKind::F32, KvCacheFormat::Auto});
+  std::vector<TilingCase> cases;
+  for (int heads : headCounts)
+    for (int rank : {512, 256})
+      for (auto [dtype, format] : formats) {
+        ops::MlaDecodeParams p;
+        p.dtype = dtype;
+        p.kvCacheFormat = format;
+        p.kvLoraRank = rank;
+        p.numHeads = heads;
+        p.blockSize = 16;
+        p.numSeqs = 64;
+        p.maxSeqLen = 4096;
+        p.numSms = 132;
+        const compiler::MlaDecodeConfig config = ops::selectMlaDecodeVariant(p);
+        cases.push_back({"MLA decode B=64 ctx 4096, " + std::string(ir::scalarName(dtype)) + " " +
+                             std::to_string(heads) + " heads, width " + std::to_string(rank + 64) + ", " +
+                             formatName(format),
+                         config.kernelName(), [config] { return compiler::buildMlaDecode(config); }});
+      }
   return cases;
 }
 
@@ -153,6 +191,7 @@ TEST_CASE("the op's tilings assemble for sm_90a within the spill budget", "[op][
   const std::vector<std::pair<int, int>> heads = {{32, 8}, {32, 1}};
   for (bool decode : {true, false})
     checkSpillBudget(grid({ScalarKind::BF16, ScalarKind::F32}, {128, 192, 256}, heads, kAllFormats, decode));
+  checkSpillBudget(mlaGrid({64, 128}, /*withF32=*/false));
 }
 
 // A survey of a wider grid (240 kernels, a few minutes), each printed with its
@@ -167,4 +206,7 @@ TEST_CASE("the op's tilings over the whole grid assemble for sm_90a within the s
     checkSpillBudget(grid({ScalarKind::BF16, ScalarKind::F16, ScalarKind::F32}, {64, 96, 128, 192, 256}, heads,
                           kAllFormats, decode),
                      /*print=*/true);
+  // f32 MLA is printed, not held to the budget: at 128 heads its tiling
+  // spills 320 bytes and is 2.1x faster than the one that does not.
+  checkSpillBudget(mlaGrid({16, 32, 64, 128}, /*withF32=*/true), /*print=*/true, /*enforce=*/false);
 }
