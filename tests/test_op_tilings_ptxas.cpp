@@ -18,16 +18,17 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "compiler/driver/CompileDriver.h"
+#include "compiler/kernels/KvCacheFormat.h"
 #include "compiler/kernels/MlaDecode.h"
 #include "compiler/kernels/UnifiedAttention.h"
 #include "compiler/ops/MlaDecodeOp.h"
 #include "compiler/ops/PagedAttentionOp.h"
+#include "runtime/Module.h"
 #include "support/ParallelFor.h"
 #include "tests/test_op_params.h"
 #include "tests/test_tools.h"
@@ -75,9 +76,8 @@ ops::PagedAttentionParams callOf(ScalarKind dtype, int headSize, int queryHeads,
 // does (whole-program where warpgroup MMAs or setmaxnreg need it); -1 where
 // the report has no spill line.
 int spillStoreBytes(const std::string& ptx) {
-  const bool wholeProgram =
-      ptx.find("wgmma.mma_async") != std::string::npos || ptx.find("setmaxnreg") != std::string::npos;
-  const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/!wholeProgram);
+  const std::string info =
+      tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/!runtime::needsWholeProgramCompile(ptx));
   std::smatch match;
   static const std::regex spills(R"((\d+) bytes spill stores)");
   if (!std::regex_search(info, match, spills)) return -1;
@@ -122,17 +122,6 @@ void checkSpillBudget(const std::vector<TilingCase>& cases, bool print = false, 
   }
 }
 
-const char* formatName(KvCacheFormat format) {
-  switch (format) {
-    case KvCacheFormat::Auto: return "16-bit cache";
-    case KvCacheFormat::Fp8E4M3: return "fp8_e4m3";
-    case KvCacheFormat::Int8PerTokenHead: return "int8_per_token_head";
-    case KvCacheFormat::Fp8PerTokenHead: return "fp8_per_token_head";
-    case KvCacheFormat::Int4PerTokenHead: return "int4_per_token_head";
-    default: return "other";
-  }
-}
-
 std::vector<TilingCase> grid(const std::vector<ScalarKind>& dtypes, const std::vector<int>& headSizes,
                              const std::vector<std::pair<int, int>>& heads, const std::vector<KvCacheFormat>& formats,
                              bool decode) {
@@ -146,7 +135,7 @@ std::vector<TilingCase> grid(const std::vector<ScalarKind>& dtypes, const std::v
           cases.push_back(pagedAttentionCase(std::string(decode ? "decode B=64 ctx 4096" : "prefill 8 x 2048") +
                                                  ", " + ir::scalarName(dtype) + " " + std::to_string(hq) + "/" +
                                                  std::to_string(hkv) + " D=" + std::to_string(d) + ", " +
-                                                 formatName(format),
+                                                 compiler::kvCacheFormatName(format),
                                              ops::selectPagedAttentionVariant(p)));
         }
   return cases;
@@ -173,7 +162,7 @@ std::vector<TilingCase> mlaGrid(const std::vector<int>& headCounts, bool withF32
         const compiler::MlaDecodeConfig config = ops::selectMlaDecodeVariant(p);
         cases.push_back({"MLA decode B=64 ctx 4096, " + std::string(ir::scalarName(dtype)) + " " +
                              std::to_string(heads) + " heads, width " + std::to_string(rank + 64) + ", " +
-                             formatName(format),
+                             compiler::kvCacheFormatName(format),
                          config.kernelName(), [config] { return compiler::buildMlaDecode(config); }});
       }
   return cases;
