@@ -20,6 +20,7 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "runtime/BundleManifest.h"
 #include "runtime/DiskCache.h"
 #include "runtime/FlatJson.h"
 
@@ -110,6 +111,44 @@ inline FuzzOutcome fuzzDiskCacheEntry(std::span<const std::uint8_t> bytes) {
   auto roundTrip = runtime::DiskCache::decodeEntry(key, encoded, problem);
   if (!roundTrip || !(*roundTrip == entry)) {
     outcome.violation = "entry does not round-trip: " + (roundTrip ? std::string("contents differ") : problem);
+  }
+  return outcome;
+}
+
+// Bytes as an ahead-of-time bundle manifest (runtime/BundleManifest.h) and as a general JSON
+// document (runtime/FlatJson.h). A rejected manifest names where (file:line:col); an accepted
+// one writes back to text that parses to the same manifest and writes the same bytes again;
+// any accepted JSON document writes to text that parses and writes identically.
+inline FuzzOutcome fuzzAotManifest(std::string_view text) {
+  FuzzOutcome outcome;
+  auto manifest = runtime::parseBundleManifest(text, "manifest.json");
+  outcome.accepted = static_cast<bool>(manifest);
+  if (!manifest) {
+    const std::string message = manifest.diagnostic().str();
+    if (message.rfind("manifest.json:", 0) != 0) {
+      outcome.violation = "error without a location: " + message;
+      return outcome;
+    }
+  } else {
+    const std::string written = runtime::writeBundleManifest(*manifest);
+    auto again = runtime::parseBundleManifest(written, "written.json");
+    if (!again) {
+      outcome.violation = "written manifest does not parse: " + again.diagnostic().str() + "\n" + written;
+    } else if (!(*again == *manifest)) {
+      outcome.violation = "manifest does not round-trip:\n" + written;
+    } else if (runtime::writeBundleManifest(*again) != written) {
+      outcome.violation = "manifest writing is not stable:\n" + written;
+    }
+    if (!outcome.violation.empty()) return outcome;
+  }
+  if (auto document = runtime::parseJson(text, "document.json")) {
+    const std::string written = runtime::writeJson(*document);
+    auto again = runtime::parseJson(written, "written.json");
+    if (!again) {
+      outcome.violation = "written JSON does not parse: " + again.diagnostic().str() + "\n" + written;
+    } else if (runtime::writeJson(*again) != written) {
+      outcome.violation = "JSON writing is not stable:\n" + written;
+    }
   }
   return outcome;
 }

@@ -333,6 +333,9 @@ void appendNumber(std::string& out, const JsonValue& value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.17g", value.number);
   out += buffer;
+  // A non-integer number must read back as one: "-0" would come back as the integer 0 and lose
+  // its sign, so a value printed without a fraction or exponent gets ".0".
+  if (std::string_view(buffer).find_first_of(".eE") == std::string_view::npos) out += ".0";
 }
 
 void appendValue(std::string& out, const JsonValue& value, int depth) {

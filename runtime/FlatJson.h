@@ -71,7 +71,8 @@ struct JsonMember {
 support::Expected<JsonValue> parseJson(std::string_view text, std::string_view sourceName);
 
 // Indented by two spaces per level, members in their stored order, a final newline. Numbers
-// that are integers print without a fraction; others with 17 significant digits (exact).
+// that are integers print without a fraction; others with 17 significant digits (exact) and always
+// with a fraction or an exponent, so that they read back as non-integers (-0 stays -0.0).
 std::string writeJson(const JsonValue& value);
 
 }  // namespace attnjit::runtime

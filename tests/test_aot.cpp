@@ -203,6 +203,19 @@ TEST_CASE("aot: general JSON parses, locates errors and round-trips", "[aot]") {
   REQUIRE(again);
   CHECK(runtime::writeJson(*again) == runtime::writeJson(*value));
 
+  // Non-integers stay non-integers through writing: -0E4 and 5.0 must not come back as the
+  // integers 0 and 5 (the first would also lose its sign).
+  for (const char* literal : {"-0E4", "5.0", "-0.0", "1e300"}) {
+    auto number = runtime::parseJson(literal, "n.json");
+    REQUIRE(number);
+    const std::string written = runtime::writeJson(*number);
+    auto reread = runtime::parseJson(written, "n2.json");
+    REQUIRE(reread);
+    CHECK_FALSE(reread->isInteger);
+    CHECK(std::signbit(reread->number) == std::signbit(number->number));
+    CHECK(runtime::writeJson(*reread) == written);
+  }
+
   auto bad = runtime::parseJson("{\n  \"a\": [1,]\n}", "bad.json");
   REQUIRE_FALSE(bad);
   CHECK(bad.diagnostic().str().find("bad.json:2:") == 0);

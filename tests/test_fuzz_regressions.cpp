@@ -26,6 +26,7 @@ FuzzOutcome runTarget(const std::string& target, const std::string& bytes) {
   if (target == "spec") return attnjit::fuzz::fuzzSpecText(bytes);
   if (target == "op_params") return attnjit::fuzz::fuzzOpParams(raw);
   if (target == "shape") return attnjit::fuzz::fuzzShapeArguments(bytes);
+  if (target == "aot_manifest") return attnjit::fuzz::fuzzAotManifest(bytes);
   return attnjit::fuzz::fuzzDiskCacheEntry(raw);
 }
 
@@ -44,7 +45,7 @@ std::vector<fs::path> filesIn(const fs::path& directory) {
 TEST_CASE("fuzz regressions: saved crash inputs pass every fuzz body", "[fuzz]") {
   const fs::path root = fs::path(sourceDir()) / "tests" / "data" / "fuzz-regressions";
   int replayed = 0;
-  for (const char* target : {"tir", "spec", "disk_cache_entry", "op_params", "shape"}) {
+  for (const char* target : {"tir", "spec", "disk_cache_entry", "op_params", "shape", "aot_manifest"}) {
     for (const fs::path& input : filesIn(root / target)) {
       INFO(input.string());
       CHECK(runTarget(target, readFile(input)).violation.empty());
