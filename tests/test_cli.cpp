@@ -300,6 +300,31 @@ TEST_CASE("cli: plan prints the kernel and split-KV plan the op would launch, wi
   r = runCli({"plan", decode, "--shape", "query_lens=1x4", "--shape", "context_lens=4095x4", "--sms=132"});
   CHECK(r.exitCode == 0);
   CHECK(r.out.find("_3d_t64_rowsum: 8 segments of 8 tiles (512 keys), grid 5x8x8; heuristic") != std::string::npos);
+  // --arch plans for a typical device of a target: a latency-bound launch (B=1)
+  // takes 128-key tiles where their 128 KiB of slots fit (A100's 163 KiB per
+  // block), 64-key tiles on an L40S (99 KiB).
+  const std::vector<std::string> single = {"plan", decode, "--shape", "query_lens=1", "--shape", "context_lens=4095"};
+  std::vector<std::string> onA100 = single, onL40s = single;
+  onA100.push_back("--arch=sm_80");
+  onL40s.push_back("--arch=sm_89");
+  r = runCli(onA100);
+  INFO(r.out << r.err);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("device: A100 (sm_80 reference): 108 SMs, 166912 bytes of shared memory per block") !=
+        std::string::npos);
+  CHECK(r.out.find("SMs: 108 (sm_80's reference device, A100)") != std::string::npos);
+  CHECK(r.out.find("_t128") != std::string::npos);
+  r = runCli(onL40s);
+  CHECK(r.exitCode == 0);
+  CHECK(r.out.find("device: L40S (sm_89 reference): 142 SMs, 101376 bytes") != std::string::npos);
+  CHECK(r.out.find("_t128") == std::string::npos);
+  CHECK(r.out.find("_t64") != std::string::npos);
+  r = runCli({"plan", decode, "--arch=sm_70"});
+  CHECK(r.exitCode == 2);
+  CHECK(r.err.find("attnjit plan: error: --arch: unknown target 'sm_70' (known: sm_80") != std::string::npos);
+  r = runCli({"warmup", decode, "--arch=sm_89"});
+  CHECK(r.exitCode == 2);
+  CHECK(r.err.find("--arch plans for another device: it needs --ptx") != std::string::npos);
 }
 
 TEST_CASE("cli: plan prints what the MLA decode op would launch", "[cli]") {

@@ -106,6 +106,22 @@ int runPlan(const ParsedArguments& args) {
   int sms = kDefaultSms;
   bool onDevice = false;  // planning for device 0 itself: the fitted plan can be shown
   std::string smsOrigin = "the H200's; --sms to change";
+  // --arch: the ops plan for a typical device of that target (its SMs, shared
+  // memory and MMA kind) instead of device 0.
+  std::optional<ScopedOpDeviceFacts> plannedDevice;
+  if (args.has("--arch")) {
+    auto facts = referenceDeviceFacts(args.value("--arch"));
+    if (!facts) {
+      reportUsageError("plan", "--arch: " + facts.diagnostic().message);
+      return kExitUserError;
+    }
+    sms = facts->smCount;
+    smsOrigin = facts->targetName + "'s reference device, " + facts->deviceName;
+    std::printf("device: %s (%s reference): %d SMs, %lld bytes of shared memory per block\n",
+                facts->deviceName.c_str(), facts->targetName.c_str(), facts->smCount,
+                static_cast<long long>(facts->sharedMemory.maxPerBlock));
+    plannedDevice.emplace(std::move(*facts));
+  }
   if (args.has("--sms")) {
     const std::string text = args.value("--sms");
     char* end = nullptr;
@@ -116,7 +132,7 @@ int runPlan(const ParsedArguments& args) {
     }
     sms = static_cast<int>(n);
     smsOrigin = "--sms";
-  } else if (runtime::driverAvailable() && deviceFacts(0).smCount > 0) {
+  } else if (!plannedDevice && runtime::driverAvailable() && deviceFacts(0).smCount > 0) {
     sms = deviceFacts(0).smCount;
     smsOrigin = "device 0's";
     onDevice = true;
@@ -137,6 +153,7 @@ int runPlan(const ParsedArguments& args) {
     ops::PagedAttentionParams p = ops::pagedAttentionBatchParams(variant->attention, *shape);
     p.numSms = sms;
     p.runtimeScratch = runtimeScratch;
+    if (plannedDevice) p.tuning = ops::PlanTuning::Off;  // tuned plans belong to device 0
     if (withWorkspace) {
       auto bytes = ops::pagedAttentionWorkspaceBytes(p.numTokens, p.numQueryHeads,
                                                      variant->attention.effectiveValueHeadSize(), p.maxSeqLen);
@@ -179,7 +196,7 @@ Command planCommand() {
       "plan",
       "Show what the paged-attention or MLA decode op would launch for a batch: kernel, split-KV plan, occupancy; "
       "no GPU needed.",
-      "attnjit plan <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--sms=N] [--no-workspace]\n"
+      "attnjit plan <spec.yaml> [--variant=NAME] [--shape KEY=VALUE ...] [--sms=N] [--arch=sm_XX] [--no-workspace]\n"
       "             [--no-runtime-scratch]",
       "For each unified_attention variant, the call an engine would make for the batch (the\n"
       "variant's static parameters; the batch's min and max seq_len as hints; a workspace from\n"
@@ -189,7 +206,11 @@ Command planCommand() {
       "(pagedAttentionSplitPlan: 2D, or N segments of T KV tiles), the grid and the CTAs-per-SM\n"
       "cap of equal-length batches, and whether a plan tuned on this device (`attnjit tune`)\n"
       "or the op's rules chose them. The variant's own tiling options are ignored, as the op\n"
-      "ignores them. SMs: --sms, else device 0's, else the H200's 132. A launch of the op's\n"
+      "ignores them. SMs: --sms, else --arch's, else device 0's, else the H200's 132. --arch\n"
+      "plans for a typical device of a target instead of device 0 (sm_80: A100, sm_86: A10,\n"
+      "sm_89: L40S, sm_90a: H100/H200, sm_100a: B200, sm_120: RTX 5090): its SMs, shared\n"
+      "memory per block (tilings shrink to fit it) and MMA kind; tuned plans are not\n"
+      "consulted. A launch of the op's\n"
       "own plan then fits it to the CTAs per SM its kernel holds on the GPU (more or fewer\n"
       "segments, or a cap, where the last wave would be short; pagedAttentionLaunchPlan): on\n"
       "device 0 without --sms, an 'at launch' line shows that plan (compiling the kernel to\n"
@@ -204,6 +225,7 @@ Command planCommand() {
           {"--variant", "NAME", false, "only this variant"},
           {"--shape", "KEY=VALUE", true, "override the batch: query_lens=.., context_lens=.. (lists; VxN repeats)"},
           {"--sms", "N", false, "SMs to plan for (default: device 0's, else 132)"},
+          {"--arch", "sm_XX", false, "plan for a typical device of this target (SMs, shared memory, MMA kind)"},
           {"--no-workspace", "", false, "no split-KV workspace: splits use the runtime's scratch"},
           {"--no-runtime-scratch", "", false, "no workspace and no runtime scratch: 2D launches only"},
           {"--help", "", false, "show this help"},

@@ -6,6 +6,7 @@
 // compiled as it is (and a split-KV variant's reduce kernel with it).
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -33,9 +34,10 @@ std::string threadsText(int threads) {
 
 // --ptx: each kernel built and compiled to PTX as the JIT would (passes, codegen,
 // no LLVM IR kept), on `threads` workers, timed one by one. Needs no GPU: the op's
-// kernel list is the one it picks for device 0, or for an H200 where there is none.
+// kernel list is the one it picks for device 0, for --arch's reference device, or
+// for an H200 where there is neither.
 int compileKernelsToPtx(const std::vector<ops::WarmupKernel>& kernels, int threads) {
-  const compiler::DeviceFacts& facts = compiler::deviceFacts(0);
+  const compiler::DeviceFacts& facts = compiler::opDeviceFacts();
   compiler::CompileOptions options;
   options.target = facts.targetName.empty() ? "sm_90a" : facts.targetName;
   options.keepLlvmIr = false;
@@ -108,6 +110,19 @@ int runWarmup(const ParsedArguments& args) {
     threads = static_cast<int>(n);
   }
   const bool ptxOnly = args.has("--ptx");
+  std::optional<ScopedOpDeviceFacts> plannedDevice;
+  if (args.has("--arch")) {
+    if (!ptxOnly) {
+      reportUsageError("warmup", "--arch plans for another device: it needs --ptx (the cache is for this GPU)");
+      return kExitUserError;
+    }
+    auto facts = referenceDeviceFacts(args.value("--arch"));
+    if (!facts) {
+      reportUsageError("warmup", "--arch: " + facts.diagnostic().message);
+      return kExitUserError;
+    }
+    plannedDevice.emplace(std::move(*facts));
+  }
   if (!ptxOnly && !runtime::driverAvailable()) {
     reportUsageError("warmup", runtime::driverStatus().diagnostic().message +
                                    " (warm-up loads each kernel: it needs the GPU the cache is for)");
@@ -158,7 +173,7 @@ Command warmupCommand() {
   return Command{
       "warmup",
       "Compile the kernels a spec's variants need on this GPU, on every core at once, into the disk kernel cache.",
-      "attnjit warmup <spec.yaml> [--variant=NAME] [--threads=N] [--ptx]",
+      "attnjit warmup <spec.yaml> [--variant=NAME] [--threads=N] [--ptx [--arch=sm_XX]]",
       "A model needs a dozen or more kernels; compiled one at a time on first use they\n"
       "cost an engine's first steps seconds. warmup compiles them in parallel (and loads\n"
       "them, which is where the driver turns PTX into machine code) so that the disk\n"
@@ -173,11 +188,13 @@ Command warmupCommand() {
       "--ptx compiles the same kernels to PTX only, as the JIT would, and prints each\n"
       "one's spec -> PTX time (build, passes, codegen) and the median and maximum: no GPU,\n"
       "no cache. The kernel list and target are device 0's, or an H200's (sm_90a, 132 SMs)\n"
-      "where there is no GPU. --threads=1 times them one after the other.\n",
+      "where there is no GPU; --arch=sm_XX takes a typical device of that target instead\n"
+      "(`attnjit plan --help` lists them). --threads=1 times them one after the other.\n",
       {
           {"--variant", "NAME", false, "only this variant"},
           {"--threads", "N", false, "compile on N threads (default: every core)"},
           {"--ptx", "", false, "compile to PTX only and time each kernel (no GPU, no cache)"},
+          {"--arch", "sm_XX", false, "with --ptx: the kernels the op picks on a typical device of this target"},
           {"--help", "", false, "show this help"},
       },
       runWarmup,

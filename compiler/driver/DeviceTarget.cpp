@@ -1,5 +1,7 @@
 #include "compiler/driver/DeviceTarget.h"
 
+#include <utility>
+
 #include "codegen/Target.h"
 #include "runtime/Driver.h"
 #include "runtime/Stream.h"
@@ -40,6 +42,7 @@ DeviceFacts queryDeviceFacts(int ordinal) {
   auto target = codegen::lookupTarget(name ? *name : "sm_90a");
   facts.warpgroupMma = target && target->hasWgmma;
   if (auto info = runtime::deviceInfo(ordinal)) {
+    facts.deviceName = info->name;
     facts.smCount = info->multiprocessorCount;
     facts.sharedMemory = {info->maxSharedMemoryPerMultiprocessor, info->reservedSharedMemoryPerBlock,
                           info->maxSharedMemoryPerBlockOptin};
@@ -56,6 +59,47 @@ int opDeviceOrdinal() {
   return device >= 0 ? device : 0;
 }
 
-const DeviceFacts& opDeviceFacts() { return deviceFacts(opDeviceOrdinal()); }
+namespace {
+std::atomic<const DeviceFacts*> plannedDeviceFacts{nullptr};
+}  // namespace
+
+const DeviceFacts& opDeviceFacts() {
+  if (const DeviceFacts* planned = plannedDeviceFacts.load(std::memory_order_acquire)) return *planned;
+  return deviceFacts(opDeviceOrdinal());
+}
+
+support::Expected<DeviceFacts> referenceDeviceFacts(const std::string& targetName) {
+  auto target = codegen::lookupTarget(targetName);
+  if (!target) return target.status();
+  // Per SM: 164 KiB on sm_80, 100 KiB on the consumer-class parts (sm_86, sm_89,
+  // sm_120), 228 KiB on sm_90 and sm_100; the driver reserves 1 KiB per block.
+  struct Reference {
+    int computeCapability;
+    const char* name;
+    int smCount;
+    int64_t sharedPerSm;
+  };
+  static constexpr Reference kReferences[] = {
+      {80, "A100", 108, 164 * 1024},     {86, "A10", 72, 100 * 1024},
+      {89, "L40S", 142, 100 * 1024},     {90, "H100 SXM / H200", 132, 228 * 1024},
+      {100, "B200", 148, 228 * 1024},    {120, "RTX 5090", 170, 100 * 1024},
+  };
+  for (const Reference& reference : kReferences) {
+    if (reference.computeCapability != target->computeCapability) continue;
+    DeviceFacts facts;
+    facts.targetName = target->name;
+    facts.deviceName = reference.name;
+    facts.warpgroupMma = target->hasWgmma;
+    facts.smCount = reference.smCount;
+    facts.sharedMemory = {reference.sharedPerSm, 1024, target->maxSharedBytesPerBlock};
+    return facts;
+  }
+  return support::Diagnostic{{}, "no reference device for " + target->name};
+}
+
+ScopedOpDeviceFacts::ScopedOpDeviceFacts(DeviceFacts facts)
+    : facts_(std::move(facts)), previous_(plannedDeviceFacts.exchange(&facts_, std::memory_order_acq_rel)) {}
+
+ScopedOpDeviceFacts::~ScopedOpDeviceFacts() { plannedDeviceFacts.store(previous_, std::memory_order_release); }
 
 }  // namespace attnjit::compiler

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -38,6 +39,7 @@ struct SharedMemoryLimits {
 struct DeviceFacts {
   support::Status target = support::Status::ok();  // deviceTarget's error, if it has none
   std::string targetName;                          // deviceTarget(ordinal) where it has one
+  std::string deviceName;                          // the driver's name, or the reference part's
   bool warpgroupMma = true;                        // the target runs dots on wgmma
   int smCount = 0;
   SharedMemoryLimits sharedMemory;
@@ -72,7 +74,30 @@ T& perDevice(int ordinal) {
 // (the ops make their stream's context current), else device 0.
 int opDeviceOrdinal();
 
-// deviceFacts(opDeviceOrdinal()).
+// deviceFacts(opDeviceOrdinal()), or the facts a ScopedOpDeviceFacts installed.
 const DeviceFacts& opDeviceFacts();
+
+// The facts of a typical device of `target` (sm_80: A100, sm_86: A10 / RTX 3090,
+// sm_89: L40S, sm_90/sm_90a: H100 / H200; sm_100a and sm_120: B200 and RTX 5090):
+// its warpgroup MMAs, SM count and shared-memory limits, so that the ops' choices
+// for a device can be planned and compiled on a machine without it. An error
+// naming the known targets for any other name.
+support::Expected<DeviceFacts> referenceDeviceFacts(const std::string& target);
+
+// While it lives, opDeviceFacts() answers `facts` on every thread, whatever
+// device is current: the ops plan for that device (attnjit plan --arch, the
+// warm-up's PTX-only compiles, tests); nested ones restore the outer one's
+// facts when they end, and they must end in reverse order. Not for calls that launch.
+class ScopedOpDeviceFacts {
+ public:
+  explicit ScopedOpDeviceFacts(DeviceFacts facts);
+  ~ScopedOpDeviceFacts();
+  ScopedOpDeviceFacts(const ScopedOpDeviceFacts&) = delete;
+  ScopedOpDeviceFacts& operator=(const ScopedOpDeviceFacts&) = delete;
+
+ private:
+  DeviceFacts facts_;
+  const DeviceFacts* previous_;
+};
 
 }  // namespace attnjit::compiler
