@@ -191,6 +191,22 @@ TEST_CASE("pipelined K/V tiles go from global to shared memory by cp.async", "[c
   compiler::CompiledKernel wideSm86 = compileAttention(wide, "sm_86");
   CHECK(countOf(wideSm86.ptx, "cp.async") == 0);
   CHECK(wideSm86.sharedMemoryBytes <= 99 * 1024);
+  // What no lowering gives up, the scratch area, can exceed a target too: 128
+  // query rows of D=512 stage a 128 KiB output tile. That is an error naming
+  // the bytes and the limit, not a kernel that could never launch.
+  compiler::UnifiedAttentionConfig tall;
+  tall.headSize = 512;
+  tall.blockMRows = 128;
+  tall.numWarps = 8;
+  tall.tileSize = 16;
+  auto tallKernel = compiler::buildUnifiedAttention(tall);
+  REQUIRE(tallKernel);
+  compiler::CompileOptions sm86;
+  sm86.target = "sm_86";
+  auto tallSm86 = compiler::compileKernel(**tallKernel, sm86);
+  REQUIRE_FALSE(tallSm86);
+  CHECK(tallSm86.diagnostic().message.find("131072 bytes of shared memory") != std::string::npos);
+  CHECK(tallSm86.diagnostic().message.find("sm_86 allows 101376") != std::string::npos);
   // Per-token-head rows (D + 4 bytes) are only 4-byte aligned: 4-byte copies
   // (.ca, the only kind below 16 bytes), K [128, 32] and V: 8 each per thread, twice.
   compiler::UnifiedAttentionConfig perTokenHead;

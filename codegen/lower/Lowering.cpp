@@ -579,12 +579,22 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
     if (!lowered) return lowered.status();
     attempt = std::move(*lowered);
     fitLog += std::string(choice.description) + ": " + std::to_string(attempt.sharedBytes) + " B of " +
-              std::to_string(options.target.maxSharedBytesPerBlock) + (attempt.fits ? ", fits\n" : ", too large\n");
+              std::to_string(options.target.maxSharedBytesPerBlock) +
+              (attempt.sharedBytes <= options.target.maxSharedBytesPerBlock ? ", fits\n" : ", too large\n");
     if (attempt.fits) break;
   }
   stages.run("fit-shared-memory", [] {});
   stages.printAfter("fit-shared-memory", [&] { return fitLog; });
   ATTNJIT_CHECK(attempt.fits, "codegen: a kernel without buffers of its own exceeds shared memory");
+  // What is left is the scratch area (staged output tiles, row statistics,
+  // pipelined tiles), which no lowering gives up: a kernel that needs more than
+  // the target allows could never launch.
+  if (attempt.sharedBytes > options.target.maxSharedBytesPerBlock)
+    return support::Diagnostic{{}, "the kernel needs " + std::to_string(attempt.sharedBytes) +
+                                       " bytes of shared memory per block even without buffers of its own; " +
+                                       options.target.name + " allows " +
+                                       std::to_string(options.target.maxSharedBytesPerBlock) +
+                                       " (fewer query rows or keys per tile need less)"};
 
   llvm::Module& module = *attempt.module;
   LoweringContext& ctx = *attempt.ctx;
