@@ -1345,6 +1345,36 @@ int UnifiedAttentionConfig::minimumBlockM() const {
 
 int UnifiedAttentionConfig::blockM() const { return blockMRows > 0 ? blockMRows : minimumBlockM(); }
 
+int64_t UnifiedAttentionConfig::estimatedSharedBytes(bool warpgroupMma) const {
+  // Tiles span the padded head sizes; sizes in half-bytes for int4's nibbles.
+  const int64_t keyColumns = headSizePadded(), valueColumns = valueHeadSizePadded();
+  const int64_t dtypeBytes = ir::storageBytes(dtype);
+  int64_t cacheHalfBytes = 2;  // fp8 and int8 values
+  if (kvCacheFormat == KvCacheFormat::Auto) cacheHalfBytes = 2 * dtypeBytes;
+  if (kvCacheFormat == KvCacheFormat::Int4PerTokenHead) cacheHalfBytes = 1;
+  const int64_t rows = blockM();
+  const int64_t stages = asyncCopy ? std::max(numStages, 2) : 0;
+  const int64_t slots = stages * tileSize * (keyColumns + valueColumns) * cacheHalfBytes / 2;
+  const int64_t operands = qInShared ? rows * keyColumns * dtypeBytes : 0;
+  // On wgmma, tall query tiles convert quantized tiles once into 16-bit tiles
+  // in shared memory (per stage); int4 does at head sizes above 64 only.
+  const bool quantized = kvCacheFormat != KvCacheFormat::Auto;
+  const bool sharedConversions = warpgroupMma && quantized && rows >= 64 &&
+                                 (kvCacheFormat != KvCacheFormat::Int4PerTokenHead || headSize > 64);
+  const int64_t conversions = sharedConversions ? stages * tileSize * (keyColumns + valueColumns) * 2 : 0;
+  // Scratch: the output tile's staging, or where warps split the keys (fewer
+  // 16-row m-tiles than warps) their P and row statistics; quantized tiles
+  // taller than one m-tile whose warps split the keys convert through one
+  // stage's worth of raw tiles.
+  const bool warpsSplitKeys = numWarps > rows / 16;
+  int64_t scratch = rows * std::max(valueColumns * dtypeBytes, warpsSplitKeys ? int64_t{tileSize} * 4 : 0);
+  if (quantized && warpsSplitKeys && rows > 16)
+    scratch = std::max(int64_t{tileSize} * (keyColumns + valueColumns), rows * valueColumns * 2) * cacheHalfBytes / 2;
+  // Without wgmma, tall query tiles stage a dequantized 16-bit V tile there.
+  if (quantized && !warpgroupMma && rows >= 64) scratch = std::max(scratch, int64_t{tileSize} * valueColumns * 2);
+  return slots + operands + conversions + scratch;
+}
+
 int UnifiedAttentionConfig::blockQ() const {
   const int perKv = numKvHeads < 1 ? 1 : std::max(1, queriesPerKv());
   return blockM() / perKv;

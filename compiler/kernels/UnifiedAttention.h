@@ -235,6 +235,16 @@ struct UnifiedAttentionConfig {
   // The non-causal right bound in force: j - p < rightWindow(), 0 = none.
   int rightWindow() const;
   int kvStrideDivisibility() const;
+  // The shared memory per block codegen plans for this kernel when its own
+  // buffers fit (its cp.async slots, Q kept in shared memory, the conversion
+  // buffers of quantized tiles, and the scratch area), estimated from the
+  // tiling without compiling, at or slightly above the planned bytes. Where a
+  // device's opt-in limit is below it, codegen gives the buffers up (copies
+  // through registers, which spill; codegen/lower/Lowering.cpp,
+  // fit-shared-memory): the op picks a smaller tiling instead. Held to codegen's
+  // plan by tests/test_op_tilings_ptxas.cpp. `warpgroupMma`: the target feeds
+  // wgmma (sm_90a), whose quantized tiles are dequantized into shared memory.
+  int64_t estimatedSharedBytes(bool warpgroupMma) const;
   // A stable name for the variant, e.g. "unified_attention_bf16_h32kv8_d128_bs16_causal"
   // ("_d192v128" for DiffKV).
   std::string kernelName() const;

@@ -65,7 +65,7 @@ int widestHeadSize(const UnifiedAttentionConfig& config) {
   return std::max(config.headSize, config.effectiveValueHeadSize());
 }
 
-UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
+UnifiedAttentionConfig ruleVariant(const PagedAttentionParams& p) {
   UnifiedAttentionConfig config;
   config.dtype = p.dtype;
   config.fp32Precision = p.fp32Precision;
@@ -174,6 +174,9 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
     } else {
       config.numWarps = 8;
       if (warpgroupMma && (sameDtypeCache ? widestHead <= 256 : quantizedOnWarpgroupMma)) config.tileSize = 64;
+      // Without wgmma (sm_80-sm_89), per-token-head and fp8 caches above D=128
+      // spill 250-840 bytes at 32 keys and 150-290 at 16 (ptxas sm_80; untimed).
+      if (!warpgroupMma && !sameDtypeCache && halfPrecision && widestHead > 128) config.tileSize = 16;
       // At D=128 over a 16-bit cache, producer warps issue the copies and the
       // compute warps keep 216 registers (codegen/lower/WarpSpecialization.cpp):
       // causal 0.756 -> 0.726 ms, and bidirectional calls on 128-key tiles with
@@ -239,6 +242,43 @@ UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) {
   }
   return config;
 }
+
+// The rules' tiling shrunk until codegen keeps its buffers (cp.async slots,
+// Q in shared memory, conversion buffers) within the device's shared memory
+// per block. The rules were measured on 227 KiB parts (H100, H200); sm_86,
+// sm_89 and sm_120 allow 99 KiB, sm_80 163. Without room for its slots codegen
+// copies the tiles through registers and the kernel spills hundreds of bytes
+// to kilobytes (ptxas, sm_89: 128-key decode tiles at D=128 640 bytes, 128-row
+// prefill at D=256 2 KB), the failure the spill budget of
+// tests/test_op_tilings_ptxas.cpp exists to catch. Fewer keys per tile first
+// (down to 16), then Q back in registers, then half the query rows. An unknown
+// device (no limits) keeps the rules' tiling.
+bool fitsSharedMemory(const UnifiedAttentionConfig& config) {
+  const compiler::DeviceFacts& device = compiler::opDeviceFacts();
+  const int64_t limit = device.sharedMemory.maxPerBlock;
+  return limit <= 0 || config.estimatedSharedBytes(device.warpgroupMma) <= limit;
+}
+
+UnifiedAttentionConfig fitSharedMemory(UnifiedAttentionConfig config) {
+  while (!fitsSharedMemory(config)) {
+    if (config.tileSize > 16) {
+      config.tileSize /= 2;
+    } else if (config.qInShared) {
+      config.qInShared = false;
+    } else if (config.blockMRows > 16) {
+      // The warps stay where the kernel takes them (split along the keys or
+      // columns): f32 at D=256 on 32 rows spills 728 bytes over 2 warps, none
+      // over 8 (ptxas, sm_89).
+      config.blockMRows /= 2;
+      if (!config.validate()) config.numWarps = std::max(1, std::min(config.numWarps, config.blockMRows / 16));
+    } else {
+      break;  // codegen gives the buffers up; nothing smaller to try
+    }
+  }
+  return config;
+}
+
+UnifiedAttentionConfig baseVariant(const PagedAttentionParams& p) { return fitSharedMemory(ruleVariant(p)); }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -485,13 +525,16 @@ PagedAttentionPlan heuristicPlan(const PagedAttentionParams& p) {
   if (!plan.config.validate() || !batchInRange(p)) return plan;
   plan.split = splitPlanFor(p, plan.config);
   plan.config.splitKv = plan.split.numSegments > 1;
-  if (latencyBound(p, plan)) {
+  UnifiedAttentionConfig wideTiles = plan.config;
+  wideTiles.tileSize = 128;
+  if (latencyBound(p, plan) && fitsSharedMemory(wideTiles)) {
     // One CTA per SM at most: each CTA's own time is the launch's, and 128-key
     // tiles halve its iterations: 1.07-1.32x on every such batch measured (B=16
     // ctx 512 0.0173 -> 0.0137 ms, B=4 ctx 2048 0.0215 -> 0.0178, B=1 ctx 4096
     // 0.0196 -> 0.0182; D=64, 96, f16, GQA 1; docs/perf-log.md 2026-12-04).
     // The segment count stays (it depends on the lengths, not the tile), their
-    // length in tiles halves.
+    // length in tiles halves. Where 128-key slots do not fit the device's shared
+    // memory, the rules' tiles stay (fitSharedMemory).
     plan.config.tileSize = 128;
     plan.split = splitPlanFor(p, plan.config);
     plan.config.splitKv = plan.split.numSegments > 1;
