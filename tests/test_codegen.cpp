@@ -1076,6 +1076,19 @@ TEST_CASE("attention with head sizes from 1 to 1024 compiles and assembles", "[c
       config.numWarps = blockMRows ? 8 : 4;
       config.tileSize = headSize > 256 ? 16 : 32;
       INFO(config.kernelName());
+      if (headSize == 1024 && blockMRows == 128) {
+        // 128 rows of 1024 bf16 columns stage a 256 KiB output tile: more
+        // than sm_90a's 227 KiB per block, an error rather than a kernel that
+        // could never launch (the op takes 16-row tiles at such head sizes).
+        auto kernel = compiler::buildUnifiedAttention(config);
+        REQUIRE(kernel);
+        compiler::CompileOptions options;
+        options.target = "sm_90a";
+        auto refused = compiler::compileKernel(**kernel, options);
+        REQUIRE_FALSE(refused);
+        CHECK(refused.diagnostic().message.find("262144 bytes of shared memory") != std::string::npos);
+        continue;
+      }
       const compiler::CompiledKernel compiled = compileAttention(config, "sm_90a");
       // A one-element head has no dot product to put on tensor cores.
       if (headSize > 1)
