@@ -52,6 +52,18 @@ inline compiler::CompiledKernel compileAttention(const compiler::UnifiedAttentio
   return compileBuilt(compiler::buildUnifiedAttention(config), target);
 }
 
+// The error compiling the unified attention kernel of `config` for `target`
+// reports; a kernel that builds must be the one refused.
+inline std::string compileAttentionError(const compiler::UnifiedAttentionConfig& config, const std::string& target) {
+  auto kernel = compiler::buildUnifiedAttention(config);
+  REQUIRE(kernel);
+  compiler::CompileOptions options;
+  options.target = target;
+  auto refused = compiler::compileKernel(**kernel, options);
+  REQUIRE_FALSE(refused);
+  return refused.diagnostic().message;
+}
+
 // `config` on the CPU interpreter (after the tile-IR passes with `afterPasses`)
 // against the float64 reference; a failure names the kernel, the batch and the
 // largest error.

@@ -6,9 +6,9 @@
 // compiled as it is (and a split-KV variant's reduce kernel with it).
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
