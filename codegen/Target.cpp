@@ -10,13 +10,13 @@ namespace {
 // Shared memory: sm_80/87/90/100 allow 227 KiB opt-in per block (sm_80: 163 KiB),
 // sm_86/89/120 allow 99 KiB.
 const std::vector<TargetInfo> kTargets = {
-    {"sm_80", 80, false, 70, true, true, false, false, 163 * 1024},
-    {"sm_86", 86, false, 71, true, true, false, false, 99 * 1024},
-    {"sm_89", 89, false, 78, true, true, true, false, 99 * 1024},
-    {"sm_90", 90, false, 78, true, true, true, false, 227 * 1024},
-    {"sm_90a", 90, true, 80, true, true, true, true, 227 * 1024},
-    {"sm_100a", 100, true, 86, true, true, true, false, 227 * 1024},
-    {"sm_120", 120, false, 87, true, true, true, false, 99 * 1024},
+    {"sm_80", 80, false, 70, true, true, false, false, 163 * 1024, false},
+    {"sm_86", 86, false, 71, true, true, false, false, 99 * 1024, false},
+    {"sm_89", 89, false, 78, true, true, true, false, 99 * 1024, false},
+    {"sm_90", 90, false, 78, true, true, true, false, 227 * 1024, true},
+    {"sm_90a", 90, true, 80, true, true, true, true, 227 * 1024, true},
+    {"sm_100a", 100, true, 86, true, true, true, false, 227 * 1024, true},
+    {"sm_120", 120, false, 87, true, true, true, false, 99 * 1024, true},
 };
 
 // LLVM 22's NVPTX backend knows PTX ISA features up to +ptx90 (see

@@ -22,6 +22,10 @@ struct TargetInfo {
   bool hasFp8Convert;      // cvt with e4m3/e5m2 (sm_89+)
   bool hasWgmma;           // wgmma.mma_async + TMA (sm_90a only)
   int maxSharedBytesPerBlock;  // opt-in maximum of dynamic shared memory
+  // griddepcontrol (sm_90+): a kernel launched as a programmatic dependent of
+  // the one before it in the stream starts while that one drains, and waits
+  // for it with griddepcontrol.wait before its first memory access.
+  bool hasGridDependencyControl;
 };
 
 // All targets, in ascending order.

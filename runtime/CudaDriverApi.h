@@ -176,6 +176,33 @@ using PfnTensorMapEncodeTiled = CUresult (*)(CUtensorMap* tensorMap, CUtensorMap
                                              CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
                                              CUtensorMapFloatOOBfill oobFill);
 
+// cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute), only
+// the attribute attnjit sets: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+// whose value is an int (programmaticStreamSerializationAllowed) at the start of
+// the 64-byte value union.
+enum CUlaunchAttributeID : int { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes in cuda.h");
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig is 56 bytes in cuda.h");
+// PFN_cuLaunchKernelEx_v11060.
+using PfnLaunchKernelEx = CUresult (*)(const CUlaunchConfig* config, CUfunction function, void** params,
+                                       void** extra);
+
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 enum CUstreamCaptureStatus : int {
   CU_STREAM_CAPTURE_STATUS_NONE = 0,
@@ -254,6 +281,7 @@ struct DriverApi {
   PfnMemcpyBatchAsync13 cuMemcpyBatchAsync13;  // v13000
   PfnMemcpyBatchAsync12 cuMemcpyBatchAsync12;  // v12080, used only without the 13.0 one
   PfnTensorMapEncodeTiled cuTensorMapEncodeTiled;  // v12000
+  PfnLaunchKernelEx cuLaunchKernelEx;              // v11060
 };
 
 }  // namespace attnjit::runtime::cuda

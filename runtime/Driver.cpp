@@ -125,6 +125,7 @@ LoadedDriver loadDriver(const char* libraryName) {
   resolveOptional("cuMemcpyBatchAsync", 13000, api.cuMemcpyBatchAsync13);
   if (api.cuMemcpyBatchAsync13 == nullptr) resolveOptional("cuMemcpyBatchAsync", 12080, api.cuMemcpyBatchAsync12);
   resolveOptional("cuTensorMapEncodeTiled", 12000, api.cuTensorMapEncodeTiled);
+  resolveOptional("cuLaunchKernelEx", 11060, api.cuLaunchKernelEx);
 
   CUresult result = api.cuInit(0);
   if (result != CUDA_SUCCESS) {

@@ -30,7 +30,8 @@ class DriverKernelLoader final : public KernelLoader {
   std::string toolchainIdentity() override {
     // Without a driver nothing is linked or loaded, so nothing reaches the disk either.
     auto version = driverVersion();
-    return version ? "cuda-driver " + std::to_string(*version) : std::string();
+    if (!version) return std::string();
+    return "cuda-driver " + std::to_string(*version) + (everyKernelWholeProgram() ? " whole-program" : "");
   }
 };
 

@@ -1,6 +1,8 @@
 #include "runtime/Module.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "runtime/DriverInternal.h"
 
@@ -77,8 +79,16 @@ bool isPtxModuleImage(std::span<const std::uint8_t> image) {
   return !elf && !image.empty() && image.back() == 0;
 }
 
+bool everyKernelWholeProgram() {
+  static const bool every = [] {
+    const char* value = std::getenv("ATTNJIT_WHOLE_PROGRAM");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return every;
+}
+
 support::Expected<std::vector<std::uint8_t>> moduleImageForPtx(std::string_view ptx, std::string_view ptxName) {
-  if (needsWholeProgramCompile(ptx)) return ptxModuleImage(ptx);
+  if (everyKernelWholeProgram() || needsWholeProgramCompile(ptx)) return ptxModuleImage(ptx);
   auto linked = linkPtx(ptx, LinkOptions{}, ptxName);
   if (!linked) return linked.status();
   return std::move(linked->cubin);
@@ -221,11 +231,29 @@ support::Status Function::launch(const LaunchConfig& config, void** params) cons
   }
   auto function = static_cast<CUfunction>(handle_);
   if (support::Status s = optInDynamicShared(api, function, name_, config.dynamicSharedBytes); !s) return s;
+  if (config.overlapPriorGrid && api.cuLaunchKernelEx != nullptr && programmaticLaunchEnabled()) {
+    CUlaunchAttribute overlap{};
+    overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    const CUlaunchConfig launchConfig{grid.x,  grid.y,  grid.z, block.x, block.y, block.z, config.dynamicSharedBytes,
+                                      static_cast<CUstream>(config.stream), &overlap, 1};
+    CUresult result = api.cuLaunchKernelEx(&launchConfig, function, params, nullptr);
+    if (result != CUDA_SUCCESS) return cudaCallError(api, result, "cuLaunchKernelEx of kernel " + name_);
+    return support::Status::ok();
+  }
   CUresult result = api.cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                        config.dynamicSharedBytes, static_cast<CUstream>(config.stream), params,
                                        nullptr);
   if (result != CUDA_SUCCESS) return cudaCallError(api, result, "cuLaunchKernel of kernel " + name_);
   return support::Status::ok();
+}
+
+bool programmaticLaunchEnabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("ATTNJIT_PROGRAMMATIC_LAUNCH");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
 }
 
 support::Expected<Module> Module::load(std::span<const std::uint8_t> image, std::string_view ptxName) {

@@ -51,8 +51,14 @@ bool isPtxModuleImage(std::span<const std::uint8_t> image);
 support::Expected<LinkedCubin> linkPtx(std::string_view ptx, const LinkOptions& options = {},
                               std::string_view ptxName = "kernel.ptx");
 
+// Whether ATTNJIT_WHOLE_PROGRAM=1 asks for every kernel's PTX to be compiled
+// whole-program, those without warpgroup MMAs too (read once; the disk cache
+// keys its images apart, KernelCache.cpp).
+bool everyKernelWholeProgram();
+
 // The module image for `ptx` on the current context's device: the PTX itself
-// where it needs a whole-program compile, else the cubin linkPtx makes.
+// where it needs a whole-program compile (or everyKernelWholeProgram), else the
+// cubin linkPtx makes.
 support::Expected<std::vector<std::uint8_t>> moduleImageForPtx(std::string_view ptx, std::string_view ptxName);
 
 struct Dim3 {
@@ -66,7 +72,19 @@ struct LaunchConfig {
   Dim3 block;
   unsigned dynamicSharedBytes = 0;
   StreamHandle stream = nullptr;  // null = the default stream
+  // Launch as a programmatic dependent of the kernel before it in the stream
+  // (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): the grid may be
+  // scheduled while that kernel drains, hiding the launch's latency. Only for a
+  // kernel that waits for its predecessor before its first memory access
+  // (griddepcontrol.wait: attnjit's kernels on targets with
+  // codegen::TargetInfo::hasGridDependencyControl). A plain launch where the
+  // driver has no cuLaunchKernelEx or ATTNJIT_PROGRAMMATIC_LAUNCH=0.
+  bool overlapPriorGrid = false;
 };
+
+// Whether LaunchConfig::overlapPriorGrid takes effect in this process: on unless
+// the environment sets ATTNJIT_PROGRAMMATIC_LAUNCH=0 (read once).
+bool programmaticLaunchEnabled();
 
 // What ptxas decided for one kernel (cuFuncGetAttribute).
 struct FunctionAttributes {

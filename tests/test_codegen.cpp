@@ -17,6 +17,7 @@
 #include "tests/test_attention_checks.h"
 #include "tests/test_paths.h"
 #include "tests/test_tools.h"
+#include "codegen/Target.h"
 #include "compiler/driver/CompileDriver.h"
 #include "compiler/driver/Jit.h"
 #include "compiler/spec/Spec.h"
@@ -131,6 +132,33 @@ TEST_CASE("attention variants compile to PTX with tensor cores and launch bounds
       // The optimized tile IR shows every layout decision.
       CHECK((compiled.tirOptimized.find("#mma") != std::string::npos) == (halfPrecision || tf32));
       CHECK(compiled.tirOptimized.find("#blocked") != std::string::npos);
+    }
+}
+
+TEST_CASE("kernels for sm_90 and newer wait for their stream predecessor before touching memory", "[codegen]") {
+  // griddepcontrol.wait makes a programmatic dependent launch safe
+  // (runtime::LaunchConfig::overlapPriorGrid); the trigger lets the next one start.
+  compiler::UnifiedAttentionConfig prefill;
+  prefill.blockMRows = 128;
+  prefill.numWarps = 8;
+  for (const codegen::TargetInfo& target : codegen::allTargets())
+    for (const compiler::UnifiedAttentionConfig& config : {compiler::UnifiedAttentionConfig{}, prefill}) {
+      INFO(config.kernelName() << " " << target.name);
+      const std::string ptx = compileAttention(config, target.name).ptx;
+      const size_t wait = ptx.find("griddepcontrol.wait;");
+      const size_t trigger = ptx.find("griddepcontrol.launch_dependents;");
+      if (!target.hasGridDependencyControl) {
+        CHECK(ptx.find("griddepcontrol") == std::string::npos);
+        continue;
+      }
+      REQUIRE(wait != std::string::npos);
+      CHECK(trigger > wait);
+      CHECK(trigger != std::string::npos);
+      CHECK(countOf(ptx, "griddepcontrol.wait") == 1);
+      for (const char* access : {"ld.global", "st.global", "cp.async", "ld.shared", "st.shared"}) {
+        INFO(access);
+        CHECK(ptx.find(access) > wait);
+      }
     }
 }
 

@@ -9,6 +9,7 @@
 #include "codegen/Codegen.h"
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SharedConversions.h"
 #include "codegen/lower/SharedOperands.h"
@@ -496,6 +497,16 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   ctx.threadId = entryBuilder.CreateIntrinsic(entryBuilder.getInt32Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {});
   ctx.laneId = entryBuilder.CreateAnd(ctx.threadId, 31, "lane");
   ctx.warpId = entryBuilder.CreateLShr(ctx.threadId, 5, "warp");
+  if (ctx.target.hasGridDependencyControl) {
+    // A launch as a programmatic dependent (runtime LaunchConfig::overlapPriorGrid)
+    // lets this grid start while the kernel before it in the stream drains; every
+    // CTA waits here, before any memory access, until that kernel completed and
+    // its writes are visible (outside such a launch the wait returns at once).
+    // The trigger then lets the next such launch start early in turn: it too
+    // waits for this grid's completion before reading anything.
+    InlinePtx(entryBuilder, "griddepcontrol.wait;").sideEffects().emitAll();
+    InlinePtx(entryBuilder, "griddepcontrol.launch_dependents;").sideEffects().emitAll();
+  }
   ctx.b.SetInsertPoint(start);
 
   stages.run("plan-async-copies", [&] { planAsyncCopies(ctx); });

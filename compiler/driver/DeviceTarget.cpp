@@ -41,6 +41,7 @@ DeviceFacts queryDeviceFacts(int ordinal) {
   }
   auto target = codegen::lookupTarget(name ? *name : "sm_90a");
   facts.warpgroupMma = target && target->hasWgmma;
+  facts.gridDependencyControl = name && target && target->hasGridDependencyControl;
   if (auto info = runtime::deviceInfo(ordinal)) {
     facts.deviceName = info->name;
     facts.smCount = info->multiprocessorCount;
@@ -90,6 +91,7 @@ support::Expected<DeviceFacts> referenceDeviceFacts(const std::string& targetNam
     facts.targetName = target->name;
     facts.deviceName = reference.name;
     facts.warpgroupMma = target->hasWgmma;
+    facts.gridDependencyControl = target->hasGridDependencyControl;
     facts.smCount = reference.smCount;
     facts.sharedMemory = {reference.sharedPerSm, 1024, target->maxSharedBytesPerBlock};
     return facts;

@@ -41,6 +41,7 @@ struct DeviceFacts {
   std::string targetName;                          // deviceTarget(ordinal) where it has one
   std::string deviceName;                          // the driver's name, or the reference part's
   bool warpgroupMma = true;                        // the target runs dots on wgmma
+  bool gridDependencyControl = false;              // its kernels wait for their predecessor (griddepcontrol)
   int smCount = 0;
   SharedMemoryLimits sharedMemory;
 };

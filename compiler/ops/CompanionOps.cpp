@@ -370,6 +370,7 @@ support::Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream)
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
   launch.stream = stream;
+  launch.overlapPriorGrid = ready->overlapsPriorGrid;
   std::vector<void*> pointers = call.arguments.driverPointers();
   if (call.recordArgument < 0) return ready->loaded->function.launch(launch, pointers.data());
   return runBoundsChecked(call.boundsContext, stream, [&](uint64_t record) {

@@ -309,6 +309,7 @@ support::Status launchPlanned(const MlaDecodeParams& p, const MlaDecodeConfig& c
   launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
   launch.stream = p.stream;
+  launch.overlapPriorGrid = ready->overlapsPriorGrid;
   if (support::Status s = ready->loaded->function.launch(launch, params); !s) return s;
   if (!config.splitKv) return support::Status::ok();
 

@@ -1055,6 +1055,7 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
         ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
   }
   launch.stream = p.stream;
+  launch.overlapPriorGrid = ready->overlapsPriorGrid;
   // Both stages; stage 1 is the checked kernel in checked mode.
   auto launchStages = [&](uint64_t record) -> support::Status {
     if (config.checkBounds) pointers[recordPointer] = record;

@@ -37,7 +37,9 @@ support::Expected<ReadyKernel> readyKernel(const std::string& name, const compil
       jit->numThreads, static_cast<unsigned>(jit->sharedMemoryBytes));
   if (!resident) return resident.status();
   std::lock_guard<std::mutex> lock(mutex);
-  return ready.try_emplace(key, ReadyKernel{jit->loaded, jit->numThreads, jit->sharedMemoryBytes, *resident})
+  return ready
+      .try_emplace(key, ReadyKernel{jit->loaded, jit->numThreads, jit->sharedMemoryBytes, *resident,
+                                    device.gridDependencyControl})
       .first->second;
 }
 

@@ -21,6 +21,10 @@ struct ReadyKernel {
   // CTAs of numThreads threads with sharedBytes of dynamic shared memory one SM
   // holds at once (registers and shared memory against the SM's limits).
   int residentCtasPerSm = 0;
+  // The kernel waits for the kernel before it in the stream (its target has
+  // grid dependency control), so it may be launched as a programmatic dependent
+  // (runtime::LaunchConfig::overlapPriorGrid).
+  bool overlapsPriorGrid = false;
 };
 
 // `name` must identify what `build` makes (a kernel name does: it spells every

@@ -34,6 +34,7 @@ support::Status launchReduceSegments(const ReduceSegmentsLaunch& r) {
   launch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
   launch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
   launch.stream = r.stream;
+  launch.overlapPriorGrid = reducer->overlapsPriorGrid;
   return reducer->loaded->function.launch(launch, params);
 }
 

@@ -233,6 +233,7 @@ support::Expected<bool> copyBlocksOnDevice(const SwapBlocksParams& p, int64_t sr
     launch.block = {static_cast<unsigned>(kernel->numThreads), 1, 1};
     launch.dynamicSharedBytes = static_cast<unsigned>(kernel->sharedBytes);
     launch.stream = p.stream;
+    launch.overlapPriorGrid = kernel->overlapsPriorGrid;
     // Parameters in the kernel's order (compiler/kernels/CopyBlocks.h).
     uint64_t src = p.src, dst = p.dst, mapping = *scratch + runs[r] * 2 * sizeof(int64_t);
     int64_t strideFrom = srcStride, strideTo = dstStride, blockBytes = p.blockBytes;
