@@ -152,6 +152,31 @@ TEST_CASE("reduce_segments matches the reference in every dtype with empty segme
     }
 }
 
+TEST_CASE("reduce_segments: rounds of segments add in index order whatever their size", "[reduce_segments]") {
+  // Pass 2 loads a round of segments before adding them one by one, so any
+  // round size gives the same bits; 19 segments leave partial last rounds.
+  ReduceSegmentsConfig config = configOf(ScalarKind::F32, 5, 72, /*outputLse=*/true);
+  CHECK(config.roundSegments() == 8);  // 8 heads × 128 padded columns: 8 values a thread per segment
+  config.numQueryHeads = 128;
+  config.headSize = 512;
+  CHECK(config.roundSegments() == 2);  // MLA's rows: 64 a thread
+  config = configOf(ScalarKind::F32, 5, 72, true);
+  std::vector<uint8_t> first;
+  for (int perRound : {1, 3, 0, 16}) {
+    config.segmentsPerRound = perRound;
+    INFO(config.kernelName());
+    auto problem = validation::ReduceSegmentsProblem::create(config, batch(19, 41));
+    REQUIRE(problem.isOk());
+    auto result = validation::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
+    checkResult(result, config.kernelName());
+    REQUIRE(result.isOk());
+    if (first.empty())
+      first = result->output;
+    else
+      CHECK(result->output == first);
+  }
+}
+
 TEST_CASE("reduce_segments: fp8 output, within e4m3's rounding and saturated at ±448", "[reduce_segments][fp8out]") {
   for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16})
     for (double outputScale : {1.0 / 256, 1.0 / 1024}) {  // the second saturates the larger outputs

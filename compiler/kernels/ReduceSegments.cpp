@@ -82,7 +82,6 @@ class ReduceSegmentsBuilder {
     const Type rowF32 = Type::tile({H}, Type::scalar(F32));
     Value* negInfRow = b_.constFloat(negInf, rowF32, "neg_inf_row");
     Value* zero = b_.constInt(0, Type::scalar(I32));
-    Value* one = b_.constInt(1, Type::scalar(I32));
 
     // Pass 1: the overall maximum, and the range of segments that saw a key,
     // kSegmentChunk segments per load (one load for the op's plans): a loop
@@ -124,21 +123,42 @@ class ReduceSegmentsBuilder {
     Value* sumEnd = maxResult[2];
     Value* sumStart = b_.min(maxResult[1], sumEnd, "sum_start");
 
-    // Pass 2: weighted sums.
-    auto sumLoop = b_.beginFor(sumStart, sumEnd, one,
-                               {b_.constFloat(0.0, rowF32), b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32)))},
-                               "segment", {"l", "acc"});
-    Value* row2 = b_.add(firstRow, b_.splat(b_.cast(sumLoop.inductionVar, I64), {H}), "segment_row");
-    Value* mSegment = b_.load(b_.addPtr(b_.splat(segmMax_, {H}), row2), headMask, negInfRow, "segment_max");
-    Value* lSegment =
-        b_.load(b_.addPtr(b_.splat(segmExpsum_, {H}), row2), headMask, b_.constFloat(0.0, rowF32), "segment_sum");
-    Value* weight = b_.unary(Opcode::Exp2, b_.sub(mSegment, mOverall), "weight");
-    Value* outputRow = b_.mul(row2, b_.splat(b_.i64(D), {H}));
-    Value* partial =
-        b_.load(b_.addPtr(b_.splat(segmOutput_, {H, D}), b_.add(asColumn(outputRow, D), asRow(offsD64, H))), mask,
-                b_.constFloat(0.0, Type::tile({H, D}, Type::scalar(F32))), "segment_output");
-    Value* lNew = b_.add(sumLoop.iterArgs[0], b_.mul(weight, lSegment), "l_new");
-    Value* accNew = b_.add(sumLoop.iterArgs[1], b_.mul(asColumn(weight, D), partial), "acc_new");
+    // Pass 2: weighted sums, a round of R segments per iteration. Their loads
+    // come first and depend on nothing the round adds, so the round waits for
+    // memory once, not once per segment (one CTA per 16 heads of a decode
+    // token walks all its segments); segments past the run load as weight 0
+    // and add exactly nothing. The adds keep the index order.
+    const int64_t R = config_.roundSegments();
+    const Type tileF32 = Type::tile({H, D}, Type::scalar(F32));
+    auto sumLoop = b_.beginFor(sumStart, sumEnd, b_.i32(R), {b_.constFloat(0.0, rowF32), b_.constFloat(0.0, tileF32)},
+                               "segment_round", {"l", "acc"});
+    struct Loaded {
+      Value *max, *sum, *output;
+    };
+    std::vector<Loaded> round;
+    for (int64_t r = 0; r < R; ++r) {
+      const std::string at = R == 1 ? "" : "_" + std::to_string(r);
+      Value* segmentIndex = r == 0 ? sumLoop.inductionVar : b_.add(sumLoop.inductionVar, b_.i32(r));
+      Value* inRun = b_.splat(b_.cmp(CmpPredicate::Lt, segmentIndex, sumEnd), {H}, "in_run" + at);
+      Value* rowMask = r == 0 ? headMask : b_.andOp(headMask, inRun, "segment_head_mask" + at);
+      Value* elementMask = r == 0 ? mask : b_.andOp(mask, asColumn(inRun, D), "segment_mask" + at);
+      Value* row2 = b_.add(firstRow, b_.splat(b_.cast(segmentIndex, I64), {H}), "segment_row" + at);
+      Value* outputRow = b_.mul(row2, b_.splat(b_.i64(D), {H}));
+      round.push_back(
+          {b_.load(b_.addPtr(b_.splat(segmMax_, {H}), row2), rowMask, negInfRow, "segment_max" + at),
+           b_.load(b_.addPtr(b_.splat(segmExpsum_, {H}), row2), rowMask, b_.constFloat(0.0, rowF32),
+                   "segment_sum" + at),
+           b_.load(b_.addPtr(b_.splat(segmOutput_, {H, D}), b_.add(asColumn(outputRow, D), asRow(offsD64, H))),
+                   elementMask, b_.constFloat(0.0, tileF32), "segment_output" + at)});
+    }
+    Value* lNew = sumLoop.iterArgs[0];
+    Value* accNew = sumLoop.iterArgs[1];
+    for (int64_t r = 0; r < R; ++r) {
+      const std::string at = R == 1 ? "" : "_" + std::to_string(r);
+      Value* weight = b_.unary(Opcode::Exp2, b_.sub(round[r].max, mOverall), "weight" + at);
+      lNew = b_.add(lNew, b_.mul(weight, round[r].sum), "l_new" + at);
+      accNew = b_.add(accNew, b_.mul(asColumn(weight, D), round[r].output), "acc_new" + at);
+    }
     std::vector<Value*> sums = b_.endFor({lNew, accNew}, {"l_final", "acc_final"});
 
     // A row no segment saw a key for (an empty MLA decode sequence) has l = 0 and
@@ -187,12 +207,19 @@ int ReduceSegmentsConfig::headSizePadded() const { return nextPowerOfTwo(headSiz
 
 int ReduceSegmentsConfig::headsPerProgram() const { return std::min(nextPowerOfTwo(numQueryHeads), 16); }
 
+int ReduceSegmentsConfig::roundSegments() const {
+  if (segmentsPerRound > 0) return segmentsPerRound;
+  const int64_t perThread = std::max<int64_t>(1, int64_t{headsPerProgram()} * headSizePadded() / (32 * numWarps));
+  return static_cast<int>(std::clamp<int64_t>(128 / perThread, 1, 8));
+}
+
 std::string ReduceSegmentsConfig::kernelName() const {
   std::string name = std::string("reduce_segments_") + ir::scalarName(dtype) + "_h" + std::to_string(numQueryHeads) +
                      "_d" + std::to_string(headSize);
   if (outputLse) name += lseTokenStride ? "_lse_strided" : "_lse";
   if (outputFp8) name += "_outfp8";
   if (numWarps != ReduceSegmentsConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
+  if (segmentsPerRound != 0) name += "_r" + std::to_string(segmentsPerRound);
   return name;
 }
 
@@ -205,6 +232,9 @@ support::Status ReduceSegmentsConfig::validate() const {
     return configError(headSizeOutOfRange("head_size", headSize));
   if (!isPowerOfTwo(numWarps) || numWarps > 16)
     return configError("num_warps (" + std::to_string(numWarps) + ") must be a power of two between 1 and 16");
+  if (segmentsPerRound < 0 || segmentsPerRound > 16)
+    return configError("segments_per_round (" + std::to_string(segmentsPerRound) +
+                       ") must be between 0 (chosen by the kernel) and 16");
   if (lseTokenStride && !outputLse)
     return configError("lse_token_stride describes the LSE output: it needs output_lse: true");
   return support::Status::ok();

@@ -7,8 +7,9 @@
 //   M = max_s m_s,  w_s = exp2(m_s - M),  out = Σ_s w_s·acc_s / Σ_s w_s·l_s
 //   lse = (M + log2 Σ_s w_s·l_s) · ln 2   (natural log, on request)
 //
-// Segments are visited in index order whatever their number, so a row's result
-// depends only on its own segments (the reduction order is fixed).
+// Segments are added in index order whatever their number (pass 2 loads a
+// round of them at a time, roundSegments(), and adds them one by one), so a
+// row's result depends only on its own segments (the reduction order is fixed).
 //
 // Scratch layouts (f32, contiguous): segm_output [tokens, Hq, num_segments,
 // HEAD_SIZE_PADDED], segm_max and segm_expsum [tokens, Hq, num_segments].
@@ -38,9 +39,14 @@ struct ReduceSegmentsConfig {
   // saturating, with output_scale an f32 in device memory (parameter output_scale).
   bool outputFp8 = false;
   int numWarps = 4;
+  // Segments pass 2 loads per round, before it adds them in index order: a
+  // round waits for memory once. 0 (auto): as many as keep the loaded rows
+  // within 128 f32 registers a thread, at most 8; 1 waits for each segment.
+  int segmentsPerRound = 0;
 
   int headSizePadded() const;
   int headsPerProgram() const;  // query heads per program: min(next_pow2(Hq), 16)
+  int roundSegments() const;    // segmentsPerRound, with auto resolved
   // e.g. "reduce_segments_bf16_h32_d128" (+ "_lse").
   std::string kernelName() const;
   support::Status validate() const;

@@ -228,19 +228,32 @@ support::Expected<std::vector<int>> SpecLoader::intList(const YAML::Node& value,
 template <typename Config>
 using FieldParser = std::function<support::Status(const YAML::Node&, Config&)>;
 
+// An integer from `minimum` (1: positive, 0: non-negative) to INT32_MAX.
 template <typename Config>
-FieldParser<Config> positiveField(const char* name, int Config::* member) {
-  return [name, member](const YAML::Node& node, Config& config) -> support::Status {
+FieldParser<Config> integerField(const char* name, int Config::* member, int minimum) {
+  return [name, member, minimum](const YAML::Node& node, Config& config) -> support::Status {
     if (isQuoted(node) || !parseDecimal(node.Scalar())) {
       std::string got = isQuoted(node) ? "the quoted string '" + support::excerpt(node.Scalar()) + "'" : "'" + support::excerpt(node.Scalar()) + "'";
       return support::Status::error({}, "'" + std::string(name) + "' must be an integer, got " + got);
     }
     int64_t value = *parseDecimal(node.Scalar());
-    if (value < 1 || value > std::numeric_limits<int32_t>::max())
-      return support::Status::error({}, "'" + std::string(name) + "' must be a positive integer, got " + node.Scalar());
+    if (value < minimum || value > std::numeric_limits<int32_t>::max())
+      return support::Status::error({}, "'" + std::string(name) + "' must be a " +
+                                            (minimum > 0 ? "positive" : "non-negative") + " integer, got " +
+                                            node.Scalar());
     config.*member = static_cast<int>(value);
     return support::Status::ok();
   };
+}
+
+template <typename Config>
+FieldParser<Config> positiveField(const char* name, int Config::* member) {
+  return integerField(name, member, 1);
+}
+
+template <typename Config>
+FieldParser<Config> nonNegativeField(const char* name, int Config::* member) {
+  return integerField(name, member, 0);
 }
 
 template <typename Config>
@@ -527,6 +540,7 @@ std::vector<ParamField<ReduceSegmentsConfig>> specFields() {
       {"lse_token_stride", false, boolField("lse_token_stride", &C::lseTokenStride)},
       {"output_fp8", false, boolField("output_fp8", &C::outputFp8)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
+      {"segments_per_round", false, nonNegativeField("segments_per_round", &C::segmentsPerRound)},
   };
 }
 
@@ -919,7 +933,8 @@ std::string formatSpecParams(const ReduceSegmentsConfig& config) {
          std::to_string(config.numQueryHeads) + " head_size=" + std::to_string(config.headSize) +
          " output_lse=" + (config.outputLse ? "true" : "false") +
          (config.lseTokenStride ? " lse_token_stride=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") +
-         " num_warps=" + std::to_string(config.numWarps);
+         " num_warps=" + std::to_string(config.numWarps) +
+         (config.segmentsPerRound != 0 ? " segments_per_round=" + std::to_string(config.segmentsPerRound) : "");
 }
 
 std::string formatSpecParams(const MlaDecodeConfig& config) {
