@@ -358,49 +358,28 @@ TEST_CASE("gpu: the kernel cache compiles once, then serves from memory and disk
 
 namespace {
 
-// Programmatic dependent launch (sm_90+): add_one triggers its dependents at
-// the start of every CTA, so a kernel launched after it with
-// LaunchConfig::overlapPriorGrid may be scheduled while add_one still writes;
-// double_after_wait waits for it with griddepcontrol.wait when `wait` != 0.
+// Programmatic dependent launch (sm_90+): dst[i] = src[i]·mul + add, after
+// griddepcontrol.wait when `wait` != 0, and triggering its dependents at the
+// start of every CTA when `trigger` != 0. Launched first to add one (with the
+// trigger), then as a programmatic dependent that doubles that output: a
+// dependent scheduled while the first still writes reads NaN without the wait.
 const char* const kDependentLaunchPtx = R"(
 .version 8.0
 .target sm_90
 .address_size 64
 
-.visible .entry add_one(.param .u64 src, .param .u64 dst, .param .u32 n)
+.visible .entry scale_add(.param .u64 src, .param .u64 dst, .param .u32 n, .param .f32 mul, .param .f32 add,
+                          .param .u32 wait, .param .u32 trigger)
 {
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<3>;
+    .reg .pred %p<4>;
+    .reg .b32 %r<8>;
+    .reg .f32 %f<5>;
     .reg .b64 %rd<7>;
+    ld.param.u32 %r7, [trigger];
+    setp.eq.u32 %p3, %r7, 0;
+    @%p3 bra WAIT;
     griddepcontrol.launch_dependents;
-    ld.param.u64 %rd1, [src];
-    ld.param.u64 %rd2, [dst];
-    ld.param.u32 %r1, [n];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r5, 4;
-    add.s64 %rd3, %rd3, %rd5;
-    add.s64 %rd6, %rd4, %rd5;
-    ld.global.f32 %f1, [%rd3];
-    add.rn.f32 %f2, %f1, 0f3F800000;
-    st.global.f32 [%rd6], %f2;
-DONE:
-    ret;
-}
-
-.visible .entry double_after_wait(.param .u64 src, .param .u64 dst, .param .u32 n, .param .u32 wait)
-{
-    .reg .pred %p<3>;
-    .reg .b32 %r<7>;
-    .reg .f32 %f<3>;
-    .reg .b64 %rd<7>;
+WAIT:
     ld.param.u32 %r6, [wait];
     setp.eq.u32 %p2, %r6, 0;
     @%p2 bra READ;
@@ -409,6 +388,8 @@ READ:
     ld.param.u64 %rd1, [src];
     ld.param.u64 %rd2, [dst];
     ld.param.u32 %r1, [n];
+    ld.param.f32 %f3, [mul];
+    ld.param.f32 %f4, [add];
     mov.u32 %r2, %ctaid.x;
     mov.u32 %r3, %ntid.x;
     mov.u32 %r4, %tid.x;
@@ -421,7 +402,7 @@ READ:
     add.s64 %rd3, %rd3, %rd5;
     add.s64 %rd6, %rd4, %rd5;
     ld.global.f32 %f1, [%rd3];
-    add.rn.f32 %f2, %f1, %f1;
+    fma.rn.f32 %f2, %f1, %f3, %f4;
     st.global.f32 [%rd6], %f2;
 DONE:
     ret;
@@ -441,11 +422,9 @@ TEST_CASE("gpu: a programmatic dependent launch waits for the kernel before it",
   auto module = Module::load(ptxModuleImage(kDependentLaunchPtx), "dependent_launch.ptx");
   INFO((module.isOk() ? std::string() : module.status().message()));
   REQUIRE(module.isOk());
-  auto addOne = module->function("add_one");
-  auto doubled = module->function("double_after_wait");
-  REQUIRE(addOne.isOk());
-  REQUIRE(doubled.isOk());
-  // 256 MiB a buffer: add_one runs for many waves, long enough that a dependent
+  auto scaleAdd = module->function("scale_add");
+  REQUIRE(scaleAdd.isOk());
+  // 256 MiB a buffer: the first launch runs for many waves, long enough that a dependent
   // started early would read what it has not written yet.
   const unsigned n = 64u << 20;
   const std::size_t bytes = std::size_t{n} * sizeof(float);
@@ -461,18 +440,19 @@ TEST_CASE("gpu: a programmatic dependent launch waits for the kernel before it",
   REQUIRE(stream.isOk());
   std::vector<float> output(n);
   for (unsigned wait : {1u, 0u}) {
-    REQUIRE(middle->fill(0xFF).isOk());  // NaN: a read before add_one's write cannot pass
+    REQUIRE(middle->fill(0xFF).isOk());  // NaN: a read before the first launch's write cannot pass
     REQUIRE(result->fill(0xFF).isOk());
-    unsigned count = n;
-    void* first[] = {source->kernelArgument(), middle->kernelArgument(), &count};
-    void* second[] = {middle->kernelArgument(), result->kernelArgument(), &count, &wait};
+    unsigned count = n, noWait = 0, trigger = 1, noTrigger = 0;
+    float one = 1.0f, two = 2.0f, zero = 0.0f;
+    void* first[] = {source->kernelArgument(), middle->kernelArgument(), &count, &one, &one, &noWait, &trigger};
+    void* second[] = {middle->kernelArgument(), result->kernelArgument(), &count, &two, &zero, &wait, &noTrigger};
     LaunchConfig config;
     config.block = {256, 1, 1};
     config.grid = {n / 256, 1, 1};
     config.stream = stream->handle();
-    REQUIRE(addOne->launch(config, first).isOk());
+    REQUIRE(scaleAdd->launch(config, first).isOk());
     config.overlapPriorGrid = true;
-    REQUIRE(doubled->launch(config, second).isOk());
+    REQUIRE(scaleAdd->launch(config, second).isOk());
     REQUIRE(synchronizeStream(stream->handle()).isOk());
     REQUIRE(result->copyToHost(output.data(), bytes).isOk());
     std::size_t wrong = 0;
@@ -480,7 +460,7 @@ TEST_CASE("gpu: a programmatic dependent launch waits for the kernel before it",
     if (wait == 1) {
       CHECK(wrong == 0);
     } else {
-      // Without the wait the dependent may overlap add_one: what it read early
+      // Without the wait the dependent may overlap the first launch: what it read early
       // shows whether the launch attribute took effect (printed, not asserted:
       // the overlap depends on scheduling).
       WARN("programmatic launch without griddepcontrol.wait: " << wrong << " of " << n << " elements read early"
