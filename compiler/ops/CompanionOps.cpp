@@ -365,12 +365,7 @@ support::Status launchPrepared(PreparedCall& call, runtime::StreamHandle stream)
   if (call.empty) return support::Status::ok();
   auto ready = readyKernel(call.kernelName, call.build);
   if (!ready) return ready.status();
-  runtime::LaunchConfig launch;
-  launch.grid = call.grid;
-  launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
-  launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
-  launch.stream = stream;
-  launch.overlapPriorGrid = ready->overlapsPriorGrid;
+  const runtime::LaunchConfig launch = ready->launchConfig(call.grid, stream);
   std::vector<void*> pointers = call.arguments.driverPointers();
   if (call.recordArgument < 0) return ready->loaded->function.launch(launch, pointers.data());
   return runBoundsChecked(call.boundsContext, stream, [&](uint64_t record) {

@@ -303,13 +303,9 @@ support::Status launchPlanned(const MlaDecodeParams& p, const MlaDecodeConfig& c
     params[numParams++] = &numSegments;
     params[numParams++] = &segmentTiles;
   }
-  runtime::LaunchConfig launch;
-  launch.grid = {static_cast<unsigned>(int64_t{p.numSeqs} * config.headBlocks()), 1,
-                 static_cast<unsigned>(plan.numSegments)};
-  launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
-  launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
-  launch.stream = p.stream;
-  launch.overlapPriorGrid = ready->overlapsPriorGrid;
+  const runtime::LaunchConfig launch = ready->launchConfig(
+      {static_cast<unsigned>(int64_t{p.numSeqs} * config.headBlocks()), 1, static_cast<unsigned>(plan.numSegments)},
+      p.stream);
   if (support::Status s = ready->loaded->function.launch(launch, params); !s) return s;
   if (!config.splitKv) return support::Status::ok();
 

@@ -1044,18 +1044,15 @@ support::Status launchPlanned(const PagedAttentionParams& p, const PagedAttentio
     params[numParams++] = &numTokens;
   }
 
-  runtime::LaunchConfig launch;
-  launch.grid = {static_cast<unsigned>(compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens)),
-                 static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)};
-  launch.block = {static_cast<unsigned>(ready->numThreads), 1, 1};
-  launch.dynamicSharedBytes = static_cast<unsigned>(ready->sharedBytes);
+  runtime::LaunchConfig launch =
+      ready->launchConfig({static_cast<unsigned>(compiler::unifiedAttentionGridX(config, p.numSeqs, p.numTokens)),
+                           static_cast<unsigned>(p.numKvHeads), static_cast<unsigned>(plan.numSegments)},
+                          p.stream);
   if (const int ctasPerSm = callPlan.ctasPerSm; ctasPerSm > 0) {
     const compiler::SharedMemoryLimits limits = compiler::opDeviceFacts().sharedMemory;
     launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytesForCtasPerSm(
         ready->sharedBytes, ctasPerSm, limits.perMultiprocessor, limits.reservedPerBlock, limits.maxPerBlock));
   }
-  launch.stream = p.stream;
-  launch.overlapPriorGrid = ready->overlapsPriorGrid;
   // Both stages; stage 1 is the checked kernel in checked mode.
   auto launchStages = [&](uint64_t record) -> support::Status {
     if (config.checkBounds) pointers[recordPointer] = record;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/driver/Jit.h"
+#include "runtime/Module.h"
 
 namespace attnjit::ops {
 
@@ -25,6 +26,18 @@ struct ReadyKernel {
   // grid dependency control), so it may be launched as a programmatic dependent
   // (runtime::LaunchConfig::overlapPriorGrid).
   bool overlapsPriorGrid = false;
+
+  // A launch of this kernel over `grid` on `stream`: its threads, its dynamic
+  // shared memory and, where it waits for its predecessor, the overlap with it.
+  runtime::LaunchConfig launchConfig(runtime::Dim3 grid, runtime::StreamHandle stream) const {
+    runtime::LaunchConfig launch;
+    launch.grid = grid;
+    launch.block = {static_cast<unsigned>(numThreads), 1, 1};
+    launch.dynamicSharedBytes = static_cast<unsigned>(sharedBytes);
+    launch.stream = stream;
+    launch.overlapPriorGrid = overlapsPriorGrid;
+    return launch;
+  }
 };
 
 // `name` must identify what `build` makes (a kernel name does: it spells every

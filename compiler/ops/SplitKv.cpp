@@ -29,13 +29,11 @@ support::Status launchReduceSegments(const ReduceSegmentsLaunch& r) {
   for (int i = 0; i < numPointers; ++i) params[n++] = &pointers[i];
   params[n++] = &numSegments;
   for (int i = 0; i < numStrides; ++i) params[n++] = &strides[i];
-  runtime::LaunchConfig launch;
-  launch.grid = {static_cast<unsigned>(r.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)), 1};
-  launch.block = {static_cast<unsigned>(reducer->numThreads), 1, 1};
-  launch.dynamicSharedBytes = static_cast<unsigned>(reducer->sharedBytes);
-  launch.stream = r.stream;
-  launch.overlapPriorGrid = reducer->overlapsPriorGrid;
-  return reducer->loaded->function.launch(launch, params);
+  return reducer->loaded->function.launch(
+      reducer->launchConfig(
+          {static_cast<unsigned>(r.numTokens), static_cast<unsigned>(compiler::reduceSegmentsGridY(reduce)), 1},
+          r.stream),
+      params);
 }
 
 }  // namespace attnjit::ops

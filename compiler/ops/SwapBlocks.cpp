@@ -227,13 +227,10 @@ support::Expected<bool> copyBlocksOnDevice(const SwapBlocksParams& p, int64_t sr
   // From pageable host memory the driver stages the mapping before returning.
   if (status) status = runtime::copyAsync(*scratch, reinterpret_cast<uint64_t>(p.blockMapping), mappingBytes, p.stream);
   for (size_t r = 0; status && r + 1 < runs.size(); ++r) {
-    runtime::LaunchConfig launch;
-    launch.grid = {static_cast<unsigned>(runs[r + 1] - runs[r]),
-                   static_cast<unsigned>(compiler::copyBlocksGridY(config, p.blockBytes)), 1};
-    launch.block = {static_cast<unsigned>(kernel->numThreads), 1, 1};
-    launch.dynamicSharedBytes = static_cast<unsigned>(kernel->sharedBytes);
-    launch.stream = p.stream;
-    launch.overlapPriorGrid = kernel->overlapsPriorGrid;
+    const runtime::LaunchConfig launch = kernel->launchConfig(
+        {static_cast<unsigned>(runs[r + 1] - runs[r]),
+         static_cast<unsigned>(compiler::copyBlocksGridY(config, p.blockBytes)), 1},
+        p.stream);
     // Parameters in the kernel's order (compiler/kernels/CopyBlocks.h).
     uint64_t src = p.src, dst = p.dst, mapping = *scratch + runs[r] * 2 * sizeof(int64_t);
     int64_t strideFrom = srcStride, strideTo = dstStride, blockBytes = p.blockBytes;
