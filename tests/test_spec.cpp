@@ -380,6 +380,26 @@ TEST_CASE("spec: parameters format back in spec spelling", "[spec]") {
   twoVariants("q_in_shared", &UnifiedAttentionConfig::qInShared, "_qs");
 }
 
+TEST_CASE("spec: lazy_rescale is the kernel's rule unless set, and a set value names the variant", "[spec]") {
+  auto spec = loadSpecText(kBaseSpec + "  lazy_rescale: [true, false]\n", "lazy.yaml");
+  INFO((spec ? std::string() : spec.diagnostic().str()));
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->variants.size() == 2);
+  auto unset = loadSpecText(kBaseSpec, "rule.yaml");
+  REQUIRE(unset.isOk());
+  const std::string& ruleName = unset->variants[0].name;
+  CHECK_FALSE(unset->variants[0].attention.lazyRescale.has_value());
+  CHECK(spec->variants[0].attention.lazyRescale == std::optional<bool>(true));
+  CHECK(spec->variants[0].name == ruleName + "_lazy");
+  CHECK(spec->variants[1].attention.lazyRescale == std::optional<bool>(false));
+  CHECK(spec->variants[1].name == ruleName + "_eager");
+  CHECK(attnjit::compiler::formatSpecParams(spec->variants[0].attention).ends_with(" lazy_rescale=true"));
+  CHECK(attnjit::compiler::formatSpecParams(unset->variants[0].attention).find("lazy_rescale") == std::string::npos);
+  auto bad = loadSpecText(kBaseSpec + "  lazy_rescale: sometimes\n", "bad.yaml");
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.diagnostic().str().find("'lazy_rescale' must be true or false, got 'sometimes'") != std::string::npos);
+}
+
 TEST_CASE("spec: family reduce_segments expands and formats its parameters", "[spec][reduce_segments]") {
   auto spec = loadSpecText(
       "family: reduce_segments\n"

@@ -872,7 +872,7 @@ void AttentionBuilder::buildSoftmaxState() {
   // rows per warp the branch costs more than the multiplies it skips (DiffKV
   // prefill, 16 rows per warp, and per-token-head decode ran slower with it;
   // docs/perf-log.md, 2026-11-30).
-  p_.lazyRescale = c_.prefillTiles() && c_.blockM / config_.numWarps >= 32;
+  p_.lazyRescale = config_.lazyRescale.value_or(c_.prefillTiles() && c_.blockM / config_.numWarps >= 32);
   p_.rescaleThresholdRow =
       p_.lazyRescale ? b_.constFloat(kRescaleThreshold, Type::tile({M}, f32()), "rescale_threshold") : nullptr;
   p_.zeroRow = b_.constFloat(0.0, Type::tile({M}, f32()), "zero_row");
@@ -1444,6 +1444,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
   if (warpSpecialize) name += pingPong ? "_wspp" : "_ws";
+  if (lazyRescale) name += *lazyRescale ? "_lazy" : "_eager";
   return name;
 }
 

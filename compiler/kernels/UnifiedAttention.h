@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "compiler/kernels/Fp32Precision.h"
@@ -100,6 +101,12 @@ struct UnifiedAttentionConfig {
   // 3's ping-pong), so that one's softmax runs under the other's MMAs.
   // Needs warpSpecialize. Same results.
   bool pingPong = false;
+  // Lazy rescaling (FlashAttention-4's): the running maximum is a reference
+  // that moves only when a tile's row maximum passes it by more than 8 (log2
+  // units), so the accumulator's rescale is branched around on most tiles.
+  // Unset: the kernel's rule (buildSoftmaxState says where it pays). Same
+  // results up to the rounding of P.
+  std::optional<bool> lazyRescale;
 
   // Optional score modifiers of vLLM's kernel_unified_attention_2d, each off by
   // default (the default kernel is unchanged). Scores below are in vLLM's units,

@@ -281,6 +281,19 @@ FieldParser<Config> boolField(const char* name, bool Config::* member) {
   };
 }
 
+// A boolean whose absence leaves the choice to the kernel's rule.
+template <typename Config>
+FieldParser<Config> optionalBoolField(const char* name, std::optional<bool> Config::* member) {
+  return [name, member](const YAML::Node& node, Config& config) -> support::Status {
+    std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
+    if (!value)
+      return support::Status::error({},
+                                    "'" + std::string(name) + "' must be true or false, got '" + support::excerpt(node.Scalar()) + "'");
+    config.*member = *value;
+    return support::Status::ok();
+  };
+}
+
 // vLLM's kv_cache_dtype spellings (compiler/kernels/KvCacheFormat.h).
 template <typename Config>
 FieldParser<Config> cacheFormatField(KvCacheFormat Config::* member) {
@@ -395,6 +408,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"overlap_softmax", false, boolField("overlap_softmax", &C::overlapSoftmax)},
       {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
+      {"lazy_rescale", false, optionalBoolField("lazy_rescale", &C::lazyRescale)},
       {"sliding_window", false, slidingWindowField<C>()},
       {"sliding_window_right", false, slidingWindowRightField<C>()},
       {"attention_chunk_size", false, positiveField("attention_chunk_size", &C::attentionChunkSize)},
@@ -852,6 +866,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
          (config.warpSpecialize ? " warp_specialize=true" : "") + (config.pingPong ? " ping_pong=true" : "") +
+         (config.lazyRescale ? std::string(" lazy_rescale=") + (*config.lazyRescale ? "true" : "false") : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.slidingWindowRight != 0 ? " sliding_window_right=" + std::to_string(config.slidingWindowRight)
                                          : std::string()) +
