@@ -177,6 +177,32 @@ TEST_CASE("reduce_segments: rounds of segments add in index order whatever their
   }
 }
 
+TEST_CASE("reduce_segments: any number of heads a program gives the same bits", "[reduce_segments]") {
+  // 5 heads: programs of 2 and 4 heads leave masked heads in the last one.
+  ReduceSegmentsConfig config = configOf(ScalarKind::BF16, 5, 72, /*outputLse=*/true);
+  CHECK(config.headsPerProgram() == 8);
+  CHECK(compiler::reduceSegmentsGridY(config) == 1);
+  std::vector<uint8_t> first;
+  for (int heads : {0, 1, 2, 4, 16}) {
+    config.programHeads = heads;
+    INFO(config.kernelName());
+    CHECK(compiler::reduceSegmentsGridY(config) == (heads == 0 ? 1 : (5 + heads - 1) / heads));
+    auto problem = validation::ReduceSegmentsProblem::create(config, batch(11, 43));
+    REQUIRE(problem.isOk());
+    auto result = validation::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
+    checkResult(result, config.kernelName());
+    REQUIRE(result.isOk());
+    if (first.empty())
+      first = result->output;
+    else
+      CHECK(result->output == first);
+  }
+  config.programHeads = 1;
+  CHECK(config.kernelName().ends_with("_hp1"));
+  config.programHeads = 32;
+  CHECK_FALSE(config.validate().isOk());
+}
+
 TEST_CASE("reduce_segments: fp8 output, within e4m3's rounding and saturated at ±448", "[reduce_segments][fp8out]") {
   for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16})
     for (double outputScale : {1.0 / 256, 1.0 / 1024}) {  // the second saturates the larger outputs

@@ -466,12 +466,15 @@ TEST_CASE("spec: reduce_segments errors are located and name the field", "[spec]
       {"near-miss field", with("num_query_heads", "num_query_head"), 4, 3,
        "unknown field 'num_query_head' in 'params' of family reduce_segments; did you mean 'num_query_heads'? (known "
        "fields: dtype, num_query_heads, head_size, output_lse, lse_token_stride, output_fp8, num_warps, "
-       "segments_per_round)"},
+       "segments_per_round, heads_per_program)"},
       {"negative segments per round", base + "  segments_per_round: -1\n", 7, 23,
        "'segments_per_round' must be a non-negative integer, got -1"},
       {"too many segments per round", base + "  segments_per_round: 17\n", 7, 23,
        "invalid variant (dtype=bf16 num_query_heads=32 head_size=128 output_lse=false segments_per_round=17): "
        "segments_per_round (17) must be between 0 (chosen by the kernel) and 16"},
+      {"heads per program not a power of two", base + "  heads_per_program: 3\n", 7, 22,
+       "invalid variant (dtype=bf16 num_query_heads=32 head_size=128 output_lse=false heads_per_program=3): "
+       "heads_per_program (3) must be 0 (chosen by the kernel) or a power of two up to 16"},
       {"missing head size", with("  head_size: 128\n", ""), 2, 1, "missing required field 'head_size' in 'params'"},
       {"unsupported dtype", with("dtype: bf16", "dtype: f8"), 3, 10,
        "'dtype' must be one of f32, f16, bf16 (also fp32/float32, fp16/float16, bfloat16), got 'f8'"},

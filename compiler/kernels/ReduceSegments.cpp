@@ -205,7 +205,9 @@ class ReduceSegmentsBuilder {
 
 int ReduceSegmentsConfig::headSizePadded() const { return nextPowerOfTwo(headSize); }
 
-int ReduceSegmentsConfig::headsPerProgram() const { return std::min(nextPowerOfTwo(numQueryHeads), 16); }
+int ReduceSegmentsConfig::headsPerProgram() const {
+  return programHeads > 0 ? programHeads : std::min(nextPowerOfTwo(numQueryHeads), 16);
+}
 
 int ReduceSegmentsConfig::roundSegments() const {
   if (segmentsPerRound > 0) return segmentsPerRound;
@@ -220,6 +222,7 @@ std::string ReduceSegmentsConfig::kernelName() const {
   if (outputFp8) name += "_outfp8";
   if (numWarps != ReduceSegmentsConfig{}.numWarps) name += "_w" + std::to_string(numWarps);
   if (segmentsPerRound != 0) name += "_r" + std::to_string(segmentsPerRound);
+  if (programHeads != 0) name += "_hp" + std::to_string(programHeads);
   return name;
 }
 
@@ -235,6 +238,9 @@ support::Status ReduceSegmentsConfig::validate() const {
   if (segmentsPerRound < 0 || segmentsPerRound > 16)
     return configError("segments_per_round (" + std::to_string(segmentsPerRound) +
                        ") must be between 0 (chosen by the kernel) and 16");
+  if (programHeads != 0 && (!isPowerOfTwo(programHeads) || programHeads > 16))
+    return configError("heads_per_program (" + std::to_string(programHeads) +
+                       ") must be 0 (chosen by the kernel) or a power of two up to 16");
   if (lseTokenStride && !outputLse)
     return configError("lse_token_stride describes the LSE output: it needs output_lse: true");
   return support::Status::ok();

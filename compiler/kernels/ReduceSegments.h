@@ -43,9 +43,14 @@ struct ReduceSegmentsConfig {
   // round waits for memory once. 0 (auto): as many as keep the loaded rows
   // within 128 f32 registers a thread, at most 8; 1 waits for each segment.
   int segmentsPerRound = 0;
+  // Query heads each program combines: 0 (auto) min(next_pow2(Hq), 16), else
+  // a power of two up to 16. Fewer heads a program make more programs: a
+  // decode batch of one token has ceil(Hq / 16) of them otherwise, each
+  // reading every segment of 16 heads.
+  int programHeads = 0;
 
   int headSizePadded() const;
-  int headsPerProgram() const;  // query heads per program: min(next_pow2(Hq), 16)
+  int headsPerProgram() const;  // programHeads, with auto resolved
   int roundSegments() const;    // segmentsPerRound, with auto resolved
   // e.g. "reduce_segments_bf16_h32_d128" (+ "_lse").
   std::string kernelName() const;

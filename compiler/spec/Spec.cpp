@@ -555,6 +555,7 @@ std::vector<ParamField<ReduceSegmentsConfig>> specFields() {
       {"output_fp8", false, boolField("output_fp8", &C::outputFp8)},
       {"num_warps", false, positiveField("num_warps", &C::numWarps)},
       {"segments_per_round", false, nonNegativeField("segments_per_round", &C::segmentsPerRound)},
+      {"heads_per_program", false, nonNegativeField("heads_per_program", &C::programHeads)},
   };
 }
 
@@ -949,7 +950,8 @@ std::string formatSpecParams(const ReduceSegmentsConfig& config) {
          " output_lse=" + (config.outputLse ? "true" : "false") +
          (config.lseTokenStride ? " lse_token_stride=true" : "") + (config.outputFp8 ? " output_fp8=true" : "") +
          " num_warps=" + std::to_string(config.numWarps) +
-         (config.segmentsPerRound != 0 ? " segments_per_round=" + std::to_string(config.segmentsPerRound) : "");
+         (config.segmentsPerRound != 0 ? " segments_per_round=" + std::to_string(config.segmentsPerRound) : "") +
+         (config.programHeads != 0 ? " heads_per_program=" + std::to_string(config.programHeads) : "");
 }
 
 std::string formatSpecParams(const MlaDecodeConfig& config) {
