@@ -139,6 +139,6 @@ std::string llvmVersion();
 // a different lowering generated. Bump it with any change to the PTX generated
 // for the same tile IR (lowering, instruction selection, LLVM pipeline or
 // backend settings); changes that leave that PTX byte-identical need no bump.
-inline constexpr int kCodegenRevision = 20;
+inline constexpr int kCodegenRevision = 21;
 
 }  // namespace attnjit::codegen

@@ -4,7 +4,9 @@
 // for the device's sm_90a and so run these kernels).
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,6 +156,38 @@ TEST_CASE("dots that wgmma cannot take stay on mma.sync on sm_90a", "[codegen][w
   const std::string padded = compilePtx(prefill(80, 32, 4, true), "sm_90a");
   CHECK(countOf(padded, "wgmma.mma_async") == 2 * (5 * 2 + 2 * 2));
   tests::checkAssembles(padded, "sm_90a");
+}
+
+TEST_CASE("a row maximum combines a thread's registers as a tree, not a chain", "[codegen][wgmma]") {
+  // 64-key tiles on wgmma: each thread holds 16 scores of each of its two
+  // rows. The softmax's exponentials wait for the row maximum, so the depth
+  // of its max instructions before the first shuffle is on every tile's
+  // critical path: log2(16) = 4 as a tree, 15 as a chain.
+  const std::string ptx = compilePtx(prefill(128, 64, 8, false), "sm_90a");
+  const size_t first = ptx.find("max.NaN.f32");
+  REQUIRE(first != std::string::npos);
+  const size_t shuffle = ptx.find("shfl.sync", first);
+  REQUIRE(shuffle != std::string::npos);
+  std::map<std::string, int> depth;  // register -> max instructions it waits for
+  int deepest = 0, instructions = 0;
+  std::istringstream lines(ptx.substr(first, shuffle - first));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("max.NaN.f32") == std::string::npos) continue;
+    std::istringstream fields(line.substr(line.find("max.NaN.f32") + 11));
+    std::string result, x, y;
+    fields >> result >> x >> y;
+    auto operandDepth = [&](std::string name) {
+      while (!name.empty() && (name.back() == ',' || name.back() == ';')) name.pop_back();
+      auto it = depth.find(name);
+      return it == depth.end() ? 0 : it->second;
+    };
+    result.pop_back();  // the comma
+    depth[result] = 1 + std::max(operandDepth(x), operandDepth(y));
+    deepest = std::max(deepest, depth[result]);
+    ++instructions;
+  }
+  CHECK(instructions == 30);  // 15 per row
+  CHECK(deepest == 4);
 }
 
 TEST_CASE("overlap_softmax issues P·V with the next tile's Q·Kᵀ and waits for it after the softmax", "[codegen][wgmma]") {

@@ -7,6 +7,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <map>
+#include <vector>
 
 #include "codegen/lower/LoweringContext.h"
 
@@ -68,16 +69,29 @@ void lowerReduce(LoweringContext& ctx, const Operation& op) {
     return isF ? b.CreateFPTrunc(v, resultType) : b.CreateTrunc(v, resultType);
   };
 
-  // 1. Within the thread: one partial per coordinate with the axis zeroed.
-  std::map<Coord, llvm::Value*> partial;
+  // 1. Within the thread: one partial per coordinate with the axis zeroed,
+  // combined as a balanced tree over the registers in order, so that the chain
+  // of dependent instructions is log2 of their count, not the count (the
+  // softmax's row maximum waits for it: 16 registers a row in a 64-key
+  // warpgroup tile).
+  std::map<Coord, std::vector<llvm::Value*>> operands;
   std::map<Coord, int64_t> representative;
   for (int64_t r = 0; r < layout.numRegisters(); ++r) {
     Coord key = layout.registerCoord(static_cast<uint64_t>(r));
     key[axis] = 0;
-    llvm::Value* v = widen(in.regs[static_cast<size_t>(r)]);
-    auto [it, inserted] = partial.emplace(key, v);
+    auto [it, inserted] = operands.try_emplace(key);
     if (inserted) representative[key] = r;
-    else it->second = combine(b, it->second, v);
+    it->second.push_back(widen(in.regs[static_cast<size_t>(r)]));
+  }
+  std::map<Coord, llvm::Value*> partial;
+  for (auto& [key, values] : operands) {
+    while (values.size() > 1) {
+      std::vector<llvm::Value*> next;
+      for (size_t i = 0; i + 1 < values.size(); i += 2) next.push_back(combine(b, values[i], values[i + 1]));
+      if (values.size() % 2) next.push_back(values.back());
+      values = std::move(next);
+    }
+    partial.emplace(key, values[0]);
   }
   // 2. Across lanes.
   for (size_t i = 0; i < layout.lane.size(); ++i)
