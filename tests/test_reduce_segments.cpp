@@ -152,6 +152,22 @@ TEST_CASE("reduce_segments matches the reference in every dtype with empty segme
     }
 }
 
+namespace {
+
+// Runs config on the interpreter (checked against float64) and returns its
+// output bytes, for tests that require the same bits across kernel knobs.
+std::vector<uint8_t> interpretedOutput(const ReduceSegmentsConfig& config, const BatchShape& shape) {
+  INFO(config.kernelName());
+  auto problem = validation::ReduceSegmentsProblem::create(config, shape);
+  REQUIRE(problem.isOk());
+  auto result = validation::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
+  checkResult(result, config.kernelName());
+  REQUIRE(result.isOk());
+  return result->output;
+}
+
+}  // namespace
+
 TEST_CASE("reduce_segments: rounds of segments add in index order whatever their size", "[reduce_segments]") {
   // Pass 2 loads a round of segments before adding them one by one, so any
   // round size gives the same bits; 19 segments leave partial last rounds.
@@ -161,19 +177,10 @@ TEST_CASE("reduce_segments: rounds of segments add in index order whatever their
   config.headSize = 512;
   CHECK(config.roundSegments() == 2);  // MLA's rows: 64 a thread
   config = configOf(ScalarKind::F32, 5, 72, true);
-  std::vector<uint8_t> first;
-  for (int perRound : {1, 3, 0, 16}) {
+  const std::vector<uint8_t> first = interpretedOutput(config, batch(19, 41));
+  for (int perRound : {1, 3, 16}) {
     config.segmentsPerRound = perRound;
-    INFO(config.kernelName());
-    auto problem = validation::ReduceSegmentsProblem::create(config, batch(19, 41));
-    REQUIRE(problem.isOk());
-    auto result = validation::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
-    checkResult(result, config.kernelName());
-    REQUIRE(result.isOk());
-    if (first.empty())
-      first = result->output;
-    else
-      CHECK(result->output == first);
+    CHECK(interpretedOutput(config, batch(19, 41)) == first);
   }
 }
 
@@ -182,20 +189,11 @@ TEST_CASE("reduce_segments: any number of heads a program gives the same bits", 
   ReduceSegmentsConfig config = configOf(ScalarKind::BF16, 5, 72, /*outputLse=*/true);
   CHECK(config.headsPerProgram() == 8);
   CHECK(compiler::reduceSegmentsGridY(config) == 1);
-  std::vector<uint8_t> first;
-  for (int heads : {0, 1, 2, 4, 16}) {
+  const std::vector<uint8_t> first = interpretedOutput(config, batch(11, 43));
+  for (int heads : {1, 2, 4, 16}) {
     config.programHeads = heads;
-    INFO(config.kernelName());
-    CHECK(compiler::reduceSegmentsGridY(config) == (heads == 0 ? 1 : (5 + heads - 1) / heads));
-    auto problem = validation::ReduceSegmentsProblem::create(config, batch(11, 43));
-    REQUIRE(problem.isOk());
-    auto result = validation::runProblemInterpreted([&] { return compiler::buildReduceSegments(config); }, **problem);
-    checkResult(result, config.kernelName());
-    REQUIRE(result.isOk());
-    if (first.empty())
-      first = result->output;
-    else
-      CHECK(result->output == first);
+    CHECK(compiler::reduceSegmentsGridY(config) == (5 + heads - 1) / heads);
+    CHECK(interpretedOutput(config, batch(11, 43)) == first);
   }
   config.programHeads = 1;
   CHECK(config.kernelName().ends_with("_hp1"));

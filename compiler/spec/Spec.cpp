@@ -269,21 +269,10 @@ FieldParser<Config> dtypeField() {
   };
 }
 
-template <typename Config>
-FieldParser<Config> boolField(const char* name, bool Config::* member) {
-  return [name, member](const YAML::Node& node, Config& config) -> support::Status {
-    std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
-    if (!value)
-      return support::Status::error({},
-                                    "'" + std::string(name) + "' must be true or false, got '" + support::excerpt(node.Scalar()) + "'");
-    config.*member = *value;
-    return support::Status::ok();
-  };
-}
-
-// A boolean whose absence leaves the choice to the kernel's rule.
-template <typename Config>
-FieldParser<Config> optionalBoolField(const char* name, std::optional<bool> Config::* member) {
+// A boolean field; a std::optional<bool> member stays unset (the kernel's
+// rule) unless the spec names it.
+template <typename Config, typename Member>
+FieldParser<Config> boolField(const char* name, Member Config::* member) {
   return [name, member](const YAML::Node& node, Config& config) -> support::Status {
     std::optional<bool> value = isQuoted(node) ? std::nullopt : parseBool(node.Scalar());
     if (!value)
@@ -408,7 +397,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"overlap_softmax", false, boolField("overlap_softmax", &C::overlapSoftmax)},
       {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
-      {"lazy_rescale", false, optionalBoolField("lazy_rescale", &C::lazyRescale)},
+      {"lazy_rescale", false, boolField("lazy_rescale", &C::lazyRescale)},
       {"sliding_window", false, slidingWindowField<C>()},
       {"sliding_window_right", false, slidingWindowRightField<C>()},
       {"attention_chunk_size", false, positiveField("attention_chunk_size", &C::attentionChunkSize)},
