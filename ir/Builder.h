@@ -55,6 +55,8 @@ class Builder {
   Value* andOp(Value* a, Value* b, std::string name = {}) { return binary(Opcode::And, a, b, std::move(name)); }
   Value* orOp(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Or, a, b, std::move(name)); }
   Value* unary(Opcode op, Value* a, std::string name = {});
+  // cluster_reduce_max / cluster_reduce_sum of a tile across the programs of a cluster.
+  Value* clusterReduce(Opcode op, Value* tile, std::string name = {}) { return unary(op, tile, std::move(name)); }
   Value* cmp(CmpPredicate pred, Value* a, Value* b, std::string name = {});
   Value* select(Value* cond, Value* a, Value* b, std::string name = {});
   Value* cast(Value* v, ScalarKind to, std::string name = {});

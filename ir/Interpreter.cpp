@@ -4,11 +4,14 @@
 
 #include <chrono>
 #include <limits>
+#include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
 #include "ir/InterpreterProgram.h"
+#include "ir/KernelAttributes.h"
 #include "ir/Numeric.h"
 #include "ir/Verifier.h"
 
@@ -101,6 +104,11 @@ support::Status checkGrid(const Kernel& kernel, LaunchGrid grid) {
                                                   std::to_string(axis) + " of kernel '" + kernel.name() +
                                                   "' is out of range [0, 2^31)");
   }
+  const int64_t clusterSize = kernelAttribute(kernel, KernelAttribute::ClusterSize);
+  if (grid.z % clusterSize != 0)
+    return support::Status::error(kernel.location(), "grid extent " + std::to_string(grid.z) + " along axis 2 of kernel '" +
+                                                         kernel.name() + "' is not a multiple of its cluster_size (" +
+                                                         std::to_string(clusterSize) + ")");
   return support::Status::ok();
 }
 
@@ -209,12 +217,39 @@ support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std
                                                 std::to_string(args.size()));
 
   const CompiledKernel plan = PlanBuilder().build(kernel);
-  ProgramContext ctx(kernel, plan, grid, memory);
-  const CompiledBlock& body = plan.blocks[0];
-  for (size_t i = 0; i < args.size(); ++i) {
-    support::Status bound = bindArgument(kernel, i, args[i], ctx.slot(body.arguments[i]));
-    if (!bound.isOk()) return bound;
+  // One context per program of a cluster (one outside clusters), its arguments bound.
+  const int clusterSize = static_cast<int>(kernelAttribute(kernel, KernelAttribute::ClusterSize));
+  std::vector<std::unique_ptr<ProgramContext>> contexts;
+  for (int rank = 0; rank < clusterSize; ++rank) {
+    contexts.push_back(std::make_unique<ProgramContext>(kernel, plan, grid, memory));
+    const CompiledBlock& body = plan.blocks[0];
+    for (size_t i = 0; i < args.size(); ++i) {
+      support::Status bound = bindArgument(kernel, i, args[i], contexts.back()->slot(body.arguments[i]));
+      if (!bound.isOk()) return bound;
+    }
   }
+  ProgramContext& ctx = *contexts[0];
+  // A cluster's programs run together, each on a thread of its own, and meet at
+  // its cluster_reduce_* ops; the first program to fail (or to find that the
+  // others cannot meet it) gives the error.
+  const auto runCluster = [&](int64_t x, int64_t y, int64_t firstZ) -> support::Status {
+    ClusterExchange exchange(clusterSize);
+    std::vector<support::Status> statuses(static_cast<size_t>(clusterSize));
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < clusterSize; ++rank)
+      threads.emplace_back([&, rank] {
+        ProgramContext& program = *contexts[static_cast<size_t>(rank)];
+        program.setProgramId(x, y, firstZ + rank);
+        program.setCluster(&exchange, rank);
+        statuses[static_cast<size_t>(rank)] = program.runBlock(0);
+        exchange.finish(rank, !statuses[static_cast<size_t>(rank)].isOk());
+      });
+    for (std::thread& thread : threads) thread.join();
+    if (exchange.causeRank() >= 0) return statuses[static_cast<size_t>(exchange.causeRank())];
+    for (const support::Status& status : statuses)
+      if (!status.isOk()) return status;
+    return support::Status::ok();
+  };
   const InterpreterProgressScope::Report* report = InterpreterProgressScope::current();
   int64_t total = 0;  // saturates: three extents below 2^31 can overflow a product
   if (__builtin_mul_overflow(grid.x, grid.y, &total) || __builtin_mul_overflow(total, grid.z, &total))
@@ -222,13 +257,18 @@ support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std
   int64_t done = 0;
   bool reported = false;
   auto lastReport = std::chrono::steady_clock::now();
-  for (int64_t z = 0; z < grid.z; ++z)
+  for (int64_t z = 0; z < grid.z; z += clusterSize)
     for (int64_t y = 0; y < grid.y; ++y)
       for (int64_t x = 0; x < grid.x; ++x) {
-        ctx.setProgramId(x, y, z);
-        support::Status status = ctx.runBlock(0);
+        support::Status status;
+        if (clusterSize == 1) {
+          ctx.setProgramId(x, y, z);
+          status = ctx.runBlock(0);
+        } else {
+          status = runCluster(x, y, z);
+        }
         if (!status.isOk()) return status;
-        ++done;
+        done += clusterSize;
         if (report == nullptr) continue;
         const auto now = std::chrono::steady_clock::now();
         if (now - lastReport >= std::chrono::seconds(1)) {

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@ struct CompiledBlock {
   std::vector<CompiledOp> ops;
 };
 
+class ClusterExchange;
+
 struct CompiledKernel {
   std::vector<CompiledBlock> blocks;  // blocks[0] is the kernel body
   int numSlots = 0;
@@ -46,6 +50,15 @@ class ProgramContext {
   // This program's index along axis 0..2.
   int64_t programId(int axis) const { return programId_[axis]; }
   void setProgramId(int64_t x, int64_t y, int64_t z) { programId_ = {x, y, z}; }
+
+  // The cluster this program meets at cluster_reduce_* ops, and its rank there
+  // (null outside a kernel of clusters).
+  ClusterExchange* cluster() const { return cluster_; }
+  int clusterRank() const { return clusterRank_; }
+  void setCluster(ClusterExchange* cluster, int rank) {
+    cluster_ = cluster;
+    clusterRank_ = rank;
+  }
 
   RuntimeValue& slot(int index) { return slots_[index]; }
   RuntimeValue& operand(const CompiledOp& op, size_t i) { return slots_[op.operands[i]]; }
@@ -64,7 +77,45 @@ class ProgramContext {
   LaunchGrid grid_;
   InterpreterMemory& memory_;
   std::array<int64_t, 3> programId_{};
+  ClusterExchange* cluster_ = nullptr;
+  int clusterRank_ = 0;
   std::vector<RuntimeValue> slots_;
+};
+
+// Where the programs of one cluster, each on a host thread of its own, meet at a
+// cluster_reduce_* op: each publishes its operand, waits for the others, combines
+// all of them in rank order, and waits again before its operand may change. A
+// cluster whose programs do not all meet (one ended, or failed, while another
+// waits) is broken: every waiting program returns, and the one that found it out
+// names the cause.
+class ClusterExchange {
+ public:
+  explicit ClusterExchange(int size);
+  int size() const { return size_; }
+  // The operands published at the current meeting, by rank.
+  const RuntimeValue& published(int rank) const { return *published_[static_cast<size_t>(rank)]; }
+  void publish(int rank, const RuntimeValue& value) { published_[static_cast<size_t>(rank)] = &value; }
+  // Waits until every program of the cluster has called meet() once more; false
+  // where the cluster is broken (`cause` then says why, when this program found it).
+  bool meet(int rank, std::string& cause);
+  // A program's end: `failed` where it ended with an error (which breaks the
+  // cluster if another program still waits or comes later).
+  void finish(int rank, bool failed);
+  // The rank whose status explains a broken cluster: the first to fail or to find
+  // the cluster broken; -1 where the cluster did not break.
+  int causeRank() const { return causeRank_; }
+
+ private:
+  void breakCluster(int rank);
+  const int size_;
+  std::vector<const RuntimeValue*> published_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int arrived_ = 0;
+  int finished_ = 0;
+  uint64_t generation_ = 0;
+  bool broken_ = false;
+  int causeRank_ = -1;
 };
 
 #define ATTNJIT_OP(Enum, spelling, Family) support::Status interpret##Family(ProgramContext& ctx, const CompiledOp& op);

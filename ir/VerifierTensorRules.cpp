@@ -1,6 +1,7 @@
-// Verifier rules of the tensor ops: dot and the reductions.
+// Verifier rules of the tensor ops: dot, the reductions and the cluster all-reduces.
 #include <tuple>
 
+#include "ir/KernelAttributes.h"
 #include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
@@ -99,6 +100,18 @@ support::Status verifyReduce(const Operation& op, const Kernel&) {
   std::vector<int64_t> shape = in.shape();
   shape.erase(shape.begin() + axis);
   return checkResultShapeAndElement(op, in.withShape(shape), "the operand without axis " + std::to_string(axis));
+}
+
+support::Status verifyClusterReduce(const Operation& op, const Kernel& kernel) {
+  ATTNJIT_VERIFY(checkOperandCount(op, 1));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
+  ATTNJIT_VERIFY(checkTileOperand(op, 0));
+  const Type& in = op.operand(0)->type();
+  if (in.scalarKind() != ScalarKind::F32) return opError(op, "requires a tile of f32, got " + in.str());
+  if (kernelAttribute(kernel, KernelAttribute::ClusterSize) < 2)
+    return opError(op, "needs a kernel of thread-block clusters (kernel attribute cluster_size of 2 or more)");
+  return checkResultType(op, in, "the operand's type");
 }
 
 }  // namespace attnjit::ir

@@ -18,6 +18,7 @@
 #include "codegen/lower/LoweringContext.h"
 #include "codegen/lower/WarpSpecialization.h"
 #include "codegen/lower/WarpgroupMma.h"
+#include "ir/KernelAttributes.h"
 #include "ir/Numeric.h"
 
 namespace attnjit::codegen {
@@ -471,7 +472,10 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   LoweringContext& ctx = *attempt.ctx;
   ctx.allowAsyncCopy = choice.asyncCopy;
   ctx.allowSharedOperands = choice.sharedOperands;
-  ctx.allowWarpSpecialization = warpSpecialize;
+  // Producer warps never reach a cluster barrier, which every live thread of
+  // the cluster must (cluster_reduce_*): cluster kernels have none.
+  const int64_t clusterSize = kernelAttribute(kernel, KernelAttribute::ClusterSize);
+  ctx.allowWarpSpecialization = warpSpecialize && clusterSize == 1;
   ctx.axis = std::make_unique<AxisInfo>(kernel);
   std::vector<llvm::Type*> params;
   for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
@@ -479,6 +483,8 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   ctx.function = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, kernel.name(), *attempt.module);
   ctx.function->setCallingConv(llvm::CallingConv::PTX_Kernel);
   ctx.function->addFnAttr("nvvm.maxntid", std::to_string(ctx.numWarps * 32) + ",1,1");
+  // `.reqnctapercluster 1, 1, C`: the launch groups programs z = C·k ... C·k + C − 1.
+  if (clusterSize > 1) ctx.function->addFnAttr("nvvm.cluster_dim", "1,1," + std::to_string(clusterSize));
   for (size_t i = 0; i < kernel.numParameters(); ++i) {
     llvm::Argument* arg = ctx.function->getArg(static_cast<unsigned>(i));
     arg->setName(kernel.parameter(i)->name());
@@ -575,6 +581,10 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
 std::span<const CodegenStage> codegenStages() { return kStages; }
 
 support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const CodegenOptions& options) {
+  if (const int64_t clusterSize = kernelAttribute(kernel, KernelAttribute::ClusterSize);
+      clusterSize > 1 && options.target.computeCapability < 90)
+    return support::Diagnostic{{}, "cluster_size " + std::to_string(clusterSize) +
+                                       ": thread-block clusters need sm_90 or newer, not " + options.target.name};
   CodegenResult result;
   StageRecorder stages(options, result);
   const auto t0 = Clock::now();

@@ -198,6 +198,7 @@ class AttentionBuilder {
   // The tile of the sequence's first query key (context_len), where qq_bias begins.
   Value* qqBiasFirstTile() { return b_.div(p_.contextLen, p_.tileSize, "qq_bias_tile"); }
   // Split-KV stage 1: the segment's unnormalized output, maximum and sum.
+  void mergeClusterSegments(std::vector<Value*>& results, Value*& mFinal, Value*& lFinal);
   void storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
   // acc / l cast to the output type, and the LSE.
   void normalizeAndStore(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
@@ -359,6 +360,7 @@ void AttentionBuilder::declareParameters(ir::Kernel& kernel) {
     numSegments_ = kernel.addParameter(i32(), "num_segments");
     segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
   }
+  if (config_.clusterSplit > 0) segmentTiles_ = kernel.addParameter(i32(), "segment_tiles");
   if (config_.checkBounds) {
     numBlocks_ = kernel.addParameter(i32(), "num_blocks");
     numTokens_ = kernel.addParameter(i32(), "num_tokens");
@@ -472,6 +474,7 @@ void AttentionBuilder::build() {
   blockQ_ = b_.constexprValue("BLOCK_Q", ScalarKind::I32, "block_q");
   zeroI32_ = constI32(0, "zero");
   oneI32_ = constI32(1, "one");
+  if (config_.clusterSplit > 0) numSegments_ = constI32(config_.clusterSplit, "num_segments");
   if (longestFirst)
     qBlockGlobalIdx = b_.sub(b_.sub(b_.numPrograms(0), oneI32_), qBlockGlobalIdx, "q_block_global_idx");
   queriesPerKv_ = b_.constexprValue("NUM_QUERIES_PER_KV", ScalarKind::I32, "queries_per_kv");
@@ -534,10 +537,12 @@ void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Va
       p_.deferRowSum
           ? b_.add(results[1], b_.reduce(Opcode::ReduceSum, results[static_cast<size_t>(2 + G)], 1), "l_final_sum")
           : results[1];
-  if (config_.splitKv)
+  if (config_.splitKv) {
     storeSegmentPartials(results, mFinal, lFinal);
-  else
-    normalizeAndStore(results, mFinal, lFinal);
+    return;
+  }
+  if (config_.clusterSplit > 0) mergeClusterSegments(results, mFinal, lFinal);
+  normalizeAndStore(results, mFinal, lFinal);
 }
 
 void AttentionBuilder::buildQueryTile(Value* queryStart, Value* qBlockLocalIdx, Value* queryLen) {
@@ -734,7 +739,7 @@ void AttentionBuilder::buildKeyRange(Value* seqIdx, Value* queryLen) {
   // sequence's own range is cut into num_segments equal segments of at least m
   // tiles, starting at its first tile.
   p_.segmentIdx = nullptr;
-  if (config_.splitKv) {
+  if (config_.splitKv || config_.clusterSplit > 0) {
     p_.segmentIdx = b_.programId(2, "segment_idx");
     Value* fixedLength = b_.cmp(CmpPredicate::Gt, segmentTiles_, zeroI32_, "fixed_segments");
     Value* span = b_.max(b_.sub(p_.tileEnd, p_.tileStart), zeroI32_, "range_tiles");
@@ -1292,6 +1297,37 @@ void AttentionBuilder::storeSegmentPartials(const std::vector<Value*>& results, 
   b_.store(b_.addPtr(splatTo(segmExpsum_, {M}), segmentRow), lFinal, p_.rowMask);
 }
 
+void AttentionBuilder::mergeClusterSegments(std::vector<Value*>& results, Value*& mFinal, Value*& lFinal) {
+  const int G = groups();
+  const int64_t M = c_.blockM, DV = c_.valueHeadSizePadded / G;
+  // ---- Split-KV in a cluster: the segments combined through distributed shared memory. ----
+  // As reduce_segments does with the partials: each segment's weight is
+  // 2^(m_s − M) for the cluster's maximum M (0 for a segment that saw no key),
+  // and the sums and outputs add up in rank order, identically in every
+  // program of the cluster.
+  Value* sawKeys = b_.cmp(CmpPredicate::Gt, lFinal, p_.zeroRow, "segment_saw_keys");
+  Value* segmentMax = b_.select(sawKeys, mFinal, p_.negInfRow, "segment_max");
+  Value* clusterMax = b_.clusterReduce(Opcode::ClusterReduceMax, segmentMax, "cluster_max");
+  Value* weight = b_.select(sawKeys, b_.unary(Opcode::Exp2, b_.sub(segmentMax, clusterMax), "segment_weight_raw"),
+                            p_.zeroRow, "segment_weight");
+  lFinal = b_.clusterReduce(Opcode::ClusterReduceSum, b_.mul(lFinal, weight, "segment_sum_weighted"), "cluster_sum");
+  mFinal = clusterMax;
+  for (int g = 0; g < G; ++g) {
+    const std::string suffix = G == 1 ? "" : std::to_string(g);
+    Value* weighted = b_.mul(results[2 + g], asColumn(weight, DV), "segment_acc_weighted" + suffix);
+    results[2 + g] = b_.clusterReduce(Opcode::ClusterReduceSum, weighted, "cluster_acc" + suffix);
+  }
+  // Every program of the cluster now holds the same rows: rank r stores its
+  // share of the columns, rank 0 the LSE.
+  const int64_t share = std::max<int64_t>(1, DV / config_.clusterSplit);
+  Value* ownerOfColumn = b_.div(b_.arange(0, DV, "cluster_out_columns"), b_.constInt(share, Type::tile({DV}, i32())),
+                                "cluster_column_owner");
+  Value* ownsColumn = b_.cmp(CmpPredicate::Eq, ownerOfColumn, splatTo(p_.segmentIdx, {DV}), "cluster_owns_column");
+  p_.oMask = b_.andOp(p_.oMask, asRow(ownsColumn, M), "cluster_o_mask");
+  p_.rowMask = b_.andOp(p_.rowMask, splatTo(b_.cmp(CmpPredicate::Eq, p_.segmentIdx, zeroI32_, "cluster_first_rank"), {M}),
+                        "cluster_row_mask");
+}
+
 void AttentionBuilder::normalizeAndStore(const std::vector<Value*>& results, Value* mFinal, Value* lFinal) {
   const int G = groups();
   // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
@@ -1431,6 +1467,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (dtype == ir::ScalarKind::F32 && fp32Precision == Fp32Precision::Ieee) name += "_ieee";
   if (outputLse) name += "_lse";
   if (splitKv) name += "_3d";
+  if (clusterSplit > 0) name += "_cl" + std::to_string(clusterSplit);
   if (checkBounds) name += "_checked";
   // Non-default tuning knobs are part of the name so that variants stay distinct.
   const UnifiedAttentionConfig defaults;
@@ -1469,6 +1506,14 @@ support::Status UnifiedAttentionConfig::validate() const {
                        " (0 = head_size: equal QK and V head sizes)");
   if (blockSize < 1 || blockSize > 256)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
+  if (clusterSplit != 0 && (clusterSplit < 2 || clusterSplit > 8))
+    return configError("cluster_split (" + std::to_string(clusterSplit) +
+                       ") must be 0 (off) or a cluster of 2 to 8 programs");
+  if (clusterSplit != 0 && splitKv)
+    return configError("cluster_split and split_kv are two ways to split the keys; choose one");
+  if (clusterSplit != 0 && warpSpecialize)
+    return configError("cluster_split is unsupported with warp_specialize (producer warps never reach the "
+                       "cluster's barriers)");
   if (pingPong && !warpSpecialize)
     return configError("ping_pong needs warp_specialize: true (the compute warpgroups take turns only with "
                        "producer warps)");
@@ -1548,6 +1593,7 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
   if (config.warpSpecialize)
     ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, config.pingPong ? 2 : 1);
+  if (config.clusterSplit > 0) ir::setKernelAttribute(*kernel, ir::KernelAttribute::ClusterSize, config.clusterSplit);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
   // converts them into the copy layouts anyway: decode tiles of 128 keys (8
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower

@@ -195,6 +195,15 @@ struct UnifiedAttentionConfig {
   // running maximum in log2 units, -inf for a segment without keys, and the sum).
   // compiler/kernels/ReduceSegments.h combines them into out (and the LSE).
   bool splitKv = false;
+  // Split-KV inside a thread-block cluster (sm_90 and newer; 0 off, else 2 to
+  // 8): grid z = cluster_split programs, one cluster per (query block, KV head),
+  // program z walking segment z of the range as split-KV does (the launch
+  // parameter segment_tiles, after the strides, as split_kv's). The segments'
+  // maxima, sums and outputs are all-reduced across the cluster through
+  // distributed shared memory (cluster_reduce_*), and the cluster stores out
+  // (and the LSE) itself: no partials in global memory and no second kernel.
+  // Rank r stores columns [r, r + 1)·Dv/cluster_split of each row; rank 0 the LSE.
+  int clusterSplit = 0;
   // Bounds-checked kernel (a debugging mode, compiler/kernels/BoundsCheck.h): the
   // kernel validates the query offsets of its sequence (0 = cu_seqlens_q[0] <=
   // cu_seqlens_q[s] <= cu_seqlens_q[s + 1] <= num_tokens), its seq_len (at least the

@@ -504,6 +504,9 @@ class LayoutAssigner {
         if (!in) in = defaultLayout(op.operand(0)->type());
         return sliceOf(op.attrs().getInt("axis"), in);
       }
+      case Opcode::ClusterReduceMax:
+      case Opcode::ClusterReduceSum:
+        return infer(op.operand(0));
       case Opcode::ExpandDims: {
         LayoutRef in = infer(op.operand(0));
         if (in && in->kind == LayoutKind::Slice && in->dim == op.attrs().getInt("axis")) return in->parent;
@@ -564,6 +567,8 @@ class LayoutAssigner {
         return sliceOf(op.attrs().getInt("axis"), result);
       case Opcode::Broadcast:
       case Opcode::Load:
+      case Opcode::ClusterReduceMax:
+      case Opcode::ClusterReduceSum:
         return result;
       case Opcode::Transpose: {
         LayoutRef back = permuteBlocked(result, inversePermutation(op.attrs().getInts("perm")));

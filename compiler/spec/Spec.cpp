@@ -414,6 +414,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"query_fp8", false, boolField("query_fp8", &C::queryFp8)},
       {"per_sequence_causal", false, boolField("per_sequence_causal", &C::perSequenceCausal)},
       {"split_kv", false, boolField("split_kv", &C::splitKv)},
+      {"cluster_split", false, nonNegativeField("cluster_split", &C::clusterSplit)},
   };
 }
 
@@ -878,7 +879,8 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.fp8DotDtype == Fp8DotDtype::F16 ? " fp8_dot_dtype=f16" : "") +
          (config.dtype == ir::ScalarKind::F32 && config.fp32Precision == Fp32Precision::Ieee ? " fp32_precision=ieee"
                                                                                             : "") +
-         (config.splitKv ? " split_kv=true" : "");
+         (config.splitKv ? " split_kv=true" : "") +
+         (config.clusterSplit > 0 ? " cluster_split=" + std::to_string(config.clusterSplit) : "");
 }
 
 std::string formatSpecParams(const MergeAttnStatesConfig& config) {

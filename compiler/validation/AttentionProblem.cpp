@@ -590,6 +590,17 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   if (config.qqBias) attention.scalars.push_back(qqBiasColumns);
   if (separateScales)
     attention.scalars.insert(attention.scalars.end(), {scaleStrideBlock, scaleStrideToken, scaleStrideHead});
+  if (config.clusterSplit > 0) {
+    // One cluster of cluster_split programs per (query block, KV head): as
+    // split_kv's segments, num_segments per sequence cut on the GPU, or
+    // segments of a fixed length that cover the longest sequence.
+    const int64_t maxSeqLen = *std::max_element(logical.seqLens.begin(), logical.seqLens.end());
+    const int64_t tiles = (maxSeqLen + config.tileSize - 1) / config.tileSize;
+    attention.gridZ = config.clusterSplit;
+    attention.scalars.push_back(shape.numSegments > 0 ? int64_t{-shape.segmentTiles}
+                                                      : std::max<int64_t>(1, (tiles + config.clusterSplit - 1) /
+                                                                                 config.clusterSplit));
+  }
   if (config.splitKv) {
     // Segments of segment_tiles KV tiles, enough for the longest sequence; or
     // num_segments per sequence, cut on the GPU (segment_tiles = -minimum).
