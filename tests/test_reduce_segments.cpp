@@ -201,6 +201,27 @@ TEST_CASE("reduce_segments: any number of heads a program gives the same bits", 
   CHECK_FALSE(config.validate().isOk());
 }
 
+TEST_CASE("reduce_segments: a launch's heads per program fill the GPU's SMs", "[reduce_segments]") {
+  // On 132 SMs, two programs per SM: 16 heads a program (the auto choice) where
+  // that many programs come, else 4, else 1.
+  const auto headsFor = [](int numQueryHeads, int64_t numTokens, int programHeads = 0) {
+    ReduceSegmentsConfig config = configOf(ScalarKind::BF16, numQueryHeads, 128, false);
+    config.programHeads = programHeads;
+    return compiler::reduceSegmentsForLaunch(config, numTokens, 132).programHeads;
+  };
+  CHECK(headsFor(32, 1) == 1);      // 32 programs rather than 2
+  CHECK(headsFor(32, 64) == 4);     // 512 rather than 128
+  CHECK(headsFor(32, 512) == 0);    // 1,024 programs of 16 heads: the auto choice, its name unchanged
+  CHECK(headsFor(128, 4) == 1);     // MLA's 128 heads at 4 sequences: 512 programs
+  CHECK(headsFor(128, 20) == 4);    // 640 of 4 rather than 160 of 16
+  CHECK(headsFor(128, 40) == 0);    // 320 of 16 are enough
+  CHECK(headsFor(8, 1000) == 0);    // 8 heads: the auto choice is 8 a program
+  CHECK(headsFor(8, 100) == 1);
+  CHECK(headsFor(32, 1, 8) == 8);   // a config's own choice stays
+  ReduceSegmentsConfig config = configOf(ScalarKind::BF16, 32, 128, false);
+  CHECK(compiler::reduceSegmentsForLaunch(config, 1, 0).programHeads == 0);  // no SM count: as configured
+}
+
 TEST_CASE("reduce_segments: fp8 output, within e4m3's rounding and saturated at ±448", "[reduce_segments][fp8out]") {
   for (ScalarKind dtype : {ScalarKind::F32, ScalarKind::BF16})
     for (double outputScale : {1.0 / 256, 1.0 / 1024}) {  // the second saturates the larger outputs

@@ -286,6 +286,25 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildReduceSegments(const ReduceS
   return kernel;
 }
 
+ReduceSegmentsConfig reduceSegmentsForLaunch(ReduceSegmentsConfig config, int64_t numTokens, int smCount) {
+  if (config.programHeads != 0 || smCount < 1) return config;
+  // bf16, 32 heads, D = 128, 32 segments (H100, docs/perf-log.md 2026-12-07):
+  // one token 0.0099 ms with 16 heads a program (2 programs), 0.0068 with 1
+  // (32); 64 tokens 0.0134 with 16 (128 programs), 0.0107 with 4 (512), 0.0175
+  // with 1 (2,048).
+  const int autoHeads = config.headsPerProgram();
+  const int64_t enough = 2 * int64_t{smCount};
+  for (int heads : {autoHeads, 4, 1}) {
+    if (heads > autoHeads) continue;
+    const int64_t programs = numTokens * ((config.numQueryHeads + heads - 1) / heads);
+    if (programs >= enough || heads == 1) {
+      config.programHeads = heads == autoHeads ? 0 : heads;
+      return config;
+    }
+  }
+  return config;
+}
+
 int64_t reduceSegmentsGridY(const ReduceSegmentsConfig& config) {
   const int perProgram = config.headsPerProgram();
   return (config.numQueryHeads + perProgram - 1) / perProgram;

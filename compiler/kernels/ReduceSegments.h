@@ -66,6 +66,15 @@ struct ReduceSegmentsConfig {
 ReduceSegmentsConfig reduceSegmentsFor(const UnifiedAttentionConfig& config);
 ReduceSegmentsConfig reduceSegmentsFor(const MlaDecodeConfig& config);
 
+// `config` with its heads per program chosen for a launch over `numTokens`
+// tokens on `smCount` SMs: where the auto choice (16 heads) leaves fewer than
+// two programs per SM, 4 heads, or 1 where 4 still does (a small decode batch's
+// stage 2 is a few programs otherwise, each reading every segment of 16 heads).
+// A config that sets its heads per program keeps them; the pick that equals
+// the auto choice stays 0, so the kernel keeps its name. Every choice gives the
+// same bits.
+ReduceSegmentsConfig reduceSegmentsForLaunch(ReduceSegmentsConfig config, int64_t numTokens, int smCount);
+
 // Kernel parameters, in order:
 //   out ptr<dtype> (ptr<f8e4m3> with outputFp8), segm_output ptr<f32>,
 //   segm_max ptr<f32>, segm_expsum ptr<f32>, [lse ptr<f32>], [output_scale

@@ -871,13 +871,16 @@ void AttentionBuilder::buildSoftmaxState() {
   const int64_t M = c_.blockM, D = c_.headSizePadded / G, DV = c_.valueHeadSizePadded / G, N = c_.tileSize;
   const ScalarKind dt = config_.dtype;
   const double negInf = -std::numeric_limits<double>::infinity();
-  // Lazy rescaling (in the KV loop below) where each warp owns 32 rows or more
-  // (the op API's prefill tiling: 128 rows over 4 warps), whose accumulator
-  // rescale is 128 multiplies per thread and tile (5-6% on prefill). With fewer
-  // rows per warp the branch costs more than the multiplies it skips (DiffKV
-  // prefill, 16 rows per warp, and per-token-head decode ran slower with it;
-  // docs/perf-log.md, 2026-11-30).
-  p_.lazyRescale = config_.lazyRescale.value_or(c_.prefillTiles() && c_.blockM / config_.numWarps >= 32);
+  // Lazy rescaling (in the KV loop below) on prefill tiles where each warp owns
+  // 32 rows or more (128 rows over 4 warps), whose accumulator rescale is 128
+  // multiplies per thread and tile (5-6% on prefill), or whose tiles have 128
+  // keys or more (fewer rescales per key: the op's bidirectional wgmma tiling,
+  // 16 rows a warp, 2% faster lazy; its 64-key causal tiling within 1%, either
+  // way). With 16 rows a warp and shorter tiles the branch costs about what the
+  // multiplies it skips do (DiffKV prefill and per-token-head decode ran slower
+  // with it; docs/perf-log.md, 2026-11-30 and 2026-12-07).
+  p_.lazyRescale = config_.lazyRescale.value_or(
+      c_.prefillTiles() && (c_.blockM / config_.numWarps >= 32 || c_.tileSize >= 128));
   p_.rescaleThresholdRow =
       p_.lazyRescale ? b_.constFloat(kRescaleThreshold, Type::tile({M}, f32()), "rescale_threshold") : nullptr;
   p_.zeroRow = b_.constFloat(0.0, Type::tile({M}, f32()), "zero_row");

@@ -72,7 +72,8 @@ std::vector<PlanChoice> splitChoices(const PlanChoice& kernel) {
 
 // Compiles (or loads) every kernel the candidates launch, in parallel; the
 // error of each kernel that failed, by name.
-std::map<std::string, std::string> readyCandidateKernels(const std::vector<Candidate>& candidates, int threads) {
+std::map<std::string, std::string> readyCandidateKernels(const std::vector<Candidate>& candidates, int64_t numTokens,
+                                                          int threads) {
   std::vector<WarmupKernel> kernels;
   std::set<std::string> names;
   for (const Candidate& candidate : candidates) {
@@ -80,7 +81,8 @@ std::map<std::string, std::string> readyCandidateKernels(const std::vector<Candi
     if (names.insert(config.kernelName()).second)
       kernels.push_back({config.kernelName(), [config] { return compiler::buildUnifiedAttention(config); }});
     if (config.splitKv) {
-      const compiler::ReduceSegmentsConfig reduce = compiler::reduceSegmentsFor(config);
+      const compiler::ReduceSegmentsConfig reduce = compiler::reduceSegmentsForLaunch(
+          compiler::reduceSegmentsFor(config), numTokens, compiler::opDeviceFacts().smCount);
       if (names.insert(reduce.kernelName()).second)
         kernels.push_back({reduce.kernelName(), [reduce] { return compiler::buildReduceSegments(reduce); }});
     }
@@ -128,7 +130,7 @@ void measureChoices(const PagedAttentionParams& p, const std::vector<PlanChoice>
     if (!seen.insert(identity).second) continue;
     candidates.push_back({detail::planChoiceOf(*plan), *plan, std::move(identity)});
   }
-  const std::map<std::string, std::string> failed = readyCandidateKernels(candidates, options.compileThreads);
+  const std::map<std::string, std::string> failed = readyCandidateKernels(candidates, p.numTokens, options.compileThreads);
   for (const Candidate& candidate : candidates) {
     PlanMeasurement measured{candidate.choice, candidate.plan.config.kernelName(),
                              describeSplitAndOccupancy(candidate.plan), 0, {}};
@@ -181,7 +183,7 @@ support::Expected<PagedAttentionTuningReport> tunePagedAttention(const PagedAtte
   {
     Candidate self{detail::planChoiceOf(heuristic), heuristic, identityOf(heuristic)};
     seen.insert(self.identity);
-    const auto failed = readyCandidateKernels({self}, options.compileThreads);
+    const auto failed = readyCandidateKernels({self}, p.numTokens, options.compileThreads);
     report.heuristic = {self.choice, heuristic.config.kernelName(), describeSplitAndOccupancy(heuristic), 0, {}};
     if (!failed.empty())
       return tuningError("the heuristic plan's kernel " + failed.begin()->first + " failed: " + failed.begin()->second);

@@ -1,5 +1,6 @@
 #include "compiler/ops/SplitKv.h"
 
+#include "compiler/driver/DeviceTarget.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "compiler/ops/ReadyKernels.h"
 #include "runtime/Module.h"
@@ -13,7 +14,8 @@ SplitKvScratch splitKvScratch(int64_t numTokens, int numQueryHeads, int rowWidth
 }
 
 support::Status launchReduceSegments(const ReduceSegmentsLaunch& r) {
-  const compiler::ReduceSegmentsConfig& reduce = r.config;
+  const compiler::ReduceSegmentsConfig reduce =
+      compiler::reduceSegmentsForLaunch(r.config, r.numTokens, compiler::opDeviceFacts().smCount);
   auto reducer = readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
   if (!reducer) return reducer.status();
   // In the kernel's parameter order (compiler/kernels/ReduceSegments.cpp).
