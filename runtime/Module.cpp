@@ -1,5 +1,6 @@
 #include "runtime/Module.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -38,6 +39,27 @@ support::Status optInDynamicShared(const DriverApi& api, CUfunction function, co
     return cudaCallError(api, result,
                          "raising the dynamic shared memory of kernel " + name + " to " + std::to_string(bytes) +
                              " bytes (cuFuncSetAttribute)");
+  return support::Status::ok();
+}
+
+// A kernel compiled for thread-block clusters of more than 8 CTAs (the portable
+// size; `.reqnctapercluster`) launches only once it allows non-portable sizes
+// (sm_90 runs clusters of up to 16). Kernels without clusters report 0 (or,
+// before sm_90, fail the query) and are left alone.
+support::Status allowNonPortableCluster(const DriverApi& api, CUfunction function, const std::string& name) {
+  int size = 1;
+  for (CUfunction_attribute dimension : {CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+                                         CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH}) {
+    int extent = 0;
+    if (api.cuFuncGetAttribute(&extent, dimension, function) != CUDA_SUCCESS) return support::Status::ok();
+    size *= std::max(extent, 1);
+  }
+  if (size <= 8) return support::Status::ok();
+  CUresult result = api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+  if (result != CUDA_SUCCESS)
+    return cudaCallError(api, result,
+                         "allowing kernel " + name + " its cluster of " + std::to_string(size) +
+                             " CTAs (cuFuncSetAttribute NON_PORTABLE_CLUSTER_SIZE_ALLOWED)");
   return support::Status::ok();
 }
 
@@ -298,6 +320,7 @@ support::Expected<Function> Module::function(const std::string& name) const {
   CUresult result = api.cuModuleGetFunction(&function, static_cast<CUmodule>(handle_), name.c_str());
   if (result != CUDA_SUCCESS)
     return cudaCallError(api, result, "looking up kernel '" + name + "' (cuModuleGetFunction)");
+  if (support::Status s = allowNonPortableCluster(api, function, name); !s) return s;
   return Function(function, name);
 }
 

@@ -132,7 +132,7 @@ Interpreted interpret(const Kernel& kernel, LaunchGrid grid, const std::vector<f
 }  // namespace
 
 TEST_CASE("cluster_reduce ops all-reduce in rank order across a cluster's programs", "[interp][cluster]") {
-  for (int clusterSize : {2, 4, 8}) {
+  for (int clusterSize : {2, 4, 8, 16}) {
     INFO("cluster_size " << clusterSize);
     auto kernel = clusterKernel(clusterSize);
     const LaunchGrid grid{3, 1, 2 * clusterSize};
@@ -177,9 +177,9 @@ TEST_CASE("the verifier accepts cluster_reduce only on f32 tiles of cluster kern
     REQUIRE(!status.isOk());
     CHECK_THAT(status.message(), Catch::Contains("'cluster_reduce_sum'") && Catch::Contains("cluster_size of 2"));
   }
-  SECTION("more than the portable 8") {
+  SECTION("more than the 16 any GPU runs") {
     auto kernel = clusterKernel(2);
-    setKernelAttribute(*kernel, KernelAttribute::ClusterSize, 16);
+    setKernelAttribute(*kernel, KernelAttribute::ClusterSize, 32);
     support::Status status = verifyKernel(*kernel);
     REQUIRE(!status.isOk());
     CHECK_THAT(status.message(), Catch::Contains("cluster_size"));
@@ -231,7 +231,7 @@ TEST_CASE("gpu: cluster_reduce on the device gives the interpreter's bits", "[gp
     tests::skipTest("thread-block clusters need sm_90 or newer");
     return;
   }
-  for (int clusterSize : {2, 8}) {
+  for (int clusterSize : {2, 8, 16}) {  // 16: a non-portable cluster
     INFO("cluster_size " << clusterSize);
     auto kernel = clusterKernel(clusterSize);
     const LaunchGrid grid{5, 1, 3 * clusterSize};
@@ -332,9 +332,9 @@ TEST_CASE("cluster split: names, parameters, cluster attribute and validation", 
     return status.message();
   };
   compiler::UnifiedAttentionConfig bad = clusterAttention(1);
-  CHECK_THAT(errorOf(bad), Catch::Contains("cluster_split (1) must be 0 (off) or a cluster of 2 to 8 programs"));
-  bad.clusterSplit = 16;
-  CHECK_THAT(errorOf(bad), Catch::Contains("cluster_split (16)"));
+  CHECK_THAT(errorOf(bad), Catch::Contains("cluster_split (1) must be 0 (off) or a cluster of 2 to 16 programs"));
+  bad.clusterSplit = 32;
+  CHECK_THAT(errorOf(bad), Catch::Contains("cluster_split (32)"));
   bad = clusterAttention(2);
   bad.splitKv = true;
   CHECK_THAT(errorOf(bad), Catch::Contains("choose one"));
@@ -364,7 +364,7 @@ TEST_CASE("GPU: split-KV inside a cluster agrees with float64", "[gpu][cluster][
   shape.queryLens = {1, 37, 1, 130, 5, 1};
   shape.contextLens = {777, 0, 300, 61, 1, 4000};
   shape.seed = 31;
-  for (int clusterSplit : {2, 4, 8})
+  for (int clusterSplit : {2, 4, 8, 16})
     for (int tileSize : {32, 128}) {
       compiler::UnifiedAttentionConfig c = clusterAttention(clusterSplit);
       c.numQueryHeads = 32;

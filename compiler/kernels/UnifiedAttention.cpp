@@ -1509,9 +1509,9 @@ support::Status UnifiedAttentionConfig::validate() const {
                        " (0 = head_size: equal QK and V head sizes)");
   if (blockSize < 1 || blockSize > 256)
     return configError("block_size (" + std::to_string(blockSize) + ") must be between 1 and 256");
-  if (clusterSplit != 0 && (clusterSplit < 2 || clusterSplit > 8))
+  if (clusterSplit != 0 && (clusterSplit < 2 || clusterSplit > 16))
     return configError("cluster_split (" + std::to_string(clusterSplit) +
-                       ") must be 0 (off) or a cluster of 2 to 8 programs");
+                       ") must be 0 (off) or a cluster of 2 to 16 programs (above 8 not portable)");
   if (clusterSplit != 0 && splitKv)
     return configError("cluster_split and split_kv are two ways to split the keys; choose one");
   if (clusterSplit != 0 && warpSpecialize)

@@ -196,7 +196,7 @@ struct UnifiedAttentionConfig {
   // compiler/kernels/ReduceSegments.h combines them into out (and the LSE).
   bool splitKv = false;
   // Split-KV inside a thread-block cluster (sm_90 and newer; 0 off, else 2 to
-  // 8): grid z = cluster_split programs, one cluster per (query block, KV head),
+  // 16, above 8 a non-portable size that H100 and H200 run): grid z = cluster_split programs, one cluster per (query block, KV head),
   // program z walking segment z of the range as split-KV does (the launch
   // parameter segment_tiles, after the strides, as split_kv's). The segments'
   // maxima, sums and outputs are all-reduced across the cluster through
