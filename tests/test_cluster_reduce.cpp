@@ -103,6 +103,16 @@ void expected(const std::vector<float>& x, int tiles, int clusterSize, std::vect
   }
 }
 
+// A GPU with thread-block clusters (sm_90 and newer); otherwise the test is skipped.
+bool clusterGpuPresent() {
+  if (!tests::gpuPresent()) return false;
+  auto target = compiler::localTarget();
+  REQUIRE(target.isOk());
+  if (std::stoi(target->substr(3, 2)) >= 90) return true;
+  tests::skipTest("thread-block clusters need sm_90 or newer, this GPU is " + *target);
+  return false;
+}
+
 bool sameBits(float a, float b) { return std::isnan(a) ? std::isnan(b) : a == b && std::signbit(a) == std::signbit(b); }
 
 int mismatches(const std::vector<float>& got, const std::vector<float>& want) {
@@ -224,13 +234,7 @@ TEST_CASE("cluster kernels lower to distributed shared memory with the cluster i
 }
 
 TEST_CASE("gpu: cluster_reduce on the device gives the interpreter's bits", "[gpu][cluster]") {
-  if (!tests::gpuPresent()) return;
-  auto target = compiler::localTarget();
-  REQUIRE(target.isOk());
-  if (std::stoi(target->substr(3, 2)) < 90) {
-    tests::skipTest("thread-block clusters need sm_90 or newer");
-    return;
-  }
+  if (!clusterGpuPresent()) return;
   for (int clusterSize : {2, 8, 16}) {  // 16: a non-portable cluster
     INFO("cluster_size " << clusterSize);
     auto kernel = clusterKernel(clusterSize);
@@ -240,17 +244,11 @@ TEST_CASE("gpu: cluster_reduce on the device gives the interpreter's bits", "[gp
     Interpreted reference = interpret(*kernel, grid, x);
     REQUIRE(reference.status.isOk());
     compiler::CompileOptions options;
-    options.target = *target;
+    options.target = compiler::localTarget().value();
     auto compiled = compiler::compileKernel(*kernel, options);
     INFO((compiled.isOk() ? std::string() : compiled.diagnostic().str()));
     REQUIRE(compiled.isOk());
-    auto linked = runtime::linkPtx(compiled->ptx, {}, "cluster.ptx");
-    INFO((linked.isOk() ? std::string() : linked.status().message()));
-    REQUIRE(linked.isOk());
-    auto loaded = runtime::Module::load(linked->cubin);
-    REQUIRE(loaded.isOk());
-    auto function = loaded->function(compiled->name);
-    REQUIRE(function.isOk());
+    const tests::GpuKernel loaded = tests::loadOnGpu(*compiled, "cluster.ptx");
     auto in = runtime::DeviceBuffer::allocate(n * sizeof(float));
     auto sum = runtime::DeviceBuffer::allocate(n * sizeof(float));
     auto max = runtime::DeviceBuffer::allocate(n * sizeof(float));
@@ -263,7 +261,7 @@ TEST_CASE("gpu: cluster_reduce on the device gives the interpreter's bits", "[gp
     config.grid = {static_cast<unsigned>(grid.x), 1, static_cast<unsigned>(grid.z)};
     config.block = {static_cast<unsigned>(compiled->numThreads), 1, 1};
     config.dynamicSharedBytes = static_cast<unsigned>(compiled->sharedMemoryBytes);
-    support::Status launched = function->launch(config, params);
+    support::Status launched = loaded.function.launch(config, params);
     INFO(launched.message());
     REQUIRE(launched.isOk());
     REQUIRE(runtime::synchronizeStream(nullptr).isOk());
@@ -353,13 +351,7 @@ TEST_CASE("cluster split: names, parameters, cluster attribute and validation", 
 }
 
 TEST_CASE("GPU: split-KV inside a cluster agrees with float64", "[gpu][cluster][attention]") {
-  if (!tests::gpuPresent()) return;
-  auto target = compiler::localTarget();
-  REQUIRE(target.isOk());
-  if (std::stoi(target->substr(3, 2)) < 90) {
-    tests::skipTest("thread-block clusters need sm_90 or newer");
-    return;
-  }
+  if (!clusterGpuPresent()) return;
   compiler::BatchShape shape;
   shape.queryLens = {1, 37, 1, 130, 5, 1};
   shape.contextLens = {777, 0, 300, 61, 1, 4000};

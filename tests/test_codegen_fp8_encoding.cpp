@@ -211,13 +211,7 @@ TEST_CASE("gpu: sm_80's fp8 encodings on the device match cvt.rn.satfinite", "[g
     auto compiled = compiler::compileKernel(*(*module)->kernels()[0], options);
     if (!compiled) FAIL(compiled.diagnostic().str());
     CHECK(compiled->ptx.find("e4m3x2") == std::string::npos);
-    auto linked = runtime::linkPtx(compiled->ptx, {}, "cast.ptx");
-    INFO((linked.isOk() ? std::string() : linked.status().message()));
-    REQUIRE(linked.isOk());
-    auto loaded = runtime::Module::load(linked->cubin);
-    REQUIRE(loaded.isOk());
-    auto function = loaded->function(compiled->name);
-    REQUIRE(function.isOk());
+    const tests::GpuKernel loaded = tests::loadOnGpu(*compiled, "cast.ptx");
     // Poisoned twice with different bytes: an element the kernel skips cannot
     // match both times.
     std::vector<uint8_t> got(n), again(n);
@@ -228,7 +222,7 @@ TEST_CASE("gpu: sm_80's fp8 encodings on the device match cvt.rn.satfinite", "[g
       config.grid = {static_cast<unsigned>(n / kBlock), 1, 1};
       config.block = {static_cast<unsigned>(compiled->numThreads), 1, 1};
       config.dynamicSharedBytes = static_cast<unsigned>(compiled->sharedMemoryBytes);
-      REQUIRE(function->launch(config, params).isOk());
+      REQUIRE(loaded.function.launch(config, params).isOk());
       REQUIRE(runtime::synchronizeStream(nullptr).isOk());
       REQUIRE(out->copyToHost((poison == 0xA5 ? got : again).data(), n).isOk());
     }

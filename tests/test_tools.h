@@ -16,6 +16,7 @@
 #include "compiler/driver/CompileDriver.h"
 #include "compiler/kernels/ConfigChecks.h"
 #include "runtime/Driver.h"
+#include "runtime/Module.h"
 
 namespace attnjit::tests {
 
@@ -155,6 +156,25 @@ inline bool gpuPresent() {
     return false;
   }
   return true;
+}
+
+// A compiled kernel linked for and loaded on the current GPU: the module (which
+// must outlive the function) and its kernel. A failing step fails the test.
+struct GpuKernel {
+  runtime::Module module;
+  runtime::Function function;
+};
+inline GpuKernel loadOnGpu(const compiler::CompiledKernel& compiled, const std::string& ptxName) {
+  auto linked = runtime::linkPtx(compiled.ptx, {}, ptxName);
+  INFO((linked.isOk() ? std::string() : linked.status().message()));
+  REQUIRE(linked.isOk());
+  auto loaded = runtime::Module::load(linked->cubin);
+  INFO((loaded.isOk() ? std::string() : loaded.status().message()));
+  REQUIRE(loaded.isOk());
+  auto function = loaded->function(compiled.name);
+  INFO((function.isOk() ? std::string() : function.status().message()));
+  REQUIRE(function.isOk());
+  return {std::move(*loaded), *function};
 }
 
 }  // namespace attnjit::tests
