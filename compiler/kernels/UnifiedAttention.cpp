@@ -198,6 +198,13 @@ class AttentionBuilder {
   // The tile of the sequence's first query key (context_len), where qq_bias begins.
   Value* qqBiasFirstTile() { return b_.div(p_.contextLen, p_.tileSize, "qq_bias_tile"); }
   // Split-KV stage 1: the segment's unnormalized output, maximum and sum.
+  // The segment's part of a split-KV call: addressing, the KV loops and its partials.
+  void buildSegmentBody(Value* seqIdx);
+  // Row (token·Hq + head)·num_segments + segment of each query row in the split-KV scratch.
+  Value* segmentRows();
+  // The partial outputs of a split-KV segment at `segmentRow`'s rows (a null
+  // partial: zeros).
+  void storeSegmentOutputs(Value* segmentRow, const std::vector<Value*>& partials);
   void mergeClusterSegments(std::vector<Value*>& results, Value*& mFinal, Value*& lFinal);
   void storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
   // acc / l cast to the output type, and the LSE.
@@ -518,6 +525,41 @@ std::vector<AttentionBuilder::QkPiece> AttentionBuilder::qkPieces() const {
 void AttentionBuilder::buildProgramBody(Value* seqIdx, Value* qBlockLocalIdx, Value* queryStart, Value* queryLen) {
   buildQueryTile(queryStart, qBlockLocalIdx, queryLen);
   buildKeyRange(seqIdx, queryLen);
+  // Split-KV: a segment with no tile of its sequence's range (past its keys,
+  // before its window: most of a short sequence's segments in a call that
+  // knows no lengths) writes only its maxima, -inf, and skips the rest of the
+  // body (block-table lookups, pipeline fill, 4·D bytes of partial output a
+  // row). reduce_segments reads the sums and outputs of the run of segments
+  // that saw a key alone, and without sinks such a segment lies outside it.
+  // Segment 0 carries the sinks, so it always runs and counts as keyed: the
+  // empty segments between it and a window's tiles then write zero sums and
+  // outputs as well.
+  const bool skipEmptySegments = config_.splitKv;
+  if (skipEmptySegments) {
+    Value* hasTiles = b_.cmp(CmpPredicate::Lt, p_.tileStart, p_.tileEnd, "segment_has_tiles");
+    if (config_.sinks)
+      hasTiles = b_.orOp(hasTiles, b_.cmp(CmpPredicate::Eq, p_.segmentIdx, zeroI32_, "sink_segment"),
+                         "segment_has_work");
+    b_.beginIf(hasTiles);
+  }
+  buildSegmentBody(seqIdx);
+  if (skipEmptySegments) {
+    b_.beginElse();
+    const int64_t M = c_.blockM;
+    Value* rows = segmentRows();
+    b_.store(b_.addPtr(splatTo(segmMax_, {M}), rows),
+             b_.constFloat(-std::numeric_limits<double>::infinity(), Type::tile({M}, f32()), "empty_segment_max"),
+             p_.rowMask);
+    if (config_.sinks) {
+      b_.store(b_.addPtr(splatTo(segmExpsum_, {M}), rows), b_.constFloat(0.0, Type::tile({M}, f32()), "empty_sum"),
+               p_.rowMask);
+      storeSegmentOutputs(rows, std::vector<Value*>(static_cast<size_t>(groups()), nullptr));
+    }
+    b_.endIf();
+  }
+}
+
+void AttentionBuilder::buildSegmentBody(Value* seqIdx) {
   buildKvAddressing(seqIdx);
   buildScoreModifiers();
   buildSoftmaxState();
@@ -1272,28 +1314,44 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
   return results;
 }
 
+void AttentionBuilder::storeSegmentOutputs(Value* segmentRow, const std::vector<Value*>& partials) {
+  const int G = groups();
+  const int64_t M = c_.blockM, DV = c_.valueHeadSizePadded / G;
+  Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.valueHeadSizePadded), {M}), "segment_output_row");
+  for (int g = 0; g < G; ++g) {
+    Value* offset = b_.add(asColumn(segmentOutputRow, DV), asRow(p_.valueGroupColumns[g], M));
+    Value* partial = partials[static_cast<size_t>(g)];
+    if (!partial) partial = zeroTile({M, DV}, ScalarKind::F32, "empty_segment_output");
+    b_.store(b_.addPtr(splatTo(segmOutput_, {M, DV}), offset, "segm_output_ptrs"), partial, p_.oMask);
+  }
+}
+
+Value* AttentionBuilder::segmentRows() {
+  const int64_t M = c_.blockM;
+  const ScalarKind I64 = ScalarKind::I64;
+  Value* numQueryHeads64 = b_.i64(c_.numQueryHeads);
+  return b_.add(b_.mul(b_.add(b_.mul(p_.queryToken64, splatTo(numQueryHeads64, {M})), p_.queryHead64),
+                       splatTo(b_.cast(numSegments_, I64), {M})),
+                splatTo(b_.cast(p_.segmentIdx, I64), {M}), "segment_row");
+}
+
 void AttentionBuilder::storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal) {
   const int G = groups();
   // D: columns of a Q/K group (Dqk); DV: of a V/output group (Dv, DiffKV; = D otherwise).
   const int64_t M = c_.blockM, DV = c_.valueHeadSizePadded / G;
-  const ScalarKind I64 = ScalarKind::I64;
   // ---- Split-KV: this segment's unnormalized output, its maximum and sum. ----
   // Scratch rows are (token, query head, segment): index (token·Hq + head)·num_segments
   // + segment, times HEAD_SIZE_PADDED (Dv's, DiffKV) for the output. A row that saw no key (an
   // empty segment, or only masked keys) reports maximum -inf: weight 0 in the
   // reduction, whatever its running maximum was.
-  Value* numQueryHeads64 = b_.i64(c_.numQueryHeads);
-  Value* segmentRow = b_.add(
-      b_.mul(b_.add(b_.mul(p_.queryToken64, splatTo(numQueryHeads64, {M})), p_.queryHead64),
-             splatTo(b_.cast(numSegments_, I64), {M})),
-      splatTo(b_.cast(p_.segmentIdx, I64), {M}), "segment_row");
-  Value* segmentOutputRow = b_.mul(segmentRow, splatTo(b_.i64(c_.valueHeadSizePadded), {M}), "segment_output_row");
+  Value* segmentRow = segmentRows();
+  std::vector<Value*> partials;
   for (int g = 0; g < G; ++g) {
-    Value* offset = b_.add(asColumn(segmentOutputRow, DV), asRow(p_.valueGroupColumns[g], M));
     Value* partial = results[2 + g];
     if (p_.vScaleValue) partial = b_.mul(partial, splatTo(p_.vScaleValue, {M, DV}), "segment_v_scaled");
-    b_.store(b_.addPtr(splatTo(segmOutput_, {M, DV}), offset, "segm_output_ptrs"), partial, p_.oMask);
+    partials.push_back(partial);
   }
+  storeSegmentOutputs(segmentRow, partials);
   Value* sawKeys = b_.cmp(CmpPredicate::Gt, lFinal, p_.zeroRow, "segment_saw_keys");
   b_.store(b_.addPtr(splatTo(segmMax_, {M}), segmentRow), b_.select(sawKeys, mFinal, p_.negInfRow, "segment_max"),
            p_.rowMask);
