@@ -53,21 +53,28 @@ void lowerClusterReduce(LoweringContext& ctx, const Operation& op) {
   const int64_t registers = static_cast<int64_t>(in.regs.size());
   const int threads = ctx.numThreads();
   const int64_t chunks = (registers + 3) / 4;
-  ctx.reserveShared(chunks * threads * 16);
+  // The scratch area starts after the kernel's own buffers, whose sizes need
+  // not be multiples of 16 bytes (a small shared operand): the exchange starts
+  // at the next 16-byte boundary (dynamic shared memory itself is aligned).
+  const int64_t scratchOffset = ctx.asyncBufferBytes == 0 || ctx.buffersReleased ? 0 : ctx.asyncBufferBytes;
+  const int64_t padding = (16 - scratchOffset % 16) % 16;
+  ctx.reserveShared(padding + chunks * threads * 16);
   llvm::Type* f32 = b.getFloatTy();
-  llvm::Value* base = ctx.sharedBase();
+  llvm::Value* base = b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), ctx.sharedBase(), static_cast<uint64_t>(padding));
   struct Chunk {
     llvm::Value* address;
     int64_t first;
     unsigned width;
     llvm::Type* type;
+    llvm::Align alignment;  // a chunk of 3 is 4-byte aligned only
   };
   std::vector<Chunk> plan;
   for (int64_t c = 0; c < chunks; ++c) {
     const auto width = static_cast<unsigned>(std::min<int64_t>(4, registers - 4 * c));
     llvm::Value* slot = b.CreateAdd(ctx.threadId, ctx.i32(c * threads));
     plan.push_back({b.CreateGEP(f32, base, b.CreateShl(slot, 2)), 4 * c, width,
-                    width == 1 ? f32 : static_cast<llvm::Type*>(llvm::FixedVectorType::get(f32, width))});
+                    width == 1 ? f32 : static_cast<llvm::Type*>(llvm::FixedVectorType::get(f32, width)),
+                    llvm::Align(width == 3 ? 4 : 4 * width)});
   }
   ctx.barrier();
   for (const Chunk& chunk : plan) {
@@ -75,7 +82,7 @@ void lowerClusterReduce(LoweringContext& ctx, const Operation& op) {
                                            : llvm::PoisonValue::get(chunk.type);
     for (unsigned j = 0; chunk.width > 1 && j < chunk.width; ++j)
       packed = b.CreateInsertElement(packed, in.regs[static_cast<size_t>(chunk.first + j)], j);
-    b.CreateAlignedStore(packed, chunk.address, llvm::Align(4 * chunk.width == 12 ? 4 : 4 * chunk.width));
+    b.CreateAlignedStore(packed, chunk.address, chunk.alignment);
   }
   clusterBarrier(b);
   const bool isSum = op.opcode() == Opcode::ClusterReduceSum;
@@ -86,8 +93,7 @@ void lowerClusterReduce(LoweringContext& ctx, const Operation& op) {
     for (int rank = 0; rank < clusterSize; ++rank) {
       llvm::Value* remote = b.CreateIntrinsic(clusterPointer, llvm::Intrinsic::nvvm_mapa_shared_cluster,
                                               {chunk.address, ctx.i32(rank)});
-      llvm::Value* loaded =
-          b.CreateAlignedLoad(chunk.type, remote, llvm::Align(4 * chunk.width == 12 ? 4 : 4 * chunk.width));
+      llvm::Value* loaded = b.CreateAlignedLoad(chunk.type, remote, chunk.alignment);
       for (unsigned j = 0; j < chunk.width; ++j) {
         llvm::Value* value = chunk.width == 1 ? loaded : b.CreateExtractElement(loaded, j);
         llvm::Value*& acc = combined[j];
