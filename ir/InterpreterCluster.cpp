@@ -1,10 +1,7 @@
 // The interpreter's thread-block clusters: the meeting of a cluster's programs
 // (each on a host thread of its own, started by interpretKernel) and the
 // cluster_reduce_* ops that meet there.
-#include <cmath>
-
 #include "ir/InterpreterProgram.h"
-#include "ir/Numeric.h"
 
 namespace attnjit::ir {
 
@@ -61,13 +58,6 @@ void ClusterExchange::finish(int rank, bool failed) {
   }
 }
 
-namespace {
-float nanMaxF32(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::nanf("");
-  return a < b ? b : a;
-}
-}  // namespace
-
 // Both meetings come first: the operands stay published (unchanged) until every
 // program has combined them, so the second meeting follows the combination.
 support::Status interpretClusterReduce(ProgramContext& ctx, const CompiledOp& op) {
@@ -90,7 +80,7 @@ support::Status interpretClusterReduce(ProgramContext& ctx, const CompiledOp& op
     float combined = static_cast<float>(cluster->published(0).floats[i]);
     for (int r = 1; r < cluster->size(); ++r) {
       const float next = static_cast<float>(cluster->published(r).floats[i]);
-      combined = isSum ? combined + next : nanMaxF32(combined, next);
+      combined = isSum ? combined + next : maxPropagatingNaN(combined, next);
     }
     out.floats[i] = combined;
   }

@@ -14,20 +14,6 @@ namespace attnjit::ir {
 
 namespace {
 
-// PTX min.NaN / max.NaN: NaN if either operand is NaN; -0 is below +0.
-template <typename T>
-T minPropagatingNaN(T a, T b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  if (a == b) return std::signbit(a) ? a : b;
-  return a < b ? a : b;
-}
-template <typename T>
-T maxPropagatingNaN(T a, T b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  if (a == b) return std::signbit(a) ? b : a;
-  return a > b ? a : b;
-}
-
 // exp2 and exp in f32 arithmetic flush results below the smallest normal f32 to
 // +0, as the GPU's ex2.approx.ftz does (ir/Ops.def); f64 keeps them.
 template <typename T>

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -120,6 +122,20 @@ class ClusterExchange {
 
 #define ATTNJIT_OP(Enum, spelling, Family) support::Status interpret##Family(ProgramContext& ctx, const CompiledOp& op);
 #include "ir/Ops.def"
+
+// PTX min.NaN / max.NaN: NaN if either operand is NaN; -0 is below +0.
+template <typename T>
+T minPropagatingNaN(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+template <typename T>
+T maxPropagatingNaN(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
 
 // Copies the elements of `from` into `to` (both of the given element class),
 // reusing `to`'s capacity.

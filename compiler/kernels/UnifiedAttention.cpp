@@ -197,15 +197,18 @@ class AttentionBuilder {
   std::vector<Value*> buildKvLoops();
   // The tile of the sequence's first query key (context_len), where qq_bias begins.
   Value* qqBiasFirstTile() { return b_.div(p_.contextLen, p_.tileSize, "qq_bias_tile"); }
-  // Split-KV stage 1: the segment's unnormalized output, maximum and sum.
-  // The segment's part of a split-KV call: addressing, the KV loops and its partials.
+  // The body after the key range: addressing, the KV loops and the epilogue
+  // (split-KV: the segment's partials).
   void buildSegmentBody(Value* seqIdx);
   // Row (token·Hq + head)·num_segments + segment of each query row in the split-KV scratch.
   Value* segmentRows();
   // The partial outputs of a split-KV segment at `segmentRow`'s rows (a null
   // partial: zeros).
   void storeSegmentOutputs(Value* segmentRow, const std::vector<Value*>& partials);
+  // cluster_split: the cluster's segments merged into this program's rows, and
+  // the store masks narrowed to this rank's share.
   void mergeClusterSegments(std::vector<Value*>& results, Value*& mFinal, Value*& lFinal);
+  // Split-KV stage 1: the segment's unnormalized output, maximum and sum.
   void storeSegmentPartials(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);
   // acc / l cast to the output type, and the LSE.
   void normalizeAndStore(const std::vector<Value*>& results, Value* mFinal, Value* lFinal);

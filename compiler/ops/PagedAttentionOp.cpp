@@ -927,8 +927,7 @@ support::Expected<std::vector<WarmupKernel>> warmupKernels(const PagedAttentionP
     if (support::Status s = config.validate(); !s) return argumentError(s.diagnostic().message);
     add(config.kernelName(), [config] { return compiler::buildUnifiedAttention(config); });
     if (config.splitKv) {
-      const ReduceSegmentsConfig reduce = compiler::reduceSegmentsForLaunch(
-          compiler::reduceSegmentsFor(config), call.numTokens, compiler::opDeviceFacts().smCount);
+      const ReduceSegmentsConfig reduce = launchedReduceSegments(compiler::reduceSegmentsFor(config), call.numTokens);
       add(reduce.kernelName(), [reduce] { return compiler::buildReduceSegments(reduce); });
     }
   }

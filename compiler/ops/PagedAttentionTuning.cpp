@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compiler/driver/DeviceTarget.h"
+#include "compiler/ops/SplitKv.h"
 #include "compiler/kernels/ReduceSegments.h"
 #include "compiler/ops/PagedAttentionPlanning.h"
 #include "compiler/ops/ReadyKernels.h"
@@ -81,8 +82,7 @@ std::map<std::string, std::string> readyCandidateKernels(const std::vector<Candi
     if (names.insert(config.kernelName()).second)
       kernels.push_back({config.kernelName(), [config] { return compiler::buildUnifiedAttention(config); }});
     if (config.splitKv) {
-      const compiler::ReduceSegmentsConfig reduce = compiler::reduceSegmentsForLaunch(
-          compiler::reduceSegmentsFor(config), numTokens, compiler::opDeviceFacts().smCount);
+      const compiler::ReduceSegmentsConfig reduce = launchedReduceSegments(compiler::reduceSegmentsFor(config), numTokens);
       if (names.insert(reduce.kernelName()).second)
         kernels.push_back({reduce.kernelName(), [reduce] { return compiler::buildReduceSegments(reduce); }});
     }

@@ -13,9 +13,12 @@ SplitKvScratch splitKvScratch(int64_t numTokens, int numQueryHeads, int rowWidth
   return {rows * static_cast<uint64_t>(compiler::nextPowerOfTwo(rowWidth)) * 4, (rows * 4 + 15) / 16 * 16};
 }
 
+compiler::ReduceSegmentsConfig launchedReduceSegments(const compiler::ReduceSegmentsConfig& config, int64_t numTokens) {
+  return compiler::reduceSegmentsForLaunch(config, numTokens, compiler::opDeviceFacts().smCount);
+}
+
 support::Status launchReduceSegments(const ReduceSegmentsLaunch& r) {
-  const compiler::ReduceSegmentsConfig reduce =
-      compiler::reduceSegmentsForLaunch(r.config, r.numTokens, compiler::opDeviceFacts().smCount);
+  const compiler::ReduceSegmentsConfig reduce = launchedReduceSegments(r.config, r.numTokens);
   auto reducer = readyKernel(reduce.kernelName(), [&] { return compiler::buildReduceSegments(reduce); });
   if (!reducer) return reducer.status();
   // In the kernel's parameter order (compiler/kernels/ReduceSegments.cpp).

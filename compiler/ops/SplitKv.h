@@ -29,6 +29,12 @@ struct SplitKvScratch {
 };
 SplitKvScratch splitKvScratch(int64_t numTokens, int numQueryHeads, int rowWidth, int64_t numSegments);
 
+// The reduce_segments kernel a stage-2 launch over `numTokens` tokens runs on
+// the op's device: `config` with its heads per program chosen for the launch
+// (compiler::reduceSegmentsForLaunch). The warm-up and the plan tuner ready the
+// same kernel the launch takes.
+compiler::ReduceSegmentsConfig launchedReduceSegments(const compiler::ReduceSegmentsConfig& config, int64_t numTokens);
+
 // One stage-2 launch: the reduce kernel `config` over `numSegments` segments of
 // `scratch`, writing numTokens rows of out (and the LSE where config has it).
 struct ReduceSegmentsLaunch {
