@@ -209,17 +209,6 @@ void reduceAlong(const std::vector<T>& in, const ReductionShape& s, std::vector<
     }
 }
 
-template <typename T>
-T nanMax(T a, T b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  return a < b ? b : a;
-}
-template <typename T>
-T nanMin(T a, T b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  return b < a ? b : a;
-}
-
 }  // namespace
 
 // Sums run sequentially along the axis, in float for f32/f16/bf16/fp8 (rounded to
@@ -245,12 +234,12 @@ support::Status interpretReduce(ProgramContext& ctx, const CompiledOp& op) {
       const auto round = [kind](auto v) { return roundToFloatKind(v, kind); };
       if (kind == ScalarKind::F64) {
         if (code == Opcode::ReduceSum) reduceAlong<double>(in.floats, s, out.floats, std::plus<>(), round);
-        if (code == Opcode::ReduceMax) reduceAlong<double>(in.floats, s, out.floats, nanMax<double>, round);
-        if (code == Opcode::ReduceMin) reduceAlong<double>(in.floats, s, out.floats, nanMin<double>, round);
+        if (code == Opcode::ReduceMax) reduceAlong<double>(in.floats, s, out.floats, maxPropagatingNaN<double>, round);
+        if (code == Opcode::ReduceMin) reduceAlong<double>(in.floats, s, out.floats, minPropagatingNaN<double>, round);
       } else {
         if (code == Opcode::ReduceSum) reduceAlong<float>(in.floats, s, out.floats, std::plus<>(), round);
-        if (code == Opcode::ReduceMax) reduceAlong<float>(in.floats, s, out.floats, nanMax<float>, round);
-        if (code == Opcode::ReduceMin) reduceAlong<float>(in.floats, s, out.floats, nanMin<float>, round);
+        if (code == Opcode::ReduceMax) reduceAlong<float>(in.floats, s, out.floats, maxPropagatingNaN<float>, round);
+        if (code == Opcode::ReduceMin) reduceAlong<float>(in.floats, s, out.floats, minPropagatingNaN<float>, round);
       }
       return support::Status::ok();
     }

@@ -597,6 +597,11 @@ TEST_CASE("reductions along an axis", "[interp]") {
   std::uniform_real_distribution<float> dist(-5, 5);
   for (float& v : x) v = dist(rng);
   x[2 * C + 5] = NAN;  // row 2, column 5
+  // Signed zeros: as PTX max.NaN / min.NaN, -0 orders below +0 whatever the
+  // order of the operands. Row 1 holds only zeros, its min is -0; column 6
+  // holds -0 below a +0, its max is +0.
+  for (int64_t c = 0; c < C; ++c) x[1 * C + c] = (c % 3 == 1) ? -0.0f : 0.0f;
+  for (int64_t r = 0; r < R; ++r) x[r * C + 6] = r == 2 ? 0.0f : -0.0f;
 
   Kernel kernel("reduce");
   Value* px = kernel.addParameter(ptrTo(ScalarKind::F32), "x");
@@ -629,19 +634,25 @@ TEST_CASE("reductions along an axis", "[interp]") {
     float sum = 0, minimum = INFINITY;
     bool hasNan = false;
     for (int64_t c = 0; c < C; ++c) {
-      sum += x[r * C + c];  // f32, in order
-      minimum = std::min(minimum, x[r * C + c]);
-      hasNan = hasNan || std::isnan(x[r * C + c]);
+      const float v = x[r * C + c];
+      sum += v;  // f32, in order
+      if (v < minimum || (v == minimum && std::signbit(v))) minimum = v;
+      hasNan = hasNan || std::isnan(v);
     }
     INFO("row " << r);
     CHECK(sameFloat(sums[r], sum));
     CHECK(sameFloat(mins[r], hasNan ? NAN : minimum));
+    if (r == 1) CHECK(std::signbit(mins[r]));
   }
   for (int64_t c = 0; c < C; ++c) {
     float maximum = -INFINITY;
-    for (int64_t r = 0; r < R; ++r) maximum = std::max(maximum, x[r * C + c]);
+    for (int64_t r = 0; r < R; ++r) {
+      const float v = x[r * C + c];
+      if (v > maximum || (v == maximum && !std::signbit(v))) maximum = v;
+    }
     INFO("column " << c);
     CHECK(sameFloat(maxes[c], c == 5 ? NAN : maximum));
+    if (c == 6) CHECK((maxes[c] == 0.0f && !std::signbit(maxes[c])));
   }
   CHECK(total == 4950);
 }
