@@ -206,6 +206,13 @@ TEST_CASE("mla op: launches match the float64 reference", "[gpu][mla_op]") {
       {compiler::KvCacheFormat::Fp8E4M3, 256, 128, {1700, 3, 640}, true, false},
       {compiler::KvCacheFormat::Auto, 512, 128, {3000, 37, 2049, 0, 300}, false, true, ops::MlaSplitRule::Balanced,
        true},
+      // Head counts 16 to 128 over lengths around a 16-token block (1, 15, 16,
+      // 17), a 4095-key context and a 65536-key one, mixed in one batch.
+      {compiler::KvCacheFormat::Auto, 512, 16, {1, 15, 16, 17, 4095, 65536}, true, false},
+      {compiler::KvCacheFormat::Auto, 512, 32, {17, 4095, 1, 16, 15}, true, false},
+      {compiler::KvCacheFormat::Fp8E4M3, 512, 64, {4095, 1, 15, 16, 17}, true, false},
+      {compiler::KvCacheFormat::Auto, 512, 128, {15, 4095, 1, 17, 16}, false, false},
+      {compiler::KvCacheFormat::Fp8E4M3, 512, 128, {65536, 17, 1}, true, false},
   };
   for (const Case& c : cases) {
     compiler::MlaDecodeConfig config;
