@@ -170,6 +170,13 @@ Value* Builder::load(Value* ptr, Value* mask, Value* other, std::string name) {
   return create(Opcode::Load, ops, {ptr->type().pointeeType()}, {}, {std::move(name)})->result();
 }
 
+Value* Builder::loadTensor(const LoadTensorOperands& tensor, int64_t rows, int64_t columns, std::string name) {
+  const Type element = tensor.base ? tensor.base->type().pointeeType() : Type::scalar(ScalarKind::I32);
+  return create(Opcode::LoadTensor, tensor.flatten(), {Type::tile({rows, columns}, element)}, tensor.attributes(),
+                {std::move(name)})
+      ->result();
+}
+
 void Builder::store(Value* ptr, Value* value, Value* mask) {
   std::vector<Value*> ops = {ptr, value};
   if (mask) ops.push_back(mask);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/IR.h"
+#include "ir/LoadTensor.h"
 
 namespace attnjit::ir {
 
@@ -70,6 +71,8 @@ class Builder {
   // mask and other may be null (unmasked load); other must be given with mask.
   Value* load(Value* ptr, Value* mask = nullptr, Value* other = nullptr, std::string name = {});
   void store(Value* ptr, Value* value, Value* mask = nullptr);
+  // A rows × columns tile of the tensor `tensor` describes (load_tensor, ir/Ops.def).
+  Value* loadTensor(const LoadTensorOperands& tensor, int64_t rows, int64_t columns, std::string name = {});
 
   // ---- tensor ops ----
   // acc + a·b with f32 accumulation. tf32: round f32 operands to tf32 (tensor cores).

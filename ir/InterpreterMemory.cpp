@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ir/InterpreterProgram.h"
+#include "ir/LoadTensor.h"
 #include "ir/Numeric.h"
 
 namespace attnjit::ir {
@@ -193,6 +194,69 @@ support::Status interpretLoad(ProgramContext& ctx, const CompiledOp& op) {
       out.floats[e] = access.readFloat(bytes);
     else
       out.ints[e] = access.readInt(bytes, pointers[e]);
+  }
+  return support::Status::ok();
+}
+
+support::Status interpretLoadTensor(ProgramContext& ctx, const CompiledOp& op) {
+  const LoadTensorOperands roles = loadTensorOperands(*op.op);
+  const int n = roles.rank();
+  const Type& type = op.op->result()->type();
+  const ScalarKind kind = type.scalarKind();
+  const bool isFloatLoad = elementClass(type) == ElementClass::Float;
+  const int64_t R = type.shape()[0], C = type.shape()[1];
+  // Operand slots in the op's order: base, dims, strides, coords, row mask.
+  const uint64_t base = ctx.operand(op, 0).addresses.at(0);
+  std::vector<int64_t> dims(static_cast<size_t>(n)), strides(static_cast<size_t>(n), 1), coords(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) dims[static_cast<size_t>(k)] = ctx.operand(op, static_cast<size_t>(1 + k)).ints.at(0);
+  for (int k = 1; k < n; ++k)
+    strides[static_cast<size_t>(k)] = ctx.operand(op, static_cast<size_t>(n + k)).ints.at(0);
+  const std::vector<int64_t>* gathered = nullptr;
+  for (int k = 0; k < n; ++k) {
+    const RuntimeValue& coord = ctx.operand(op, static_cast<size_t>(2 * n + k));
+    if (k == roles.gatherDim)
+      gathered = &coord.ints;
+    else
+      coords[static_cast<size_t>(k)] = coord.ints.at(0);
+  }
+  const std::vector<int64_t>* rowMask =
+      roles.rowMask ? &ctx.operand(op, loadTensorOperandCount(n, false)).ints : nullptr;
+  const int64_t rowsPerEntry = gathered ? R / static_cast<int64_t>(gathered->size()) : R;
+  const uint64_t elementSize = static_cast<uint64_t>(storageBits(kind) / 8);
+  const ElementAccess access(kind);
+
+  RuntimeValue& out = ctx.result(op);
+  const size_t count = static_cast<size_t>(R * C);
+  if (isFloatLoad)
+    out.floats.assign(count, 0.0);
+  else
+    out.ints.assign(count, 0);
+  auto inside = [&](int k, int64_t x) { return x >= 0 && x < dims[static_cast<size_t>(k)]; };
+  for (int64_t i = 0; i < R; ++i) {
+    if (rowMask && (*rowMask)[static_cast<size_t>(i)] == 0) continue;
+    std::vector<int64_t> x = coords;
+    x[static_cast<size_t>(roles.rowsDim)] += i % rowsPerEntry;
+    if (gathered) x[static_cast<size_t>(roles.gatherDim)] = (*gathered)[static_cast<size_t>(i / rowsPerEntry)];
+    bool rowInside = true;
+    uint64_t rowOffset = 0;  // wraps like the GPU's 64-bit address arithmetic
+    for (int k = 1; k < n; ++k) {
+      rowInside = rowInside && inside(k, x[static_cast<size_t>(k)]);
+      rowOffset += static_cast<uint64_t>(x[static_cast<size_t>(k)]) * static_cast<uint64_t>(strides[static_cast<size_t>(k)]);
+    }
+    if (!rowInside) continue;
+    for (int64_t j = 0; j < C; ++j) {
+      const int64_t x0 = coords[0] + j;
+      if (!inside(0, x0)) continue;
+      const size_t e = static_cast<size_t>(i * C + j);
+      const uint64_t address = base + (rowOffset + static_cast<uint64_t>(x0)) * elementSize;
+      const uint8_t* bytes = access.locate(ctx.memory(), address);
+      if (!bytes) return outOfBounds(ctx, op, e, address, kind);
+      if (access.misaligned(address)) return misalignedAccess(ctx, op, e, address, kind);
+      if (isFloatLoad)
+        out.floats[e] = access.readFloat(bytes);
+      else
+        out.ints[e] = access.readInt(bytes, address);
+    }
   }
   return support::Status::ok();
 }

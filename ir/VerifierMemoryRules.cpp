@@ -1,6 +1,7 @@
 // Verifier rules of the memory ops: addptr, load, store. A pointer operand is a
 // pointer or a tile of pointers; offsets, masks and values are elementwise
 // companions of it (its shape and layout).
+#include "ir/LoadTensor.h"
 #include "ir/VerifierRules.h"
 
 namespace attnjit::ir {
@@ -64,6 +65,88 @@ support::Status verifyStore(const Operation& op, const Kernel&) {
     return opError(op, "value type " + op.operand(1)->type().str() + " should be " + value.str() +
                            " (the pointee type of " + ptr.str() + ")");
   if (op.numOperands() == 3) ATTNJIT_VERIFY(checkMask(op, 2));
+  return support::Status::ok();
+}
+
+namespace {
+bool isIndexScalar(const Type& t) {
+  return t.isScalar() && (t.scalarKind() == ScalarKind::I32 || t.scalarKind() == ScalarKind::I64);
+}
+}  // namespace
+
+support::Status verifyLoadTensor(const Operation& op, const Kernel&) {
+  ATTNJIT_VERIFY(checkKnownAttributes(op, {"rank", "rows", "gather"}));
+  int64_t rank = 0, rows = 0;
+  ATTNJIT_VERIFY(requireIntAttr(op, "rank", rank));
+  ATTNJIT_VERIFY(requireIntAttr(op, "rows", rows));
+  if (rank < kMinLoadTensorRank || rank > kMaxLoadTensorRank)
+    return opError(op, "rank " + std::to_string(rank) + " is outside " + std::to_string(kMinLoadTensorRank) + " to " +
+                           std::to_string(kMaxLoadTensorRank));
+  const int n = static_cast<int>(rank);
+  const size_t plain = loadTensorOperandCount(n, false);
+  if (op.numOperands() != plain && op.numOperands() != plain + 1)
+    return opError(op, "a rank-" + std::to_string(n) + " tensor takes " + std::to_string(plain) +
+                           " operands (base, " + std::to_string(n) + " dimensions, " + std::to_string(n - 1) +
+                           " strides, " + std::to_string(n) + " coordinates) and an optional row mask, got " +
+                           std::to_string(op.numOperands()));
+  ATTNJIT_VERIFY(checkResultCount(op, 1));
+  if (rows < 1 || rows >= rank)
+    return opError(op, "rows = " + std::to_string(rows) + " must name a dimension from 1 to " +
+                           std::to_string(rank - 1) + " (dimension 0 holds the columns)");
+  int64_t gather = -1;
+  if (op.attrs().has("gather")) {
+    ATTNJIT_VERIFY(requireIntAttr(op, "gather", gather));
+    if (gather < 1 || gather >= rank || gather == rows)
+      return opError(op, "gather = " + std::to_string(gather) + " must name a dimension from 1 to " +
+                             std::to_string(rank - 1) + " other than rows (" + std::to_string(rows) + ")");
+  }
+  const LoadTensorOperands roles = loadTensorOperands(op);
+  const Type& base = roles.base->type();
+  if (!base.isPointer() || base.addressSpace() != AddressSpace::Global)
+    return opError(op, operandStr(op, 0) + " (the base) must be a global pointer, got " + base.str());
+  if (base.scalarKind() == ScalarKind::I4)
+    return opError(op, "unsupported: load_tensor of i4 elements; load the bytes as i8");
+  for (int k = 0; k < n; ++k)
+    if (!isIndexScalar(roles.dims[static_cast<size_t>(k)]->type()))
+      return opError(op, operandStr(op, 1 + static_cast<size_t>(k)) + " (dimension " + std::to_string(k) +
+                             "'s extent) must be an i32 or i64 scalar, got " +
+                             roles.dims[static_cast<size_t>(k)]->type().str());
+  for (int k = 1; k < n; ++k)
+    if (!isIndexScalar(roles.strides[static_cast<size_t>(k - 1)]->type()))
+      return opError(op, operandStr(op, static_cast<size_t>(n + k)) + " (dimension " + std::to_string(k) +
+                             "'s stride) must be an i32 or i64 scalar, got " +
+                             roles.strides[static_cast<size_t>(k - 1)]->type().str());
+  const Type& result = op.result()->type();
+  if (!result.isTile() || result.rank() != 2)
+    return opError(op, "the result must be a rank-2 tile (rows × columns), got " + result.str());
+  const int64_t R = result.shape()[0], C = result.shape()[1];
+  ATTNJIT_VERIFY(checkResultShapeAndElement(op, Type::tile({R, C}, base.pointeeType()),
+                                            "tile<" + std::to_string(R) + "x" + std::to_string(C) + "x" +
+                                                scalarName(base.scalarKind()) + "> (the base's element type)"));
+  const Type i32 = Type::scalar(ScalarKind::I32);
+  for (int k = 0; k < n; ++k) {
+    const size_t index = static_cast<size_t>(2 * n + k);
+    const Type& coord = roles.coords[static_cast<size_t>(k)]->type();
+    if (k == gather) {
+      if (!coord.isTile() || coord.rank() != 1 || coord.scalarKind() != ScalarKind::I32 ||
+          coord.hasPointerElements())
+        return opError(op, operandStr(op, index) + " (the gathered coordinate of dimension " + std::to_string(k) +
+                               ") must be a rank-1 tile of i32, got " + coord.str());
+      const int64_t G = coord.shape()[0];
+      if (R % G != 0)
+        return opError(op, std::to_string(G) + " gathered entries do not divide the " + std::to_string(R) +
+                               " rows");
+    } else if (coord != i32) {
+      return opError(op, operandStr(op, index) + " (the coordinate of dimension " + std::to_string(k) +
+                             ") must be an i32 scalar, got " + coord.str());
+    }
+  }
+  if (roles.rowMask) {
+    const Type& mask = roles.rowMask->type();
+    if (!mask.isTile() || mask.rank() != 1 || mask.shape()[0] != R || mask.scalarKind() != ScalarKind::I1 ||
+        mask.hasPointerElements())
+      return opError(op, "the row mask must be a tile<" + std::to_string(R) + "xi1>, got " + mask.str());
+  }
   return support::Status::ok();
 }
 

@@ -729,7 +729,8 @@ TEST_CASE("cli: --print-after and --print-after-all print the IR after passes to
   CliResult unknown = runCli({"compile", spec, "--print-after=assign-layout"});
   CHECK(unknown.exitCode == 2);
   CHECK(startsWith(unknown.err,
-                   "attnjit compile: error: unknown pass 'assign-layout' for --print-after (tile-IR passes: cse, "));
+                   "attnjit compile: error: unknown pass 'assign-layout' for --print-after (tile-IR passes: "
+                   "expand-tensor-loads, cse, "));
   CHECK(unknown.err.find("; codegen stages: plan-async-copies, ") != std::string::npos);
   CHECK(unknown.err.find("did you mean 'assign-layouts'?") != std::string::npos);
   CHECK(unknown.out.empty());

@@ -240,4 +240,10 @@ void lowerStore(LoweringContext& ctx, const Operation& op) {
   }
 }
 
+// The pass pipeline rewrites every load_tensor into plain loads
+// (compiler/passes/ExpandTensorLoads.cpp) before layouts exist.
+void lowerLoadTensor(LoweringContext& ctx, const Operation& op) {
+  ctx.unsupported(op, "before expand-tensor-loads ran (code generation takes the pipeline's output)");
+}
+
 }  // namespace attnjit::codegen

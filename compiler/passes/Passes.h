@@ -13,6 +13,9 @@ struct PassOptions {
   bool hasWgmma = false;  // target has wgmma (sm_90a): layouts may take its column blocks
 };
 
+// Rewrites every load_tensor into the masked load of pointers its definition
+// states (ir/Ops.def), before any pass that plans loads.
+support::Status expandTensorLoads(ir::Kernel& kernel, const PassOptions& options);
 // Removes ops whose results are unused and that have no side effects.
 support::Status eliminateDeadCode(ir::Kernel& kernel, const PassOptions& options);
 // Merges identical side-effect-free ops with identical operands (common

@@ -17,6 +17,8 @@ struct PassEntry {
 // The pipeline. sm_80 and sm_90a share it; codegen's stages follow it
 // (codegen::codegenStages()).
 constexpr PassEntry kPipeline[] = {
+    {{"expand-tensor-loads", "load_tensor rewritten as the masked load of pointers it stands for"},
+     expandTensorLoads},
     {{"cse", "identical side-effect-free ops merged"}, eliminateCommonSubexpressions},
     {{"dce", "ops whose results nothing uses removed"}, eliminateDeadCode},
     {{"pipeline-loads", "a loop's tile loads issued one iteration ahead (kernel attribute num_stages = 2)"},

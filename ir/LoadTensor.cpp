@@ -1,0 +1,37 @@
+#include "ir/LoadTensor.h"
+
+namespace attnjit::ir {
+
+std::vector<Value*> LoadTensorOperands::flatten() const {
+  std::vector<Value*> operands{base};
+  operands.insert(operands.end(), dims.begin(), dims.end());
+  operands.insert(operands.end(), strides.begin(), strides.end());
+  operands.insert(operands.end(), coords.begin(), coords.end());
+  if (rowMask) operands.push_back(rowMask);
+  return operands;
+}
+
+Attributes LoadTensorOperands::attributes() const {
+  Attributes attrs;
+  attrs.set("rank", int64_t{rank()});
+  attrs.set("rows", int64_t{rowsDim});
+  if (gatherDim >= 0) attrs.set("gather", int64_t{gatherDim});
+  return attrs;
+}
+
+LoadTensorOperands loadTensorOperands(const Operation& op) {
+  ATTNJIT_CHECK(op.opcode() == Opcode::LoadTensor, "loadTensorOperands of another op");
+  const int n = static_cast<int>(op.attrs().getInt("rank"));
+  LoadTensorOperands roles;
+  size_t next = 0;
+  roles.base = op.operand(next++);
+  for (int k = 0; k < n; ++k) roles.dims.push_back(op.operand(next++));
+  for (int k = 1; k < n; ++k) roles.strides.push_back(op.operand(next++));
+  for (int k = 0; k < n; ++k) roles.coords.push_back(op.operand(next++));
+  if (next < op.numOperands()) roles.rowMask = op.operand(next);
+  roles.rowsDim = static_cast<int>(op.attrs().getInt("rows"));
+  if (op.attrs().has("gather")) roles.gatherDim = static_cast<int>(op.attrs().getInt("gather"));
+  return roles;
+}
+
+}  // namespace attnjit::ir
