@@ -205,7 +205,7 @@ support::Status interpretLoadTensor(ProgramContext& ctx, const CompiledOp& op) {
   const ScalarKind kind = type.scalarKind();
   const bool isFloatLoad = elementClass(type) == ElementClass::Float;
   const int64_t R = type.shape()[0], C = type.shape()[1];
-  // Operand slots in the op's order: base, dims, strides, coords, row mask.
+  // Operand slots in the op's order: base, dims, strides, coords, row range.
   const uint64_t base = ctx.operand(op, 0).addresses.at(0);
   std::vector<int64_t> dims(static_cast<size_t>(n)), strides(static_cast<size_t>(n), 1), coords(static_cast<size_t>(n));
   for (int k = 0; k < n; ++k) dims[static_cast<size_t>(k)] = ctx.operand(op, static_cast<size_t>(1 + k)).ints.at(0);
@@ -219,8 +219,11 @@ support::Status interpretLoadTensor(ProgramContext& ctx, const CompiledOp& op) {
     else
       coords[static_cast<size_t>(k)] = coord.ints.at(0);
   }
-  const std::vector<int64_t>* rowMask =
-      roles.rowMask ? &ctx.operand(op, loadTensorOperandCount(n, false)).ints : nullptr;
+  int64_t rowBegin = 0, rowEnd = R;
+  if (roles.rowBegin) {
+    rowBegin = ctx.operand(op, loadTensorOperandCount(n, false)).ints.at(0);
+    rowEnd = ctx.operand(op, loadTensorOperandCount(n, false) + 1).ints.at(0);
+  }
   const int64_t rowsPerEntry = gathered ? R / static_cast<int64_t>(gathered->size()) : R;
   const uint64_t elementSize = static_cast<uint64_t>(storageBits(kind) / 8);
   const ElementAccess access(kind);
@@ -233,7 +236,7 @@ support::Status interpretLoadTensor(ProgramContext& ctx, const CompiledOp& op) {
     out.ints.assign(count, 0);
   auto inside = [&](int k, int64_t x) { return x >= 0 && x < dims[static_cast<size_t>(k)]; };
   for (int64_t i = 0; i < R; ++i) {
-    if (rowMask && (*rowMask)[static_cast<size_t>(i)] == 0) continue;
+    if (i < rowBegin || i >= rowEnd) continue;
     std::vector<int64_t> x = coords;
     x[static_cast<size_t>(roles.rowsDim)] += i % rowsPerEntry;
     if (gathered) x[static_cast<size_t>(roles.gatherDim)] = (*gathered)[static_cast<size_t>(i / rowsPerEntry)];

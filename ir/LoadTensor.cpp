@@ -7,7 +7,10 @@ std::vector<Value*> LoadTensorOperands::flatten() const {
   operands.insert(operands.end(), dims.begin(), dims.end());
   operands.insert(operands.end(), strides.begin(), strides.end());
   operands.insert(operands.end(), coords.begin(), coords.end());
-  if (rowMask) operands.push_back(rowMask);
+  if (rowBegin) {
+    operands.push_back(rowBegin);
+    operands.push_back(rowEnd);
+  }
   return operands;
 }
 
@@ -28,7 +31,10 @@ LoadTensorOperands loadTensorOperands(const Operation& op) {
   for (int k = 0; k < n; ++k) roles.dims.push_back(op.operand(next++));
   for (int k = 1; k < n; ++k) roles.strides.push_back(op.operand(next++));
   for (int k = 0; k < n; ++k) roles.coords.push_back(op.operand(next++));
-  if (next < op.numOperands()) roles.rowMask = op.operand(next);
+  if (next + 2 <= op.numOperands()) {
+    roles.rowBegin = op.operand(next);
+    roles.rowEnd = op.operand(next + 1);
+  }
   roles.rowsDim = static_cast<int>(op.attrs().getInt("rows"));
   if (op.attrs().has("gather")) roles.gatherDim = static_cast<int>(op.attrs().getInt("gather"));
   return roles;

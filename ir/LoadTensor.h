@@ -1,6 +1,6 @@
 // The operands of `load_tensor` (ir/Ops.def) by role. The op's operand list is
 // flat — base, n dimensions, n − 1 strides, n coordinates, an optional row
-// mask — and its attributes say n, the rows' dimension and the gathered one;
+// range — and its attributes say n, the rows' dimension and the gathered one;
 // this is the one place that knows the order.
 #pragma once
 
@@ -18,7 +18,9 @@ struct LoadTensorOperands {
   std::vector<Value*> dims;     // n: elements along each dimension
   std::vector<Value*> strides;  // n − 1: elements between indices of dimensions 1 .. n − 1
   std::vector<Value*> coords;   // n: the first index along each dimension (the gathered one a tile)
-  Value* rowMask = nullptr;     // tile<Rxi1>, or null
+  // Rows outside [rowBegin, rowEnd) read as zeros (i32 scalars; both or neither).
+  Value* rowBegin = nullptr;
+  Value* rowEnd = nullptr;
   int rowsDim = 1;
   int gatherDim = -1;  // -1: no gather
 
@@ -29,9 +31,9 @@ struct LoadTensorOperands {
   Attributes attributes() const;
 };
 
-// Operand count of a load_tensor of rank n without / with a row mask.
-inline size_t loadTensorOperandCount(int rank, bool rowMask) {
-  return static_cast<size_t>(3 * rank) + (rowMask ? 1 : 0);
+// Operand count of a load_tensor of rank n without / with a row range.
+inline size_t loadTensorOperandCount(int rank, bool rowRange) {
+  return static_cast<size_t>(3 * rank) + (rowRange ? 2 : 0);
 }
 
 // The roles of a verified load_tensor's operands.

@@ -84,10 +84,10 @@ support::Status verifyLoadTensor(const Operation& op, const Kernel&) {
                            std::to_string(kMaxLoadTensorRank));
   const int n = static_cast<int>(rank);
   const size_t plain = loadTensorOperandCount(n, false);
-  if (op.numOperands() != plain && op.numOperands() != plain + 1)
+  if (op.numOperands() != plain && op.numOperands() != plain + 2)
     return opError(op, "a rank-" + std::to_string(n) + " tensor takes " + std::to_string(plain) +
                            " operands (base, " + std::to_string(n) + " dimensions, " + std::to_string(n - 1) +
-                           " strides, " + std::to_string(n) + " coordinates) and an optional row mask, got " +
+                           " strides, " + std::to_string(n) + " coordinates) and optionally the first and the end row read, got " +
                            std::to_string(op.numOperands()));
   ATTNJIT_VERIFY(checkResultCount(op, 1));
   if (rows < 1 || rows >= rank)
@@ -141,11 +141,12 @@ support::Status verifyLoadTensor(const Operation& op, const Kernel&) {
                              ") must be an i32 scalar, got " + coord.str());
     }
   }
-  if (roles.rowMask) {
-    const Type& mask = roles.rowMask->type();
-    if (!mask.isTile() || mask.rank() != 1 || mask.shape()[0] != R || mask.scalarKind() != ScalarKind::I1 ||
-        mask.hasPointerElements())
-      return opError(op, "the row mask must be a tile<" + std::to_string(R) + "xi1>, got " + mask.str());
+  if (roles.rowBegin) {
+    const size_t index = loadTensorOperandCount(n, false);
+    for (size_t r = 0; r < 2; ++r)
+      if (op.operand(index + r)->type() != i32)
+        return opError(op, operandStr(op, index + r) + (r == 0 ? " (the first row read)" : " (the end of the rows read)") +
+                               " must be an i32 scalar, got " + op.operand(index + r)->type().str());
   }
   return support::Status::ok();
 }

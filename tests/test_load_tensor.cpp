@@ -1,6 +1,6 @@
 // load_tensor (ir/Ops.def): a tile of a strided tensor of up to five
 // dimensions, one of them gathered (a paged cache's blocks), zero outside the
-// tensor and where the row mask is false. The interpreter runs the op itself;
+// tensor and outside the row range. The interpreter runs the op itself;
 // the expand-tensor-loads pass turns it into the masked load the code
 // generator knows, and both must give the same bits as an element-by-element
 // reading of the definition.
@@ -68,7 +68,7 @@ std::string tirPath() { return attnjit::tests::sourceDir() + "/tests/tir/load_te
 
 // Runs the kernel on `cache` with `table` as its four block numbers.
 std::vector<float> run(const Kernel& kernel, const PagedCache& cache, std::vector<int32_t> table, int32_t head,
-                       int32_t validRows) {
+                       int32_t firstRow, int32_t validRows) {
   std::vector<float> data = cache.data;
   std::vector<float> out(static_cast<size_t>(kRows * kColumns), -777.0f);
   InterpreterMemory memory;
@@ -78,7 +78,7 @@ std::vector<float> run(const Kernel& kernel, const PagedCache& cache, std::vecto
   support::Status ran = interpretKernel(
       kernel, {},
       {PointerArg{cacheAddress}, PointerArg{tableAddress}, PointerArg{outAddress}, int64_t{PagedCache::kBlocks},
-       int64_t{PagedCache::kKvHeads}, int64_t{head}, int64_t{validRows}, int64_t{PagedCache::kStrideHead},
+       int64_t{PagedCache::kKvHeads}, int64_t{head}, int64_t{firstRow}, int64_t{validRows}, int64_t{PagedCache::kStrideHead},
        int64_t{PagedCache::kStrideToken}, int64_t{PagedCache::kStrideKv}, int64_t{PagedCache::kStrideBlock}},
       memory);
   INFO(ran.message());
@@ -88,12 +88,12 @@ std::vector<float> run(const Kernel& kernel, const PagedCache& cache, std::vecto
 
 // The definition read element by element: value rows (kv = 1) of `head`.
 std::vector<float> expected(const PagedCache& cache, const std::vector<int32_t>& table, int32_t head,
-                            int32_t validRows) {
+                            int32_t firstRow, int32_t validRows) {
   std::vector<float> out(static_cast<size_t>(kRows * kColumns), 0.0f);
   const bool headInside = head >= 0 && head < PagedCache::kKvHeads;
   for (int64_t i = 0; i < kRows; ++i) {
     const int32_t block = table[static_cast<size_t>(i / PagedCache::kBlockSize)];
-    if (i >= validRows || !headInside || block < 0 || block >= PagedCache::kBlocks) continue;
+    if (i < firstRow || i >= validRows || !headInside || block < 0 || block >= PagedCache::kBlocks) continue;
     for (int64_t j = 0; j < PagedCache::kHeadSize; ++j)
       out[static_cast<size_t>(i * kColumns + j)] = cache.at(block, 1, i % PagedCache::kBlockSize, head, j);
   }
@@ -107,16 +107,18 @@ bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
 struct Case {
   std::vector<int32_t> table;
   int32_t head;
+  int32_t firstRow;
   int32_t validRows;
 };
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
-      {{5, 0, 3, 1}, 2, 16},    // every row read
-      {{2, 4, 1, 0}, 0, 11},    // a partial last block: rows 11.. zero
-      {{-1, 6, 2, 100}, 1, 16}, // blocks outside the cache read as zeros
-      {{1, 1, 1, 1}, 3, 16},    // a head outside the tensor: all zeros
-      {{3, 2, 1, 0}, 1, 0},     // no valid row
+      {{5, 0, 3, 1}, 2, 0, 16},     // every row read
+      {{2, 4, 1, 0}, 0, 0, 11},     // a partial last block: rows 11.. zero
+      {{2, 4, 1, 0}, 1, 5, 40},     // rows before 5 zero (a window's first tile)
+      {{-1, 6, 2, 100}, 1, -3, 16}, // blocks outside the cache read as zeros
+      {{1, 1, 1, 1}, 3, 0, 16},     // a head outside the tensor: all zeros
+      {{3, 2, 1, 0}, 1, 0, 0},      // no row in the range
   };
   return all;
 }
@@ -127,9 +129,9 @@ TEST_CASE("load_tensor: the interpreter reads the tile the definition states", "
   const PagedCache cache;
   auto kernel = parseKernelFile(tirPath());
   for (const Case& c : cases()) {
-    INFO("head " << c.head << ", valid rows " << c.validRows << ", blocks " << c.table[0] << " " << c.table[1] << " "
+    INFO("head " << c.head << ", rows " << c.firstRow << " to " << c.validRows << ", blocks " << c.table[0] << " " << c.table[1] << " "
                  << c.table[2] << " " << c.table[3]);
-    CHECK(sameBits(run(*kernel, cache, c.table, c.head, c.validRows), expected(cache, c.table, c.head, c.validRows)));
+    CHECK(sameBits(run(*kernel, cache, c.table, c.head, c.firstRow, c.validRows), expected(cache, c.table, c.head, c.firstRow, c.validRows)));
   }
 }
 
@@ -144,15 +146,15 @@ TEST_CASE("load_tensor: expand-tensor-loads gives the same bits as the op", "[lo
   CHECK(text.find("= load_tensor") == std::string::npos);
   CHECK(text.find("= load %v_pointers, %v_mask, %v_zeros") != std::string::npos);
   for (const Case& c : cases()) {
-    INFO("head " << c.head << ", valid rows " << c.validRows);
-    CHECK(sameBits(run(*expanded, cache, c.table, c.head, c.validRows), run(*kernel, cache, c.table, c.head,
-                                                                            c.validRows)));
+    INFO("head " << c.head << ", rows " << c.firstRow << " to " << c.validRows);
+    CHECK(sameBits(run(*expanded, cache, c.table, c.head, c.firstRow, c.validRows), run(*kernel, cache, c.table, c.head,
+                                                                            c.firstRow, c.validRows)));
   }
   // The whole pipeline (layouts assigned) runs it too.
   auto piped = parseKernelFile(tirPath());
   REQUIRE(attnjit::compiler::runPipeline(*piped, options, nullptr).isOk());
   for (const Case& c : cases())
-    CHECK(sameBits(run(*piped, cache, c.table, c.head, c.validRows), expected(cache, c.table, c.head, c.validRows)));
+    CHECK(sameBits(run(*piped, cache, c.table, c.head, c.firstRow, c.validRows), expected(cache, c.table, c.head, c.firstRow, c.validRows)));
 }
 
 TEST_CASE("load_tensor: a tile without a gathered dimension, coordinates partly outside", "[load_tensor][interpreter]") {
@@ -196,9 +198,7 @@ TEST_CASE("load_tensor: the verifier names what is wrong", "[load_tensor][verifi
   const std::string header =
       "kernel @k(%p: ptr<global, f32>, %q: ptr<global, i4>, %n: i32, %s: i64, %f: f32) {\n"
       "  %c = constant {value = 0} : i32\n"
-      "  %rows = arange {start = 0, end = 16} : tile<16xi32>\n"
-      "  %eight = arange {start = 0, end = 8} : tile<8xi32>\n"
-      "  %mask = cmp %eight, %eight {pred = eq} : tile<8xi1>\n";
+      "  %rows = arange {start = 0, end = 16} : tile<16xi32>\n";
   auto message = [&](const std::string& op) {
     auto module = parseModule(header + "  " + op + "\n  return\n}\n", "bad.tir");
     if (!module.isOk()) return module.diagnostic().message;
@@ -211,8 +211,8 @@ TEST_CASE("load_tensor: the verifier names what is wrong", "[load_tensor][verifi
   CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c {rank = 1, rows = 1} : tile<16x8xf32>") ==
         "'load_tensor': rank 1 is outside 2 to 5");
   CHECK(message("%t = load_tensor %p, %n, %n, %s, %c {rank = 2, rows = 1} : tile<16x8xf32>") ==
-        "'load_tensor': a rank-2 tensor takes 6 operands (base, 2 dimensions, 1 strides, 2 coordinates) and an "
-        "optional row mask, got 5");
+        "'load_tensor': a rank-2 tensor takes 6 operands (base, 2 dimensions, 1 strides, 2 coordinates) and "
+        "optionally the first and the end row read, got 5");
   CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c {rank = 2, rows = 0} : tile<16x8xf32>") ==
         "'load_tensor': rows = 0 must name a dimension from 1 to 1 (dimension 0 holds the columns)");
   CHECK(message("%t = load_tensor %p, %n, %n, %n, %s, %s, %c, %c, %c {rank = 3, rows = 1, gather = 1} : "
@@ -234,8 +234,11 @@ TEST_CASE("load_tensor: the verifier names what is wrong", "[load_tensor][verifi
   CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c {rank = 2, rows = 1} : tile<16x8xf16>") ==
         "'load_tensor': result type tile<16x8xf16> should be tile<16x8xf32> (tile<16x8xf32> (the base's element "
         "type))");
-  CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c, %mask {rank = 2, rows = 1} : tile<16x8xf32>") ==
-        "'load_tensor': the row mask must be a tile<16xi1>, got tile<8xi1>");
+  CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c, %c, %c {rank = 2, rows = 1} : tile<16x8xf32>") == "ok");
+  CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c, %c, %s {rank = 2, rows = 1} : tile<16x8xf32>") ==
+        "'load_tensor': operand 7 ('s') (the end of the rows read) must be an i32 scalar, got i64");
+  CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c, %c {rank = 2, rows = 1} : tile<16x8xf32>")
+            .find("got 7") != std::string::npos);
   CHECK(message("%t = load_tensor %p, %n, %n, %s, %c, %c {rank = 2, rows = 1, box = 3} : tile<16x8xf32>")
             .find("box") != std::string::npos);
 }

@@ -1,7 +1,7 @@
 // expand-tensor-loads: every load_tensor (ir/Ops.def) becomes the masked load
 // its definition states — a tile of pointers base + x0 + Σ xk · stride k and a
 // mask of the rows and columns whose indices lie inside the tensor (and the
-// row mask) — so the passes after it and code generation see only the loads
+// row range) — so the passes after it and code generation see only the loads
 // they know (pipelining, cp.async copies, producer warps). The index arithmetic
 // is in i64: a paged cache's block stride times a block number passes 2^31.
 #include <string>
@@ -149,7 +149,11 @@ void expand(Operation& op) {
     rowOffset = e.binary(Opcode::Add, rowOffset, e.splat(fixedOffset, {R}, "_fixed_offsets"), "_row_offset_all");
     rowInside = e.binary(Opcode::And, rowInside, e.splat(fixedInside, {R}, "_fixed_inside"), "_row_inside_all");
   }
-  if (t.rowMask) rowInside = e.binary(Opcode::And, rowInside, t.rowMask, "_row_read");
+  if (t.rowBegin) {
+    Value* rowsRead = e.binary(Opcode::And, e.cmp(CmpPredicate::Ge, rows, e.splat(t.rowBegin, {R}, "_row_begins"), "_from"),
+                               e.cmp(CmpPredicate::Lt, rows, e.splat(t.rowEnd, {R}, "_row_ends"), "_to"), "_row_read");
+    rowInside = e.binary(Opcode::And, rowInside, rowsRead, "_row_inside_read");
+  }
 
   Value* offsets = e.binary(Opcode::Add, e.spread(rowOffset, true, R, C, "_row_offsets"),
                             e.spread(x0, false, R, C, "_column_offsets"), "_offsets");
