@@ -99,6 +99,10 @@ struct CodegenResult {
   int sharedMemoryBytes = 0;    // dynamic shared memory the kernel needs
   SharedMemoryUse sharedMemoryUse;
   WarpSchedule warpSchedule;
+  // The tensor maps the kernel takes after its parameters (its TMA copies of
+  // load_tensor tiles), in runtime/TensorMap.h's recipe text: "first=N" and a
+  // line per map; empty when it takes none.
+  std::string tensorMaps;
   double lowerMs = 0, optimizeMs = 0, emitMs = 0;
   // Every stage that ran, in order (the planning and lowering stages once per
   // attempt when fit-shared-memory lowers again).

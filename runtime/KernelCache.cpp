@@ -127,6 +127,17 @@ void KernelCache::noteDiskMiss(const std::string& reason) {
   if (log && reason != "no entry") log("attnjit: kernel cache: disk miss: " + reason);
 }
 
+namespace {
+// The tensor maps a kernel's metadata records (kTensorMapsKey), or none.
+support::Expected<std::shared_ptr<const TensorMapParameters>> tensorMapsOf(const StringMap& metadata) {
+  auto found = metadata.find(KernelCache::kTensorMapsKey);
+  if (found == metadata.end()) return std::shared_ptr<const TensorMapParameters>();
+  auto parsed = parseTensorMapRecipes(found->second);
+  if (!parsed) return parsed.status();
+  return std::shared_ptr<const TensorMapParameters>(std::make_shared<TensorMapParameters>(std::move(*parsed)));
+}
+}  // namespace
+
 std::optional<KernelCache::Result> KernelCache::loadFromDisk(const std::string& diskKeyText) {
   DiskLookup lookup = disk_.load(diskKeyText);
   if (!lookup.hit()) {
@@ -145,8 +156,14 @@ std::optional<KernelCache::Result> KernelCache::loadFromDisk(const std::string& 
     noteDiskMiss("cached cubin did not load: " + loaded.diagnostic().message);
     return std::nullopt;
   }
+  auto maps = tensorMapsOf(entry.metadata);
+  if (!maps) {
+    noteDiskMiss("entry's tensor map recipes do not parse: " + maps.diagnostic().message);
+    return std::nullopt;
+  }
   auto kernel = std::make_shared<LoadedKernel>();
   kernel->function = loaded->function;
+  kernel->function.setTensorMaps(std::move(*maps));
   kernel->module = std::move(loaded->module);
   kernel->ptx = std::move(entry.ptx);
   kernel->metadata = std::move(entry.metadata);
@@ -193,8 +210,11 @@ KernelCache::Result KernelCache::build(const std::string& keyText, const Compile
     CacheEntry entry{std::move(kernel.cubin), kernel.ptx, kernel.metadata};
     disk_.store(diskKeyText, entry);
   }
+  auto maps = tensorMapsOf(kernel.metadata);
+  if (!maps) return failed(maps.status());
   auto result = std::make_shared<LoadedKernel>();
   result->function = loaded->function;
+  result->function.setTensorMaps(std::move(*maps));
   result->module = std::move(loaded->module);
   result->ptx = std::move(kernel.ptx);
   result->metadata = std::move(kernel.metadata);

@@ -92,6 +92,8 @@ class KernelCache {
   static constexpr const char* kEntryNameKey = "attnjit.entry";
   // Metadata key under which an alias entry records the kernel key it stands for.
   static constexpr const char* kAliasOfKey = "attnjit.alias_of";
+  // Metadata key of a kernel's tensor-map recipes (runtime/TensorMap.h), when it takes maps.
+  static constexpr const char* kTensorMapsKey = "attnjit.tensor_maps";
 
   struct Stats {
     std::uint64_t memoryHits = 0;  // includes requests that waited for an in-flight compile

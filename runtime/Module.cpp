@@ -253,6 +253,24 @@ support::Status Function::launch(const LaunchConfig& config, void** params) cons
   }
   auto function = static_cast<CUfunction>(handle_);
   if (support::Status s = optInDynamicShared(api, function, name_, config.dynamicSharedBytes); !s) return s;
+  // The maps' bytes are copied by the launch call (as every argument is), so
+  // these locals may go once it returns, captured into a CUDA graph or not.
+  std::vector<TensorMap> maps;
+  std::vector<void*> withMaps;
+  if (tensorMaps_ && !tensorMaps_->maps.empty()) {
+    if (params == nullptr) return runtimeError("launch of kernel " + name_ + ": no arguments for its tensor maps");
+    maps.reserve(tensorMaps_->maps.size());
+    withMaps.assign(params, params + tensorMaps_->first);
+    for (std::size_t i = 0; i < tensorMaps_->maps.size(); ++i) {
+      auto encoded = encodeTensorMap(tensorMapShapeFor(tensorMaps_->maps[i], params));
+      if (!encoded)
+        return runtimeError("launch of kernel " + name_ + ": its TMA copies need a tensor map the arguments do not "
+                            "give: " + encoded.diagnostic().message);
+      maps.push_back(*encoded);
+    }
+    for (TensorMap& map : maps) withMaps.push_back(&map);
+    params = withMaps.data();
+  }
   if (config.overlapPriorGrid && api.cuLaunchKernelEx != nullptr && programmaticLaunchEnabled()) {
     CUlaunchAttribute overlap{};
     overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;

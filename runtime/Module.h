@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "runtime/Driver.h"
+#include "runtime/TensorMap.h"
 
 namespace attnjit::runtime {
 
@@ -120,11 +122,19 @@ class Function {
   // kernel's i-th parameter. Requests above 48 KiB of dynamic shared memory raise the
   // kernel's MAX_DYNAMIC_SHARED_SIZE_BYTES first. Asynchronous: faults show up at the next
   // synchronization.
+  // A kernel with tensor-map parameters (TMA copies, runtime/TensorMap.h) takes
+  // only its ordinary parameters here: the maps are encoded from them and
+  // passed after them.
   support::Status launch(const LaunchConfig& config, void** params) const;
+
+  // The tensor maps this kernel takes after its ordinary parameters (none by default).
+  void setTensorMaps(std::shared_ptr<const TensorMapParameters> maps) { tensorMaps_ = std::move(maps); }
+  const TensorMapParameters* tensorMaps() const { return tensorMaps_.get(); }
 
  private:
   void* handle_ = nullptr;
   std::string name_;
+  std::shared_ptr<const TensorMapParameters> tensorMaps_;
 };
 
 // A loaded module (cuModuleLoadData); unloaded on destruction.

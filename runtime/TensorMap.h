@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/Diagnostics.h"
@@ -56,6 +57,47 @@ struct TensorMapShape {
 // multiples of 16 below 2^40; box sizes of 1 to 256 whose innermost one spans
 // a multiple of 16 bytes and, with a swizzle, no more than its span.
 support::Status validateTensorMap(const TensorMapShape& shape);
+
+// How a kernel makes a tensor-map parameter from its other arguments at
+// launch: code generation copies load_tensor tiles with TMA and records one
+// recipe per map (kernel metadata "tensor_maps", tensorMapRecipesText), and
+// Function::launch encodes the maps from the launch's arguments and passes
+// them after them, so launchers never see the maps.
+struct TensorMapRecipe {
+  // A value of the launch: argument `parameter` (4 or 8 bytes wide, a
+  // pointer, i64 or i32), or `constant` where parameter is -1.
+  struct Source {
+    int parameter = -1;
+    int bytes = 8;
+    std::int64_t constant = 0;
+  };
+  TensorMapElement element = TensorMapElement::BF16;
+  Source address;
+  std::vector<Source> dims;     // elements, innermost first
+  std::vector<Source> strides;  // elements between indices of dimensions 1 .. rank - 1
+  std::vector<std::uint32_t> box;
+  TensorMapSwizzle swizzle = TensorMapSwizzle::Bytes128;
+
+  // "bf16 address=p2:8 dims=c128,c8,p9:4,c2,c2147483647 strides=p15:8,p14:8,p13:8,p12:8 box=64,1,16,1,1
+  // swizzle=128" (one line: parseTensorMapRecipe's input).
+  std::string str() const;
+};
+
+// The maps a kernel takes after its `first` ordinary parameters, in order.
+struct TensorMapParameters {
+  int first = 0;
+  std::vector<TensorMapRecipe> maps;
+};
+
+// Text for kernel metadata: "first=N" then one recipe a line; parse errors
+// name the line (a damaged cache entry is a miss, never a launch).
+std::string tensorMapRecipesText(const TensorMapParameters& parameters);
+support::Expected<TensorMapRecipe> parseTensorMapRecipe(std::string_view line);
+support::Expected<TensorMapParameters> parseTensorMapRecipes(std::string_view text);
+
+// The shape `recipe` gives for a launch whose params[i] points at argument i
+// (strides and extents read in elements, scaled to bytes).
+TensorMapShape tensorMapShapeFor(const TensorMapRecipe& recipe, void* const* params);
 
 // validateTensorMap, then the driver's encoding. Needs a driver (not a
 // context or a GPU: the map is host data until a launch passes it).

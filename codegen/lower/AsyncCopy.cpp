@@ -46,6 +46,7 @@
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SwizzledShared.h"
+#include "codegen/lower/TensorCopies.h"
 #include "codegen/lower/WarpSpecialization.h"
 #include "codegen/lower/WarpgroupMma.h"
 
@@ -170,8 +171,16 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   // wgmma reads the slot itself when it is stored in column blocks.
   const int64_t rows = layout.shape[static_cast<size_t>(1 - tile->contigDim)];
   const bool warpgroupOperand = !descriptorConverts.empty() && descriptorCompatible(*tile, rows);
+  // A load_tensor tile: TMA boxes fill the slot, by producer warps only, and
+  // only where wgmma alone reads it in the column blocks the boxes land in.
+  const bool tensorCopy = prologueLoad->opcode() == Opcode::LoadTensor;
+  if (tensorCopy != (bodyLoad->opcode() == Opcode::LoadTensor)) return std::nullopt;
   int copy = 0;
-  if (castOnCopy) {
+  if (tensorCopy) {
+    if (!onlyDescriptors || !warpgroupOperand || tile->contigDim != 1 || castOnCopy || !ctx.allowWarpSpecialization ||
+        !ctx.target.hasWgmma || !kernelFlag(ctx.kernel, KernelAttribute::WarpSpecialize))
+      return std::nullopt;
+  } else if (castOnCopy) {
     // Every reader is a wgmma operand (nothing reads the slot into registers),
     // and each thread's 16-byte run of fp8 bytes becomes two 16-byte runs of the
     // cast's tile (the slot's swizzle moves 16-byte chunks whole).
@@ -189,6 +198,7 @@ std::optional<AsyncBuffer> planCarriedTile(LoweringContext& ctx, const Operation
   }
   if (warpgroupOperand) tile->useColumnBlocks(rows);
   AsyncBuffer buffer{*tile, layout};
+  buffer.tensorCopy = tensorCopy;
   buffer.warpgroupOperand = warpgroupOperand;
   if (warpgroupOperand) buffer.descriptorConverts = std::move(descriptorConverts);
   buffer.castOnCopy = castOnCopy;
@@ -328,13 +338,22 @@ llvm::Value* nextSlot(llvm::IRBuilder<>& b, llvm::Value* slot, int slots) {
 }
 
 void planAsyncCopies(LoweringContext& ctx) {
-  if (!ir::kernelFlag(ctx.kernel, ir::KernelAttribute::AsyncCopy)) return;
-  if (!ctx.target.hasCpAsync || !ctx.allowAsyncCopy) return;
-  Uses uses;
-  collectUses(ctx.kernel.body(), uses);
-  auto plan = std::make_unique<AsyncCopyPlan>();
-  planBlock(ctx, ctx.kernel.body(), uses, *plan);
-  if (!plan->buffers.empty()) ctx.async = std::move(plan);
+  const bool planned = ir::kernelFlag(ctx.kernel, ir::KernelAttribute::AsyncCopy) && ctx.target.hasCpAsync &&
+                       ctx.allowAsyncCopy;
+  if (planned) {
+    Uses uses;
+    collectUses(ctx.kernel.body(), uses);
+    auto plan = std::make_unique<AsyncCopyPlan>();
+    planBlock(ctx, ctx.kernel.body(), uses, *plan);
+    if (!plan->buffers.empty()) ctx.async = std::move(plan);
+  }
+  // A load_tensor the passes kept has no lowering but TMA into a slot.
+  walk(ctx.kernel.body(), [&](const Operation& op) {
+    if (op.opcode() == Opcode::LoadTensor && (!ctx.async || !ctx.async->loads.count(&op)))
+      ctx.unsupported(op, std::string("copied by TMA: ") +
+                              (planned ? "its tile is not a pipelined slot that only warpgroup MMAs read as B"
+                                       : "the slots were given up (shared memory, or no cp.async)"));
+  });
 }
 
 std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
@@ -354,6 +373,7 @@ std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
             " swizzle phases" + (buffer.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") +
             (buffer.castOnCopy ? ", cast to " + buffer.castOnCopy->result()->type().str() + " by the producer warps"
                                : "") +
+            (buffer.tensorCopy ? ", filled by TMA boxes from one producer thread" : "") +
             "\n";
   }
   text += "cp.async buffers: " + std::to_string(ctx.asyncBufferBytes) + " B\n";
@@ -499,7 +519,8 @@ void waitForSlotsBeforeWarpgroupRead(LoweringContext& ctx, const ir::Block* bloc
     if (waited) continue;
     waitForSlot(ctx, *value);
     waits.push_back({block, value->asyncBuffer, slot});
-    if (!ctx.async->buffers[static_cast<size_t>(value->asyncBuffer)].castOnCopy) copiedSlotWaited = true;
+    const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(value->asyncBuffer)];
+    if (!buffer.castOnCopy && !buffer.tensorCopy) copiedSlotWaited = true;
   }
   // The producers' cp.async copies wrote through the generic proxy; one fence
   // after the last wait orders every slot waited for before it.
@@ -564,8 +585,10 @@ void finishAsyncLoop(LoweringContext& ctx, const Operation& loop) {
   if (!ctx.async) return;
   const bool hasBuffers = std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
                                       [&](const AsyncBuffer& buffer) { return buffer.loop == &loop; });
-  if (hasBuffers && ctx.warpSpecialization)
+  if (hasBuffers && ctx.warpSpecialization) {
+    if (ctx.role == LoweringContext::Role::Producer) waitForUnreadTensorCopies(ctx, loop);
     finishSpecializedLoop(ctx);
+  }
   else if (hasBuffers)
     ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
 }

@@ -37,6 +37,10 @@ struct AsyncBuffer {
   // store the result, so the slot holds the cast's tile (read by wgmma only)
   // and the compute warps convert nothing. Null for plain copies.
   const ir::Operation* castOnCopy = nullptr;
+  // Filled by TMA: the loads are load_tensor tiles whose boxes one producer
+  // thread copies (TensorCopies.cpp); the slot is written through the async
+  // proxy and needs no fence before wgmma reads it.
+  bool tensorCopy = false;
 };
 
 // Every async buffer of a kernel and which loads fill them.

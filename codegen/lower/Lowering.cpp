@@ -9,6 +9,7 @@
 #include "codegen/Codegen.h"
 #include "codegen/llvm/PtxEmitter.h"
 #include "codegen/lower/AsyncCopy.h"
+#include "codegen/lower/TensorCopies.h"
 #include "codegen/lower/InlinePtx.h"
 #include "codegen/lower/RedundantSync.h"
 #include "codegen/lower/SharedConversions.h"
@@ -477,8 +478,11 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   const int64_t clusterSize = kernelAttribute(kernel, KernelAttribute::ClusterSize);
   ctx.allowWarpSpecialization = warpSpecialize && clusterSize == 1;
   ctx.axis = std::make_unique<AxisInfo>(kernel);
+  planTensorMaps(ctx);
+  if (!ctx.status) return ctx.status;
   std::vector<llvm::Type*> params;
   for (size_t i = 0; i < kernel.numParameters(); ++i) params.push_back(ctx.elementType(kernel.parameter(i)->type()));
+  for (size_t i = 0; i < ctx.tensorMapRecipes.size(); ++i) params.push_back(ctx.b.getPtrTy());
   auto* fnType = llvm::FunctionType::get(ctx.b.getVoidTy(), params, false);
   ctx.function = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, kernel.name(), *attempt.module);
   ctx.function->setCallingConv(llvm::CallingConv::PTX_Kernel);
@@ -492,6 +496,15 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
     if (align && kernel.parameter(i)->type().isPointer() && std::holds_alternative<int64_t>(*align))
       arg->addAttr(llvm::Attribute::getWithAlignment(context, llvm::Align(std::get<int64_t>(*align))));
     ctx.set(kernel.parameter(i), Lowered{{arg}, std::nullopt});
+  }
+  // Tensor maps: 128 bytes by value in the parameter space (.param .align 64
+  // .b8 [128]), which the TMA copies address directly.
+  for (size_t i = 0; i < ctx.tensorMapRecipes.size(); ++i) {
+    llvm::Argument* arg = ctx.function->getArg(ctx.firstTensorMapArgument + static_cast<unsigned>(i));
+    arg->setName("tensor_map_" + std::to_string(i));
+    arg->addAttr(llvm::Attribute::getWithByValType(context, llvm::ArrayType::get(ctx.b.getInt8Ty(), 128)));
+    arg->addAttr(llvm::Attribute::getWithAlignment(context, llvm::Align(64)));
+    arg->addAttr(llvm::Attribute::get(context, "nvvm.grid_constant"));
   }
 
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(context, "entry", ctx.function);
@@ -517,6 +530,7 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
 
   stages.run("plan-async-copies", [&] { planAsyncCopies(ctx); });
   stages.printAfter("plan-async-copies", [&] { return describeAsyncCopyPlan(ctx); });
+  if (!ctx.status) return ctx.status;
   std::string noWarpSpecialization;
   stages.run("plan-warp-specialization", [&] { planWarpSpecialization(ctx, noWarpSpecialization); });
   stages.printAfter("plan-warp-specialization",
@@ -525,7 +539,7 @@ support::Expected<LoweringAttempt> lowerKernel(llvm::LLVMContext& context, const
   // kernel that ends up without them is planned again without casting copies.
   if (!ctx.warpSpecialization && ctx.async &&
       std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
-                  [](const AsyncBuffer& buffer) { return buffer.castOnCopy != nullptr; })) {
+                  [](const AsyncBuffer& buffer) { return buffer.castOnCopy != nullptr || buffer.tensorCopy; })) {
     attempt.warpSpecializationFailed = true;
     return attempt;
   }
@@ -624,6 +638,7 @@ support::Expected<CodegenResult> generatePtx(const Kernel& kernel, const Codegen
   result.sharedMemoryBytes = static_cast<int>(attempt.sharedBytes);
   result.sharedMemoryUse = attempt.use;
   result.warpSchedule = attempt.schedule;
+  result.tensorMaps = tensorMapRecipesText(ctx);
   if (support::Status s = verifyLlvmModule(module); !s) return s;
   if (options.printLlvmIr) result.llvmIr = printModule(module);
   const auto t1 = Clock::now();

@@ -93,6 +93,12 @@ class LoweringContext {
   bool allowAsyncCopy = true;  // false: every load takes the register path
   bool allowSharedOperands = true;  // false: loop-invariant operands stay in registers
   bool allowWarpSpecialization = true;  // false: warp_specialize is ignored
+  // load_tensor tiles copied by TMA (codegen/lower/TensorCopies.cpp): each op's
+  // tensor map, the maps' recipes (runtime/TensorMap.h text) and the LLVM
+  // argument of the first (they follow the kernel's parameters).
+  std::unordered_map<const ir::Operation*, int> tensorMapOf;
+  std::vector<std::string> tensorMapRecipes;
+  unsigned firstTensorMapArgument = 0;
   // A buffer is read by wgmma: dynamic shared memory is 1024-byte aligned.
   bool warpgroupOperands = false;
   // Which loads become cp.async copies (planAsyncCopies); null where none do.

@@ -240,10 +240,12 @@ void lowerStore(LoweringContext& ctx, const Operation& op) {
   }
 }
 
-// The pass pipeline rewrites every load_tensor into plain loads
-// (compiler/passes/ExpandTensorLoads.cpp) before layouts exist.
+// A load_tensor the passes kept (compiler/passes/ExpandTensorLoads.cpp) is a
+// TMA slot of the compute warps; the producer warps issue its boxes
+// (TensorCopies.cpp). planAsyncCopies reported any other.
 void lowerLoadTensor(LoweringContext& ctx, const Operation& op) {
-  ctx.unsupported(op, "before expand-tensor-loads ran (code generation takes the pipeline's output)");
+  if (lowerAsyncLoad(ctx, op)) return;
+  ctx.unsupported(op, "outside a slot filled by TMA");
 }
 
 }  // namespace attnjit::codegen

@@ -82,6 +82,7 @@
 #include "codegen/Codegen.h"
 #include "codegen/lower/AsyncCopy.h"
 #include "codegen/lower/InlinePtx.h"
+#include "codegen/lower/TensorCopies.h"
 #include "codegen/lower/WarpgroupMma.h"
 
 namespace attnjit::codegen {
@@ -511,6 +512,13 @@ void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
   if (buffer.castOnCopy) return lowerProducerCastCopies(ctx, load, id);
   const Fill fill = producerFill(ctx, buffer, load);
+  if (buffer.tensorCopy) {
+    if (&load == buffer.bodyLoad)
+      waitParity(ctx, barrierFor(ctx, id, SlotBarrier::Empty, fill.slot),
+                 slotprotocol::emptyWaitParity(b, fill.number, ctx.warpSpecialization->slots));
+    issueTensorCopies(ctx, load, id, fill.slot, barrierFor(ctx, id, SlotBarrier::Full, fill.slot));
+    return;
+  }
   // The first fill of each slot (the prologue's, iteration 0's) finds it empty:
   // a fresh barrier counts the phase before its first as complete.
   if (&load == buffer.bodyLoad) {

@@ -185,6 +185,14 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
     job.error = std::move(d);
     return;
   }
+  if (!compiled->tensorMaps.empty()) {
+    job.error = support::Diagnostic{variant.location, "cannot compile kernel '" + variant.name + "' for " +
+                                                          target.name +
+                                                          ": unsupported: TMA copies (tma: true) in an AOT bundle "
+                                                          "(its tensor maps are encoded by the JIT's launch; the "
+                                                          "bundle runtime does not encode them yet)"};
+    return;
+  }
   job.compiled = std::move(*compiled);
   // Only the PTX and the launch facts are kept; the other stages are large.
   job.compiled.tir.clear();

@@ -113,6 +113,12 @@ support::Expected<CompiledKernel> compileKernel(ir::Kernel& kernel, const Compil
 
 namespace {
 
+bool containsTensorLoads(const ir::Kernel& kernel) {
+  bool found = false;
+  ir::walk(kernel.body(), [&](const ir::Operation& op) { found = found || op.opcode() == ir::Opcode::LoadTensor; });
+  return found;
+}
+
 support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const CompileOptions& options,
                                           const std::string& overrideDir) {
   auto target = codegen::lookupTarget(options.target);
@@ -155,7 +161,28 @@ support::Expected<CompiledKernel> compileStages(ir::Kernel& kernel, const Compil
   if (!llvmPipeline) return llvmPipeline.status();
   cg.llvmPipeline = *llvmPipeline;
   auto generated = codegen::generatePtx(kernel, cg);
+  std::unique_ptr<ir::Module> expanded;
+  if (!generated && containsTensorLoads(kernel)) {
+    // The passes kept load_tensor tiles for TMA copies that code generation
+    // could not make after all (e.g. no producer warps): the same kernel with
+    // the masked loads they stand for. Deterministic, like every decision
+    // codegen takes from the optimized IR the cache key holds.
+    auto reparsed = ir::parseModule(out.tir, kernel.name() + ".tir");
+    if (!reparsed) return reparsed.status();
+    expanded = std::move(*reparsed);
+    ir::Kernel* again = expanded->findKernel(kernel.name());
+    if (!again) return support::Diagnostic{{}, "internal: '" + kernel.name() + "' lost in its own tile IR text"};
+    PipelineOptions pipeline = options.pipeline;
+    pipeline.pass.numWarps = static_cast<int>(ir::kernelAttribute(*again, ir::KernelAttribute::NumWarps));
+    pipeline.pass.hasMmaSync = target->hasMmaSync;
+    pipeline.pass.hasWgmma = target->hasWgmma;
+    pipeline.pass.allowTensorMemoryAccelerator = false;
+    pipeline.dump = nullptr;
+    if (support::Status s = runPipeline(*again, pipeline, nullptr); !s) return s;
+    generated = codegen::generatePtx(*again, cg);
+  }
   if (!generated) return generated.status();
+  out.tensorMaps = generated->tensorMaps;
   out.llvmIr = std::move(generated->llvmIr);
   out.llvmIrOptimized = std::move(generated->llvmIrOptimized);
   out.ptx = std::move(generated->ptx);

@@ -54,6 +54,8 @@ struct CompiledKernel {
   std::string llvmIr, llvmIrOptimized, ptx;
   int numThreads = 0;
   int sharedMemoryBytes = 0;
+  // The tensor maps the kernel takes after its parameters (codegen::CodegenResult::tensorMaps).
+  std::string tensorMaps;
   codegen::SharedMemoryUse sharedMemoryUse;  // where those bytes go
   codegen::WarpSchedule warpSchedule;        // warp roles, their registers, copy slots
   std::vector<PassTiming> passTimings;

@@ -143,6 +143,7 @@ support::Expected<JitKernel> jitKernel(const KernelFactory& build, const Compile
     result.metadata["threads"] = std::to_string(compiled->numThreads);
     result.metadata["shared_bytes"] = std::to_string(compiled->sharedMemoryBytes);
     result.metadata["target"] = compiled->target;
+    if (!compiled->tensorMaps.empty()) result.metadata[runtime::KernelCache::kTensorMapsKey] = compiled->tensorMaps;
     out.compiled = std::move(*compiled);
     return result;
   };

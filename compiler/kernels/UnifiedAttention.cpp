@@ -190,6 +190,13 @@ class AttentionBuilder {
   // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
   // out the per-score mask (tiles whose every key each row of the program sees),
   // `biased` = false the qq_bias (tiles before the first query's key).
+  // Whether the KV loop's K and V tiles are load_tensor tiles of the cache
+  // (UnifiedAttentionConfig::tensorMemoryAccelerator); their loads.
+  bool tensorTiles(bool masked) const;
+  // The block numbers of tile `tileIdx`'s blocks (tile_size / block_size).
+  Value* tileBlocks(Value* tileIdx, const std::string& name);
+  // K (kv = 0) or V (1) of those blocks as a [tile_size, head_size_padded] load_tensor.
+  Value* loadCacheTile(Value* blocks, int kv, const std::string& name);
   std::vector<Value*> buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits, bool masked,
                                   bool biased = true);
   // The KV loop, or an unmasked loop then a masked one (prefill tiles); each
@@ -1050,6 +1057,43 @@ Value* AttentionBuilder::loadValueTile(const TileAddress& at, const std::string&
   return b_.load(b_.addPtr(splatTo(p_.vBase, {N, DV}), vOffset), vMask, p_.zeroVTile, "v_tile" + suffix);
 }
 
+bool AttentionBuilder::tensorTiles(bool masked) const {
+  const int64_t D = c_.headSizePadded;
+  return config_.tensorMemoryAccelerator && !masked && p_.pieces.empty() && !config_.differentValueHeadSize() &&
+         config_.kvCacheFormat == KvCacheFormat::Auto &&
+         (config_.dtype == ScalarKind::BF16 || config_.dtype == ScalarKind::F16) && !p_.overlapSoftmax &&
+         (D == 64 || D == 128 || D == 256) && config_.blockSize % 8 == 0 && c_.tileSize % config_.blockSize == 0 &&
+         !config_.checkBounds;
+}
+
+Value* AttentionBuilder::tileBlocks(Value* tileIdx, const std::string& name) {
+  const int64_t G = c_.tileSize / config_.blockSize;
+  // Entries past the sequence read -1, outside the tensor (zeros), and are
+  // never looked up.
+  Value* entry = b_.add(splatTo(b_.mul(tileIdx, b_.i32(G)), {G}), b_.arange(0, G), name + "_entry");
+  Value* entryInUse = b_.cmp(CmpPredicate::Lt, b_.mul(entry, splatTo(b_.i32(config_.blockSize), {G})),
+                             splatTo(p_.maxSeqPrefixLen, {G}), name + "_in_use");
+  Value* entryIdx = b_.add(splatTo(p_.blockTableRow, {G}), b_.cast(entry, ScalarKind::I64), name + "_idx");
+  return b_.load(b_.addPtr(splatTo(blockTables_, {G}), entryIdx), entryInUse, b_.constInt(-1, Type::tile({G}, i32())),
+                 name);
+}
+
+Value* AttentionBuilder::loadCacheTile(Value* blocks, int kv, const std::string& name) {
+  const int64_t N = c_.tileSize;
+  const ScalarKind I32 = ScalarKind::I32;
+  // The cache as a 5-D tensor, innermost first: head_size, KV heads, tokens
+  // of a block, K/V, blocks (no extent known for the blocks: the largest).
+  ir::LoadTensorOperands cache;
+  cache.base = kvCache_;
+  cache.dims = {b_.i32(c_.headSize), b_.i32(config_.numKvHeads), b_.constexprValue("BLOCK_SIZE", I32, "block_size"),
+                b_.i32(2), b_.i32(std::numeric_limits<int32_t>::max())};
+  cache.strides = {kvStrideHead_, kvStrideToken_, kvStrideKv_, kvStrideBlock_};
+  cache.coords = {zeroI32_, kvHeadIdx_, zeroI32_, b_.i32(kv), blocks};
+  cache.rowsDim = 2;
+  cache.gatherDim = 4;
+  return b_.loadTensor(cache, N, c_.headSizePadded, name);
+}
+
 Value* AttentionBuilder::loadLaggingValueTile(Value* tileIdx, const std::string& suffix) {
   Value* inRange = b_.cmp(CmpPredicate::Ge, tileIdx, p_.tileStart, "v_tile_in_range" + suffix);
   return loadValueTile(tileAddress(tileIdx, suffix, inRange), suffix);
@@ -1085,14 +1129,22 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(p_.kBase, {W, N}), offset), asRow(tileMask, W),
                                   p_.zeroKPieceTiles[i], "k_tile" + suffix));
   }
-  if (p_.pieces.empty()) {
+  Value* vTile = nullptr;
+  if (tensorTiles(masked)) {
+    // Whole blocks of an unmasked tile: K and V as tiles of the paged cache
+    // that TMA can copy (kernel attribute tma).
+    Value* blocks = tileBlocks(loop.inductionVar, "tile_blocks");
+    kTile = b_.transpose(loadCacheTile(blocks, 0, "k_rows"), {1, 0}, "k_tile");
+    vTile = loadCacheTile(blocks, 1, "v_tile");
+  } else if (p_.pieces.empty()) {
     Value* kOffset = b_.add(asColumn(p_.offsD64, N), asRow(slotOffset, D), "k_offset");
     Value* kMask = b_.andOp(p_.dimMaskCol, asRow(tileMask, D), "k_mask");
     kTile = b_.load(b_.addPtr(splatTo(p_.kBase, {D, N}), kOffset), kMask, p_.zeroKTile, "k_tile");
   }
   // overlap_softmax: this iteration's P·V is the previous tile's.
-  Value* vTile = p_.overlapSoftmax ? loadLaggingValueTile(b_.sub(loop.inductionVar, oneI32_), "_lagging")
-                                   : loadValueTile(at, "");
+  if (!vTile)
+    vTile = p_.overlapSoftmax ? loadLaggingValueTile(b_.sub(loop.inductionVar, oneI32_), "_lagging")
+                              : loadValueTile(at, "");
   Value *kRowScale = nullptr, *vRowScale = nullptr;
   // vLLM's asymmetric int4: per-key zero points, as [D/2, N] and [N, DV/2] tiles.
   Value *kZeroPoints = nullptr, *vZeroPoints = nullptr;
@@ -1545,6 +1597,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
   if (warpSpecialize) name += pingPong ? "_wspp" : "_ws";
+  if (tensorMemoryAccelerator) name += "_tma";
   if (lazyRescale) name += *lazyRescale ? "_lazy" : "_eager";
   return name;
 }
@@ -1581,6 +1634,8 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (pingPong && !warpSpecialize)
     return configError("ping_pong needs warp_specialize: true (the compute warpgroups take turns only with "
                        "producer warps)");
+  if (tensorMemoryAccelerator && !warpSpecialize)
+    return configError("tma needs warp_specialize: true (a producer thread issues the TMA copies)");
   if (tileSize < 16 || tileSize > 256 || !isPowerOfTwo(tileSize))
     return configError("tile_size (" + std::to_string(tileSize) + ") must be a power of two between 16 and 256");
   if (numWarps < 1 || numWarps > 16 || !isPowerOfTwo(numWarps))
@@ -1658,6 +1713,7 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   if (config.warpSpecialize)
     ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, config.pingPong ? 2 : 1);
   if (config.clusterSplit > 0) ir::setKernelAttribute(*kernel, ir::KernelAttribute::ClusterSize, config.clusterSplit);
+  if (config.tensorMemoryAccelerator) ir::setKernelAttribute(*kernel, ir::KernelAttribute::TensorMemoryAccelerator, 1);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
   // converts them into the copy layouts anyway: decode tiles of 128 keys (8
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower

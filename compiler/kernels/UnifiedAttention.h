@@ -101,6 +101,15 @@ struct UnifiedAttentionConfig {
   // 3's ping-pong), so that one's softmax runs under the other's MMAs.
   // Needs warpSpecialize. Same results.
   bool pingPong = false;
+  // With producer warps on sm_90a: the K and V tiles of the unmasked KV loop
+  // (prefill tiles before the diagonal) are read as load_tensor tiles of the
+  // paged cache, which one producer thread copies with TMA boxes of a block's
+  // rows (kernel attribute tma; tensor maps encoded at launch). Needs
+  // warpSpecialize; applies to 16-bit K/V caches (kv_cache_dtype auto) with
+  // equal head sizes padded to 64, 128 or 256, blocks of a multiple of 8 tokens
+  // that divide the tile, no ALiBi, window, chunks or ranges; elsewhere the
+  // tiles are gathered by cp.async as without it. Same results.
+  bool tensorMemoryAccelerator = false;
   // Lazy rescaling (FlashAttention-4's): the running maximum is a reference
   // that moves only when a tile's row maximum passes it by more than 8 (log2
   // units), so the accumulator's rescale is branched around on most tiles.

@@ -1,14 +1,30 @@
-// expand-tensor-loads: every load_tensor (ir/Ops.def) becomes the masked load
-// its definition states — a tile of pointers base + x0 + Σ xk · stride k and a
+// expand-tensor-loads: a load_tensor (ir/Ops.def) becomes the masked load its
+// definition states — a tile of pointers base + x0 + Σ xk · stride k and a
 // mask of the rows and columns whose indices lie inside the tensor (and the
 // row range) — so the passes after it and code generation see only the loads
 // they know (pipelining, cp.async copies, producer warps). The index arithmetic
 // is in i64: a paged cache's block stride times a block number passes 2^31.
+//
+// Kept as it is, for code generation to copy with the tensor memory
+// accelerator (codegen/lower/WarpSpecialization.cpp), is a load_tensor that a
+// TMA box copy can do exactly, in a kernel that asks for it (kernel attribute
+// tma with warp_specialize and a pipeline, on a target with TMA): directly in
+// a loop body; read only by warpgroup MMAs as their B operand (through 2D
+// transposes), so that the slot is never read into registers; f16 or bf16
+// rows of 64, 128 or 256 elements (whole 128-byte swizzle spans); 8 to 256
+// rows per gathered entry, R a power of two; no row range (a box copies whole
+// rows: the rows a range leaves out would have to be zeroed in the slot); and
+// a base, extents and strides that the host can evaluate from the launch's
+// arguments (kernel parameters, constants, constexprs), since the tensor map
+// is encoded there.
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "compiler/passes/IrRewriting.h"
 #include "compiler/passes/Passes.h"
+#include "ir/KernelAttributes.h"
+#include "ir/LinearLayout.h"
 #include "ir/LoadTensor.h"
 
 namespace attnjit::compiler {
@@ -169,11 +185,67 @@ void expand(Operation& op) {
   replaceAllUses(block, result, loaded);
 }
 
-void expandIn(Block& block) {
+// A value the host knows at launch: a kernel parameter, a constant or a constexpr.
+bool hostEvaluable(const Value* v) {
+  if (const Operation* def = v->definingOp())
+    return def->opcode() == Opcode::Constant || def->opcode() == Opcode::Constexpr;
+  return v->ownerBlock() && v->ownerBlock()->parentOp() == nullptr;  // the kernel body's arguments
+}
+
+bool readOnlyAsWarpgroupB(const Value* v, const std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
+  auto found = uses.find(v);
+  if (found == uses.end()) return false;
+  for (const Operation* user : found->second) {
+    if (user->opcode() == Opcode::Transpose && user->result()->type().rank() == 2) {
+      if (!readOnlyAsWarpgroupB(user->result(), uses)) return false;
+    } else if (user->opcode() != Opcode::Dot || user->operand(1) != v || user->operand(0) == v) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool keptForTma(const Operation& op, const Kernel& kernel, const PassOptions& options,
+                const std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
+  if (!options.hasWgmma || !options.allowTensorMemoryAccelerator ||
+      !kernelFlag(kernel, KernelAttribute::TensorMemoryAccelerator) ||
+      kernelAttribute(kernel, KernelAttribute::WarpSpecialize) == 0 ||
+      kernelAttribute(kernel, KernelAttribute::NumStages) < 2 || !kernelFlag(kernel, KernelAttribute::AsyncCopy) ||
+      !kernelFlag(kernel, KernelAttribute::WarpgroupMma))
+    return false;
+  const LoadTensorOperands t = loadTensorOperands(op);
+  if (t.rowBegin) return false;
+  const Operation* loop = op.parentBlock()->parentOp();
+  if (!loop || loop->opcode() != Opcode::For) return false;
+  const Type& type = op.result()->type();
+  const ScalarKind element = type.scalarKind();
+  if (element != ScalarKind::F16 && element != ScalarKind::BF16) return false;
+  const int64_t R = type.shape()[0], C = type.shape()[1];
+  if (C != 64 && C != 128 && C != 256) return false;
+  const int64_t G = t.gatherDim >= 0 ? t.coords[static_cast<size_t>(t.gatherDim)]->type().shape()[0] : 1;
+  const int64_t rowsPerEntry = R / G;
+  if (!isPowerOfTwo(R) || R < 8 || rowsPerEntry % 8 != 0 || rowsPerEntry > 256) return false;
+  if (!hostEvaluable(t.base)) return false;
+  for (const Value* v : t.dims)
+    if (!hostEvaluable(v)) return false;
+  for (const Value* v : t.strides)
+    if (!hostEvaluable(v)) return false;
+  return readOnlyAsWarpgroupB(op.result(), uses);
+}
+
+void collectValueUses(const Block& block, std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
+  for (const auto& op : block.operations()) {
+    for (const Value* operand : op->operands()) uses[operand].push_back(op.get());
+    for (const auto& region : op->regions()) collectValueUses(*region, uses);
+  }
+}
+
+void expandIn(Block& block, const Kernel& kernel, const PassOptions& options,
+              const std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
   for (size_t i = 0; i < block.size(); ++i) {
     Operation& op = *block.operations()[i];
-    for (const auto& region : op.regions()) expandIn(*region);
-    if (op.opcode() != Opcode::LoadTensor) continue;
+    for (const auto& region : op.regions()) expandIn(*region, kernel, options, uses);
+    if (op.opcode() != Opcode::LoadTensor || keptForTma(op, kernel, options, uses)) continue;
     const size_t before = block.size();
     expand(op);
     i += block.size() - before;  // past the new ops, onto the expanded op
@@ -184,8 +256,10 @@ void expandIn(Block& block) {
 
 }  // namespace
 
-support::Status expandTensorLoads(Kernel& kernel, const PassOptions&) {
-  expandIn(kernel.body());
+support::Status expandTensorLoads(Kernel& kernel, const PassOptions& options) {
+  std::unordered_map<const Value*, std::vector<const Operation*>> uses;
+  collectValueUses(kernel.body(), uses);
+  expandIn(kernel.body(), kernel, options, uses);
   return support::Status::ok();
 }
 

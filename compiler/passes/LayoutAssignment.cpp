@@ -485,6 +485,10 @@ class LayoutAssigner {
     switch (op.opcode()) {
       case Opcode::Load:
         return accessLayout(op.operand(0));
+      case Opcode::LoadTensor:
+        // Rows of contiguous columns (what a TMA box lands as, and what
+        // transposes of it keep as a view).
+        return defaultLayout(t);
       case Opcode::Dot:
         if (!useMma(op)) return defaultLayout(t);
         if (byteOperandOf(op) == ByteOperand::AlongN) return mmaLayout(t.shape()[0], options_.numWarps, true);
@@ -576,6 +580,15 @@ class LayoutAssigner {
       }
       case Opcode::ConvertLayout:
       case Opcode::Reshape:
+        return decided(operand);
+      case Opcode::LoadTensor:
+        // A kept load_tensor's gathered coordinates (a tile's block numbers):
+        // every thread holds all of them, so the one thread that issues the
+        // TMA boxes has each block number at hand (reloaded in this layout,
+        // being a row of the block table).
+        if (op.attrs().has("gather") && static_cast<int>(i) == 2 * static_cast<int>(op.attrs().getInt("rank")) +
+                                                                   static_cast<int>(op.attrs().getInt("gather")))
+          return blocked({operand->type().shape()[0]}, {32}, {options_.numWarps}, {0});
         return decided(operand);
       default:
         if (isElementwise(op.opcode())) return result;

@@ -11,6 +11,10 @@ struct PassOptions {
   int numWarps = 4;       // from the kernel's num_warps attribute
   bool hasMmaSync = true; // target supports mma.sync m16n8k16 (sm_80+)
   bool hasWgmma = false;  // target has wgmma (sm_90a): layouts may take its column blocks
+  // load_tensor ops TMA can copy stay for code generation (expand-tensor-loads);
+  // false expands every one (the compile driver's fallback when code
+  // generation cannot use TMA after all).
+  bool allowTensorMemoryAccelerator = true;
 };
 
 // Rewrites every load_tensor into the masked load of pointers its definition

@@ -35,6 +35,7 @@
 #include "compiler/passes/IrRewriting.h"
 #include "compiler/passes/Passes.h"
 #include "ir/KernelAttributes.h"
+#include "ir/LoadTensor.h"
 
 namespace attnjit::compiler {
 
@@ -46,6 +47,11 @@ bool isMaskedTileLoad(const Operation& op) {
   return op.opcode() == Opcode::Load && op.numOperands() == 3 && op.result()->type().isTile();
 }
 
+// A load_tensor reads only inside the tensor its operands describe, so a clone
+// for the iteration after the last needs no guard to stay in bounds; one with
+// a row range gets its range emptied there all the same (cloneSlice).
+bool isPipelinedLoad(const Operation& op) { return isMaskedTileLoad(op) || op.opcode() == Opcode::LoadTensor; }
+
 class LoopPipeliner {
  public:
   LoopPipeliner(Operation& loop, bool prefetchIndices)
@@ -56,7 +62,7 @@ class LoopPipeliner {
     collectSliceCandidates();
     std::vector<Operation*> loads;
     for (const auto& op : body_.operations())
-      if (isMaskedTileLoad(*op) && movable_.count(op.get())) loads.push_back(op.get());
+      if (isPipelinedLoad(*op) && movable_.count(op.get())) loads.push_back(op.get());
     if (loads.empty()) return false;
     // The ops to clone: the loads and everything in the body they depend on, in
     // body order.
@@ -211,7 +217,7 @@ class LoopPipeliner {
   std::vector<Operation*> findIndexLoads(const std::vector<Operation*>& loads, const std::vector<Operation*>& slice) {
     std::set<const Operation*> feedsLoads;
     for (Operation* load : loads)
-      for (size_t i = 0; i < 2; ++i)
+      for (size_t i = 0; i < (load->opcode() == Opcode::LoadTensor ? load->numOperands() : 2); ++i)
         if (auto it = producer_.find(load->operand(i)); it != producer_.end()) addSlice(*it->second, feedsLoads);
     std::vector<Operation*> index;
     for (Operation* op : slice)
@@ -248,7 +254,18 @@ class LoopPipeliner {
       for (size_t i = 0; i < clone->numOperands(); ++i) clone->setOperand(i, mapped(clone->operand(i)));
       for (size_t i = 0; i < clone->numResults(); ++i) clone->result(i)->setName(op->result(i)->name() + suffix);
       bool isPipelined = std::find(loads.begin(), loads.end(), op) != loads.end();
-      if (isPipelined) {
+      if (isPipelined && op->opcode() == Opcode::LoadTensor) {
+        const LoadTensorOperands tensor = loadTensorOperands(*clone);
+        if (tensor.rowEnd) {
+          const size_t end = loadTensorOperandCount(tensor.rank(), false) + 1;
+          auto select = std::make_unique<Operation>(Opcode::Select, support::Location{});
+          select->addOperand(runs);
+          select->addOperand(tensor.rowEnd);
+          select->addOperand(tensor.rowBegin);
+          select->addResult(tensor.rowEnd->type(), op->result()->name() + suffix + "_row_end");
+          clone->setOperand(end, where.add(std::move(select)));
+        }
+      } else if (isPipelined) {
         Value* mask = clone->operand(1);
         Value* guard = where.splat(runs, mask->type().shape(), op->result()->name() + suffix + "_runs");
         clone->setOperand(1, where.binary(Opcode::And, mask, guard, op->result()->name() + suffix + "_mask"));

@@ -822,7 +822,8 @@ void UnifiedAttentionProblem::check(const std::vector<uint8_t>& output, Attentio
 }
 
 support::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const compiler::UnifiedAttentionConfig& config,
-                                                                const compiler::BatchShape& shape, bool afterPasses) {
+                                                                const compiler::BatchShape& shape, bool afterPasses,
+                                                                bool wgmmaTarget) {
   auto problem = UnifiedAttentionProblem::create(config, shape);
   if (!problem) return problem.status();
   AttentionRunResult result;
@@ -839,6 +840,7 @@ support::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const compi
     if (afterPasses) {
       compiler::PipelineOptions pipeline;
       pipeline.pass.numWarps = static_cast<int>(ir::kernelAttribute(**kernel, ir::KernelAttribute::NumWarps));
+      pipeline.pass.hasWgmma = wgmmaTarget;
       if (support::Status s = compiler::runPipeline(**kernel, pipeline, nullptr); !s) return s;
     }
     result.buildMs += millisecondsSince(buildStart);

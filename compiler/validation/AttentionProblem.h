@@ -107,9 +107,11 @@ class UnifiedAttentionProblem {
 // Builds the kernel for `config`, makes random inputs for `shape`, runs the CPU
 // interpreter, and compares with the float64 reference. With `afterPasses` the
 // interpreter runs the kernel as the tile-IR pass pipeline leaves it (layouts,
-// pipelined loops), so the passes' rewrites are checked for meaning, not just form.
+// pipelined loops), so the passes' rewrites are checked for meaning, not just form;
+// `wgmmaTarget` runs them as for sm_90a (load_tensor tiles kept for TMA copies).
 support::Expected<AttentionRunResult> runUnifiedAttentionInterpreted(const compiler::UnifiedAttentionConfig& config,
                                                                      const compiler::BatchShape& shape,
-                                                                     bool afterPasses = false);
+                                                                     bool afterPasses = false,
+                                                                     bool wgmmaTarget = false);
 
 }  // namespace attnjit::validation
