@@ -1017,6 +1017,18 @@ TEST_CASE("cli: inspect lists each kernel with its resources and PTX instruction
   CHECK(pingPongRow["stages"] == "3");
   CHECK(pingPongRow["pingpong"] == "yes");
 
+  // TMA: the unmasked loop's K and V tiles as box copies (4 loads × 4 blocks ×
+  // 2 column blocks), counted apart from the masked loop's cp.async copies.
+  CliResult tma = runCli({"inspect", kSourceDir + "/bench/prefill_tma.yaml", "--arch=sm_90a"});
+  INFO(tma.err);
+  REQUIRE(tma.exitCode == 0);
+  std::map<std::string, std::string> cpAsyncRow = inspectRow(tma.out, plain + "_ws");
+  std::map<std::string, std::string> tmaRow = inspectRow(tma.out, plain + "_ws_tma");
+  REQUIRE(!tmaRow.empty());
+  CHECK(cpAsyncRow["tma"] == "0");
+  CHECK(tmaRow["tma"] == "32");
+  CHECK(std::stoi(tmaRow["cp.async"]) < std::stoi(cpAsyncRow["cp.async"]));
+
   // Where the shared memory goes: MLA's 64 heads x 64 keys keep two stages of
   // the latent tile in cp.async slots and q in shared memory; fp8 latents
   // (half the slot bytes) add the cast chunks' buffers, which wgmma reads. The

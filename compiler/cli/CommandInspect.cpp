@@ -18,8 +18,8 @@ using Row = std::vector<std::string>;
 Row headerRow(bool withPtxas) {
   Row header = {"kernel",   "threads",   "warps",     "stages",    "setmaxnreg", "pingpong", "smem",
                 "slots",    "operands",  "convs",     "scratch",   "mma",        "wgmma",    "ldmatrix",
-                "cp.async", "mbarrier",  "shfl",      "bar.sync",  "ld.global",  "ld.g.vec", "st.global",
-                "ld.shared", "st.shared", "ex2"};
+                "cp.async", "tma",       "mbarrier",  "shfl",      "bar.sync",   "ld.global", "ld.g.vec",
+                "st.global", "ld.shared", "st.shared", "ex2"};
   if (withPtxas) header.insert(header.end(), {"regs", "spill.st", "spill.ld", "stack"});
   return header;
 }
@@ -41,7 +41,8 @@ Row kernelRow(const CompiledKernel& compiled, const PtxInstructionMix& mix, cons
              n(use.operands),  n(use.conversions),
              n(use.scratch),   n(mix.mma),
              n(mix.wgmma),     n(mix.ldmatrix),
-             n(mix.cpAsync),   n(mix.mbarrier),
+             n(mix.cpAsync),   n(mix.tma),
+             n(mix.mbarrier),
              n(mix.shfl),      n(mix.barSync),
              n(mix.ldGlobal),  n(mix.ldGlobalVector),
              n(mix.stGlobal),  n(mix.ldShared),
@@ -132,7 +133,8 @@ Command inspectCommand() {
       "  slots, operands, convs, scratch\n"
       "             those parts\n"
       "  mma .. ex2 static counts of PTX instructions: mma.sync, wgmma.mma_async, ldmatrix,\n"
-      "             cp.async copies, mbarrier operations (the producer warps' hand-over), shfl,\n"
+      "             cp.async copies, TMA box copies (cp.async.bulk.tensor), mbarrier operations\n"
+      "             (the producer warps' hand-over), shfl,\n"
       "             bar.sync, ld.global (ld.g.vec: of those, the .v2/.v4 vector loads), st.global,\n"
       "             ld.shared, st.shared, ex2\n"
       "  regs, spill.st, spill.ld, stack\n"

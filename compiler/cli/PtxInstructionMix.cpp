@@ -49,6 +49,8 @@ void count(std::string_view op, PtxInstructionMix& mix) {
     ++mix.ldmatrix;
   } else if (startsWith(op, "mbarrier.") || startsWith(op, "cp.async.mbarrier.")) {
     ++mix.mbarrier;
+  } else if (startsWith(op, "cp.async.bulk.tensor.")) {
+    ++mix.tma;
   } else if (startsWith(op, "cp.async.")) {
     bool bookkeeping = contains(op, "commit_group") || contains(op, "wait_group") || contains(op, "wait_all");
     if (!bookkeeping) ++mix.cpAsync;

@@ -11,7 +11,8 @@ struct PtxInstructionMix {
   int mma = 0;             // mma.sync
   int wgmma = 0;           // wgmma.mma_async (warpgroup MMAs, sm_90a)
   int ldmatrix = 0;
-  int cpAsync = 0;         // cp.async copies (not commit_group / wait_group / mbarrier.arrive)
+  int cpAsync = 0;         // cp.async copies (not commit_group / wait_group / mbarrier.arrive, not TMA)
+  int tma = 0;             // cp.async.bulk.tensor: TMA box copies (sm_90)
   int mbarrier = 0;        // mbarrier operations, cp.async.mbarrier.arrive included
   int shfl = 0;
   int barSync = 0;         // bar.sync and barrier.sync
