@@ -369,11 +369,12 @@ std::string describeAsyncCopyPlan(const LoweringContext& ctx) {
     text += "%" + buffer.carried->name() + ": " + buffer.carried->type().str() + ", " +
             std::to_string(buffer.slots) + " slots of " +
             std::to_string(buffer.slotBytes) + " B at byte " + std::to_string(buffer.offset) + ", " +
-            std::to_string(buffer.copyBytes) + "-byte copies, " + std::to_string(buffer.tile.maxPhase) +
+            (buffer.tensorCopy ? std::string("TMA boxes") : std::to_string(buffer.copyBytes) + "-byte copies") +
+            ", " + std::to_string(buffer.tile.maxPhase) +
             " swizzle phases" + (buffer.warpgroupOperand ? ", 128-byte column blocks read by wgmma" : "") +
             (buffer.castOnCopy ? ", cast to " + buffer.castOnCopy->result()->type().str() + " by the producer warps"
                                : "") +
-            (buffer.tensorCopy ? ", filled by TMA boxes from one producer thread" : "") +
+            (buffer.tensorCopy ? ", issued by one producer thread" : "") +
             "\n";
   }
   text += "cp.async buffers: " + std::to_string(ctx.asyncBufferBytes) + " B\n";
