@@ -286,6 +286,12 @@ support::Expected<Bundle::LoadedImage> Bundle::loadImage(const BundleKernel& ker
   auto owned = std::make_shared<Module>(std::move(*module));
   auto function = owned->function(kernel.name);
   if (!function) return function.status();
+  if (!image.tensorMaps.empty()) {
+    // The manifest's recipes parsed when it was read.
+    auto maps = parseTensorMapRecipes(image.tensorMaps);
+    if (!maps) return maps.status();
+    function->setTensorMaps(std::make_shared<const TensorMapParameters>(std::move(*maps)));
+  }
   return LoadedImage{*choice, std::move(owned), *function};
 }
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "runtime/FlatJson.h"
+#include "runtime/TensorMap.h"
 
 namespace attnjit::runtime {
 namespace {
@@ -179,6 +180,14 @@ support::Expected<BundleImage> readImage(const FieldReader& reader, const JsonVa
   if (key->empty())
     return reader.fail(*object.find("jit_cache_key"), FieldReader::join(path, "jit_cache_key"), "empty");
   image.jitCacheKey = std::move(*key);
+
+  auto maps = reader.optionalMember(object, path, "tensor_maps", Kind::String);
+  if (!maps) return maps.status();
+  if (*maps != nullptr) {
+    if (auto parsed = parseTensorMapRecipes((*maps)->string); !parsed)
+      return reader.fail(**maps, FieldReader::join(path, "tensor_maps"), parsed.diagnostic().message);
+    image.tensorMaps = (*maps)->string;
+  }
   return image;
 }
 
@@ -338,6 +347,7 @@ JsonValue imageJson(const BundleImage& image) {
     value.add("ptxas", JsonValue());
   }
   value.add("jit_cache_key", JsonValue::makeString(image.jitCacheKey));
+  if (!image.tensorMaps.empty()) value.add("tensor_maps", JsonValue::makeString(image.tensorMaps));
   return value;
 }
 
@@ -392,9 +402,10 @@ support::Expected<BundleManifest> parseBundleManifest(std::string_view text, con
   }
   auto version = reader.integer(*document, "", "format_version", 0, 1 << 20);
   if (!version) return version.status();
-  if (*version != BundleManifest::kFormatVersion) {
+  if (*version < BundleManifest::kOldestFormatVersion || *version > BundleManifest::kFormatVersion) {
     return reader.fail(*document->find("format_version"), "format_version",
-                       "version " + std::to_string(*version) + " is not supported (this runtime reads version " +
+                       "version " + std::to_string(*version) + " is not supported (this runtime reads versions " +
+                           std::to_string(BundleManifest::kOldestFormatVersion) + " to " +
                            std::to_string(BundleManifest::kFormatVersion) + "); rebuild the bundle with this attnjit");
   }
   manifest.formatVersion = static_cast<int>(*version);

@@ -80,6 +80,9 @@ struct BundleImage {
   std::optional<BundlePtxasReport> ptxas;
   // The key the JIT files this exact code under (compiler/driver/Jit.h jitCacheKey).
   std::string jitCacheKey;
+  // The tensor maps the kernel takes after its parameters (its TMA copies), as
+  // runtime/TensorMap.h's recipe text; empty when it takes none.
+  std::string tensorMaps;
 
   friend bool operator==(const BundleImage&, const BundleImage&) = default;
 };
@@ -115,7 +118,10 @@ struct BundleKernel {
 };
 
 struct BundleManifest {
-  static constexpr int kFormatVersion = 1;
+  // Version 2 lets images carry tensor maps (TMA kernels); a bundle without
+  // any is written as version 1, which runtimes that predate them read too.
+  static constexpr int kFormatVersion = 2;
+  static constexpr int kOldestFormatVersion = 1;
   static constexpr const char* kFormatName = "attnjit-bundle";
   static constexpr const char* kFileName = "manifest.json";
 

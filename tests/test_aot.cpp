@@ -27,6 +27,7 @@
 #include "runtime/FlatJson.h"
 #include "runtime/Sha256.h"
 #include "runtime/Stream.h"
+#include "runtime/TensorMap.h"
 #include "runtime/attnjit_bundle.h"
 #include "test_paths.h"
 #include "test_tools.h"
@@ -228,7 +229,7 @@ TEST_CASE("aot: general JSON parses, locates errors and round-trips", "[aot]") {
 TEST_CASE("aot: over the merge spec and a unified attention spec for sm_80 and sm_90a", "[aot]") {
   const fs::path& bundle = shippedSpecsBundle();
   const BundleManifest manifest = readManifest(bundle);
-  CHECK(manifest.formatVersion == BundleManifest::kFormatVersion);
+  CHECK(manifest.formatVersion == BundleManifest::kOldestFormatVersion);  // no TMA kernel
   CHECK(manifest.attnjitVersion == "0.1.0");
   // 3 dtypes x 2 head counts x 4 head sizes, plus the unified attention variant.
   REQUIRE(manifest.kernels.size() == 25);
@@ -353,11 +354,51 @@ TEST_CASE("aot: manifest round trip keeps every field", "[aot]") {
                        {"s", runtime::BundleParameterKind::Float, "f32", 0, 0}};
   kernel.images = {syntheticImage("sm_80", false), syntheticImage("sm_90a", true)};
   kernel.images[1].ptxas = runtime::BundlePtxasReport{168, 8, 4, 16};
+  kernel.images[1].tensorMaps = "first=3\nbf16 address=p0:8 dims=c64,p1:4 strides=p2:8 box=64,16 swizzle=128";
   manifest.kernels.push_back(kernel);
-  auto parsed = runtime::parseBundleManifest(runtime::writeBundleManifest(manifest), "m.json");
+  const std::string text = runtime::writeBundleManifest(manifest);
+  auto parsed = runtime::parseBundleManifest(text, "m.json");
   INFO((parsed ? "" : parsed.diagnostic().str()));
   REQUIRE(parsed);
   CHECK(*parsed == manifest);
+  // A recipe that does not parse is the manifest's error, located at the field.
+  std::string bad = text;
+  const std::string from = "box=64,16 swizzle=128", to = "box=64,16 swizzle=100";
+  REQUIRE(bad.find(from) != std::string::npos);
+  bad.replace(bad.find(from), from.size(), to);
+  auto refused = runtime::parseBundleManifest(bad, "m.json");
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.diagnostic().str(), Catch::Contains("images[1].tensor_maps"));
+  CHECK_THAT(refused.diagnostic().str(), Catch::Contains("the swizzle is 0, 32, 64 or 128 bytes"));
+}
+
+// A kernel with TMA copies (tma: true) takes tensor maps after its parameters:
+// the bundle records their recipes with its image, and the bundle runtime
+// encodes them at launch as the JIT's does.
+TEST_CASE("aot: TMA kernels carry their tensor-map recipes", "[aot][tma]") {
+  fs::path out = scratchRoot() / "tma";
+  AotRun run = runAot(shellQuote(tests::sourceDir() + "/bench/prefill_tma.yaml") + " --arch sm_90a --jobs 2 -o " +
+                      shellQuote(out.string()));
+  INFO(run.output);
+  REQUIRE(run.exitCode == 0);
+  const BundleManifest manifest = readManifest(out);
+  int withMaps = 0;
+  for (const auto& kernel : manifest.kernels) {
+    INFO(kernel.name);
+    REQUIRE(kernel.images.size() == 1);
+    const bool tma = kernel.name.size() > 4 && kernel.name.substr(kernel.name.size() - 4) == "_tma";
+    CHECK(kernel.images[0].tensorMaps.empty() != tma);
+    if (!tma) continue;
+    ++withMaps;
+    auto maps = runtime::parseTensorMapRecipes(kernel.images[0].tensorMaps);
+    REQUIRE(maps.isOk());
+    CHECK(maps->first == static_cast<int>(kernel.parameters.size()));
+    REQUIRE(maps->maps.size() == 1);
+    CHECK(maps->maps[0].box == std::vector<std::uint32_t>{64, 1, 16, 1, 1});
+  }
+  CHECK(withMaps == 2);
+  CHECK(manifest.formatVersion == BundleManifest::kFormatVersion);
+  CHECK(runtime::Bundle::open(out));
 }
 
 TEST_CASE("aot: corrupt manifests and images give named errors", "[aot]") {
@@ -393,8 +434,9 @@ TEST_CASE("aot: corrupt manifests and images give named errors", "[aot]") {
   }
   SECTION("other format version") {
     std::string text = good;
-    replaceOnce(text, "\"format_version\": 1", "\"format_version\": 2");
-    CHECK(parseError(text).find("format_version: version 2 is not supported") != std::string::npos);
+    replaceOnce(text, "\"format_version\": 1", "\"format_version\": 3");
+    CHECK(parseError(text).find("format_version: version 3 is not supported (this runtime reads versions 1 to 2)") !=
+          std::string::npos);
   }
   SECTION("misaligned promise") {
     std::string text = good;

@@ -185,14 +185,6 @@ void runJob(Job& job, const KernelSource& source, const codegen::TargetInfo& tar
     job.error = std::move(d);
     return;
   }
-  if (!compiled->tensorMaps.empty()) {
-    job.error = support::Diagnostic{variant.location, "cannot compile kernel '" + variant.name + "' for " +
-                                                          target.name +
-                                                          ": unsupported: TMA copies (tma: true) in an AOT bundle "
-                                                          "(its tensor maps are encoded by the JIT's launch; the "
-                                                          "bundle runtime does not encode them yet)"};
-    return;
-  }
   job.compiled = std::move(*compiled);
   // Only the PTX and the launch facts are kept; the other stages are large.
   job.compiled.tir.clear();
@@ -554,10 +546,17 @@ support::Expected<std::size_t> writeBundle(const fs::path& outDir, const std::ve
       }
       image.ptxas = job.ptxas;
       image.jitCacheKey = job.cacheKey;
+      image.tensorMaps = job.compiled.tensorMaps;
       kernel.images.push_back(std::move(image));
     }
     manifest.kernels.push_back(std::move(kernel));
   }
+  // Runtimes that read only version 1 would launch a TMA kernel without its maps.
+  bool tensorMaps = false;
+  for (const auto& kernel : manifest.kernels)
+    for (const auto& image : kernel.images) tensorMaps = tensorMaps || !image.tensorMaps.empty();
+  manifest.formatVersion = tensorMaps ? runtime::BundleManifest::kFormatVersion
+                                      : runtime::BundleManifest::kOldestFormatVersion;
   const std::string header = generateLaunchHeader(manifest, bundleHeaderInclude);
   if (support::Status written = writeFileAtomically(outDir / kHeaderFileName, header); !written) return written;
   if (support::Status written = writeFileAtomically(outDir / runtime::BundleManifest::kFileName,
