@@ -187,9 +187,6 @@ class AttentionBuilder {
   // overlap_softmax: tile `tileIdx`'s V, none of it loaded before the program's
   // first tile (the zero P carried into the first iteration meets zeros).
   Value* loadLaggingValueTile(Value* tileIdx, const std::string& suffix);
-  // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
-  // out the per-score mask (tiles whose every key each row of the program sees),
-  // `biased` = false the qq_bias (tiles before the first query's key).
   // Whether the KV loop's K and V tiles are load_tensor tiles of the cache
   // (UnifiedAttentionConfig::tensorMemoryAccelerator); their loads.
   bool tensorTiles(bool masked) const;
@@ -197,6 +194,9 @@ class AttentionBuilder {
   Value* tileBlocks(Value* tileIdx, const std::string& name);
   // K (kv = 0) or V (1) of those blocks as a [tile_size, head_size_padded] load_tensor.
   Value* loadCacheTile(Value* blocks, int kv, const std::string& name);
+  // One KV loop over tiles [from, to) carrying `inits`; `masked` = false leaves
+  // out the per-score mask (tiles whose every key each row of the program sees),
+  // `biased` = false the qq_bias (tiles before the first query's key).
   std::vector<Value*> buildKvLoop(Value* from, Value* to, const std::vector<Value*>& inits, bool masked,
                                   bool biased = true);
   // The KV loop, or an unmasked loop then a masked one (prefill tiles); each
