@@ -40,4 +40,20 @@ LoadTensorOperands loadTensorOperands(const Operation& op) {
   return roles;
 }
 
+std::optional<HostValue> hostValue(const Kernel& kernel, const Value* value) {
+  if (const Operation* def = value->definingOp()) {
+    const int64_t* integer = nullptr;
+    if (def->opcode() == Opcode::Constant) {
+      integer = std::get_if<int64_t>(def->attrs().find("value"));
+    } else if (def->opcode() == Opcode::Constexpr) {
+      const Constexpr* c = kernel.findConstexpr(def->attrs().getString("name"));
+      integer = c ? std::get_if<int64_t>(&c->value) : nullptr;
+    }
+    if (!integer) return std::nullopt;
+    return HostValue{-1, *integer};
+  }
+  if (value->ownerBlock() != &kernel.body()) return std::nullopt;
+  return HostValue{static_cast<int>(value->index()), 0};
+}
+
 }  // namespace attnjit::ir

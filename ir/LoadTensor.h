@@ -4,6 +4,7 @@
 // this is the one place that knows the order.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ir/IR.h"
@@ -38,5 +39,14 @@ inline size_t loadTensorOperandCount(int rank, bool rowRange) {
 
 // The roles of a verified load_tensor's operands.
 LoadTensorOperands loadTensorOperands(const Operation& op);
+
+// A value the host knows at launch, as a TMA tensor map needs its base,
+// extents and strides: kernel parameter `parameter`, or (parameter -1) the
+// integer `constant` of a constant or constexpr op. nullopt for any other.
+struct HostValue {
+  int parameter = -1;
+  int64_t constant = 0;
+};
+std::optional<HostValue> hostValue(const Kernel& kernel, const Value* value);
 
 }  // namespace attnjit::ir

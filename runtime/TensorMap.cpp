@@ -1,5 +1,6 @@
 #include "runtime/TensorMap.h"
 
+#include <charconv>
 #include <cstring>
 #include <optional>
 
@@ -178,21 +179,9 @@ std::string joined(const std::vector<T>& values, F&& text) {
 }
 
 bool parseInteger(std::string_view text, std::int64_t& out) {
-  if (text.empty()) return false;
-  std::size_t i = 0;
-  bool negative = false;
-  if (text[0] == '-') {
-    negative = true;
-    i = 1;
-  }
-  if (i == text.size() || text.size() - i > 18) return false;
-  std::int64_t value = 0;
-  for (; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return false;
-    value = value * 10 + (text[i] - '0');
-  }
-  out = negative ? -value : value;
-  return true;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, out);
+  return !text.empty() && error == std::errc() && stop == end;
 }
 
 bool parseSource(std::string_view text, TensorMapRecipe::Source& out) {

@@ -50,22 +50,12 @@ constexpr int kSwizzleSpanBytes = 128;
 // The recipe text of a value the host knows at launch (runtime/TensorMap.h's
 // Source): a kernel parameter "p<index>:<bytes>" or a constant "c<value>".
 std::optional<std::string> hostSource(const Kernel& kernel, const Value* value) {
-  if (const Operation* def = value->definingOp()) {
-    if (def->opcode() == Opcode::Constant) {
-      const AttrValue* v = def->attrs().find("value");
-      if (const auto* i = v ? std::get_if<int64_t>(v) : nullptr) return "c" + std::to_string(*i);
-      return std::nullopt;
-    }
-    if (def->opcode() == Opcode::Constexpr) {
-      const Constexpr* c = kernel.findConstexpr(def->attrs().getString("name"));
-      if (const auto* i = c ? std::get_if<int64_t>(&c->value) : nullptr) return "c" + std::to_string(*i);
-    }
-    return std::nullopt;
-  }
-  if (value->ownerBlock() != &kernel.body()) return std::nullopt;
+  auto known = hostValue(kernel, value);
+  if (!known) return std::nullopt;
+  if (known->parameter < 0) return "c" + std::to_string(known->constant);
   const Type& type = value->type();
   const int bytes = type.isPointer() || type.scalarKind() == ScalarKind::I64 ? 8 : 4;
-  return "p" + std::to_string(value->index()) + ":" + std::to_string(bytes);
+  return "p" + std::to_string(known->parameter) + ":" + std::to_string(bytes);
 }
 
 int64_t rowsPerEntry(const Operation& load) {

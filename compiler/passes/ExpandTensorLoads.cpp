@@ -185,13 +185,6 @@ void expand(Operation& op) {
   replaceAllUses(block, result, loaded);
 }
 
-// A value the host knows at launch: a kernel parameter, a constant or a constexpr.
-bool hostEvaluable(const Value* v) {
-  if (const Operation* def = v->definingOp())
-    return def->opcode() == Opcode::Constant || def->opcode() == Opcode::Constexpr;
-  return v->ownerBlock() && v->ownerBlock()->parentOp() == nullptr;  // the kernel body's arguments
-}
-
 bool readOnlyAsWarpgroupB(const Value* v, const std::unordered_map<const Value*, std::vector<const Operation*>>& uses) {
   auto found = uses.find(v);
   if (found == uses.end()) return false;
@@ -225,11 +218,11 @@ bool keptForTma(const Operation& op, const Kernel& kernel, const PassOptions& op
   const int64_t G = t.gatherDim >= 0 ? t.coords[static_cast<size_t>(t.gatherDim)]->type().shape()[0] : 1;
   const int64_t rowsPerEntry = R / G;
   if (!isPowerOfTwo(R) || R < 8 || rowsPerEntry % 8 != 0 || rowsPerEntry > 256) return false;
-  if (!hostEvaluable(t.base)) return false;
+  if (!hostValue(kernel, t.base)) return false;
   for (const Value* v : t.dims)
-    if (!hostEvaluable(v)) return false;
+    if (!hostValue(kernel, v)) return false;
   for (const Value* v : t.strides)
-    if (!hostEvaluable(v)) return false;
+    if (!hostValue(kernel, v)) return false;
   return readOnlyAsWarpgroupB(op.result(), uses);
 }
 
