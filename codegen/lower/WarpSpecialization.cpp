@@ -16,7 +16,8 @@
 //   copies of compute threads p, p + 128, ... — its code lowers each copy once
 //   for each of them, in a view with that thread's indices
 //   (LoweringContext::ThreadView), so the per-thread copy plan is reused as
-//   it is.
+//   it is. Ops of scalars only (the sequence search, lengths, loop bounds)
+//   are uniform, so they are lowered once and shared by the views.
 // - The producer lowers a slice of the kernel: every planned cp.async load, the
 //   side-effect-free ops its addresses and masks come from (block-table loads
 //   included; for/if ops whose results they use are lowered whole), and the
@@ -411,6 +412,36 @@ void forEachStandIn(LoweringContext& ctx, F&& lower) {
   }
 }
 
+// An op whose operands, results and nested ops are all scalars computes the
+// same value in every stand-in's view (scalars are uniform: program ids,
+// parameters, loads of one address), such as a program's sequence search.
+bool sameForEveryStandIn(const Operation& op) {
+  auto scalar = [](const auto& value) { return !value->type().isTile(); };
+  if (!std::all_of(op.operands().begin(), op.operands().end(), scalar) ||
+      !std::all_of(op.results().begin(), op.results().end(), scalar))
+    return false;
+  for (const auto& region : op.regions()) {
+    if (!std::all_of(region->arguments().begin(), region->arguments().end(), scalar)) return false;
+    for (const auto& nested : region->operations())
+      if (!sameForEveryStandIn(*nested)) return false;
+  }
+  return true;
+}
+
+// Lowers `op` for every stand-in. One that computes the same value in each is
+// lowered once, in the first view, and its results are shared: the producer's
+// setup before its first copy (the sequence search, a dependent chain of
+// loads) runs once instead of once per stand-in.
+void lowerForStandIns(LoweringContext& ctx, const Operation& op) {
+  std::vector<LoweringContext::ThreadView>& views = ctx.warpSpecialization->views;
+  if (views.size() < 2 || !sameForEveryStandIn(op)) return forEachStandIn(ctx, [&] { lowerOperation(ctx, op); });
+  ctx.swapThread(views.front());
+  lowerOperation(ctx, op);
+  ctx.swapThread(views.front());
+  for (size_t view = 1; view < views.size(); ++view)
+    for (const auto& result : op.results()) views[view].values[result.get()] = views.front().values.at(result.get());
+}
+
 // A uniform scalar, from the first view.
 llvm::Value* uniformScalar(LoweringContext& ctx, const Value* value) {
   return ctx.warpSpecialization->views.front().values.at(value).regs.at(0);
@@ -542,7 +573,7 @@ void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
     } else if (auto planned = ctx.async->loads.find(op.get()); planned != ctx.async->loads.end()) {
       lowerProducerCopies(ctx, *op, planned->second);
     } else {
-      forEachStandIn(ctx, [&] { lowerOperation(ctx, *op); });
+      lowerForStandIns(ctx, *op);
     }
   }
 }
