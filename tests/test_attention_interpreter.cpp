@@ -259,7 +259,8 @@ TEST_CASE("unified attention shape: parsing and errors", "[attention]") {
   CHECK(
       message("batch=4") ==
       "unknown shape key 'batch' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_segments, "
-      "num_partials, key_ramp, output_scale or kv_layout)");
+      "num_partials, key_ramp, output_scale, kv_layout or programs)");
+  CHECK(message("programs=-1") == "programs: '-1' is not a non-negative integer");
   CHECK(message("key_ramp=-1") == "key_ramp: '-1' is not a number between 0 and 1000");
   CHECK(message("key_ramp=0.5x") == "key_ramp: '0.5x' is not a number between 0 and 1000");
   CHECK(message("key_ramp=nan") == "key_ramp: 'nan' is not a number between 0 and 1000");
@@ -562,4 +563,61 @@ TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with t
   BatchShape segmented = prefillBatch;
   segmented.segmentTiles = 2;
   runAndCheck(split, segmented);
+}
+
+TEST_CASE("unified attention: persistent programs walk every work item, whatever the grid", "[attention][persistent]") {
+  // Each program takes the (query block, KV head) items p, p + P, ... of the
+  // full grid's; every item is computed as the plain kernel's program for it
+  // computes it, so the errors against float64 are the plain kernel's to the
+  // bit. One program, a few (uneven shares), more than there are items (the
+  // launch is capped at the items), and the full 2D grid (programs = 0).
+  BatchShape shape = mixedBatch(5);
+  shape.queryLens = {1, 70, 1, 37, 3, 129};
+  shape.contextLens = {37, 0, 18, 91, 130, 5};
+  for (bool causal : {true, false}) {
+    UnifiedAttentionConfig plain = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, causal);
+    plain.blockMRows = 64;
+    plain.tileSize = 32;
+    plain.warpSpecialize = true;
+    auto reference = runUnifiedAttentionInterpreted(plain, shape, true);
+    REQUIRE(reference.isOk());
+    REQUIRE(reference->passed);
+    UnifiedAttentionConfig persistent = plain;
+    persistent.persistent = true;
+    CHECK(persistent.kernelName() == plain.kernelName() + "_ps");
+    const int64_t items = reference->gridX * reference->gridY;
+    for (int programs : {1, 3, 7, 1000, 0}) {
+      shape.programs = programs;
+      INFO((causal ? "causal" : "bidirectional") << ", programs " << programs);
+      auto result = runUnifiedAttentionInterpreted(persistent, shape, true);
+      REQUIRE(result.isOk());
+      CHECK(result->passed);
+      CHECK(result->maxAbsError == reference->maxAbsError);
+      CHECK(result->maxRelError == reference->maxRelError);
+      if (programs == 0) {
+        CHECK(result->gridX == reference->gridX);
+        CHECK(result->gridY == reference->gridY);
+      } else {
+        CHECK(result->gridX == std::min<int64_t>(programs, items));
+        CHECK(result->gridY == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("unified attention: persistent programs refuse the launches they do not walk", "[attention][persistent]") {
+  UnifiedAttentionConfig c = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
+  c.persistent = true;
+  CHECK(validationError(c) == "ok");
+  c.splitKv = true;
+  CHECK(validationError(c) ==
+        "persistent is unsupported with split_kv (persistent programs walk the 2D launch's query blocks and KV heads)");
+  c.splitKv = false;
+  c.clusterSplit = 4;
+  CHECK(validationError(c) == "persistent is unsupported with cluster_split (persistent programs walk the 2D "
+                              "launch's query blocks and KV heads)");
+  c.clusterSplit = 0;
+  c.checkBounds = true;
+  CHECK(validationError(c) == "persistent is unsupported with check_bounds (the programs' item count comes from "
+                              "cu_seqlens_q, which a checked kernel does not trust)");
 }

@@ -609,3 +609,39 @@ TEST_CASE("the ping-pong turn protocol alternates the warpgroups and balances it
                     std::string::npos;
   CHECK(arrivalsAlone);
 }
+
+TEST_CASE("warp_specialize inside a persistent program's work-item loop: barriers made new for each run",
+          "[codegen][warp-specialize][persistent]") {
+  // The KV loops run once per work item. Each run numbers its fills from 0, so
+  // at each loop's exit the producers wait for the unread fill, both roles meet
+  // at barrier 0, compute thread 0 invalidates and initializes the loop's slot
+  // barriers again, and barrier 0 publishes them.
+  for (bool causal : {true, false}) {
+    compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
+    config.causal = causal;
+    config.warpSpecialize = true;
+    const compiler::CompiledKernel single = compile(config, "sm_90a");
+    config.persistent = true;
+    INFO(config.kernelName());
+    CHECK(planOf(config, "sm_90a").find("4 producer warps after 8 compute warps") != std::string::npos);
+    const compiler::CompiledKernel persistent = compile(config, "sm_90a");
+    const std::string& ptx = persistent.ptx;
+    CHECK(persistent.numThreads == 384);
+    // Two KV loops, each with a K and a V buffer of two slots, a full and an
+    // empty barrier each: 16 barriers, all made new at their loop's exit.
+    const int barriers = countOf(single.ptx, "mbarrier.init.shared.b64");
+    CHECK(barriers == 16);
+    CHECK(countOf(ptx, "mbarrier.init.shared.b64") == 2 * barriers);
+    CHECK(countOf(ptx, "mbarrier.inval.shared.b64") == barriers);
+    // Per loop exit two whole-CTA barriers in each role instead of one.
+    CHECK(countOf(ptx, "bar.sync \t0, 384;") == countOf(single.ptx, "bar.sync \t0, 384;") + 4);
+    CHECK(countOf(ptx, "wgmma.mma_async") == countOf(single.ptx, "wgmma.mma_async"));
+    if (tests::havePtxas()) {
+      const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
+      INFO(info);
+      CHECK(info.find("Used 168 registers") != std::string::npos);
+      CHECK(info.find("serialized") == std::string::npos);
+      CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+    }
+  }
+}

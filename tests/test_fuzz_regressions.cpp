@@ -106,7 +106,7 @@ TEST_CASE("fuzz bodies: random op parameters and shape lists keep their properti
   CHECK(accepted > 100);
   const std::vector<std::string> keys = {"query_lens=", "context_lens=", "seed=", "check_stride=",
                                          "segment_tiles=", "num_segments=", "num_partials=", "key_ramp=",
-                                         "output_scale="};
+                                         "output_scale=", "programs="};
   const std::vector<std::string> values = {"1", "0", "-1", "4096", "2147483647", "16777216", "1x64", "3x0",
                                            "7,1,9", "1e3", "0.5", "x", "", "99999999999", "1x16777217"};
   for (int i = 0; i < 5000; ++i) {

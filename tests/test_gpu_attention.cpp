@@ -512,6 +512,32 @@ TEST_CASE("GPU TMA copies write what the cp.async producers write", "[gpu][tma]"
       }
 }
 
+// Persistent programs (persistent: true) compute each (query block, KV head)
+// item as the plain kernel's program for it does, one SM each (programs 0) or a
+// few programs with uneven shares: the same bits.
+TEST_CASE("GPU persistent programs write what one program per item writes", "[gpu][persistent]") {
+  if (!tests::gpuPresent()) return;
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 300, 2000};
+  mixed.contextLens = {0, 91, 300, 5, 64, 700, 33};
+  mixed.seed = 43;
+  mixed.checkStride = 31;
+  for (bool causal : {true, false})
+    for (bool producers : {false, true})
+      for (int programs : {0, 7}) {
+        compiler::UnifiedAttentionConfig plain = tests::hopperPrefillTiling();
+        plain.causal = causal;
+        plain.warpSpecialize = producers;
+        compiler::UnifiedAttentionConfig persistent = plain;
+        persistent.persistent = true;
+        mixed.programs = programs;
+        INFO(persistent.kernelName() << " on " << mixed.str());
+        const std::string differences = differencesBetween(persistent, plain, mixed);
+        INFO(differences);
+        CHECK(differences.empty());
+      }
+}
+
 TEST_CASE("the JIT compiles once, then serves memory and disk cache hits", "[gpu]") {
   if (!tests::gpuPresent()) return;
   namespace fs = std::filesystem;

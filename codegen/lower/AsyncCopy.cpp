@@ -587,8 +587,7 @@ void finishAsyncLoop(LoweringContext& ctx, const Operation& loop) {
   const bool hasBuffers = std::any_of(ctx.async->buffers.begin(), ctx.async->buffers.end(),
                                       [&](const AsyncBuffer& buffer) { return buffer.loop == &loop; });
   if (hasBuffers && ctx.warpSpecialization) {
-    if (ctx.role == LoweringContext::Role::Producer) waitForUnreadTensorCopies(ctx, loop);
-    finishSpecializedLoop(ctx);
+    finishSpecializedLoop(ctx, loop);
   }
   else if (hasBuffers)
     ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});

@@ -214,12 +214,12 @@ void issueTensorCopies(LoweringContext& ctx, const Operation& load, int id, llvm
   b.SetInsertPoint(done);
 }
 
-void waitForUnreadTensorCopies(LoweringContext& ctx, const Operation& loop) {
+void waitForUnreadFills(LoweringContext& ctx, const Operation& loop, bool everyBuffer) {
   if (!ctx.async) return;
   llvm::IRBuilder<>& b = ctx.b;
   for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
     const AsyncBuffer& buffer = ctx.async->buffers[id];
-    if (buffer.loop != &loop || !buffer.tensorCopy) continue;
+    if (buffer.loop != &loop || !(buffer.tensorCopy || everyBuffer)) continue;
     // The loop ran n = max(0, ceil((hi - lo) / step)) iterations, which read
     // fills 0 .. n - 1; fill n is the one left.
     llvm::Value* lo = producerScalar(ctx, loop.operand(0));

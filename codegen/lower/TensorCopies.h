@@ -26,8 +26,11 @@ void issueTensorCopies(LoweringContext& ctx, const ir::Operation& load, int id, 
                        llvm::Value* fullBarrier);
 
 // At a pipelined loop's exit, the producers wait for the fill the compute
-// warps never read (the prefetch past the last tile: TMA keeps writing its
-// slot until it lands, and the slots are reused after the loop).
-void waitForUnreadTensorCopies(LoweringContext& ctx, const ir::Operation& loop);
+// warps never read (the prefetch past the last tile) of the loop's TMA
+// buffers (TMA keeps writing its slot until it lands, and the slots are
+// reused after the loop), or with everyBuffer of all its buffers (a loop
+// that runs again re-initializes their barriers, so every arrival must have
+// landed).
+void waitForUnreadFills(LoweringContext& ctx, const ir::Operation& loop, bool everyBuffer);
 
 }  // namespace attnjit::codegen

@@ -65,9 +65,15 @@
 //   (beginTurns, warpgroupTurn, endTurns: docs/architecture.md has the
 //   protocol), so one warpgroup's softmax runs under the other's MMAs.
 //
+// - A pipelined loop inside another loop (persistent programs' work items)
+//   runs more than once. Each run numbers its fills from 0 (its iteration
+//   indices) on barriers made new at the previous run's exit: the producers
+//   wait for the unread fill, both roles pass barrier 0, compute thread 0
+//   invalidates and initializes the loop's barriers, and barrier 0 publishes
+//   them (finishSpecializedLoop).
+//
 // A kernel qualifies when the target has wgmma, the cp.async plan has buffers,
-// no pipelined loop is nested in another loop (each runs once, so its fill
-// numbers are its iteration indices), its warpgroup MMAs fit the launch's
+// its warpgroup MMAs fit the launch's
 // registers, the slice reads no loop-carried value
 // of a loop it does not run whole and no cp.async tile, its ops are
 // register-only (arithmetic, layout broadcasts, global loads), and the kernel
@@ -605,13 +611,13 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     why = "the producer warps would exceed 1024 threads";
     return;
   }
+  // A pipelined loop inside another loop runs more than once; each run starts
+  // from freshly initialized slot barriers (finishSpecializedLoop).
+  std::unordered_set<const Operation*> rerunLoops;
   for (const AsyncBuffer& buffer : ctx.async->buffers) {
     for (const Block* block = buffer.loop->parentBlock(); block && block->parentOp();
          block = block->parentOp()->parentBlock())
-      if (block->parentOp()->opcode() == Opcode::For) {
-        why = "a pipelined loop inside another loop";
-        return;
-      }
+      if (block->parentOp()->opcode() == Opcode::For) rerunLoops.insert(buffer.loop);
   }
   if (hasNestedReturn(ctx.kernel.body(), false)) {
     why = "a return before the kernel's end";
@@ -636,6 +642,7 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
     return;
   }
   findProducerOnly(ctx, *plan);
+  plan->rerunLoops = std::move(rerunLoops);
   plan->producerWarps = producerWarps;
   plan->standIns = ctx.numWarps / producerWarps;
   plan->entryRegisters = entryRegisters;
@@ -687,6 +694,29 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   return text + "\n";
 }
 
+// Thread `tid` 0 initializes the slot barriers of `buffers` (full: one arrival
+// per producer thread, empty: one per compute thread), invalidating them first
+// when they were in use (a pipelined loop's next run). The caller publishes
+// them with a whole-CTA barrier.
+void initSlotBarriers(LoweringContext& ctx, llvm::Value* tid, const std::vector<int>& buffers, bool invalidate) {
+  llvm::IRBuilder<>& b = ctx.b;
+  const WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  const int slots = plan.slots;
+  llvm::BasicBlock* init = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init", ctx.function);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init.done", ctx.function);
+  b.CreateCondBr(b.CreateICmpEQ(tid, ctx.i32(0)), init, done);
+  b.SetInsertPoint(init);
+  for (int buffer : buffers)
+    for (int index = 0; index < 2 * slots; ++index) {
+      llvm::Value* address = barrierAddress(ctx, 2 * slots * buffer + index);
+      if (invalidate) b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_inval_shared, {address});
+      const int arrivals = (index < slots ? plan.producerWarps : ctx.numWarps) * 32;
+      b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared, {address, ctx.i32(arrivals)});
+    }
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+}
+
 void lowerProducerRole(LoweringContext& ctx, const Block& body) {
   WarpSpecializationPlan& plan = *ctx.warpSpecialization;
   llvm::IRBuilder<>& b = ctx.b;
@@ -706,21 +736,10 @@ void lowerProducerRole(LoweringContext& ctx, const Block& body) {
     view.values = ctx.values();  // the parameters
   }
 
-  // Thread 0 initializes the barriers (full: one arrival per producer thread,
-  // empty: one per compute thread); barrier 0 publishes them.
-  const int slots = plan.slots;
-  llvm::BasicBlock* init = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init", ctx.function);
-  llvm::BasicBlock* roles = llvm::BasicBlock::Create(ctx.llvm, "roles", ctx.function);
-  b.CreateCondBr(b.CreateICmpEQ(tid, ctx.i32(0)), init, roles);
-  b.SetInsertPoint(init);
-  const int buffers = static_cast<int>(ctx.async->buffers.size());
-  for (int buffer = 0; buffer < buffers; ++buffer)
-    for (int index = 0; index < 2 * slots; ++index)
-      b.CreateIntrinsic(
-          b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared,
-          {barrierAddress(ctx, 2 * slots * buffer + index), ctx.i32(index < slots ? producerThreads : consumerThreads)});
-  b.CreateBr(roles);
-  b.SetInsertPoint(roles);
+  // Thread 0 initializes the barriers; barrier 0 publishes them.
+  std::vector<int> everyBuffer(ctx.async->buffers.size());
+  for (size_t id = 0; id < everyBuffer.size(); ++id) everyBuffer[id] = static_cast<int>(id);
+  initSlotBarriers(ctx, tid, everyBuffer, false);
   wholeCtaBarrier(ctx);
 
   llvm::BasicBlock* producer = llvm::BasicBlock::Create(ctx.llvm, "producer", ctx.function);
@@ -900,9 +919,24 @@ std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {
   return turn;
 }
 
-void finishSpecializedLoop(LoweringContext& ctx) {
-  if (ctx.role == LoweringContext::Role::Producer)
+void finishSpecializedLoop(LoweringContext& ctx, const Operation& loop) {
+  const bool rerun = ctx.warpSpecialization->rerunLoops.count(&loop) != 0;
+  if (ctx.role == LoweringContext::Role::Producer) {
+    // A loop that runs again re-initializes its barriers, so every arrival on
+    // them must have landed: the unread fill's too.
+    waitForUnreadFills(ctx, loop, rerun);
     ctx.b.CreateIntrinsic(ctx.b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
+  }
+  wholeCtaBarrier(ctx);
+  if (!rerun) return;
+  // Nobody waits on or arrives at the loop's barriers any more: compute
+  // thread 0 makes them new for the next run, with fill numbers from 0 again.
+  if (ctx.role == LoweringContext::Role::Consumer) {
+    std::vector<int> buffers;
+    for (size_t id = 0; id < ctx.async->buffers.size(); ++id)
+      if (ctx.async->buffers[id].loop == &loop) buffers.push_back(static_cast<int>(id));
+    initSlotBarriers(ctx, ctx.threadId, buffers, true);
+  }
   wholeCtaBarrier(ctx);
 }
 

@@ -59,6 +59,10 @@ struct WarpSpecializationPlan {
   // body; and the buffers so released in the iteration being lowered.
   std::unordered_map<int, std::vector<const ir::Operation*>> earlyRelease;
   std::unordered_set<int> releasedEarly;
+  // Pipelined loops inside another loop: they run more than once, and each
+  // run's fills are numbered from 0 on barriers initialized again at the
+  // previous run's exit.
+  std::unordered_set<const ir::Operation*> rerunLoops;
   // The iteration index (0-based) of each pipelined loop, in the role being lowered.
   std::unordered_map<const ir::Operation*, llvm::Value*> iteration;
   // The producer's code needed a barrier or the shared scratch area: the
@@ -131,6 +135,6 @@ struct TurnBarriers {
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx);
 // Both roles at a pipelined loop's exit: every copy has landed and every read
 // is done before anything reuses the slots (a barrier over the whole CTA).
-void finishSpecializedLoop(LoweringContext& ctx);
+void finishSpecializedLoop(LoweringContext& ctx, const ir::Operation& loop);
 
 }  // namespace attnjit::codegen

@@ -110,6 +110,13 @@ struct UnifiedAttentionConfig {
   // that divide the tile, no ALiBi, window, chunks or ranges; elsewhere the
   // tiles are gathered by cp.async as without it. Same results.
   bool tensorMemoryAccelerator = false;
+  // Persistent programs: each program walks the work items (query block, KV
+  // head), longest first, from its own index in steps of the launch's program
+  // count, so a launch of one program per SM runs every item without a CTA
+  // launch, barrier initialization and register moves per item. Any grid
+  // gives the same results (the full one: one item per program). Prefill
+  // tilings of the 2D launch only (no split_kv or cluster_split).
+  bool persistent = false;
   // Lazy rescaling (FlashAttention-4's): the running maximum is a reference
   // that moves only when a tile's row maximum passes it by more than 8 (log2
   // units), so the accumulator's rescale is branched around on most tiles.

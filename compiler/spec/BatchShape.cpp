@@ -104,6 +104,13 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
     checkStride = static_cast<int>(parsed);
     return support::Status::ok();
   }
+  if (key == "programs") {
+    uint64_t parsed = 0;
+    if (!parseInteger(value, parsed) || parsed > (1u << 30))
+      return shapeError("programs: '" + support::excerpt(value) + "' is not a non-negative integer");
+    programs = static_cast<int>(parsed);
+    return support::Status::ok();
+  }
   if (key == "seed") {
     uint64_t parsed = 0;
     if (!parseInteger(value, parsed))
@@ -137,7 +144,7 @@ support::Status BatchShape::set(const std::string& keyEqualsValue) {
   }
   return shapeError("unknown shape key '" + support::excerpt(key) +
                     "' (expected query_lens, context_lens, seed, check_stride, segment_tiles, num_segments, num_partials, "
-                    "key_ramp, output_scale or kv_layout)");
+                    "key_ramp, output_scale, kv_layout or programs)");
 }
 
 std::string BatchShape::str() const {
@@ -146,6 +153,7 @@ std::string BatchShape::str() const {
          (segmentTiles != 1 ? " segment_tiles=" + std::to_string(segmentTiles) : "") +
          (numSegments != 0 ? " num_segments=" + std::to_string(numSegments) : "") +
          (numPartials != 2 ? " num_partials=" + std::to_string(numPartials) : "") +
+         (programs != 0 ? " programs=" + std::to_string(programs) : "") +
          (keyRamp != 0 ? " key_ramp=" + numberText(keyRamp) : "") +
          (outputScale != kDefaultOutputScale ? " output_scale=" + numberText(outputScale) : "") +
          (headMajorCache ? " kv_layout=hnd" : "");

@@ -47,9 +47,13 @@ struct BatchShape {
   // top of its range short of saturation (448); smaller scales saturate.
   static constexpr double kDefaultOutputScale = 1.0 / 256;
   double outputScale = kDefaultOutputScale;
+  // Unified attention with persistent programs: how many the launch has (one
+  // grid row of them; capped at the work items). 0: the executor's choice, one
+  // per SM on a GPU and one per work item (the full grid) in the interpreter.
+  int programs = 0;
   // Parses "key=value" (keys: query_lens=1,7,..., context_lens=..., seed=N,
   // check_stride=N, segment_tiles=N, num_segments=N, num_partials=N, key_ramp=X, output_scale=X,
-  // kv_layout=nhd|hnd); a list entry
+  // kv_layout=nhd|hnd, programs=N); a list entry
   // "VxN" repeats V N times
   // (query_lens=1x64). The error names the key.
   support::Status set(const std::string& keyEqualsValue);

@@ -398,6 +398,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
       {"tma", false, boolField("tma", &C::tensorMemoryAccelerator)},
+      {"persistent", false, boolField("persistent", &C::persistent)},
       {"lazy_rescale", false, boolField("lazy_rescale", &C::lazyRescale)},
       {"sliding_window", false, slidingWindowField<C>()},
       {"sliding_window_right", false, slidingWindowRightField<C>()},
@@ -858,7 +859,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
          (config.warpSpecialize ? " warp_specialize=true" : "") + (config.pingPong ? " ping_pong=true" : "") +
-         (config.tensorMemoryAccelerator ? " tma=true" : "") +
+         (config.tensorMemoryAccelerator ? " tma=true" : "") + (config.persistent ? " persistent=true" : "") +
          (config.lazyRescale ? std::string(" lazy_rescale=") + (*config.lazyRescale ? "true" : "false") : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
          (config.slidingWindowRight != 0 ? " sliding_window_right=" + std::to_string(config.slidingWindowRight)

@@ -80,7 +80,10 @@ support::Expected<GpuRunResult> runUnifiedAttentionGpu(const compiler::UnifiedAt
                                                        const GpuRunOptions& options) {
   auto target = options.target.empty() ? compiler::localTarget() : support::Expected<std::string>(options.target);
   if (!target) return target.status();
-  auto problem = UnifiedAttentionProblem::create(config, shape);
+  // Persistent programs: one per SM unless the shape says how many.
+  compiler::BatchShape launchShape = shape;
+  if (config.persistent && launchShape.programs == 0) launchShape.programs = compiler::deviceFacts(0).smCount;
+  auto problem = UnifiedAttentionProblem::create(config, launchShape);
   if (!problem) return problem.status();
   GpuRunResult result;
   result.target = *target;

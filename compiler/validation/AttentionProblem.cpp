@@ -577,6 +577,12 @@ support::Expected<std::unique_ptr<UnifiedAttentionProblem>> UnifiedAttentionProb
   Launch attention;
   attention.gridX = compiler::unifiedAttentionGridX(config, numSeqs, numTokens);
   attention.gridY = Hkv;
+  if (config.persistent && shape.programs > 0) {
+    // Persistent programs walk the (query block, KV head) items whatever the
+    // grid: one row of at most as many programs as items.
+    attention.gridX = std::min<int64_t>(shape.programs, attention.gridX * Hkv);
+    attention.gridY = 1;
+  }
   // As the op: a batch of one query token per sequence (decode) finds its
   // sequences without the search (seq_search_steps -1), except when checked.
   const bool oneTokenEach = !config.checkBounds && std::all_of(shape.queryLens.begin(), shape.queryLens.end(),
