@@ -113,6 +113,89 @@ std::string runSlotProtocol(const SlotProtocol& p, int iterations, std::mt19937&
   }
 }
 
+// Carried fills (persistent programs' KV loops, WarpSpecialization.h): runs of
+// `runs[r]` iterations each, one after the other on the same ring of slots,
+// fills numbered on from run to run (run r's fills f = 0 .. n_r are ring fill
+// base_r + f, base_{r+1} = base_r + n_r + 1), every fill waiting for its slot's
+// release (the prologue's too), the compute warps' slot chain starting at the
+// slot of base_r, and at each run's exit the compute warps taking the unread
+// fill base_r + n_r (waiting for it, then releasing its slot). The producer
+// runs ahead into later runs as far as the slots allow. The arithmetic comes
+// from the emitted table; `takeUnread` and the compute warps' count of a run's
+// fills (n_r + 1 + `readCountSkew`) can be broken to show that the model notices.
+std::string runCarriedFills(const codegen::SlotProtocolTable& table, int slots, const std::vector<int>& runs,
+                            std::mt19937& random, bool takeUnread = true, int readCountSkew = 0) {
+  struct Slot {
+    int fill = -1;
+    bool landed = false, read = true;
+  };
+  struct Read {
+    int fill, slot;
+    bool unread;
+  };
+  std::vector<int> fills;  // ring fill numbers in the producer's order
+  std::vector<Read> reads;
+  int base = 0, readBase = 0;
+  for (int n : runs) {
+    for (int f = 0; f <= n; ++f) fills.push_back(base + f);
+    const int chainStart = table.slotOfFill.at(static_cast<size_t>(readBase));
+    for (int i = 0; i < n; ++i) reads.push_back({readBase + i, (chainStart + i) % slots, false});
+    if (takeUnread) reads.push_back({readBase + n, table.slotOfFill.at(static_cast<size_t>(readBase + n)), true});
+    base += n + 1;
+    readBase += n + 1 + readCountSkew;
+  }
+  std::vector<Slot> state(static_cast<size_t>(slots));
+  std::vector<ModelBarrier> full(state.size()), empty(state.size());
+  std::vector<int> inFlight;
+  size_t nextFill = 0, nextRead = 0;
+  for (;;) {
+    std::vector<std::function<std::string()>> enabled;
+    if (nextFill < fills.size()) {
+      const int fill = fills[nextFill];
+      const int slot = table.slotOfFill.at(static_cast<size_t>(fill));
+      if (empty[slot].tryWait(table.emptyWaitParity.at(static_cast<size_t>(fill))))
+        enabled.push_back([&, fill, slot]() -> std::string {
+          if (!state[slot].read)
+            return "fill " + std::to_string(fill) + " overwrote unread fill " + std::to_string(state[slot].fill);
+          state[slot] = {fill, false, false};
+          inFlight.push_back(fill);
+          ++nextFill;
+          return {};
+        });
+    }
+    for (size_t i = 0; i < inFlight.size(); ++i)
+      enabled.push_back([&, i]() -> std::string {
+        const int fill = inFlight[i];
+        const int slot = table.slotOfFill.at(static_cast<size_t>(fill));
+        inFlight.erase(inFlight.begin() + static_cast<long>(i));
+        if (state[slot].fill != fill) return "fill " + std::to_string(fill) + " landed in a refilled slot";
+        state[slot].landed = true;
+        full[slot].arrive();
+        return {};
+      });
+    if (nextRead < reads.size()) {
+      const Read read = reads[nextRead];
+      if (full[read.slot].tryWait(table.fullWaitParity.at(static_cast<size_t>(read.fill))))
+        enabled.push_back([&, read]() -> std::string {
+          Slot& slot = state[read.slot];
+          if (slot.fill != read.fill || !slot.landed)
+            return std::string(read.unread ? "taking unread fill " : "reading fill ") + std::to_string(read.fill) +
+                   " found fill " + std::to_string(slot.fill) + (slot.landed ? "" : " before it landed");
+          slot.read = true;
+          empty[read.slot].arrive();
+          ++nextRead;
+          return {};
+        });
+    }
+    if (enabled.empty())
+      return nextFill == fills.size() && nextRead == reads.size() && inFlight.empty()
+                 ? std::string()
+                 : "deadlock at fill " + std::to_string(nextFill) + ", read " + std::to_string(nextRead);
+    std::uniform_int_distribution<size_t> pick(0, enabled.size() - 1);
+    if (std::string error = enabled[pick(random)](); !error.empty()) return error;
+  }
+}
+
 // What --print-after=plan-warp-specialization says about `config` on `target`.
 std::string planOf(const compiler::UnifiedAttentionConfig& config, const std::string& target) {
   compiler::CompileOptions options;
@@ -610,12 +693,13 @@ TEST_CASE("the ping-pong turn protocol alternates the warpgroups and balances it
   CHECK(arrivalsAlone);
 }
 
-TEST_CASE("warp_specialize inside a persistent program's work-item loop: barriers made new for each run",
+TEST_CASE("warp_specialize inside a persistent program's work-item loop: fills carried on rings of slots",
           "[codegen][warp-specialize][persistent]") {
-  // The KV loops run once per work item. Each run numbers its fills from 0, so
-  // at each loop's exit the producers wait for the unread fill, both roles meet
-  // at barrier 0, compute thread 0 invalidates and initializes the loop's slot
-  // barriers again, and barrier 0 publishes them.
+  // The KV loops run once per work item. Their K buffers share bytes, as do
+  // their V buffers, so each pair shares one ring of slot barriers, and fill
+  // numbers count on across the loops and items: no barrier is made new, no
+  // whole-CTA barrier at a loop's exit, and the producers wait for their last
+  // copies once, at their end.
   for (bool causal : {true, false}) {
     compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
     config.causal = causal;
@@ -624,17 +708,22 @@ TEST_CASE("warp_specialize inside a persistent program's work-item loop: barrier
     config.persistent = true;
     INFO(config.kernelName());
     CHECK(planOf(config, "sm_90a").find("4 producer warps after 8 compute warps") != std::string::npos);
+    CHECK(planOf(config, "sm_90a").find("2 loops run again, their fills carried on 2 rings of slots") !=
+          std::string::npos);
     const compiler::CompiledKernel persistent = compile(config, "sm_90a");
     const std::string& ptx = persistent.ptx;
     CHECK(persistent.numThreads == 384);
     // Two KV loops, each with a K and a V buffer of two slots, a full and an
-    // empty barrier each: 16 barriers, all made new at their loop's exit.
-    const int barriers = countOf(single.ptx, "mbarrier.init.shared.b64");
-    CHECK(barriers == 16);
-    CHECK(countOf(ptx, "mbarrier.init.shared.b64") == 2 * barriers);
-    CHECK(countOf(ptx, "mbarrier.inval.shared.b64") == barriers);
-    // Per loop exit two whole-CTA barriers in each role instead of one.
-    CHECK(countOf(ptx, "bar.sync \t0, 384;") == countOf(single.ptx, "bar.sync \t0, 384;") + 4);
+    // empty barrier each: 16 barriers for the plain kernel, 8 on two rings.
+    CHECK(countOf(single.ptx, "mbarrier.init.shared.b64") == 16);
+    CHECK(countOf(ptx, "mbarrier.init.shared.b64") == 8);
+    CHECK(countOf(ptx, "mbarrier.inval") == 0);
+    CHECK(countOf(single.ptx, "bar.sync \t0, 384;") == 5);  // the start; two loop exits in each role
+    CHECK(countOf(ptx, "bar.sync \t0, 384;") == 1);
+    CHECK(countOf(ptx, "cp.async.wait_all") == 1);
+    // The compute warps wait on full barriers for the fills they read and, at
+    // each loop's exit, for the unread one of each buffer (4 more waits).
+    CHECK(countOf(ptx, "mbarrier.try_wait") > countOf(single.ptx, "mbarrier.try_wait"));
     CHECK(countOf(ptx, "wgmma.mma_async") == countOf(single.ptx, "wgmma.mma_async"));
     if (tests::havePtxas()) {
       const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
@@ -643,5 +732,28 @@ TEST_CASE("warp_specialize inside a persistent program's work-item loop: barrier
       CHECK(info.find("serialized") == std::string::npos);
       CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("carried fills: runs of a KV loop share the ring of slots under every interleaving tried",
+          "[codegen][warp-specialize][persistent]") {
+  std::mt19937 random(11);
+  const std::vector<std::vector<int>> runLists = {{0}, {1}, {5, 0, 3}, {0, 0, 0, 2}, {7, 1, 1, 6}, {2, 9, 0, 4, 1}};
+  for (int slots = 2; slots <= 4; ++slots) {
+    const codegen::SlotProtocolTable table = codegen::warpSpecializationSlotProtocol(64, slots);
+    // The compute warps' chain steps through the slots in order, so a chain
+    // started at the slot of fill b names the slot of fill b + i.
+    for (int i = 0; i < 64; ++i) REQUIRE(table.slotOfIteration[static_cast<size_t>(i)] == i % slots);
+    for (const std::vector<int>& runs : runLists)
+      for (int schedule = 0; schedule < 300; ++schedule) {
+        INFO(slots << " slots, runs of " << runs.size() << " loops, schedule " << schedule);
+        CHECK(runCarriedFills(table, slots, runs, random).empty());
+      }
+    INFO(slots << " slots");
+    // Without taking the unread fill its slot is never released.
+    CHECK(runCarriedFills(table, slots, {3, 3, 3}, random, false).find("deadlock") != std::string::npos);
+    // Compute warps that count a run's fills without the unread one read the
+    // wrong fills (or wait for phases that never come).
+    CHECK(!runCarriedFills(table, slots, {3, 2, 4}, random, true, -1).empty());
   }
 }

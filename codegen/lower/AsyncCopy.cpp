@@ -398,7 +398,7 @@ bool lowerAsyncLoad(LoweringContext& ctx, const Operation& op) {
     // When the loop runs more than once (inside another loop), its last reads may
     // still be under way in other warps.
     if (!specialized) ctx.barrier();
-    slot = ctx.i32(0);
+    slot = specialized ? prologueSlot(ctx, buffer) : ctx.i32(0);
   } else if (producer) {
     slot = producerFill(ctx, buffer, op).slot;
   } else if (specialized) {

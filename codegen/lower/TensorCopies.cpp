@@ -221,7 +221,8 @@ void waitForUnreadFills(LoweringContext& ctx, const Operation& loop, bool everyB
     const AsyncBuffer& buffer = ctx.async->buffers[id];
     if (buffer.loop != &loop || !(buffer.tensorCopy || everyBuffer)) continue;
     // The loop ran n = max(0, ceil((hi - lo) / step)) iterations, which read
-    // fills 0 .. n - 1; fill n is the one left.
+    // fills 0 .. n - 1; fill n is the one left. (Loops with carried fills do
+    // not come here: their compute warps take the unread fill.)
     llvm::Value* lo = producerScalar(ctx, loop.operand(0));
     llvm::Value* hi = producerScalar(ctx, loop.operand(1));
     llvm::Value* step = producerScalar(ctx, loop.operand(2));

@@ -66,11 +66,16 @@
 //   protocol), so one warpgroup's softmax runs under the other's MMAs.
 //
 // - A pipelined loop inside another loop (persistent programs' work items)
-//   runs more than once. Each run numbers its fills from 0 (its iteration
-//   indices) on barriers made new at the previous run's exit: the producers
-//   wait for the unread fill, both roles pass barrier 0, compute thread 0
-//   invalidates and initializes the loop's barriers, and barrier 0 publishes
-//   them (finishSpecializedLoop).
+//   runs more than once. Where every two buffers that share bytes share them
+//   exactly (sibling loops' K buffers, their V buffers), such buffers share a
+//   ring of barriers and fill numbers count on across loops and runs
+//   (WarpSpecializationPlan::carriedFills: a per-thread count per ring; every
+//   fill waits for its slot's release; at a loop's exit the compute warps
+//   take the unread fill and nobody meets at barrier 0). Otherwise each run
+//   numbers its fills from 0 on barriers made new at the previous run's
+//   exit: the producers wait for the unread fill, both roles pass barrier 0,
+//   compute thread 0 invalidates and initializes the loop's barriers, and
+//   barrier 0 publishes them (finishSpecializedLoop).
 //
 // A kernel qualifies when the target has wgmma, the cp.async plan has buffers,
 // its warpgroup MMAs fit the launch's
@@ -372,7 +377,8 @@ enum class SlotBarrier { Full, Empty };
 llvm::Value* barrierFor(LoweringContext& ctx, int buffer, SlotBarrier kind, llvm::Value* slot) {
   llvm::IRBuilder<>& b = ctx.b;
   WarpSpecializationPlan& plan = *ctx.warpSpecialization;
-  const int base = 2 * plan.slots * buffer + (kind == SlotBarrier::Empty ? plan.slots : 0);
+  const int ring = plan.ringOfBuffer.at(static_cast<size_t>(buffer));
+  const int base = 2 * plan.slots * ring + (kind == SlotBarrier::Empty ? plan.slots : 0);
   llvm::Value* index = b.CreateAdd(ctx.i32(base), slot);
   return b.CreateInBoundsGEP(b.getInt64Ty(), ctx.dynamicSharedStart(), index);
 }
@@ -495,6 +501,15 @@ void lowerProducerIf(LoweringContext& ctx, const Operation& op) {
   b.SetInsertPoint(merge);
 }
 
+// Whether the fill of `load` waits for its slot's release. The first fill of
+// each slot (the prologue's, iteration 0's) finds it empty: a fresh barrier
+// counts the phase before its first as complete. With carried fills a
+// prologue fill may go to a slot an earlier run's fill still occupies, so it
+// waits like any other (its parity lets a slot's first use through).
+bool waitsForEmptySlot(const LoweringContext& ctx, const AsyncBuffer& buffer, const Operation& load) {
+  return &load == buffer.bodyLoad || ctx.warpSpecialization->carriedFills;
+}
+
 // The cast-on-copy loads of `load`'s loop that fill with it (all prologue
 // loads, or all body loads), in the order the producer lowers them, with
 // their buffers.
@@ -521,7 +536,7 @@ void lowerProducerCastCopies(LoweringContext& ctx, const Operation& load, int id
   llvm::IRBuilder<>& b = ctx.b;
   const AsyncBuffer& buffer = ctx.async->buffers[static_cast<size_t>(id)];
   const std::vector<std::pair<const Operation*, int>> group = castOnCopyGroup(ctx, load, buffer);
-  if (&load == buffer.bodyLoad && group.front().first == &load) {
+  if (waitsForEmptySlot(ctx, buffer, load) && group.front().first == &load) {
     for (const auto& [member, memberId] : group) {
       const AsyncBuffer& memberBuffer = ctx.async->buffers[static_cast<size_t>(memberId)];
       const Fill fill = producerFill(ctx, memberBuffer, *member);
@@ -550,15 +565,13 @@ void lowerProducerCopies(LoweringContext& ctx, const Operation& load, int id) {
   if (buffer.castOnCopy) return lowerProducerCastCopies(ctx, load, id);
   const Fill fill = producerFill(ctx, buffer, load);
   if (buffer.tensorCopy) {
-    if (&load == buffer.bodyLoad)
+    if (waitsForEmptySlot(ctx, buffer, load))
       waitParity(ctx, barrierFor(ctx, id, SlotBarrier::Empty, fill.slot),
                  slotprotocol::emptyWaitParity(b, fill.number, ctx.warpSpecialization->slots));
     issueTensorCopies(ctx, load, id, fill.slot, barrierFor(ctx, id, SlotBarrier::Full, fill.slot));
     return;
   }
-  // The first fill of each slot (the prologue's, iteration 0's) finds it empty:
-  // a fresh barrier counts the phase before its first as complete.
-  if (&load == buffer.bodyLoad) {
+  if (waitsForEmptySlot(ctx, buffer, load)) {
     waitParity(ctx, barrierFor(ctx, id, SlotBarrier::Empty, fill.slot),
                slotprotocol::emptyWaitParity(b, fill.number, ctx.warpSpecialization->slots));
   }
@@ -585,6 +598,40 @@ void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
 }
 
 }  // namespace
+
+// WarpSpecializationPlan::ringOfBuffer and carriedFills: with rerun loops,
+// buffers with the same bytes share a ring when every pair of overlapping
+// buffers has the same bytes and no loop has two buffers in one ring.
+void planRings(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
+  const std::vector<AsyncBuffer>& buffers = ctx.async->buffers;
+  plan.ringOfBuffer.assign(buffers.size(), 0);
+  for (size_t id = 0; id < buffers.size(); ++id) plan.ringOfBuffer[id] = static_cast<int>(id);
+  plan.rings = static_cast<int>(buffers.size());
+  plan.carriedFills = false;
+  if (plan.rerunLoops.empty()) return;
+  auto bytes = [](const AsyncBuffer& buffer) { return buffer.slots * buffer.slotBytes; };
+  std::vector<int> ring(buffers.size(), -1);
+  int rings = 0;
+  for (size_t a = 0; a < buffers.size(); ++a) {
+    for (size_t b = 0; b < a && ring[a] < 0; ++b) {
+      const bool overlap = buffers[a].offset < buffers[b].offset + bytes(buffers[b]) &&
+                           buffers[b].offset < buffers[a].offset + bytes(buffers[a]);
+      if (!overlap) continue;
+      if (buffers[a].offset != buffers[b].offset || buffers[a].slotBytes != buffers[b].slotBytes ||
+          buffers[a].loop == buffers[b].loop)
+        return;
+      ring[a] = ring[b];
+    }
+    if (ring[a] < 0) ring[a] = rings++;
+  }
+  // A buffer may overlap several of a ring's members only through the ring's bytes.
+  for (size_t a = 0; a < buffers.size(); ++a)
+    for (size_t b = 0; b < a; ++b)
+      if (ring[a] == ring[b] && buffers[a].loop == buffers[b].loop) return;
+  plan.ringOfBuffer = ring;
+  plan.rings = rings;
+  plan.carriedFills = true;
+}
 
 void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   why.clear();
@@ -671,7 +718,8 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   plan->slots = ctx.async->buffers.front().slots;
   for (const AsyncBuffer& buffer : ctx.async->buffers)
     ATTNJIT_CHECK(buffer.slots == plan->slots, "codegen: cp.async buffers with different slot counts");
-  plan->barrierCount = static_cast<int>(2 * plan->slots * ctx.async->buffers.size());
+  planRings(ctx, *plan);
+  plan->barrierCount = 2 * plan->slots * plan->rings;
   ctx.warpSpecialization = std::move(plan);
 }
 
@@ -686,6 +734,11 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   if (plan.consumerRegisters != 0)
     text += ", setmaxnreg " + std::to_string(plan.producerRegisters) + " / " +
             std::to_string(plan.consumerRegisters) + " (launch " + std::to_string(plan.entryRegisters) + ")";
+  if (plan.carriedFills)
+    text += "; " + std::to_string(plan.rerunLoops.size()) + " loops run again, their fills carried on " +
+            std::to_string(plan.rings) + " rings of slots";
+  else if (!plan.rerunLoops.empty())
+    text += "; " + std::to_string(plan.rerunLoops.size()) + " loops run again, barriers made new for each run";
   if (!plan.turnLoops.empty())
     text += "; the two compute warpgroups take turns issuing their MMAs in " + std::to_string(plan.turnLoops.size()) +
             (plan.turnLoops.size() == 1 ? " loop" : " loops");
@@ -694,11 +747,11 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   return text + "\n";
 }
 
-// Thread `tid` 0 initializes the slot barriers of `buffers` (full: one arrival
+// Thread `tid` 0 initializes the slot barriers of `rings` (full: one arrival
 // per producer thread, empty: one per compute thread), invalidating them first
 // when they were in use (a pipelined loop's next run). The caller publishes
 // them with a whole-CTA barrier.
-void initSlotBarriers(LoweringContext& ctx, llvm::Value* tid, const std::vector<int>& buffers, bool invalidate) {
+void initSlotBarriers(LoweringContext& ctx, llvm::Value* tid, const std::vector<int>& rings, bool invalidate) {
   llvm::IRBuilder<>& b = ctx.b;
   const WarpSpecializationPlan& plan = *ctx.warpSpecialization;
   const int slots = plan.slots;
@@ -706,9 +759,9 @@ void initSlotBarriers(LoweringContext& ctx, llvm::Value* tid, const std::vector<
   llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx.llvm, "mbarrier.init.done", ctx.function);
   b.CreateCondBr(b.CreateICmpEQ(tid, ctx.i32(0)), init, done);
   b.SetInsertPoint(init);
-  for (int buffer : buffers)
+  for (int ring : rings)
     for (int index = 0; index < 2 * slots; ++index) {
-      llvm::Value* address = barrierAddress(ctx, 2 * slots * buffer + index);
+      llvm::Value* address = barrierAddress(ctx, 2 * slots * ring + index);
       if (invalidate) b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_inval_shared, {address});
       const int arrivals = (index < slots ? plan.producerWarps : ctx.numWarps) * 32;
       b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_mbarrier_init_shared, {address, ctx.i32(arrivals)});
@@ -737,10 +790,18 @@ void lowerProducerRole(LoweringContext& ctx, const Block& body) {
   }
 
   // Thread 0 initializes the barriers; barrier 0 publishes them.
-  std::vector<int> everyBuffer(ctx.async->buffers.size());
-  for (size_t id = 0; id < everyBuffer.size(); ++id) everyBuffer[id] = static_cast<int>(id);
-  initSlotBarriers(ctx, tid, everyBuffer, false);
+  std::vector<int> everyRing(static_cast<size_t>(plan.rings));
+  for (int ring = 0; ring < plan.rings; ++ring) everyRing[static_cast<size_t>(ring)] = ring;
+  initSlotBarriers(ctx, tid, everyRing, false);
   wholeCtaBarrier(ctx);
+  // Carried fill counts start at 0 in every thread.
+  plan.ringFills.clear();
+  if (plan.carriedFills)
+    for (int ring = 0; ring < plan.rings; ++ring) {
+      llvm::AllocaInst* fills = e.CreateAlloca(e.getInt32Ty(), nullptr, "ring_fills");
+      e.CreateStore(e.getInt32(0), fills);
+      plan.ringFills.push_back(fills);
+    }
 
   llvm::BasicBlock* producer = llvm::BasicBlock::Create(ctx.llvm, "producer", ctx.function);
   llvm::BasicBlock* consumer = llvm::BasicBlock::Create(ctx.llvm, "consumer", ctx.function);
@@ -750,7 +811,12 @@ void lowerProducerRole(LoweringContext& ctx, const Block& body) {
   setMaxRegisters(ctx, plan.producerRegisters, false);
   ctx.role = LoweringContext::Role::Producer;
   lowerProducerBlock(ctx, body);
-  if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
+  if (!b.GetInsertBlock()->getTerminator()) {
+    // With carried fills no loop exit waited for the producers' copies.
+    if (plan.carriedFills)
+      b.CreateIntrinsic(b.getVoidTy(), llvm::Intrinsic::nvvm_cp_async_wait_all, llvm::ArrayRef<llvm::Value*>{});
+    b.CreateRetVoid();
+  }
   plan.views.clear();
   plan.iteration.clear();
 
@@ -768,15 +834,50 @@ void recordIteration(LoweringContext& ctx, const Operation& loop) {
   ctx.warpSpecialization->iteration[&loop] = b.CreateSDiv(b.CreateSub(iv, lo), step);
 }
 
+namespace {
+
+int bufferId(const LoweringContext& ctx, const AsyncBuffer& buffer) {
+  return static_cast<int>(&buffer - ctx.async->buffers.data());
+}
+
+}  // namespace
+
+llvm::Value* fillsBeforeRun(LoweringContext& ctx, const AsyncBuffer& buffer) {
+  const WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  if (!plan.carriedFills) return ctx.i32(0);
+  const int ring = plan.ringOfBuffer.at(static_cast<size_t>(bufferId(ctx, buffer)));
+  return ctx.b.CreateLoad(ctx.b.getInt32Ty(), plan.ringFills.at(static_cast<size_t>(ring)), "fills_before_run");
+}
+
+llvm::Value* prologueSlot(LoweringContext& ctx, const AsyncBuffer& buffer) {
+  if (!ctx.warpSpecialization || !ctx.warpSpecialization->carriedFills) return ctx.i32(0);
+  return slotprotocol::slotOf(ctx.b, fillsBeforeRun(ctx, buffer), buffer.slots);
+}
+
+// The fill number `number` within the loop's run, counted on from the ring's
+// fills before the run when fills are carried.
+llvm::Value* ringFill(LoweringContext& ctx, const AsyncBuffer& buffer, llvm::Value* number) {
+  if (!ctx.warpSpecialization->carriedFills) return number;
+  return ctx.b.CreateAdd(fillsBeforeRun(ctx, buffer), number, "ring_fill");
+}
+
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const Operation& load) {
-  if (&load == buffer.prologueLoad) return {ctx.i32(0), ctx.i32(0)};
-  llvm::Value* number = slotprotocol::bodyFill(ctx.b, ctx.warpSpecialization->iteration.at(buffer.loop));
+  if (&load == buffer.prologueLoad) {
+    if (!ctx.warpSpecialization->carriedFills) return {ctx.i32(0), ctx.i32(0)};
+    llvm::Value* number = fillsBeforeRun(ctx, buffer);
+    return {number, slotprotocol::slotOf(ctx.b, number, buffer.slots)};
+  }
+  llvm::Value* number =
+      ringFill(ctx, buffer, slotprotocol::bodyFill(ctx.b, ctx.warpSpecialization->iteration.at(buffer.loop)));
   return {number, slotprotocol::slotOf(ctx.b, number, buffer.slots)};
 }
 
 void waitSlotFull(LoweringContext& ctx, int buffer, llvm::Value* slot, llvm::Value* iteration) {
+  // `iteration` counts within the loop's run; with carried fills the fill it
+  // reads counts on from the ring's fills before the run.
+  llvm::Value* fill = ringFill(ctx, ctx.async->buffers[static_cast<size_t>(buffer)], iteration);
   waitParity(ctx, barrierFor(ctx, buffer, SlotBarrier::Full, slot),
-             slotprotocol::fullWaitParity(ctx.b, iteration, ctx.warpSpecialization->slots));
+             slotprotocol::fullWaitParity(ctx.b, fill, ctx.warpSpecialization->slots));
 }
 
 namespace slotprotocol {
@@ -919,7 +1020,52 @@ std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {
   return turn;
 }
 
+namespace {
+
+// The iterations the loop's run had: max(0, ceil((hi - lo) / step)).
+llvm::Value* runIterations(LoweringContext& ctx, const Operation& loop) {
+  llvm::IRBuilder<>& b = ctx.b;
+  auto scalar = [&](const Value* value) {
+    return ctx.role == LoweringContext::Role::Producer ? uniformScalar(ctx, value) : ctx.scalar(value);
+  };
+  llvm::Value* lo = scalar(loop.operand(0));
+  llvm::Value* hi = scalar(loop.operand(1));
+  llvm::Value* step = scalar(loop.operand(2));
+  llvm::Value* span = b.CreateSub(hi, lo);
+  llvm::Value* iterations = b.CreateSDiv(b.CreateAdd(span, b.CreateSub(step, ctx.i32(1))), step);
+  return b.CreateSelect(b.CreateICmpSGT(span, ctx.i32(0)), iterations, ctx.i32(0));
+}
+
+// Carried fills at a loop's exit: the run's n iterations read fills 0 .. n - 1
+// of it and left fill n. The compute warps wait for it (its copies must land
+// before a later fill of the slot starts) and hand its slot back as if they
+// had read it; both roles count the run's n + 1 fills into the rings.
+void carryFillsPastLoop(LoweringContext& ctx, const Operation& loop) {
+  llvm::IRBuilder<>& b = ctx.b;
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  llvm::Value* iterations = runIterations(ctx, loop);
+  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
+    const AsyncBuffer& buffer = ctx.async->buffers[id];
+    if (buffer.loop != &loop) continue;
+    llvm::Value* before = fillsBeforeRun(ctx, buffer);
+    if (ctx.role == LoweringContext::Role::Consumer) {
+      llvm::Value* unread = b.CreateAdd(before, iterations);
+      llvm::Value* slot = slotprotocol::slotOf(b, unread, buffer.slots);
+      waitParity(ctx, barrierFor(ctx, static_cast<int>(id), SlotBarrier::Full, slot),
+                 slotprotocol::fullWaitParity(b, unread, plan.slots));
+      b.CreateIntrinsic(b.getInt64Ty(), llvm::Intrinsic::nvvm_mbarrier_arrive_shared,
+                        {barrierFor(ctx, static_cast<int>(id), SlotBarrier::Empty, slot)});
+    }
+    const int ring = plan.ringOfBuffer.at(id);
+    b.CreateStore(b.CreateAdd(before, b.CreateAdd(iterations, ctx.i32(1))),
+                  plan.ringFills.at(static_cast<size_t>(ring)));
+  }
+}
+
+}  // namespace
+
 void finishSpecializedLoop(LoweringContext& ctx, const Operation& loop) {
+  if (ctx.warpSpecialization->carriedFills) return carryFillsPastLoop(ctx, loop);
   const bool rerun = ctx.warpSpecialization->rerunLoops.count(&loop) != 0;
   if (ctx.role == LoweringContext::Role::Producer) {
     // A loop that runs again re-initializes its barriers, so every arrival on
@@ -932,10 +1078,10 @@ void finishSpecializedLoop(LoweringContext& ctx, const Operation& loop) {
   // Nobody waits on or arrives at the loop's barriers any more: compute
   // thread 0 makes them new for the next run, with fill numbers from 0 again.
   if (ctx.role == LoweringContext::Role::Consumer) {
-    std::vector<int> buffers;
+    std::vector<int> rings;
     for (size_t id = 0; id < ctx.async->buffers.size(); ++id)
-      if (ctx.async->buffers[id].loop == &loop) buffers.push_back(static_cast<int>(id));
-    initSlotBarriers(ctx, ctx.threadId, buffers, true);
+      if (ctx.async->buffers[id].loop == &loop) rings.push_back(ctx.warpSpecialization->ringOfBuffer[id]);
+    initSlotBarriers(ctx, ctx.threadId, rings, true);
   }
   wholeCtaBarrier(ctx);
 }

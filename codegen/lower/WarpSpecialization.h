@@ -59,10 +59,22 @@ struct WarpSpecializationPlan {
   // body; and the buffers so released in the iteration being lowered.
   std::unordered_map<int, std::vector<const ir::Operation*>> earlyRelease;
   std::unordered_set<int> releasedEarly;
-  // Pipelined loops inside another loop: they run more than once, and each
-  // run's fills are numbered from 0 on barriers initialized again at the
-  // previous run's exit.
+  // Pipelined loops inside another loop: they run more than once.
   std::unordered_set<const ir::Operation*> rerunLoops;
+  // Slot rings: the buffers of sibling loops that share their bytes (the same
+  // offset, slot size and slot count) share one set of barriers, ring
+  // ringOfBuffer[buffer] (without rings, ring = buffer). With carriedFills
+  // (a kernel with rerun loops whose every pair of overlapping buffers shares
+  // a ring) fill numbers count on across loops and runs: each thread keeps the
+  // fills done so far per ring in ringFills (private stack slots, promoted to
+  // registers), a loop's fills are that count plus its own numbers, and a
+  // loop's exit needs no whole-CTA barrier (the compute warps take the unread
+  // fill and hand its slot back). Otherwise each run of a rerun loop numbers
+  // its fills from 0 on barriers made new at the previous run's exit.
+  std::vector<int> ringOfBuffer;
+  int rings = 0;
+  bool carriedFills = false;
+  std::vector<llvm::Value*> ringFills;
   // The iteration index (0-based) of each pipelined loop, in the role being lowered.
   std::unordered_map<const ir::Operation*, llvm::Value*> iteration;
   // The producer's code needed a barrier or the shared scratch area: the
@@ -93,6 +105,10 @@ struct Fill {
   llvm::Value* slot;
 };
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const ir::Operation& load);
+// The fills of `buffer`'s ring before its loop's current run (0 without
+// carried fills), and the slot its prologue fill goes to.
+llvm::Value* fillsBeforeRun(LoweringContext& ctx, const AsyncBuffer& buffer);
+llvm::Value* prologueSlot(LoweringContext& ctx, const AsyncBuffer& buffer);
 // The protocol's arithmetic on i32 values for buffers of `slots` slots (with
 // constant operands it folds to constants: test_codegen_warp_specialization
 // runs the protocol on them). A loop's fills are numbered 0 (the prologue's)
