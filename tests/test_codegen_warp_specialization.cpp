@@ -51,113 +51,43 @@ struct SlotProtocol {
   std::function<int(int)> fillOfIteration, slotOf, emptyWaitParity, fullWaitParity, slotOfIteration;
 };
 
-// One pipelined loop of `iterations` under a random interleaving of the
-// producer (fills 0 .. iterations; fill f > 0 waits on its slot's empty
-// barrier first), the copies landing (each arrives on its slot's full
-// barrier), and the compute warps (iteration i waits on full, reads fill i
-// from the slot the carried chain names, releases it on empty). Empty
-// when every fill lands, every iteration reads its own fill after it landed
-// and no fill overwrites an unread one; else what went wrong.
-std::string runSlotProtocol(const SlotProtocol& p, int iterations, std::mt19937& random) {
-  struct Slot {
-    int fill = -1;
-    bool landed = false, read = true;
-  };
-  std::vector<Slot> slots(static_cast<size_t>(p.slots));
-  std::vector<ModelBarrier> full(slots.size()), empty(slots.size());
-  std::vector<int> inFlight;
-  int nextFill = 0, iteration = 0;
-  for (;;) {
-    std::vector<std::function<std::string()>> enabled;
-    if (nextFill <= iterations) {
-      const int fill = nextFill == 0 ? 0 : p.fillOfIteration(nextFill - 1);
-      const int slot = p.slotOf(fill);
-      if (nextFill == 0 || empty[slot].tryWait(p.emptyWaitParity(fill)))
-        enabled.push_back([&, fill, slot]() -> std::string {
-          if (!slots[slot].read) return "fill " + std::to_string(fill) + " overwrote unread fill " +
-                                        std::to_string(slots[slot].fill);
-          slots[slot] = {fill, false, false};
-          inFlight.push_back(fill);
-          ++nextFill;
-          return {};
-        });
-    }
-    for (size_t i = 0; i < inFlight.size(); ++i)
-      enabled.push_back([&, i]() -> std::string {
-        const int fill = inFlight[i];
-        const int slot = p.slotOf(fill);
-        inFlight.erase(inFlight.begin() + static_cast<long>(i));
-        if (slots[slot].fill != fill) return "fill " + std::to_string(fill) + " landed in a refilled slot";
-        slots[slot].landed = true;
-        full[slot].arrive();
-        return {};
-      });
-    const int consumerSlot = iteration < iterations ? p.slotOfIteration(iteration) : 0;
-    if (iteration < iterations && full[consumerSlot].tryWait(p.fullWaitParity(iteration)))
-      enabled.push_back([&, consumerSlot]() -> std::string {
-        Slot& slot = slots[consumerSlot];
-        if (slot.fill != iteration || !slot.landed)
-          return "iteration " + std::to_string(iteration) + " read fill " + std::to_string(slot.fill) +
-                 (slot.landed ? "" : " before it landed");
-        slot.read = true;
-        empty[consumerSlot].arrive();
-        ++iteration;
-        return {};
-      });
-    if (enabled.empty())
-      return nextFill > iterations && iteration == iterations && inFlight.empty()
-                 ? std::string()
-                 : "deadlock at fill " + std::to_string(nextFill) + ", iteration " + std::to_string(iteration);
-    std::uniform_int_distribution<size_t> pick(0, enabled.size() - 1);
-    if (std::string error = enabled[pick(random)](); !error.empty()) return error;
-  }
-}
+// What the producer does, fill by fill, and what the compute warps do, read by
+// read, for runSlotModel.
+struct ModelFill {
+  int number, slot;
+  int emptyParity;  // the parity it waits for on its slot's empty barrier; -1: no wait
+};
+struct ModelRead {
+  int fill, slot, fullParity;
+  bool unread;  // the compute warps take the fill without reading it (its loop's exit)
+};
 
-// Carried fills (persistent programs' KV loops, WarpSpecialization.h): runs of
-// `runs[r]` iterations each, one after the other on the same ring of slots,
-// fills numbered on from run to run (run r's fills f = 0 .. n_r are ring fill
-// base_r + f, base_{r+1} = base_r + n_r + 1), every fill waiting for its slot's
-// release (the prologue's too), the compute warps' slot chain starting at the
-// slot of base_r, and at each run's exit the compute warps taking the unread
-// fill base_r + n_r (waiting for it, then releasing its slot). The producer
-// runs ahead into later runs as far as the slots allow. The arithmetic comes
-// from the emitted table; `takeUnread` and the compute warps' count of a run's
-// fills (n_r + 1 + `readCountSkew`) can be broken to show that the model notices.
-std::string runCarriedFills(const codegen::SlotProtocolTable& table, int slots, const std::vector<int>& runs,
-                            std::mt19937& random, bool takeUnread = true, int readCountSkew = 0) {
+// The slot barriers under a random interleaving of the producer (issuing
+// `fills` in order, each after its empty wait), the copies landing (each
+// arrives on its slot's full barrier) and the compute warps (each read waits
+// on full, checks the slot holds its fill, landed, and releases it on empty).
+// Empty when every fill lands, every read finds its own fill after it landed
+// and no fill overwrites an unread one; else what went wrong.
+std::string runSlotModel(int slots, const std::vector<ModelFill>& fills, const std::vector<ModelRead>& reads,
+                         std::mt19937& random) {
   struct Slot {
     int fill = -1;
     bool landed = false, read = true;
   };
-  struct Read {
-    int fill, slot;
-    bool unread;
-  };
-  std::vector<int> fills;  // ring fill numbers in the producer's order
-  std::vector<Read> reads;
-  int base = 0, readBase = 0;
-  for (int n : runs) {
-    for (int f = 0; f <= n; ++f) fills.push_back(base + f);
-    const int chainStart = table.slotOfFill.at(static_cast<size_t>(readBase));
-    for (int i = 0; i < n; ++i) reads.push_back({readBase + i, (chainStart + i) % slots, false});
-    if (takeUnread) reads.push_back({readBase + n, table.slotOfFill.at(static_cast<size_t>(readBase + n)), true});
-    base += n + 1;
-    readBase += n + 1 + readCountSkew;
-  }
   std::vector<Slot> state(static_cast<size_t>(slots));
   std::vector<ModelBarrier> full(state.size()), empty(state.size());
-  std::vector<int> inFlight;
+  std::vector<ModelFill> inFlight;
   size_t nextFill = 0, nextRead = 0;
   for (;;) {
     std::vector<std::function<std::string()>> enabled;
     if (nextFill < fills.size()) {
-      const int fill = fills[nextFill];
-      const int slot = table.slotOfFill.at(static_cast<size_t>(fill));
-      if (empty[slot].tryWait(table.emptyWaitParity.at(static_cast<size_t>(fill))))
-        enabled.push_back([&, fill, slot]() -> std::string {
-          if (!state[slot].read)
-            return "fill " + std::to_string(fill) + " overwrote unread fill " + std::to_string(state[slot].fill);
-          state[slot] = {fill, false, false};
+      const ModelFill fill = fills[nextFill];
+      if (fill.emptyParity < 0 || empty[fill.slot].tryWait(fill.emptyParity))
+        enabled.push_back([&, fill]() -> std::string {
+          if (!state[fill.slot].read)
+            return "fill " + std::to_string(fill.number) + " overwrote unread fill " +
+                   std::to_string(state[fill.slot].fill);
+          state[fill.slot] = {fill.number, false, false};
           inFlight.push_back(fill);
           ++nextFill;
           return {};
@@ -165,21 +95,21 @@ std::string runCarriedFills(const codegen::SlotProtocolTable& table, int slots, 
     }
     for (size_t i = 0; i < inFlight.size(); ++i)
       enabled.push_back([&, i]() -> std::string {
-        const int fill = inFlight[i];
-        const int slot = table.slotOfFill.at(static_cast<size_t>(fill));
+        const ModelFill fill = inFlight[i];
         inFlight.erase(inFlight.begin() + static_cast<long>(i));
-        if (state[slot].fill != fill) return "fill " + std::to_string(fill) + " landed in a refilled slot";
-        state[slot].landed = true;
-        full[slot].arrive();
+        if (state[fill.slot].fill != fill.number)
+          return "fill " + std::to_string(fill.number) + " landed in a refilled slot";
+        state[fill.slot].landed = true;
+        full[fill.slot].arrive();
         return {};
       });
     if (nextRead < reads.size()) {
-      const Read read = reads[nextRead];
-      if (full[read.slot].tryWait(table.fullWaitParity.at(static_cast<size_t>(read.fill))))
+      const ModelRead read = reads[nextRead];
+      if (full[read.slot].tryWait(read.fullParity))
         enabled.push_back([&, read]() -> std::string {
           Slot& slot = state[read.slot];
           if (slot.fill != read.fill || !slot.landed)
-            return std::string(read.unread ? "taking unread fill " : "reading fill ") + std::to_string(read.fill) +
+            return std::string(read.unread ? "taking unread fill " : "read of fill ") + std::to_string(read.fill) +
                    " found fill " + std::to_string(slot.fill) + (slot.landed ? "" : " before it landed");
           slot.read = true;
           empty[read.slot].arrive();
@@ -194,6 +124,49 @@ std::string runCarriedFills(const codegen::SlotProtocolTable& table, int slots, 
     std::uniform_int_distribution<size_t> pick(0, enabled.size() - 1);
     if (std::string error = enabled[pick(random)](); !error.empty()) return error;
   }
+}
+
+// One pipelined loop of `iterations`: fills 0 .. iterations (fill f > 0 waits
+// on its slot's empty barrier first), iteration i reads fill i from the slot
+// the carried chain names.
+std::string runSlotProtocol(const SlotProtocol& p, int iterations, std::mt19937& random) {
+  std::vector<ModelFill> fills;
+  for (int n = 0; n <= iterations; ++n) {
+    const int fill = n == 0 ? 0 : p.fillOfIteration(n - 1);
+    fills.push_back({fill, p.slotOf(fill), n == 0 ? -1 : p.emptyWaitParity(fill)});
+  }
+  std::vector<ModelRead> reads;
+  for (int i = 0; i < iterations; ++i) reads.push_back({i, p.slotOfIteration(i), p.fullWaitParity(i), false});
+  return runSlotModel(p.slots, fills, reads, random);
+}
+
+// Carried fills (persistent programs' KV loops, WarpSpecialization.h): runs of
+// `runs[r]` iterations each, one after the other on the same ring of slots,
+// fills numbered on from run to run (run r's fills f = 0 .. n_r are ring fill
+// base_r + f, base_{r+1} = base_r + n_r + 1), every fill waiting for its slot's
+// release (the prologue's too), the compute warps' slot chain starting at the
+// slot of base_r, and at each run's exit the compute warps taking the unread
+// fill base_r + n_r (waiting for it, then releasing its slot). The producer
+// runs ahead into later runs as far as the slots allow. The arithmetic comes
+// from the emitted table; `takeUnread` and the compute warps' count of a run's
+// fills (n_r + 1 + `readCountSkew`) can be broken to show that the model notices.
+std::string runCarriedFills(const codegen::SlotProtocolTable& table, int slots, const std::vector<int>& runs,
+                            std::mt19937& random, bool takeUnread = true, int readCountSkew = 0) {
+  auto at = [](const std::vector<int>& values, int n) { return values.at(static_cast<size_t>(n)); };
+  std::vector<ModelFill> fills;
+  std::vector<ModelRead> reads;
+  int base = 0, readBase = 0;
+  for (int n : runs) {
+    for (int f = base; f <= base + n; ++f) fills.push_back({f, at(table.slotOfFill, f), at(table.emptyWaitParity, f)});
+    const int chainStart = at(table.slotOfFill, readBase);
+    for (int i = 0; i < n; ++i)
+      reads.push_back({readBase + i, (chainStart + i) % slots, at(table.fullWaitParity, readBase + i), false});
+    if (takeUnread)
+      reads.push_back({readBase + n, at(table.slotOfFill, readBase + n), at(table.fullWaitParity, readBase + n), true});
+    base += n + 1;
+    readBase += n + 1 + readCountSkew;
+  }
+  return runSlotModel(slots, fills, reads, random);
 }
 
 // What --print-after=plan-warp-specialization says about `config` on `target`.
