@@ -617,6 +617,10 @@ TEST_CASE("unified attention: persistent programs refuse the launches they do no
   CHECK(validationError(c) == "persistent is unsupported with cluster_split (persistent programs walk the 2D "
                               "launch's query blocks and KV heads)");
   c.clusterSplit = 0;
+  c.overlapSoftmax = true;
+  CHECK(validationError(c) == "persistent is unsupported with overlap_softmax (the last tile's P·V after the KV "
+                              "loop reads a slot the next loop's fills would reuse)");
+  c.overlapSoftmax = false;
   c.checkBounds = true;
   CHECK(validationError(c) == "persistent is unsupported with check_bounds (the programs' item count comes from "
                               "cu_seqlens_q, which a checked kernel does not trust)");

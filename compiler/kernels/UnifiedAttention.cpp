@@ -1672,6 +1672,9 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (persistent && checkBounds)
     return configError("persistent is unsupported with check_bounds (the programs' item count comes from "
                        "cu_seqlens_q, which a checked kernel does not trust)");
+  if (persistent && overlapSoftmax)
+    return configError("persistent is unsupported with overlap_softmax (the last tile's P·V after the KV loop reads "
+                       "a slot the next loop's fills would reuse)");
   if (persistent && (splitKv || clusterSplit != 0))
     return configError(std::string("persistent is unsupported with ") + (splitKv ? "split_kv" : "cluster_split") +
                        " (persistent programs walk the 2D launch's query blocks and KV heads)");
