@@ -223,12 +223,7 @@ void waitForUnreadFills(LoweringContext& ctx, const Operation& loop, bool everyB
     // The loop ran n = max(0, ceil((hi - lo) / step)) iterations, which read
     // fills 0 .. n - 1; fill n is the one left. (Loops with carried fills do
     // not come here: their compute warps take the unread fill.)
-    llvm::Value* lo = producerScalar(ctx, loop.operand(0));
-    llvm::Value* hi = producerScalar(ctx, loop.operand(1));
-    llvm::Value* step = producerScalar(ctx, loop.operand(2));
-    llvm::Value* span = b.CreateSub(hi, lo);
-    llvm::Value* iterations = b.CreateSDiv(b.CreateAdd(span, b.CreateSub(step, ctx.i32(1))), step);
-    iterations = b.CreateSelect(b.CreateICmpSGT(span, ctx.i32(0)), iterations, ctx.i32(0));
+    llvm::Value* iterations = loopRunIterations(ctx, loop);
     waitSlotFull(ctx, static_cast<int>(id), slotprotocol::slotOf(b, iterations, buffer.slots), iterations);
   }
 }

@@ -1020,10 +1020,7 @@ std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {
   return turn;
 }
 
-namespace {
-
-// The iterations the loop's run had: max(0, ceil((hi - lo) / step)).
-llvm::Value* runIterations(LoweringContext& ctx, const Operation& loop) {
+llvm::Value* loopRunIterations(LoweringContext& ctx, const Operation& loop) {
   llvm::IRBuilder<>& b = ctx.b;
   auto scalar = [&](const Value* value) {
     return ctx.role == LoweringContext::Role::Producer ? uniformScalar(ctx, value) : ctx.scalar(value);
@@ -1036,6 +1033,8 @@ llvm::Value* runIterations(LoweringContext& ctx, const Operation& loop) {
   return b.CreateSelect(b.CreateICmpSGT(span, ctx.i32(0)), iterations, ctx.i32(0));
 }
 
+namespace {
+
 // Carried fills at a loop's exit: the run's n iterations read fills 0 .. n - 1
 // of it and left fill n. The compute warps wait for it (its copies must land
 // before a later fill of the slot starts) and hand its slot back as if they
@@ -1043,7 +1042,7 @@ llvm::Value* runIterations(LoweringContext& ctx, const Operation& loop) {
 void carryFillsPastLoop(LoweringContext& ctx, const Operation& loop) {
   llvm::IRBuilder<>& b = ctx.b;
   WarpSpecializationPlan& plan = *ctx.warpSpecialization;
-  llvm::Value* iterations = runIterations(ctx, loop);
+  llvm::Value* iterations = loopRunIterations(ctx, loop);
   for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
     const AsyncBuffer& buffer = ctx.async->buffers[id];
     if (buffer.loop != &loop) continue;

@@ -105,6 +105,9 @@ struct Fill {
   llvm::Value* slot;
 };
 Fill producerFill(LoweringContext& ctx, const AsyncBuffer& buffer, const ir::Operation& load);
+// The iterations of pipelined loop `loop`'s current run, max(0, ceil((hi -
+// lo) / step)), from the role's own values of its bounds (at its exit).
+llvm::Value* loopRunIterations(LoweringContext& ctx, const ir::Operation& loop);
 // The fills of `buffer`'s ring before its loop's current run (0 without
 // carried fills), and the slot its prologue fill goes to.
 llvm::Value* fillsBeforeRun(LoweringContext& ctx, const AsyncBuffer& buffer);
