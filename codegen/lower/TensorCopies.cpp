@@ -214,18 +214,4 @@ void issueTensorCopies(LoweringContext& ctx, const Operation& load, int id, llvm
   b.SetInsertPoint(done);
 }
 
-void waitForUnreadFills(LoweringContext& ctx, const Operation& loop, bool everyBuffer) {
-  if (!ctx.async) return;
-  llvm::IRBuilder<>& b = ctx.b;
-  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
-    const AsyncBuffer& buffer = ctx.async->buffers[id];
-    if (buffer.loop != &loop || !(buffer.tensorCopy || everyBuffer)) continue;
-    // The loop ran n = max(0, ceil((hi - lo) / step)) iterations, which read
-    // fills 0 .. n - 1; fill n is the one left. (Loops with carried fills do
-    // not come here: their compute warps take the unread fill.)
-    llvm::Value* iterations = loopRunIterations(ctx, loop);
-    waitSlotFull(ctx, static_cast<int>(id), slotprotocol::slotOf(b, iterations, buffer.slots), iterations);
-  }
-}
-
 }  // namespace attnjit::codegen

@@ -25,12 +25,4 @@ std::string tensorMapRecipesText(const LoweringContext& ctx);
 void issueTensorCopies(LoweringContext& ctx, const ir::Operation& load, int id, llvm::Value* slot,
                        llvm::Value* fullBarrier);
 
-// At a pipelined loop's exit, the producers wait for the fill the compute
-// warps never read (the prefetch past the last tile) of the loop's TMA
-// buffers (TMA keeps writing its slot until it lands, and the slots are
-// reused after the loop), or with everyBuffer of all its buffers (a loop
-// that runs again re-initializes their barriers, so every arrival must have
-// landed).
-void waitForUnreadFills(LoweringContext& ctx, const ir::Operation& loop, bool everyBuffer);
-
 }  // namespace attnjit::codegen

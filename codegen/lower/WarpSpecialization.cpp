@@ -601,7 +601,7 @@ void lowerProducerBlock(LoweringContext& ctx, const Block& block) {
 
 // WarpSpecializationPlan::ringOfBuffer and carriedFills: with rerun loops,
 // buffers with the same bytes share a ring when every pair of overlapping
-// buffers has the same bytes and no loop has two buffers in one ring.
+// buffers belongs to two loops and has the same bytes.
 void planRings(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
   const std::vector<AsyncBuffer>& buffers = ctx.async->buffers;
   plan.ringOfBuffer.assign(buffers.size(), 0);
@@ -613,7 +613,7 @@ void planRings(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
   std::vector<int> ring(buffers.size(), -1);
   int rings = 0;
   for (size_t a = 0; a < buffers.size(); ++a) {
-    for (size_t b = 0; b < a && ring[a] < 0; ++b) {
+    for (size_t b = 0; b < a; ++b) {
       const bool overlap = buffers[a].offset < buffers[b].offset + bytes(buffers[b]) &&
                            buffers[b].offset < buffers[a].offset + bytes(buffers[a]);
       if (!overlap) continue;
@@ -624,10 +624,6 @@ void planRings(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
     }
     if (ring[a] < 0) ring[a] = rings++;
   }
-  // A buffer may overlap several of a ring's members only through the ring's bytes.
-  for (size_t a = 0; a < buffers.size(); ++a)
-    for (size_t b = 0; b < a; ++b)
-      if (ring[a] == ring[b] && buffers[a].loop == buffers[b].loop) return;
   plan.ringOfBuffer = ring;
   plan.rings = rings;
   plan.carriedFills = true;
@@ -1034,6 +1030,23 @@ llvm::Value* loopRunIterations(LoweringContext& ctx, const Operation& loop) {
 }
 
 namespace {
+
+// At a pipelined loop's exit, the producers wait for the fill the compute
+// warps never read (the prefetch past the last tile) of the loop's TMA
+// buffers (TMA keeps writing its slot until it lands, and the slots are
+// reused after the loop), or with everyBuffer of all its buffers (a loop
+// that runs again re-initializes their barriers, so every arrival must have
+// landed). Loops with carried fills do not come here: their compute warps
+// take the unread fill.
+void waitForUnreadFills(LoweringContext& ctx, const Operation& loop, bool everyBuffer) {
+  for (size_t id = 0; id < ctx.async->buffers.size(); ++id) {
+    const AsyncBuffer& buffer = ctx.async->buffers[id];
+    if (buffer.loop != &loop || !(buffer.tensorCopy || everyBuffer)) continue;
+    // The run's n iterations read fills 0 .. n - 1; fill n is the one left.
+    llvm::Value* iterations = loopRunIterations(ctx, loop);
+    waitSlotFull(ctx, static_cast<int>(id), slotprotocol::slotOf(ctx.b, iterations, buffer.slots), iterations);
+  }
+}
 
 // Carried fills at a loop's exit: the run's n iterations read fills 0 .. n - 1
 // of it and left fill n. The compute warps wait for it (its copies must land
