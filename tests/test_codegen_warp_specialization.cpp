@@ -526,6 +526,86 @@ TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs t
   CHECK(refused.diagnostic().str().find("ping_pong needs warp_specialize: true") != std::string::npos);
 }
 
+TEST_CASE("softmax_turns: the compute warpgroups take turns running the softmax between Q·Kᵀ and P·V",
+          "[codegen][warp-specialize]") {
+  for (bool causal : {true, false})
+    for (int tileSize : {64, 128}) {
+      compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
+      config.causal = causal;
+      config.tileSize = tileSize;
+      config.qInShared = tileSize == 128;
+      config.warpSpecialize = true;
+      const compiler::CompiledKernel free = compile(config, "sm_90a");
+      config.softmaxTurns = true;
+      INFO(config.kernelName());
+      CHECK(config.kernelName().ends_with("_wsst"));
+      const std::string ptx = compile(config, "sm_90a").ptx;
+      CHECK(planOf(config, "sm_90a").find("the two compute warpgroups take turns running their softmax in 2 loops") !=
+            std::string::npos);
+      // The MMAs and their groups are the producer kernel's, issued without turns.
+      CHECK(countOf(ptx, "wgmma.mma_async") == countOf(free.ptx, "wgmma.mma_async"));
+      CHECK(countOf(ptx, "wgmma.fence.sync.aligned") == countOf(free.ptx, "wgmma.fence.sync.aligned"));
+      CHECK(countOf(ptx, "@wgmma_first") == 0);
+      // Per loop: warpgroup g takes its turn (barrier 2 + g) once Q·Kᵀ completed
+      // and hands it to the other before it waits for the V slot.
+      const std::string take = "@turn_first bar.sync 2, 256;\n@!turn_first bar.sync 3, 256;";
+      const std::string hand = "@turn_first bar.arrive 3, 256;\n@!turn_first bar.arrive 2, 256;";
+      CHECK(countOf(ptx, take) == 2);
+      CHECK(countOf(ptx, hand) == 2);
+      CHECK(countOf(ptx, "@turn bar.arrive 2, 256;") == 2);  // before each loop: the first turn to warpgroup 0
+      CHECK(countOf(ptx, "@turn bar.sync 2, 256;") == 2);    // after it: warpgroup 0 takes the last
+      size_t at = 0;
+      for (int loop = 0; loop < 2; ++loop) {
+        const size_t qkWait = ptx.find("wgmma.wait_group.sync.aligned 0;", at);
+        const size_t taken = ptx.find(take, at);
+        const size_t handed = ptx.find(hand, at);
+        const size_t vWait = ptx.find("mbarrier.try_wait", handed);
+        const size_t pvIssue = ptx.find("wgmma.fence.sync.aligned", handed);
+        REQUIRE(handed != std::string::npos);
+        CHECK(qkWait < taken);
+        CHECK(taken < handed);
+        CHECK(handed < vWait);
+        CHECK(vWait < pvIssue);
+        CHECK(ptx.find("wgmma.fence.sync.aligned", taken) == pvIssue);  // no MMA inside the turn
+        at = pvIssue + 1;
+      }
+      if (tests::havePtxas()) {
+        const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
+        INFO(info);
+        CHECK(info.find("used 4 barriers") != std::string::npos);
+        CHECK(info.find("serialized") == std::string::npos);
+        if (tileSize == 64) CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+      }
+    }
+  // Configurations it does not combine with.
+  compiler::UnifiedAttentionConfig unspecialized = tests::hopperPrefillTiling();
+  unspecialized.softmaxTurns = true;
+  auto refused = compiler::buildUnifiedAttention(unspecialized);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().str().find("softmax_turns needs warp_specialize: true") != std::string::npos);
+  compiler::UnifiedAttentionConfig both = tests::hopperPrefillTiling();
+  both.warpSpecialize = true;
+  both.softmaxTurns = true;
+  both.pingPong = true;
+  refused = compiler::buildUnifiedAttention(both);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().str().find("softmax_turns and ping_pong are two ways to take turns") != std::string::npos);
+  both.pingPong = false;
+  both.overlapSoftmax = true;
+  refused = compiler::buildUnifiedAttention(both);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.diagnostic().str().find("softmax_turns is unsupported with overlap_softmax") != std::string::npos);
+  // One warpgroup has nobody to take turns with.
+  compiler::UnifiedAttentionConfig fourWarps;
+  fourWarps.blockMRows = 64;
+  fourWarps.numWarps = 4;
+  fourWarps.tileSize = 64;
+  fourWarps.warpSpecialize = true;
+  fourWarps.softmaxTurns = true;
+  CHECK(planOf(fourWarps, "sm_90a").find("no softmax turns: 4 compute warps, not two warpgroups") != std::string::npos);
+  CHECK(countOf(compile(fourWarps, "sm_90a").ptx, "bar.arrive") == 0);
+}
+
 TEST_CASE("ping_pong needs two compute warpgroups that split the rows", "[codegen][warp-specialize]") {
   // Four compute warps are one warpgroup.
   compiler::UnifiedAttentionConfig fourWarps;

@@ -464,6 +464,18 @@ TEST_CASE("GPU producer-warp kernels write what the same tiling without them wri
       c.headSize = headSize;
       configs.push_back(c);
     }
+  // Softmax turns: the compute warpgroups take turns running their softmax
+  // (a turn handed over wrongly hangs); the arithmetic is the same.
+  for (bool causal : {true, false})
+    for (int tileSize : {64, 128}) {
+      compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
+      c.warpSpecialize = true;
+      c.softmaxTurns = true;
+      c.causal = causal;
+      c.tileSize = tileSize;
+      c.qInShared = tileSize == 128;
+      configs.push_back(c);
+    }
   // fp8 K and V cast by the producers on the way (AsyncBuffer::castOnCopy):
   // the same values the compute warps' casts give.
   for (bool causal : {true, false}) {

@@ -302,6 +302,8 @@ void forEachWarpgroupDot(const LoweringContext& ctx, const Block& block,
 // Ping-pong: a pipelined loop takes turns when the kernel has two compute
 // warpgroups and every warpgroup MMA in the loop splits its rows between them
 // (each owns its rows' softmax: nothing else makes one wait for the other).
+// Softmax turns also need the loop body to hold exactly two warpgroup MMAs at
+// its top level (Q·Kᵀ, then P·V): the turn spans what lies between them.
 void planTurns(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
   if (ctx.numWarps != kTurnWarpgroups * kWarpgroupWarps) {
     plan.noTurns = std::to_string(ctx.numWarps) + " compute warps, not two warpgroups";
@@ -317,6 +319,14 @@ void planTurns(const LoweringContext& ctx, WarpSpecializationPlan& plan) {
       else if (refusal.empty())
         refusal = "a warpgroup MMA whose warpgroups split its columns (they share its rows' softmax)";
     });
+    if (plan.softmaxTurns && rowSplitDots > 0 && refusal.empty()) {
+      int topLevel = 0;
+      for (const auto& op : buffer.loop->region(0)->operations())
+        if (op->opcode() == Opcode::Dot && warpgroupDotShape(ctx, *op)) ++topLevel;
+      if (topLevel != 2 || rowSplitDots != 2)
+        refusal = "softmax turns need a loop body of two warpgroup MMAs, Q·Kᵀ then P·V (a loop has " +
+                  std::to_string(rowSplitDots) + ", " + std::to_string(topLevel) + " at its top level)";
+    }
     if (!refusal.empty()) {
       plan.noTurns = refusal;
       plan.turnLoops.clear();
@@ -709,7 +719,10 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
                       producerThreads * producerRegisters + consumerThreads * consumerRegisters <= launchRegisters,
                   "codegen: setmaxnreg would ask for more registers than the launch allocated");
   }
-  if (kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize) == 2) planTurns(ctx, *plan);
+  if (const int64_t mode = kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize); mode >= 2) {
+    plan->softmaxTurns = mode == 3;
+    planTurns(ctx, *plan);
+  }
   planEarlyRelease(ctx, *plan);
   plan->slots = ctx.async->buffers.front().slots;
   for (const AsyncBuffer& buffer : ctx.async->buffers)
@@ -736,10 +749,11 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   else if (!plan.rerunLoops.empty())
     text += "; " + std::to_string(plan.rerunLoops.size()) + " loops run again, barriers made new for each run";
   if (!plan.turnLoops.empty())
-    text += "; the two compute warpgroups take turns issuing their MMAs in " + std::to_string(plan.turnLoops.size()) +
-            (plan.turnLoops.size() == 1 ? " loop" : " loops");
+    text += std::string("; the two compute warpgroups take turns ") +
+            (plan.softmaxTurns ? "running their softmax" : "issuing their MMAs") + " in " +
+            std::to_string(plan.turnLoops.size()) + (plan.turnLoops.size() == 1 ? " loop" : " loops");
   else if (!plan.noTurns.empty())
-    text += "; no ping-pong: " + plan.noTurns;
+    text += (plan.softmaxTurns ? "; no softmax turns: " : "; no ping-pong: ") + plan.noTurns;
   return text + "\n";
 }
 
@@ -995,17 +1009,51 @@ void beginTurns(LoweringContext& ctx, const Operation& loop) {
   if (!takesTurns(ctx, loop)) return;
   turnBarrierIf(ctx, 1, "bar.arrive", 0);
   ++ctx.warpSpecialization->turnDepth;
+  ctx.warpSpecialization->turnGroups = 0;
 }
 
 void endTurns(LoweringContext& ctx, const Operation& loop) {
   if (!takesTurns(ctx, loop)) return;
-  --ctx.warpSpecialization->turnDepth;
+  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
+  ATTNJIT_CHECK(!plan.softmaxTurns || plan.turnGroups == 2,
+                "codegen: a softmax-turn loop lowered " + std::to_string(plan.turnGroups) + " wgmma groups, not 2");
+  --plan.turnDepth;
   turnBarrierIf(ctx, 0, "bar.sync", 0);
+}
+
+namespace {
+
+bool inSoftmaxTurnLoop(const LoweringContext& ctx) {
+  return ctx.warpSpecialization && ctx.role == LoweringContext::Role::Consumer &&
+         ctx.warpSpecialization->softmaxTurns && ctx.warpSpecialization->turnDepth > 0;
+}
+
+// Warpgroup g waits on its barrier (2 + g) or hands the turn to the other's.
+void softmaxTurnBarrier(LoweringContext& ctx, const std::string& instruction, bool own) {
+  const std::string first = turnBarrier(instruction, own ? 0 : 1);
+  const std::string second = turnBarrier(instruction, own ? 1 : 0);
+  InlinePtx(ctx.b, "{\n.reg .pred turn_first;\nsetp.eq.u32 turn_first, $0, 0;\n@turn_first " + first +
+                       "\n@!turn_first " + second + "\n}")
+      .input("r", computeWarpgroup(ctx))
+      .sideEffects()
+      .emit();
+}
+
+}  // namespace
+
+void handSoftmaxTurnBeforeGroup(LoweringContext& ctx) {
+  if (!inSoftmaxTurnLoop(ctx) || ctx.warpSpecialization->turnGroups != 1) return;
+  softmaxTurnBarrier(ctx, "bar.arrive", /*own=*/false);
+}
+
+void takeSoftmaxTurnAfterGroup(LoweringContext& ctx) {
+  if (!inSoftmaxTurnLoop(ctx)) return;
+  if (ctx.warpSpecialization->turnGroups++ == 0) softmaxTurnBarrier(ctx, "bar.sync", /*own=*/true);
 }
 
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {
   if (!ctx.warpSpecialization || ctx.role != LoweringContext::Role::Consumer ||
-      ctx.warpSpecialization->turnDepth == 0)
+      ctx.warpSpecialization->turnDepth == 0 || ctx.warpSpecialization->softmaxTurns)
     return std::nullopt;
   TurnBarriers turn;
   turn.warpgroup = computeWarpgroup(ctx);

@@ -52,6 +52,12 @@ struct WarpSpecializationPlan {
   // compute warps lower one of those loops, its depth.
   std::unordered_set<const ir::Operation*> turnLoops;
   int turnDepth = 0;
+  // Softmax turns (warp_specialize = 3): in those loops the turn is held from
+  // the completion of the body's first wgmma group (Q·Kᵀ) until the second
+  // (P·V) starts, around the softmax, instead of around each group's issue;
+  // turnGroups counts the groups of the loop body being lowered.
+  bool softmaxTurns = false;
+  int turnGroups = 0;
   std::string noTurns;  // why there are none, when ping-pong was asked for
   // Buffers whose slot the compute warps hand back as soon as the wgmma group
   // reading it completed (FlashAttention-3 releases K after Q·Kᵀ): buffer →
@@ -146,12 +152,19 @@ void beginTurns(LoweringContext& ctx, const ir::Operation& loop);
 void endTurns(LoweringContext& ctx, const ir::Operation& loop);
 // Inside a turn loop: the PTX with which warpgroup g (0 or 1) of a wgmma group
 // waits for its turn (wait[g]) and hands it to the other after issuing
-// (handOver[g]), and the calling thread's warpgroup; none outside.
+// (handOver[g]), and the calling thread's warpgroup; none outside, and none
+// with softmax turns (below).
 struct TurnBarriers {
   llvm::Value* warpgroup;
   std::string wait[2], handOver[2];
 };
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx);
+// Softmax turns, inside a turn loop: before the body's second wgmma group
+// waits for its slots, the turn goes to the other warpgroup
+// (handSoftmaxTurnBeforeGroup); after the first group's MMAs completed, the
+// warpgroup waits for its turn (takeSoftmaxTurnAfterGroup). Nothing elsewhere.
+void handSoftmaxTurnBeforeGroup(LoweringContext& ctx);
+void takeSoftmaxTurnAfterGroup(LoweringContext& ctx);
 // Both roles at a pipelined loop's exit: every copy has landed and every read
 // is done before anything reuses the slots (a barrier over the whole CTA).
 void finishSpecializedLoop(LoweringContext& ctx, const ir::Operation& loop);

@@ -334,6 +334,9 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   std::vector<std::unique_ptr<SharedOperandReads>> reads;
   for (size_t i = 1; i < dots.size(); ++i) reads.push_back(std::make_unique<SharedOperandReads>(ctx, *dots[i]));
 
+  // Softmax turns: the second group of the loop body hands the turn over
+  // before it waits for its slots (the softmax before it is done).
+  handSoftmaxTurnBeforeGroup(ctx);
   // Warp-specialized: the slots the group reads must be full.
   std::vector<const Lowered*> awaited;
   for (const Operation* dot : dots)
@@ -533,6 +536,9 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   for (const PlannedDot& d : planned)
     if (!chains[d.chain].deferred) completed.push_back(d.op);
   releaseSlotsReadBy(ctx, completed);
+  // Softmax turns: after the body's first group (Q·Kᵀ, complete here) this
+  // warpgroup waits for its turn to run the softmax.
+  if (!deferredChains) takeSoftmaxTurnAfterGroup(ctx);
   for (size_t c = 0; c < chains.size(); ++c) {
     const AccumulatorChain& chain = chains[c];
     Lowered out = chain.init;

@@ -1628,7 +1628,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (!deferRowSum) name += "_rowsum";
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
-  if (warpSpecialize) name += pingPong ? "_wspp" : "_ws";
+  if (warpSpecialize) name += pingPong ? "_wspp" : softmaxTurns ? "_wsst" : "_ws";
   if (tensorMemoryAccelerator) name += "_tma";
   if (persistent) name += "_ps";
   if (lazyRescale) name += *lazyRescale ? "_lazy" : "_eager";
@@ -1667,6 +1667,14 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (pingPong && !warpSpecialize)
     return configError("ping_pong needs warp_specialize: true (the compute warpgroups take turns only with "
                        "producer warps)");
+  if (softmaxTurns && !warpSpecialize)
+    return configError("softmax_turns needs warp_specialize: true (the compute warpgroups take turns only with "
+                       "producer warps)");
+  if (softmaxTurns && pingPong)
+    return configError("softmax_turns and ping_pong are two ways to take turns; choose one");
+  if (softmaxTurns && overlapSoftmax)
+    return configError("softmax_turns is unsupported with overlap_softmax (its softmax waits for the P·V issued "
+                       "with the next Q·Kᵀ, inside the turn)");
   if (tensorMemoryAccelerator && !warpSpecialize)
     return configError("tma needs warp_specialize: true (a producer thread issues the TMA copies)");
   if (persistent && checkBounds)
@@ -1753,7 +1761,8 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
   if (!config.sinkSlotReads) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SinkSlotReads, 0);
   if (config.qInShared) ir::setKernelAttribute(*kernel, ir::KernelAttribute::SharedInvariantOperands, 1);
   if (config.warpSpecialize)
-    ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize, config.pingPong ? 2 : 1);
+    ir::setKernelAttribute(*kernel, ir::KernelAttribute::WarpSpecialize,
+                           config.pingPong ? 2 : config.softmaxTurns ? 3 : 1);
   if (config.clusterSplit > 0) ir::setKernelAttribute(*kernel, ir::KernelAttribute::ClusterSize, config.clusterSplit);
   if (config.tensorMemoryAccelerator) ir::setKernelAttribute(*kernel, ir::KernelAttribute::TensorMemoryAccelerator, 1);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment

@@ -101,6 +101,13 @@ struct UnifiedAttentionConfig {
   // 3's ping-pong), so that one's softmax runs under the other's MMAs.
   // Needs warpSpecialize. Same results.
   bool pingPong = false;
+  // With producer warps: the two compute warpgroups of an 8-warp tiling take
+  // turns running their softmax (what lies between a KV loop's Q·Kᵀ and P·V
+  // groups), so that the softmaxes never coincide: each has the exponential
+  // unit to itself, and one warpgroup's MMAs run while the other's softmax
+  // does. Needs warpSpecialize; exclusive with pingPong and overlapSoftmax.
+  // Same results.
+  bool softmaxTurns = false;
   // With producer warps on sm_90a: the K and V tiles of the unmasked KV loop
   // (prefill tiles before the diagonal) are read as load_tensor tiles of the
   // paged cache, which one producer thread copies with TMA boxes of a block's

@@ -397,6 +397,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"overlap_softmax", false, boolField("overlap_softmax", &C::overlapSoftmax)},
       {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
+      {"softmax_turns", false, boolField("softmax_turns", &C::softmaxTurns)},
       {"tma", false, boolField("tma", &C::tensorMemoryAccelerator)},
       {"persistent", false, boolField("persistent", &C::persistent)},
       {"lazy_rescale", false, boolField("lazy_rescale", &C::lazyRescale)},
@@ -859,6 +860,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
          (config.warpSpecialize ? " warp_specialize=true" : "") + (config.pingPong ? " ping_pong=true" : "") +
+         (config.softmaxTurns ? " softmax_turns=true" : "") +
          (config.tensorMemoryAccelerator ? " tma=true" : "") + (config.persistent ? " persistent=true" : "") +
          (config.lazyRescale ? std::string(" lazy_rescale=") + (*config.lazyRescale ? "true" : "false") : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
