@@ -6,10 +6,15 @@ CPU parts always run; the torch parts skip (with the reason printed) without
 torch, the GPU parts without a CUDA driver."""
 
 import ctypes
+import importlib.util
+import json
 import math
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -359,6 +364,48 @@ class CpuTests(unittest.TestCase):
         self.assertGreater(stats.ptx_emit_ms, 0)
         self.assertEqual(stats.threads, 128)
         self.assertEqual(stats.registers, -1)
+
+    def test_timeline_instruments_the_prefill_schedules(self):
+        # bench/timeline.py finds its events in the PTX of each schedule the
+        # prefill kernels have; a change of the PTX's shape shows here first.
+        spec_loader = importlib.util.spec_from_file_location(
+            "timeline", os.path.join(HERE, "..", "..", "bench", "timeline.py"))
+        timeline = importlib.util.module_from_spec(spec_loader)
+        spec_loader.loader.exec_module(timeline)
+        jit = attnjit.Jit(target="sm_90a")
+        base = ("family: unified_attention\nparams:\n  dtype: bf16\n  num_query_heads: 32\n  num_kv_heads: 8\n"
+                "  head_size: 128\n  block_size: 16\n  causal: true\n  block_m: 128\n  num_warps: 8\n"
+                "  tile_size: 64\n  warp_specialize: true\n")
+        expected = {
+            "": ["top", "mbarrier wait 0", "MMA issue 0", "MMA wait 0 #1", "slot arrive 0", "mbarrier wait 1",
+                 "MMA issue 1", "MMA wait 0 #2", "slot arrive 1"],
+            "  softmax_turns: true\n": ["top", "mbarrier wait 0", "MMA issue 0", "MMA wait 0 #1", "slot arrive 0",
+                                         "turn taken 0", "turn handed 0", "mbarrier wait 1", "MMA issue 1",
+                                         "MMA wait 0 #2", "slot arrive 1"],
+            "  ping_pong: true\n  overlap_softmax: true\n": [
+                "top", "mbarrier wait 0", "mbarrier wait 1", "turn taken 0", "MMA issue 0", "turn handed 0",
+                "MMA wait 1 #1", "slot arrive 0", "MMA wait 0 #2", "slot arrive 1"],
+        }
+        with tempfile.TemporaryDirectory() as directory:
+            for knobs, events in expected.items():
+                kernel = jit.kernel_from_spec_text(base + knobs)
+                source = os.path.join(directory, "in.ptx")
+                with open(source, "w") as f:
+                    f.write(kernel.compile().ptx)
+                timeline.instrument(source, directory)
+                stamped = os.path.join(directory, kernel.name + ".ptx")
+                with open(stamped + ".json") as f:
+                    loops = json.load(f)
+                roles = sorted(loop["role"] for loop in loops.values())
+                self.assertEqual(roles, ["compute", "compute", "producer", "producer"], kernel.name)
+                for loop in loops.values():
+                    if loop["role"] == "compute":
+                        self.assertEqual(loop["events"], events, kernel.name)
+                ptxas = shutil.which("ptxas")
+                if ptxas:
+                    run = subprocess.run([ptxas, "-arch=sm_90a", stamped, "-o", os.devnull], capture_output=True,
+                                         text=True)
+                    self.assertEqual(run.returncode, 0, run.stderr)
 
     def test_spec_errors_are_located(self):
         jit = attnjit.default_jit()
