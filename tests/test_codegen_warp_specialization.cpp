@@ -595,6 +595,17 @@ TEST_CASE("softmax_turns: the compute warpgroups take turns running the softmax 
   refused = compiler::buildUnifiedAttention(both);
   REQUIRE_FALSE(refused.isOk());
   CHECK(refused.diagnostic().str().find("softmax_turns is unsupported with overlap_softmax") != std::string::npos);
+  // Dots that lower as mma.sync take no turns (int8 per-token-head K and V at
+  // D=256 on this tiling): no take without its hand-over, whatever the plan
+  // expected.
+  compiler::UnifiedAttentionConfig int8Wide = tests::hopperPrefillTiling();
+  int8Wide.headSize = 256;
+  int8Wide.kvCacheFormat = compiler::KvCacheFormat::Int8PerTokenHead;
+  int8Wide.warpSpecialize = true;
+  int8Wide.softmaxTurns = true;
+  const std::string int8Ptx = compile(int8Wide, "sm_90a").ptx;
+  CHECK(countOf(int8Ptx, "@turn_first bar.sync") == countOf(int8Ptx, "@turn_first bar.arrive"));
+  CHECK(countOf(int8Ptx, "@turn bar.arrive 2, 256;") == countOf(int8Ptx, "@turn bar.sync 2, 256;"));
   // One warpgroup has nobody to take turns with.
   compiler::UnifiedAttentionConfig fourWarps;
   fourWarps.blockMRows = 64;

@@ -317,6 +317,7 @@ void lowerFor(LoweringContext& ctx, const Operation& op) {
   }
   beginAsyncLoop(ctx, op);
   lowerBlock(ctx, region);
+  finishTurnIteration(ctx, op);
   releaseSlots(ctx, op);
   std::vector<Lowered> yielded = ctx.yielded;
   llvm::Value* next = b.CreateAdd(iv, step);

@@ -1010,22 +1010,25 @@ void beginTurns(LoweringContext& ctx, const Operation& loop) {
   turnBarrierIf(ctx, 1, "bar.arrive", 0);
   ++ctx.warpSpecialization->turnDepth;
   ctx.warpSpecialization->turnGroups = 0;
+  ctx.warpSpecialization->turnBody = loop.region(0);
 }
 
 void endTurns(LoweringContext& ctx, const Operation& loop) {
   if (!takesTurns(ctx, loop)) return;
-  WarpSpecializationPlan& plan = *ctx.warpSpecialization;
-  ATTNJIT_CHECK(!plan.softmaxTurns || plan.turnGroups == 2,
-                "codegen: a softmax-turn loop lowered " + std::to_string(plan.turnGroups) + " wgmma groups, not 2");
-  --plan.turnDepth;
+  --ctx.warpSpecialization->turnDepth;
+  ctx.warpSpecialization->turnBody = nullptr;
   turnBarrierIf(ctx, 0, "bar.sync", 0);
 }
 
 namespace {
 
-bool inSoftmaxTurnLoop(const LoweringContext& ctx) {
+// A group at the top level of the turn loop's body: one that runs once per
+// iteration (a group inside a branch or an inner loop would make the turns
+// uneven).
+bool atSoftmaxTurnLevel(const LoweringContext& ctx, const Operation& dot) {
   return ctx.warpSpecialization && ctx.role == LoweringContext::Role::Consumer &&
-         ctx.warpSpecialization->softmaxTurns && ctx.warpSpecialization->turnDepth > 0;
+         ctx.warpSpecialization->softmaxTurns && ctx.warpSpecialization->turnDepth > 0 &&
+         dot.parentBlock() == ctx.warpSpecialization->turnBody;
 }
 
 // Warpgroup g waits on its barrier (2 + g) or hands the turn to the other's.
@@ -1041,14 +1044,19 @@ void softmaxTurnBarrier(LoweringContext& ctx, const std::string& instruction, bo
 
 }  // namespace
 
-void handSoftmaxTurnBeforeGroup(LoweringContext& ctx) {
-  if (!inSoftmaxTurnLoop(ctx) || ctx.warpSpecialization->turnGroups != 1) return;
+void handSoftmaxTurnBeforeGroup(LoweringContext& ctx, const Operation& dot) {
+  if (!atSoftmaxTurnLevel(ctx, dot) || ctx.warpSpecialization->turnGroups != 1) return;
   softmaxTurnBarrier(ctx, "bar.arrive", /*own=*/false);
 }
 
-void takeSoftmaxTurnAfterGroup(LoweringContext& ctx) {
-  if (!inSoftmaxTurnLoop(ctx)) return;
+void takeSoftmaxTurnAfterGroup(LoweringContext& ctx, const Operation& dot) {
+  if (!atSoftmaxTurnLevel(ctx, dot)) return;
   if (ctx.warpSpecialization->turnGroups++ == 0) softmaxTurnBarrier(ctx, "bar.sync", /*own=*/true);
+}
+
+void finishTurnIteration(LoweringContext& ctx, const Operation& loop) {
+  if (!takesTurns(ctx, loop) || !ctx.warpSpecialization->softmaxTurns) return;
+  if (ctx.warpSpecialization->turnGroups == 1) softmaxTurnBarrier(ctx, "bar.arrive", /*own=*/false);
 }
 
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {

@@ -55,9 +55,11 @@ struct WarpSpecializationPlan {
   // Softmax turns (warp_specialize = 3): in those loops the turn is held from
   // the completion of the body's first wgmma group (Q·Kᵀ) until the second
   // (P·V) starts, around the softmax, instead of around each group's issue;
-  // turnGroups counts the groups of the loop body being lowered.
+  // turnGroups counts the groups at the top level of turnBody, the body of
+  // the turn loop being lowered.
   bool softmaxTurns = false;
   int turnGroups = 0;
+  const ir::Block* turnBody = nullptr;
   std::string noTurns;  // why there are none, when ping-pong was asked for
   // Buffers whose slot the compute warps hand back as soon as the wgmma group
   // reading it completed (FlashAttention-3 releases K after Q·Kᵀ): buffer →
@@ -159,12 +161,17 @@ struct TurnBarriers {
   std::string wait[2], handOver[2];
 };
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx);
-// Softmax turns, inside a turn loop: before the body's second wgmma group
-// waits for its slots, the turn goes to the other warpgroup
-// (handSoftmaxTurnBeforeGroup); after the first group's MMAs completed, the
-// warpgroup waits for its turn (takeSoftmaxTurnAfterGroup). Nothing elsewhere.
-void handSoftmaxTurnBeforeGroup(LoweringContext& ctx);
-void takeSoftmaxTurnAfterGroup(LoweringContext& ctx);
+// Softmax turns, for the wgmma group that starts with `dot`, at the top level
+// of a turn loop's body: before the body's second group waits for its slots,
+// the turn goes to the other warpgroup (handSoftmaxTurnBeforeGroup); after the
+// first group's MMAs completed, the warpgroup waits for its turn
+// (takeSoftmaxTurnAfterGroup). Where the body has one group lowered as
+// warpgroup MMAs (its other dots became mma.sync), finishTurnIteration hands
+// the turn over at the body's end, so every iteration takes and hands over
+// once or not at all. Nothing elsewhere.
+void handSoftmaxTurnBeforeGroup(LoweringContext& ctx, const ir::Operation& dot);
+void takeSoftmaxTurnAfterGroup(LoweringContext& ctx, const ir::Operation& dot);
+void finishTurnIteration(LoweringContext& ctx, const ir::Operation& loop);
 // Both roles at a pipelined loop's exit: every copy has landed and every read
 // is done before anything reuses the slots (a barrier over the whole CTA).
 void finishSpecializedLoop(LoweringContext& ctx, const ir::Operation& loop);

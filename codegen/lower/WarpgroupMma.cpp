@@ -336,7 +336,7 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
 
   // Softmax turns: the second group of the loop body hands the turn over
   // before it waits for its slots (the softmax before it is done).
-  handSoftmaxTurnBeforeGroup(ctx);
+  handSoftmaxTurnBeforeGroup(ctx, op);
   // Warp-specialized: the slots the group reads must be full.
   std::vector<const Lowered*> awaited;
   for (const Operation* dot : dots)
@@ -538,7 +538,7 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   releaseSlotsReadBy(ctx, completed);
   // Softmax turns: after the body's first group (Q·Kᵀ, complete here) this
   // warpgroup waits for its turn to run the softmax.
-  if (!deferredChains) takeSoftmaxTurnAfterGroup(ctx);
+  if (!deferredChains) takeSoftmaxTurnAfterGroup(ctx, op);
   for (size_t c = 0; c < chains.size(); ++c) {
     const AccumulatorChain& chain = chains[c];
     Lowered out = chain.init;
