@@ -80,7 +80,9 @@ TEST_CASE("plan tuning: a choice prints and checks its range", "[op][tune]") {
   CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, Producers::None, 3}.plausible());  // 3 slots need producers
   CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, Producers::Copies, 5}.plausible());
   CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, Producers::Copies, 0}.plausible());
-  CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, static_cast<Producers>(3), 2}.plausible());
+  CHECK(PlanChoice{128, 8, true, 1, 0, Producers::SoftmaxTurns, 2}.str() == "t128 w8 qs 2D producers softmax turns");
+  CHECK(PlanChoice{128, 8, true, 1, 0, Producers::SoftmaxTurns, 2}.plausible());
+  CHECK_FALSE(PlanChoice{64, 8, false, 1, 0, static_cast<Producers>(4), 2}.plausible());
 }
 
 TEST_CASE("plan tuning: records persist per device key and bad entries are ignored", "[op][tune]") {
@@ -147,7 +149,7 @@ TEST_CASE("plan tuning: records persist per device key and bad entries are ignor
   forge("segments", with("num_segments", "0"));
   forge("split with cap", with("num_segments", "4"));
   forge("rule flag", with("keeps_rule", "yes"));
-  forge("producers", with("producers", "3"));
+  forge("producers", with("producers", "4"));
   forge("stages", with("num_stages", "3"));  // three slots without producers
   forge("negative time", with("tuned_ms", "-1"));
   forge("nan time", with("heuristic_ms", "nan"));
@@ -315,6 +317,15 @@ TEST_CASE("plan tuning: a recorded choice becomes the call's plan within its lim
   REQUIRE(plan.has_value());
   CHECK(plan->config.warpSpecialize);
   CHECK_FALSE(plan->config.pingPong);
+  CHECK_FALSE(plan->config.softmaxTurns);
+  const PlanChoice turns{128, 8, true, 1, 0, PlanChoice::Producers::SoftmaxTurns, 2};
+  plan = pagedAttentionPlanWithChoice(prefill, turns);
+  REQUIRE(plan.has_value());
+  CHECK(plan->config.softmaxTurns);
+  CHECK_FALSE(plan->config.pingPong);
+  CHECK(plan->config.kernelName().ends_with("_t128_w8_m128_qs_wsst"));
+  CHECK(ops::detail::planChoiceOf(*plan) == turns);
+  CHECK(ops::detail::validatePagedAttentionPlan(prefill, *plan));
 
   // Choices the call cannot take give no plan (the heuristic one runs).
   CHECK_FALSE(pagedAttentionPlanWithChoice(decodeCall(4, 4096), {48, 4, false, 1, 0}).has_value());

@@ -675,6 +675,7 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
   plan.config.qInShared = choice.qInShared;
   plan.config.warpSpecialize = choice.producers != PlanChoice::Producers::None;
   plan.config.pingPong = choice.producers == PlanChoice::Producers::PingPong;
+  plan.config.softmaxTurns = choice.producers == PlanChoice::Producers::SoftmaxTurns;
   plan.config.numStages = choice.numStages;
   if (!plan.config.validate()) return std::nullopt;
   if (choice.numSegments > 1 && plan.config.blockMRows == 0 && maySplit(p)) {
@@ -697,6 +698,7 @@ std::optional<PagedAttentionPlan> pagedAttentionPlanWithChoice(const PagedAttent
 PlanChoice planChoiceOf(const PagedAttentionPlan& plan) {
   const PlanChoice::Producers producers = !plan.config.warpSpecialize ? PlanChoice::Producers::None
                                           : plan.config.pingPong       ? PlanChoice::Producers::PingPong
+                                          : plan.config.softmaxTurns   ? PlanChoice::Producers::SoftmaxTurns
                                                                        : PlanChoice::Producers::Copies;
   return {plan.config.tileSize, plan.config.numWarps,  plan.config.qInShared, std::max(1, plan.split.numSegments),
           plan.ctasPerSm,       producers,             plan.config.numStages};

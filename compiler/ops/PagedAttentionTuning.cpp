@@ -52,10 +52,14 @@ std::vector<PlanChoice> kernelChoices(const PagedAttentionPlan& heuristic) {
     // than the same 8-warp tiling without them at 16-bit caches, and on 128-key
     // tiles with Q in shared memory (in registers the compute warps run out)
     // 8% on bidirectional prefill (docs/architecture.md, "Producer warps").
+    // Softmax turns on the op's two producer tilings: the compute warpgroups
+    // take turns running their softmax (docs/architecture.md, "Producer warps").
     if (compiler::opDeviceFacts().warpgroupMma && rows / 8 >= 16) {
       for (bool qInShared : {false, true})
         choices.push_back({64, 8, qInShared, 1, 0, PlanChoice::Producers::Copies, 2});
       choices.push_back({128, 8, true, 1, 0, PlanChoice::Producers::Copies, 2});
+      choices.push_back({64, 8, false, 1, 0, PlanChoice::Producers::SoftmaxTurns, 2});
+      choices.push_back({128, 8, true, 1, 0, PlanChoice::Producers::SoftmaxTurns, 2});
     }
   }
   return choices;

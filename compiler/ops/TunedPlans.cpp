@@ -56,7 +56,7 @@ std::optional<TunedPlan> decodeRecord(const runtime::StringMap& fields) {
       !heuristicMs)
     return std::nullopt;
   if ((*qInShared != 0 && *qInShared != 1) || (*keepsRule != 0 && *keepsRule != 1)) return std::nullopt;
-  if (*producers < 0 || *producers > static_cast<int>(PlanChoice::Producers::PingPong)) return std::nullopt;
+  if (*producers < 0 || *producers > static_cast<int>(PlanChoice::Producers::SoftmaxTurns)) return std::nullopt;
   plan.keepsRule = *keepsRule == 1;
   plan.choice = {*tile, *warps, *qInShared == 1, *segments, *ctas, static_cast<PlanChoice::Producers>(*producers),
                  *stages};
@@ -89,7 +89,9 @@ std::string PlanChoice::str() const {
   if (qInShared) text += " qs";
   text += numSegments > 1 ? " segments " + std::to_string(numSegments) : " 2D";
   if (ctasPerSm > 0) text += " cap " + std::to_string(ctasPerSm);
-  if (producers != Producers::None) text += producers == Producers::PingPong ? " producers ping-pong" : " producers";
+  if (producers == Producers::Copies) text += " producers";
+  if (producers == Producers::PingPong) text += " producers ping-pong";
+  if (producers == Producers::SoftmaxTurns) text += " producers softmax turns";
   if (numStages != 2) text += " stages " + std::to_string(numStages);
   return text;
 }
@@ -98,7 +100,7 @@ bool PlanChoice::plausible() const {
   // The split's segment bound is kSplitKvMaxSegments (PagedAttentionOp.h); 64.
   return powerOfTwoIn(tileSize, 16, 256) && powerOfTwoIn(numWarps, 1, 16) && numSegments >= 1 &&
          numSegments <= 64 && ctasPerSm >= 0 && ctasPerSm <= 32 && !(numSegments > 1 && ctasPerSm > 0) &&
-         producers >= Producers::None && producers <= Producers::PingPong && numStages >= 1 && numStages <= 4 &&
+         producers >= Producers::None && producers <= Producers::SoftmaxTurns && numStages >= 1 && numStages <= 4 &&
          (numStages <= 2 || producers != Producers::None);
 }
 

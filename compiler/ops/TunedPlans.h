@@ -32,9 +32,10 @@ namespace attnjit::ops {
 // warps (and, for 128-row prefill tiles, whether Q stays in shared memory), the
 // number of split-KV segments (1: a 2D launch), the CTAs-per-SM cap of a 2D
 // launch (0: none), and, for prefill on warpgroup MMAs, the producer-warp
-// schedule (UnifiedAttentionConfig::warpSpecialize, pingPong, numStages).
+// schedule (UnifiedAttentionConfig::warpSpecialize, pingPong, softmaxTurns,
+// numStages).
 struct PlanChoice {
-  enum class Producers { None, Copies, PingPong };
+  enum class Producers { None, Copies, PingPong, SoftmaxTurns };
 
   int tileSize = 0;
   int numWarps = 0;
@@ -45,7 +46,7 @@ struct PlanChoice {
   int numStages = 2;  // cp.async slots; 3 and 4 only with producers
 
   // "t64 w4 2D", "t128 w4 segments 8", "t64 w8 qs 2D cap 2", "t64 w8 2D
-  // producers ping-pong stages 3".
+  // producers ping-pong stages 3", "t128 w8 qs 2D producers softmax turns".
   std::string str() const;
   // Every field within what a kernel and a launch can take (a record read
   // from disk is checked with this before use).
