@@ -606,27 +606,24 @@ TEST_CASE("softmax_turns: the compute warpgroups take turns running the softmax 
   const std::string int8Ptx = compile(int8Wide, "sm_90a").ptx;
   CHECK(countOf(int8Ptx, "@turn_first bar.sync") == countOf(int8Ptx, "@turn_first bar.arrive"));
   CHECK(countOf(int8Ptx, "@turn bar.arrive 2, 256;") == countOf(int8Ptx, "@turn bar.sync 2, 256;"));
-  // One warpgroup has nobody to take turns with.
-  compiler::UnifiedAttentionConfig fourWarps;
-  fourWarps.blockMRows = 64;
-  fourWarps.numWarps = 4;
-  fourWarps.tileSize = 64;
-  fourWarps.warpSpecialize = true;
-  fourWarps.softmaxTurns = true;
-  CHECK(planOf(fourWarps, "sm_90a").find("no softmax turns: 4 compute warps, not two warpgroups") != std::string::npos);
-  CHECK(countOf(compile(fourWarps, "sm_90a").ptx, "bar.arrive") == 0);
 }
 
-TEST_CASE("ping_pong needs two compute warpgroups that split the rows", "[codegen][warp-specialize]") {
-  // Four compute warps are one warpgroup.
-  compiler::UnifiedAttentionConfig fourWarps;
-  fourWarps.blockMRows = 64;
-  fourWarps.numWarps = 4;
-  fourWarps.tileSize = 64;
-  fourWarps.warpSpecialize = true;
-  fourWarps.pingPong = true;
-  CHECK(planOf(fourWarps, "sm_90a").find("no ping-pong: 4 compute warps, not two warpgroups") != std::string::npos);
-  CHECK(countOf(compile(fourWarps, "sm_90a").ptx, "bar.arrive") == 0);
+TEST_CASE("ping_pong and softmax_turns need two compute warpgroups that split the rows",
+          "[codegen][warp-specialize]") {
+  // Four compute warps are one warpgroup: nobody to take turns with.
+  for (bool softmaxTurns : {false, true}) {
+    compiler::UnifiedAttentionConfig fourWarps;
+    fourWarps.blockMRows = 64;
+    fourWarps.numWarps = 4;
+    fourWarps.tileSize = 64;
+    fourWarps.warpSpecialize = true;
+    fourWarps.pingPong = !softmaxTurns;
+    fourWarps.softmaxTurns = softmaxTurns;
+    CHECK(planOf(fourWarps, "sm_90a")
+              .find(std::string(softmaxTurns ? "no softmax turns" : "no ping-pong") +
+                    ": 4 compute warps, not two warpgroups") != std::string::npos);
+    CHECK(countOf(compile(fourWarps, "sm_90a").ptx, "bar.arrive") == 0);
+  }
   // MLA's warpgroups split the latent columns and share the rows' softmax.
   compiler::MlaDecodeConfig mla;
   mla.blockH = 64;

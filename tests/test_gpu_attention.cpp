@@ -464,8 +464,9 @@ TEST_CASE("GPU producer-warp kernels write what the same tiling without them wri
       c.headSize = headSize;
       configs.push_back(c);
     }
-  // Softmax turns: the compute warpgroups take turns running their softmax
-  // (a turn handed over wrongly hangs); the arithmetic is the same.
+  // Softmax turns on the op's 64- and 128-key tilings: the compute warpgroups
+  // take turns running their softmax (a turn handed over wrongly hangs); the
+  // arithmetic is the same.
   for (bool causal : {true, false})
     for (int tileSize : {64, 128}) {
       compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
