@@ -18,9 +18,11 @@ warp w 2,560 bytes of it, iteration j (0..38) 64 bytes, stamp k 4 bytes;
 iteration 39 holds the role's start (k 0) and end (k 1), k 15 the loop's
 number. The stamps cost a few percent of the kernel's time.
 
-`run` launches the variant on a causal batch of 8 × 2048 tokens (32/8 heads,
-D=128, bf16, pages of 16; `--batch`, `--length`), once untraced when no
-override is set (median time), else traced, and prints per role and loop the
+`run` launches the variant (a unified attention kernel with 32/8 heads, D=128,
+bf16, pages of 16 and 128-row programs; causal or not as the variant is) on
+8 sequences of 2048 new tokens (`--batch`, `--length`), timed (median of
+CUDA-event samples), and with a stamped copy in ATTNJIT_OVERRIDE_DIR traced: it
+prints per role and loop the
 cycles from each event to the next (10th, 50th, 90th percentiles over CTAs
 with at least 20 iterations, the first and last three iterations left out),
 the offset between the two compute warpgroups' iterations, and one CTA's
