@@ -1022,6 +1022,18 @@ void endTurns(LoweringContext& ctx, const Operation& loop) {
 
 namespace {
 
+// Warpgroup g waits for its turn on barrier 2 + g and hands it to the other
+// on the other's: the same for turns around the MMA issue and the softmax.
+TurnBarriers turnBarriers(LoweringContext& ctx) {
+  TurnBarriers turn;
+  turn.warpgroup = computeWarpgroup(ctx);
+  for (int g = 0; g < kTurnWarpgroups; ++g) {
+    turn.wait[g] = turnBarrier("bar.sync", g);
+    turn.handOver[g] = turnBarrier("bar.arrive", 1 - g);
+  }
+  return turn;
+}
+
 // A group at the top level of the turn loop's body: one that runs once per
 // iteration (a group inside a branch or an inner loop would make the turns
 // uneven).
@@ -1031,13 +1043,13 @@ bool atSoftmaxTurnLevel(const LoweringContext& ctx, const Operation& dot) {
          dot.parentBlock() == ctx.warpSpecialization->turnBody;
 }
 
-// Warpgroup g waits on its barrier (2 + g) or hands the turn to the other's.
-void softmaxTurnBarrier(LoweringContext& ctx, const std::string& instruction, bool own) {
-  const std::string first = turnBarrier(instruction, own ? 0 : 1);
-  const std::string second = turnBarrier(instruction, own ? 1 : 0);
-  InlinePtx(ctx.b, "{\n.reg .pred turn_first;\nsetp.eq.u32 turn_first, $0, 0;\n@turn_first " + first +
-                       "\n@!turn_first " + second + "\n}")
-      .input("r", computeWarpgroup(ctx))
+// Each warpgroup waits for its turn (wait) or hands it over.
+void softmaxTurnBarrier(LoweringContext& ctx, bool wait) {
+  const TurnBarriers turn = turnBarriers(ctx);
+  const std::string(&perWarpgroup)[2] = wait ? turn.wait : turn.handOver;
+  InlinePtx(ctx.b, "{\n.reg .pred turn_first;\nsetp.eq.u32 turn_first, $0, 0;\n@turn_first " + perWarpgroup[0] +
+                       "\n@!turn_first " + perWarpgroup[1] + "\n}")
+      .input("r", turn.warpgroup)
       .sideEffects()
       .emit();
 }
@@ -1046,30 +1058,24 @@ void softmaxTurnBarrier(LoweringContext& ctx, const std::string& instruction, bo
 
 void handSoftmaxTurnBeforeGroup(LoweringContext& ctx, const Operation& dot) {
   if (!atSoftmaxTurnLevel(ctx, dot) || ctx.warpSpecialization->turnGroups != 1) return;
-  softmaxTurnBarrier(ctx, "bar.arrive", /*own=*/false);
+  softmaxTurnBarrier(ctx, /*wait=*/false);
 }
 
 void takeSoftmaxTurnAfterGroup(LoweringContext& ctx, const Operation& dot) {
   if (!atSoftmaxTurnLevel(ctx, dot)) return;
-  if (ctx.warpSpecialization->turnGroups++ == 0) softmaxTurnBarrier(ctx, "bar.sync", /*own=*/true);
+  if (ctx.warpSpecialization->turnGroups++ == 0) softmaxTurnBarrier(ctx, /*wait=*/true);
 }
 
 void finishTurnIteration(LoweringContext& ctx, const Operation& loop) {
   if (!takesTurns(ctx, loop) || !ctx.warpSpecialization->softmaxTurns) return;
-  if (ctx.warpSpecialization->turnGroups == 1) softmaxTurnBarrier(ctx, "bar.arrive", /*own=*/false);
+  if (ctx.warpSpecialization->turnGroups == 1) softmaxTurnBarrier(ctx, /*wait=*/false);
 }
 
 std::optional<TurnBarriers> warpgroupTurn(LoweringContext& ctx) {
   if (!ctx.warpSpecialization || ctx.role != LoweringContext::Role::Consumer ||
       ctx.warpSpecialization->turnDepth == 0 || ctx.warpSpecialization->softmaxTurns)
     return std::nullopt;
-  TurnBarriers turn;
-  turn.warpgroup = computeWarpgroup(ctx);
-  for (int g = 0; g < kTurnWarpgroups; ++g) {
-    turn.wait[g] = turnBarrier("bar.sync", g);
-    turn.handOver[g] = turnBarrier("bar.arrive", 1 - g);
-  }
-  return turn;
+  return turnBarriers(ctx);
 }
 
 llvm::Value* loopRunIterations(LoweringContext& ctx, const Operation& loop) {
