@@ -90,6 +90,7 @@ std::string differencesFromUnspecialized(const compiler::UnifiedAttentionConfig&
   compiler::UnifiedAttentionConfig plain = specialized;
   plain.warpSpecialize = false;
   plain.pingPong = false;
+  plain.softmaxTurns = false;
   plain.tensorMemoryAccelerator = false;
   return differencesBetween(specialized, plain, shape);
 }
