@@ -52,14 +52,13 @@ std::vector<PlanChoice> kernelChoices(const PagedAttentionPlan& heuristic) {
     // than the same 8-warp tiling without them at 16-bit caches, and on 128-key
     // tiles with Q in shared memory (in registers the compute warps run out)
     // 8% on bidirectional prefill (docs/architecture.md, "Producer warps").
-    // Softmax turns on the op's two producer tilings: the compute warpgroups
-    // take turns running their softmax (docs/architecture.md, "Producer warps").
+    // Softmax turns are no candidate: 3-6% slower than producers alone on
+    // every tiling measured (H100, 8 x 2048, docs/perf-log.md 2026-12-07);
+    // a recorded plan that names them still loads.
     if (compiler::opDeviceFacts().warpgroupMma && rows / 8 >= 16) {
       for (bool qInShared : {false, true})
         choices.push_back({64, 8, qInShared, 1, 0, PlanChoice::Producers::Copies, 2});
       choices.push_back({128, 8, true, 1, 0, PlanChoice::Producers::Copies, 2});
-      choices.push_back({64, 8, false, 1, 0, PlanChoice::Producers::SoftmaxTurns, 2});
-      choices.push_back({128, 8, true, 1, 0, PlanChoice::Producers::SoftmaxTurns, 2});
     }
   }
   return choices;
