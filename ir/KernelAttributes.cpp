@@ -22,12 +22,15 @@ bool inRange(const KernelAttributeInfo& info, int64_t value) {
   if (value < info.min || value > info.max) return false;
   // The block is 32 x num_warps threads and layouts split warps in powers of two.
   if (info.attribute == KernelAttribute::NumWarps) return std::has_single_bit(static_cast<uint64_t>(value));
+  // setmaxnreg takes multiples of 8 from 24 to 256.
+  if (info.attribute == KernelAttribute::ProducerRegisters) return value == 0 || (value >= 24 && value % 8 == 0);
   return true;
 }
 
 std::string rangeText(const KernelAttributeInfo& info) {
   if (info.attribute == KernelAttribute::NumWarps)
     return "a power of two in " + std::to_string(info.min) + ".." + std::to_string(info.max);
+  if (info.attribute == KernelAttribute::ProducerRegisters) return "0, or a multiple of 8 in 24..256";
   if (info.min == 0 && info.max == 1) return "0 or 1";
   return "an integer in " + std::to_string(info.min) + ".." + std::to_string(info.max);
 }

@@ -299,6 +299,51 @@ TEST_CASE("warp_specialize gives the copies to producer warps that hand slots ov
   }
 }
 
+TEST_CASE("producer_registers: setmaxnreg gives the producers the count asked, the compute warps the rest",
+          "[codegen][warp-specialize]") {
+  // The 128-key bidirectional tiling with Q in shared memory (the op's): its
+  // producers copy 16 rows of 16 bytes a thread per fill and spill at the
+  // rule's 72 registers; at 104 neither role spills (compute warps at 200).
+  compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
+  config.causal = false;
+  config.tileSize = 128;
+  config.qInShared = true;
+  config.warpSpecialize = true;
+  const compiler::CompiledKernel rule = compile(config, "sm_90a");
+  config.producerRegisters = 104;
+  CHECK(config.kernelName().ends_with("_t128_w8_m128_qs_ws_pr104"));
+  const compiler::CompiledKernel asked = compile(config, "sm_90a");
+  CHECK(countOf(rule.ptx, "setmaxnreg.dec.sync.aligned.u32 \t72;") == 1);
+  CHECK(countOf(asked.ptx, "setmaxnreg.dec.sync.aligned.u32 \t104;") == 1);
+  CHECK(countOf(asked.ptx, "setmaxnreg.inc.sync.aligned.u32 \t200;") == 1);
+  CHECK(128 * 104 + 256 * 200 <= 384 * 168);
+  // Only the split moves: the same instructions otherwise.
+  CHECK(countOf(asked.ptx, "wgmma.mma_async") == countOf(rule.ptx, "wgmma.mma_async"));
+  CHECK(countOf(asked.ptx, "cp.async.cg.shared.global") == countOf(rule.ptx, "cp.async.cg.shared.global"));
+  if (tests::havePtxas()) {
+    const std::string ruleInfo = tests::ptxasInfo(rule.ptx, "sm_90a", /*relocatable=*/false);
+    const std::string askedInfo = tests::ptxasInfo(asked.ptx, "sm_90a", /*relocatable=*/false);
+    INFO(ruleInfo << askedInfo);
+    CHECK(ruleInfo.find(" 0 bytes spill stores") == std::string::npos);
+    CHECK(askedInfo.find(" 0 bytes spill stores") != std::string::npos);
+  }
+  // The config says what it cannot split.
+  config.producerRegisters = 100;
+  CHECK(config.validate().diagnostic().str().find("multiple of 8 from 24 to 152") != std::string::npos);
+  config.producerRegisters = 160;
+  CHECK_FALSE(config.validate().isOk());
+  config.producerRegisters = 104;
+  config.warpSpecialize = false;
+  CHECK(config.validate().diagnostic().str().find("producer_registers needs warp_specialize") != std::string::npos);
+  // A .tir kernel's attribute: multiples of 8 from 24 only.
+  ir::Kernel kernel("k");
+  ir::setKernelAttribute(kernel, ir::KernelAttribute::ProducerRegisters, 20);
+  CHECK(ir::verifyKernelAttributes(kernel).diagnostic().str().find("0, or a multiple of 8 in 24..256") !=
+        std::string::npos);
+  ir::setKernelAttribute(kernel, ir::KernelAttribute::ProducerRegisters, 96);
+  CHECK(ir::verifyKernelAttributes(kernel).isOk());
+}
+
 TEST_CASE("warp_specialize leaves kernels unchanged where it does not apply", "[codegen][warp-specialize]") {
   compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
   CHECK(planOf(config, "sm_90a").find("no producer warps: kernel attribute warp_specialize = 0") != std::string::npos);

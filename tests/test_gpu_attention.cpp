@@ -91,6 +91,7 @@ std::string differencesFromUnspecialized(const compiler::UnifiedAttentionConfig&
   plain.warpSpecialize = false;
   plain.pingPong = false;
   plain.softmaxTurns = false;
+  plain.producerRegisters = 0;
   plain.tensorMemoryAccelerator = false;
   return differencesBetween(specialized, plain, shape);
 }
@@ -478,6 +479,17 @@ TEST_CASE("GPU producer-warp kernels write what the same tiling without them wri
       c.qInShared = tileSize == 128;
       configs.push_back(c);
     }
+  // The 128-key tilings with the producers at 104 registers (the compute
+  // warps at 200): only the split moves.
+  for (bool causal : {true, false}) {
+    compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
+    c.warpSpecialize = true;
+    c.causal = causal;
+    c.tileSize = 128;
+    c.qInShared = true;
+    c.producerRegisters = 104;
+    configs.push_back(c);
+  }
   // fp8 K and V cast by the producers on the way (AsyncBuffer::castOnCopy):
   // the same values the compute warps' casts give.
   for (bool causal : {true, false}) {

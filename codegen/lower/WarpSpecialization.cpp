@@ -706,18 +706,24 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   const int launchRegisters = entryRegisters * threads;
   // Counts are multiples of 8. The compute warps' count, rounded down, leaves
   // the producers a few registers above their minimum (384 threads: 216 and
-  // 72, where 128-key producers spill 128 bytes against 208 at 64).
-  const int consumerRegisters = std::min(
-      kMaxSetMaxRegisters, (launchRegisters - producerThreads * kMinProducerRegisters) / consumerThreads / 8 * 8);
+  // 72, where 128-key producers spill 128 bytes against 208 at 64). Kernel
+  // attribute producer_registers sets the producers' count instead (the
+  // 128-key prefill producers copy without spilling at 96).
+  const int producerRequest = static_cast<int>(kernelAttribute(ctx.kernel, KernelAttribute::ProducerRegisters));
+  const int producerFloor = producerRequest > 0 ? producerRequest : kMinProducerRegisters;
+  const int consumerRegisters =
+      std::min(kMaxSetMaxRegisters, (launchRegisters - producerThreads * producerFloor) / consumerThreads / 8 * 8);
   const int producerRegisters =
       std::min(entryRegisters, (launchRegisters - consumerThreads * consumerRegisters) / producerThreads / 8 * 8);
   // 256 threads or fewer have every register a thread can name already.
   if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
     plan->producerRegisters = producerRegisters;
     plan->consumerRegisters = consumerRegisters;
-    ATTNJIT_CHECK(producerRegisters >= kMinProducerRegisters &&
+    ATTNJIT_CHECK(producerRegisters >= producerFloor &&
                       producerThreads * producerRegisters + consumerThreads * consumerRegisters <= launchRegisters,
                   "codegen: setmaxnreg would ask for more registers than the launch allocated");
+  } else if (producerRequest > 0 && kRegistersPerBlock / threads < kMaxRegistersPerThread) {
+    plan->unusedProducerRegisters = producerRequest;
   }
   if (const int64_t mode = kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize); mode >= 2) {
     plan->softmaxTurns = mode == 3;
@@ -743,6 +749,9 @@ std::string describeWarpSpecializationPlan(const LoweringContext& ctx, const std
   if (plan.consumerRegisters != 0)
     text += ", setmaxnreg " + std::to_string(plan.producerRegisters) + " / " +
             std::to_string(plan.consumerRegisters) + " (launch " + std::to_string(plan.entryRegisters) + ")";
+  else if (plan.unusedProducerRegisters != 0)
+    text += ", no setmaxnreg: producer_registers " + std::to_string(plan.unusedProducerRegisters) +
+            " leaves the compute warps no more than the launch's " + std::to_string(plan.entryRegisters);
   if (plan.carriedFills)
     text += "; " + std::to_string(plan.rerunLoops.size()) + " loops run again, their fills carried on " +
             std::to_string(plan.rings) + " rings of slots";

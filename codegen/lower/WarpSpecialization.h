@@ -29,6 +29,9 @@ struct WarpSpecializationPlan {
   // Registers a thread of each role asks for with setmaxnreg (0: none is
   // emitted, the launch's count already suffices), and the launch's count.
   int producerRegisters = 0, consumerRegisters = 0, entryRegisters = 0;
+  // Kernel attribute producer_registers where it left the compute warps no
+  // more than the launch's count (so no setmaxnreg): for the plan's text.
+  int unusedProducerRegisters = 0;
   // The ops the producer warps lower: the slice of the kernel that computes the
   // copies' addresses and masks, the copies, and the control flow around them.
   std::unordered_set<const ir::Operation*> producerOps;

@@ -1629,6 +1629,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
   if (warpSpecialize) name += pingPong ? "_wspp" : softmaxTurns ? "_wsst" : "_ws";
+  if (producerRegisters != 0) name += "_pr" + std::to_string(producerRegisters);
   if (tensorMemoryAccelerator) name += "_tma";
   if (persistent) name += "_ps";
   if (lazyRescale) name += *lazyRescale ? "_lazy" : "_eager";
@@ -1677,6 +1678,17 @@ support::Status UnifiedAttentionConfig::validate() const {
                        "with the next Q·Kᵀ, inside the turn)");
   if (tensorMemoryAccelerator && !warpSpecialize)
     return configError("tma needs warp_specialize: true (a producer thread issues the TMA copies)");
+  if (producerRegisters != 0) {
+    if (!warpSpecialize || numWarps != 8)
+      return configError("producer_registers needs warp_specialize: true and num_warps: 8 (setmaxnreg splits the "
+                         "registers of 8 compute and 4 producer warps; fewer compute warps have all they can use)");
+    // 384 threads launch with 168 registers each; above 152 for the producers
+    // the compute warps would get no more than that.
+    if (producerRegisters < 24 || producerRegisters > 152 || producerRegisters % 8 != 0)
+      return configError("producer_registers (" + std::to_string(producerRegisters) +
+                         ") must be a multiple of 8 from 24 to 152 (the compute warps get what is left of 384 x "
+                         "168)");
+  }
   if (persistent && checkBounds)
     return configError("persistent is unsupported with check_bounds (the programs' item count comes from "
                        "cu_seqlens_q, which a checked kernel does not trust)");
@@ -1765,6 +1777,8 @@ support::Expected<std::unique_ptr<ir::Kernel>> buildUnifiedAttention(const Unifi
                            config.pingPong ? 2 : config.softmaxTurns ? 3 : 1);
   if (config.clusterSplit > 0) ir::setKernelAttribute(*kernel, ir::KernelAttribute::ClusterSize, config.clusterSplit);
   if (config.tensorMemoryAccelerator) ir::setKernelAttribute(*kernel, ir::KernelAttribute::TensorMemoryAccelerator, 1);
+  if (config.producerRegisters != 0)
+    ir::setKernelAttribute(*kernel, ir::KernelAttribute::ProducerRegisters, config.producerRegisters);
   // Block numbers two tiles ahead (Pipelining.cpp) where layout assignment
   // converts them into the copy layouts anyway: decode tiles of 128 keys (8
   // block numbers per thread there). With 64 keys, and in int4 rows' narrower

@@ -117,6 +117,12 @@ struct UnifiedAttentionConfig {
   // that divide the tile, no ALiBi, window, chunks or ranges; elsewhere the
   // tiles are gathered by cp.async as without it. Same results.
   bool tensorMemoryAccelerator = false;
+  // With producer warps on an 8-warp tiling: the registers setmaxnreg leaves
+  // each producer thread (a multiple of 8, 24 to 152; kernel attribute
+  // producer_registers), the compute warps taking the rest of the launch's
+  // 384 x 168. 0: codegen's rule (72 / 216). The 128-key prefill producers
+  // copy without spilling at 104 / 200. Same results.
+  int producerRegisters = 0;
   // Persistent programs: each program walks the work items (query block, KV
   // head), longest first, from its own index in steps of the launch's program
   // count, so a launch of one program per SM runs every item without a CTA

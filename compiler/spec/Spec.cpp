@@ -399,6 +399,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
       {"softmax_turns", false, boolField("softmax_turns", &C::softmaxTurns)},
       {"tma", false, boolField("tma", &C::tensorMemoryAccelerator)},
+      {"producer_registers", false, positiveField("producer_registers", &C::producerRegisters)},
       {"persistent", false, boolField("persistent", &C::persistent)},
       {"lazy_rescale", false, boolField("lazy_rescale", &C::lazyRescale)},
       {"sliding_window", false, slidingWindowField<C>()},
@@ -861,6 +862,8 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
          (config.warpSpecialize ? " warp_specialize=true" : "") + (config.pingPong ? " ping_pong=true" : "") +
          (config.softmaxTurns ? " softmax_turns=true" : "") +
+         (config.producerRegisters != 0 ? " producer_registers=" + std::to_string(config.producerRegisters)
+                                        : std::string()) +
          (config.tensorMemoryAccelerator ? " tma=true" : "") + (config.persistent ? " persistent=true" : "") +
          (config.lazyRescale ? std::string(" lazy_rescale=") + (*config.lazyRescale ? "true" : "false") : "") +
          (config.slidingWindow != 0 ? " sliding_window=" + std::to_string(config.slidingWindow) : std::string()) +
