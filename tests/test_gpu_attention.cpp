@@ -407,6 +407,23 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
   others[7].perSequenceCausal = true;  // the op's tiling for per-sequence flags
   others[8].queryFp8 = true;
   for (const auto& c : others) checkOnGpu(c, mixed);
+}
+
+// The producer schedules beyond the plain one, on the same batch: a case of
+// its own so that the GPU shards run it beside the one above (each takes
+// over a minute).
+TEST_CASE("GPU producer-warp schedules (ping-pong, 3-4 slots, 128-key tiles) agree with float64", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 700};
+  mixed.contextLens = {0, 91, 300, 5, 64, 2100};
+  mixed.seed = 37;
+  mixed.checkStride = 5;
+  auto specialized = [] {
+    compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
+    c.warpSpecialize = true;
+    return c;
+  };
   // Ping-pong: the two compute warpgroups take turns issuing their MMAs (a
   // turn handed over wrongly hangs), also with P·V one tile late.
   for (bool causal : {true, false})
