@@ -399,7 +399,9 @@ TEST_CASE("kernel attributes are the declared switches, with values in range", "
   CHECK(errorOf("tag = \"two words\", kind = fast, perm = [1, 0], t = tile<4xf32>, s = f32") ==
         "k.tir:1:1: error: kernel 'k': unknown kernel attribute 'tag' (known: num_warps, num_stages, "
         "prefetch_indices, async_copy, sink_slot_reads, shared_invariant_operands, thread_major_operands, "
-        "warpgroup_mma, warp_specialize, tma, cluster_size, remove_redundant_sync)");
+        "warpgroup_mma, warp_specialize, producer_registers, tma, cluster_size, remove_redundant_sync)");
+  CHECK(errorOf("producer_registers = 100") ==
+        "k.tir:1:1: error: kernel 'k': producer_registers must be 0, or a multiple of 8 in 24..256, got 100");
   CHECK(errorOf("sink_slot_reads = 2") == "k.tir:1:1: error: kernel 'k': sink_slot_reads must be 0 or 1, got 2");
   CHECK(errorOf("num_stages = 0") == "k.tir:1:1: error: kernel 'k': num_stages must be an integer in 1..8, got 0");
   CHECK(errorOf("async_copy = fast") == "k.tir:1:1: error: kernel 'k': async_copy must be 0 or 1, got fast");
