@@ -126,8 +126,12 @@ void AxisInfo::analyzeOp(const Operation& op) {
     case Opcode::ExpandDims: {
       out = in(0);
       auto axis = static_cast<size_t>(op.attrs().getInt("axis"));
-      // The new unit dimension: each "run" is one element, as divisible as the value.
-      int64_t div = *std::min_element(out.divisibility.begin(), out.divisibility.end());
+      // The new unit dimension: each "run" is one element, so its divisibility
+      // must hold for every element. Along a dimension of runs longer than one
+      // only their first elements are that divisible (0, 1, 2, ...: 1).
+      int64_t div = AxisInfo::kMaxDivisibility;
+      for (size_t d = 0; d < out.divisibility.size(); ++d)
+        div = std::min(div, out.contiguity[d] > 1 ? int64_t{1} : out.divisibility[d]);
       out.contiguity.insert(out.contiguity.begin() + static_cast<std::ptrdiff_t>(axis), 1);
       out.divisibility.insert(out.divisibility.begin() + static_cast<std::ptrdiff_t>(axis), div);
       out.constancy.insert(out.constancy.begin() + static_cast<std::ptrdiff_t>(axis), 1);

@@ -125,6 +125,8 @@ support::Status ProgramContext::runBlock(int blockIndex) {
 #include "ir/Ops.def"
     }
     if (!status.isOk()) return status;
+    if (observer_ != nullptr)
+      for (size_t i = 0; i < op.results.size(); ++i) observer_->valueComputed(*op.op, i, slots_[op.results[i]]);
   }
   return support::Status::ok();
 }
@@ -217,11 +219,14 @@ support::Status interpretKernel(const Kernel& kernel, LaunchGrid grid, const std
                                                 std::to_string(args.size()));
 
   const CompiledKernel plan = PlanBuilder().build(kernel);
+  InterpreterObserver* observer = InterpreterObserverScope::current();
+  if (observer != nullptr) observer->kernelStarts(kernel);
   // One context per program of a cluster (one outside clusters), its arguments bound.
   const int clusterSize = static_cast<int>(kernelAttribute(kernel, KernelAttribute::ClusterSize));
   std::vector<std::unique_ptr<ProgramContext>> contexts;
   for (int rank = 0; rank < clusterSize; ++rank) {
     contexts.push_back(std::make_unique<ProgramContext>(kernel, plan, grid, memory));
+    contexts.back()->setObserver(observer);
     const CompiledBlock& body = plan.blocks[0];
     for (size_t i = 0; i < args.size(); ++i) {
       support::Status bound = bindArgument(kernel, i, args[i], contexts.back()->slot(body.arguments[i]));
@@ -293,5 +298,17 @@ InterpreterProgressScope::InterpreterProgressScope(Report report)
 InterpreterProgressScope::~InterpreterProgressScope() { currentProgressReport = previous_; }
 
 const InterpreterProgressScope::Report* InterpreterProgressScope::current() { return currentProgressReport; }
+
+namespace {
+thread_local InterpreterObserver* currentObserver = nullptr;
+}  // namespace
+
+InterpreterObserverScope::InterpreterObserverScope(InterpreterObserver& observer) : previous_(currentObserver) {
+  currentObserver = &observer;
+}
+
+InterpreterObserverScope::~InterpreterObserverScope() { currentObserver = previous_; }
+
+InterpreterObserver* InterpreterObserverScope::current() { return currentObserver; }
 
 }  // namespace attnjit::ir

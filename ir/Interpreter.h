@@ -74,4 +74,33 @@ class InterpreterProgressScope {
   const Report* previous_;
 };
 
+struct RuntimeValue;
+
+// Every value the interpreter computes, for checks of what the compiler claims
+// about them (tests: the axis facts codegen relies on). While a scope lives,
+// interpretKernel on the same thread calls kernelStarts before a kernel's grid
+// and valueComputed after each op for each of its results, from the thread
+// running the program (a cluster's programs run on threads of their own, so
+// valueComputed must be safe to call from several). The value's elements are
+// row-major (ir/InterpreterValue.h). Scopes nest: the innermost observes.
+class InterpreterObserver {
+ public:
+  virtual ~InterpreterObserver() = default;
+  virtual void kernelStarts(const Kernel& kernel) = 0;
+  virtual void valueComputed(const Operation& op, size_t result, const RuntimeValue& value) = 0;
+};
+
+class InterpreterObserverScope {
+ public:
+  explicit InterpreterObserverScope(InterpreterObserver& observer);
+  ~InterpreterObserverScope();
+  InterpreterObserverScope(const InterpreterObserverScope&) = delete;
+  InterpreterObserverScope& operator=(const InterpreterObserverScope&) = delete;
+
+  static InterpreterObserver* current();
+
+ private:
+  InterpreterObserver* previous_;
+};
+
 }  // namespace attnjit::ir

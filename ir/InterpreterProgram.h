@@ -62,6 +62,9 @@ class ProgramContext {
     clusterRank_ = rank;
   }
 
+  // Told each op's results (InterpreterObserverScope); null: none.
+  void setObserver(InterpreterObserver* observer) { observer_ = observer; }
+
   RuntimeValue& slot(int index) { return slots_[index]; }
   RuntimeValue& operand(const CompiledOp& op, size_t i) { return slots_[op.operands[i]]; }
   RuntimeValue& result(const CompiledOp& op, size_t i = 0) { return slots_[op.results[i]]; }
@@ -81,6 +84,7 @@ class ProgramContext {
   std::array<int64_t, 3> programId_{};
   ClusterExchange* cluster_ = nullptr;
   int clusterRank_ = 0;
+  InterpreterObserver* observer_ = nullptr;
   std::vector<RuntimeValue> slots_;
 };
 
