@@ -95,6 +95,24 @@ std::string differencesFromUnspecialized(const compiler::UnifiedAttentionConfig&
   plain.tensorMemoryAccelerator = false;
   return differencesBetween(specialized, plain, shape);
 }
+
+// The producer-warp float64 cases' batch: 2800 keys are 44 fills of each
+// 64-key slot, and the short rows leave a loop empty; every fifth row is
+// checked against float64 (dozens of kernels in minutes).
+compiler::BatchShape producerWarpBatch() {
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 700};
+  mixed.contextLens = {0, 91, 300, 5, 64, 2100};
+  mixed.seed = 37;
+  mixed.checkStride = 5;
+  return mixed;
+}
+
+compiler::UnifiedAttentionConfig producerWarpTiling() {
+  compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
+  c.warpSpecialize = true;
+  return c;
+}
 }  // namespace
 
 TEST_CASE("every shipped spec runs correctly on the GPU", "[gpu]") {
@@ -371,18 +389,9 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
   // codegen/lower/WarpSpecialization.cpp: producer warps copy K/V tiles and hand
   // slots to the compute warps through mbarriers. A protocol error shows as a
   // wrong result (a slot read before it is full or after it is refilled) or a
-  // hang (the shard timeout). Lengths run the slots through many phases: 2800
-  // keys are 44 fills of each 64-key slot; the short rows leave a loop empty.
-  compiler::BatchShape mixed;
-  mixed.queryLens = {150, 37, 1, 70, 129, 700};
-  mixed.contextLens = {0, 91, 300, 5, 64, 2100};
-  mixed.seed = 37;
-  mixed.checkStride = 5;  // every fifth row against float64: 30 kernels in minutes
-  auto specialized = [] {
-    compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
-    c.warpSpecialize = true;
-    return c;
-  };
+  // hang (the shard timeout).
+  const compiler::BatchShape mixed = producerWarpBatch();
+  const auto specialized = producerWarpTiling;
   for (bool causal : {true, false})
     for (auto [hq, hkv] : {std::pair{32, 8}, std::pair{8, 8}})
       for (int headSize : {64, 96, 128}) {
@@ -414,16 +423,8 @@ TEST_CASE("GPU prefill with producer warps (warp_specialize) agrees with float64
 // over a minute).
 TEST_CASE("GPU producer-warp schedules (ping-pong, 3-4 slots, 128-key tiles) agree with float64", "[gpu]") {
   if (!tests::gpuPresent()) return;
-  compiler::BatchShape mixed;
-  mixed.queryLens = {150, 37, 1, 70, 129, 700};
-  mixed.contextLens = {0, 91, 300, 5, 64, 2100};
-  mixed.seed = 37;
-  mixed.checkStride = 5;
-  auto specialized = [] {
-    compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
-    c.warpSpecialize = true;
-    return c;
-  };
+  const compiler::BatchShape mixed = producerWarpBatch();
+  const auto specialized = producerWarpTiling;
   // Ping-pong: the two compute warpgroups take turns issuing their MMAs (a
   // turn handed over wrongly hangs), also with P·V one tile late.
   for (bool causal : {true, false})
