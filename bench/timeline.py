@@ -22,12 +22,10 @@ number. The stamps cost a few percent of the kernel's time.
 bf16, pages of 16 and 128-row programs; causal or not as the variant is) on
 8 sequences of 2048 new tokens (`--batch`, `--length`), timed (median of
 CUDA-event samples), and with a stamped copy in ATTNJIT_OVERRIDE_DIR traced: it
-prints per role and loop the
-cycles from each event to the next (10th, 50th, 90th percentiles over CTAs
-with at least 20 iterations, or the most any has, the first and last three
-iterations left out),
-the offset between the two compute warpgroups' iterations, and one CTA's
-stamps for two iterations.
+prints per role and loop the cycles from each event to the next (10th, 50th,
+90th percentiles over CTAs with at least 20 iterations, or the most any has,
+the first and last three iterations left out), the offset between the two
+compute warpgroups' iterations, and one CTA's stamps for two iterations.
 """
 import argparse
 import json

@@ -716,13 +716,14 @@ void planWarpSpecialization(LoweringContext& ctx, std::string& why) {
   const int producerRegisters =
       std::min(entryRegisters, (launchRegisters - consumerThreads * consumerRegisters) / producerThreads / 8 * 8);
   // 256 threads or fewer have every register a thread can name already.
-  if (kRegistersPerBlock / threads < kMaxRegistersPerThread && consumerRegisters > plan->entryRegisters) {
+  const bool registersToMove = kRegistersPerBlock / threads < kMaxRegistersPerThread;
+  if (registersToMove && consumerRegisters > plan->entryRegisters) {
     plan->producerRegisters = producerRegisters;
     plan->consumerRegisters = consumerRegisters;
     ATTNJIT_CHECK(producerRegisters >= producerFloor &&
                       producerThreads * producerRegisters + consumerThreads * consumerRegisters <= launchRegisters,
                   "codegen: setmaxnreg would ask for more registers than the launch allocated");
-  } else if (producerRequest > 0 && kRegistersPerBlock / threads < kMaxRegistersPerThread) {
+  } else if (registersToMove && producerRequest > 0) {
     plan->unusedProducerRegisters = producerRequest;
   }
   if (const int64_t mode = kernelAttribute(ctx.kernel, KernelAttribute::WarpSpecialize); mode >= 2) {
