@@ -519,18 +519,17 @@ TEST_CASE("interpreter: progress scopes nest and report on their own thread only
   CHECK(attnjit::ir::InterpreterProgressScope::current() == nullptr);
 }
 
-TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with the reference", "[attention][overlap]") {
-  // Before and after the passes (pipelining moves the lagging V tile's loads
-  // an iteration ahead too), on prefill tiles (both KV loops: unmasked, then
-  // masked) and decode tiles, with the features that touch the loop.
-  BatchShape prefillBatch;
-  prefillBatch.queryLens = {70, 1, 33};
-  prefillBatch.contextLens = {0, 90, 41};
-  prefillBatch.seed = 21;
-  auto prefillTiling = [](UnifiedAttentionConfig c) {
+namespace {
+
+// Configurations that exercise the KV loop's features with `schedule` (one of
+// the loop's software pipelines) applied: prefill tiles (an unmasked and a
+// masked loop), decode tiles, windows, softcap, ALiBi, sinks, LSE,
+// per-token-head and int4 caches, DiffKV.
+std::vector<UnifiedAttentionConfig> pipelinedLoopConfigs(void (*schedule)(UnifiedAttentionConfig&)) {
+  auto prefillTiling = [&](UnifiedAttentionConfig c) {
     c.blockMRows = 64;
     c.tileSize = 16;
-    c.overlapSoftmax = true;
+    schedule(c);
     return c;
   };
   std::vector<UnifiedAttentionConfig> configs;
@@ -543,26 +542,102 @@ TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with t
   biased.alibi = biased.sinks = biased.outputLse = true;
   configs.push_back(biased);
   UnifiedAttentionConfig perTokenHead = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true));
-  perTokenHead.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int8PerTokenHead;  // P carries its tile's V scales
+  perTokenHead.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int8PerTokenHead;  // scales per tile
   configs.push_back(perTokenHead);
   UnifiedAttentionConfig int4 = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, false));
-  int4.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int4PerTokenHead;  // two column groups, one P
+  int4.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int4PerTokenHead;  // two column groups
   configs.push_back(int4);
   UnifiedAttentionConfig diffKv = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 96, 16, true));
   diffKv.valueHeadSize = 64;
   configs.push_back(diffKv);
   UnifiedAttentionConfig decode = makeConfig(ScalarKind::F32, 8, 2, 48, 16, true);
-  decode.overlapSoftmax = true;
+  schedule(decode);
   configs.push_back(decode);
-  for (const UnifiedAttentionConfig& config : configs)
+  return configs;
+}
+
+BatchShape pipelinedLoopPrefillBatch() {
+  BatchShape prefillBatch;
+  prefillBatch.queryLens = {70, 1, 33};
+  prefillBatch.contextLens = {0, 90, 41};
+  prefillBatch.seed = 21;
+  return prefillBatch;
+}
+
+void checkPipelinedLoop(void (*schedule)(UnifiedAttentionConfig&)) {
+  // Before and after the passes (pipelining moves the loads an iteration
+  // ahead too).
+  for (const UnifiedAttentionConfig& config : pipelinedLoopConfigs(schedule))
     for (bool afterPasses : {false, true})
-      runAndCheck(config, config.blockMRows != 0 ? prefillBatch : mixedBatch(5), afterPasses);
-  // Split-KV segments each start their own lag.
-  UnifiedAttentionConfig split = prefillTiling(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true));
+      runAndCheck(config, config.blockMRows != 0 ? pipelinedLoopPrefillBatch() : mixedBatch(5), afterPasses);
+  // Split-KV segments each start their own pipeline.
+  UnifiedAttentionConfig split = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
+  split.blockMRows = 64;
+  split.tileSize = 16;
+  schedule(split);
   split.splitKv = true;
-  BatchShape segmented = prefillBatch;
+  BatchShape segmented = pipelinedLoopPrefillBatch();
   segmented.segmentTiles = 2;
   runAndCheck(split, segmented);
+}
+
+}  // namespace
+
+TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with the reference", "[attention][overlap]") {
+  checkPipelinedLoop([](UnifiedAttentionConfig& c) { c.overlapSoftmax = true; });
+}
+
+TEST_CASE("unified attention: prefetch_scores (Q·Kᵀ one tile early) agrees with the reference",
+          "[attention][overlap]") {
+  checkPipelinedLoop([](UnifiedAttentionConfig& c) { c.prefetchScores = true; });
+  // Three loops (the query-query bias's first one skips the bias) and
+  // bidirectional ranges carry the scores from loop to loop.
+  BatchShape speculative;
+  speculative.queryLens = {4, 1, 3};
+  speculative.contextLens = {40, 17, 65};
+  speculative.seed = 23;
+  for (bool causal : {true, false}) {
+    UnifiedAttentionConfig c = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, causal);
+    c.prefetchScores = true;
+    c.qqBias = true;
+    runAndCheck(c, speculative, /*afterPasses=*/true);
+    c.blockMRows = 64;
+    c.tileSize = 16;
+    runAndCheck(c, pipelinedLoopPrefillBatch());
+    c.qqBias = false;
+    c.mmPrefixRanges = 2;
+    runAndCheck(c, pipelinedLoopPrefillBatch(), /*afterPasses=*/true);
+  }
+  CHECK(makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true).kernelName() + "_pfs" == [] {
+    UnifiedAttentionConfig c = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
+    c.prefetchScores = true;
+    return c.kernelName();
+  }());
+}
+
+TEST_CASE("unified attention: prefetch_scores names what it cannot be combined with", "[attention][overlap]") {
+  UnifiedAttentionConfig c = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
+  c.prefetchScores = true;
+  CHECK(validationError(c) == "ok");
+  c.overlapSoftmax = true;
+  CHECK(validationError(c) == "prefetch_scores is unsupported with overlap_softmax (two ways to overlap the softmax "
+                              "with the MMAs; choose one)");
+  c.overlapSoftmax = false;
+  c.warpSpecialize = c.softmaxTurns = true;
+  CHECK(validationError(c) == "prefetch_scores is unsupported with softmax_turns (the next tile's Q·Kᵀ is issued "
+                              "before this tile's softmax, so no Q·Kᵀ completes where the turn is taken)");
+  c.softmaxTurns = false;
+  c.tensorMemoryAccelerator = true;
+  CHECK(validationError(c) == "prefetch_scores is unsupported with tma (the next tile's K is not a load_tensor tile)");
+  c.tensorMemoryAccelerator = false;
+  c.persistent = true;
+  CHECK(validationError(c) == "prefetch_scores is unsupported with persistent (each work item's first Q·Kᵀ is "
+                              "computed in front of its loops, outside the rings of slots)");
+  c.persistent = false;
+  c.kvCacheFormat = attnjit::compiler::KvCacheFormat::Int4PerTokenHead;
+  c.kvScaleLayout = attnjit::compiler::KvScaleLayout::Separate;
+  CHECK(validationError(c) == "prefetch_scores is unsupported with kv_cache_dtype int4_per_token_head and kv_scales "
+                              "separate (the next tile's K needs its zero points before this tile's scales are read)");
 }
 
 TEST_CASE("unified attention: persistent programs walk every work item, whatever the grid", "[attention][persistent]") {

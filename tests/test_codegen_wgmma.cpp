@@ -236,6 +236,60 @@ TEST_CASE("overlap_softmax issues P·V with the next tile's Q·Kᵀ and waits fo
   CHECK(countOf(plain, "wgmma.wait_group.sync.aligned 1;") == 0);
 }
 
+TEST_CASE("prefetch_scores issues the next tile's Q·Kᵀ before the softmax and waits for it at the loop's end",
+          "[codegen][wgmma]") {
+  for (bool causal : {true, false})
+    for (bool qInShared : {true, false})
+      for (bool producers : {false, true}) {
+        compiler::UnifiedAttentionConfig config = prefill(128, 64, 8, qInShared);
+        config.causal = causal;
+        config.prefetchScores = true;
+        config.warpSpecialize = producers;
+        INFO(config.kernelName());
+        const std::string ptx = compilePtx(config, "sm_90a");
+        CHECK(countOf(ptx, "mma.sync") == 0);
+        // The first tile's Q·Kᵀ in front of the loops, then per KV loop
+        // (unmasked and masked) the next tile's 8 and this tile's P·V's 4.
+        // Producer warps lower the body once more but emit no MMA.
+        CHECK(countOf(ptx, "wgmma.mma_async") == 8 + 2 * (8 + 4));
+        // Each loop's Q·Kᵀ block commits and does not wait; the softmax's
+        // exponentials come next, then P·V's block, which waits for both, and
+        // the deferred wait in its own basic block before the loop's end.
+        size_t at = ptx.find("wgmma.wait_group.sync.aligned 0;");  // the first tile's
+        REQUIRE(at != std::string::npos);
+        for (int loop = 0; loop < 2; ++loop) {
+          const size_t issue = ptx.find("wgmma.fence.sync.aligned;", at);
+          REQUIRE(issue != std::string::npos);
+          const size_t commit = ptx.find("wgmma.commit_group.sync.aligned;", issue);
+          const size_t blockEnd = ptx.find("}", commit);
+          CHECK(countOf(ptx.substr(issue, blockEnd - issue), "wgmma.mma_async") == 8);
+          CHECK(countOf(ptx.substr(issue, blockEnd - issue), "wgmma.wait_group") == 0);
+          const size_t valueBlock = ptx.find("wgmma.fence.sync.aligned;", blockEnd);
+          REQUIRE(valueBlock != std::string::npos);
+          CHECK(countOf(ptx.substr(blockEnd, valueBlock - blockEnd), "ex2.approx") >= 32);
+          const size_t valueWait = ptx.find("wgmma.wait_group.sync.aligned 0;", valueBlock);
+          REQUIRE(valueWait != std::string::npos);
+          CHECK(countOf(ptx.substr(valueBlock, valueWait - valueBlock), "wgmma.mma_async") == 4);
+          const size_t deferred = ptx.find("wgmma.wait_group.sync.aligned 0;", valueWait + 1);
+          REQUIRE(deferred != std::string::npos);
+          const size_t block = ptx.rfind("{", deferred);
+          CHECK(countOf(ptx.substr(block, ptx.find("}", deferred) - block), "bra.uni wgmma_wait_") == 2);
+          at = ptx.find("}", deferred);
+        }
+        // ptxas keeps the MMAs asynchronous (it would serialize them, and say
+        // so, if anything touched the prefetched scores before their wait).
+        // Producer warps' register moves need the whole-program compile the
+        // runtime gives such kernels.
+        if (tests::havePtxas()) {
+          const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/!producers);
+          INFO(info);
+          CHECK(info.find("Used ") != std::string::npos);
+          CHECK(info.find("serialized") == std::string::npos);
+          CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+        }
+      }
+}
+
 TEST_CASE("ptxas keeps the wgmma of the op API's sm_90a tilings asynchronous", "[codegen][wgmma]") {
   // ptxas serializes a kernel's warpgroup MMAs (and says so) when anything
   // touches an accumulator between an MMA and its wait; the tilings the ops

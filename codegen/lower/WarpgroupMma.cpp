@@ -437,12 +437,27 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     if (reader) readerAt[c] = at;
     earliest = std::min(earliest, readerAt[c]);
   }
+  // A chain first read by the block's terminator with work in between (the
+  // next tile's Q·Kᵀ that prefetch_scores carries into the next iteration,
+  // issued before this tile's softmax) is deferred too, even alone: its wait
+  // comes right before the yield.
+  const auto& blockOps = op.parentBlock()->operations();
+  const size_t lastDotAt = static_cast<size_t>(
+      std::find_if(blockOps.begin(), blockOps.end(), [&](const auto& o) { return o.get() == dots.back(); }) -
+      blockOps.begin());
+  auto carriedPastWork = [&](size_t c) {
+    if (!readers[c] || readerAt[c] + 1 != blockOps.size()) return false;
+    for (size_t i = lastDotAt + 1; i < readerAt[c]; ++i)
+      if (!liftable(*blockOps[i])) return true;
+    return false;
+  };
   size_t deferredChains = 0;
   for (size_t c = 0; c < chains.size(); ++c)
-    if (readers[c] && readerAt[c] > earliest) {
+    if (readers[c] && (readerAt[c] > earliest || carriedPastWork(c))) {
       chains[c].deferred = true;
       ++deferredChains;
     }
+  const bool allDeferred = deferredChains == chains.size();
   std::stable_partition(planned.begin(), planned.end(),
                         [&](const PlannedDot& d) { return !chains[d.chain].deferred; });
 
@@ -475,7 +490,7 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   for (const PlannedDot& d : planned) {
     const AccumulatorChain& chain = chains[d.chain];
     if (chain.deferred && !committedImmediate) {
-      text += "wgmma.commit_group.sync.aligned;\n";
+      if (!allDeferred) text += "wgmma.commit_group.sync.aligned;\n";
       committedImmediate = true;
     }
     const bool isBf16 = d.op->operand(0)->type().scalarKind() == ScalarKind::BF16;
@@ -529,7 +544,10 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
   }
   text += "wgmma.commit_group.sync.aligned;\n";
   if (turn) text += "@wgmma_first " + turn->handOver[0] + "\n@!wgmma_first " + turn->handOver[1] + "\n";
-  text += deferredChains ? "wgmma.wait_group.sync.aligned 1;\n}" : "wgmma.wait_group.sync.aligned 0;\n}";
+  // Nothing to wait for here when every chain is deferred.
+  text += allDeferred      ? "}"
+          : deferredChains ? "wgmma.wait_group.sync.aligned 1;\n}"
+                           : "wgmma.wait_group.sync.aligned 0;\n}";
   std::vector<llvm::Value*> results = ptx.withText(std::move(text)).sideEffects().emitAll();
   // The slots only the completed MMAs read go back to the producer warps now.
   std::vector<const Operation*> completed;

@@ -190,6 +190,16 @@ class AttentionBuilder {
   // overlap_softmax: tile `tileIdx`'s V, none of it loaded before the program's
   // first tile (the zero P carried into the first iteration meets zeros).
   Value* loadLaggingValueTile(Value* tileIdx, const std::string& suffix);
+  // A KV tile's K as loaded: one [D, N] tile, or DiffKV's pieces.
+  struct KeyTiles {
+    Value* whole = nullptr;
+    std::vector<Value*> pieces;
+  };
+  KeyTiles loadKeyTiles(const TileAddress& at, const std::string& suffix);
+  // Those tiles as Q·Kᵀ's B operands, one per Q group or piece.
+  std::vector<Value*> keyOperands(const KeyTiles& k, Value* kZeroPoints, const std::string& suffix);
+  // Q·Kᵀ over the groups (f32, unscaled, unmasked).
+  Value* queryKeyDots(const std::vector<Value*>& kGroups, const std::string& suffix);
   // Whether the KV loop's K and V tiles are load_tensor tiles of the cache
   // (UnifiedAttentionConfig::tensorMemoryAccelerator); their loads.
   bool tensorTiles(bool masked) const;
@@ -274,6 +284,11 @@ class AttentionBuilder {
     // of the loop values) and runs its P·V next to this tile's Q·Kᵀ.
     bool overlapSoftmax = false;
     size_t lagP = 0;  // its index among the loop values
+    // prefetch_scores: the loop carries the Q·Kᵀ of the tile it works on,
+    // computed by the previous iteration (or before the first loop), and
+    // computes the next tile's before its softmax.
+    bool prefetchScores = false;
+    size_t nextScores = 0;  // its index among the loop values
     Builder::DotOptions qkDot{0, 0}, pvDot{0, 0};
   };
 
@@ -1017,6 +1032,14 @@ void AttentionBuilder::buildSoftmaxState() {
     p_.loopInits.push_back(b_.constFloat(0.0, Type::tile({M, N}, Type::scalar(pKind)), "p_lagging_init"));
     p_.loopNames.push_back("p_lagging");
   }
+  // prefetch_scores: the Q·Kᵀ the loops carry; its initial value, the first
+  // tile's, is computed in front of the first loop (buildKvLoops).
+  p_.prefetchScores = config_.prefetchScores;
+  if (p_.prefetchScores) {
+    p_.nextScores = p_.loopInits.size();
+    p_.loopInits.push_back(nullptr);
+    p_.loopNames.push_back("qk_prefetched");
+  }
   // Masked scores are -inf. Where the score scale is known positive (the
   // softmax scale, which the op API checks, without a per-tensor k_scale or a
   // softcap), the mask is applied before scaling: -inf·scale is still -inf,
@@ -1094,6 +1117,7 @@ bool AttentionBuilder::tensorTiles(bool masked) const {
   return config_.tensorMemoryAccelerator && !masked && p_.pieces.empty() && !config_.differentValueHeadSize() &&
          config_.kvCacheFormat == KvCacheFormat::Auto &&
          (config_.dtype == ScalarKind::BF16 || config_.dtype == ScalarKind::F16) && !p_.overlapSoftmax &&
+         !p_.prefetchScores &&
          (D == 64 || D == 128 || D == 256) && config_.blockSize % 8 == 0 && c_.tileSize % config_.blockSize == 0 &&
          !config_.checkBounds;
 }
@@ -1150,28 +1174,28 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   Value* slotOffset = at.slotOffset;
   const std::vector<Value*>& keyInRange = at.keyInRange;
 
-  // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
-  // (DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.)
-  Value* kTile = nullptr;
-  std::vector<Value*> kPieceTiles;
-  for (size_t i = 0; i < p_.pieces.size(); ++i) {
-    const std::string suffix = "_piece" + std::to_string(i);
-    const int64_t W = p_.pieces[i].width;
-    Value* offset = b_.add(asColumn(p_.pieceColumns[i], N), asRow(slotOffset, W), "k_offset" + suffix);
-    kPieceTiles.push_back(b_.load(b_.addPtr(splatTo(p_.kBase, {W, N}), offset), asRow(tileMask, W),
-                                  p_.zeroKPieceTiles[i], "k_tile" + suffix));
+  // prefetch_scores: the next tile's Q·Kᵀ comes first, so that it runs
+  // during this tile's softmax (with warpgroup MMAs it is waited for at the
+  // loop's end); this tile's was carried in. Past the program's last tile it
+  // reads nothing, and its result is never used.
+  Value* qkNext = nullptr;
+  if (p_.prefetchScores) {
+    Value* next = b_.add(loop.inductionVar, oneI32_, "next_tile_idx");
+    Value* nextInRange = b_.cmp(CmpPredicate::Lt, next, p_.tileEnd, "next_tile_in_range");
+    const TileAddress nextAt = tileAddress(next, "_next", nextInRange);
+    qkNext = queryKeyDots(keyOperands(loadKeyTiles(nextAt, "_next"), nullptr, "_next"), "_next");
   }
+  // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
+  KeyTiles kTiles;
   Value* vTile = nullptr;
   if (tensorTiles(masked)) {
     // Whole blocks of an unmasked tile: K and V as tiles of the paged cache
     // that TMA can copy (kernel attribute tma).
     Value* blocks = tileBlocks(loop.inductionVar, "tile_blocks");
-    kTile = b_.transpose(loadCacheTile(blocks, 0, "k_rows"), {1, 0}, "k_tile");
+    kTiles.whole = b_.transpose(loadCacheTile(blocks, 0, "k_rows"), {1, 0}, "k_tile");
     vTile = loadCacheTile(blocks, 1, "v_tile");
-  } else if (p_.pieces.empty()) {
-    Value* kOffset = b_.add(asColumn(p_.offsD64, N), asRow(slotOffset, D), "k_offset");
-    Value* kMask = b_.andOp(p_.dimMaskCol, asRow(tileMask, D), "k_mask");
-    kTile = b_.load(b_.addPtr(splatTo(p_.kBase, {D, N}), kOffset), kMask, p_.zeroKTile, "k_tile");
+  } else if (!p_.prefetchScores) {
+    kTiles = loadKeyTiles(at, "");
   }
   // overlap_softmax: this iteration's P·V is the previous tile's.
   if (!vTile)
@@ -1204,19 +1228,14 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   // The zero points are needed to dequantize; other scales follow the tiles' conversion.
   if (config_.asymmetricInt4()) loadScales();
   std::vector<Value*> kGroups;
-  for (size_t i = 0; i < kPieceTiles.size(); ++i)
-    kGroups.push_back(keyGroups(kPieceTiles[i], "k_piece" + std::to_string(i))[0]);
-  if (kTile) kGroups = keyGroups(kTile, "k", kZeroPoints);
+  if (!p_.prefetchScores) kGroups = keyOperands(kTiles, kZeroPoints, "");
   const bool vDequantizedEarly = M > 16 && config_.numWarps > 1;
   std::vector<Value*> vGroups;
   if (vDequantizedEarly) vGroups = valueGroups(vTile, vZeroPoints);
   if (!config_.asymmetricInt4()) loadScales();
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
-  Value* qk = p_.zeroScores;
-  const size_t qkOperands = p_.qTiles.size();
-  for (size_t g = 0; g < qkOperands; ++g)
-    qk = b_.dot(p_.qTiles[g], kGroups[g], qk, p_.qkDot, qkOperands == 1 ? "qk" : "qk" + std::to_string(g));
+  Value* qk = p_.prefetchScores ? loop.iterArgs[p_.nextScores] : queryKeyDots(kGroups, "");
   // overlap_softmax: the previous tile's P·V, right after Q·Kᵀ and reading
   // nothing computed from it, so that both issue together and the softmax
   // below runs while P·V does (WarpgroupMma.cpp defers its wait to the
@@ -1348,7 +1367,48 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
     yields.push_back(pOperand);
     finalNames.push_back("p_lagging_final");
   }
+  if (p_.prefetchScores) {
+    yields.push_back(qkNext);
+    finalNames.push_back("qk_prefetched_final");
+  }
   return b_.endFor(yields, finalNames);
+}
+
+AttentionBuilder::KeyTiles AttentionBuilder::loadKeyTiles(const TileAddress& at, const std::string& suffix) {
+  const int64_t D = c_.headSizePadded / groups(), N = c_.tileSize;
+  KeyTiles k;
+  if (p_.pieces.empty()) {
+    Value* kOffset = b_.add(asColumn(p_.offsD64, N), asRow(at.slotOffset, D), "k_offset" + suffix);
+    Value* kMask = b_.andOp(p_.dimMaskCol, asRow(at.tileMask, D), "k_mask" + suffix);
+    k.whole = b_.load(b_.addPtr(splatTo(p_.kBase, {D, N}), kOffset), kMask, p_.zeroKTile, "k_tile" + suffix);
+    return k;
+  }
+  // DiffKV pieces: one [width, TILE_SIZE] tile per piece, masked by key only.
+  for (size_t i = 0; i < p_.pieces.size(); ++i) {
+    const std::string piece = "_piece" + std::to_string(i) + suffix;
+    const int64_t W = p_.pieces[i].width;
+    Value* offset = b_.add(asColumn(p_.pieceColumns[i], N), asRow(at.slotOffset, W), "k_offset" + piece);
+    k.pieces.push_back(b_.load(b_.addPtr(splatTo(p_.kBase, {W, N}), offset), asRow(at.tileMask, W),
+                               p_.zeroKPieceTiles[i], "k_tile" + piece));
+  }
+  return k;
+}
+
+std::vector<Value*> AttentionBuilder::keyOperands(const KeyTiles& k, Value* kZeroPoints, const std::string& suffix) {
+  std::vector<Value*> kGroups;
+  for (size_t i = 0; i < k.pieces.size(); ++i)
+    kGroups.push_back(keyGroups(k.pieces[i], "k_piece" + std::to_string(i) + suffix)[0]);
+  if (k.whole) kGroups = keyGroups(k.whole, "k" + suffix, kZeroPoints);
+  return kGroups;
+}
+
+Value* AttentionBuilder::queryKeyDots(const std::vector<Value*>& kGroups, const std::string& suffix) {
+  Value* qk = p_.zeroScores;
+  const size_t qkOperands = p_.qTiles.size();
+  for (size_t g = 0; g < qkOperands; ++g)
+    qk = b_.dot(p_.qTiles[g], kGroups[g], qk, p_.qkDot,
+                (qkOperands == 1 ? "qk" : "qk" + std::to_string(g)) + suffix);
+  return qk;
 }
 
 std::vector<Value*> AttentionBuilder::buildKvLoops() {
@@ -1360,6 +1420,13 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
   // kernel more: masking every tile, or masking under a branch uniform across
   // the program (which makes ptxas spill), ran 9-17% slower on prefill
   // (docs/perf-log.md, 2026-11-30).
+  std::vector<Value*> inits = p_.loopInits;
+  if (p_.prefetchScores) {
+    // The first tile's Q·Kᵀ, which the first iteration takes as carried.
+    const TileAddress firstAt = tileAddress(p_.tileStart, "_first",
+                                            b_.cmp(CmpPredicate::Lt, p_.tileStart, p_.tileEnd, "first_tile_in_range"));
+    inits[p_.nextScores] = queryKeyDots(keyOperands(loadKeyTiles(firstAt, "_first"), nullptr, "_first"), "_first");
+  }
   const bool splitMaskedTiles = c_.prefillTiles() && config_.slidingWindow == 0 &&
                                 config_.slidingWindowRight == 0 && !config_.checkBounds && !config_.splitKv;
   std::vector<Value*> results;
@@ -1385,18 +1452,18 @@ std::vector<Value*> AttentionBuilder::buildKvLoops() {
     if (qqBias_) {
       // qq_bias: the unmasked tiles before the first query's key skip it.
       Value* biasFrom = b_.min(b_.max(qqBiasFirstTile(), p_.tileStart), fullTiles, "qq_bias_first_unmasked_tile");
-      results = buildKvLoop(p_.tileStart, biasFrom, p_.loopInits, false, false);
+      results = buildKvLoop(p_.tileStart, biasFrom, inits, false, false);
       results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(biasFrom, fullTiles, results, false), true);
     } else {
-      results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(p_.tileStart, fullTiles, p_.loopInits, false), true);
+      results = buildKvLoop(fullTiles, p_.tileEnd, buildKvLoop(p_.tileStart, fullTiles, inits, false), true);
     }
   } else if (qqBias_) {
     // qq_bias: the tiles before the first query's key (a decode's context)
     // skip the bias's gather: 21% of a speculative decode step otherwise.
     Value* biasFrom = b_.min(b_.max(qqBiasFirstTile(), p_.tileStart), p_.tileEnd, "qq_bias_first_tile");
-    results = buildKvLoop(biasFrom, p_.tileEnd, buildKvLoop(p_.tileStart, biasFrom, p_.loopInits, true, false), true);
+    results = buildKvLoop(biasFrom, p_.tileEnd, buildKvLoop(p_.tileStart, biasFrom, inits, true, false), true);
   } else {
-    results = buildKvLoop(p_.tileStart, p_.tileEnd, p_.loopInits, true);
+    results = buildKvLoop(p_.tileStart, p_.tileEnd, inits, true);
   }
   return results;
 }
@@ -1628,6 +1695,7 @@ std::string UnifiedAttentionConfig::kernelName() const {
   if (!deferRowSum) name += "_rowsum";
   if (qInShared) name += "_qs";
   if (overlapSoftmax) name += "_ovl";
+  if (prefetchScores) name += "_pfs";
   if (warpSpecialize) name += pingPong ? "_wspp" : softmaxTurns ? "_wsst" : "_ws";
   if (producerRegisters != 0) name += "_pr" + std::to_string(producerRegisters);
   if (tensorMemoryAccelerator) name += "_tma";
@@ -1676,6 +1744,17 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (softmaxTurns && overlapSoftmax)
     return configError("softmax_turns is unsupported with overlap_softmax (its softmax waits for the P·V issued "
                        "with the next Q·Kᵀ, inside the turn)");
+  if (prefetchScores && (overlapSoftmax || softmaxTurns || tensorMemoryAccelerator || persistent))
+    return configError(std::string("prefetch_scores is unsupported with ") +
+                       (overlapSoftmax ? "overlap_softmax (two ways to overlap the softmax with the MMAs; choose one)"
+                        : softmaxTurns ? "softmax_turns (the next tile's Q·Kᵀ is issued before this tile's softmax, "
+                                         "so no Q·Kᵀ completes where the turn is taken)"
+                        : tensorMemoryAccelerator ? "tma (the next tile's K is not a load_tensor tile)"
+                                                  : "persistent (each work item's first Q·Kᵀ is computed in front of "
+                                                    "its loops, outside the rings of slots)"));
+  if (prefetchScores && asymmetricInt4())
+    return configError("prefetch_scores is unsupported with kv_cache_dtype int4_per_token_head and kv_scales "
+                       "separate (the next tile's K needs its zero points before this tile's scales are read)");
   if (tensorMemoryAccelerator && !warpSpecialize)
     return configError("tma needs warp_specialize: true (a producer thread issues the TMA copies)");
   if (producerRegisters != 0) {

@@ -90,6 +90,13 @@ struct UnifiedAttentionConfig {
   // With warpgroup MMAs (sm_90a) the softmax then runs while the tensor cores
   // do P·V. Same results up to the order of f32 additions.
   bool overlapSoftmax = false;
+  // Software-pipelined Q·Kᵀ: each iteration computes the next tile's Q·Kᵀ
+  // before this tile's softmax and carries it (the first tile's is computed in
+  // front of the loops). With warpgroup MMAs (sm_90a) its wait comes at the
+  // end of the iteration, so Q·Kᵀ runs while the warpgroup's softmax does;
+  // the scores are held twice (32 more registers a thread at 64-key tiles).
+  // The last iteration's Q·Kᵀ multiplies zeros. Same results.
+  bool prefetchScores = false;
   // Producer warps (kernel attribute warp_specialize, codegen/lower/
   // WarpSpecialization.cpp): on sm_90a num_warps more warps issue the K/V
   // copies and hand the slots to the compute warps through mbarriers, which

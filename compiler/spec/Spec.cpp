@@ -395,6 +395,7 @@ std::vector<ParamField<UnifiedAttentionConfig>> specFields() {
       {"defer_row_sum", false, boolField("defer_row_sum", &C::deferRowSum)},
       {"q_in_shared", false, boolField("q_in_shared", &C::qInShared)},
       {"overlap_softmax", false, boolField("overlap_softmax", &C::overlapSoftmax)},
+      {"prefetch_scores", false, boolField("prefetch_scores", &C::prefetchScores)},
       {"warp_specialize", false, boolField("warp_specialize", &C::warpSpecialize)},
       {"ping_pong", false, boolField("ping_pong", &C::pingPong)},
       {"softmax_turns", false, boolField("softmax_turns", &C::softmaxTurns)},
@@ -860,6 +861,7 @@ std::string formatSpecParams(const UnifiedAttentionConfig& config) {
          (config.sinkSlotReads ? "" : " sink_slot_reads=false") +
          (config.deferRowSum ? "" : " defer_row_sum=false") + (config.qInShared ? " q_in_shared=true" : "") +
          (config.overlapSoftmax ? " overlap_softmax=true" : "") +
+         (config.prefetchScores ? " prefetch_scores=true" : "") +
          (config.warpSpecialize ? " warp_specialize=true" : "") + (config.pingPong ? " ping_pong=true" : "") +
          (config.softmaxTurns ? " softmax_turns=true" : "") +
          (config.producerRegisters != 0 ? " producer_registers=" + std::to_string(config.producerRegisters)
