@@ -590,6 +590,8 @@ TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with t
 TEST_CASE("unified attention: prefetch_scores (Q·Kᵀ one tile early) agrees with the reference",
           "[attention][overlap]") {
   checkPipelinedLoop([](UnifiedAttentionConfig& c) { c.prefetchScores = true; });
+  // Both: the next tile's Q·Kᵀ and the previous tile's P·V around this tile's softmax.
+  checkPipelinedLoop([](UnifiedAttentionConfig& c) { c.prefetchScores = c.overlapSoftmax = true; });
   // Three loops (the query-query bias's first one skips the bias) and
   // bidirectional ranges carry the scores from loop to loop.
   BatchShape speculative;
@@ -619,10 +621,6 @@ TEST_CASE("unified attention: prefetch_scores names what it cannot be combined w
   UnifiedAttentionConfig c = makeConfig(ScalarKind::BF16, 8, 2, 64, 16, true);
   c.prefetchScores = true;
   CHECK(validationError(c) == "ok");
-  c.overlapSoftmax = true;
-  CHECK(validationError(c) == "prefetch_scores is unsupported with overlap_softmax (two ways to overlap the softmax "
-                              "with the MMAs; choose one)");
-  c.overlapSoftmax = false;
   c.warpSpecialize = c.softmaxTurns = true;
   CHECK(validationError(c) == "prefetch_scores is unsupported with softmax_turns (the next tile's Q·Kᵀ is issued "
                               "before this tile's softmax, so no Q·Kᵀ completes where the turn is taken)");

@@ -270,10 +270,12 @@ TEST_CASE("prefetch_scores issues the next tile's Q·Kᵀ before the softmax and
           const size_t valueWait = ptx.find("wgmma.wait_group.sync.aligned 0;", valueBlock);
           REQUIRE(valueWait != std::string::npos);
           CHECK(countOf(ptx.substr(valueBlock, valueWait - valueBlock), "wgmma.mma_async") == 4);
-          const size_t deferred = ptx.find("wgmma.wait_group.sync.aligned 0;", valueWait + 1);
+          // P·V went out after Q·Kᵀ: the deferred wait lets one group stay in flight.
+          const size_t deferred = ptx.find("wgmma.wait_group.sync.aligned 1;", valueWait + 1);
           REQUIRE(deferred != std::string::npos);
           const size_t block = ptx.rfind("{", deferred);
           CHECK(countOf(ptx.substr(block, ptx.find("}", deferred) - block), "bra.uni wgmma_wait_") == 2);
+          CHECK(ptx.find("wgmma.fence.sync.aligned;", valueWait) > deferred);
           at = ptx.find("}", deferred);
         }
         // ptxas keeps the MMAs asynchronous (it would serialize them, and say
@@ -288,6 +290,47 @@ TEST_CASE("prefetch_scores issues the next tile's Q·Kᵀ before the softmax and
           CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
         }
       }
+}
+
+TEST_CASE("prefetch_scores with overlap_softmax: one block issues both products, each waited for at its reader",
+          "[codegen][wgmma]") {
+  for (bool causal : {true, false}) {
+    compiler::UnifiedAttentionConfig config = prefill(128, 64, 8, true);
+    config.causal = causal;
+    config.prefetchScores = config.overlapSoftmax = true;
+    config.warpSpecialize = true;
+    config.producerRegisters = 96;
+    INFO(config.kernelName());
+    const std::string ptx = compilePtx(config, "sm_90a");
+    // The first tile's Q·Kᵀ, per loop the next tile's Q·Kᵀ and the previous
+    // tile's P·V, and the last tile's P·V after the loops.
+    CHECK(countOf(ptx, "wgmma.mma_async") == 8 + 2 * (8 + 4) + 4);
+    size_t at = ptx.find("wgmma.wait_group.sync.aligned 0;");  // the first tile's
+    REQUIRE(at != std::string::npos);
+    for (int loop = 0; loop < 2; ++loop) {
+      // P·V (read first, by the rescale) commits first, then Q·Kᵀ; no wait.
+      const size_t issue = ptx.find("wgmma.fence.sync.aligned;", at);
+      REQUIRE(issue != std::string::npos);
+      const size_t firstCommit = ptx.find("wgmma.commit_group.sync.aligned;", issue);
+      const size_t secondCommit = ptx.find("wgmma.commit_group.sync.aligned;", firstCommit + 1);
+      CHECK(countOf(ptx.substr(issue, firstCommit - issue), "wgmma.mma_async.sync.aligned.m64n128") == 4);
+      CHECK(countOf(ptx.substr(firstCommit, secondCommit - firstCommit), "wgmma.mma_async.sync.aligned.m64n64") == 8);
+      const size_t rescaleWait = ptx.find("wgmma.wait_group.sync.aligned", secondCommit);
+      REQUIRE(rescaleWait != std::string::npos);
+      CHECK(ptx.compare(rescaleWait, 32, "wgmma.wait_group.sync.aligned 1;") == 0);
+      CHECK(countOf(ptx.substr(secondCommit, rescaleWait - secondCommit), "ex2.approx") >= 32);
+      const size_t loopEndWait = ptx.find("wgmma.wait_group.sync.aligned", ptx.find("}", rescaleWait));
+      REQUIRE(loopEndWait != std::string::npos);
+      CHECK(ptx.compare(loopEndWait, 32, "wgmma.wait_group.sync.aligned 0;") == 0);
+      at = ptx.find("}", loopEndWait);
+    }
+    if (tests::havePtxas()) {
+      const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
+      INFO(info);
+      CHECK(info.find("serialized") == std::string::npos);
+      CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("ptxas keeps the wgmma of the op API's sm_90a tilings asynchronous", "[codegen][wgmma]") {

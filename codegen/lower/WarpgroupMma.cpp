@@ -423,11 +423,17 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
 
   // Deferred chains: those first read later than the group's earliest-read
   // chain (P·V of the previous tile issued with this tile's Q·Kᵀ, whose
-  // accumulator waits through the softmax). They are issued last, as a commit
-  // group of their own, and the block waits for all groups but that one; the
-  // wait for it comes right before its first reader. Between the two, PTX
-  // forbids any access to their registers: they flow from this block into the
-  // wait's block and nowhere else (ptxas serializes the MMAs otherwise).
+  // accumulator waits through the softmax), and any chain with work (an op
+  // that cannot be lowered ahead) between the group and its first reader:
+  // the next tile's Q·Kᵀ that prefetch_scores carries into the next
+  // iteration, read by the loop's yield. Each first reader's chains are a
+  // commit group of their own, committed in the order of their readers after
+  // the group's other chains; the block waits for those others only, and the
+  // wait for a deferred commit group comes right before its first reader,
+  // letting the groups committed after it stay in flight. Between the two,
+  // PTX forbids any access to their registers: they flow from this block
+  // into the wait's block and nowhere else (ptxas serializes the MMAs
+  // otherwise).
   std::vector<const Operation*> readers(chains.size(), nullptr);
   size_t earliest = SIZE_MAX;
   std::vector<size_t> readerAt(chains.size(), SIZE_MAX);
@@ -437,29 +443,27 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     if (reader) readerAt[c] = at;
     earliest = std::min(earliest, readerAt[c]);
   }
-  // A chain first read by the block's terminator with work in between (the
-  // next tile's Q·Kᵀ that prefetch_scores carries into the next iteration,
-  // issued before this tile's softmax) is deferred too, even alone: its wait
-  // comes right before the yield.
   const auto& blockOps = op.parentBlock()->operations();
   const size_t lastDotAt = static_cast<size_t>(
       std::find_if(blockOps.begin(), blockOps.end(), [&](const auto& o) { return o.get() == dots.back(); }) -
       blockOps.begin());
-  auto carriedPastWork = [&](size_t c) {
-    if (!readers[c] || readerAt[c] + 1 != blockOps.size()) return false;
+  auto workBefore = [&](size_t c) {
     for (size_t i = lastDotAt + 1; i < readerAt[c]; ++i)
       if (!liftable(*blockOps[i])) return true;
     return false;
   };
   size_t deferredChains = 0;
   for (size_t c = 0; c < chains.size(); ++c)
-    if (readers[c] && (readerAt[c] > earliest || carriedPastWork(c))) {
+    if (readers[c] && (readerAt[c] > earliest || workBefore(c))) {
       chains[c].deferred = true;
       ++deferredChains;
     }
   const bool allDeferred = deferredChains == chains.size();
-  std::stable_partition(planned.begin(), planned.end(),
-                        [&](const PlannedDot& d) { return !chains[d.chain].deferred; });
+  // Issue order: the chains waited for here, then the deferred ones by reader.
+  std::stable_sort(planned.begin(), planned.end(), [&](const PlannedDot& x, const PlannedDot& y) {
+    auto key = [&](const PlannedDot& d) { return chains[d.chain].deferred ? readerAt[d.chain] : 0; };
+    return key(x) < key(y);
+  });
 
   // Operands: every chain's outputs, the tied initial accumulators, a zero for
   // the predicates, then per dot its descriptors and A fragments.
@@ -486,13 +490,19 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     text += "@wgmma_first " + turn->wait[0] + "\n@!wgmma_first " + turn->wait[1] + "\n";
   }
   text += "wgmma.fence.sync.aligned;\n";
-  bool committedImmediate = false;
+  // Commit groups in issue order; chainCommit: the one each chain went out in.
+  size_t commits = 0;
+  std::vector<size_t> chainCommit(chains.size(), 0);
+  std::optional<size_t> openReader;  // the first reader of the dots issued since the last commit
   for (const PlannedDot& d : planned) {
     const AccumulatorChain& chain = chains[d.chain];
-    if (chain.deferred && !committedImmediate) {
-      if (!allDeferred) text += "wgmma.commit_group.sync.aligned;\n";
-      committedImmediate = true;
+    const size_t reader = chain.deferred ? readerAt[d.chain] : 0;
+    if (openReader && *openReader != reader) {
+      text += "wgmma.commit_group.sync.aligned;\n";
+      ++commits;
     }
+    openReader = reader;
+    chainCommit[d.chain] = commits;
     const bool isBf16 = d.op->operand(0)->type().scalarKind() == ScalarKind::BF16;
     const std::string type = isBf16 ? "bf16" : "f16";
     const size_t bOperand = next++;
@@ -543,11 +553,13 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     }
   }
   text += "wgmma.commit_group.sync.aligned;\n";
+  ++commits;
   if (turn) text += "@wgmma_first " + turn->handOver[0] + "\n@!wgmma_first " + turn->handOver[1] + "\n";
-  // Nothing to wait for here when every chain is deferred.
-  text += allDeferred      ? "}"
-          : deferredChains ? "wgmma.wait_group.sync.aligned 1;\n}"
-                           : "wgmma.wait_group.sync.aligned 0;\n}";
+  // The chains waited for here went out first; the deferred commit groups stay
+  // in flight (nothing to wait for when every chain is deferred).
+  const size_t deferredCommits = allDeferred ? commits : commits - 1;
+  if (!allDeferred) text += "wgmma.wait_group.sync.aligned " + std::to_string(deferredCommits) + ";\n";
+  text += "}";
   std::vector<llvm::Value*> results = ptx.withText(std::move(text)).sideEffects().emitAll();
   // The slots only the completed MMAs read go back to the producer warps now.
   std::vector<const Operation*> completed;
@@ -562,8 +574,11 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     Lowered out = chain.init;
     for (size_t i = 0; i < chain.outputRegs.size(); ++i) out.regs[chain.outputRegs[i]] = results[chain.firstOutput + i];
     ctx.set(chain.last->result(), std::move(out));
-    if (chain.deferred) ctx.warpgroupWaits[readers[c]].push_back({chain.last->result(), chain.outputRegs});
+    if (chain.deferred)
+      ctx.warpgroupWaits[readers[c]].push_back(
+          {chain.last->result(), chain.outputRegs, ctx.warpgroupCommits + chainCommit[c] + 1});
   }
+  ctx.warpgroupCommits += commits;
   return true;
 }
 
@@ -572,6 +587,11 @@ void waitForWarpgroupResults(LoweringContext& ctx, const Operation& op) {
   if (due == ctx.warpgroupWaits.end()) return;
   const std::vector<LoweringContext::PendingWarpgroupResult> pending = std::move(due->second);
   ctx.warpgroupWaits.erase(due);
+  // The commit groups after the latest one awaited here may stay in flight.
+  size_t latest = 0;
+  for (const auto& result : pending) latest = std::max(latest, result.commit);
+  ATTNJIT_CHECK(latest >= 1 && latest <= ctx.warpgroupCommits, "codegen: a wgmma wait before its commit");
+  const std::string wait = "wgmma.wait_group.sync.aligned " + std::to_string(ctx.warpgroupCommits - latest) + ";\n";
   // The registers pass through the wait as tied operands: what reads them
   // afterwards reads the wait's outputs, which exist only once the MMAs are done.
   //
@@ -589,12 +609,10 @@ void waitForWarpgroupResults(LoweringContext& ctx, const Operation& op) {
                 ".reg .b32 wgmma_cta;\n"
                 "mov.u32 wgmma_cta, %ctaid.x;\n"
                 "setp.eq.u32 wgmma_alt, wgmma_cta, 2147483646;\n"
-                "@wgmma_alt bra.uni wgmma_wait_alt_${:uid};\n"
-                "wgmma.wait_group.sync.aligned 0;\n"
-                "bra.uni wgmma_wait_done_${:uid};\n"
-                "wgmma_wait_alt_${:uid}:\n"
-                "wgmma.wait_group.sync.aligned 0;\n"
-                "wgmma_wait_done_${:uid}:\n"
+                "@wgmma_alt bra.uni wgmma_wait_alt_${:uid};\n" +
+                    wait + "bra.uni wgmma_wait_done_${:uid};\n"
+                "wgmma_wait_alt_${:uid}:\n" +
+                    wait + "wgmma_wait_done_${:uid}:\n"
                 "}");
   for (const auto& result : pending)
     for (size_t i = 0; i < result.regs.size(); ++i) ptx.output("f", ctx.b.getFloatTy());

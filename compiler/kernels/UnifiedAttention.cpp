@@ -1174,16 +1174,15 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   Value* slotOffset = at.slotOffset;
   const std::vector<Value*>& keyInRange = at.keyInRange;
 
-  // prefetch_scores: the next tile's Q·Kᵀ comes first, so that it runs
-  // during this tile's softmax (with warpgroup MMAs it is waited for at the
-  // loop's end); this tile's was carried in. Past the program's last tile it
-  // reads nothing, and its result is never used.
-  Value* qkNext = nullptr;
+  // prefetch_scores: the next tile's K (its Q·Kᵀ below, before this tile's
+  // softmax; with warpgroup MMAs it is waited for at the loop's end); this
+  // tile's scores were carried in. Past the program's last tile it reads
+  // nothing, and its Q·Kᵀ is never used.
+  std::vector<Value*> nextKGroups;
   if (p_.prefetchScores) {
     Value* next = b_.add(loop.inductionVar, oneI32_, "next_tile_idx");
     Value* nextInRange = b_.cmp(CmpPredicate::Lt, next, p_.tileEnd, "next_tile_in_range");
-    const TileAddress nextAt = tileAddress(next, "_next", nextInRange);
-    qkNext = queryKeyDots(keyOperands(loadKeyTiles(nextAt, "_next"), nullptr, "_next"), "_next");
+    nextKGroups = keyOperands(loadKeyTiles(tileAddress(next, "_next", nextInRange), "_next"), nullptr, "_next");
   }
   // K is read transposed, [HEAD_SIZE_PADDED, TILE_SIZE], so S = Q·K needs no transpose.
   KeyTiles kTiles;
@@ -1236,6 +1235,7 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
 
   // Scores in log2 units: S = (q·k)·scale·log2(e), so exp2(S - m) = exp((q·k)·scale - m').
   Value* qk = p_.prefetchScores ? loop.iterArgs[p_.nextScores] : queryKeyDots(kGroups, "");
+  Value* qkNext = p_.prefetchScores ? queryKeyDots(nextKGroups, "_next") : nullptr;
   // overlap_softmax: the previous tile's P·V, right after Q·Kᵀ and reading
   // nothing computed from it, so that both issue together and the softmax
   // below runs while P·V does (WarpgroupMma.cpp defers its wait to the
@@ -1744,11 +1744,10 @@ support::Status UnifiedAttentionConfig::validate() const {
   if (softmaxTurns && overlapSoftmax)
     return configError("softmax_turns is unsupported with overlap_softmax (its softmax waits for the P·V issued "
                        "with the next Q·Kᵀ, inside the turn)");
-  if (prefetchScores && (overlapSoftmax || softmaxTurns || tensorMemoryAccelerator || persistent))
+  if (prefetchScores && (softmaxTurns || tensorMemoryAccelerator || persistent))
     return configError(std::string("prefetch_scores is unsupported with ") +
-                       (overlapSoftmax ? "overlap_softmax (two ways to overlap the softmax with the MMAs; choose one)"
-                        : softmaxTurns ? "softmax_turns (the next tile's Q·Kᵀ is issued before this tile's softmax, "
-                                         "so no Q·Kᵀ completes where the turn is taken)"
+                       (softmaxTurns ? "softmax_turns (the next tile's Q·Kᵀ is issued before this tile's softmax, so "
+                                       "no Q·Kᵀ completes where the turn is taken)"
                         : tensorMemoryAccelerator ? "tma (the next tile's K is not a load_tensor tile)"
                                                   : "persistent (each work item's first Q·Kᵀ is computed in front of "
                                                     "its loops, outside the rings of slots)"));
