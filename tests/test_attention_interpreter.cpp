@@ -590,6 +590,19 @@ TEST_CASE("unified attention: overlap_softmax (P·V one tile late) agrees with t
 TEST_CASE("unified attention: prefetch_scores (Q·Kᵀ one tile early) agrees with the reference",
           "[attention][overlap]") {
   checkPipelinedLoop([](UnifiedAttentionConfig& c) { c.prefetchScores = true; });
+  // The same arithmetic in another order of issue: the same bits as without
+  // the knob (the errors against float64 to the last bit).
+  for (UnifiedAttentionConfig config : pipelinedLoopConfigs([](UnifiedAttentionConfig&) {})) {
+    const BatchShape shape = config.blockMRows != 0 ? pipelinedLoopPrefillBatch() : mixedBatch(5);
+    auto plain = runUnifiedAttentionInterpreted(config, shape, true);
+    config.prefetchScores = true;
+    auto prefetched = runUnifiedAttentionInterpreted(config, shape, true);
+    REQUIRE(plain.isOk());
+    REQUIRE(prefetched.isOk());
+    INFO(config.kernelName());
+    CHECK(prefetched->maxAbsError == plain->maxAbsError);
+    CHECK(prefetched->maxRelError == plain->maxRelError);
+  }
   // Both: the next tile's Q·Kᵀ and the previous tile's P·V around this tile's softmax.
   checkPipelinedLoop([](UnifiedAttentionConfig& c) { c.prefetchScores = c.overlapSoftmax = true; });
   // Three loops (the query-query bias's first one skips the bias) and

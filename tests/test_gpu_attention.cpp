@@ -529,6 +529,54 @@ TEST_CASE("GPU producer-warp kernels write what the same tiling without them wri
   }
 }
 
+// prefetch_scores issues each tile's Q·Kᵀ an iteration early and waits for it
+// at the loop's end (a wait miscounted reads an accumulator in flight); the
+// arithmetic is the same, so the kernels write the same bits as without it,
+// with and without producer warps, and with P·V one tile late beside it.
+TEST_CASE("GPU prefetch_scores kernels write what the same tiling without it writes", "[gpu]") {
+  if (!tests::gpuPresent()) return;
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 300};
+  mixed.contextLens = {0, 91, 300, 5, 64, 700};
+  mixed.seed = 43;
+  mixed.checkStride = 31;
+  std::vector<compiler::UnifiedAttentionConfig> configs;
+  for (bool causal : {true, false})
+    for (bool producers : {false, true})
+      for (bool qInShared : {false, true}) {
+        compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
+        c.causal = causal;
+        c.warpSpecialize = producers;
+        c.qInShared = qInShared;
+        configs.push_back(c);
+      }
+  compiler::UnifiedAttentionConfig overlapped = producerWarpTiling();
+  overlapped.qInShared = overlapped.overlapSoftmax = true;
+  overlapped.producerRegisters = 96;
+  configs.push_back(overlapped);
+  compiler::UnifiedAttentionConfig fp8 = producerWarpTiling();
+  fp8.kvCacheFormat = compiler::KvCacheFormat::Fp8E4M3;
+  configs.push_back(fp8);
+  compiler::UnifiedAttentionConfig diffKv = producerWarpTiling();
+  diffKv.headSize = 192;
+  diffKv.valueHeadSize = 128;
+  configs.push_back(diffKv);
+  compiler::UnifiedAttentionConfig pingPong = producerWarpTiling();
+  pingPong.pingPong = true;
+  configs.push_back(pingPong);
+  compiler::UnifiedAttentionConfig decode;  // mma.sync
+  decode.tileSize = 64;
+  configs.push_back(decode);
+  for (const auto& plain : configs) {
+    compiler::UnifiedAttentionConfig prefetched = plain;
+    prefetched.prefetchScores = true;
+    INFO(prefetched.kernelName() << " on " << mixed.str());
+    const std::string differences = differencesBetween(prefetched, plain, mixed);
+    INFO(differences);
+    CHECK(differences.empty());
+  }
+}
+
 // TMA copies (tma: true) fill the unmasked loop's slots with boxes of whole
 // cache blocks where the producers gathered rows with cp.async: the same bytes
 // land, so the kernels write the same bits (and pass their float64 check).
