@@ -206,17 +206,20 @@ class LoweringContext {
   // accumulators of a group's deferred chains, waited for right before the op
   // keyed here, their first reader. Each entry: the values and, per value, the
   // registers the MMAs write.
-  // `commit` numbers the commit group the MMAs went out in (warpgroupCommits
-  // after it): the wait lets the groups committed since stay in flight.
+  // `commit` numbers the commit group the MMAs went out in (the size of
+  // warpgroupCommitBlocks after it): the wait lets the groups committed since
+  // stay in flight.
   struct PendingWarpgroupResult {
     const ir::Value* value = nullptr;
     std::vector<size_t> regs;
     size_t commit = 0;
   };
   std::unordered_map<const ir::Operation*, std::vector<PendingWarpgroupResult>> warpgroupWaits;
-  // wgmma commit groups emitted so far, in lowering order (straight-line
-  // within a block, which is where deferred results are waited for).
-  size_t warpgroupCommits = 0;
+  // The block of each wgmma commit group emitted so far, in lowering order. A
+  // deferred wait counts the groups committed since its own as still in
+  // flight only where all of them lie in its block (straight-line code, each
+  // one issued whenever the wait runs); else it waits for every group.
+  std::vector<const ir::Block*> warpgroupCommitBlocks;
   // Builder positioned at the end of the entry block, for values every block may
   // use (thread-geometry terms).
   llvm::IRBuilder<>* entryBuilder = nullptr;

@@ -576,9 +576,9 @@ bool lowerWarpgroupDot(LoweringContext& ctx, const Operation& op) {
     ctx.set(chain.last->result(), std::move(out));
     if (chain.deferred)
       ctx.warpgroupWaits[readers[c]].push_back(
-          {chain.last->result(), chain.outputRegs, ctx.warpgroupCommits + chainCommit[c] + 1});
+          {chain.last->result(), chain.outputRegs, ctx.warpgroupCommitBlocks.size() + chainCommit[c] + 1});
   }
-  ctx.warpgroupCommits += commits;
+  ctx.warpgroupCommitBlocks.insert(ctx.warpgroupCommitBlocks.end(), commits, op.parentBlock());
   return true;
 }
 
@@ -587,11 +587,17 @@ void waitForWarpgroupResults(LoweringContext& ctx, const Operation& op) {
   if (due == ctx.warpgroupWaits.end()) return;
   const std::vector<LoweringContext::PendingWarpgroupResult> pending = std::move(due->second);
   ctx.warpgroupWaits.erase(due);
-  // The commit groups after the latest one awaited here may stay in flight.
+  // The commit groups after the latest one awaited here may stay in flight,
+  // where each of them is certain to have been issued (LoweringContext::
+  // warpgroupCommitBlocks).
   size_t latest = 0;
   for (const auto& result : pending) latest = std::max(latest, result.commit);
-  ATTNJIT_CHECK(latest >= 1 && latest <= ctx.warpgroupCommits, "codegen: a wgmma wait before its commit");
-  const std::string wait = "wgmma.wait_group.sync.aligned " + std::to_string(ctx.warpgroupCommits - latest) + ";\n";
+  const std::vector<const Block*>& commits = ctx.warpgroupCommitBlocks;
+  ATTNJIT_CHECK(latest >= 1 && latest <= commits.size(), "codegen: a wgmma wait before its commit");
+  const bool straightLine = std::all_of(commits.begin() + static_cast<std::ptrdiff_t>(latest), commits.end(),
+                                        [&](const Block* block) { return block == op.parentBlock(); });
+  const size_t stayInFlight = straightLine ? commits.size() - latest : 0;
+  const std::string wait = "wgmma.wait_group.sync.aligned " + std::to_string(stayInFlight) + ";\n";
   // The registers pass through the wait as tied operands: what reads them
   // afterwards reads the wait's outputs, which exist only once the MMAs are done.
   //
