@@ -251,6 +251,36 @@ TEST_CASE("checked unified attention records a block-table entry outside the cac
   }
 }
 
+TEST_CASE("checked unified attention with prefetch_scores: same bits, bad entries recorded and never read",
+          "[bounds]") {
+  // The next tile's K is looked up an iteration early; its blocks' validity
+  // masks that load, and each tile's own masks its scores.
+  for (bool modified : {false, true}) {
+    auto config = [&](bool checked) {
+      compiler::UnifiedAttentionConfig c = modified ? modifiedConfig(checked, false) : attentionConfig(checked, false);
+      c.prefetchScores = true;
+      return c;
+    };
+    const AttentionOutcome plain = runAttention(config(false), attentionShape(), {}, /*afterPasses=*/true);
+    const AttentionOutcome checked = runAttention(config(true), attentionShape(), {}, /*afterPasses=*/true);
+    REQUIRE(plain.status.isOk());
+    INFO(statusText(checked.status));
+    REQUIRE(checked.status.isOk());
+    CHECK(checked.record == Record(kBoundsRecordInts, 0));
+    CHECK(checked.result.passed);
+    CHECK(checked.result.output == plain.result.output);
+  }
+  auto corrupt = [](auto& buffers, const AttentionLayout& layout) {
+    typed<int32_t>(buffers[bufferIndex(buffers, "block_tables")].bytes)[3 * layout.blockTableStride + 2] = 9999;
+  };
+  compiler::UnifiedAttentionConfig c = attentionConfig(true, false);
+  c.prefetchScores = true;
+  const AttentionOutcome checked = runAttention(c, attentionShape(), corrupt);
+  INFO(statusText(checked.status));
+  REQUIRE(checked.status.isOk());
+  CHECK(checked.record == record(BoundsViolation::BlockTableEntry, 3, 2, 9999));
+}
+
 TEST_CASE("checked unified attention records a sequence length beyond its block table", "[bounds]") {
   for (bool splitKv : {false, true}) {
     INFO("split_kv " << splitKv);
