@@ -48,6 +48,19 @@ compiler::UnifiedAttentionConfig prefill(int headSize, int tileSize, int numWarp
   return c;
 }
 
+// ptxas keeps a kernel's MMAs asynchronous (it serializes them, and says so,
+// when anything touches an accumulator before its wait) and spills nothing.
+// Relocatable like the driver's link, or whole-program as the runtime loads
+// kernels with producer warps' register moves.
+void checkAsynchronousWithoutSpills(const std::string& ptx, bool relocatable) {
+  if (!tests::havePtxas()) return;
+  const std::string info = tests::ptxasInfo(ptx, "sm_90a", relocatable);
+  INFO(info);
+  CHECK(info.find("Used ") != std::string::npos);
+  CHECK(info.find("serialized") == std::string::npos);
+  CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("column-blocked swizzled tiles are the hardware's 128-byte swizzle", "[codegen][wgmma]") {
@@ -278,17 +291,8 @@ TEST_CASE("prefetch_scores issues the next tile's Q·Kᵀ before the softmax and
           CHECK(ptx.find("wgmma.fence.sync.aligned;", valueWait) > deferred);
           at = ptx.find("}", deferred);
         }
-        // ptxas keeps the MMAs asynchronous (it would serialize them, and say
-        // so, if anything touched the prefetched scores before their wait).
-        // Producer warps' register moves need the whole-program compile the
-        // runtime gives such kernels.
-        if (tests::havePtxas()) {
-          const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/!producers);
-          INFO(info);
-          CHECK(info.find("Used ") != std::string::npos);
-          CHECK(info.find("serialized") == std::string::npos);
-          CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
-        }
+        // Nothing touches the prefetched scores before their wait.
+        checkAsynchronousWithoutSpills(ptx, /*relocatable=*/!producers);
       }
 }
 
@@ -324,12 +328,7 @@ TEST_CASE("prefetch_scores with overlap_softmax: one block issues both products,
       CHECK(ptx.compare(loopEndWait, 32, "wgmma.wait_group.sync.aligned 0;") == 0);
       at = ptx.find("}", loopEndWait);
     }
-    if (tests::havePtxas()) {
-      const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
-      INFO(info);
-      CHECK(info.find("serialized") == std::string::npos);
-      CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
-    }
+    checkAsynchronousWithoutSpills(ptx, /*relocatable=*/false);
   }
 }
 

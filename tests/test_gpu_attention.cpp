@@ -108,6 +108,18 @@ compiler::BatchShape producerWarpBatch() {
   return mixed;
 }
 
+// The batch of the bit-for-bit comparisons: prefill, chunked prefill and a
+// decode row; every 31st row is checked against float64 (the comparison
+// matters more here than the reference).
+compiler::BatchShape bitComparisonBatch(uint64_t seed) {
+  compiler::BatchShape mixed;
+  mixed.queryLens = {150, 37, 1, 70, 129, 300};
+  mixed.contextLens = {0, 91, 300, 5, 64, 700};
+  mixed.seed = seed;
+  mixed.checkStride = 31;
+  return mixed;
+}
+
 compiler::UnifiedAttentionConfig producerWarpTiling() {
   compiler::UnifiedAttentionConfig c = tests::hopperPrefillTiling();
   c.warpSpecialize = true;
@@ -470,11 +482,7 @@ TEST_CASE("GPU producer-warp schedules (ping-pong, 3-4 slots, 128-key tiles) agr
 // slots hold the right bytes.
 TEST_CASE("GPU producer-warp kernels write what the same tiling without them writes", "[gpu]") {
   if (!tests::gpuPresent()) return;
-  compiler::BatchShape mixed;
-  mixed.queryLens = {150, 37, 1, 70, 129, 300};
-  mixed.contextLens = {0, 91, 300, 5, 64, 700};
-  mixed.seed = 37;
-  mixed.checkStride = 31;  // the float64 reference matters less here than the comparison
+  const compiler::BatchShape mixed = bitComparisonBatch(37);
   std::vector<compiler::UnifiedAttentionConfig> configs;
   for (bool causal : {true, false})
     for (int headSize : {64, 128}) {
@@ -535,11 +543,7 @@ TEST_CASE("GPU producer-warp kernels write what the same tiling without them wri
 // with and without producer warps, and with P·V one tile late beside it.
 TEST_CASE("GPU prefetch_scores kernels write what the same tiling without it writes", "[gpu]") {
   if (!tests::gpuPresent()) return;
-  compiler::BatchShape mixed;
-  mixed.queryLens = {150, 37, 1, 70, 129, 300};
-  mixed.contextLens = {0, 91, 300, 5, 64, 700};
-  mixed.seed = 43;
-  mixed.checkStride = 31;
+  const compiler::BatchShape mixed = bitComparisonBatch(43);
   std::vector<compiler::UnifiedAttentionConfig> configs;
   for (bool causal : {true, false})
     for (bool producers : {false, true})
@@ -582,11 +586,7 @@ TEST_CASE("GPU prefetch_scores kernels write what the same tiling without it wri
 // land, so the kernels write the same bits (and pass their float64 check).
 TEST_CASE("GPU TMA copies write what the cp.async producers write", "[gpu][tma]") {
   if (!tests::gpuPresent()) return;
-  compiler::BatchShape mixed;
-  mixed.queryLens = {150, 37, 1, 70, 129, 300};
-  mixed.contextLens = {0, 91, 300, 5, 64, 700};
-  mixed.seed = 41;
-  mixed.checkStride = 31;
+  const compiler::BatchShape mixed = bitComparisonBatch(41);
   for (bool causal : {true, false})
     for (int headSize : {64, 128})
       for (int blockSize : {16, 32}) {
