@@ -1117,7 +1117,6 @@ bool AttentionBuilder::tensorTiles(bool masked) const {
   return config_.tensorMemoryAccelerator && !masked && p_.pieces.empty() && !config_.differentValueHeadSize() &&
          config_.kvCacheFormat == KvCacheFormat::Auto &&
          (config_.dtype == ScalarKind::BF16 || config_.dtype == ScalarKind::F16) && !p_.overlapSoftmax &&
-         !p_.prefetchScores &&
          (D == 64 || D == 128 || D == 256) && config_.blockSize % 8 == 0 && c_.tileSize % config_.blockSize == 0 &&
          !config_.checkBounds;
 }
