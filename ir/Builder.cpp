@@ -123,12 +123,6 @@ Value* Builder::mulSkipOnes(Value* a, Value* b, std::string name) {
   return create(Opcode::Mul, {a, b}, {a->type()}, std::move(attrs), {std::move(name)})->result();
 }
 
-Value* Builder::mulUnfused(Value* a, Value* b, std::string name) {
-  Attributes attrs;
-  attrs.set("unfused", int64_t{1});
-  return create(Opcode::Mul, {a, b}, {a->type()}, std::move(attrs), {std::move(name)})->result();
-}
-
 Value* Builder::unary(Opcode op, Value* a, std::string name) {
   return create(op, {a}, {a->type()}, {}, {std::move(name)})->result();
 }

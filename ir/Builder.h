@@ -50,8 +50,6 @@ class Builder {
   Value* divApprox(Value* a, Value* b, std::string name = {});
   // a·b where b is usually exactly 1.0 (mul {skip_ones = 1}, ir/Ops.def).
   Value* mulSkipOnes(Value* a, Value* b, std::string name = {});
-  // a·b in f32, rounded on its own, never fused into an FMA (mul {unfused = 1}).
-  Value* mulUnfused(Value* a, Value* b, std::string name = {});
   Value* rem(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Rem, a, b, std::move(name)); }
   Value* min(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Min, a, b, std::move(name)); }
   Value* max(Value* a, Value* b, std::string name = {}) { return binary(Opcode::Max, a, b, std::move(name)); }

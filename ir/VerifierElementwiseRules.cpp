@@ -25,13 +25,13 @@ support::Status verifyBinary(const Operation& op, const Kernel&) {
   if (op.opcode() == Opcode::Div) {
     ATTNJIT_VERIFY(checkKnownAttributes(op, {"approx"}));
   } else if (op.opcode() == Opcode::Mul) {
-    ATTNJIT_VERIFY(checkKnownAttributes(op, {"skip_ones", "unfused"}));
+    ATTNJIT_VERIFY(checkKnownAttributes(op, {"skip_ones"}));
   } else {
     ATTNJIT_VERIFY(checkKnownAttributes(op, {}));
   }
   ATTNJIT_VERIFY(checkSameOperandTypes(op, 0, 1));
   const Type& type = op.operand(0)->type();
-  for (const char* flag : {"approx", "skip_ones", "unfused"}) {
+  for (const char* flag : {"approx", "skip_ones"}) {
     if (!op.attrs().has(flag)) continue;
     int64_t value = 0;
     ATTNJIT_VERIFY(requireIntAttr(op, flag, value));
@@ -40,12 +40,6 @@ support::Status verifyBinary(const Operation& op, const Kernel&) {
     if (!type.isFloatLike())
       return opError(op, std::string("attribute '") + flag + "' needs float operands, got " + type.str());
   }
-  // The flags are 0/1 integers here (checked above).
-  auto flagOn = [&](const char* flag) { return op.attrs().has(flag) && op.attrs().getInt(flag) == 1; };
-  if (flagOn("unfused") && type.scalarKind() != ScalarKind::F32)
-    return opError(op, "attribute 'unfused' needs f32 operands, got " + type.str());
-  if (flagOn("unfused") && flagOn("skip_ones"))
-    return opError(op, "attributes 'unfused' and 'skip_ones' exclude each other");
   if (type.hasPointerElements())
     return opError(op, "operands of type " + type.str() + " are pointers; pointer arithmetic is 'addptr'");
   if ((isBitwise(op.opcode()) || isShift(op.opcode())) && !type.isIntLike())

@@ -205,27 +205,6 @@ TEST_CASE("verifier rejects bad attributes and operand counts", "[verifier]") {
     b.create(Opcode::Add, {x, x}, {scalar(kF32)}, attrs({{"skip_ones", int64_t{1}}}));
     CHECK(f.error() == "'add': unknown attribute 'skip_ones' (it takes none)");
   }
-  SECTION("mul's unfused is a 0/1 flag on f32") {
-    Value* x = b.f32(2.0);
-    Value* ok = b.mulUnfused(x, b.f32(3.0));
-    CHECK(ok->definingOp()->attrs().getInt("unfused") == 1);
-    CHECK(f.error() == "<ok>");
-  }
-  SECTION("unfused on f16") {
-    Value* x = b.cast(b.f32(2.0), ScalarKind::F16);
-    b.mulUnfused(x, x);
-    CHECK(f.error() == "'mul': attribute 'unfused' needs f32 operands, got f16");
-  }
-  SECTION("unfused together with skip_ones") {
-    Value* x = b.f32(2.0);
-    b.create(Opcode::Mul, {x, x}, {scalar(kF32)}, attrs({{"unfused", int64_t{1}}, {"skip_ones", int64_t{1}}}));
-    CHECK(f.error() == "'mul': attributes 'unfused' and 'skip_ones' exclude each other");
-  }
-  SECTION("unfused on an op other than mul") {
-    Value* x = b.f32(2.0);
-    b.create(Opcode::Sub, {x, x}, {scalar(kF32)}, attrs({{"unfused", int64_t{1}}}));
-    CHECK(f.error() == "'sub': unknown attribute 'unfused' (it takes none)");
-  }
   SECTION("wrong operand count") {
     Value* one = b.i32(1);
     b.create(Opcode::Add, {one, one, one}, {i32});

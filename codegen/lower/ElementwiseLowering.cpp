@@ -142,9 +142,6 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
     llvm::Type* ty = ctx.elementType(Type::scalar(k));
     bool widen = isHalfLike(k);
     const bool approx = attributeIsOn(op.attrs(), "approx");
-    // mul {unfused} (f32 only, the verifier's rule): mul.rn.f32, which neither
-    // LLVM nor ptxas contracts into an FMA with its consumer.
-    const bool unfused = attributeIsOn(op.attrs(), "unfused");
     mapRegisters(ctx, op, [&](std::vector<llvm::Value*>& a) -> llvm::Value* {
       llvm::Value* x = widen ? toF32(ctx, a[0]) : a[0];
       llvm::Value* y = widen ? toF32(ctx, a[1]) : a[1];
@@ -152,9 +149,7 @@ void lowerBinary(LoweringContext& ctx, const Operation& op) {
       switch (code) {
         case Opcode::Add: r = b.CreateFAdd(x, y); break;
         case Opcode::Sub: r = b.CreateFSub(x, y); break;
-        case Opcode::Mul:
-          r = unfused ? b.CreateIntrinsic(llvm::Intrinsic::nvvm_mul_rn_f, {x, y}) : b.CreateFMul(x, y);
-          break;
+        case Opcode::Mul: r = b.CreateFMul(x, y); break;
         case Opcode::Div:
           // {approx = 1} on f32: div.full.f32, 2 ulp (ir/Ops.def); else correctly
           // rounded, or within 1 ulp where warpgroup MMAs must not meet a call.

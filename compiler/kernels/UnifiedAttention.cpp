@@ -1047,10 +1047,8 @@ void AttentionBuilder::buildSoftmaxState() {
   // between them keeps them apart): 7% on int4 per-token-head decode, within
   // 1-2% elsewhere. Prefill tiles, whose masked loop runs a tile or two per
   // program, keep the select after the scale, which ptxas schedules better for
-  // the whole kernel (docs/perf-log.md, 2026-11-30). With prefetch_scores
-  // the scores' first read is an unfused multiply (below), so the mask comes
-  // after it there.
-  p_.maskBeforeScale = !p_.capOutputScaleTile && !kScale_ && !c_.prefillTiles() && !p_.prefetchScores;
+  // the whole kernel (docs/perf-log.md, 2026-11-30).
+  p_.maskBeforeScale = !p_.capOutputScaleTile && !kScale_ && !c_.prefillTiles();
   // A head size below its power of two leaves Q's and K's columns past it zero
   // (masked loads), and V's: the dots say so (k_extent, n_extent), and skip
   // those mma steps (D=80: 5 of Q·Kᵀ's 8 k-steps, 10 of P·V's 16 n-tiles).
@@ -1249,21 +1247,8 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
       accWithLagging.push_back(b_.dot(loop.iterArgs[p_.lagP], vGroups[g], loop.iterArgs[static_cast<size_t>(2 + g)],
                                       p_.pvDot, G == 1 ? "acc_lagging" : "acc_lagging" + std::to_string(g)));
   }
-  // prefetch_scores: this tile's scores sit in the registers the next tile's
-  // Q·Kᵀ (issued above) writes into, so ptxas (which gives the loop-carried
-  // value and its next value the same registers) schedules every read of them
-  // before that wgmma. Their first and only read is therefore one multiply,
-  // rounded on its own (mul {unfused}): fused into exp2's subtraction, as
-  // below, the read would wait for the row maximum, and the maximum and the
-  // multiply-adds would all move above the wgmma, out of its shadow. The
-  // maximum is then taken over the scaled scores.
-  const bool scoresReadOnce = p_.prefetchScores;
-  auto scoreProduct = [&](Value* a, Value* b, const std::string& name) {
-    return scoresReadOnce ? b_.mulUnfused(a, b, name) : b_.mul(a, b, name);
-  };
   // Per-token-head caches: key j's row stands for k·k_scale[j] (vLLM scales S).
-  if (kRowScale) qk = scoreProduct(qk, asRow(kRowScale, M), "qk_dequantized");
-  const bool qkRead = kRowScale != nullptr;  // qk is no longer the prefetched registers
+  if (kRowScale) qk = b_.mul(qk, asRow(kRowScale, M), "qk_dequantized");
   auto maskScores = [&](Value* unmasked, const std::string& name) {
     if (!masked) return unmasked;
     Value* keyPos2d = asRow(seqOffset, M);
@@ -1284,12 +1269,11 @@ std::vector<Value*> AttentionBuilder::buildKvLoop(Value* from, Value* to, const 
   if (p_.maskBeforeScale) {
     unscaledForMax = maskScores(qk, "qk_masked");
     scores = b_.mul(unscaledForMax, p_.qkScaleTile, "s");
-  } else if (!masked && !p_.capOutputScaleTile && !kScale_ && !(scoresReadOnce && !qkRead)) {
+  } else if (!masked && !p_.capOutputScaleTile && !kScale_) {
     unscaledForMax = qk;
     scores = b_.mul(qk, p_.qkScaleTile, "s");
   } else {
-    Value* scaledScores = qkRead ? b_.mul(qk, p_.qkScaleTile, "scaled_scores")
-                                 : scoreProduct(qk, p_.qkScaleTile, "scaled_scores");
+    Value* scaledScores = b_.mul(qk, p_.qkScaleTile, "scaled_scores");
     if (p_.capOutputScaleTile)
       scaledScores = b_.mul(b_.unary(Opcode::Tanh, scaledScores), p_.capOutputScaleTile, "capped_scores");
     scores = maskScores(scaledScores, "s");
