@@ -526,48 +526,48 @@ TEST_CASE("ping_pong: the two compute warpgroups take turns issuing their MMAs t
           "[codegen][warp-specialize]") {
   for (bool causal : {true, false})
     for (bool overlapSoftmax : {false, true})
-    for (bool prefetchScores : {false, true}) {
-      compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
-      config.causal = causal;
-      config.overlapSoftmax = overlapSoftmax;
-      config.prefetchScores = prefetchScores;
-      if (overlapSoftmax && prefetchScores) config.producerRegisters = 96;  // no spills
-      config.warpSpecialize = true;
-      const compiler::CompiledKernel free = compile(config, "sm_90a");
-      config.pingPong = true;
-      INFO(config.kernelName());
-      CHECK(config.kernelName().find("_wspp") != std::string::npos);
-      const compiler::CompiledKernel turns = compile(config, "sm_90a");
-      const std::string& ptx = turns.ptx;
-      CHECK(planOf(config, "sm_90a").find("the two compute warpgroups take turns issuing their MMAs in 2 loops") !=
-            std::string::npos);
-      // Every wgmma group in the two pipelined loops: warpgroup g waits on
-      // barrier 2 + g, issues, commits and hands the turn to the other.
-      // overlap_softmax issues Q·Kᵀ and the lagging P·V as one group per
-      // iteration, and the last P·V after the loops without a turn;
-      // prefetch_scores the first tile's Q·Kᵀ before them, without a turn.
-      const int loopGroups = overlapSoftmax ? 2 : 4;
-      CHECK(countOf(ptx, "wgmma.fence.sync.aligned") == countOf(free.ptx, "wgmma.fence.sync.aligned"));
-      CHECK(countOf(ptx, "wgmma.fence.sync.aligned") ==
-            loopGroups + (overlapSoftmax ? 1 : 0) + (prefetchScores ? 1 : 0));
-      for (const char* turn : {"@wgmma_first bar.sync 2, 256;\n@!wgmma_first bar.sync 3, 256;\nwgmma.fence",
-                               "wgmma.commit_group.sync.aligned;\n@wgmma_first bar.arrive 3, 256;\n"
-                               "@!wgmma_first bar.arrive 2, 256;\n"})
-        CHECK(countOf(ptx, turn) == loopGroups);
-      // Each loop: warpgroup 1 hands the first turn to warpgroup 0 before it,
-      // which takes the turn handed over after warpgroup 1's last group at its exit.
-      CHECK(countOf(ptx, "@turn bar.arrive 2, 256;") == 2);
-      CHECK(countOf(ptx, "@turn bar.sync 2, 256;") == 2);
-      CHECK(countOf(free.ptx, "bar.arrive") == 0);
-      CHECK(countOf(ptx, "wgmma.mma_async") == countOf(free.ptx, "wgmma.mma_async"));
-      if (tests::havePtxas()) {
-        const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
-        INFO(info);
-        CHECK(info.find("used 4 barriers") != std::string::npos);
-        CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
-        CHECK(info.find("serialized") == std::string::npos);
+      for (bool prefetchScores : {false, true}) {
+        compiler::UnifiedAttentionConfig config = tests::hopperPrefillTiling();
+        config.causal = causal;
+        config.overlapSoftmax = overlapSoftmax;
+        config.prefetchScores = prefetchScores;
+        if (overlapSoftmax && prefetchScores) config.producerRegisters = 96;  // no spills
+        config.warpSpecialize = true;
+        const compiler::CompiledKernel free = compile(config, "sm_90a");
+        config.pingPong = true;
+        INFO(config.kernelName());
+        CHECK(config.kernelName().find("_wspp") != std::string::npos);
+        const compiler::CompiledKernel turns = compile(config, "sm_90a");
+        const std::string& ptx = turns.ptx;
+        CHECK(planOf(config, "sm_90a").find("the two compute warpgroups take turns issuing their MMAs in 2 loops") !=
+              std::string::npos);
+        // Every wgmma group in the two pipelined loops: warpgroup g waits on
+        // barrier 2 + g, issues, commits and hands the turn to the other.
+        // overlap_softmax issues Q·Kᵀ and the lagging P·V as one group per
+        // iteration, and the last P·V after the loops without a turn;
+        // prefetch_scores the first tile's Q·Kᵀ before them, without a turn.
+        const int loopGroups = overlapSoftmax ? 2 : 4;
+        CHECK(countOf(ptx, "wgmma.fence.sync.aligned") == countOf(free.ptx, "wgmma.fence.sync.aligned"));
+        CHECK(countOf(ptx, "wgmma.fence.sync.aligned") ==
+              loopGroups + (overlapSoftmax ? 1 : 0) + (prefetchScores ? 1 : 0));
+        for (const char* turn : {"@wgmma_first bar.sync 2, 256;\n@!wgmma_first bar.sync 3, 256;\nwgmma.fence",
+                                 "wgmma.commit_group.sync.aligned;\n@wgmma_first bar.arrive 3, 256;\n"
+                                 "@!wgmma_first bar.arrive 2, 256;\n"})
+          CHECK(countOf(ptx, turn) == loopGroups);
+        // Each loop: warpgroup 1 hands the first turn to warpgroup 0 before it,
+        // which takes the turn handed over after warpgroup 1's last group at its exit.
+        CHECK(countOf(ptx, "@turn bar.arrive 2, 256;") == 2);
+        CHECK(countOf(ptx, "@turn bar.sync 2, 256;") == 2);
+        CHECK(countOf(free.ptx, "bar.arrive") == 0);
+        CHECK(countOf(ptx, "wgmma.mma_async") == countOf(free.ptx, "wgmma.mma_async"));
+        if (tests::havePtxas()) {
+          const std::string info = tests::ptxasInfo(ptx, "sm_90a", /*relocatable=*/false);
+          INFO(info);
+          CHECK(info.find("used 4 barriers") != std::string::npos);
+          CHECK(info.find(" 0 bytes spill stores") != std::string::npos);
+          CHECK(info.find("serialized") == std::string::npos);
+        }
       }
-    }
   // Without producer warps there are no turns to take.
   compiler::UnifiedAttentionConfig unspecialized = tests::hopperPrefillTiling();
   unspecialized.pingPong = true;
